@@ -1,0 +1,1126 @@
+package events
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// This file is the strict inputDecoder of input bodies. It is hand written, makes
+// one pass over the bytes, uses neither reflection nor encoding/json, and
+// reports the first fault in document order as a *DecodeError.
+//
+// Order of checks, so that the same bytes always give the same error:
+//
+//  1. the subject (bad_subject, wrong_role);
+//  2. the body size (too_large), before any parsing;
+//  3. the body in document order. A key is judged as soon as it is read
+//     (unknown_field, case_variant_key, duplicate_key) before its colon and
+//     value. A value is first scanned in full (syntax_error, invalid_utf8,
+//     control_char, bad_number, null_value, too_deep: such faults inside a
+//     value win over the value's type), then its JSON type is checked
+//     (wrong_type), then its range or format (bad_token, bad_sequence,
+//     bad_duration, bad_value, bad_enum, bad_time, too_large,
+//     unsupported_version, identity_mismatch). Data after the closing brace
+//     is trailing_data;
+//  4. once the whole body is read: required fields (missing_field, in the
+//     canonical field order, lease elements in array order) and then the
+//     consistency of a policy (bad_policy).
+//
+// A body that does not start with '{' is not_object when its first byte can
+// start a JSON value (or it is a complete literal true, false or null), and
+// syntax_error otherwise (a byte order mark, for one).
+
+// maxBodyDepth is the deepest nesting the inputDecoder scans: the body object is depth
+// 1, a batch renew's "leases" array 2, a lease object 3. Values nested deeper
+// are only ever scanned to be rejected as wrong_type; past maxBodyDepth the scan
+// stops with too_deep, so hostile nesting cannot exhaust the stack.
+const maxBodyDepth = 8
+
+// bodyField identifies a body key. The order of the constants is the canonical
+// order of AppendInputBody and of missing_field checks.
+type bodyField uint8
+
+const (
+	fNone bodyField = iota
+	fV
+	fActor
+	fJob
+	fSentAt
+	fAction
+	fHolder
+	fLeaseID
+	fGeneration
+	fRenewSeq
+	fProgressSeq
+	fValue
+	fOutcome
+	fLeaseMS
+	fAckTimeoutMS
+	fMinLeaseMS
+	fMaxLeaseMS
+	fDefaultLeaseMS
+	fCancelTimeoutMS
+	fMaxLifetimeMS
+	fMaxGenerations
+	fLeases
+	fNote
+	fDetail
+	fReason
+	bodyFieldCount
+)
+
+var bodyFieldNames = [bodyFieldCount]string{
+	fV:               "v",
+	fActor:           "actor",
+	fJob:             "job",
+	fSentAt:          "sent_at",
+	fAction:          "action",
+	fHolder:          "holder",
+	fLeaseID:         "lease_id",
+	fGeneration:      "generation",
+	fRenewSeq:        "renew_seq",
+	fProgressSeq:     "progress_seq",
+	fValue:           "value",
+	fOutcome:         "outcome",
+	fLeaseMS:         "lease_ms",
+	fAckTimeoutMS:    "ack_timeout_ms",
+	fMinLeaseMS:      "min_lease_ms",
+	fMaxLeaseMS:      "max_lease_ms",
+	fDefaultLeaseMS:  "default_lease_ms",
+	fCancelTimeoutMS: "cancel_timeout_ms",
+	fMaxLifetimeMS:   "max_lifetime_ms",
+	fMaxGenerations:  "max_generations",
+	fLeases:          "leases",
+	fNote:            "note",
+	fDetail:          "detail",
+	fReason:          "reason",
+}
+
+// lookupBodyField maps a key to its field without allocating (the compiler turns
+// a switch on string(b) into comparisons on the bytes).
+func lookupBodyField(k []byte) bodyField {
+	switch string(k) {
+	case "v":
+		return fV
+	case "actor":
+		return fActor
+	case "job":
+		return fJob
+	case "sent_at":
+		return fSentAt
+	case "action":
+		return fAction
+	case "holder":
+		return fHolder
+	case "lease_id":
+		return fLeaseID
+	case "generation":
+		return fGeneration
+	case "renew_seq":
+		return fRenewSeq
+	case "progress_seq":
+		return fProgressSeq
+	case "value":
+		return fValue
+	case "outcome":
+		return fOutcome
+	case "lease_ms":
+		return fLeaseMS
+	case "ack_timeout_ms":
+		return fAckTimeoutMS
+	case "min_lease_ms":
+		return fMinLeaseMS
+	case "max_lease_ms":
+		return fMaxLeaseMS
+	case "default_lease_ms":
+		return fDefaultLeaseMS
+	case "cancel_timeout_ms":
+		return fCancelTimeoutMS
+	case "max_lifetime_ms":
+		return fMaxLifetimeMS
+	case "max_generations":
+		return fMaxGenerations
+	case "leases":
+		return fLeases
+	case "note":
+		return fNote
+	case "detail":
+		return fDetail
+	case "reason":
+		return fReason
+	}
+	return fNone
+}
+
+// bodyFieldSet is a set of fields, one bit each.
+type bodyFieldSet uint32
+
+func (s bodyFieldSet) has(f bodyField) bool { return s&(1<<f) != 0 }
+
+func bodyFields(fs ...bodyField) bodyFieldSet {
+	var s bodyFieldSet
+	for _, f := range fs {
+		s |= 1 << f
+	}
+	return s
+}
+
+// bodySchema is the shape of one JSON object: the body of one kind of input, or
+// one element of a batch renew's leases.
+type bodySchema struct {
+	name     string      // for details: "renew", "batch renew", "lease"
+	fields   []bodyField // the keys it has, canonical order
+	allowed  bodyFieldSet
+	required []bodyField // checked once the body is read ("v" comes first)
+}
+
+func newBodySchema(name string, required []bodyField, fields ...bodyField) *bodySchema {
+	return &bodySchema{name: name, fields: fields, allowed: bodyFields(fields...), required: required}
+}
+
+var (
+	leaseIDGen   = []bodyField{fLeaseID, fGeneration}
+	policyFields = []bodyField{fMinLeaseMS, fMaxLeaseMS, fDefaultLeaseMS, fAckTimeoutMS, fCancelTimeoutMS, fMaxLifetimeMS, fMaxGenerations}
+	verbSchemas  = [...]*bodySchema{
+		VerbOffer:     newBodySchema("offer", []bodyField{fHolder}, fV, fActor, fJob, fSentAt, fHolder, fLeaseMS, fAckTimeoutMS),
+		VerbAcquire:   newBodySchema("acquire", nil, fV, fActor, fJob, fSentAt, fLeaseMS),
+		VerbAck:       newBodySchema("ack", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
+		VerbRenew:     newBodySchema("renew", []bodyField{fLeaseID, fGeneration, fRenewSeq}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fRenewSeq, fLeaseMS),
+		VerbProgress:  newBodySchema("progress", []bodyField{fLeaseID, fGeneration, fProgressSeq, fValue}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fProgressSeq, fValue, fNote),
+		VerbCancel:    newBodySchema("cancel", nil, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fReason),
+		VerbCancelAck: newBodySchema("cancel_ack", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
+		VerbResult:    newBodySchema("result", []bodyField{fLeaseID, fGeneration, fOutcome}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fOutcome, fDetail),
+		VerbRelease:   newBodySchema("release", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
+		VerbResolve:   newBodySchema("resolve", []bodyField{fAction}, fV, fActor, fJob, fSentAt, fAction, fHolder, fLeaseID, fGeneration, fOutcome, fReason),
+		VerbPolicy:    newBodySchema("policy", policyFields, fV, fActor, fJob, fSentAt, fMinLeaseMS, fMaxLeaseMS, fDefaultLeaseMS, fAckTimeoutMS, fCancelTimeoutMS, fMaxLifetimeMS, fMaxGenerations),
+		VerbTick:      newBodySchema("tick", nil, fV, fActor, fJob, fSentAt),
+	}
+	batchSchema = newBodySchema("batch renew", nil, fV, fActor, fJob, fSentAt, fLeases)
+	leaseSchema = newBodySchema("lease", nil, fJob, fLeaseID, fGeneration, fRenewSeq, fLeaseMS)
+
+	// Resolve fields that only some actions use, and the ones each uses.
+	actionOnly = bodyFields(fHolder, fLeaseID, fGeneration, fOutcome)
+	actionUses = [...]bodyFieldSet{
+		ActionAffirm: bodyFields(fHolder, fLeaseID, fGeneration),
+		ActionRevoke: 0,
+		ActionSettle: bodyFields(fOutcome),
+	}
+	actionRequired = [...][]bodyField{
+		ActionAffirm: {fHolder, fLeaseID, fGeneration},
+		ActionSettle: {fOutcome},
+	}
+)
+
+// Byte classes.
+var (
+	// jsonStrPlain: bytes that stand for themselves inside a string: printable
+	// ASCII other than '"' and '\\'. Everything else takes the slow path.
+	jsonStrPlain [256]bool
+	// jsonNumByte: bytes of a number token. A token is the longest run of these
+	// starting at '-', '+' or a digit; anything but -?(0|[1-9][0-9]*) is
+	// bad_number.
+	jsonNumByte [256]bool
+	// tokenByteOK: [A-Za-z0-9_-], the characters of a token (see ValidToken).
+	tokenByteOK [256]bool
+)
+
+func init() {
+	for c := 0x20; c < 0x7f; c++ {
+		jsonStrPlain[c] = c != '"' && c != '\\'
+	}
+	for _, c := range []byte("0123456789+-.eE") {
+		jsonNumByte[c] = true
+	}
+	for c := 0; c < 256; c++ {
+		tokenByteOK[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+	}
+}
+
+// validTokenBytes is ValidToken on bytes, without a conversion.
+func validTokenBytes(b []byte) bool {
+	if len(b) == 0 || len(b) > MaxTokenLen || string(b) == NoJob {
+		return false
+	}
+	for _, c := range b {
+		if !tokenByteOK[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeInput parses subject and body into in, reusing the backing array of
+// in.Leases. It first resets *in to zero, then parses the subject with
+// ParseInputSubject, then the body (see PROTOCOL.md and the order of checks
+// at the top of this file).
+//
+// On failure it returns a *DecodeError whose Code is the reason and whose
+// Field names the offending field ("leases[3].generation" inside a batch).
+// in.Role, in.Actor, in.Job and in.Verb are then filled as far as the subject
+// parse got, so that the rejection can be addressed; every other field of in
+// is zero (in.Leases has length 0).
+//
+// The strings stored in in never alias body: the caller may reuse body.
+// A single renew also fills in.Leases with the one LeaseRef it names, so that
+// single and batch renews can be handled alike.
+func DecodeInput(subject string, body []byte, in *Input) error {
+	resetInput(in, RoleNone, "", "", VerbNone)
+	s, err := ParseInputSubject(subject)
+	in.Role, in.Actor, in.Job, in.Verb = s.Role, s.Actor, s.Job, s.Verb
+	if err != nil {
+		return err
+	}
+	if len(body) > MaxInputBytes {
+		return &DecodeError{Code: ReasonTooLarge, Detail: "body of " + strconv.Itoa(len(body)) + " bytes is over " + strconv.Itoa(MaxInputBytes)}
+	}
+	d := inputDecoder{b: body, in: in, elem: -1, depth: 2}
+	if s.Verb == VerbRenew && s.Job == NoJob {
+		d.sch = batchSchema
+	} else {
+		d.sch = verbSchemas[s.Verb]
+	}
+	if !d.document() {
+		resetInput(in, s.Role, s.Actor, s.Job, s.Verb)
+		return d.err()
+	}
+	return nil
+}
+
+// resetInput zeroes in except for the identity given and the capacity of Leases.
+func resetInput(in *Input, role Role, actor, job string, verb Verb) {
+	leases := in.Leases[:0]
+	*in = Input{Role: role, Actor: actor, Job: job, Verb: verb, Leases: leases}
+}
+
+type jsonKind uint8
+
+const (
+	kString jsonKind = iota + 1
+	kNumber
+	kBool
+	kComposite // an object or array, scanned and skipped
+)
+
+var jsonKindNames = [...]string{kString: "a string", kNumber: "a number", kBool: "a boolean", kComposite: "an object or array"}
+
+type inputDecoder struct {
+	b     []byte
+	i     int // next byte to read
+	in    *Input
+	sch   *bodySchema
+	seen  bodyFieldSet // body keys read so far
+	elem  int          // index of the lease element being read; -1 outside
+	depth int          // depth a composite value of the current object would have
+	ctx   string       // name of the field whose value is being read
+
+	sv   []byte // content of the last string scanned (aliases b or buf)
+	buf  []byte // scratch for strings with escapes
+	nNeg bool   // last number scanned: sign,
+	nBig bool   // more than 19 digits (nMag is then meaningless),
+	nMag uint64 // magnitude
+
+	// The failure, once there is one.
+	code   Reason
+	efield string
+	eelem  int
+	detail string
+}
+
+func (d *inputDecoder) fail(code Reason, name, detail string) bool {
+	d.code, d.efield, d.eelem, d.detail = code, name, d.elem, detail
+	return false
+}
+
+// failv fails on the value of the current field.
+func (d *inputDecoder) failv(code Reason, detail string) bool { return d.fail(code, d.ctx, detail) }
+
+// syntax fails with syntax_error; the body as a whole is at fault.
+func (d *inputDecoder) syntax(detail string) bool {
+	d.code, d.efield, d.eelem = ReasonSyntaxError, "", -1
+	d.detail = detail + " at offset " + strconv.Itoa(d.i)
+	return false
+}
+
+func (d *inputDecoder) err() *DecodeError {
+	f := d.efield
+	if d.eelem >= 0 {
+		p := "leases[" + strconv.Itoa(d.eelem) + "]"
+		if f != "" {
+			p += "." + f
+		}
+		f = p
+	}
+	return &DecodeError{Code: d.code, Field: f, Detail: d.detail}
+}
+
+func (d *inputDecoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *inputDecoder) document() bool {
+	d.ws()
+	if d.i >= len(d.b) {
+		return d.syntax("empty body")
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+	case c == '[' || c == '"' || c == '-' || c >= '0' && c <= '9':
+		return d.fail(ReasonNotObject, "", "the body must be a JSON object")
+	case c == 't' || c == 'f' || c == 'n':
+		if !d.literal(c) {
+			return false
+		}
+		return d.fail(ReasonNotObject, "", "the body must be a JSON object")
+	case c == 0xEF && len(d.b)-d.i >= 3 && d.b[d.i+1] == 0xBB && d.b[d.i+2] == 0xBF:
+		return d.syntax("byte order mark")
+	default:
+		return d.syntax("expected '{'")
+	}
+	if !d.object() {
+		return false
+	}
+	d.ws()
+	if d.i < len(d.b) {
+		return d.fail(ReasonTrailingData, "", strconv.Itoa(len(d.b)-d.i)+" bytes after the closing brace")
+	}
+	return d.finish()
+}
+
+// object reads the body object; d.b[d.i] is '{'.
+func (d *inputDecoder) object() bool {
+	d.i++
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return true
+	}
+	for {
+		f, ok := d.key(d.sch, d.seen)
+		if !ok {
+			return false
+		}
+		d.seen |= 1 << f
+		d.ctx = bodyFieldNames[f]
+		if !d.field(f) {
+			return false
+		}
+		d.ws()
+		if done, ok := d.sep('}'); !ok || done {
+			return ok
+		}
+	}
+}
+
+// sep reads ',' or close after a member or element.
+func (d *inputDecoder) sep(close byte) (done, ok bool) {
+	if d.i >= len(d.b) {
+		return false, d.syntax("unexpected end of body")
+	}
+	switch d.b[d.i] {
+	case ',':
+		d.i++
+		d.ws()
+		return false, true
+	case close:
+		d.i++
+		return true, true
+	}
+	return false, d.syntax("expected ',' or '" + string(close) + "'")
+}
+
+// key reads a key of an object of bodySchema sch, whose keys seen so far are
+// seen, and the colon after it.
+func (d *inputDecoder) key(sch *bodySchema, seen bodyFieldSet) (bodyField, bool) {
+	if d.i >= len(d.b) {
+		return fNone, d.syntax("unexpected end of body")
+	}
+	if d.b[d.i] != '"' {
+		return fNone, d.syntax("expected a string key")
+	}
+	d.ctx = ""
+	if !d.scanString() {
+		return fNone, false
+	}
+	f := lookupBodyField(d.sv)
+	if f == fNone || !sch.allowed.has(f) {
+		return fNone, d.unknownKey(sch)
+	}
+	if seen.has(f) {
+		return fNone, d.fail(ReasonDuplicateKey, bodyFieldNames[f], "the key appears twice")
+	}
+	// Only a resolve sets Action, and only once its value is read.
+	if a := d.in.Action; a != ActionNone && actionOnly.has(f) && !actionUses[a].has(f) {
+		return fNone, d.fail(ReasonUnknownField, bodyFieldNames[f], "not used by action "+a.String())
+	}
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != ':' {
+		return fNone, d.syntax("expected ':'")
+	}
+	d.i++
+	d.ws()
+	return f, true
+}
+
+// unknownKey fails on the key d.sv, which is not a field of sch.
+func (d *inputDecoder) unknownKey(sch *bodySchema) bool {
+	k := string(d.sv)
+	name := errKeyName(k)
+	for _, f := range sch.fields {
+		if strings.EqualFold(k, bodyFieldNames[f]) {
+			return d.fail(ReasonCaseVariantKey, name, "differs only in case from "+strconv.Quote(bodyFieldNames[f]))
+		}
+	}
+	for f := fV; f < bodyFieldCount; f++ {
+		if n := bodyFieldNames[f]; k != n && strings.EqualFold(k, n) {
+			return d.fail(ReasonCaseVariantKey, name, "differs only in case from "+strconv.Quote(n))
+		}
+	}
+	return d.fail(ReasonUnknownField, name, "not a field of "+sch.name)
+}
+
+// errKeyName is k cut to at most MaxTokenLen bytes (on a rune boundary), to be
+// used as the Field of an error.
+func errKeyName(k string) string {
+	if len(k) <= MaxTokenLen {
+		return k
+	}
+	n := MaxTokenLen
+	for n > 0 && !utf8.RuneStart(k[n]) {
+		n--
+	}
+	return k[:n] + "..."
+}
+
+// field reads the value of body field f.
+func (d *inputDecoder) field(f bodyField) bool {
+	in := d.in
+	ok := true
+	switch f {
+	case fV:
+		if ok = d.integer(); ok && (d.nNeg || d.nBig || d.nMag != Version) {
+			return d.failv(ReasonUnsupportedVersion, "this inputDecoder reads version "+strconv.Itoa(Version))
+		}
+	case fActor:
+		ok = d.str() && d.identity(in.Actor, "actor")
+	case fJob:
+		if ok = d.str(); ok && in.Job == NoJob {
+			return d.failv(ReasonIdentityMismatch, "the subject names no job")
+		}
+		ok = ok && d.identity(in.Job, "job")
+	case fSentAt:
+		in.SentAt, ok = d.sentAt()
+	case fAction:
+		ok = d.action()
+	case fHolder:
+		in.Holder, ok = d.token()
+	case fLeaseID:
+		in.LeaseID, ok = d.token()
+	case fGeneration:
+		in.Generation, ok = d.seq()
+	case fRenewSeq:
+		in.RenewSeq, ok = d.seq()
+	case fProgressSeq:
+		in.ProgressSeq, ok = d.seq()
+	case fValue:
+		var v uint64
+		v, ok = d.bounded(0, MaxProgress, ReasonBadValue)
+		in.Value = int64(v)
+	case fOutcome:
+		ok = d.outcome()
+	case fLeaseMS:
+		in.LeaseMS, ok = d.duration()
+	case fAckTimeoutMS:
+		var ms int64
+		ms, ok = d.duration()
+		if in.Verb == VerbPolicy {
+			in.Policy.AckTimeout = ms * 1e6
+		} else {
+			in.AckTimeoutMS = ms
+		}
+	case fMinLeaseMS:
+		ok = d.policyDuration(&in.Policy.MinLease)
+	case fMaxLeaseMS:
+		ok = d.policyDuration(&in.Policy.MaxLease)
+	case fDefaultLeaseMS:
+		ok = d.policyDuration(&in.Policy.DefaultLease)
+	case fCancelTimeoutMS:
+		ok = d.policyDuration(&in.Policy.CancelTimeout)
+	case fMaxLifetimeMS:
+		ok = d.policyDuration(&in.Policy.MaxLifetime)
+	case fMaxGenerations:
+		in.Policy.MaxGenerations, ok = d.bounded(1, MaxGenerations, ReasonBadValue)
+	case fLeases:
+		ok = d.leases()
+	case fNote, fDetail, fReason:
+		in.Text, ok = d.text()
+	}
+	return ok
+}
+
+// value scans the value at d.i. Strings are left in d.sv, numbers in
+// d.nNeg/nBig/nMag; objects and arrays are skipped (with the depth limit).
+// null fails with null_value.
+func (d *inputDecoder) value() (jsonKind, bool) { return d.valueAt(d.depth) }
+
+// valueAt is value where a composite would have the given depth.
+func (d *inputDecoder) valueAt(depth int) (jsonKind, bool) {
+	if d.i >= len(d.b) {
+		return 0, d.syntax("unexpected end of body")
+	}
+	switch c := d.b[d.i]; {
+	case c == '"':
+		return kString, d.scanString()
+	case c == '-' || c == '+' || c >= '0' && c <= '9':
+		return kNumber, d.scanNumber()
+	case c == 't' || c == 'f':
+		return kBool, d.literal(c)
+	case c == 'n':
+		if !d.literal(c) {
+			return 0, false
+		}
+		return 0, d.failv(ReasonNullValue, "null is not a value")
+	case c == '{' || c == '[':
+		return kComposite, d.skip(depth)
+	}
+	return 0, d.syntax("unexpected byte " + strconv.Quote(string(d.b[d.i:d.i+1])))
+}
+
+// literal reads true, false or null, whichever starts with c.
+func (d *inputDecoder) literal(c byte) bool {
+	lit := "null"
+	switch c {
+	case 't':
+		lit = "true"
+	case 'f':
+		lit = "false"
+	}
+	if len(d.b)-d.i < len(lit) || string(d.b[d.i:d.i+len(lit)]) != lit {
+		return d.syntax("invalid literal")
+	}
+	d.i += len(lit)
+	return true
+}
+
+// skip scans and skips the object or array at d.i, which has the given depth.
+func (d *inputDecoder) skip(depth int) bool {
+	if depth > maxBodyDepth {
+		return d.failv(ReasonTooDeep, "nested deeper than "+strconv.Itoa(maxBodyDepth))
+	}
+	close := byte(']')
+	obj := d.b[d.i] == '{'
+	if obj {
+		close = '}'
+	}
+	d.i++
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == close {
+		d.i++
+		return true
+	}
+	for {
+		if obj {
+			if d.i >= len(d.b) {
+				return d.syntax("unexpected end of body")
+			}
+			if d.b[d.i] != '"' {
+				return d.syntax("expected a string key")
+			}
+			if !d.scanString() {
+				return false
+			}
+			d.ws()
+			if d.i >= len(d.b) || d.b[d.i] != ':' {
+				return d.syntax("expected ':'")
+			}
+			d.i++
+			d.ws()
+		}
+		if _, ok := d.valueAt(depth + 1); !ok {
+			return false
+		}
+		d.ws()
+		if done, ok := d.sep(close); !ok || done {
+			return ok
+		}
+	}
+}
+
+// scanString scans the string at d.i (d.b[d.i] is '"') and leaves its
+// content, unescaped, in d.sv.
+func (d *inputDecoder) scanString() bool {
+	b := d.b
+	start := d.i + 1
+	for i := start; i < len(b); {
+		c := b[i]
+		if jsonStrPlain[c] {
+			i++
+			continue
+		}
+		switch {
+		case c == '"':
+			d.sv = b[start:i]
+			d.i = i + 1
+			return true
+		case c == '\\':
+			return d.scanEscaped(start, i)
+		case c < 0x20 || c == 0x7f:
+			d.i = i
+			return d.failv(ReasonControlChar, "raw control character in a string")
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			d.i = i
+			return d.failv(ReasonInvalidUtf8, "invalid UTF-8 in a string")
+		}
+		i += n
+	}
+	d.i = len(b)
+	return d.syntax("unterminated string")
+}
+
+// scanEscaped continues scanString from the first backslash, at i, copying
+// the unescaped content to d.buf.
+func (d *inputDecoder) scanEscaped(start, i int) bool {
+	b := d.b
+	buf := append(d.buf[:0], b[start:i]...)
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case jsonStrPlain[c]:
+			buf = append(buf, c)
+			i++
+			continue
+		case c == '"':
+			d.buf, d.sv, d.i = buf, buf, i+1
+			return true
+		case c < 0x20 || c == 0x7f:
+			d.i = i
+			return d.failv(ReasonControlChar, "raw control character in a string")
+		case c >= 0x80:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n == 1 {
+				d.i = i
+				return d.failv(ReasonInvalidUtf8, "invalid UTF-8 in a string")
+			}
+			buf = append(buf, b[i:i+n]...)
+			i += n
+			continue
+		}
+		// c == '\\'
+		d.i = i
+		if i+1 >= len(b) {
+			return d.syntax("unterminated string")
+		}
+		switch e := b[i+1]; e {
+		case '"', '\\', '/':
+			buf = append(buf, e)
+			i += 2
+		case 'b', 'f', 'n', 'r', 't':
+			return d.failv(ReasonControlChar, "escaped control character in a string")
+		case 'u':
+			r, ok := jsonHex4(b, i+2)
+			if !ok {
+				return d.syntax("invalid \\u escape")
+			}
+			i += 6
+			switch {
+			case r < 0x20 || r == 0x7f:
+				return d.failv(ReasonControlChar, "escaped control character in a string")
+			case r >= 0xDC00 && r < 0xE000:
+				return d.failv(ReasonInvalidUtf8, "lone low surrogate")
+			case r >= 0xD800 && r < 0xDC00:
+				if i+1 >= len(b) || b[i] != '\\' || b[i+1] != 'u' {
+					return d.failv(ReasonInvalidUtf8, "lone high surrogate")
+				}
+				d.i = i
+				lo, ok := jsonHex4(b, i+2)
+				if !ok {
+					return d.syntax("invalid \\u escape")
+				}
+				if lo < 0xDC00 || lo >= 0xE000 {
+					return d.failv(ReasonInvalidUtf8, "high surrogate not followed by a low one")
+				}
+				i += 6
+				r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
+			}
+			buf = utf8.AppendRune(buf, r)
+		default:
+			return d.syntax("invalid escape")
+		}
+	}
+	d.buf = buf
+	d.i = len(b)
+	return d.syntax("unterminated string")
+}
+
+// jsonHex4 decodes the four hex digits at b[i:].
+func jsonHex4(b []byte, i int) (rune, bool) {
+	if len(b)-i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// scanNumber scans the number token at d.i into d.nNeg, d.nBig and d.nMag.
+func (d *inputDecoder) scanNumber() bool {
+	b := d.b
+	start := d.i
+	i := start
+	for i < len(b) && jsonNumByte[b[i]] {
+		i++
+	}
+	s := b[start:i]
+	j := 0
+	neg := s[0] == '-'
+	if neg {
+		j = 1
+	}
+	switch {
+	case j == len(s) || s[j] < '0' || s[j] > '9':
+		return d.failv(ReasonBadNumber, "not an integer")
+	case s[j] == '0' && len(s) > j+1:
+		return d.failv(ReasonBadNumber, "not a plain integer (leading zero, fraction or exponent)")
+	case s[j] == '0' && neg:
+		return d.failv(ReasonBadNumber, "-0 is not a plain integer")
+	}
+	var m uint64
+	for _, c := range s[j:] {
+		if c < '0' || c > '9' {
+			return d.failv(ReasonBadNumber, "not a plain integer (fraction or exponent)")
+		}
+		m = m*10 + uint64(c-'0')
+	}
+	d.i = i
+	d.nNeg, d.nBig, d.nMag = neg, len(s)-j > 19, m
+	return true
+}
+
+func (d *inputDecoder) wrongType(k jsonKind, want string) bool {
+	return d.failv(ReasonWrongType, "want "+want+", got "+jsonKindNames[k])
+}
+
+// str scans a string value into d.sv.
+func (d *inputDecoder) str() bool {
+	k, ok := d.value()
+	if ok && k != kString {
+		return d.wrongType(k, "a string")
+	}
+	return ok
+}
+
+// integer scans a number value into d.nNeg, d.nBig and d.nMag.
+func (d *inputDecoder) integer() bool {
+	k, ok := d.value()
+	if ok && k != kNumber {
+		return d.wrongType(k, "an integer")
+	}
+	return ok
+}
+
+// bounded reads an integer in lo..hi; out of range is code.
+func (d *inputDecoder) bounded(lo, hi uint64, code Reason) (uint64, bool) {
+	if !d.integer() {
+		return 0, false
+	}
+	if d.nBig || d.nMag > hi || d.nMag < lo || d.nNeg && d.nMag != 0 {
+		return 0, d.failv(code, "must be "+strconv.FormatUint(lo, 10)+".."+strconv.FormatUint(hi, 10))
+	}
+	return d.nMag, true
+}
+
+func (d *inputDecoder) seq() (uint64, bool) { return d.bounded(1, MaxSeq, ReasonBadSequence) }
+
+func (d *inputDecoder) duration() (int64, bool) {
+	ms, ok := d.bounded(MinDurationMS, MaxDurationMS, ReasonBadDuration)
+	return int64(ms), ok
+}
+
+// policyDuration reads a duration in milliseconds into *ns in nanoseconds.
+func (d *inputDecoder) policyDuration(ns *int64) bool {
+	ms, ok := d.duration()
+	*ns = ms * 1e6
+	return ok
+}
+
+func (d *inputDecoder) token() (string, bool) {
+	if !d.str() {
+		return "", false
+	}
+	if !validTokenBytes(d.sv) {
+		return "", d.failv(ReasonBadToken, "want 1 to 64 characters of [A-Za-z0-9_-], not _")
+	}
+	return string(d.sv), true
+}
+
+func (d *inputDecoder) text() (string, bool) {
+	if !d.str() {
+		return "", false
+	}
+	if len(d.sv) > MaxTextLen {
+		return "", d.failv(ReasonTooLarge, strconv.Itoa(len(d.sv))+" bytes, over "+strconv.Itoa(MaxTextLen))
+	}
+	return string(d.sv), true
+}
+
+// identity checks the body's actor or job, scanned into d.sv, against the
+// subject's.
+func (d *inputDecoder) identity(want, what string) bool {
+	if string(d.sv) == want {
+		return true
+	}
+	if !validTokenBytes(d.sv) {
+		return d.failv(ReasonBadToken, "want 1 to 64 characters of [A-Za-z0-9_-], not _")
+	}
+	return d.failv(ReasonIdentityMismatch, "the subject names another "+what)
+}
+
+var (
+	minSentAt = time.Unix(0, -1<<63)
+	maxSentAt = time.Unix(0, 1<<63-1)
+)
+
+func (d *inputDecoder) sentAt() (int64, bool) {
+	if !d.str() {
+		return 0, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(d.sv))
+	if err != nil {
+		return 0, d.failv(ReasonBadTime, "want an RFC 3339 time with a time zone")
+	}
+	if t.Before(minSentAt) || t.After(maxSentAt) {
+		return 0, d.failv(ReasonBadTime, "out of range (years 1678 to 2262)")
+	}
+	return t.UnixNano(), true
+}
+
+func (d *inputDecoder) outcome() bool {
+	if !d.str() {
+		return false
+	}
+	var o Outcome
+	switch string(d.sv) {
+	case "SUCCESS":
+		o = OutcomeSuccess
+	case "FAILED":
+		o = OutcomeFailed
+	case "CANCELLED":
+		o = OutcomeCancelled
+	default:
+		return d.failv(ReasonBadEnum, "want SUCCESS, FAILED or CANCELLED")
+	}
+	if d.in.Verb == VerbResolve && o == OutcomeSuccess {
+		return d.failv(ReasonBadEnum, "settle takes FAILED or CANCELLED")
+	}
+	d.in.Outcome = o
+	return true
+}
+
+func (d *inputDecoder) action() bool {
+	if !d.str() {
+		return false
+	}
+	var a Action
+	switch string(d.sv) {
+	case "affirm":
+		a = ActionAffirm
+	case "revoke":
+		a = ActionRevoke
+	case "settle":
+		a = ActionSettle
+	default:
+		return d.failv(ReasonBadEnum, "want affirm, revoke or settle")
+	}
+	// Fields read before the action that it does not use.
+	if bad := d.seen & actionOnly &^ actionUses[a]; bad != 0 {
+		for f := fV; f < bodyFieldCount; f++ {
+			if bad.has(f) {
+				return d.fail(ReasonUnknownField, bodyFieldNames[f], "not used by action "+a.String())
+			}
+		}
+	}
+	d.in.Action = a
+	return true
+}
+
+// leases reads a batch renew's leases.
+func (d *inputDecoder) leases() bool {
+	if d.b[d.i] != '[' {
+		k, ok := d.value()
+		if ok {
+			return d.wrongType(k, "an array of lease objects")
+		}
+		return false
+	}
+	d.i++
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return true // missing_field once the body is read
+	}
+	for n := 0; ; n++ {
+		if n == MaxBatch {
+			return d.failv(ReasonTooLarge, "more than "+strconv.Itoa(MaxBatch)+" leases")
+		}
+		d.elem = n
+		if d.i < len(d.b) && d.b[d.i] == '{' {
+			if !d.lease() {
+				return false
+			}
+		} else {
+			d.ctx = ""
+			k, ok := d.valueAt(3)
+			if !ok {
+				return false
+			}
+			return d.wrongType(k, "a lease object")
+		}
+		d.elem = -1
+		d.ctx = "leases"
+		d.ws()
+		if done, ok := d.sep(']'); !ok || done {
+			return ok
+		}
+	}
+}
+
+// lease reads one element of leases; d.b[d.i] is '{'.
+func (d *inputDecoder) lease() bool {
+	in := d.in
+	in.Leases = append(in.Leases, LeaseRef{})
+	r := &in.Leases[len(in.Leases)-1]
+	d.i++
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return true
+	}
+	d.depth = 4
+	ok := d.leaseMembers(r)
+	d.depth = 2
+	return ok
+}
+
+// leaseMembers reads the members of a lease object into r.
+func (d *inputDecoder) leaseMembers(r *LeaseRef) bool {
+	var seen bodyFieldSet
+	for {
+		f, ok := d.key(leaseSchema, seen)
+		if !ok {
+			return false
+		}
+		seen |= 1 << f
+		d.ctx = bodyFieldNames[f]
+		switch f {
+		case fJob:
+			r.Job, ok = d.token()
+		case fLeaseID:
+			r.LeaseID, ok = d.token()
+		case fGeneration:
+			r.Generation, ok = d.seq()
+		case fRenewSeq:
+			r.RenewSeq, ok = d.seq()
+		case fLeaseMS:
+			r.LeaseMS, ok = d.duration()
+		}
+		if !ok {
+			return false
+		}
+		d.ws()
+		if done, ok := d.sep('}'); !ok || done {
+			return ok
+		}
+	}
+}
+
+func (d *inputDecoder) missing(f bodyField, detail string) bool {
+	return d.fail(ReasonMissingField, bodyFieldNames[f], detail)
+}
+
+// finish runs the checks that need the whole body.
+func (d *inputDecoder) finish() bool {
+	in := d.in
+	if !d.seen.has(fV) {
+		return d.missing(fV, "required")
+	}
+	for _, f := range d.sch.required {
+		if !d.seen.has(f) {
+			return d.missing(f, "required")
+		}
+	}
+	switch in.Verb {
+	case VerbRenew:
+		if in.Job != NoJob {
+			in.Leases = append(in.Leases[:0], LeaseRef{Job: in.Job, LeaseID: in.LeaseID, Generation: in.Generation, RenewSeq: in.RenewSeq, LeaseMS: in.LeaseMS})
+			break
+		}
+		if len(in.Leases) == 0 {
+			if d.seen.has(fLeases) {
+				return d.missing(fLeases, "a batch renew names at least one lease")
+			}
+			return d.missing(fLeases, "required")
+		}
+		for i := range in.Leases {
+			r := &in.Leases[i]
+			d.elem = i
+			switch {
+			case r.Job == "":
+				return d.missing(fJob, "required")
+			case r.LeaseID == "":
+				return d.missing(fLeaseID, "required")
+			case r.Generation == 0:
+				return d.missing(fGeneration, "required")
+			case r.RenewSeq == 0:
+				return d.missing(fRenewSeq, "required")
+			}
+		}
+		d.elem = -1
+	case VerbCancel:
+		id, gen := d.seen.has(fLeaseID), d.seen.has(fGeneration)
+		if id && !gen {
+			return d.missing(fGeneration, "lease_id and generation go together")
+		}
+		if gen && !id {
+			return d.missing(fLeaseID, "lease_id and generation go together")
+		}
+	case VerbResolve:
+		for _, f := range actionRequired[in.Action] {
+			if !d.seen.has(f) {
+				return d.missing(f, "required by action "+in.Action.String())
+			}
+		}
+	case VerbPolicy:
+		p := &in.Policy
+		switch {
+		case p.MinLease > p.DefaultLease:
+			return d.fail(ReasonBadPolicy, "default_lease_ms", "below min_lease_ms")
+		case p.DefaultLease > p.MaxLease:
+			return d.fail(ReasonBadPolicy, "default_lease_ms", "above max_lease_ms")
+		case p.MaxLease > p.MaxLifetime:
+			return d.fail(ReasonBadPolicy, "max_lease_ms", "above max_lifetime_ms")
+		}
+	}
+	return true
+}

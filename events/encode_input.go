@@ -1,0 +1,172 @@
+package events
+
+import (
+	"strconv"
+	"time"
+)
+
+// AppendInputBody appends the canonical JSON body of in to dst and returns
+// the extended slice. The body is one flat object: "v":1 first, then
+// "sent_at" (RFC 3339, UTC) when in.SentAt is not zero, then the fields the
+// verb uses in this order:
+//
+//	offer       holder, lease_ms, ack_timeout_ms
+//	acquire     lease_ms
+//	ack         lease_id, generation
+//	renew       lease_id, generation, renew_seq, lease_ms
+//	batch renew leases: [{job, lease_id, generation, renew_seq, lease_ms}, ...]  (in.Job is NoJob)
+//	progress    lease_id, generation, progress_seq, value, note
+//	cancel      lease_id, generation, reason
+//	cancel_ack  lease_id, generation
+//	result      lease_id, generation, outcome, detail
+//	release     lease_id, generation
+//	resolve     action, holder, lease_id, generation (affirm), outcome (settle), reason
+//	policy      min_lease_ms, max_lease_ms, default_lease_ms, ack_timeout_ms,
+//	            cancel_timeout_ms, max_lifetime_ms, max_generations
+//	tick        (nothing)
+//
+// Required fields are always written; optional ones (lease_ms,
+// ack_timeout_ms, the texts, a cancel's lease_id and generation) only when not
+// zero. The body never repeats the actor or job: identity is the subject's.
+// Policy durations are written in milliseconds (in.Policy holds nanoseconds).
+//
+// AppendInputBody does not validate in: an Input that DecodeInput would not
+// produce gives a body that DecodeInput rejects.
+func AppendInputBody(dst []byte, in *Input) []byte {
+	dst = append(dst, `{"v":1`...)
+	if in.SentAt != 0 {
+		dst = append(dst, `,"sent_at":"`...)
+		dst = time.Unix(0, in.SentAt).UTC().AppendFormat(dst, time.RFC3339Nano)
+		dst = append(dst, '"')
+	}
+	switch in.Verb {
+	case VerbOffer:
+		dst = appendStrField(dst, "holder", in.Holder)
+		dst = appendOptIntField(dst, "lease_ms", in.LeaseMS)
+		dst = appendOptIntField(dst, "ack_timeout_ms", in.AckTimeoutMS)
+	case VerbAcquire:
+		dst = appendOptIntField(dst, "lease_ms", in.LeaseMS)
+	case VerbAck, VerbCancelAck, VerbRelease:
+		dst = appendLease(dst, in.LeaseID, in.Generation)
+	case VerbRenew:
+		if in.Job == NoJob {
+			dst = append(dst, `,"leases":[`...)
+			for i := range in.Leases {
+				r := &in.Leases[i]
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = append(dst, `{"job":`...)
+				dst = appendJSONString(dst, r.Job)
+				dst = appendLease(dst, r.LeaseID, r.Generation)
+				dst = appendUintField(dst, "renew_seq", r.RenewSeq)
+				dst = appendOptIntField(dst, "lease_ms", r.LeaseMS)
+				dst = append(dst, '}')
+			}
+			dst = append(dst, ']')
+			break
+		}
+		dst = appendLease(dst, in.LeaseID, in.Generation)
+		dst = appendUintField(dst, "renew_seq", in.RenewSeq)
+		dst = appendOptIntField(dst, "lease_ms", in.LeaseMS)
+	case VerbProgress:
+		dst = appendLease(dst, in.LeaseID, in.Generation)
+		dst = appendUintField(dst, "progress_seq", in.ProgressSeq)
+		dst = append(dst, `,"value":`...)
+		dst = strconv.AppendInt(dst, in.Value, 10)
+		dst = appendOptStrField(dst, "note", in.Text)
+	case VerbCancel:
+		if in.LeaseID != "" || in.Generation != 0 {
+			dst = appendLease(dst, in.LeaseID, in.Generation)
+		}
+		dst = appendOptStrField(dst, "reason", in.Text)
+	case VerbResult:
+		dst = appendLease(dst, in.LeaseID, in.Generation)
+		dst = appendStrField(dst, "outcome", in.Outcome.String())
+		dst = appendOptStrField(dst, "detail", in.Text)
+	case VerbResolve:
+		dst = appendStrField(dst, "action", in.Action.String())
+		switch in.Action {
+		case ActionAffirm:
+			dst = appendStrField(dst, "holder", in.Holder)
+			dst = appendLease(dst, in.LeaseID, in.Generation)
+		case ActionSettle:
+			dst = appendStrField(dst, "outcome", in.Outcome.String())
+		}
+		dst = appendOptStrField(dst, "reason", in.Text)
+	case VerbPolicy:
+		const ms = 1e6
+		p := &in.Policy
+		dst = appendIntField(dst, "min_lease_ms", p.MinLease/ms)
+		dst = appendIntField(dst, "max_lease_ms", p.MaxLease/ms)
+		dst = appendIntField(dst, "default_lease_ms", p.DefaultLease/ms)
+		dst = appendIntField(dst, "ack_timeout_ms", p.AckTimeout/ms)
+		dst = appendIntField(dst, "cancel_timeout_ms", p.CancelTimeout/ms)
+		dst = appendIntField(dst, "max_lifetime_ms", p.MaxLifetime/ms)
+		dst = appendUintField(dst, "max_generations", p.MaxGenerations)
+	}
+	return append(dst, '}')
+}
+
+// appendKey appends ,"name": (names need no escaping).
+func appendKey(dst []byte, name string) []byte {
+	dst = append(dst, ',', '"')
+	dst = append(dst, name...)
+	return append(dst, '"', ':')
+}
+
+func appendLease(dst []byte, id string, gen uint64) []byte {
+	dst = appendStrField(dst, "lease_id", id)
+	return appendUintField(dst, "generation", gen)
+}
+
+func appendStrField(dst []byte, name, s string) []byte {
+	return appendJSONString(appendKey(dst, name), s)
+}
+
+func appendOptStrField(dst []byte, name, s string) []byte {
+	if s == "" {
+		return dst
+	}
+	return appendStrField(dst, name, s)
+}
+
+func appendUintField(dst []byte, name string, v uint64) []byte {
+	return strconv.AppendUint(appendKey(dst, name), v, 10)
+}
+
+func appendIntField(dst []byte, name string, v int64) []byte {
+	return strconv.AppendInt(appendKey(dst, name), v, 10)
+}
+
+func appendOptIntField(dst []byte, name string, v int64) []byte {
+	if v == 0 {
+		return dst
+	}
+	return appendIntField(dst, name, v)
+}
+
+// appendJSONString appends s as a JSON string. '"' and '\\' are escaped, as
+// are control characters (as \u00XX, which DecodeInput rejects); every other
+// byte, even invalid UTF-8, is copied as is.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

@@ -1,0 +1,105 @@
+package events
+
+import "strings"
+
+// ValidToken reports whether s may be used as an actor, job, holder or lease
+// id: 1 to MaxTokenLen characters of [A-Za-z0-9_-]. The single "_" is
+// reserved (NoJob, NoActor) and is not a valid id.
+func ValidToken(s string) bool {
+	if len(s) == 0 || len(s) > MaxTokenLen || s == NoJob {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// InputSubject builds tenure.in.<role>.<actor>.<job>.<verb>. Use NoJob as the
+// job of a tick, a policy or a batch renew. It does not validate its tokens;
+// ParseInputSubject does.
+func InputSubject(role Role, actor, job string, verb Verb) string {
+	return InputPrefix + "." + role.String() + "." + actor + "." + job + "." + verb.String()
+}
+
+// InputFilter is the subject filter of all inputs (the input stream's subjects).
+const InputFilter = InputPrefix + ".>"
+
+// DecisionFilter is the subject filter of all decisions.
+const DecisionFilter = DecisionPrefix + ".>"
+
+// ActorInputFilter is the filter a worker's publish permission is restricted to.
+func ActorInputFilter(role Role, actor string) string {
+	return InputPrefix + "." + role.String() + "." + actor + ".>"
+}
+
+// AddresseeFilter matches every decision addressed to actor.
+func AddresseeFilter(actor string) string { return DecisionPrefix + "." + actor + ".>" }
+
+// JobDecisionFilter matches every decision about job.
+func JobDecisionFilter(job string) string { return DecisionPrefix + ".*." + job + ".*" }
+
+// DecisionSubject builds tenure.out.<addressee>.<job>.<kind>.
+func DecisionSubject(d *Decision) string {
+	return DecisionPrefix + "." + d.Addressee + "." + d.Job.ID + "." + d.Kind.String()
+}
+
+// Subject is a parsed input subject.
+type Subject struct {
+	Role  Role
+	Actor string
+	Job   string // NoJob for job-less inputs
+	Verb  Verb
+}
+
+// ParseInputSubject splits and validates an input subject: six tokens, a
+// known role, valid actor and job tokens (or NoJob where the verb allows it),
+// a known verb the role may publish.
+func ParseInputSubject(subject string) (Subject, error) {
+	var tok [6]string
+	rest := subject
+	for i := 0; i < 6; i++ {
+		j := strings.IndexByte(rest, '.')
+		if i == 5 {
+			if j >= 0 {
+				return Subject{}, decodeErr(ReasonBadSubject, "", "too many tokens")
+			}
+			tok[i] = rest
+			break
+		}
+		if j < 0 {
+			return Subject{}, decodeErr(ReasonBadSubject, "", "too few tokens")
+		}
+		tok[i], rest = rest[:j], rest[j+1:]
+	}
+	if tok[0]+"."+tok[1] != InputPrefix {
+		return Subject{}, decodeErr(ReasonBadSubject, "", "not under "+InputPrefix)
+	}
+	role, ok := ParseRole(tok[2])
+	if !ok {
+		return Subject{}, decodeErr(ReasonBadSubject, "role", "unknown role")
+	}
+	verb, ok := ParseVerb(tok[5])
+	if !ok {
+		return Subject{}, decodeErr(ReasonBadSubject, "verb", "unknown verb")
+	}
+	if !ValidToken(tok[3]) {
+		return Subject{}, decodeErr(ReasonBadSubject, "actor", "invalid actor token")
+	}
+	s := Subject{Role: role, Actor: tok[3], Job: tok[4], Verb: verb}
+	switch {
+	case s.Job == NoJob && !(verb.JobLess() || verb == VerbRenew):
+		return s, decodeErr(ReasonBadSubject, "job", "verb needs a job")
+	case s.Job != NoJob && verb.JobLess():
+		return s, decodeErr(ReasonBadSubject, "job", "verb takes no job: use _")
+	case s.Job != NoJob && !ValidToken(s.Job):
+		return s, decodeErr(ReasonBadSubject, "job", "invalid job token")
+	}
+	if !verb.Allowed(role) {
+		return s, decodeErr(ReasonWrongRole, "", "%s may not publish %s", role, verb)
+	}
+	return s, nil
+}

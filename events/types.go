@@ -1,0 +1,446 @@
+package events
+
+// Version is the only envelope version this package reads and writes.
+const Version = 1
+
+// Role is the kind of actor that published an input, taken from the subject.
+type Role uint8
+
+// Roles. RoleNone marks an input whose subject could not be parsed.
+const (
+	RoleNone   Role = iota
+	RoleWorker      // executes jobs: acquire, ack, renew, progress, cancel_ack, result, release
+	RoleOps         // dispatchers and operators: offer, cancel, resolve, policy
+	RoleCoord       // the coordinator itself: tick, policy
+)
+
+var roleNames = [...]string{"", "worker", "ops", "coord"}
+
+func (r Role) String() string {
+	if int(r) < len(roleNames) {
+		return roleNames[r]
+	}
+	return "?"
+}
+
+// ParseRole returns the role named s.
+func ParseRole(s string) (Role, bool) {
+	for i := 1; i < len(roleNames); i++ {
+		if roleNames[i] == s {
+			return Role(i), true
+		}
+	}
+	return RoleNone, false
+}
+
+// Verb is the operation an input names, taken from the last subject token.
+type Verb uint8
+
+// Verbs.
+const (
+	VerbNone Verb = iota
+	VerbOffer
+	VerbAcquire
+	VerbAck
+	VerbRenew
+	VerbProgress
+	VerbCancel
+	VerbCancelAck
+	VerbResult
+	VerbRelease
+	VerbResolve
+	VerbPolicy
+	VerbTick
+)
+
+var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick"}
+
+func (v Verb) String() string {
+	if int(v) < len(verbNames) {
+		return verbNames[v]
+	}
+	return "?"
+}
+
+// ParseVerb returns the verb named s.
+func ParseVerb(s string) (Verb, bool) {
+	for i := 1; i < len(verbNames); i++ {
+		if verbNames[i] == s {
+			return Verb(i), true
+		}
+	}
+	return VerbNone, false
+}
+
+// Allowed reports whether role r may publish verb v.
+func (v Verb) Allowed(r Role) bool {
+	switch r {
+	case RoleWorker:
+		switch v {
+		case VerbAcquire, VerbAck, VerbRenew, VerbProgress, VerbCancelAck, VerbResult, VerbRelease:
+			return true
+		}
+	case RoleOps:
+		switch v {
+		case VerbOffer, VerbCancel, VerbResolve, VerbPolicy:
+			return true
+		}
+	case RoleCoord:
+		return v == VerbTick || v == VerbPolicy
+	}
+	return false
+}
+
+// JobLess reports whether v concerns no single job; its subject carries NoJob.
+// A batch renew also uses NoJob and names its jobs in the body.
+func (v Verb) JobLess() bool { return v == VerbTick || v == VerbPolicy }
+
+// Outcome is a terminal result of a lease.
+type Outcome uint8
+
+// Outcomes.
+const (
+	OutcomeNone Outcome = iota
+	OutcomeSuccess
+	OutcomeFailed
+	OutcomeCancelled
+)
+
+var outcomeNames = [...]string{"", "SUCCESS", "FAILED", "CANCELLED"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "?"
+}
+
+// ParseOutcome returns the outcome named s (upper case, as on the wire).
+func ParseOutcome(s string) (Outcome, bool) {
+	for i := 1; i < len(outcomeNames); i++ {
+		if outcomeNames[i] == s {
+			return Outcome(i), true
+		}
+	}
+	return OutcomeNone, false
+}
+
+// Action is what a resolve input asks the coordinator to do.
+type Action uint8
+
+// Resolve actions.
+const (
+	ActionNone   Action = iota
+	ActionAffirm        // the named holder/generation is authoritative; the conflict is cleared
+	ActionRevoke        // end the current lease (if live) and clear the conflict
+	ActionSettle        // give an unresolved job its terminal outcome (FAILED or CANCELLED)
+)
+
+var actionNames = [...]string{"", "affirm", "revoke", "settle"}
+
+func (a Action) String() string {
+	if int(a) < len(actionNames) {
+		return actionNames[a]
+	}
+	return "?"
+}
+
+// ParseAction returns the action named s.
+func ParseAction(s string) (Action, bool) {
+	for i := 1; i < len(actionNames); i++ {
+		if actionNames[i] == s {
+			return Action(i), true
+		}
+	}
+	return ActionNone, false
+}
+
+// Limits of the wire format. They are part of protocol version 1.
+const (
+	MaxInputBytes   = 64 << 10      // whole input body
+	MaxTokenLen     = 64            // actor, job, holder and lease ids
+	MaxTextLen      = 256           // free text: note, detail, reason
+	MaxBatch        = 256           // leases in one batch renew
+	MaxSeq          = 1<<53 - 1     // sequences and generations (JSON-safe integers)
+	MinDurationMS   = 1             // any duration field
+	MaxDurationMS   = 30 * 86400000 // 30 days: anything longer is absurd for a lease
+	MaxGenerations  = 1 << 20       // upper bound for policy max_generations
+	MaxProgress     = 100           // progress value is a percentage
+	NoJob           = "_"           // job token of job-less inputs and decisions
+	NoActor         = "_"           // addressee token of decisions that concern no actor
+	InputPrefix     = "tenure.in"   // input subjects
+	DecisionPrefix  = "tenure.out"  // decision subjects
+	millisPerSecond = 1000
+)
+
+// Policy holds the limits the fold enforces. Every policy input carries all
+// fields; durations are in milliseconds on the wire and nanoseconds here.
+type Policy struct {
+	MinLease       int64  // shortest lease duration an offer, acquire or renew may ask for
+	MaxLease       int64  // longest
+	DefaultLease   int64  // used when an offer or acquire names none
+	AckTimeout     int64  // default time an offered holder has to ACK
+	CancelTimeout  int64  // time from a cancel request to terminal reconciliation
+	MaxLifetime    int64  // a lease never extends past issued_at + MaxLifetime
+	MaxGenerations uint64 // leases a job may ever be given
+}
+
+// DefaultPolicy is the policy in force before the log holds any policy input.
+// It is part of protocol version 1 and never changes within it; a coordinator
+// also appends it explicitly when it starts on an empty log.
+func DefaultPolicy() Policy {
+	const ms = int64(1e6)
+	return Policy{
+		MinLease:       100 * ms,
+		MaxLease:       3600 * 1000 * ms,
+		DefaultLease:   30 * 1000 * ms,
+		AckTimeout:     30 * 1000 * ms,
+		CancelTimeout:  60 * 1000 * ms,
+		MaxLifetime:    24 * 3600 * 1000 * ms,
+		MaxGenerations: 1000,
+	}
+}
+
+// LeaseRef names one lease in a batch renew.
+type LeaseRef struct {
+	Job        string
+	LeaseID    string
+	Generation uint64
+	RenewSeq   uint64
+	LeaseMS    int64 // 0: keep the lease's duration
+}
+
+// Input is a decoded input: identity from the subject, fields from the body.
+// Fields a verb does not use are zero.
+type Input struct {
+	Role  Role
+	Actor string
+	Job   string
+	Verb  Verb
+
+	SentAt int64 // worker clock, evidence only (Unix ns, 0 when absent)
+
+	Holder       string  // offer; resolve affirm
+	LeaseID      string  // ack, renew, progress, cancel, cancel_ack, result, release, resolve
+	Generation   uint64  // as LeaseID
+	RenewSeq     uint64  // renew
+	ProgressSeq  uint64  // progress
+	Value        int64   // progress, 0..100
+	LeaseMS      int64   // offer, acquire, renew (optional)
+	AckTimeoutMS int64   // offer (optional)
+	Outcome      Outcome // result; resolve settle
+	Action       Action  // resolve
+	Text         string  // note (progress), detail (result), reason (cancel, resolve)
+	Policy       Policy  // policy
+	Leases       []LeaseRef
+}
+
+// Kind is the closed set of decision kinds.
+type Kind uint8
+
+// Decision kinds. Verdicts answer one lease operation of an input; derived
+// decisions (KindExpired, KindAckMissed, KindUnresolved) are fired by time.
+const (
+	KindNone Kind = iota
+	// accepted verdicts
+	KindOffered
+	KindGranted
+	KindAcked
+	KindRenewed
+	KindProgressed
+	KindCancelRequested
+	KindCancelAcked
+	KindCompleted
+	KindReleased
+	KindResolved
+	KindPolicySet
+	KindTicked
+	// not accepted verdicts
+	KindDuplicate
+	KindStale
+	KindLate
+	KindConflict
+	KindLostAuthority
+	KindRejected
+	// derived from time
+	KindExpired
+	KindAckMissed
+	KindUnresolved
+	kindCount
+)
+
+var kindNames = [...]string{"", "offered", "granted", "acked", "renewed", "progressed", "cancel_requested",
+	"cancel_acked", "completed", "released", "resolved", "policy_set", "ticked",
+	"duplicate", "stale", "late", "conflict", "lost_authority", "rejected",
+	"expired", "ack_missed", "unresolved"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "?"
+}
+
+// ParseKind returns the kind named s.
+func ParseKind(s string) (Kind, bool) {
+	for i := 1; i < len(kindNames); i++ {
+		if kindNames[i] == s {
+			return Kind(i), true
+		}
+	}
+	return KindNone, false
+}
+
+// Kinds lists every decision kind in order.
+func Kinds() []Kind {
+	out := make([]Kind, 0, kindCount-1)
+	for k := Kind(1); k < kindCount; k++ {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Accepted reports whether k is an accepted verdict.
+func (k Kind) Accepted() bool { return k >= KindOffered && k <= KindTicked }
+
+// Derived reports whether k is fired by time rather than by an operation.
+func (k Kind) Derived() bool { return k >= KindExpired && k < kindCount }
+
+// State is the state of a job's current (latest) lease.
+type State uint8
+
+// States. A job with no lease yet is StateNone.
+const (
+	StateNone       State = iota
+	StateOffered          // delivered, waiting for ACK before ack_deadline
+	StateActive           // ACKed (or acquired): the holder has authority until expires_at
+	StateExpired          // authority ended at expires_at without a terminal result
+	StateAckMissed        // no ACK before ack_deadline
+	StateCompleted        // terminal result SUCCESS
+	StateFailed           // terminal result FAILED
+	StateCancelled        // terminal result CANCELLED (or an offer withdrawn)
+	StateReleased         // the holder gave the lease back without a result
+	StateUnresolved       // cancellation was not reconciled in time: blocked until resolve
+	StateRevoked          // an operator ended the lease through resolve
+	stateCount
+)
+
+var stateNames = [...]string{"NONE", "OFFERED", "ACTIVE", "EXPIRED", "ACK_MISSED", "COMPLETED", "FAILED", "CANCELLED", "RELEASED", "UNRESOLVED", "REVOKED"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "?"
+}
+
+// ParseState returns the state named s.
+func ParseState(s string) (State, bool) {
+	for i := 0; i < len(stateNames); i++ {
+		if stateNames[i] == s {
+			return State(i), true
+		}
+	}
+	return StateNone, false
+}
+
+// Live reports whether a lease in state s still binds its holder.
+func (s State) Live() bool { return s == StateOffered || s == StateActive }
+
+// AckState records what happened to the ACK of the current lease.
+type AckState uint8
+
+// ACK states.
+const (
+	AckNone      AckState = iota // no lease
+	AckPending                   // offered, not yet ACKed
+	AckAcked                     // ACKed before the deadline
+	AckMissed                    // the deadline passed first
+	AckAcquired                  // the holder acquired the lease itself; no offer to ACK
+	AckWithdrawn                 // the offer was cancelled before any ACK
+)
+
+var ackNames = [...]string{"NONE", "PENDING", "ACKED", "MISSED", "ACQUIRED", "WITHDRAWN"}
+
+func (a AckState) String() string {
+	if int(a) < len(ackNames) {
+		return ackNames[a]
+	}
+	return "?"
+}
+
+// ParseAckState returns the ACK state named s.
+func ParseAckState(s string) (AckState, bool) {
+	for i := 0; i < len(ackNames); i++ {
+		if ackNames[i] == s {
+			return AckState(i), true
+		}
+	}
+	return AckNone, false
+}
+
+// Job is the projection of one job after a decision: everything seed 000 §13
+// asks to record, so that a consumer of decisions needs nothing else.
+// Times are Unix nanoseconds (0: not set); durations nanoseconds.
+type Job struct {
+	ID            string
+	LeaseID       string
+	Generation    uint64
+	Holder        string
+	State         State
+	AckState      AckState
+	Result        Outcome
+	Conflict      bool   // ownership conflict pending: blocks promotion until resolve
+	ConflictWith  string // the contradicting holder
+	CancelReq     bool
+	CancelAck     bool
+	LeaseExpired  bool // the lease's authority ended at expires_at
+	IssuedAt      int64
+	Duration      int64
+	ExpiresAt     int64
+	AckDeadline   int64
+	AckedAt       int64
+	RenewSeq      uint64
+	RenewAt       int64
+	ProgressSeq   uint64
+	ProgressValue int64
+	ProgressAt    int64
+	CancelAt      int64  // when cancellation was requested
+	CancelBy      int64  // reconciliation deadline
+	EndedAt       int64  // when the lease stopped being live
+	Stale         uint32 // messages rejected for a stale generation
+	Late          uint32 // late messages of any verb: after expiry, after cancel, or out of sequence
+	LateProgress  uint32 // the late messages that were progress reports
+	Duplicates    uint32 // duplicate messages
+	Conflicts     uint32 // ownership-conflict claims
+}
+
+// Decision is one entry of the decision stream.
+type Decision struct {
+	Cause  uint64 // input stream sequence that caused it
+	N      uint16 // index among the decisions of that input
+	Of     uint16 // how many decisions that input caused
+	At     int64  // authoritative time (Unix ns) of the causing input
+	Kind   Kind
+	Reason Reason
+	Detail string // deterministic human detail; may be empty
+
+	// The causing input's identity (from its subject).
+	Role  Role
+	Actor string
+	Verb  Verb
+
+	// Addressee is the actor the decision concerns (NoActor if none).
+	Addressee string
+	Job       Job     // projection after the decision (ID NoJob for job-less ones)
+	Policy    *Policy // the policy in force, on policy_set decisions only
+}
+
+// Raw is an input as stored in the input stream: its stream sequence, the
+// timestamp the stream stored with it (Unix ns), its subject and body.
+type Raw struct {
+	Seq     uint64
+	Time    int64
+	Subject string
+	Body    []byte
+}

@@ -1,0 +1,104 @@
+package projector
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/maknow/tenure/events"
+)
+
+// Describe renders a decision on one line for humans and golden files:
+//
+//	#7.0 renewed ok worker/w1 renew -> j1 g2 L5 w1 ACTIVE ack=ACKED exp=+21s renew=3@+11s
+//
+// Times are offsets from base when base is non-zero, else RFC 3339. Only
+// fields that are set are shown, in a fixed order.
+func Describe(d *events.Decision, base int64) string {
+	o := MatrixOptions{Base: base}
+	var b strings.Builder
+	b.WriteByte('#')
+	b.WriteString(strconv.FormatUint(d.Cause, 10))
+	b.WriteByte('.')
+	b.WriteString(strconv.Itoa(int(d.N)))
+	b.WriteByte(' ')
+	b.WriteString(d.Kind.String())
+	b.WriteByte(' ')
+	b.WriteString(string(d.Reason))
+	if d.Detail != "" {
+		b.WriteString(" (" + d.Detail + ")")
+	}
+	b.WriteString(" " + d.Role.String() + "/" + d.Actor + " " + d.Verb.String())
+	if d.Addressee != d.Actor {
+		b.WriteString(" to=" + d.Addressee)
+	}
+	if d.Policy != nil {
+		b.WriteString(" -> policy ")
+		b.Write(events.AppendPolicy(nil, d.Policy))
+		return b.String()
+	}
+	b.WriteString(" -> ")
+	b.WriteString(DescribeJob(&d.Job, o))
+	return b.String()
+}
+
+// DescribeJob renders a projection compactly; see Describe.
+func DescribeJob(j *events.Job, o MatrixOptions) string {
+	var b strings.Builder
+	b.WriteString(j.ID)
+	if j.Generation == 0 {
+		b.WriteString(" NONE")
+		return b.String()
+	}
+	w := func(s ...string) {
+		b.WriteByte(' ')
+		for _, x := range s {
+			b.WriteString(x)
+		}
+	}
+	w("g", strconv.FormatUint(j.Generation, 10))
+	w(j.LeaseID)
+	w(j.Holder)
+	w(j.State.String())
+	w("ack=", j.AckState.String())
+	w("dur=", time.Duration(j.Duration).String())
+	if j.AckDeadline != 0 && j.AckState == events.AckPending {
+		w("ack_by=", o.time(j.AckDeadline))
+	}
+	if j.ExpiresAt != 0 {
+		w("exp=", o.time(j.ExpiresAt))
+	}
+	if j.RenewSeq != 0 {
+		w("renew=", strconv.FormatUint(j.RenewSeq, 10), "@", o.time(j.RenewAt))
+	}
+	if j.ProgressSeq != 0 {
+		w("progress=", strconv.FormatUint(j.ProgressSeq, 10), "/", strconv.FormatInt(j.ProgressValue, 10), "%")
+	}
+	if j.CancelReq {
+		s := "cancel=requested"
+		if j.CancelAck {
+			s += ",acked"
+		}
+		if j.CancelBy != 0 {
+			s += ",by=" + o.time(j.CancelBy)
+		}
+		w(s)
+	}
+	if j.Result != events.OutcomeNone {
+		w("result=", j.Result.String())
+	}
+	if j.EndedAt != 0 {
+		w("ended=", o.time(j.EndedAt))
+	}
+	if j.LeaseExpired {
+		w("expired")
+	}
+	if j.Conflict {
+		w("CONFLICT(", j.ConflictWith, ")")
+	}
+	if j.Stale+j.Late+j.Duplicates+j.Conflicts != 0 {
+		w("stale=", strconv.Itoa(int(j.Stale)), " late=", strconv.Itoa(int(j.Late)), " late_progress=", strconv.Itoa(int(j.LateProgress)),
+			" dup=", strconv.Itoa(int(j.Duplicates)), " conflicts=", strconv.Itoa(int(j.Conflicts)))
+	}
+	return b.String()
+}

@@ -1,0 +1,759 @@
+// Package projector is Tenure's pure lease fold: one stored input in, its
+// decisions out. It is the only place where lease rules live.
+//
+// The projector is synchronous and single-threaded, like etcd raft's RawNode:
+// it does no I/O, reads no clock, uses no randomness, and never lets map
+// iteration order reach its output. Time comes from the inputs: before an
+// input is applied, the projector advances its clock to
+// max(previous time, the input's stored timestamp) and fires, in (deadline,
+// job id) order, every ack deadline, lease expiry and cancel-reconciliation
+// deadline at or before it. Given the same inputs it returns the same
+// decisions and the same StateHash on any machine, cold or restored from any
+// Snapshot.
+//
+// Business outcomes (stale, late, duplicate, conflict, lost authority,
+// malformed input) are decisions, never Go errors. Step returns an error only
+// when the caller breaks the contract (an input sequence that does not
+// increase).
+package projector
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/maknow/tenure/events"
+)
+
+// ErrOutOfOrder is returned by Step when an input's sequence does not
+// increase: the caller broke the in-order contract, and nothing was applied.
+var ErrOutOfOrder = errors.New("projector: input sequence does not increase")
+
+// Projector folds inputs into per-job lease projections. The zero value is
+// not usable; call New. It is not safe for concurrent use: one goroutine owns it.
+type Projector struct {
+	now     int64  // authoritative time, Unix ns
+	lastSeq uint64 // last input applied
+	policy  events.Policy
+	jobs    map[string]*job
+	heap    deadlines // live leases by next deadline
+
+	in  events.Input      // decode buffer, reused
+	raw *events.Raw       // the input being applied
+	out []events.Decision // decisions of the input being applied, reused
+}
+
+type job struct {
+	events.Job
+	heapIdx  int32 // index in the deadline heap, -1 when absent
+	deadline int64 // the heap key while present
+}
+
+// New returns a projector with no jobs and the protocol's default policy.
+func New() *Projector {
+	return &Projector{policy: events.DefaultPolicy(), jobs: make(map[string]*job)}
+}
+
+// Now is the projector's authoritative time (Unix ns).
+func (p *Projector) Now() int64 { return p.now }
+
+// LastSeq is the sequence of the last input applied (0 if none).
+func (p *Projector) LastSeq() uint64 { return p.lastSeq }
+
+// Policy is the policy in force.
+func (p *Projector) Policy() events.Policy { return p.policy }
+
+// Len is the number of jobs tracked.
+func (p *Projector) Len() int { return len(p.jobs) }
+
+// Job returns the projection of job id.
+func (p *Projector) Job(id string) (events.Job, bool) {
+	j, ok := p.jobs[id]
+	if !ok {
+		return events.Job{}, false
+	}
+	return j.Job, true
+}
+
+// NextDeadline returns the earliest pending deadline (ack deadline, lease
+// expiry or cancel deadline), if any. The coordinator appends a tick input
+// when it is due and no input has arrived.
+func (p *Projector) NextDeadline() (int64, bool) {
+	if len(p.heap) == 0 {
+		return 0, false
+	}
+	return p.heap[0].deadline, true
+}
+
+// Step applies one stored input and returns its decisions: first those fired
+// by time (in deadline, job order), then the input's verdicts (one per lease
+// operation). The returned slice is reused by the next call to Step.
+func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
+	if raw.Seq <= p.lastSeq {
+		return nil, fmt.Errorf("%w: %d after %d", ErrOutOfOrder, raw.Seq, p.lastSeq)
+	}
+	p.out = p.out[:0]
+	p.raw = &raw
+	derr := events.DecodeInput(raw.Subject, raw.Body, &p.in)
+	if raw.Time > p.now {
+		p.now = raw.Time
+	}
+	p.fire()
+	if derr != nil {
+		p.rejectInput(derr)
+	} else {
+		p.apply()
+	}
+	p.lastSeq = raw.Seq
+	p.raw = nil
+	n := uint16(len(p.out))
+	for i := range p.out {
+		p.out[i].N = uint16(i)
+		p.out[i].Of = n
+	}
+	return p.out, nil
+}
+
+// emit appends a decision about j (nil for job-less ones).
+func (p *Projector) emit(j *job, kind events.Kind, reason events.Reason, addressee string) *events.Decision {
+	d := events.Decision{
+		Cause:     p.raw.Seq,
+		At:        p.now,
+		Kind:      kind,
+		Reason:    reason,
+		Role:      p.in.Role,
+		Actor:     p.in.Actor,
+		Verb:      p.in.Verb,
+		Addressee: addressee,
+	}
+	if d.Actor == "" {
+		d.Actor = events.NoActor
+	}
+	if d.Addressee == "" {
+		d.Addressee = events.NoActor
+	}
+	if j != nil {
+		d.Job = j.Job
+	} else {
+		d.Job.ID = events.NoJob
+	}
+	p.out = append(p.out, d)
+	return &p.out[len(p.out)-1]
+}
+
+// rejectInput records an input that could not be decoded.
+func (p *Projector) rejectInput(err error) {
+	var de *events.DecodeError
+	if !errors.As(err, &de) {
+		de = &events.DecodeError{Code: events.ReasonSyntaxError, Detail: err.Error()}
+	}
+	// The subject parse may have stopped half way: keep only valid tokens.
+	if !events.ValidToken(p.in.Actor) {
+		p.in.Actor = ""
+	}
+	jobID := p.in.Job
+	if !events.ValidToken(jobID) {
+		jobID = ""
+	}
+	var j *job
+	if jobID != "" {
+		j = p.jobs[jobID]
+	}
+	d := p.emit(j, events.KindRejected, de.Code, p.in.Actor)
+	if j == nil && jobID != "" {
+		d.Job.ID = jobID
+	}
+	d.Detail = de.Field
+	if de.Detail != "" {
+		if d.Detail != "" {
+			d.Detail += ": "
+		}
+		d.Detail += de.Detail
+	}
+}
+
+func (p *Projector) apply() {
+	in := &p.in
+	switch in.Verb {
+	case events.VerbOffer:
+		p.offer()
+	case events.VerbAcquire:
+		p.acquire()
+	case events.VerbAck:
+		p.ack()
+	case events.VerbRenew:
+		for i := range in.Leases {
+			p.renew(&in.Leases[i])
+		}
+	case events.VerbProgress:
+		p.progress()
+	case events.VerbCancel:
+		p.cancel()
+	case events.VerbCancelAck:
+		p.cancelAck()
+	case events.VerbResult:
+		p.result()
+	case events.VerbRelease:
+		p.release()
+	case events.VerbResolve:
+		p.resolve()
+	case events.VerbPolicy:
+		p.policy = in.Policy
+		pol := p.policy
+		d := p.emit(nil, events.KindPolicySet, events.ReasonOk, in.Actor)
+		d.Policy = &pol
+	case events.VerbTick:
+		p.emit(nil, events.KindTicked, events.ReasonOk, in.Actor)
+	default:
+		// DecodeInput only returns known verbs; reaching here is a bug in
+		// events, recorded rather than dropped.
+		p.emit(nil, events.KindRejected, events.ReasonBadSubject, in.Actor)
+	}
+}
+
+// claim checks a worker's claim on (jobID, leaseID, gen) before any
+// verb-specific rule. It returns the job (nil if unknown) and ok=false after
+// emitting the rejection when the claim does not name the job's current
+// lease, held by this worker, free of any ownership conflict.
+func (p *Projector) claim(jobID, leaseID string, gen uint64) (*job, bool) {
+	holder := p.in.Actor
+	j := p.jobs[jobID]
+	if j == nil || j.Generation == 0 {
+		d := p.emit(nil, events.KindLostAuthority, events.ReasonNoSuchJob, holder)
+		d.Job.ID = jobID
+		return nil, false
+	}
+	switch {
+	case gen < j.Generation:
+		j.Stale++
+		kind := events.KindStale
+		if p.in.Verb == events.VerbRenew {
+			kind = events.KindLostAuthority // seed 004: a renewal's answer is lost authority
+		}
+		p.emit(j, kind, events.ReasonStaleGeneration, holder).Detail =
+			"generation " + u64(gen) + " < current " + u64(j.Generation)
+		return j, false
+	case gen > j.Generation:
+		p.emit(j, events.KindLostAuthority, events.ReasonFutureGeneration, holder)
+		return j, false
+	case holder != j.Holder:
+		if j.State.Live() {
+			j.Conflicts++
+			if !j.Conflict {
+				j.Conflict = true
+				j.ConflictWith = strings.Clone(holder)
+			}
+			p.emit(j, events.KindConflict, events.ReasonOwnershipConflict, holder).Detail =
+				holder + " claims generation " + u64(gen) + " held by " + j.Holder
+			return j, false
+		}
+		p.emit(j, events.KindLostAuthority, events.ReasonHolderMismatch, holder)
+		return j, false
+	case leaseID != j.LeaseID:
+		p.emit(j, events.KindLostAuthority, events.ReasonNoSuchLease, holder)
+		return j, false
+	case j.Conflict:
+		j.Conflicts++
+		p.emit(j, events.KindConflict, events.ReasonConflictPending, holder)
+		return j, false
+	}
+	return j, true
+}
+
+// ended emits the verdict for a claim on a lease that is no longer live and
+// that the verb-specific rules did not classify more precisely.
+func (p *Projector) ended(j *job) {
+	p.emit(j, events.KindLostAuthority, events.ReasonLeaseEnded, p.in.Actor)
+}
+
+func (p *Projector) late(j *job, reason events.Reason) {
+	j.Late++
+	if p.in.Verb == events.VerbProgress {
+		j.LateProgress++
+	}
+	p.emit(j, events.KindLate, reason, p.in.Actor)
+}
+
+func (p *Projector) duplicate(j *job, reason events.Reason) {
+	j.Duplicates++
+	p.emit(j, events.KindDuplicate, reason, p.in.Actor)
+}
+
+// lifetimeCap bounds an expiry by the lease's maximum lifetime.
+func (p *Projector) lifetimeCap(j *job, exp int64) (int64, events.Reason) {
+	if limit := j.IssuedAt + p.policy.MaxLifetime; exp > limit {
+		return limit, events.ReasonCappedByLifetime
+	}
+	return exp, events.ReasonOk
+}
+
+func (p *Projector) ack() {
+	in := &p.in
+	j, ok := p.claim(in.Job, in.LeaseID, in.Generation)
+	if !ok {
+		return
+	}
+	switch {
+	case j.AckState == events.AckAcked || j.AckState == events.AckAcquired:
+		p.duplicate(j, events.ReasonDuplicateAck)
+	case j.State == events.StateOffered:
+		j.State = events.StateActive
+		j.AckState = events.AckAcked
+		j.AckedAt = p.now
+		var reason events.Reason
+		j.ExpiresAt, reason = p.lifetimeCap(j, p.now+j.Duration)
+		p.schedule(j)
+		p.emit(j, events.KindAcked, reason, in.Actor)
+	case j.State == events.StateAckMissed:
+		p.late(j, events.ReasonAckAfterDeadline)
+	default:
+		p.ended(j)
+	}
+}
+
+func (p *Projector) renew(r *events.LeaseRef) {
+	in := &p.in
+	j, ok := p.claim(r.Job, r.LeaseID, r.Generation)
+	if !ok {
+		return
+	}
+	switch j.State {
+	case events.StateActive:
+	case events.StateOffered, events.StateAckMissed:
+		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
+		return
+	case events.StateExpired:
+		j.Late++
+		p.emit(j, events.KindLostAuthority, events.ReasonRenewAfterExpiry, in.Actor)
+		return
+	case events.StateUnresolved:
+		p.emit(j, events.KindLostAuthority, events.ReasonCancelRequested, in.Actor)
+		return
+	default:
+		p.ended(j)
+		return
+	}
+	switch {
+	case j.CancelReq:
+		p.emit(j, events.KindLostAuthority, events.ReasonCancelRequested, in.Actor)
+		return
+	case r.RenewSeq == j.RenewSeq:
+		p.duplicate(j, events.ReasonDuplicateRenew)
+		return
+	case r.RenewSeq < j.RenewSeq:
+		p.late(j, events.ReasonLateRenew)
+		return
+	}
+	dur := j.Duration
+	if r.LeaseMS != 0 {
+		dur = r.LeaseMS * 1e6
+		if dur < p.policy.MinLease || dur > p.policy.MaxLease {
+			p.emit(j, events.KindRejected, events.ReasonDurationOutOfPolicy, in.Actor)
+			return
+		}
+		j.Duration = dur
+	}
+	var reason events.Reason
+	j.ExpiresAt, reason = p.lifetimeCap(j, p.now+dur)
+	j.RenewSeq = r.RenewSeq
+	j.RenewAt = p.now
+	p.schedule(j)
+	p.emit(j, events.KindRenewed, reason, in.Actor)
+}
+
+func (p *Projector) progress() {
+	in := &p.in
+	j, ok := p.claim(in.Job, in.LeaseID, in.Generation)
+	if !ok {
+		return
+	}
+	switch j.State {
+	case events.StateActive:
+	case events.StateOffered, events.StateAckMissed:
+		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
+		return
+	case events.StateExpired:
+		p.late(j, events.ReasonProgressAfterExpiry)
+		return
+	case events.StateUnresolved:
+		if j.LeaseExpired {
+			p.late(j, events.ReasonProgressAfterExpiry)
+		} else {
+			p.late(j, events.ReasonProgressAfterCancel)
+		}
+		return
+	default:
+		p.late(j, events.ReasonLeaseEnded)
+		return
+	}
+	switch {
+	case j.CancelReq:
+		p.late(j, events.ReasonProgressAfterCancel)
+	case in.ProgressSeq == j.ProgressSeq && in.Value == j.ProgressValue:
+		p.duplicate(j, events.ReasonDuplicateProgress)
+	case in.ProgressSeq == j.ProgressSeq:
+		p.emit(j, events.KindRejected, events.ReasonSequenceReused, in.Actor)
+	case in.ProgressSeq < j.ProgressSeq:
+		p.late(j, events.ReasonLateProgress)
+	default:
+		j.ProgressSeq = in.ProgressSeq
+		j.ProgressValue = in.Value
+		j.ProgressAt = p.now
+		p.emit(j, events.KindProgressed, events.ReasonOk, in.Actor)
+	}
+}
+
+func (p *Projector) cancelAck() {
+	in := &p.in
+	j, ok := p.claim(in.Job, in.LeaseID, in.Generation)
+	if !ok {
+		return
+	}
+	switch {
+	case j.CancelAck:
+		p.duplicate(j, events.ReasonDuplicateCancelAck)
+	case j.State == events.StateOffered || j.State == events.StateAckMissed:
+		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
+	case j.State == events.StateActive && !j.CancelReq:
+		p.emit(j, events.KindRejected, events.ReasonNoCancelRequested, in.Actor)
+	case j.State == events.StateActive:
+		j.CancelAck = true
+		p.emit(j, events.KindCancelAcked, events.ReasonOk, in.Actor)
+	case j.State == events.StateExpired || j.State == events.StateUnresolved:
+		p.late(j, events.ReasonCancelAckAfterExpiry)
+	default:
+		p.ended(j)
+	}
+}
+
+func (p *Projector) result() {
+	in := &p.in
+	j, ok := p.claim(in.Job, in.LeaseID, in.Generation)
+	if !ok {
+		return
+	}
+	switch j.State {
+	case events.StateActive:
+		if j.CancelReq && in.Outcome == events.OutcomeSuccess {
+			p.emit(j, events.KindRejected, events.ReasonSuccessAfterCancel, in.Actor)
+			return
+		}
+		j.Result = in.Outcome
+		j.State = outcomeState(in.Outcome)
+		p.end(j, p.now)
+		p.emit(j, events.KindCompleted, events.ReasonOk, in.Actor)
+	case events.StateOffered, events.StateAckMissed:
+		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
+	case events.StateCompleted, events.StateFailed, events.StateCancelled:
+		switch {
+		case j.AckState == events.AckWithdrawn:
+			p.ended(j)
+		case j.Result == in.Outcome:
+			p.duplicate(j, events.ReasonDuplicateResult)
+		default:
+			p.emit(j, events.KindRejected, events.ReasonResultConflicts, in.Actor)
+		}
+	case events.StateExpired:
+		p.late(j, events.ReasonResultAfterExpiry)
+	case events.StateUnresolved:
+		if j.LeaseExpired {
+			p.late(j, events.ReasonResultAfterExpiry)
+		} else {
+			p.late(j, events.ReasonLeaseEnded)
+		}
+	default:
+		p.ended(j)
+	}
+}
+
+func outcomeState(o events.Outcome) events.State {
+	switch o {
+	case events.OutcomeSuccess:
+		return events.StateCompleted
+	case events.OutcomeFailed:
+		return events.StateFailed
+	default:
+		return events.StateCancelled
+	}
+}
+
+func (p *Projector) release() {
+	in := &p.in
+	j, ok := p.claim(in.Job, in.LeaseID, in.Generation)
+	if !ok {
+		return
+	}
+	switch j.State {
+	case events.StateOffered, events.StateActive:
+		if j.CancelReq {
+			p.emit(j, events.KindRejected, events.ReasonCancelRequested, in.Actor)
+			return
+		}
+		j.State = events.StateReleased
+		p.end(j, p.now)
+		p.emit(j, events.KindReleased, events.ReasonOk, in.Actor)
+	case events.StateReleased:
+		p.duplicate(j, events.ReasonDuplicateRelease)
+	case events.StateExpired:
+		p.late(j, events.ReasonReleaseAfterExpiry)
+	default:
+		p.ended(j)
+	}
+}
+
+// newLeaseBlocked emits the rejection of an offer or acquire on job j, if
+// any rule forbids a new generation.
+func (p *Projector) newLeaseBlocked(j *job, leaseMS int64) bool {
+	in := &p.in
+	reason := events.Reason("")
+	if j != nil {
+		switch {
+		case j.Conflict:
+			reason = events.ReasonConflictPending
+		case j.State.Live():
+			reason = events.ReasonLeaseHeld
+		case j.State == events.StateUnresolved:
+			reason = events.ReasonJobUnresolved
+		case j.State == events.StateCompleted || j.State == events.StateCancelled:
+			reason = events.ReasonJobClosed
+		case j.Generation >= p.policy.MaxGenerations:
+			reason = events.ReasonMaxGenerations
+		}
+	}
+	if reason == "" && leaseMS != 0 {
+		if d := leaseMS * 1e6; d < p.policy.MinLease || d > p.policy.MaxLease {
+			reason = events.ReasonDurationOutOfPolicy
+		}
+	}
+	if reason == "" {
+		return false
+	}
+	d := p.emit(j, events.KindRejected, reason, in.Actor)
+	if j == nil {
+		d.Job.ID = in.Job
+	}
+	return true
+}
+
+// newLease starts the next generation of job id for holder.
+func (p *Projector) newLease(j *job, holder string, leaseMS int64) *job {
+	if j == nil {
+		j = &job{heapIdx: -1}
+		j.ID = strings.Clone(p.in.Job)
+		p.jobs[j.ID] = j
+	}
+	dur := p.policy.DefaultLease
+	if leaseMS != 0 {
+		dur = leaseMS * 1e6
+	}
+	if holder != j.Holder {
+		holder = strings.Clone(holder)
+	} else {
+		holder = j.Holder
+	}
+	j.Job = events.Job{
+		ID:           j.ID,
+		LeaseID:      "L" + u64(p.raw.Seq),
+		Generation:   j.Generation + 1,
+		Holder:       holder,
+		IssuedAt:     p.now,
+		Duration:     dur,
+		Stale:        j.Stale,
+		Late:         j.Late,
+		LateProgress: j.LateProgress,
+		Duplicates:   j.Duplicates,
+		Conflicts:    j.Conflicts,
+	}
+	return j
+}
+
+func (p *Projector) offer() {
+	in := &p.in
+	j := p.jobs[in.Job]
+	if p.newLeaseBlocked(j, in.LeaseMS) {
+		return
+	}
+	j = p.newLease(j, in.Holder, in.LeaseMS)
+	j.State = events.StateOffered
+	j.AckState = events.AckPending
+	ackTimeout := p.policy.AckTimeout
+	if in.AckTimeoutMS != 0 {
+		ackTimeout = in.AckTimeoutMS * 1e6
+	}
+	j.AckDeadline = p.now + ackTimeout
+	p.schedule(j)
+	p.emit(j, events.KindOffered, events.ReasonOk, j.Holder)
+}
+
+func (p *Projector) acquire() {
+	in := &p.in
+	j := p.jobs[in.Job]
+	if p.newLeaseBlocked(j, in.LeaseMS) {
+		return
+	}
+	j = p.newLease(j, in.Actor, in.LeaseMS)
+	j.State = events.StateActive
+	j.AckState = events.AckAcquired
+	var reason events.Reason
+	j.ExpiresAt, reason = p.lifetimeCap(j, p.now+j.Duration)
+	p.schedule(j)
+	p.emit(j, events.KindGranted, reason, in.Actor)
+}
+
+func (p *Projector) cancel() {
+	in := &p.in
+	j := p.jobs[in.Job]
+	if j == nil || j.Generation == 0 {
+		d := p.emit(nil, events.KindRejected, events.ReasonNoSuchJob, in.Actor)
+		d.Job.ID = in.Job
+		return
+	}
+	if in.Generation != 0 {
+		switch {
+		case in.Generation < j.Generation:
+			j.Stale++
+			p.emit(j, events.KindStale, events.ReasonStaleGeneration, in.Actor)
+			return
+		case in.Generation > j.Generation:
+			p.emit(j, events.KindRejected, events.ReasonFutureGeneration, in.Actor)
+			return
+		case in.LeaseID != j.LeaseID:
+			p.emit(j, events.KindRejected, events.ReasonNoSuchLease, in.Actor)
+			return
+		}
+	}
+	switch {
+	case j.State == events.StateOffered:
+		j.CancelReq = true
+		j.CancelAt = p.now
+		j.State = events.StateCancelled
+		j.AckState = events.AckWithdrawn
+		j.Result = events.OutcomeCancelled
+		p.end(j, p.now)
+		p.emit(j, events.KindCancelRequested, events.ReasonOfferWithdrawn, j.Holder)
+	case j.State == events.StateActive && j.CancelReq:
+		p.duplicate(j, events.ReasonDuplicateCancel)
+	case j.State == events.StateActive:
+		j.CancelReq = true
+		j.CancelAt = p.now
+		j.CancelBy = p.now + p.policy.CancelTimeout
+		p.schedule(j)
+		p.emit(j, events.KindCancelRequested, events.ReasonOk, j.Holder)
+	default:
+		p.emit(j, events.KindRejected, events.ReasonNoLiveLease, in.Actor)
+	}
+}
+
+func (p *Projector) resolve() {
+	in := &p.in
+	j := p.jobs[in.Job]
+	if j == nil || j.Generation == 0 {
+		d := p.emit(nil, events.KindRejected, events.ReasonNoSuchJob, in.Actor)
+		d.Job.ID = in.Job
+		return
+	}
+	switch in.Action {
+	case events.ActionAffirm:
+		switch {
+		case !j.Conflict:
+			p.emit(j, events.KindRejected, events.ReasonNothingToResolve, in.Actor)
+		case in.Holder != j.Holder || in.Generation != j.Generation || in.LeaseID != j.LeaseID || !j.State.Live():
+			p.emit(j, events.KindRejected, events.ReasonAffirmMismatch, in.Actor)
+		default:
+			j.Conflict, j.ConflictWith = false, ""
+			p.emit(j, events.KindResolved, events.ReasonConflictAffirmed, j.Holder)
+		}
+	case events.ActionRevoke:
+		if !j.Conflict && !j.State.Live() {
+			p.emit(j, events.KindRejected, events.ReasonNothingToResolve, in.Actor)
+			return
+		}
+		if j.State.Live() {
+			j.State = events.StateRevoked
+			p.end(j, p.now)
+		}
+		j.Conflict, j.ConflictWith = false, ""
+		p.emit(j, events.KindResolved, events.ReasonLeaseRevoked, j.Holder)
+	case events.ActionSettle:
+		if j.State != events.StateUnresolved {
+			p.emit(j, events.KindRejected, events.ReasonNothingToResolve, in.Actor)
+			return
+		}
+		j.Result = in.Outcome
+		j.State = outcomeState(in.Outcome)
+		p.emit(j, events.KindResolved, events.ReasonSettled, j.Holder)
+	default:
+		p.emit(j, events.KindRejected, events.ReasonBadEnum, in.Actor)
+	}
+}
+
+// end marks j's lease as no longer live at time t and drops its deadline.
+func (p *Projector) end(j *job, t int64) {
+	j.EndedAt = t
+	p.unschedule(j)
+}
+
+// nextDeadline is the earliest deadline of a live lease.
+func nextDeadline(j *job) (int64, bool) {
+	switch j.State {
+	case events.StateOffered:
+		return j.AckDeadline, true
+	case events.StateActive:
+		if j.CancelReq && j.CancelBy < j.ExpiresAt {
+			return j.CancelBy, true
+		}
+		return j.ExpiresAt, true
+	}
+	return 0, false
+}
+
+// schedule (re)places j in the deadline heap after its deadlines changed.
+func (p *Projector) schedule(j *job) {
+	d, ok := nextDeadline(j)
+	if !ok {
+		p.unschedule(j)
+		return
+	}
+	j.deadline = d
+	if j.heapIdx < 0 {
+		p.heap.push(j)
+	} else {
+		p.heap.fix(int(j.heapIdx))
+	}
+}
+
+func (p *Projector) unschedule(j *job) {
+	if j.heapIdx >= 0 {
+		p.heap.remove(int(j.heapIdx))
+	}
+}
+
+// fire applies every deadline at or before now, earliest first, ties by job id.
+func (p *Projector) fire() {
+	for len(p.heap) > 0 && p.heap[0].deadline <= p.now {
+		j := p.heap[0]
+		t := j.deadline
+		p.heap.remove(0)
+		j.EndedAt = t
+		switch {
+		case j.State == events.StateOffered:
+			j.State = events.StateAckMissed
+			j.AckState = events.AckMissed
+			p.emit(j, events.KindAckMissed, events.ReasonAckDeadlinePassed, j.Holder)
+		case j.CancelReq && t == j.ExpiresAt:
+			j.State = events.StateUnresolved
+			j.LeaseExpired = true
+			p.emit(j, events.KindUnresolved, events.ReasonExpiredCancelUnreconciled, j.Holder)
+		case j.CancelReq:
+			j.State = events.StateUnresolved
+			p.emit(j, events.KindUnresolved, events.ReasonCancelTimeout, j.Holder)
+		default:
+			j.State = events.StateExpired
+			j.LeaseExpired = true
+			p.emit(j, events.KindExpired, events.ReasonLeaseExpired, j.Holder)
+		}
+	}
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }

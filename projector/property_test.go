@@ -1,0 +1,393 @@
+package projector_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/testutil"
+	"pgregory.net/rapid"
+)
+
+// The property test drives the fold with random schedules of several holders
+// (pauses, duplicates, stale generations, reordered delivery: seed 000 §15)
+// and checks it against a small reference model and the invariants of the
+// seeds. rapid runs at least 1000 cases per `make test` (see TestMain).
+
+const (
+	ms = int64(1e6)
+)
+
+var (
+	propJobs    = []string{"a", "b"}
+	propHolders = []string{"w1", "w2", "w3"}
+)
+
+// model is the obviously-correct reference: the minimum a reader of the seeds
+// needs to say whether an operation may be accepted.
+type model struct {
+	now  int64
+	pol  events.Policy
+	jobs map[string]*mjob
+}
+
+type mjob struct {
+	gen      uint64
+	lease    string
+	holder   string
+	offered  bool // OFFERED, waiting for ACK
+	active   bool // has authority (until exp)
+	ackBy    int64
+	exp      int64
+	renewSeq uint64
+	progSeq  uint64
+	cancel   bool
+	cancelAk bool
+	cancelBy int64
+	blocked  bool // conflict or unresolved: no new lease
+	closed   bool // SUCCESS or CANCELLED
+}
+
+func newModel() *model {
+	return &model{pol: events.DefaultPolicy(), jobs: map[string]*mjob{}}
+}
+
+// advance applies time: deadlines at or before t end the lease.
+func (m *model) advance(t int64) {
+	if t > m.now {
+		m.now = t
+	}
+	for _, j := range m.jobs {
+		if j.offered && j.ackBy <= m.now {
+			j.offered = false
+		}
+		if j.active && j.cancel && min(j.exp, j.cancelBy) <= m.now {
+			j.active = false
+			j.blocked = true // unresolved
+		}
+		if j.active && j.exp <= m.now {
+			j.active = false
+		}
+	}
+}
+
+func (m *model) job(id string) *mjob {
+	if m.jobs[id] == nil {
+		m.jobs[id] = &mjob{}
+	}
+	return m.jobs[id]
+}
+
+// claimOK: the claim names the live lease of its holder. Another holder
+// claiming the live generation blocks the job (ownership conflict).
+func (j *mjob) claimOK(holder, lease string, gen uint64) bool {
+	if gen == j.gen && holder != j.holder && (j.offered || j.active) {
+		j.blocked = true
+	}
+	return !j.blocked && gen == j.gen && lease == j.lease && holder == j.holder
+}
+
+// expect returns whether each lease operation of in should be accepted, in order.
+func (m *model) expect(in *events.Input) []bool {
+	switch in.Verb {
+	case events.VerbOffer, events.VerbAcquire:
+		j := m.job(in.Job)
+		ok := !j.blocked && !j.closed && !j.offered && !j.active
+		if ok {
+			j.gen++
+			j.lease = "" // set by the caller from the decision
+			j.renewSeq, j.progSeq, j.cancel, j.cancelAk = 0, 0, false, false
+			if in.Verb == events.VerbOffer {
+				j.holder, j.offered, j.ackBy = in.Holder, true, m.now+in.AckTimeoutMS*ms
+			} else {
+				j.holder, j.active, j.exp = in.Actor, true, m.now+in.LeaseMS*ms
+			}
+		}
+		return []bool{ok}
+	case events.VerbAck:
+		j := m.job(in.Job)
+		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && j.offered
+		if ok {
+			j.offered, j.active = false, true
+			j.exp = m.now + j.leaseDur(m)
+		}
+		return []bool{ok}
+	case events.VerbRenew:
+		out := make([]bool, len(in.Leases))
+		for i, r := range in.Leases {
+			j := m.job(r.Job)
+			ok := j.claimOK(in.Actor, r.LeaseID, r.Generation) && j.active && !j.cancel && r.RenewSeq > j.renewSeq
+			if ok {
+				j.renewSeq = r.RenewSeq
+				j.exp = m.now + j.leaseDur(m)
+			}
+			out[i] = ok
+		}
+		return out
+	case events.VerbProgress:
+		j := m.job(in.Job)
+		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && j.active && !j.cancel && in.ProgressSeq > j.progSeq
+		if ok {
+			j.progSeq = in.ProgressSeq
+		}
+		return []bool{ok}
+	case events.VerbResult:
+		j := m.job(in.Job)
+		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && j.active && !(j.cancel && in.Outcome == events.OutcomeSuccess)
+		if ok {
+			j.active = false
+			j.closed = in.Outcome != events.OutcomeFailed
+		}
+		return []bool{ok}
+	case events.VerbRelease:
+		j := m.job(in.Job)
+		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && (j.active || j.offered) && !j.cancel
+		if ok {
+			j.active, j.offered = false, false
+		}
+		return []bool{ok}
+	case events.VerbCancel:
+		j := m.job(in.Job)
+		switch {
+		case j.offered:
+			j.offered, j.closed = false, true
+			return []bool{true}
+		case j.active && !j.cancel:
+			j.cancel, j.cancelBy = true, m.now+m.pol.CancelTimeout
+			return []bool{true}
+		}
+		return []bool{false}
+	case events.VerbCancelAck:
+		j := m.job(in.Job)
+		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && j.active && j.cancel && !j.cancelAk
+		if ok {
+			j.cancelAk = true
+		}
+		return []bool{ok}
+	case events.VerbTick:
+		return []bool{true}
+	}
+	panic("unmodelled verb " + in.Verb.String())
+}
+
+// leaseDur: every generated lease asks for the same duration (see gen).
+func (j *mjob) leaseDur(*model) int64 { return propLeaseMS * ms }
+
+const propLeaseMS = 1000
+
+// genInput draws the next input. It knows the leases granted so far (as a
+// worker would, from decisions), and picks current, old, other holders' or
+// made-up lease ids, generations and sequences.
+type world struct {
+	issued map[string][]issued // job -> leases ever granted, oldest first
+	seq    map[string]uint64   // per holder/job sequence counter
+}
+
+type issued struct {
+	lease  string
+	gen    uint64
+	holder string
+}
+
+func drawInput(t *rapid.T, w *world) events.Input {
+	job := rapid.SampledFrom(propJobs).Draw(t, "job")
+	holder := rapid.SampledFrom(propHolders).Draw(t, "holder")
+	in := events.Input{Role: events.RoleWorker, Actor: holder, Job: job}
+	// A claim: usually the latest lease of the job, sometimes an older one,
+	// sometimes one made up.
+	claim := func() (string, uint64) {
+		leases := w.issued[job]
+		if len(leases) == 0 || rapid.IntRange(0, 9).Draw(t, "madeup") == 0 {
+			return fmt.Sprintf("L%d", rapid.IntRange(1, 40).Draw(t, "lid")), uint64(rapid.IntRange(1, 4).Draw(t, "gen"))
+		}
+		i := len(leases) - 1
+		if rapid.IntRange(0, 3).Draw(t, "old") == 0 {
+			i = rapid.IntRange(0, len(leases)-1).Draw(t, "which")
+		}
+		return leases[i].lease, leases[i].gen
+	}
+	nextSeq := func() uint64 {
+		k := holder + "/" + job
+		// Mostly increasing, sometimes repeated or reordered.
+		switch rapid.IntRange(0, 5).Draw(t, "seqmode") {
+		case 0:
+			if w.seq[k] > 0 {
+				return w.seq[k] // duplicate
+			}
+		case 1:
+			if w.seq[k] > 1 {
+				return uint64(rapid.IntRange(1, int(w.seq[k])-1).Draw(t, "older")) // reordered
+			}
+		}
+		w.seq[k] += uint64(rapid.IntRange(1, 2).Draw(t, "step"))
+		return w.seq[k]
+	}
+	switch rapid.IntRange(0, 11).Draw(t, "verb") {
+	case 0:
+		in.Role, in.Actor, in.Verb = events.RoleOps, "disp", events.VerbOffer
+		in.Holder, in.LeaseMS, in.AckTimeoutMS = holder, propLeaseMS, 500
+	case 1:
+		in.Verb, in.LeaseMS = events.VerbAcquire, propLeaseMS
+	case 2:
+		in.Verb = events.VerbAck
+		in.LeaseID, in.Generation = claim()
+	case 3:
+		in.Verb = events.VerbRenew
+		lid, gen := claim()
+		in.LeaseID, in.Generation, in.RenewSeq = lid, gen, nextSeq()
+		in.Leases = []events.LeaseRef{{Job: job, LeaseID: lid, Generation: gen, RenewSeq: in.RenewSeq}}
+	case 4:
+		// A batch renew of every job this holder names (one input, a verdict each).
+		in.Verb, in.Job = events.VerbRenew, events.NoJob
+		for _, other := range propJobs {
+			job = other
+			lid, gen := claim()
+			in.Leases = append(in.Leases, events.LeaseRef{Job: other, LeaseID: lid, Generation: gen, RenewSeq: nextSeq()})
+		}
+	case 5, 6:
+		in.Verb = events.VerbProgress
+		in.LeaseID, in.Generation = claim()
+		in.ProgressSeq = nextSeq()
+		in.Value = int64(in.ProgressSeq % 101)
+	case 7:
+		in.Verb = events.VerbResult
+		in.LeaseID, in.Generation = claim()
+		in.Outcome = rapid.SampledFrom([]events.Outcome{events.OutcomeSuccess, events.OutcomeFailed, events.OutcomeCancelled}).Draw(t, "outcome")
+	case 8:
+		in.Verb = events.VerbRelease
+		in.LeaseID, in.Generation = claim()
+	case 9:
+		in.Role, in.Actor, in.Verb = events.RoleOps, "disp", events.VerbCancel
+	case 10:
+		in.Verb = events.VerbCancelAck
+		in.LeaseID, in.Generation = claim()
+	case 11:
+		in.Role, in.Actor, in.Job, in.Verb = events.RoleCoord, "c1", events.NoJob, events.VerbTick
+	}
+	return in
+}
+
+func TestFoldProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := projector.New()
+		m := newModel()
+		w := &world{issued: map[string][]issued{}, seq: map[string]uint64{}}
+		now := testutil.ScenarioBase
+		// authority: job -> the (holder, gen) with authority and until when.
+		type auth struct {
+			holder string
+			gen    uint64
+			until  int64
+		}
+		authority := map[string]auth{}
+		steps := rapid.IntRange(1, 80).Draw(t, "steps")
+		for seq := uint64(1); seq <= uint64(steps); seq++ {
+			// Time moves by small steps, sometimes by a pause longer than a lease.
+			gap := rapid.SampledFrom([]int64{0, 1, 50, 200, 400, 900, 1500, 3000}).Draw(t, "gap")
+			now += gap * ms
+			in := drawInput(t, w)
+			body := events.AppendInputBody(nil, &in)
+			raw := events.Raw{Seq: seq, Time: now, Subject: events.InputSubject(in.Role, in.Actor, in.Job, in.Verb), Body: body}
+
+			before := map[string]events.Job{}
+			for _, id := range propJobs {
+				if j, ok := p.Job(id); ok {
+					before[id] = j
+				}
+			}
+			m.advance(now)
+			want := m.expect(&in)
+			ds, err := p.Step(raw)
+			if err != nil {
+				t.Fatalf("step %d: %v", seq, err)
+			}
+			var verdicts []events.Decision
+			for _, d := range ds {
+				if d.Kind.Derived() {
+					// Time ended this lease: authority ends at the deadline.
+					a := authority[d.Job.ID]
+					if a.holder == d.Job.Holder && a.gen == d.Job.Generation && d.Job.EndedAt < a.until {
+						a.until = d.Job.EndedAt
+						authority[d.Job.ID] = a
+					}
+					continue
+				}
+				verdicts = append(verdicts, d)
+			}
+			// Exactly one verdict per lease operation.
+			if len(verdicts) != len(want) {
+				t.Fatalf("#%d %s: %d verdicts, want %d: %v", seq, in.Verb, len(verdicts), len(want), describeAll(ds))
+			}
+			for i, d := range verdicts {
+				if d.Kind.Accepted() != want[i] {
+					t.Fatalf("#%d %s by %s on %s: fold says %s/%s, model says accepted=%v\n%s",
+						seq, in.Verb, in.Actor, d.Job.ID, d.Kind, d.Reason, want[i], describeAll(ds))
+				}
+				j := d.Job
+				if (d.Kind == events.KindOffered || d.Kind == events.KindGranted) && d.Kind.Accepted() {
+					w.issued[j.ID] = append(w.issued[j.ID], issued{j.LeaseID, j.Generation, j.Holder})
+					m.jobs[j.ID].lease = j.LeaseID
+				}
+				// ACK is never completion.
+				if d.Kind == events.KindAcked && (j.State != events.StateActive || j.Result != events.OutcomeNone) {
+					t.Fatalf("#%d: ACK changed the lease to %s/%s", seq, j.State, j.Result)
+				}
+				if d.Kind == events.KindCompleted && j.AckState != events.AckAcked && j.AckState != events.AckAcquired {
+					t.Fatalf("#%d: completed without ACK (%s)", seq, j.AckState)
+				}
+				b, had := before[j.ID]
+				// Progress never moves backward within a generation.
+				if had && b.Generation == j.Generation && j.ProgressSeq < b.ProgressSeq {
+					t.Fatalf("#%d: progress moved back from %d to %d", seq, b.ProgressSeq, j.ProgressSeq)
+				}
+				// Nothing rejected mutates the lease (counters and the conflict mark aside).
+				if !d.Kind.Accepted() && had {
+					a, c := b, j
+					a.Stale, a.Late, a.LateProgress, a.Duplicates, a.Conflicts, a.Conflict, a.ConflictWith = 0, 0, 0, 0, 0, false, ""
+					c.Stale, c.Late, c.LateProgress, c.Duplicates, c.Conflicts, c.Conflict, c.ConflictWith = 0, 0, 0, 0, 0, false, ""
+					if derivedChanged(ds, j.ID) {
+						continue
+					}
+					if a != c {
+						t.Fatalf("#%d: rejected %s (%s) mutated the lease:\nbefore %+v\nafter  %+v", seq, d.Kind, d.Reason, b, j)
+					}
+				}
+				// Authority from accepted decisions: never two holders at once.
+				if d.Kind.Accepted() && j.State == events.StateActive && !j.CancelReq {
+					prev, ok := authority[j.ID]
+					if ok && (prev.holder != j.Holder || prev.gen != j.Generation) && prev.until > d.At {
+						t.Fatalf("#%d: %s/g%d gets authority over %s at %d while %s/g%d holds it until %d",
+							seq, j.Holder, j.Generation, j.ID, d.At, prev.holder, prev.gen, prev.until)
+					}
+					authority[j.ID] = auth{j.Holder, j.Generation, j.ExpiresAt}
+				}
+				if d.Kind.Accepted() && j.State != events.StateActive && j.State != events.StateOffered {
+					if a := authority[j.ID]; a.gen == j.Generation && a.until > d.At {
+						a.until = d.At
+						authority[j.ID] = a
+					}
+				}
+			}
+		}
+	})
+}
+
+// derivedChanged reports whether a time-derived decision in ds concerns job:
+// then "before" predates a legitimate change.
+func derivedChanged(ds []events.Decision, job string) bool {
+	for _, d := range ds {
+		if d.Kind.Derived() && d.Job.ID == job {
+			return true
+		}
+	}
+	return false
+}
+
+func describeAll(ds []events.Decision) string {
+	s := ""
+	for i := range ds {
+		s += projector.Describe(&ds[i], testutil.ScenarioBase) + "\n"
+	}
+	return s
+}

@@ -1,0 +1,202 @@
+package projector
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"strings"
+
+	"github.com/maknow/tenure/events"
+)
+
+// snapshotMagic starts every snapshot; the digit is the format version.
+const snapshotMagic = "TNRSNAP1"
+
+// ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
+var ErrBadSnapshot = errors.New("projector: bad snapshot")
+
+// Snapshot returns the projector's whole state in a canonical binary form:
+// the same state always gives the same bytes (jobs sorted by id), whatever
+// the history that led to it. A CRC-32C trailer guards against corruption.
+func (p *Projector) Snapshot() []byte {
+	ids := make([]string, 0, len(p.jobs))
+	for id := range p.jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	b := make([]byte, 0, 64+len(ids)*160)
+	b = append(b, snapshotMagic...)
+	b = binary.AppendUvarint(b, p.lastSeq)
+	b = binary.AppendVarint(b, p.now)
+	pol := &p.policy
+	for _, v := range []int64{pol.MinLease, pol.MaxLease, pol.DefaultLease, pol.AckTimeout, pol.CancelTimeout, pol.MaxLifetime} {
+		b = binary.AppendVarint(b, v)
+	}
+	b = binary.AppendUvarint(b, pol.MaxGenerations)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = appendJob(b, &p.jobs[id].Job)
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func appendJob(b []byte, j *events.Job) []byte {
+	str := func(b []byte, s string) []byte {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		return append(b, s...)
+	}
+	b = str(b, j.ID)
+	b = str(b, j.LeaseID)
+	b = str(b, j.Holder)
+	b = str(b, j.ConflictWith)
+	var flags byte
+	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired} {
+		if f {
+			flags |= 1 << i
+		}
+	}
+	b = append(b, byte(j.State), byte(j.AckState), byte(j.Result), flags)
+	for _, v := range []uint64{j.Generation, j.RenewSeq, j.ProgressSeq, uint64(j.Stale), uint64(j.Late), uint64(j.LateProgress), uint64(j.Duplicates), uint64(j.Conflicts)} {
+		b = binary.AppendUvarint(b, v)
+	}
+	for _, v := range []int64{j.IssuedAt, j.Duration, j.ExpiresAt, j.AckDeadline, j.AckedAt, j.RenewAt, j.ProgressValue, j.ProgressAt, j.CancelAt, j.CancelBy, j.EndedAt} {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
+}
+
+// snapReader decodes a snapshot, remembering the first error.
+type snapReader struct {
+	b   []byte
+	err error
+}
+
+func (r *snapReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: truncated or invalid %s", ErrBadSnapshot, what)
+	}
+}
+
+func (r *snapReader) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		r.b = nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *snapReader) varint(what string) int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		r.b = nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *snapReader) str(what string) string {
+	n := r.uvarint(what)
+	if n > uint64(len(r.b)) {
+		r.fail(what)
+		r.b = nil
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *snapReader) bytes(n int, what string) []byte {
+	if n > len(r.b) {
+		r.fail(what)
+		r.b = nil
+		return make([]byte, n)
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// Restore replaces the projector's state with a snapshot. On error the
+// projector is unchanged.
+func (p *Projector) Restore(snap []byte) error {
+	if len(snap) < len(snapshotMagic)+4 || string(snap[:len(snapshotMagic)]) != snapshotMagic {
+		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
+	}
+	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return fmt.Errorf("%w: checksum mismatch", ErrBadSnapshot)
+	}
+	r := &snapReader{b: body[len(snapshotMagic):]}
+	q := New()
+	q.lastSeq = r.uvarint("last sequence")
+	q.now = r.varint("time")
+	pol := &q.policy
+	for _, f := range []*int64{&pol.MinLease, &pol.MaxLease, &pol.DefaultLease, &pol.AckTimeout, &pol.CancelTimeout, &pol.MaxLifetime} {
+		*f = r.varint("policy")
+	}
+	pol.MaxGenerations = r.uvarint("policy")
+	n := r.uvarint("job count")
+	if n > uint64(len(r.b)) { // every job takes more than one byte
+		return fmt.Errorf("%w: job count %d", ErrBadSnapshot, n)
+	}
+	q.jobs = make(map[string]*job, n)
+	prev := ""
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		j := &job{heapIdx: -1}
+		j.ID = r.str("job id")
+		j.LeaseID = r.str("lease id")
+		j.Holder = r.str("holder")
+		j.ConflictWith = r.str("conflict holder")
+		hdr := r.bytes(4, "job header")
+		j.State, j.AckState, j.Result = events.State(hdr[0]), events.AckState(hdr[1]), events.Outcome(hdr[2])
+		j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired = hdr[3]&1 != 0, hdr[3]&2 != 0, hdr[3]&4 != 0, hdr[3]&8 != 0
+		j.Generation = r.uvarint("generation")
+		j.RenewSeq = r.uvarint("renew seq")
+		j.ProgressSeq = r.uvarint("progress seq")
+		j.Stale = uint32(r.uvarint("counter"))
+		j.Late = uint32(r.uvarint("counter"))
+		j.LateProgress = uint32(r.uvarint("counter"))
+		j.Duplicates = uint32(r.uvarint("counter"))
+		j.Conflicts = uint32(r.uvarint("counter"))
+		for _, f := range []*int64{&j.IssuedAt, &j.Duration, &j.ExpiresAt, &j.AckDeadline, &j.AckedAt, &j.RenewAt, &j.ProgressValue, &j.ProgressAt, &j.CancelAt, &j.CancelBy, &j.EndedAt} {
+			*f = r.varint("job times")
+		}
+		if r.err != nil {
+			break
+		}
+		if !events.ValidToken(j.ID) || strings.Compare(j.ID, prev) <= 0 {
+			return fmt.Errorf("%w: job ids not valid or not sorted at %q", ErrBadSnapshot, j.ID)
+		}
+		prev = j.ID
+		q.jobs[j.ID] = j
+		if _, live := nextDeadline(j); live {
+			q.schedule(j)
+		}
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrBadSnapshot, len(r.b))
+	}
+	*p = *q
+	return nil
+}
+
+// StateHash is the SHA-256 of the canonical snapshot: two projectors that
+// folded the same inputs have the same hash, whatever their history of
+// restarts and restores.
+func (p *Projector) StateHash() [32]byte {
+	return sha256.Sum256(p.Snapshot())
+}
