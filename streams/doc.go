@@ -1,0 +1,24 @@
+// Package streams holds Tenure's JetStream topology as code, the embedded
+// nats-server, client connection settings and the mapping of JetStream API
+// errors onto Tenure's own sentinels.
+//
+// The topology (DESIGN.md §3, §7) is two streams and two buckets:
+//
+//   - the input stream (TENURE_IN), every input event as published, append
+//     only: no deletes, no purges, no roll-ups, no per-message TTLs, no
+//     message schedules, no limits;
+//   - the decision stream (TENURE_OUT), written only by the coordinator under
+//     the same lock-down, each append fenced by Nats-Expected-Last-Sequence;
+//   - the leader KV bucket (TENURE_LEADER), whose entries expire so that a
+//     dead leader's key vanishes;
+//   - the snapshot Object Store (TENURE_SNAPSHOTS).
+//
+// Ensure creates what is missing and refuses, with a *ConfigMismatchError, a
+// stream whose existing configuration is less safe than the topology asks
+// for; it never loosens or tightens an existing stream itself. Open only looks
+// things up and is what read-only tools such as auditors use.
+//
+// Classify turns JetStream API errors into errors that match ErrLostAuthority,
+// ErrStreamNotFound, ErrNoLeader, ErrNoResponders and ErrTransient with
+// errors.Is, by API error code and sentinel identity, never by message text.
+package streams

@@ -1,0 +1,226 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Defaults of EmbeddedConfig.
+const (
+	DefaultHost         = "127.0.0.1"
+	DefaultPort         = 4222
+	DefaultReadyTimeout = time.Minute
+)
+
+// EmbeddedConfig configures an in-process nats-server with JetStream.
+//
+// Fields left at their zero value take the value of ConfigFile, if given and
+// if it sets them, else the defaults documented below. Fields that are set
+// override the file.
+type EmbeddedConfig struct {
+	// DataDir is required. The JetStream store lives in DataDir/jetstream; it
+	// overrides any store_dir of ConfigFile.
+	DataDir string
+	// Host to listen on for clients, default DefaultHost ("127.0.0.1").
+	Host string
+	// Port to listen on for clients, default DefaultPort (4222); -1 picks a
+	// random free port (tests).
+	Port int
+	// SyncAlways makes the server fsync every write before acknowledging it
+	// (nats-server's sync_interval: always). Without it the server flushes
+	// on its own interval (two minutes by default, or the ConfigFile's
+	// sync_interval): faster, but acknowledged writes of the last interval
+	// can be lost on power loss or an OS crash (not on a process crash).
+	SyncAlways bool
+	// ConfigFile is an optional nats-server configuration file (accounts,
+	// authorization, TLS, limits, ...) that the fields above are merged into.
+	ConfigFile string
+	// ServerName, default: the server's generated id.
+	ServerName string
+	// MaxMemory and MaxStore bound JetStream's memory and file storage in
+	// bytes; 0 leaves the server's default (derived from the machine).
+	MaxMemory, MaxStore int64
+	// ReadyTimeout bounds how long StartEmbedded waits for the server to
+	// accept connections, including the recovery of the JetStream store.
+	// Default DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+	// Logger receives the server's log; nil discards it. By default only
+	// warnings and errors are forwarded.
+	Logger *slog.Logger
+	// LogNotices also forwards the server's notices, at slog.LevelInfo.
+	LogNotices bool
+}
+
+// Embedded is a running in-process nats-server with JetStream enabled.
+type Embedded struct {
+	srv  *server.Server
+	once sync.Once
+}
+
+// StartEmbedded starts a nats-server in this process and waits until it
+// accepts connections with JetStream enabled. The server installs no signal
+// handlers; the caller owns it and must call Shutdown.
+func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("streams: start embedded server: DataDir is required")
+	}
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(cfg.ConfigFile); err != nil {
+			return nil, fmt.Errorf("streams: start embedded server: read config %s: %w", cfg.ConfigFile, err)
+		}
+	}
+	switch {
+	case cfg.Host != "":
+		opts.Host = cfg.Host
+	case opts.Host == "":
+		opts.Host = DefaultHost
+	}
+	switch {
+	case cfg.Port != 0:
+		opts.Port = cfg.Port
+	case opts.Port == 0:
+		opts.Port = DefaultPort
+	}
+	if cfg.ServerName != "" {
+		opts.ServerName = cfg.ServerName
+	}
+	opts.JetStream = true
+	opts.StoreDir = cfg.DataDir
+	if cfg.SyncAlways {
+		opts.SyncAlways = true
+	}
+	if cfg.MaxMemory != 0 {
+		opts.JetStreamMaxMemory = cfg.MaxMemory
+	}
+	if cfg.MaxStore != 0 {
+		opts.JetStreamMaxStore = cfg.MaxStore
+	}
+	opts.NoSigs = true
+	opts.NoLog = true
+	opts.DisableJetStreamBanner = true
+
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("streams: start embedded server: %w", err)
+	}
+	log := &serverLogger{log: cfg.Logger, notices: cfg.LogNotices}
+	srv.SetLoggerV2(log, opts.Debug, opts.Trace, false)
+
+	// Start returns once the client listener runs, or early after a fatal
+	// error (which the server reports only through its logger).
+	srv.Start()
+	timeout := cfg.ReadyTimeout
+	if timeout <= 0 {
+		timeout = DefaultReadyTimeout
+	}
+	fail := func(err error) (*Embedded, error) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("streams: start embedded server: %w", err)
+	}
+	if err := log.fatalErr(); err != nil {
+		return fail(err)
+	}
+	if !srv.ReadyForConnections(timeout) {
+		if err := log.fatalErr(); err != nil {
+			return fail(err)
+		}
+		return fail(fmt.Errorf("not ready for connections after %v", timeout))
+	}
+	if !srv.JetStreamEnabled() {
+		return fail(errors.New("jetstream is not enabled"))
+	}
+	return &Embedded{srv: srv}, nil
+}
+
+// ClientURL is the URL clients connect to, e.g. "nats://127.0.0.1:4222"; a
+// wildcard listen address is given as the loopback address.
+func (e *Embedded) ClientURL() string {
+	u, err := url.Parse(e.srv.ClientURL())
+	if err != nil {
+		return e.srv.ClientURL()
+	}
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+		loop := "127.0.0.1"
+		if ip.To4() == nil {
+			loop = "::1"
+		}
+		u.Host = net.JoinHostPort(loop, u.Port())
+	}
+	return u.String()
+}
+
+// Port is the client port the server listens on (useful after Port -1).
+func (e *Embedded) Port() int {
+	u, err := url.Parse(e.srv.ClientURL())
+	if err != nil {
+		return 0
+	}
+	p, _ := strconv.Atoi(u.Port())
+	return p
+}
+
+// Server is the underlying nats-server, for what this package does not wrap.
+func (e *Embedded) Server() *server.Server { return e.srv }
+
+// Shutdown stops the server gracefully (flushing the JetStream store) and
+// waits until it has stopped. It may be called more than once.
+func (e *Embedded) Shutdown() {
+	e.once.Do(func() {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+	})
+}
+
+// serverLogger adapts nats-server's Logger to log/slog and remembers the first
+// fatal error, which the server reports in no other way.
+type serverLogger struct {
+	log     *slog.Logger
+	notices bool
+
+	mu    sync.Mutex
+	fatal error
+}
+
+func (l *serverLogger) Noticef(format string, v ...any) {
+	if l.notices {
+		l.emit(slog.LevelInfo, format, v)
+	}
+}
+func (l *serverLogger) Warnf(format string, v ...any)  { l.emit(slog.LevelWarn, format, v) }
+func (l *serverLogger) Errorf(format string, v ...any) { l.emit(slog.LevelError, format, v) }
+func (l *serverLogger) Debugf(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
+func (l *serverLogger) Tracef(format string, v ...any) { l.emit(slog.LevelDebug-4, format, v) }
+
+func (l *serverLogger) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	if l.fatal == nil {
+		l.fatal = fmt.Errorf(format, v...)
+	}
+	l.mu.Unlock()
+	l.emit(slog.LevelError, format, v)
+}
+
+func (l *serverLogger) fatalErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fatal
+}
+
+func (l *serverLogger) emit(level slog.Level, format string, v []any) {
+	if l.log == nil || !l.log.Enabled(context.Background(), level) {
+		return
+	}
+	l.log.Log(context.Background(), level, fmt.Sprintf(format, v...), slog.String("component", "nats-server"))
+}

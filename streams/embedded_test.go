@@ -1,0 +1,177 @@
+package streams_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/testutil"
+)
+
+func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
+
+// TestEmbeddedRestartKeepsAckedMessages: every acknowledged input survives a
+// shutdown and a new server on the same data directory, in both sync modes.
+func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
+	for _, sync := range []bool{true, false} {
+		t.Run(fmt.Sprintf("SyncAlways=%v", sync), func(t *testing.T) {
+			const n = 50
+			dir := t.TempDir()
+			ctx := testCtx(t)
+			var opts []testutil.Option
+			if sync {
+				opts = append(opts, testutil.SyncAlways())
+			}
+
+			srv := testutil.StartServerIn(t, dir, opts...)
+			_, js := testutil.Connect(t, srv.ClientURL())
+			if _, err := streams.Ensure(ctx, js, streams.Topology{}, leaderTTL); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= n; i++ {
+				ack, err := js.Publish(ctx, "tenure.in.worker.w1.j1.progress", []byte(fmt.Sprint(i)))
+				if err != nil {
+					t.Fatalf("publish %d: %v", i, err)
+				}
+				if ack.Sequence != uint64(i) {
+					t.Fatalf("publish %d acked as sequence %d", i, ack.Sequence)
+				}
+			}
+			srv.Shutdown()
+			if _, err := os.Stat(filepath.Join(dir, "jetstream")); err != nil {
+				t.Errorf("store not under DataDir/jetstream: %v", err)
+			}
+
+			srv = testutil.StartServerIn(t, dir, opts...)
+			_, js = testutil.Connect(t, srv.ClientURL())
+			h, err := streams.Open(ctx, js, streams.Topology{})
+			if err != nil {
+				t.Fatalf("Open after restart: %v", err)
+			}
+			info, err := h.In.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Msgs != n || info.State.FirstSeq != 1 || info.State.LastSeq != n {
+				t.Fatalf("after restart: %+v, want %d messages 1..%d", info.State, n, n)
+			}
+			for i := uint64(1); i <= n; i++ {
+				m, err := h.In.GetMsg(ctx, i)
+				if err != nil {
+					t.Fatalf("get %d: %v", i, err)
+				}
+				if string(m.Data) != fmt.Sprint(i) {
+					t.Fatalf("message %d = %q", i, m.Data)
+				}
+			}
+			if err := h.Verify(streams.Topology{}); err != nil {
+				t.Errorf("Verify after restart: %v", err)
+			}
+		})
+	}
+}
+
+func TestStartEmbeddedErrors(t *testing.T) {
+	if _, err := streams.StartEmbedded(streams.EmbeddedConfig{Port: -1}); err == nil {
+		t.Error("started without DataDir")
+	}
+
+	// A taken port is reported at once, not after the ready timeout.
+	srv := testutil.StartServer(t)
+	_, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: t.TempDir(), Port: srv.Port()})
+	if err == nil {
+		t.Fatal("started on a port in use")
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.conf")
+	if err := os.WriteFile(bad, []byte("port: {{{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: t.TempDir(), Port: -1, ConfigFile: bad}); err == nil {
+		t.Error("started with a broken config file")
+	}
+}
+
+// TestEmbeddedConfigFile merges an authorization block from a config file and
+// connects through Connect with and without the credentials.
+func TestEmbeddedConfigFile(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "auth.conf")
+	if err := os.WriteFile(conf, []byte("authorization { user: alice, password: s3cret }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := testutil.StartServer(t, testutil.ConfigFile(conf))
+
+	if nc, err := streams.Connect(streams.ConnectConfig{URL: srv.ClientURL()}); err == nil {
+		nc.Close()
+		t.Fatal("connected without credentials")
+	} else if !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("unauthenticated connect = %v, want nats.ErrAuthorization", err)
+	}
+
+	nc, err := streams.Connect(streams.ConnectConfig{URL: srv.ClientURL(), Name: "t", User: "alice", Password: "s3cret"})
+	if err != nil {
+		t.Fatalf("connect with credentials: %v", err)
+	}
+	defer nc.Close()
+	if !strings.HasPrefix(srv.ClientURL(), "nats://127.0.0.1:") {
+		t.Errorf("ClientURL = %s", srv.ClientURL())
+	}
+}
+
+func TestEmbeddedLogger(t *testing.T) {
+	for _, notices := range []bool{false, true} {
+		rec := &recorder{}
+		srv, err := streams.StartEmbedded(streams.EmbeddedConfig{
+			DataDir: t.TempDir(), Port: -1,
+			Logger: slog.New(rec), LogNotices: notices,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Shutdown()
+		srv.Shutdown() // idempotent
+		infos := rec.count(slog.LevelInfo)
+		if notices && infos == 0 {
+			t.Error("LogNotices: no notice forwarded")
+		}
+		if !notices && infos != 0 {
+			t.Errorf("%d notices forwarded without LogNotices", infos)
+		}
+	}
+}
+
+// recorder is a slog.Handler that counts records by level.
+type recorder struct {
+	mu     sync.Mutex
+	levels []slog.Level
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.levels = append(r.levels, rec.Level)
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+func (r *recorder) count(l slog.Level) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, x := range r.levels {
+		if x == l {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,393 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+)
+
+// Defaults applied to the zero fields of a Topology.
+const (
+	DefaultPrefix     = "TENURE"
+	DefaultReplicas   = 1
+	DefaultDupeWindow = 2 * time.Minute
+)
+
+// Topology names and shapes Tenure's streams and buckets. The zero value is
+// the default topology: prefix "TENURE", one replica, file storage, a
+// two-minute duplicate window.
+type Topology struct {
+	Prefix     string                // stream name prefix, default DefaultPrefix; [A-Za-z0-9_-] only
+	Replicas   int                   // default 1; at most 5
+	Storage    jetstream.StorageType // default jetstream.FileStorage (the zero value)
+	DupeWindow time.Duration         // duplicate window of both streams, default DefaultDupeWindow
+}
+
+func (t Topology) withDefaults() Topology {
+	if t.Prefix == "" {
+		t.Prefix = DefaultPrefix
+	}
+	if t.Replicas == 0 {
+		t.Replicas = DefaultReplicas
+	}
+	if t.DupeWindow == 0 {
+		t.DupeWindow = DefaultDupeWindow
+	}
+	return t
+}
+
+func (t Topology) validate() error {
+	t = t.withDefaults()
+	if !validPrefix(t.Prefix) {
+		return fmt.Errorf("streams: invalid topology prefix %q: want 1 to 64 of [A-Za-z0-9_-]", t.Prefix)
+	}
+	if t.Replicas < 1 || t.Replicas > 5 {
+		return fmt.Errorf("streams: invalid topology replicas %d: want 1 to 5", t.Replicas)
+	}
+	if t.Storage != jetstream.FileStorage && t.Storage != jetstream.MemoryStorage {
+		return fmt.Errorf("streams: invalid topology storage %v", t.Storage)
+	}
+	if t.DupeWindow < 0 {
+		return fmt.Errorf("streams: invalid topology duplicate window %v", t.DupeWindow)
+	}
+	return nil
+}
+
+func validPrefix(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// InputStream is the name of the input stream, "TENURE_IN" by default.
+func (t Topology) InputStream() string { return t.withDefaults().Prefix + "_IN" }
+
+// DecisionStream is the name of the decision stream, "TENURE_OUT" by default.
+func (t Topology) DecisionStream() string { return t.withDefaults().Prefix + "_OUT" }
+
+// LeaderBucket is the name of the leader KV bucket, "TENURE_LEADER" by
+// default (its stream is "KV_TENURE_LEADER").
+func (t Topology) LeaderBucket() string { return t.withDefaults().Prefix + "_LEADER" }
+
+// SnapshotBucket is the name of the snapshot Object Store bucket,
+// "TENURE_SNAPSHOTS" by default (its stream is "OBJ_TENURE_SNAPSHOTS").
+func (t Topology) SnapshotBucket() string { return t.withDefaults().Prefix + "_SNAPSHOTS" }
+
+// InputConfig is the configuration Ensure creates the input stream with.
+func (t Topology) InputConfig() jetstream.StreamConfig {
+	return t.lockedDown(t.InputStream(), events.InputFilter,
+		"Tenure inputs: append-only, every event as published")
+}
+
+// DecisionConfig is the configuration Ensure creates the decision stream
+// with: the input stream's lock-down, plus atomic batch publish.
+func (t Topology) DecisionConfig() jetstream.StreamConfig {
+	cfg := t.lockedDown(t.DecisionStream(), events.DecisionFilter,
+		"Tenure decisions: append-only, written by the coordinator only")
+	cfg.AllowAtomicPublish = true
+	return cfg
+}
+
+// lockedDown is the configuration both streams share: limits retention with
+// no limit at all, discard new, and every setting that lets a publisher or an
+// API call remove or replace stored messages switched off.
+func (t Topology) lockedDown(name, subject, description string) jetstream.StreamConfig {
+	t = t.withDefaults()
+	return jetstream.StreamConfig{
+		Name:              name,
+		Description:       description,
+		Subjects:          []string{subject},
+		Retention:         jetstream.LimitsPolicy,
+		MaxConsumers:      -1,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxAge:            0,
+		MaxMsgsPerSubject: -1,
+		Discard:           jetstream.DiscardNew,
+		Storage:           t.Storage,
+		Replicas:          t.Replicas,
+		Duplicates:        t.DupeWindow,
+		DenyDelete:        true,
+		DenyPurge:         true,
+		AllowRollup:       false,
+		AllowMsgTTL:       false,
+		AllowMsgSchedules: false,
+		AllowMsgCounter:   false,
+		AllowDirect:       true,
+	}
+}
+
+// Handles are the live handles on a topology's streams and buckets.
+type Handles struct {
+	In        jetstream.Stream
+	Out       jetstream.Stream
+	Leader    jetstream.KeyValue
+	Snapshots jetstream.ObjectStore
+}
+
+// ConfigMismatchError reports a stream that exists with a configuration less
+// safe than the topology requires. Ensure does not change such a stream: an
+// operator must fix it (or delete it, if it holds nothing worth keeping).
+type ConfigMismatchError struct {
+	Stream string // stream name, e.g. "TENURE_IN"
+	Field  string // jetstream.StreamConfig field name, e.g. "DenyPurge"
+	Want   string // what the topology requires
+	Got    string // what the server has
+}
+
+// Error describes the mismatch, e.g. "streams: stream TENURE_IN: DenyPurge
+// is false, want true".
+func (e *ConfigMismatchError) Error() string {
+	return fmt.Sprintf("streams: stream %s: %s is %s, want %s", e.Stream, e.Field, e.Got, e.Want)
+}
+
+// Ensure creates whatever of the topology is missing and returns handles on
+// all of it. It is idempotent and safe to run from several processes at once.
+//
+// An existing stream is never updated. If its configuration differs from the
+// topology in a way that matters for safety (the lock-down, limits, subjects,
+// storage, fewer replicas, a shorter duplicate window, no publish acks, lazy
+// persistence), Ensure returns a *ConfigMismatchError; other differences
+// (description, AllowDirect, AllowAtomicPublish, ...) are left alone. Callers
+// that rely on atomic batch publish should check
+// Handles.Out.CachedInfo().Config.AllowAtomicPublish.
+//
+// The leader bucket keeps one value per key, and its values expire after
+// leaderTTL, which must be positive; if the bucket exists with another TTL or
+// history, Ensure updates it (the bucket holds only ephemeral leadership
+// claims, and the decision stream, not the bucket, fences writers).
+func Ensure(ctx context.Context, js jetstream.JetStream, t Topology, leaderTTL time.Duration) (*Handles, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	if leaderTTL <= 0 {
+		return nil, fmt.Errorf("streams: leader TTL must be positive, got %v", leaderTTL)
+	}
+	t = t.withDefaults()
+	var h Handles
+	var err error
+	if h.In, err = ensureStream(ctx, js, t.InputConfig()); err != nil {
+		return nil, err
+	}
+	if h.Out, err = ensureStream(ctx, js, t.DecisionConfig()); err != nil {
+		return nil, err
+	}
+	if h.Leader, err = ensureLeader(ctx, js, t, leaderTTL); err != nil {
+		return nil, err
+	}
+	if h.Snapshots, err = ensureSnapshots(ctx, js, t); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// Open looks up an existing topology without creating or updating anything,
+// for read-only users such as auditors. A missing stream or bucket yields an
+// error matching ErrStreamNotFound. Open does not judge the configuration it
+// finds; call Handles.Verify for that.
+func Open(ctx context.Context, js jetstream.JetStream, t Topology) (*Handles, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	var h Handles
+	var err error
+	if h.In, err = js.Stream(ctx, t.InputStream()); err != nil {
+		return nil, fmt.Errorf("streams: open stream %s: %w", t.InputStream(), Classify(err))
+	}
+	if h.Out, err = js.Stream(ctx, t.DecisionStream()); err != nil {
+		return nil, fmt.Errorf("streams: open stream %s: %w", t.DecisionStream(), Classify(err))
+	}
+	if h.Leader, err = js.KeyValue(ctx, t.LeaderBucket()); err != nil {
+		return nil, fmt.Errorf("streams: open kv bucket %s: %w", t.LeaderBucket(), Classify(err))
+	}
+	if h.Snapshots, err = js.ObjectStore(ctx, t.SnapshotBucket()); err != nil {
+		return nil, fmt.Errorf("streams: open object store %s: %w", t.SnapshotBucket(), Classify(err))
+	}
+	return &h, nil
+}
+
+// Verify checks the lock-down of the input and decision streams as last seen
+// (their cached info): the subjects of the topology, limits retention without
+// limits, no delete, purge, roll-up, per-message TTL, schedules, counters,
+// sources or subject transform. It is what an auditor asks before trusting
+// the log: whether the history could have been rewritten or trimmed through
+// the streams' own settings. It returns a *ConfigMismatchError for the first
+// difference found, nil if there is none.
+func (h *Handles) Verify(t Topology) error {
+	t = t.withDefaults()
+	if err := checkLockDown(t.InputConfig(), h.In.CachedInfo().Config); err != nil {
+		return err
+	}
+	return checkLockDown(t.DecisionConfig(), h.Out.CachedInfo().Config)
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, want.Name)
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		s, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Another process created it between our look-up and our
+			// create, with another configuration: judge what it made.
+			s, err = js.Stream(ctx, want.Name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("streams: create stream %s: %w", want.Name, Classify(err))
+		}
+	default:
+		return nil, fmt.Errorf("streams: look up stream %s: %w", want.Name, Classify(err))
+	}
+	// Check even what we just created: a server that ignored a setting it
+	// does not know must not pass unnoticed.
+	got := s.CachedInfo().Config
+	if err := checkLockDown(want, got); err != nil {
+		return nil, err
+	}
+	if err := checkDurability(want, got); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// checkLockDown compares the settings that decide whether stored messages
+// can be removed, replaced or injected from elsewhere.
+func checkLockDown(want, got jetstream.StreamConfig) error {
+	bad := func(field string, w, g any) error {
+		return &ConfigMismatchError{Stream: want.Name, Field: field, Want: fmt.Sprint(w), Got: fmt.Sprint(g)}
+	}
+	limited := func(n int64) bool { return n > 0 }
+	switch {
+	case !sameSet(want.Subjects, got.Subjects):
+		return bad("Subjects", want.Subjects, got.Subjects)
+	case got.Retention != jetstream.LimitsPolicy:
+		return bad("Retention", jetstream.LimitsPolicy, got.Retention)
+	case limited(got.MaxMsgs):
+		return bad("MaxMsgs", "unlimited", got.MaxMsgs)
+	case limited(got.MaxBytes):
+		return bad("MaxBytes", "unlimited", got.MaxBytes)
+	case got.MaxAge > 0:
+		return bad("MaxAge", "unlimited", got.MaxAge)
+	case limited(got.MaxMsgsPerSubject):
+		return bad("MaxMsgsPerSubject", "unlimited", got.MaxMsgsPerSubject)
+	case !got.DenyDelete:
+		return bad("DenyDelete", true, got.DenyDelete)
+	case !got.DenyPurge:
+		return bad("DenyPurge", true, got.DenyPurge)
+	case got.AllowRollup:
+		return bad("AllowRollup", false, got.AllowRollup)
+	case got.AllowMsgTTL:
+		return bad("AllowMsgTTL", false, got.AllowMsgTTL)
+	case got.AllowMsgSchedules:
+		return bad("AllowMsgSchedules", false, got.AllowMsgSchedules)
+	case got.AllowMsgCounter:
+		return bad("AllowMsgCounter", false, got.AllowMsgCounter)
+	case got.Mirror != nil:
+		return bad("Mirror", "none", got.Mirror.Name)
+	case len(got.Sources) > 0:
+		return bad("Sources", "none", len(got.Sources))
+	case got.SubjectTransform != nil:
+		return bad("SubjectTransform", "none", got.SubjectTransform.Source+" -> "+got.SubjectTransform.Destination)
+	}
+	return nil
+}
+
+// checkDurability compares the settings that decide whether an acknowledged
+// message survives a crash and whether a retried append is deduplicated.
+// More replicas or a longer duplicate window than asked for are fine.
+func checkDurability(want, got jetstream.StreamConfig) error {
+	bad := func(field string, w, g any) error {
+		return &ConfigMismatchError{Stream: want.Name, Field: field, Want: fmt.Sprint(w), Got: fmt.Sprint(g)}
+	}
+	switch {
+	case got.Storage != want.Storage:
+		return bad("Storage", want.Storage, got.Storage)
+	case got.Replicas < want.Replicas:
+		return bad("Replicas", fmt.Sprintf(">= %d", want.Replicas), got.Replicas)
+	case got.Duplicates < want.Duplicates:
+		return bad("Duplicates", fmt.Sprintf(">= %v", want.Duplicates), got.Duplicates)
+	case got.NoAck:
+		return bad("NoAck", false, got.NoAck)
+	case got.PersistMode != jetstream.DefaultPersistMode:
+		return bad("PersistMode", jetstream.DefaultPersistMode, got.PersistMode)
+	case got.Discard != jetstream.DiscardNew:
+		return bad("Discard", jetstream.DiscardNew, got.Discard)
+	}
+	return nil
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+func ensureLeader(ctx context.Context, js jetstream.JetStream, t Topology, ttl time.Duration) (jetstream.KeyValue, error) {
+	name := t.LeaderBucket()
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: "Tenure coordinator leadership",
+			History:     1,
+			TTL:         ttl,
+			Storage:     t.Storage,
+			Replicas:    t.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, name) // lost a creation race
+		}
+		if err != nil {
+			return nil, fmt.Errorf("streams: create kv bucket %s: %w", name, Classify(err))
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("streams: look up kv bucket %s: %w", name, Classify(err))
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("streams: kv bucket %s status: %w", name, Classify(err))
+	}
+	if cfg := st.Config(); cfg.TTL != ttl || cfg.History != 1 {
+		cfg.TTL, cfg.History = ttl, 1
+		if kv, err = js.UpdateKeyValue(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("streams: update kv bucket %s: %w", name, Classify(err))
+		}
+	}
+	return kv, nil
+}
+
+func ensureSnapshots(ctx context.Context, js jetstream.JetStream, t Topology) (jetstream.ObjectStore, error) {
+	name := t.SnapshotBucket()
+	obs, err := js.ObjectStore(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      name,
+			Description: "Tenure projector snapshots",
+			Storage:     t.Storage,
+			Replicas:    t.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			obs, err = js.ObjectStore(ctx, name) // lost a creation race
+		}
+		if err != nil {
+			return nil, fmt.Errorf("streams: create object store %s: %w", name, Classify(err))
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("streams: look up object store %s: %w", name, Classify(err))
+	}
+	return obs, nil
+}
