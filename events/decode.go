@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"time"
@@ -300,10 +301,11 @@ const (
 	kString jsonKind = iota + 1
 	kNumber
 	kBool
-	kComposite // an object or array, scanned and skipped
+	kObject // scanned and skipped
+	kArray  // scanned and skipped
 )
 
-var jsonKindNames = [...]string{kString: "a string", kNumber: "a number", kBool: "a boolean", kComposite: "an object or array"}
+var jsonKindNames = [...]string{kString: "a string", kNumber: "a number", kBool: "a boolean", kObject: "an object", kArray: "an array"}
 
 type inputDecoder struct {
 	b     []byte
@@ -507,7 +509,7 @@ func (d *inputDecoder) field(f bodyField) bool {
 	switch f {
 	case fV:
 		if ok = d.integer(); ok && (d.nNeg || d.nBig || d.nMag != Version) {
-			return d.failv(ReasonUnsupportedVersion, "this inputDecoder reads version "+strconv.Itoa(Version))
+			return d.failv(ReasonUnsupportedVersion, "this protocol is version "+strconv.Itoa(Version))
 		}
 	case fActor:
 		ok = d.str() && d.identity(in.Actor, "actor")
@@ -588,8 +590,10 @@ func (d *inputDecoder) valueAt(depth int) (jsonKind, bool) {
 			return 0, false
 		}
 		return 0, d.failv(ReasonNullValue, "null is not a value")
-	case c == '{' || c == '[':
-		return kComposite, d.skip(depth)
+	case c == '{':
+		return kObject, d.skip(depth)
+	case c == '[':
+		return kArray, d.skip(depth)
 	}
 	return 0, d.syntax("unexpected byte " + strconv.Quote(string(d.b[d.i:d.i+1])))
 }
@@ -659,13 +663,18 @@ func (d *inputDecoder) skip(depth int) bool {
 func (d *inputDecoder) scanString() bool {
 	b := d.b
 	start := d.i + 1
-	for i := start; i < len(b); {
-		c := b[i]
-		if jsonStrPlain[c] {
-			i++
-			continue
+	i := start
+	for {
+		for i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
 		}
-		switch {
+		for i < len(b) && jsonStrPlain[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
+		switch c := b[i]; {
 		case c == '"':
 			d.sv = b[start:i]
 			d.i = i + 1
@@ -685,6 +694,20 @@ func (d *inputDecoder) scanString() bool {
 	}
 	d.i = len(b)
 	return d.syntax("unterminated string")
+}
+
+// plain8 reports whether the 8 bytes packed in x are all jsonStrPlain:
+// none is below 0x20, '"', '\\', 0x7f or above.
+func plain8(x uint64) bool {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	ctl := (x - 0x20*lsb) &^ x
+	q := x ^ '"'*lsb
+	q = (q - lsb) &^ q
+	bs := x ^ '\\'*lsb
+	bs = (bs - lsb) &^ bs
+	del := x ^ 0x7f*lsb
+	del = (del - lsb) &^ del
+	return (x|ctl|q|bs|del)&msb == 0
 }
 
 // scanEscaped continues scanString from the first backslash, at i, copying
@@ -785,36 +808,35 @@ func jsonHex4(b []byte, i int) (rune, bool) {
 }
 
 // scanNumber scans the number token at d.i into d.nNeg, d.nBig and d.nMag.
+//
+// The number token is the longest run of jsonNumByte; it must be
+// -?(0|[1-9][0-9]*), else bad_number.
 func (d *inputDecoder) scanNumber() bool {
 	b := d.b
-	start := d.i
-	i := start
-	for i < len(b) && jsonNumByte[b[i]] {
+	i := d.i
+	neg := b[i] == '-'
+	if neg {
 		i++
 	}
-	s := b[start:i]
-	j := 0
-	neg := s[0] == '-'
-	if neg {
-		j = 1
+	start := i
+	var m uint64
+	for i < len(b) && b[i]-'0' <= 9 {
+		m = m*10 + uint64(b[i]-'0')
+		i++
 	}
+	n := i - start
 	switch {
-	case j == len(s) || s[j] < '0' || s[j] > '9':
+	case n == 0:
 		return d.failv(ReasonBadNumber, "not an integer")
-	case s[j] == '0' && len(s) > j+1:
-		return d.failv(ReasonBadNumber, "not a plain integer (leading zero, fraction or exponent)")
-	case s[j] == '0' && neg:
+	case i < len(b) && jsonNumByte[b[i]]:
+		return d.failv(ReasonBadNumber, "not a plain integer (fraction, exponent or sign)")
+	case b[start] == '0' && n > 1:
+		return d.failv(ReasonBadNumber, "not a plain integer (leading zero)")
+	case b[start] == '0' && neg:
 		return d.failv(ReasonBadNumber, "-0 is not a plain integer")
 	}
-	var m uint64
-	for _, c := range s[j:] {
-		if c < '0' || c > '9' {
-			return d.failv(ReasonBadNumber, "not a plain integer (fraction or exponent)")
-		}
-		m = m*10 + uint64(c-'0')
-	}
 	d.i = i
-	d.nNeg, d.nBig, d.nMag = neg, len(s)-j > 19, m
+	d.nNeg, d.nBig, d.nMag = neg, n > 19, m
 	return true
 }
 
@@ -906,6 +928,9 @@ func (d *inputDecoder) sentAt() (int64, bool) {
 	if !d.str() {
 		return 0, false
 	}
+	if ns, ok := parseRFC3339Common(d.sv); ok {
+		return ns, true
+	}
 	t, err := time.Parse(time.RFC3339Nano, string(d.sv))
 	if err != nil {
 		return 0, d.failv(ReasonBadTime, "want an RFC 3339 time with a time zone")
@@ -914,6 +939,110 @@ func (d *inputDecoder) sentAt() (int64, bool) {
 		return 0, d.failv(ReasonBadTime, "out of range (years 1678 to 2262)")
 	}
 	return t.UnixNano(), true
+}
+
+// parseRFC3339Common parses, without allocating, the common form
+// YYYY-MM-DDTHH:MM:SS[.F](Z|+HH:MM|-HH:MM), F being 1 to 9 digits, with every
+// component in range, into Unix nanoseconds. It reports false for anything
+// else, which is then left to time.Parse: it accepts a subset of what
+// time.Parse(time.RFC3339Nano) accepts and gives the same instant (FuzzSentAt
+// checks both). Instants within a second of the ends of the int64 range are
+// also left to time.Parse.
+func parseRFC3339Common(b []byte) (int64, bool) {
+	if len(b) < 20 || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' {
+		return 0, false
+	}
+	year, ok1 := digits(b[0:4])
+	month, ok2 := digits(b[5:7])
+	day, ok3 := digits(b[8:10])
+	hour, ok4 := digits(b[11:13])
+	minute, ok5 := digits(b[14:16])
+	sec, ok6 := digits(b[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 ||
+		day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+		return 0, false
+	}
+	i, ns := 19, int64(0)
+	if b[i] == '.' {
+		j := i + 1
+		for j < len(b) && j-i <= 9 && b[j] >= '0' && b[j] <= '9' {
+			ns = ns*10 + int64(b[j]-'0')
+			j++
+		}
+		n := j - i - 1
+		if n == 0 || j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			return 0, false
+		}
+		for ; n < 9; n++ {
+			ns *= 10
+		}
+		i = j
+	}
+	var offset int64 // seconds east of UTC
+	switch z := b[i:]; {
+	case len(z) == 1 && z[0] == 'Z':
+	case len(z) == 6 && (z[0] == '+' || z[0] == '-') && z[3] == ':':
+		hh, ok1 := digits(z[1:3])
+		mm, ok2 := digits(z[4:6])
+		if !ok1 || !ok2 || hh > 23 || mm > 59 {
+			return 0, false
+		}
+		offset = int64(hh*60+mm) * 60
+		if z[0] == '-' {
+			offset = -offset
+		}
+	default:
+		return 0, false
+	}
+	secs := daysFromCivil(year, month, day)*86400 + int64(hour*3600+minute*60+sec) - offset
+	const limit = (1<<63 - 1) / 1_000_000_000 // whole seconds representable in ns either way
+	if secs >= limit || secs <= -limit {
+		return 0, false
+	}
+	return secs*1e9 + ns, true
+}
+
+// daysFromCivil is the number of days from 1970-01-01 to the given date of
+// the proleptic Gregorian calendar (H. Hinnant's algorithm).
+func daysFromCivil(y, m, d int) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y
+	if era < 0 {
+		era -= 399
+	}
+	era /= 400
+	yoe := y - era*400
+	mp := (m + 9) % 12 // March is 0
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return int64(era)*146097 + int64(doe) - 719468
+}
+
+// digits is the value of a run of decimal digits.
+func digits(b []byte) (int, bool) {
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
 }
 
 func (d *inputDecoder) outcome() bool {

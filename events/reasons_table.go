@@ -7,11 +7,12 @@ const (
 	ReasonOfferWithdrawn            Reason = "offer_withdrawn"             // cancel of an offer not yet ACKed: the offer ends CANCELLED
 	ReasonConflictAffirmed          Reason = "conflict_affirmed"           // resolve affirm: the named holder keeps the lease, the conflict is cleared
 	ReasonLeaseRevoked              Reason = "lease_revoked"               // resolve revoke: the lease ends REVOKED, the conflict is cleared
+	ReasonConflictCleared           Reason = "conflict_cleared"            // resolve revoke of a lease no longer live: only the conflict is cleared
 	ReasonSettled                   Reason = "settled"                     // resolve settle: an unresolved job gets its terminal outcome
-	ReasonLeaseExpired              Reason = "lease_expired"               // the lease reached expires_at without a terminal result
+	ReasonLeaseExpired              Reason = "lease_expired"               // the lease reached (or had reached) expires_at without a terminal result
 	ReasonExpiredCancelUnreconciled Reason = "expired_cancel_unreconciled" // the lease expired while cancellation was requested and not reconciled
 	ReasonAckDeadlinePassed         Reason = "ack_deadline_passed"         // no ACK arrived before ack_deadline
-	ReasonCancelTimeout             Reason = "cancel_timeout"              // cancellation was not reconciled before the cancel deadline
+	ReasonCancelTimeout             Reason = "cancel_timeout"              // cancellation was not reconciled before the cancel deadline (also the answer to a result sent after it)
 	ReasonBadSubject                Reason = "bad_subject"                 // the subject is not tenure.in.<role>.<actor>.<job>.<verb> with valid tokens
 	ReasonWrongRole                 Reason = "wrong_role"                  // this role may not publish this verb
 	ReasonSyntaxError               Reason = "syntax_error"                // the body is not valid JSON
@@ -45,6 +46,7 @@ const (
 	ReasonOwnershipConflict         Reason = "ownership_conflict"          // another holder claims the job"s live generation: the job is blocked until resolve
 	ReasonConflictPending           Reason = "conflict_pending"            // the job has an unresolved ownership conflict
 	ReasonNotAcked                  Reason = "not_acked"                   // the lease has not been ACKed yet
+	ReasonNotOffered                Reason = "not_offered"                 // ACK of a lease that was acquired, not offered: there is nothing to ACK
 	ReasonLeaseEnded                Reason = "lease_ended"                 // the lease already ended (result, release, revoke or withdrawn offer)
 	ReasonCancelRequested           Reason = "cancel_requested"            // cancellation was requested: the lease may not be extended or released
 	ReasonAckAfterDeadline          Reason = "ack_after_deadline"          // the ACK arrived after ack_deadline
@@ -86,11 +88,12 @@ var reasonDocs = []struct {
 	{ReasonOfferWithdrawn, "cancel of an offer not yet ACKed: the offer ends CANCELLED"},
 	{ReasonConflictAffirmed, "resolve affirm: the named holder keeps the lease, the conflict is cleared"},
 	{ReasonLeaseRevoked, "resolve revoke: the lease ends REVOKED, the conflict is cleared"},
+	{ReasonConflictCleared, "resolve revoke of a lease no longer live: only the conflict is cleared"},
 	{ReasonSettled, "resolve settle: an unresolved job gets its terminal outcome"},
-	{ReasonLeaseExpired, "the lease reached expires_at without a terminal result"},
+	{ReasonLeaseExpired, "the lease reached (or had reached) expires_at without a terminal result"},
 	{ReasonExpiredCancelUnreconciled, "the lease expired while cancellation was requested and not reconciled"},
 	{ReasonAckDeadlinePassed, "no ACK arrived before ack_deadline"},
-	{ReasonCancelTimeout, "cancellation was not reconciled before the cancel deadline"},
+	{ReasonCancelTimeout, "cancellation was not reconciled before the cancel deadline (also the answer to a result sent after it)"},
 	{ReasonBadSubject, "the subject is not tenure.in.<role>.<actor>.<job>.<verb> with valid tokens"},
 	{ReasonWrongRole, "this role may not publish this verb"},
 	{ReasonSyntaxError, "the body is not valid JSON"},
@@ -124,6 +127,7 @@ var reasonDocs = []struct {
 	{ReasonOwnershipConflict, "another holder claims the job's live generation: the job is blocked until resolve"},
 	{ReasonConflictPending, "the job has an unresolved ownership conflict"},
 	{ReasonNotAcked, "the lease has not been ACKed yet"},
+	{ReasonNotOffered, "ACK of a lease that was acquired, not offered: there is nothing to ACK"},
 	{ReasonLeaseEnded, "the lease already ended (result, release, revoke or withdrawn offer)"},
 	{ReasonCancelRequested, "cancellation was requested: the lease may not be extended or released"},
 	{ReasonAckAfterDeadline, "the ACK arrived after ack_deadline"},

@@ -78,25 +78,49 @@ func ParseInputSubject(subject string) (Subject, error) {
 	if tok[0]+"."+tok[1] != InputPrefix {
 		return Subject{}, decodeErr(ReasonBadSubject, "", "not under "+InputPrefix)
 	}
+	// Keep every valid part, so that a rejection can still be addressed to
+	// its actor and filed under its job; report the first invalid one.
+	var s Subject
+	var err error
+	fail := func(field, detail string) {
+		if err == nil {
+			err = &DecodeError{Code: ReasonBadSubject, Field: field, Detail: detail}
+		}
+	}
 	role, ok := ParseRole(tok[2])
-	if !ok {
-		return Subject{}, decodeErr(ReasonBadSubject, "role", "unknown role")
+	if ok {
+		s.Role = role
+	} else {
+		fail("role", "unknown role")
 	}
-	verb, ok := ParseVerb(tok[5])
-	if !ok {
-		return Subject{}, decodeErr(ReasonBadSubject, "verb", "unknown verb")
+	if ValidToken(tok[3]) {
+		s.Actor = tok[3]
+	} else {
+		fail("actor", "invalid actor token")
 	}
-	if !ValidToken(tok[3]) {
-		return Subject{}, decodeErr(ReasonBadSubject, "actor", "invalid actor token")
+	verb, vok := ParseVerb(tok[5])
+	if vok {
+		s.Verb = verb
 	}
-	s := Subject{Role: role, Actor: tok[3], Job: tok[4], Verb: verb}
 	switch {
-	case s.Job == NoJob && !(verb.JobLess() || verb == VerbRenew):
-		return s, decodeErr(ReasonBadSubject, "job", "verb needs a job")
-	case s.Job != NoJob && verb.JobLess():
-		return s, decodeErr(ReasonBadSubject, "job", "verb takes no job: use _")
-	case s.Job != NoJob && !ValidToken(s.Job):
-		return s, decodeErr(ReasonBadSubject, "job", "invalid job token")
+	case tok[4] == NoJob:
+		s.Job = NoJob
+		if vok && !(verb.JobLess() || verb == VerbRenew) {
+			fail("job", "verb needs a job")
+		}
+	case ValidToken(tok[4]):
+		s.Job = tok[4]
+		if vok && verb.JobLess() {
+			fail("job", "verb takes no job: use _")
+		}
+	default:
+		fail("job", "invalid job token")
+	}
+	if !vok {
+		fail("verb", "unknown verb")
+	}
+	if err != nil {
+		return s, err
 	}
 	if !verb.Allowed(role) {
 		return s, decodeErr(ReasonWrongRole, "", "%s may not publish %s", role, verb)

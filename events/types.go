@@ -358,9 +358,10 @@ const (
 	AckMissed                    // the deadline passed first
 	AckAcquired                  // the holder acquired the lease itself; no offer to ACK
 	AckWithdrawn                 // the offer was cancelled before any ACK
+	AckDeclined                  // the offered holder released the offer instead of ACKing it
 )
 
-var ackNames = [...]string{"NONE", "PENDING", "ACKED", "MISSED", "ACQUIRED", "WITHDRAWN"}
+var ackNames = [...]string{"NONE", "PENDING", "ACKED", "MISSED", "ACQUIRED", "WITHDRAWN", "DECLINED"}
 
 func (a AckState) String() string {
 	if int(a) < len(ackNames) {
@@ -405,14 +406,16 @@ type Job struct {
 	ProgressSeq   uint64
 	ProgressValue int64
 	ProgressAt    int64
-	CancelAt      int64  // when cancellation was requested
-	CancelBy      int64  // reconciliation deadline
-	EndedAt       int64  // when the lease stopped being live
-	Stale         uint32 // messages rejected for a stale generation
-	Late          uint32 // late messages of any verb: after expiry, after cancel, or out of sequence
-	LateProgress  uint32 // the late messages that were progress reports
-	Duplicates    uint32 // duplicate messages
-	Conflicts     uint32 // ownership-conflict claims
+	CancelAt      int64 // when cancellation was requested
+	CancelBy      int64 // reconciliation deadline
+	EndedAt       int64 // when the lease stopped being live
+	// Evidence counters of the current lease: messages judged while it was
+	// the job's latest lease. They restart at 0 with every new generation.
+	Stale        uint32 // messages rejected for a stale generation
+	Late         uint32 // late messages of any verb: after expiry, after cancel, or out of sequence
+	LateProgress uint32 // the late messages that were progress reports
+	Duplicates   uint32 // duplicate messages
+	Conflicts    uint32 // claims of this lease by another holder (ownership conflicts)
 }
 
 // Decision is one entry of the decision stream.

@@ -237,7 +237,11 @@ func (p *Projector) claim(jobID, leaseID string, gen uint64) (*job, bool) {
 	case gen > j.Generation:
 		p.emit(j, events.KindLostAuthority, events.ReasonFutureGeneration, holder)
 		return j, false
+	case leaseID != j.LeaseID:
+		p.emit(j, events.KindLostAuthority, events.ReasonNoSuchLease, holder)
+		return j, false
 	case holder != j.Holder:
+		// Another holder claims this very lease and generation (seed 000 §12).
 		if j.State.Live() {
 			j.Conflicts++
 			if !j.Conflict {
@@ -250,11 +254,7 @@ func (p *Projector) claim(jobID, leaseID string, gen uint64) (*job, bool) {
 		}
 		p.emit(j, events.KindLostAuthority, events.ReasonHolderMismatch, holder)
 		return j, false
-	case leaseID != j.LeaseID:
-		p.emit(j, events.KindLostAuthority, events.ReasonNoSuchLease, holder)
-		return j, false
 	case j.Conflict:
-		j.Conflicts++
 		p.emit(j, events.KindConflict, events.ReasonConflictPending, holder)
 		return j, false
 	}
@@ -295,8 +295,12 @@ func (p *Projector) ack() {
 		return
 	}
 	switch {
-	case j.AckState == events.AckAcked || j.AckState == events.AckAcquired:
+	case j.AckState == events.AckAcquired:
+		p.emit(j, events.KindRejected, events.ReasonNotOffered, in.Actor)
+	case j.AckState == events.AckAcked && j.State == events.StateActive:
 		p.duplicate(j, events.ReasonDuplicateAck)
+	case j.AckState == events.AckAcked && j.LeaseExpired:
+		p.emit(j, events.KindLostAuthority, events.ReasonLeaseExpired, in.Actor)
 	case j.State == events.StateOffered:
 		j.State = events.StateActive
 		j.AckState = events.AckAcked
@@ -328,7 +332,12 @@ func (p *Projector) renew(r *events.LeaseRef) {
 		p.emit(j, events.KindLostAuthority, events.ReasonRenewAfterExpiry, in.Actor)
 		return
 	case events.StateUnresolved:
-		p.emit(j, events.KindLostAuthority, events.ReasonCancelRequested, in.Actor)
+		if j.LeaseExpired {
+			j.Late++
+			p.emit(j, events.KindLostAuthority, events.ReasonRenewAfterExpiry, in.Actor)
+		} else {
+			p.emit(j, events.KindLostAuthority, events.ReasonCancelRequested, in.Actor)
+		}
 		return
 	default:
 		p.ended(j)
@@ -345,15 +354,17 @@ func (p *Projector) renew(r *events.LeaseRef) {
 		p.late(j, events.ReasonLateRenew)
 		return
 	}
-	dur := j.Duration
+	// The extension is the lease's duration (or the one asked for), bounded
+	// by the policy in force now, from the authoritative time.
+	dur := min(max(j.Duration, p.policy.MinLease), p.policy.MaxLease)
 	if r.LeaseMS != 0 {
 		dur = r.LeaseMS * 1e6
 		if dur < p.policy.MinLease || dur > p.policy.MaxLease {
 			p.emit(j, events.KindRejected, events.ReasonDurationOutOfPolicy, in.Actor)
 			return
 		}
-		j.Duration = dur
 	}
+	j.Duration = dur
 	var reason events.Reason
 	j.ExpiresAt, reason = p.lifetimeCap(j, p.now+dur)
 	j.RenewSeq = r.RenewSeq
@@ -460,7 +471,7 @@ func (p *Projector) result() {
 		if j.LeaseExpired {
 			p.late(j, events.ReasonResultAfterExpiry)
 		} else {
-			p.late(j, events.ReasonLeaseEnded)
+			p.late(j, events.ReasonCancelTimeout)
 		}
 	default:
 		p.ended(j)
@@ -489,6 +500,9 @@ func (p *Projector) release() {
 		if j.CancelReq {
 			p.emit(j, events.KindRejected, events.ReasonCancelRequested, in.Actor)
 			return
+		}
+		if j.State == events.StateOffered {
+			j.AckState = events.AckDeclined
 		}
 		j.State = events.StateReleased
 		p.end(j, p.now)
@@ -553,17 +567,12 @@ func (p *Projector) newLease(j *job, holder string, leaseMS int64) *job {
 		holder = j.Holder
 	}
 	j.Job = events.Job{
-		ID:           j.ID,
-		LeaseID:      "L" + u64(p.raw.Seq),
-		Generation:   j.Generation + 1,
-		Holder:       holder,
-		IssuedAt:     p.now,
-		Duration:     dur,
-		Stale:        j.Stale,
-		Late:         j.Late,
-		LateProgress: j.LateProgress,
-		Duplicates:   j.Duplicates,
-		Conflicts:    j.Conflicts,
+		ID:         j.ID,
+		LeaseID:    "L" + u64(p.raw.Seq),
+		Generation: j.Generation + 1,
+		Holder:     holder,
+		IssuedAt:   p.now,
+		Duration:   dur,
 	}
 	return j
 }
@@ -669,12 +678,14 @@ func (p *Projector) resolve() {
 			p.emit(j, events.KindRejected, events.ReasonNothingToResolve, in.Actor)
 			return
 		}
+		reason := events.ReasonConflictCleared
 		if j.State.Live() {
 			j.State = events.StateRevoked
 			p.end(j, p.now)
+			reason = events.ReasonLeaseRevoked
 		}
 		j.Conflict, j.ConflictWith = false, ""
-		p.emit(j, events.KindResolved, events.ReasonLeaseRevoked, j.Holder)
+		p.emit(j, events.KindResolved, reason, j.Holder)
 	case events.ActionSettle:
 		if j.State != events.StateUnresolved {
 			p.emit(j, events.KindRejected, events.ReasonNothingToResolve, in.Actor)

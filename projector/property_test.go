@@ -82,7 +82,7 @@ func (m *model) job(id string) *mjob {
 // claimOK: the claim names the live lease of its holder. Another holder
 // claiming the live generation blocks the job (ownership conflict).
 func (j *mjob) claimOK(holder, lease string, gen uint64) bool {
-	if gen == j.gen && holder != j.holder && (j.offered || j.active) {
+	if gen == j.gen && lease == j.lease && holder != j.holder && (j.offered || j.active) {
 		j.blocked = true
 	}
 	return !j.blocked && gen == j.gen && lease == j.lease && holder == j.holder

@@ -1,0 +1,847 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/maknow/tenure/events"
+)
+
+// Subjects used by the cases.
+var (
+	sOffer     = events.InputSubject(events.RoleOps, "disp-1", "job-1", events.VerbOffer)
+	sAcquire   = events.InputSubject(events.RoleWorker, "w-7", "job-1", events.VerbAcquire)
+	sAck       = events.InputSubject(events.RoleWorker, "w-7", "job-1", events.VerbAck)
+	sRenew     = events.InputSubject(events.RoleWorker, "w-7", "job-1", events.VerbRenew)
+	sBatch     = events.InputSubject(events.RoleWorker, "w-7", events.NoJob, events.VerbRenew)
+	sProgress  = events.InputSubject(events.RoleWorker, "w-7", "job-1", events.VerbProgress)
+	sCancel    = events.InputSubject(events.RoleOps, "disp-1", "job-1", events.VerbCancel)
+	sCancelAck = events.InputSubject(events.RoleWorker, "w-7", "job-1", events.VerbCancelAck)
+	sResult    = events.InputSubject(events.RoleWorker, "w-7", "job-1", events.VerbResult)
+	sRelease   = events.InputSubject(events.RoleWorker, "w-7", "job-1", events.VerbRelease)
+	sResolve   = events.InputSubject(events.RoleOps, "disp-1", "job-1", events.VerbResolve)
+	sPolicy    = events.InputSubject(events.RoleOps, "disp-1", events.NoJob, events.VerbPolicy)
+	sPolicyC   = events.InputSubject(events.RoleCoord, "coord-1", events.NoJob, events.VerbPolicy)
+	sTick      = events.InputSubject(events.RoleCoord, "coord-1", events.NoJob, events.VerbTick)
+)
+
+// Identities of those subjects, the start of every want Input.
+var (
+	idOps    = events.Input{Role: events.RoleOps, Actor: "disp-1", Job: "job-1"}
+	idWorker = events.Input{Role: events.RoleWorker, Actor: "w-7", Job: "job-1"}
+	idBatch  = events.Input{Role: events.RoleWorker, Actor: "w-7", Job: events.NoJob, Verb: events.VerbRenew}
+	idPolicy = events.Input{Role: events.RoleOps, Actor: "disp-1", Job: events.NoJob, Verb: events.VerbPolicy}
+	idTick   = events.Input{Role: events.RoleCoord, Actor: "coord-1", Job: events.NoJob, Verb: events.VerbTick}
+)
+
+func with(id events.Input, verb events.Verb, f func(*events.Input)) *events.Input {
+	in := id
+	if verb != events.VerbNone {
+		in.Verb = verb
+	}
+	if f != nil {
+		f(&in)
+	}
+	return &in
+}
+
+func unixNano(s string) int64 {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		panic(err)
+	}
+	return t.UnixNano()
+}
+
+const ms = int64(time.Millisecond)
+
+// batchBody is a batch renew of n leases j0..j(n-1).
+func batchBody(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"v":1,"leases":[`)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"job":"j%d","lease_id":"L%d","generation":1,"renew_seq":%d}`, i, i, i+1)
+	}
+	b.WriteString("]}")
+	return b.String()
+}
+
+func batchWant(n int) *events.Input {
+	in := idBatch
+	for i := 0; i < n; i++ {
+		in.Leases = append(in.Leases, events.LeaseRef{Job: fmt.Sprintf("j%d", i), LeaseID: fmt.Sprintf("L%d", i), Generation: 1, RenewSeq: uint64(i + 1)})
+	}
+	return &in
+}
+
+// nest is n '[' then n ']'.
+func nest(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+
+// padTo pads a tick body with spaces to exactly n bytes.
+func padTo(n int) string {
+	const b = `{"v":1}`
+	return b + strings.Repeat(" ", n-len(b))
+}
+
+const (
+	policyOK = `"min_lease_ms":100,"max_lease_ms":3600000,"default_lease_ms":30000,"ack_timeout_ms":30000,"cancel_timeout_ms":60000,"max_lifetime_ms":86400000,"max_generations":1000`
+	renewOK  = `"lease_id":"L-1","generation":2,"renew_seq":5`
+	leaseOK  = `{"job":"a","lease_id":"L-1","generation":1,"renew_seq":1}`
+)
+
+type decodeCase struct {
+	name    string
+	subject string
+	body    string
+	code    events.Reason // "" for a valid input
+	field   string        // Field of the error
+	want    *events.Input // the decoded input of a valid case
+}
+
+var validCases = []decodeCase{
+	{name: "offer_full", subject: sOffer,
+		body: `{"v":1,"actor":"disp-1","job":"job-1","sent_at":"2025-03-01T12:00:00.5+01:00","holder":"w-7","lease_ms":30000,"ack_timeout_ms":5000}`,
+		want: with(idOps, events.VerbOffer, func(in *events.Input) {
+			in.SentAt = unixNano("2025-03-01T11:00:00.5Z")
+			in.Holder, in.LeaseMS, in.AckTimeoutMS = "w-7", 30000, 5000
+		})},
+	{name: "offer_minimal", subject: sOffer, body: `{"v":1,"holder":"w-7"}`,
+		want: with(idOps, events.VerbOffer, func(in *events.Input) { in.Holder = "w-7" })},
+	{name: "acquire_minimal", subject: sAcquire, body: `{"v":1}`, want: with(idWorker, events.VerbAcquire, nil)},
+	{name: "acquire_max_lease_v_last", subject: sAcquire, body: `{"lease_ms":2592000000,"v":1}`,
+		want: with(idWorker, events.VerbAcquire, func(in *events.Input) { in.LeaseMS = events.MaxDurationMS })},
+	{name: "acquire_min_lease", subject: sAcquire, body: `{"v":1,"lease_ms":1}`,
+		want: with(idWorker, events.VerbAcquire, func(in *events.Input) { in.LeaseMS = 1 })},
+	{name: "ack", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":1}`,
+		want: with(idWorker, events.VerbAck, func(in *events.Input) { in.LeaseID, in.Generation = "L-1", 1 })},
+	{name: "ack_whitespace_everywhere", subject: sAck, body: " \t\r\n{ \"v\" : 1 ,\n\t\"lease_id\" :\"L-1\"\r,\"generation\":\t1 } \r\n\t ",
+		want: with(idWorker, events.VerbAck, func(in *events.Input) { in.LeaseID, in.Generation = "L-1", 1 })},
+	{name: "ack_escaped_keys_and_token", subject: sAck, body: `{"\u0076":1,"lease_\u0069d":"\u004c-1","generation":1}`,
+		want: with(idWorker, events.VerbAck, func(in *events.Input) { in.LeaseID, in.Generation = "L-1", 1 })},
+	{name: "ack_max_generation", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":9007199254740991}`,
+		want: with(idWorker, events.VerbAck, func(in *events.Input) { in.LeaseID, in.Generation = "L-1", events.MaxSeq })},
+	{name: "ack_identity_repeated", subject: sAck, body: `{"v":1,"actor":"w-7","job":"job-1","lease_id":"L-1","generation":1}`,
+		want: with(idWorker, events.VerbAck, func(in *events.Input) { in.LeaseID, in.Generation = "L-1", 1 })},
+	{name: "renew_single", subject: sRenew,
+		body: `{"v":1,"sent_at":"2025-03-01T11:00:00Z","lease_id":"L-1","generation":2,"renew_seq":5,"lease_ms":60000}`,
+		want: with(idWorker, events.VerbRenew, func(in *events.Input) {
+			in.SentAt = unixNano("2025-03-01T11:00:00Z")
+			in.LeaseID, in.Generation, in.RenewSeq, in.LeaseMS = "L-1", 2, 5, 60000
+			in.Leases = []events.LeaseRef{{Job: "job-1", LeaseID: "L-1", Generation: 2, RenewSeq: 5, LeaseMS: 60000}}
+		})},
+	{name: "renew_single_minimal", subject: sRenew, body: `{"v":1,` + renewOK + `}`,
+		want: with(idWorker, events.VerbRenew, func(in *events.Input) {
+			in.LeaseID, in.Generation, in.RenewSeq = "L-1", 2, 5
+			in.Leases = []events.LeaseRef{{Job: "job-1", LeaseID: "L-1", Generation: 2, RenewSeq: 5}}
+		})},
+	{name: "renew_batch", subject: sBatch,
+		body: `{"v":1,"actor":"w-7","leases":[{"job":"a","lease_id":"L-1","generation":1,"renew_seq":1},` +
+			`{ "lease_ms" : 1500 , "renew_seq":3,"generation":9007199254740991,"lease_id":"L-2","job":"b"}]}`,
+		want: with(idBatch, events.VerbNone, func(in *events.Input) {
+			in.Leases = []events.LeaseRef{
+				{Job: "a", LeaseID: "L-1", Generation: 1, RenewSeq: 1},
+				{Job: "b", LeaseID: "L-2", Generation: events.MaxSeq, RenewSeq: 3, LeaseMS: 1500},
+			}
+		})},
+	{name: "renew_batch_max", subject: sBatch, body: batchBody(events.MaxBatch), want: batchWant(events.MaxBatch)},
+	{name: "progress_zero_with_note", subject: sProgress,
+		body: `{"v":1,"lease_id":"L-1","generation":1,"progress_seq":4,"value":0,"note":"50% \"done\" \u00e9\ud83d\ude00 caf\u00E9\/x 日本 \\"}`,
+		want: with(idWorker, events.VerbProgress, func(in *events.Input) {
+			in.LeaseID, in.Generation, in.ProgressSeq, in.Value = "L-1", 1, 4, 0
+			in.Text = "50% \"done\" é😀 café/x 日本 \\"
+		})},
+	{name: "progress_hundred", subject: sProgress, body: `{"v":1,"lease_id":"L-1","generation":1,"progress_seq":9007199254740991,"value":100}`,
+		want: with(idWorker, events.VerbProgress, func(in *events.Input) {
+			in.LeaseID, in.Generation, in.ProgressSeq, in.Value = "L-1", 1, events.MaxSeq, 100
+		})},
+	{name: "cancel_bare", subject: sCancel, body: `{"v":1}`, want: with(idOps, events.VerbCancel, nil)},
+	{name: "cancel_lease_reason", subject: sCancel, body: `{"v":1,"lease_id":"L-1","generation":2,"reason":"operator asked"}`,
+		want: with(idOps, events.VerbCancel, func(in *events.Input) { in.LeaseID, in.Generation, in.Text = "L-1", 2, "operator asked" })},
+	{name: "cancel_reason_max_len", subject: sCancel, body: `{"v":1,"reason":"` + strings.Repeat("é", events.MaxTextLen/2) + `"}`,
+		want: with(idOps, events.VerbCancel, func(in *events.Input) { in.Text = strings.Repeat("é", events.MaxTextLen/2) })},
+	{name: "cancel_ack", subject: sCancelAck, body: `{"v":1,"lease_id":"L-1","generation":2}`,
+		want: with(idWorker, events.VerbCancelAck, func(in *events.Input) { in.LeaseID, in.Generation = "L-1", 2 })},
+	{name: "result_success", subject: sResult, body: `{"v":1,"lease_id":"L-1","generation":2,"outcome":"SUCCESS"}`,
+		want: with(idWorker, events.VerbResult, func(in *events.Input) {
+			in.LeaseID, in.Generation, in.Outcome = "L-1", 2, events.OutcomeSuccess
+		})},
+	{name: "result_failed_detail", subject: sResult, body: `{"v":1,"lease_id":"L-1","generation":2,"outcome":"FAILED","detail":"exit 3 \ufffd"}`,
+		want: with(idWorker, events.VerbResult, func(in *events.Input) {
+			in.LeaseID, in.Generation, in.Outcome, in.Text = "L-1", 2, events.OutcomeFailed, "exit 3 \ufffd"
+		})},
+	{name: "result_cancelled", subject: sResult, body: `{"outcome":"CANCELLED","generation":2,"lease_id":"L-1","v":1}`,
+		want: with(idWorker, events.VerbResult, func(in *events.Input) {
+			in.LeaseID, in.Generation, in.Outcome = "L-1", 2, events.OutcomeCancelled
+		})},
+	{name: "release", subject: sRelease, body: `{"v":1,"lease_id":"L-1","generation":2}`,
+		want: with(idWorker, events.VerbRelease, func(in *events.Input) { in.LeaseID, in.Generation = "L-1", 2 })},
+	{name: "resolve_affirm", subject: sResolve, body: `{"v":1,"action":"affirm","holder":"w-7","lease_id":"L-1","generation":3,"reason":"w-7 is right"}`,
+		want: with(idOps, events.VerbResolve, func(in *events.Input) {
+			in.Action, in.Holder, in.LeaseID, in.Generation, in.Text = events.ActionAffirm, "w-7", "L-1", 3, "w-7 is right"
+		})},
+	{name: "resolve_affirm_action_last", subject: sResolve, body: `{"v":1,"holder":"w-7","lease_id":"L-1","generation":3,"action":"affirm"}`,
+		want: with(idOps, events.VerbResolve, func(in *events.Input) {
+			in.Action, in.Holder, in.LeaseID, in.Generation = events.ActionAffirm, "w-7", "L-1", 3
+		})},
+	{name: "resolve_revoke", subject: sResolve, body: `{"v":1,"action":"revoke","reason":"stuck"}`,
+		want: with(idOps, events.VerbResolve, func(in *events.Input) { in.Action, in.Text = events.ActionRevoke, "stuck" })},
+	{name: "resolve_settle_failed", subject: sResolve, body: `{"v":1,"action":"settle","outcome":"FAILED"}`,
+		want: with(idOps, events.VerbResolve, func(in *events.Input) { in.Action, in.Outcome = events.ActionSettle, events.OutcomeFailed })},
+	{name: "resolve_settle_cancelled", subject: sResolve, body: `{"v":1,"outcome":"CANCELLED","action":"settle"}`,
+		want: with(idOps, events.VerbResolve, func(in *events.Input) { in.Action, in.Outcome = events.ActionSettle, events.OutcomeCancelled })},
+	{name: "policy_default", subject: sPolicy, body: `{"v":1,` + policyOK + `}`,
+		want: with(idPolicy, events.VerbNone, func(in *events.Input) { in.Policy = events.DefaultPolicy() })},
+	{name: "policy_coord_boundaries", subject: sPolicyC,
+		body: `{"v":1,"min_lease_ms":2592000000,"max_lease_ms":2592000000,"default_lease_ms":2592000000,"ack_timeout_ms":1,"cancel_timeout_ms":1,"max_lifetime_ms":2592000000,"max_generations":1048576}`,
+		want: with(events.Input{Role: events.RoleCoord, Actor: "coord-1", Job: events.NoJob}, events.VerbPolicy, func(in *events.Input) {
+			const max = events.MaxDurationMS * ms
+			in.Policy = events.Policy{MinLease: max, MaxLease: max, DefaultLease: max, AckTimeout: ms, CancelTimeout: ms, MaxLifetime: max, MaxGenerations: events.MaxGenerations}
+		})},
+	{name: "tick", subject: sTick, body: `{"v":1,"sent_at":"2025-03-01T11:00:00.123456789Z"}`,
+		want: with(idTick, events.VerbNone, func(in *events.Input) { in.SentAt = unixNano("2025-03-01T11:00:00.123456789Z") })},
+	{name: "tick_with_actor", subject: sTick, body: `{"actor":"coord-1","v":1}`, want: with(idTick, events.VerbNone, nil)},
+	{name: "tick_sent_at_before_1970", subject: sTick, body: `{"v":1,"sent_at":"1969-12-31T23:59:59-00:30"}`,
+		want: with(idTick, events.VerbNone, func(in *events.Input) { in.SentAt = unixNano("1970-01-01T00:29:59Z") })},
+	{name: "tick_sent_at_epoch", subject: sTick, body: `{"v":1,"sent_at":"1970-01-01T00:00:00Z"}`, want: with(idTick, events.VerbNone, nil)},
+	{name: "tick_body_at_size_limit", subject: sTick, body: padTo(events.MaxInputBytes), want: with(idTick, events.VerbNone, nil)},
+}
+
+var errorCases = []decodeCase{
+	// Subject.
+	{name: "bad_subject_verb", subject: "tenure.in.worker.w-7.job-1.bogus", body: `{"v":1}`, code: events.ReasonBadSubject, field: "verb"},
+	{name: "bad_subject_prefix", subject: "tenure.out.worker.w-7.job-1.ack", body: `{"v":1}`, code: events.ReasonBadSubject},
+	{name: "bad_subject_too_many_tokens", subject: sAck + ".x", body: `{"v":1}`, code: events.ReasonBadSubject},
+	{name: "bad_subject_ack_without_job", subject: "tenure.in.worker.w-7._.ack", body: `{"v":1}`, code: events.ReasonBadSubject, field: "job"},
+	{name: "bad_subject_tick_with_job", subject: "tenure.in.coord.coord-1.job-1.tick", body: `{"v":1}`, code: events.ReasonBadSubject, field: "job"},
+	{name: "bad_subject_beats_body", subject: "tenure.in.worker.w 7.job-1.ack", body: `not json`, code: events.ReasonBadSubject, field: "actor"},
+	{name: "wrong_role_ops_renew", subject: "tenure.in.ops.disp-1.job-1.renew", body: `{"v":1}`, code: events.ReasonWrongRole},
+	{name: "wrong_role_worker_policy", subject: "tenure.in.worker.w-7._.policy", body: `{"v":1,` + policyOK + `}`, code: events.ReasonWrongRole},
+
+	// Size.
+	{name: "too_large_body", subject: sTick, body: padTo(events.MaxInputBytes + 1), code: events.ReasonTooLarge},
+	{name: "too_large_body_beats_syntax", subject: sTick, body: strings.Repeat("x", events.MaxInputBytes+1), code: events.ReasonTooLarge},
+
+	// Syntax.
+	{name: "syntax_empty", subject: sTick, body: ``, code: events.ReasonSyntaxError},
+	{name: "syntax_whitespace_only", subject: sTick, body: " \t\r\n ", code: events.ReasonSyntaxError},
+	{name: "syntax_bom", subject: sTick, body: "\xef\xbb\xbf{\"v\":1}", code: events.ReasonSyntaxError},
+	{name: "syntax_trailing_comma", subject: sTick, body: `{"v":1,}`, code: events.ReasonSyntaxError},
+	{name: "syntax_leading_comma", subject: sTick, body: `{,"v":1}`, code: events.ReasonSyntaxError},
+	{name: "syntax_unterminated_object", subject: sTick, body: `{"v":1`, code: events.ReasonSyntaxError},
+	{name: "syntax_open_brace_only", subject: sTick, body: `{`, code: events.ReasonSyntaxError},
+	{name: "syntax_unterminated_string", subject: sCancel, body: `{"v":1,"reason":"abc`, code: events.ReasonSyntaxError},
+	{name: "syntax_unterminated_key", subject: sCancel, body: `{"v`, code: events.ReasonSyntaxError},
+	{name: "syntax_single_quotes", subject: sTick, body: `{'v':1}`, code: events.ReasonSyntaxError},
+	{name: "syntax_bare_key", subject: sTick, body: `{v:1}`, code: events.ReasonSyntaxError},
+	{name: "syntax_missing_colon", subject: sTick, body: `{"v" 1}`, code: events.ReasonSyntaxError},
+	{name: "syntax_missing_value", subject: sTick, body: `{"v":}`, code: events.ReasonSyntaxError},
+	{name: "syntax_missing_comma", subject: sAck, body: `{"v":1 "lease_id":"L-1"}`, code: events.ReasonSyntaxError},
+	{name: "syntax_bad_escape", subject: sCancel, body: `{"v":1,"reason":"a\x"}`, code: events.ReasonSyntaxError},
+	{name: "syntax_bad_unicode_escape", subject: sCancel, body: `{"v":1,"reason":"\u12G4"}`, code: events.ReasonSyntaxError},
+	{name: "syntax_short_unicode_escape", subject: sCancel, body: `{"v":1,"reason":"\u12"}`, code: events.ReasonSyntaxError},
+	{name: "syntax_form_feed_whitespace", subject: sTick, body: "{\f\"v\":1}", code: events.ReasonSyntaxError},
+	{name: "syntax_nbsp_whitespace", subject: sTick, body: "{\u00a0\"v\":1}", code: events.ReasonSyntaxError},
+	{name: "syntax_truncated_literal", subject: sCancel, body: `{"v":1,"reason":nul}`, code: events.ReasonSyntaxError},
+	{name: "syntax_bare_word_value", subject: sCancel, body: `{"v":1,"reason":abc}`, code: events.ReasonSyntaxError},
+	{name: "syntax_comment", subject: sTick, body: `{"v":1 /* c */}`, code: events.ReasonSyntaxError},
+	{name: "syntax_number_then_garbage", subject: sTick, body: `{"v":1x}`, code: events.ReasonSyntaxError},
+	{name: "syntax_infinity", subject: sTick, body: `{"v":Infinity}`, code: events.ReasonSyntaxError},
+	{name: "syntax_leading_dot", subject: sTick, body: `{"v":.5}`, code: events.ReasonSyntaxError},
+	{name: "syntax_top_level_garbage", subject: sTick, body: `x`, code: events.ReasonSyntaxError},
+	{name: "syntax_top_level_close_brace", subject: sTick, body: `}`, code: events.ReasonSyntaxError},
+	{name: "syntax_top_level_truncated_true", subject: sTick, body: `tru`, code: events.ReasonSyntaxError},
+	{name: "syntax_inside_skipped_value", subject: sCancel, body: `{"v":1,"reason":[1,2}`, code: events.ReasonSyntaxError},
+	{name: "syntax_nul_byte_between_tokens", subject: sTick, body: "{\"v\":1\x00}", code: events.ReasonSyntaxError},
+	{name: "syntax_beats_missing_field", subject: sAck, body: `{"v":1,"lease_id":"L-1"`, code: events.ReasonSyntaxError},
+
+	// Not an object.
+	{name: "not_object_array", subject: sTick, body: `[{"v":1}]`, code: events.ReasonNotObject},
+	{name: "not_object_string", subject: sTick, body: `"v"`, code: events.ReasonNotObject},
+	{name: "not_object_number", subject: sTick, body: ` 1`, code: events.ReasonNotObject},
+	{name: "not_object_negative", subject: sTick, body: `-1`, code: events.ReasonNotObject},
+	{name: "not_object_null", subject: sTick, body: `null`, code: events.ReasonNotObject},
+	{name: "not_object_true", subject: sTick, body: `true`, code: events.ReasonNotObject},
+	{name: "not_object_false", subject: sTick, body: `false`, code: events.ReasonNotObject},
+
+	// Unknown fields.
+	{name: "unknown_field", subject: sTick, body: `{"v":1,"foo":1}`, code: events.ReasonUnknownField, field: "foo"},
+	{name: "unknown_field_beats_bad_version", subject: sTick, body: `{"foo":1,"v":2}`, code: events.ReasonUnknownField, field: "foo"},
+	{name: "unknown_field_before_its_value", subject: sTick, body: `{"v":1,"foo":[[[`, code: events.ReasonUnknownField, field: "foo"},
+	{name: "unknown_field_empty_key", subject: sTick, body: `{"":1}`, code: events.ReasonUnknownField},
+	{name: "unknown_field_long_key_truncated", subject: sTick, body: `{"` + strings.Repeat("k", 100) + `":1}`, code: events.ReasonUnknownField, field: strings.Repeat("k", 64) + "..."},
+	{name: "unknown_field_other_verbs_field", subject: sRenew, body: `{"v":1,"holder":"w-7"}`, code: events.ReasonUnknownField, field: "holder"},
+	{name: "unknown_field_policy_field_in_tick", subject: sTick, body: `{"v":1,"max_lease_ms":1}`, code: events.ReasonUnknownField, field: "max_lease_ms"},
+	{name: "unknown_field_leases_in_single_renew", subject: sRenew, body: `{"v":1,"leases":[` + leaseOK + `]}`, code: events.ReasonUnknownField, field: "leases"},
+	{name: "unknown_field_leases_in_ack", subject: sAck, body: `{"v":1,"leases":[]}`, code: events.ReasonUnknownField, field: "leases"},
+	{name: "unknown_field_lease_id_in_batch", subject: sBatch, body: `{"v":1,"lease_id":"L-1","leases":[` + leaseOK + `]}`, code: events.ReasonUnknownField, field: "lease_id"},
+	{name: "unknown_field_lease_ms_in_batch", subject: sBatch, body: `{"v":1,"leases":[` + leaseOK + `],"lease_ms":100}`, code: events.ReasonUnknownField, field: "lease_ms"},
+	{name: "unknown_field_in_lease", subject: sBatch, body: `{"v":1,"leases":[` + leaseOK + `,{"job":"b","extra":1}]}`, code: events.ReasonUnknownField, field: "leases[1].extra"},
+	{name: "unknown_field_v_in_lease", subject: sBatch, body: `{"v":1,"leases":[{"v":1}]}`, code: events.ReasonUnknownField, field: "leases[0].v"},
+	{name: "unknown_field_text_of_other_verb", subject: sProgress, body: `{"v":1,"reason":"x"}`, code: events.ReasonUnknownField, field: "reason"},
+	{name: "unknown_field_revoke_holder_after_action", subject: sResolve, body: `{"v":1,"action":"revoke","holder":"w-7"}`, code: events.ReasonUnknownField, field: "holder"},
+	{name: "unknown_field_revoke_holder_before_action", subject: sResolve, body: `{"v":1,"holder":"w-7","action":"revoke"}`, code: events.ReasonUnknownField, field: "holder"},
+	{name: "unknown_field_affirm_outcome_before_action", subject: sResolve, body: `{"v":1,"outcome":"FAILED","action":"affirm"}`, code: events.ReasonUnknownField, field: "outcome"},
+	{name: "unknown_field_settle_lease_id", subject: sResolve, body: `{"v":1,"action":"settle","outcome":"FAILED","lease_id":"L-1"}`, code: events.ReasonUnknownField, field: "lease_id"},
+	{name: "unknown_field_sub_action_checked_at_key", subject: sResolve, body: `{"v":1,"action":"revoke","generation":0}`, code: events.ReasonUnknownField, field: "generation"},
+
+	// Duplicate keys.
+	{name: "duplicate_key", subject: sTick, body: `{"v":1,"v":1}`, code: events.ReasonDuplicateKey, field: "v"},
+	{name: "duplicate_key_escaped", subject: sTick, body: `{"v":1,"\u0076":1}`, code: events.ReasonDuplicateKey, field: "v"},
+	{name: "duplicate_key_beats_bad_value", subject: sTick, body: `{"v":1,"v":2}`, code: events.ReasonDuplicateKey, field: "v"},
+	{name: "duplicate_key_text", subject: sCancel, body: `{"v":1,"reason":"a","reason":"b"}`, code: events.ReasonDuplicateKey, field: "reason"},
+	{name: "duplicate_key_in_lease", subject: sBatch, body: `{"v":1,"leases":[{"job":"a","job":"a"}]}`, code: events.ReasonDuplicateKey, field: "leases[0].job"},
+	{name: "duplicate_key_leases", subject: sBatch, body: `{"v":1,"leases":[` + leaseOK + `],"leases":[` + leaseOK + `]}`, code: events.ReasonDuplicateKey, field: "leases"},
+	{name: "duplicate_key_action", subject: sResolve, body: `{"v":1,"action":"revoke","action":"revoke"}`, code: events.ReasonDuplicateKey, field: "action"},
+
+	// Case variants.
+	{name: "case_variant_key", subject: sTick, body: `{"V":1}`, code: events.ReasonCaseVariantKey, field: "V"},
+	{name: "case_variant_key_of_verb_field", subject: sAck, body: `{"v":1,"Lease_ID":"L-1","generation":1}`, code: events.ReasonCaseVariantKey, field: "Lease_ID"},
+	{name: "case_variant_key_of_other_verbs_field", subject: sRenew, body: `{"v":1,"HOLDER":"w-7"}`, code: events.ReasonCaseVariantKey, field: "HOLDER"},
+	{name: "case_variant_key_unicode_fold", subject: sAcquire, body: `{"v":1,"lease_m` + "\u017f" + `":5}`, code: events.ReasonCaseVariantKey, field: "lease_m\u017f"},
+	{name: "case_variant_key_kelvin_escaped", subject: sOffer, body: `{"v":1,"ac\u212a_timeout_ms":1}`, code: events.ReasonCaseVariantKey, field: "ac\u212a_timeout_ms"},
+	{name: "case_variant_key_in_lease", subject: sBatch, body: `{"v":1,"leases":[{"Job":"a"}]}`, code: events.ReasonCaseVariantKey, field: "leases[0].Job"},
+
+	// UTF-8.
+	{name: "invalid_utf8_value", subject: sCancel, body: "{\"v\":1,\"reason\":\"a\xffb\"}", code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_key", subject: sCancel, body: "{\"v\":1,\"\xff\":1}", code: events.ReasonInvalidUtf8},
+	{name: "invalid_utf8_key_in_lease", subject: sBatch, body: "{\"v\":1,\"leases\":[{\"\xc3\":1}]}", code: events.ReasonInvalidUtf8, field: "leases[0]"},
+	{name: "invalid_utf8_overlong", subject: sCancel, body: "{\"v\":1,\"reason\":\"\xc0\xaf\"}", code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_encoded_surrogate", subject: sCancel, body: "{\"v\":1,\"reason\":\"\xed\xa0\x80\"}", code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_truncated_sequence", subject: sCancel, body: "{\"v\":1,\"reason\":\"\xe6\x97\"}", code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "control_char_escape_before_invalid_utf8", subject: sCancel, body: "{\"v\":1,\"reason\":\"\\n\xff\"}", code: events.ReasonControlChar, field: "reason"},
+	{name: "invalid_utf8_escaped_then_raw", subject: sCancel, body: "{\"v\":1,\"reason\":\"\\/\xff\"}", code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_lone_high_surrogate", subject: sCancel, body: `{"v":1,"reason":"\ud800"}`, code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_lone_low_surrogate", subject: sCancel, body: `{"v":1,"reason":"\udc00"}`, code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_high_then_bmp", subject: sCancel, body: `{"v":1,"reason":"\ud800\u0041"}`, code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_high_then_high", subject: sCancel, body: `{"v":1,"reason":"\ud800\ud800"}`, code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_reversed_pair", subject: sCancel, body: `{"v":1,"reason":"\ude00\ud83d"}`, code: events.ReasonInvalidUtf8, field: "reason"},
+	{name: "invalid_utf8_in_token_beats_wrong_type", subject: sAck, body: "{\"v\":1,\"generation\":\"\xff\"}", code: events.ReasonInvalidUtf8, field: "generation"},
+	{name: "invalid_utf8_inside_skipped_value", subject: sCancel, body: "{\"v\":1,\"reason\":[\"\xff\"]}", code: events.ReasonInvalidUtf8, field: "reason"},
+
+	// Control characters.
+	{name: "control_char_raw", subject: sCancel, body: "{\"v\":1,\"reason\":\"a\x01\"}", code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_raw_tab", subject: sCancel, body: "{\"v\":1,\"reason\":\"a\tb\"}", code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_raw_newline", subject: sCancel, body: "{\"v\":1,\"reason\":\"a\nb\"}", code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_raw_del", subject: sCancel, body: "{\"v\":1,\"reason\":\"a\x7fb\"}", code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_escaped_n", subject: sCancel, body: `{"v":1,"reason":"a\nb"}`, code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_escaped_t", subject: sCancel, body: `{"v":1,"reason":"a\tb"}`, code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_escaped_nul", subject: sCancel, body: `{"v":1,"reason":"\u0000"}`, code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_escaped_1f", subject: sCancel, body: `{"v":1,"reason":"\u001F"}`, code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_escaped_del", subject: sCancel, body: `{"v":1,"reason":"\u007f"}`, code: events.ReasonControlChar, field: "reason"},
+	{name: "control_char_in_key", subject: sCancel, body: `{"v\u0000":1}`, code: events.ReasonControlChar},
+	{name: "control_char_in_token", subject: sAck, body: `{"v":1,"lease_id":"L\r1","generation":1}`, code: events.ReasonControlChar, field: "lease_id"},
+
+	// Trailing data.
+	{name: "trailing_data", subject: sTick, body: `{"v":1}x`, code: events.ReasonTrailingData},
+	{name: "trailing_data_second_object", subject: sTick, body: `{"v":1} {"v":1}`, code: events.ReasonTrailingData},
+	{name: "trailing_data_close_brace", subject: sTick, body: `{"v":1}}`, code: events.ReasonTrailingData},
+	{name: "trailing_data_nul", subject: sTick, body: "{\"v\":1}\n\x00", code: events.ReasonTrailingData},
+	{name: "trailing_data_beats_missing_field", subject: sTick, body: `{}x`, code: events.ReasonTrailingData},
+
+	// Missing fields (checked once the body is read).
+	{name: "missing_field_v", subject: sTick, body: `{}`, code: events.ReasonMissingField, field: "v"},
+	{name: "missing_field_v_first", subject: sAck, body: `{"generation":1}`, code: events.ReasonMissingField, field: "v"},
+	{name: "missing_field_lease_id", subject: sAck, body: `{"v":1,"generation":1}`, code: events.ReasonMissingField, field: "lease_id"},
+	{name: "missing_field_generation", subject: sRelease, body: `{"v":1,"lease_id":"L-1"}`, code: events.ReasonMissingField, field: "generation"},
+	{name: "missing_field_renew_seq", subject: sRenew, body: `{"v":1,"lease_id":"L-1","generation":1}`, code: events.ReasonMissingField, field: "renew_seq"},
+	{name: "missing_field_progress_value", subject: sProgress, body: `{"v":1,"lease_id":"L-1","generation":1,"progress_seq":1}`, code: events.ReasonMissingField, field: "value"},
+	{name: "missing_field_progress_seq", subject: sProgress, body: `{"v":1,"lease_id":"L-1","generation":1,"value":1}`, code: events.ReasonMissingField, field: "progress_seq"},
+	{name: "missing_field_holder", subject: sOffer, body: `{"v":1,"lease_ms":100}`, code: events.ReasonMissingField, field: "holder"},
+	{name: "missing_field_outcome", subject: sResult, body: `{"v":1,"lease_id":"L-1","generation":1}`, code: events.ReasonMissingField, field: "outcome"},
+	{name: "missing_field_cancel_generation", subject: sCancel, body: `{"v":1,"lease_id":"L-1"}`, code: events.ReasonMissingField, field: "generation"},
+	{name: "missing_field_cancel_lease_id", subject: sCancel, body: `{"v":1,"generation":1}`, code: events.ReasonMissingField, field: "lease_id"},
+	{name: "missing_field_resolve_action", subject: sResolve, body: `{"v":1,"reason":"x"}`, code: events.ReasonMissingField, field: "action"},
+	{name: "missing_field_resolve_action_with_holder", subject: sResolve, body: `{"v":1,"holder":"w-7"}`, code: events.ReasonMissingField, field: "action"},
+	{name: "missing_field_affirm_holder", subject: sResolve, body: `{"v":1,"action":"affirm","lease_id":"L-1","generation":1}`, code: events.ReasonMissingField, field: "holder"},
+	{name: "missing_field_affirm_generation", subject: sResolve, body: `{"v":1,"lease_id":"L-1","holder":"w-7","action":"affirm"}`, code: events.ReasonMissingField, field: "generation"},
+	{name: "missing_field_settle_outcome", subject: sResolve, body: `{"v":1,"action":"settle"}`, code: events.ReasonMissingField, field: "outcome"},
+	{name: "missing_field_policy_max_generations", subject: sPolicy, body: `{"v":1,"min_lease_ms":100,"max_lease_ms":3600000,"default_lease_ms":30000,"ack_timeout_ms":30000,"cancel_timeout_ms":60000,"max_lifetime_ms":86400000}`, code: events.ReasonMissingField, field: "max_generations"},
+	{name: "missing_field_policy_first_in_order", subject: sPolicy, body: `{"v":1,"max_generations":1}`, code: events.ReasonMissingField, field: "min_lease_ms"},
+	{name: "missing_field_batch_leases", subject: sBatch, body: `{"v":1}`, code: events.ReasonMissingField, field: "leases"},
+	{name: "missing_field_batch_empty_leases", subject: sBatch, body: `{"v":1,"leases":[ ]}`, code: events.ReasonMissingField, field: "leases"},
+	{name: "missing_field_batch_element_renew_seq", subject: sBatch, body: `{"v":1,"leases":[` + leaseOK + `,{"job":"b","lease_id":"L-2","generation":1}]}`, code: events.ReasonMissingField, field: "leases[1].renew_seq"},
+	{name: "missing_field_batch_empty_element", subject: sBatch, body: `{"v":1,"leases":[{}]}`, code: events.ReasonMissingField, field: "leases[0].job"},
+	{name: "missing_field_v_before_lease_elements", subject: sBatch, body: `{"leases":[{}]}`, code: events.ReasonMissingField, field: "v"},
+
+	// Wrong types.
+	{name: "wrong_type_string_for_integer", subject: sTick, body: `{"v":"1"}`, code: events.ReasonWrongType, field: "v"},
+	{name: "wrong_type_integer_for_token", subject: sAck, body: `{"v":1,"lease_id":1,"generation":1}`, code: events.ReasonWrongType, field: "lease_id"},
+	{name: "wrong_type_true", subject: sTick, body: `{"v":true}`, code: events.ReasonWrongType, field: "v"},
+	{name: "wrong_type_false_for_text", subject: sCancel, body: `{"v":1,"reason":false}`, code: events.ReasonWrongType, field: "reason"},
+	{name: "wrong_type_object", subject: sAck, body: `{"v":1,"lease_id":{"id":"L-1"},"generation":1}`, code: events.ReasonWrongType, field: "lease_id"},
+	{name: "wrong_type_array", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":[1]}`, code: events.ReasonWrongType, field: "generation"},
+	{name: "wrong_type_empty_array", subject: sTick, body: `{"v":[]}`, code: events.ReasonWrongType, field: "v"},
+	{name: "wrong_type_nested_at_depth_limit", subject: sCancel, body: `{"v":1,"reason":` + nest(7) + `}`, code: events.ReasonWrongType, field: "reason"},
+	{name: "wrong_type_sent_at_number", subject: sTick, body: `{"v":1,"sent_at":1700000000}`, code: events.ReasonWrongType, field: "sent_at"},
+	{name: "wrong_type_actor_number", subject: sTick, body: `{"v":1,"actor":7}`, code: events.ReasonWrongType, field: "actor"},
+	{name: "wrong_type_leases_object", subject: sBatch, body: `{"v":1,"leases":` + leaseOK + `}`, code: events.ReasonWrongType, field: "leases"},
+	{name: "wrong_type_leases_string", subject: sBatch, body: `{"v":1,"leases":"a"}`, code: events.ReasonWrongType, field: "leases"},
+	{name: "wrong_type_lease_element_number", subject: sBatch, body: `{"v":1,"leases":[` + leaseOK + `,1]}`, code: events.ReasonWrongType, field: "leases[1]"},
+	{name: "wrong_type_lease_element_nested_at_depth_limit", subject: sBatch, body: `{"v":1,"leases":[` + nest(6) + `]}`, code: events.ReasonWrongType, field: "leases[0]"},
+	{name: "wrong_type_lease_element_array", subject: sBatch, body: `{"v":1,"leases":[[` + leaseOK + `]]}`, code: events.ReasonWrongType, field: "leases[0]"},
+	{name: "wrong_type_lease_nested_value", subject: sBatch, body: `{"v":1,"leases":[{"job":["a"]}]}`, code: events.ReasonWrongType, field: "leases[0].job"},
+	{name: "wrong_type_lease_nested_at_depth_limit", subject: sBatch, body: `{"v":1,"leases":[{"generation":` + nest(5) + `}]}`, code: events.ReasonWrongType, field: "leases[0].generation"},
+
+	// null.
+	{name: "null_value", subject: sTick, body: `{"v":null}`, code: events.ReasonNullValue, field: "v"},
+	{name: "null_value_text", subject: sCancel, body: `{"v":1,"reason":null}`, code: events.ReasonNullValue, field: "reason"},
+	{name: "null_value_leases", subject: sBatch, body: `{"v":1,"leases":null}`, code: events.ReasonNullValue, field: "leases"},
+	{name: "null_value_lease_element", subject: sBatch, body: `{"v":1,"leases":[null]}`, code: events.ReasonNullValue, field: "leases[0]"},
+	{name: "null_value_lease_field", subject: sBatch, body: `{"v":1,"leases":[{"generation":null}]}`, code: events.ReasonNullValue, field: "leases[0].generation"},
+	{name: "null_value_inside_skipped_value", subject: sCancel, body: `{"v":1,"reason":{"a":null}}`, code: events.ReasonNullValue, field: "reason"},
+
+	// Numbers.
+	{name: "bad_number_fraction", subject: sTick, body: `{"v":1.0}`, code: events.ReasonBadNumber, field: "v"},
+	{name: "bad_number_exponent", subject: sTick, body: `{"v":1e0}`, code: events.ReasonBadNumber, field: "v"},
+	{name: "bad_number_exponent_upper_signed", subject: sTick, body: `{"v":10E-1}`, code: events.ReasonBadNumber, field: "v"},
+	{name: "bad_number_leading_zero", subject: sTick, body: `{"v":01}`, code: events.ReasonBadNumber, field: "v"},
+	{name: "bad_number_minus_zero", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":-0}`, code: events.ReasonBadNumber, field: "generation"},
+	{name: "bad_number_plus", subject: sTick, body: `{"v":+1}`, code: events.ReasonBadNumber, field: "v"},
+	{name: "bad_number_minus_alone", subject: sTick, body: `{"v":-}`, code: events.ReasonBadNumber, field: "v"},
+	{name: "bad_number_trailing_dot", subject: sTick, body: `{"v":1.}`, code: events.ReasonBadNumber, field: "v"},
+	{name: "bad_number_double_minus", subject: sTick, body: `{"v":--1}`, code: events.ReasonBadNumber, field: "v"},
+	{name: "bad_number_zeros", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":00}`, code: events.ReasonBadNumber, field: "generation"},
+	{name: "bad_number_huge_fraction", subject: sAcquire, body: `{"v":1,"lease_ms":1000.5}`, code: events.ReasonBadNumber, field: "lease_ms"},
+	{name: "bad_number_beats_wrong_type", subject: sCancel, body: `{"v":1,"reason":1.5}`, code: events.ReasonBadNumber, field: "reason"},
+	{name: "bad_number_inside_skipped_value", subject: sCancel, body: `{"v":1,"reason":[1.5]}`, code: events.ReasonBadNumber, field: "reason"},
+
+	// Durations.
+	{name: "bad_duration_zero", subject: sAcquire, body: `{"v":1,"lease_ms":0}`, code: events.ReasonBadDuration, field: "lease_ms"},
+	{name: "bad_duration_negative", subject: sAcquire, body: `{"v":1,"lease_ms":-1000}`, code: events.ReasonBadDuration, field: "lease_ms"},
+	{name: "bad_duration_over_30_days", subject: sAcquire, body: `{"v":1,"lease_ms":2592000001}`, code: events.ReasonBadDuration, field: "lease_ms"},
+	{name: "bad_duration_40_digits", subject: sAcquire, body: `{"v":1,"lease_ms":` + strings.Repeat("9", 40) + `}`, code: events.ReasonBadDuration, field: "lease_ms"},
+	{name: "bad_duration_40_digits_negative", subject: sAcquire, body: `{"v":1,"lease_ms":-` + strings.Repeat("9", 40) + `}`, code: events.ReasonBadDuration, field: "lease_ms"},
+	{name: "bad_duration_ack_timeout", subject: sOffer, body: `{"v":1,"holder":"w-7","ack_timeout_ms":0}`, code: events.ReasonBadDuration, field: "ack_timeout_ms"},
+	{name: "bad_duration_in_lease", subject: sBatch, body: `{"v":1,"leases":[{"lease_ms":0}]}`, code: events.ReasonBadDuration, field: "leases[0].lease_ms"},
+	{name: "bad_duration_policy", subject: sPolicy, body: `{"v":1,"min_lease_ms":0}`, code: events.ReasonBadDuration, field: "min_lease_ms"},
+	{name: "bad_duration_uint64_wrap", subject: sAcquire, body: `{"v":1,"lease_ms":18446744073709551617}`, code: events.ReasonBadDuration, field: "lease_ms"},
+
+	// Sequences.
+	{name: "bad_sequence_zero", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":0}`, code: events.ReasonBadSequence, field: "generation"},
+	{name: "bad_sequence_negative", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":-1}`, code: events.ReasonBadSequence, field: "generation"},
+	{name: "bad_sequence_2_pow_53", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":9007199254740992}`, code: events.ReasonBadSequence, field: "generation"},
+	{name: "bad_sequence_19_digits", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":9999999999999999999}`, code: events.ReasonBadSequence, field: "generation"},
+	{name: "bad_sequence_2_pow_64", subject: sAck, body: `{"v":1,"lease_id":"L-1","generation":18446744073709551616}`, code: events.ReasonBadSequence, field: "generation"},
+	{name: "bad_sequence_40_digits", subject: sRenew, body: `{"v":1,"lease_id":"L-1","generation":1,"renew_seq":` + strings.Repeat("1", 40) + `}`, code: events.ReasonBadSequence, field: "renew_seq"},
+	{name: "bad_sequence_progress_seq", subject: sProgress, body: `{"v":1,"progress_seq":0}`, code: events.ReasonBadSequence, field: "progress_seq"},
+	{name: "bad_sequence_in_lease", subject: sBatch, body: `{"v":1,"leases":[` + leaseOK + `,{"renew_seq":0}]}`, code: events.ReasonBadSequence, field: "leases[1].renew_seq"},
+
+	// Values.
+	{name: "bad_value_progress_101", subject: sProgress, body: `{"v":1,"value":101}`, code: events.ReasonBadValue, field: "value"},
+	{name: "bad_value_progress_negative", subject: sProgress, body: `{"v":1,"value":-1}`, code: events.ReasonBadValue, field: "value"},
+	{name: "bad_value_progress_40_digits", subject: sProgress, body: `{"v":1,"value":` + strings.Repeat("5", 40) + `}`, code: events.ReasonBadValue, field: "value"},
+	{name: "bad_value_max_generations_zero", subject: sPolicy, body: `{"v":1,"max_generations":0}`, code: events.ReasonBadValue, field: "max_generations"},
+	{name: "bad_value_max_generations_over", subject: sPolicy, body: `{"v":1,"max_generations":1048577}`, code: events.ReasonBadValue, field: "max_generations"},
+
+	// Tokens.
+	{name: "bad_token_empty", subject: sAck, body: `{"v":1,"lease_id":"","generation":1}`, code: events.ReasonBadToken, field: "lease_id"},
+	{name: "bad_token_reserved", subject: sAck, body: `{"v":1,"lease_id":"_","generation":1}`, code: events.ReasonBadToken, field: "lease_id"},
+	{name: "bad_token_space", subject: sAck, body: `{"v":1,"lease_id":"L 1","generation":1}`, code: events.ReasonBadToken, field: "lease_id"},
+	{name: "bad_token_dot", subject: sOffer, body: `{"v":1,"holder":"w.7"}`, code: events.ReasonBadToken, field: "holder"},
+	{name: "bad_token_too_long", subject: sAck, body: `{"v":1,"lease_id":"` + strings.Repeat("L", 65) + `","generation":1}`, code: events.ReasonBadToken, field: "lease_id"},
+	{name: "bad_token_non_ascii", subject: sAck, body: `{"v":1,"lease_id":"Lé","generation":1}`, code: events.ReasonBadToken, field: "lease_id"},
+	{name: "bad_token_actor", subject: sTick, body: `{"v":1,"actor":"coord 1"}`, code: events.ReasonBadToken, field: "actor"},
+	{name: "bad_token_lease_job", subject: sBatch, body: `{"v":1,"leases":[{"job":"a/b"}]}`, code: events.ReasonBadToken, field: "leases[0].job"},
+
+	// Enums.
+	{name: "bad_enum_outcome_case", subject: sResult, body: `{"v":1,"outcome":"success"}`, code: events.ReasonBadEnum, field: "outcome"},
+	{name: "bad_enum_outcome_unknown", subject: sResult, body: `{"v":1,"outcome":"SUCCEEDED"}`, code: events.ReasonBadEnum, field: "outcome"},
+	{name: "bad_enum_action_case", subject: sResolve, body: `{"v":1,"action":"Affirm"}`, code: events.ReasonBadEnum, field: "action"},
+	{name: "bad_enum_settle_success", subject: sResolve, body: `{"v":1,"action":"settle","outcome":"SUCCESS"}`, code: events.ReasonBadEnum, field: "outcome"},
+	{name: "bad_enum_resolve_success_before_action", subject: sResolve, body: `{"v":1,"outcome":"SUCCESS","action":"settle"}`, code: events.ReasonBadEnum, field: "outcome"},
+
+	// Times.
+	{name: "bad_time_no_zone", subject: sTick, body: `{"v":1,"sent_at":"2025-03-01T11:00:00"}`, code: events.ReasonBadTime, field: "sent_at"},
+	{name: "bad_time_space_separator", subject: sTick, body: `{"v":1,"sent_at":"2025-03-01 11:00:00Z"}`, code: events.ReasonBadTime, field: "sent_at"},
+	{name: "bad_time_date_only", subject: sTick, body: `{"v":1,"sent_at":"2025-03-01"}`, code: events.ReasonBadTime, field: "sent_at"},
+	{name: "bad_time_february_30", subject: sTick, body: `{"v":1,"sent_at":"2025-02-30T11:00:00Z"}`, code: events.ReasonBadTime, field: "sent_at"},
+	{name: "bad_time_year_9999", subject: sTick, body: `{"v":1,"sent_at":"9999-01-01T00:00:00Z"}`, code: events.ReasonBadTime, field: "sent_at"},
+	{name: "bad_time_year_1", subject: sTick, body: `{"v":1,"sent_at":"0001-01-01T00:00:00Z"}`, code: events.ReasonBadTime, field: "sent_at"},
+	{name: "bad_time_empty", subject: sTick, body: `{"v":1,"sent_at":""}`, code: events.ReasonBadTime, field: "sent_at"},
+
+	// Texts, batches.
+	{name: "too_large_text", subject: sCancel, body: `{"v":1,"reason":"` + strings.Repeat("a", events.MaxTextLen+1) + `"}`, code: events.ReasonTooLarge, field: "reason"},
+	{name: "too_large_text_multibyte", subject: sProgress, body: `{"v":1,"note":"` + strings.Repeat("é", events.MaxTextLen/2) + `a"}`, code: events.ReasonTooLarge, field: "note"},
+	{name: "too_large_text_escaped", subject: sResult, body: `{"v":1,"detail":"` + strings.Repeat(`\u00e9`, events.MaxTextLen/2+1) + `"}`, code: events.ReasonTooLarge, field: "detail"},
+	{name: "too_large_batch", subject: sBatch, body: batchBody(events.MaxBatch + 1), code: events.ReasonTooLarge, field: "leases"},
+
+	// Depth.
+	{name: "too_deep", subject: sCancel, body: `{"v":1,"reason":` + nest(8) + `}`, code: events.ReasonTooDeep, field: "reason"},
+	{name: "too_deep_hostile", subject: sCancel, body: `{"v":1,"reason":` + strings.Repeat("[", 60000), code: events.ReasonTooDeep, field: "reason"},
+	{name: "too_deep_objects", subject: sCancel, body: `{"v":1,"reason":` + strings.Repeat(`{"a":`, 8) + `1` + strings.Repeat("}", 8) + `}`, code: events.ReasonTooDeep, field: "reason"},
+	{name: "too_deep_in_lease", subject: sBatch, body: `{"v":1,"leases":[{"job":` + nest(6) + `}]}`, code: events.ReasonTooDeep, field: "leases[0].job"},
+	{name: "too_deep_lease_element", subject: sBatch, body: `{"v":1,"leases":[` + nest(7) + `]}`, code: events.ReasonTooDeep, field: "leases[0]"},
+
+	// Version.
+	{name: "unsupported_version_2", subject: sTick, body: `{"v":2}`, code: events.ReasonUnsupportedVersion, field: "v"},
+	{name: "unsupported_version_0", subject: sTick, body: `{"v":0}`, code: events.ReasonUnsupportedVersion, field: "v"},
+	{name: "unsupported_version_negative", subject: sTick, body: `{"v":-1}`, code: events.ReasonUnsupportedVersion, field: "v"},
+	{name: "unsupported_version_40_digits", subject: sTick, body: `{"v":` + strings.Repeat("1", 40) + `}`, code: events.ReasonUnsupportedVersion, field: "v"},
+	{name: "unsupported_version_wraps_to_1", subject: sTick, body: `{"v":18446744073709551617}`, code: events.ReasonUnsupportedVersion, field: "v"},
+	{name: "unsupported_version_beats_later_fields", subject: sAck, body: `{"v":2,"lease_id":"?","generation":0}`, code: events.ReasonUnsupportedVersion, field: "v"},
+
+	// Identity.
+	{name: "identity_mismatch_actor", subject: sAcquire, body: `{"v":1,"actor":"w-8"}`, code: events.ReasonIdentityMismatch, field: "actor"},
+	{name: "identity_mismatch_actor_case", subject: sAcquire, body: `{"v":1,"actor":"W-7"}`, code: events.ReasonIdentityMismatch, field: "actor"},
+	{name: "identity_mismatch_job", subject: sAcquire, body: `{"v":1,"job":"job-2"}`, code: events.ReasonIdentityMismatch, field: "job"},
+	{name: "identity_mismatch_job_on_tick", subject: sTick, body: `{"v":1,"job":"job-1"}`, code: events.ReasonIdentityMismatch, field: "job"},
+	{name: "identity_mismatch_no_job_on_tick", subject: sTick, body: `{"v":1,"job":"_"}`, code: events.ReasonIdentityMismatch, field: "job"},
+	{name: "identity_mismatch_job_on_batch", subject: sBatch, body: `{"v":1,"job":"a","leases":[` + leaseOK + `]}`, code: events.ReasonIdentityMismatch, field: "job"},
+	{name: "identity_mismatch_job_on_policy", subject: sPolicy, body: `{"v":1,"job":"bad token"}`, code: events.ReasonIdentityMismatch, field: "job"},
+
+	// Policy consistency.
+	{name: "bad_policy_min_above_default", subject: sPolicy, body: `{"v":1,` + strings.Replace(policyOK, `"min_lease_ms":100`, `"min_lease_ms":30001`, 1) + `}`, code: events.ReasonBadPolicy, field: "default_lease_ms"},
+	{name: "bad_policy_default_above_max", subject: sPolicy, body: `{"v":1,` + strings.Replace(policyOK, `"default_lease_ms":30000`, `"default_lease_ms":3600001`, 1) + `}`, code: events.ReasonBadPolicy, field: "default_lease_ms"},
+	{name: "bad_policy_max_above_lifetime", subject: sPolicy, body: `{"v":1,` + strings.Replace(policyOK, `"max_lifetime_ms":86400000`, `"max_lifetime_ms":3599999`, 1) + `}`, code: events.ReasonBadPolicy, field: "max_lease_ms"},
+}
+
+// sentinels maps every decode reason to its sentinel.
+var sentinels = map[events.Reason]error{
+	events.ReasonBadSubject:         events.ErrBadSubject,
+	events.ReasonWrongRole:          events.ErrWrongRole,
+	events.ReasonSyntaxError:        events.ErrSyntax,
+	events.ReasonNotObject:          events.ErrNotObject,
+	events.ReasonUnknownField:       events.ErrUnknownField,
+	events.ReasonDuplicateKey:       events.ErrDuplicateKey,
+	events.ReasonCaseVariantKey:     events.ErrCaseVariantKey,
+	events.ReasonInvalidUtf8:        events.ErrInvalidUTF8,
+	events.ReasonControlChar:        events.ErrControlChar,
+	events.ReasonTrailingData:       events.ErrTrailingData,
+	events.ReasonMissingField:       events.ErrMissingField,
+	events.ReasonWrongType:          events.ErrWrongType,
+	events.ReasonNullValue:          events.ErrNullValue,
+	events.ReasonBadNumber:          events.ErrBadNumber,
+	events.ReasonBadDuration:        events.ErrBadDuration,
+	events.ReasonBadSequence:        events.ErrBadSequence,
+	events.ReasonBadValue:           events.ErrBadValue,
+	events.ReasonBadToken:           events.ErrBadToken,
+	events.ReasonBadEnum:            events.ErrBadEnum,
+	events.ReasonBadTime:            events.ErrBadTime,
+	events.ReasonTooLarge:           events.ErrTooLarge,
+	events.ReasonTooDeep:            events.ErrTooDeep,
+	events.ReasonUnsupportedVersion: events.ErrUnsupportedVersion,
+	events.ReasonIdentityMismatch:   events.ErrIdentityMismatch,
+	events.ReasonBadPolicy:          events.ErrBadPolicy,
+}
+
+// sameInput compares two Inputs, a nil and an empty Leases alike.
+func sameInput(a, b *events.Input) bool {
+	x, y := *a, *b
+	if len(x.Leases) == 0 && len(y.Leases) == 0 {
+		x.Leases, y.Leases = nil, nil
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func TestDecodeInputValid(t *testing.T) {
+	for _, c := range validCases {
+		t.Run(c.name, func(t *testing.T) {
+			var in events.Input
+			if err := events.DecodeInput(c.subject, []byte(c.body), &in); err != nil {
+				t.Fatalf("DecodeInput: %v", err)
+			}
+			if !sameInput(&in, c.want) {
+				t.Fatalf("decoded\n%+v\nwant\n%+v", in, *c.want)
+			}
+		})
+	}
+}
+
+func TestDecodeInputErrors(t *testing.T) {
+	for _, c := range errorCases {
+		t.Run(c.name, func(t *testing.T) {
+			in := events.Input{Holder: "stale", Text: "stale", Leases: make([]events.LeaseRef, 2, 4)}
+			err := events.DecodeInput(c.subject, []byte(c.body), &in)
+			if err == nil {
+				t.Fatalf("no error; decoded %+v", in)
+			}
+			sentinel, ok := sentinels[c.code]
+			if !ok {
+				t.Fatalf("no sentinel for %q", c.code)
+			}
+			if !errors.Is(err, sentinel) {
+				t.Fatalf("error %v, want %s", err, c.code)
+			}
+			var de *events.DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("error %T is not a *DecodeError", err)
+			}
+			if de.Field != c.field {
+				t.Errorf("Field %q, want %q (%v)", de.Field, c.field, err)
+			}
+			if de.Detail == "" {
+				t.Errorf("no Detail: %v", err)
+			}
+			// The identity is filled as far as the subject parse got; the rest is zero.
+			s, _ := events.ParseInputSubject(c.subject)
+			want := events.Input{Role: s.Role, Actor: s.Actor, Job: s.Job, Verb: s.Verb}
+			if !sameInput(&in, &want) || cap(in.Leases) < 4 {
+				t.Errorf("after the error in is %+v (cap(Leases) %d), want %+v", in, cap(in.Leases), want)
+			}
+		})
+	}
+}
+
+// Every decode reason has at least one case, and every case name is unique.
+func TestDecodeCasesCoverEveryReason(t *testing.T) {
+	seen := map[string]bool{}
+	covered := map[events.Reason]bool{}
+	for _, c := range append(append([]decodeCase{}, validCases...), errorCases...) {
+		if seen[c.name] {
+			t.Errorf("duplicate case name %q", c.name)
+		}
+		seen[c.name] = true
+		covered[c.code] = true
+		if c.code != "" && !c.code.Known() {
+			t.Errorf("%s: unknown reason %q", c.name, c.code)
+		}
+	}
+	for r := range sentinels {
+		if !covered[r] {
+			t.Errorf("no case for %s", r)
+		}
+	}
+}
+
+func TestDecodeInputDeterministic(t *testing.T) {
+	for _, c := range errorCases {
+		var a, b events.Input
+		e1 := events.DecodeInput(c.subject, []byte(c.body), &a)
+		e2 := events.DecodeInput(c.subject, []byte(c.body), &b)
+		if e1.Error() != e2.Error() {
+			t.Errorf("%s: %v then %v", c.name, e1, e2)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, c := range validCases {
+		t.Run(c.name, func(t *testing.T) {
+			body := events.AppendInputBody(nil, c.want)
+			var in events.Input
+			if err := events.DecodeInput(c.subject, body, &in); err != nil {
+				t.Fatalf("DecodeInput(%s): %v", body, err)
+			}
+			if !sameInput(&in, c.want) {
+				t.Fatalf("round trip of %s\n%+v\nwant\n%+v", body, in, *c.want)
+			}
+			if again := events.AppendInputBody(nil, &in); !bytes.Equal(again, body) {
+				t.Fatalf("not canonical:\n%s\n%s", body, again)
+			}
+			if !json.Valid(body) {
+				t.Fatalf("AppendInputBody wrote invalid JSON: %s", body)
+			}
+		})
+	}
+}
+
+func TestAppendInputBodyCanonical(t *testing.T) {
+	byName := map[string]*events.Input{}
+	for _, c := range validCases {
+		byName[c.name] = c.want
+	}
+	for name, want := range map[string]string{
+		"offer_full":               `{"v":1,"sent_at":"2025-03-01T11:00:00.5Z","holder":"w-7","lease_ms":30000,"ack_timeout_ms":5000}`,
+		"acquire_minimal":          `{"v":1}`,
+		"renew_single":             `{"v":1,"sent_at":"2025-03-01T11:00:00Z","lease_id":"L-1","generation":2,"renew_seq":5,"lease_ms":60000}`,
+		"renew_batch":              `{"v":1,"leases":[{"job":"a","lease_id":"L-1","generation":1,"renew_seq":1},{"job":"b","lease_id":"L-2","generation":9007199254740991,"renew_seq":3,"lease_ms":1500}]}`,
+		"progress_zero_with_note":  `{"v":1,"lease_id":"L-1","generation":1,"progress_seq":4,"value":0,"note":"50% \"done\" é😀 café/x 日本 \\"}`,
+		"cancel_bare":              `{"v":1}`,
+		"cancel_lease_reason":      `{"v":1,"lease_id":"L-1","generation":2,"reason":"operator asked"}`,
+		"result_cancelled":         `{"v":1,"lease_id":"L-1","generation":2,"outcome":"CANCELLED"}`,
+		"resolve_affirm":           `{"v":1,"action":"affirm","holder":"w-7","lease_id":"L-1","generation":3,"reason":"w-7 is right"}`,
+		"resolve_settle_cancelled": `{"v":1,"action":"settle","outcome":"CANCELLED"}`,
+		"resolve_revoke":           `{"v":1,"action":"revoke","reason":"stuck"}`,
+		"policy_default":           `{"v":1,` + policyOK + `}`,
+		"tick_sent_at_before_1970": `{"v":1,"sent_at":"1970-01-01T00:29:59Z"}`,
+	} {
+		in, ok := byName[name]
+		if !ok {
+			t.Fatalf("no case %s", name)
+		}
+		if got := string(events.AppendInputBody(nil, in)); got != want {
+			t.Errorf("%s:\n got %s\nwant %s", name, got, want)
+		}
+	}
+	// Appends; escapes control characters (which DecodeInput then rejects).
+	in := events.Input{Verb: events.VerbCancel, Text: "a\"\\\n\x7f"}
+	if got, want := string(events.AppendInputBody([]byte("x"), &in)), `x{"v":1,"reason":"a\"\\\u000a\u007f"}`; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+func TestDecodeInputReusesLeases(t *testing.T) {
+	in := events.Input{Leases: make([]events.LeaseRef, 0, 300)}
+	p := &in.Leases[:1][0]
+	if err := events.DecodeInput(sBatch, []byte(batchBody(events.MaxBatch)), &in); err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Leases) != events.MaxBatch || &in.Leases[0] != p {
+		t.Fatalf("leases not decoded into the given array: len %d", len(in.Leases))
+	}
+	if err := events.DecodeInput(sRenew, []byte(`{"v":1,`+renewOK+`}`), &in); err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Leases) != 1 || &in.Leases[0] != p || in.Leases[0] != (events.LeaseRef{Job: "job-1", LeaseID: "L-1", Generation: 2, RenewSeq: 5}) {
+		t.Fatalf("single renew leases %+v", in.Leases)
+	}
+	if err := events.DecodeInput(sTick, []byte(`{"v":1}`), &in); err != nil {
+		t.Fatal(err)
+	}
+	if want := *with(idTick, events.VerbNone, nil); !sameInput(&in, &want) || cap(in.Leases) != 300 {
+		t.Fatalf("tick after renew: %+v", in)
+	}
+	// A batch element starts from zero even where the array held a lease.
+	in.Leases = append(in.Leases[:0], events.LeaseRef{Job: "old", LeaseID: "old", Generation: 9, RenewSeq: 9, LeaseMS: 9})
+	err := events.DecodeInput(sBatch, []byte(`{"v":1,"leases":[{"job":"a","lease_id":"L-1","generation":1}]}`), &in)
+	if !errors.Is(err, events.ErrMissingField) {
+		t.Fatalf("err %v, want missing renew_seq", err)
+	}
+}
+
+func TestDecodeInputSubjectErrorKeepsPartialIdentity(t *testing.T) {
+	var in events.Input
+	err := events.DecodeInput("tenure.in.ops.disp-1.job-1.renew", []byte(`{"v":1}`), &in)
+	if !errors.Is(err, events.ErrWrongRole) {
+		t.Fatalf("err %v", err)
+	}
+	if in.Role != events.RoleOps || in.Actor != "disp-1" || in.Job != "job-1" || in.Verb != events.VerbRenew {
+		t.Fatalf("identity not kept: %+v", in)
+	}
+	err = events.DecodeInput("garbage", []byte(`{"v":1}`), &in)
+	if !errors.Is(err, events.ErrBadSubject) || !sameInput(&in, &events.Input{}) {
+		t.Fatalf("err %v, in %+v", err, in)
+	}
+}
+
+func TestDecodeInputDoesNotAliasBody(t *testing.T) {
+	body := []byte(`{"v":1,"lease_id":"L-1","generation":2,"outcome":"FAILED","detail":"d\u00e9tail"}`)
+	var in events.Input
+	if err := events.DecodeInput(sResult, body, &in); err != nil {
+		t.Fatal(err)
+	}
+	for i := range body {
+		body[i] = 'x'
+	}
+	if in.LeaseID != "L-1" || in.Text != "détail" {
+		t.Fatalf("decoded strings alias the body: %+v", in)
+	}
+}
+
+const renewBody = `{"v":1,"sent_at":"2025-03-01T11:00:00.123456789Z","lease_id":"lease-0001","generation":3,"renew_seq":17,"lease_ms":30000}`
+
+func TestDecodeRenewAllocs(t *testing.T) {
+	var in events.Input
+	body := []byte(renewBody)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err := events.DecodeInput(sRenew, body, &in); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 3 {
+		t.Fatalf("%.1f allocations per renew, want at most 3", allocs)
+	}
+}
+
+// encoding/json accepts every one of these bodies (into a struct with the
+// renew fields); DecodeInput rejects each with its own reason.
+func TestEncodingJSONWouldAccept(t *testing.T) {
+	type renew struct {
+		V          int    `json:"v"`
+		LeaseID    string `json:"lease_id"`
+		Generation uint64 `json:"generation"`
+		RenewSeq   uint64 `json:"renew_seq"`
+	}
+	for _, c := range []struct {
+		body string
+		err  error
+	}{
+		{`{"v":1,"lease_id":"L-1","generation":1,"renew_seq":1,"generation":2}`, events.ErrDuplicateKey},
+		{`{"v":1,"LEASE_ID":"L-1","generation":1,"renew_seq":1}`, events.ErrCaseVariantKey},
+		{`{"v":1,"lease_id":"L-1","generation":1,"renew_seq":1,"extra":true}`, events.ErrUnknownField},
+		{"{\"v\":1,\"lease_id\":\"L\xff1\",\"generation\":1,\"renew_seq\":1}", events.ErrInvalidUTF8},
+		{`{"v":1,"lease_id":"L\ud8001","generation":1,"renew_seq":1}`, events.ErrInvalidUTF8},
+		{`{"v":1,"lease_id":"L\u00001","generation":1,"renew_seq":1}`, events.ErrControlChar},
+		{`{"v":1,"lease_id":"L-1","generation":1,"renew_seq":null}`, events.ErrNullValue},
+		{`{"v":1,"lease_id":"L-1","generation":1}`, events.ErrMissingField},
+		{`{"v":1,"lease_id":"L-1","generation":0,"renew_seq":1}`, events.ErrBadSequence},
+		{`{"v":1,"lease_id":"L-1","generation":9007199254740993,"renew_seq":1}`, events.ErrBadSequence},
+	} {
+		var r renew
+		if err := json.Unmarshal([]byte(c.body), &r); err != nil {
+			t.Errorf("encoding/json rejected %s: %v", c.body, err)
+		}
+		var in events.Input
+		if err := events.DecodeInput(sRenew, []byte(c.body), &in); !errors.Is(err, c.err) {
+			t.Errorf("DecodeInput(%s) = %v, want %v", c.body, err, c.err)
+		}
+	}
+}
+
+func BenchmarkDecodeRenew(b *testing.B) {
+	var in events.Input
+	body := []byte(renewBody)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := events.DecodeInput(sRenew, body, &in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeRenewNoSentAt(b *testing.B) {
+	var in events.Input
+	body := []byte(`{"v":1,"lease_id":"lease-0001","generation":3,"renew_seq":17,"lease_ms":30000}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := events.DecodeInput(sRenew, body, &in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeBatch64(b *testing.B) {
+	var in events.Input
+	body := []byte(batchBody(64))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := events.DecodeInput(sBatch, body, &in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeRejectUnknownField(b *testing.B) {
+	var in events.Input
+	body := []byte(`{"v":1,"lease_id":"lease-0001","generation":3,"renew_seq":17,"bogus":1}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := events.DecodeInput(sRenew, body, &in); err == nil {
+			b.Fatal("accepted")
+		}
+	}
+}
+
+func BenchmarkAppendInputBodyRenew(b *testing.B) {
+	var in events.Input
+	if err := events.DecodeInput(sRenew, []byte(renewBody), &in); err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = events.AppendInputBody(buf[:0], &in)
+	}
+}
