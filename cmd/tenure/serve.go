@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/streams"
+)
+
+// connFlags are the usual NATS connection options, shared by every command
+// that talks to a server.
+type connFlags struct {
+	url, creds, nkey, user, password, tlsCA, tlsCert, tlsKey string
+}
+
+func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
+	fs.StringVar(&c.url, "nats-url", os.Getenv("NATS_URL"), urlHelp+" (env NATS_URL)")
+	fs.StringVar(&c.creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&c.nkey, "nkey", "", "NATS nkey seed file")
+	fs.StringVar(&c.user, "user", "", "NATS user")
+	fs.StringVar(&c.password, "password", "", "NATS password")
+	fs.StringVar(&c.tlsCA, "tlsca", "", "CA certificate file to verify the server")
+	fs.StringVar(&c.tlsCert, "tlscert", "", "client certificate file")
+	fs.StringVar(&c.tlsKey, "tlskey", "", "client private key file")
+}
+
+func (c *connFlags) connect(name string) (*nats.Conn, error) {
+	return streams.Connect(streams.ConnectConfig{
+		URL: c.url, Name: name, CredsFile: c.creds, NKeySeedFile: c.nkey,
+		User: c.user, Password: c.password, TLSCAFile: c.tlsCA, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
+	})
+}
+
+// newLogger returns coloured text logs on a terminal (tint), JSON otherwise
+// when asked.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("%w: bad --log-level %q", errUsage, level)
+	}
+	switch format {
+	case "text":
+		noColor := true
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				noColor = os.Getenv("NO_COLOR") != ""
+			}
+		}
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: noColor})), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+	}
+	return nil, fmt.Errorf("%w: --log-format must be text or json, not %q", errUsage, format)
+}
+
+// defaultID is a coordinator id made of the host name and process id.
+func defaultID() string {
+	host, _ := os.Hostname()
+	var b strings.Builder
+	for _, r := range "c-" + host {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			b.WriteRune(r)
+		}
+		if b.Len() >= 48 {
+			break
+		}
+	}
+	return b.String() + "-" + strconv.Itoa(os.Getpid())
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", stderr)
+	var conn connFlags
+	conn.register(fs, "connect to this NATS server or cluster instead of running the embedded one")
+	data := fs.String("data", "./tenure-data", "data directory of the embedded nats-server")
+	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded nats-server")
+	sync := fs.String("sync", "always", "embedded server durability: always (fsync before every ack) or interval (lazier; see README)")
+	serverConf := fs.String("server-config", "", "nats-server configuration file for the embedded server (authorization, TLS)")
+	id := fs.String("id", defaultID(), "coordinator id (its actor token on tick and policy inputs)")
+	leaderTTL := fs.Duration("leader-ttl", coordinator.DefaultLeaderTTL, "lifetime of the leadership entry; a standby takes over after it")
+	snapEvery := fs.Int("snapshot-every", coordinator.DefaultSnapshotEvery, "inputs between snapshots (negative: never)")
+	snapInterval := fs.Duration("snapshot-interval", coordinator.DefaultSnapshotInterval, "time between snapshots")
+	replicas := fs.Int("replicas", 1, "stream replicas when creating the topology on a cluster")
+	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	if *sync != "always" && *sync != "interval" {
+		return fmt.Errorf("%w: --sync must be always or interval", errUsage)
+	}
+
+	if conn.url == "" {
+		host, portStr, err := net.SplitHostPort(*listen)
+		if err != nil {
+			return fmt.Errorf("%w: --listen: %v", errUsage, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return fmt.Errorf("%w: --listen port: %v", errUsage, err)
+		}
+		dir, err := filepath.Abs(*data)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		srv, err := streams.StartEmbedded(streams.EmbeddedConfig{
+			DataDir: dir, Host: host, Port: port, SyncAlways: *sync == "always",
+			ConfigFile: *serverConf, ServerName: "tenure", Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		conn.url = srv.ClientURL()
+		log.Info("embedded nats-server ready", "data", dir, "sync", *sync)
+	}
+	nc, err := conn.connect("tenure-coordinator-" + *id)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	c, err := coordinator.New(coordinator.Config{
+		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas}, LeaderTTL: *leaderTTL,
+		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	svc, err := addStatusService(nc, c, *id)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Stop() }()
+	log.Info("tenure serving: connect workers to "+conn.url, "nats_url", conn.url, "coordinator", *id,
+		"inputs", "tenure.in.<role>.<actor>.<job>.<verb>", "decisions", "tenure.out.<addressee>.<job>.<kind>")
+	err = c.Run(ctx)
+	log.Info("tenure stopped")
+	return err
+}
+
+// status is what `nats micro info tenure` / `nats micro stats tenure` shows
+// in the endpoint data, and what the status endpoint answers.
+type status struct {
+	coordinator.Stats
+	InputStreamSeq uint64 `json:"input_stream_seq"`
+	Lag            uint64 `json:"lag"` // inputs stored but not folded yet
+	Leader         string `json:"leader"`
+}
+
+func currentStatus(ctx context.Context, js jetstream.JetStream, c *coordinator.Coordinator) status {
+	st := status{Stats: c.Stats()}
+	if s, err := js.Stream(ctx, streams.Topology{}.InputStream()); err == nil {
+		if info, err := s.Info(ctx); err == nil {
+			st.InputStreamSeq = info.State.LastSeq
+			if st.InputStreamSeq > st.InputsFolded {
+				st.Lag = st.InputStreamSeq - st.InputsFolded
+			}
+		}
+	}
+	if kv, err := js.KeyValue(ctx, streams.Topology{}.LeaderBucket()); err == nil {
+		if e, err := kv.Get(ctx, "leader"); err == nil {
+			st.Leader = string(e.Value())
+		}
+	}
+	return st
+}
+
+// addStatusService registers the coordinator as a NATS micro service
+// "tenure" with a "status" endpoint.
+func addStatusService(nc *nats.Conn, c *coordinator.Coordinator, id string) (micro.Service, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	stats := func() any {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return currentStatus(ctx, js, c)
+	}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:         "tenure",
+		Version:      version,
+		Description:  "Tenure lease coordinator " + id,
+		Metadata:     map[string]string{"coordinator": id},
+		StatsHandler: func(*micro.Endpoint) any { return stats() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("status service: %w", err)
+	}
+	err = svc.AddEndpoint("status", micro.HandlerFunc(func(r micro.Request) {
+		b, _ := json.Marshal(stats())
+		_ = r.Respond(b)
+	}), micro.WithEndpointSubject("tenure.status."+id))
+	if err != nil {
+		return nil, fmt.Errorf("status endpoint: %w", err)
+	}
+	return svc, nil
+}
