@@ -359,12 +359,10 @@ func (d *inputDecoder) err() *DecodeError {
 
 func (d *inputDecoder) ws() {
 	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
+		if c := d.b[d.i]; c > ' ' || c != ' ' && c != '\t' && c != '\n' && c != '\r' {
 			return
 		}
+		d.i++
 	}
 }
 

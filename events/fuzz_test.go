@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/maknow/tenure/events"
 )
@@ -103,6 +105,43 @@ func FuzzTokenRule(f *testing.F) {
 			}
 		} else if !errors.Is(err, events.ErrBadToken) {
 			t.Fatalf("%q: %v, want bad_token", s, err)
+		}
+	})
+}
+
+// FuzzSentAt checks that sent_at is read exactly as time.Parse with
+// time.RFC3339Nano reads it (the decoder has a fast path for the common
+// form), and rejected with bad_time when time.Parse fails or the instant has
+// no int64 Unix nanosecond value.
+func FuzzSentAt(f *testing.F) {
+	for _, s := range []string{
+		"2025-03-01T11:00:00Z", "2025-03-01T11:00:00.5+01:00", "2024-02-29T23:59:59.999999999-23:59",
+		"2023-02-29T00:00:00Z", "2000-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2025-04-31T00:00:00Z",
+		"1677-09-21T00:12:43.145224192Z", "1677-09-21T00:12:43.145224191Z",
+		"2262-04-11T23:47:16.854775807Z", "2262-04-11T23:47:16.854775808Z", "0000-01-01T00:00:00Z",
+		"9999-12-31T23:59:59.999999999Z", "2025-03-01T11:00:00,5Z", "2025-03-01t11:00:00z",
+		"2025-03-01T24:00:00Z", "2025-03-01T11:00:60Z", "2025-03-01T11:00:00.1234567891Z",
+		"2025-03-01T11:00:00.Z", "2025-03-01T11:00:00-00:00", "2025-03-01T11:00:00+24:00",
+		"2025-03-01T11:00:00+01:60", "2025-03-01T11:00:00+0100", "2025-3-01T11:00:00Z", "1970-01-01T00:00:00Z",
+	} {
+		f.Add(s)
+	}
+	minT, maxT := time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
+	f.Fuzz(func(t *testing.T, s string) {
+		for i := 0; i < len(s); i++ {
+			if s[i] < 0x20 || s[i] == '"' || s[i] == '\\' || s[i] >= 0x7f {
+				return // keep to strings that need no escaping
+			}
+		}
+		var in events.Input
+		err := events.DecodeInput(sTick, []byte(`{"v":1,"sent_at":"`+s+`"}`), &in)
+		tm, perr := time.Parse(time.RFC3339Nano, s)
+		if perr == nil && !tm.Before(minT) && !tm.After(maxT) {
+			if err != nil || in.SentAt != tm.UnixNano() {
+				t.Fatalf("%q: SentAt %d, err %v; time.Parse gives %d", s, in.SentAt, err, tm.UnixNano())
+			}
+		} else if !errors.Is(err, events.ErrBadTime) {
+			t.Fatalf("%q: err %v, want bad_time (time.Parse: %v, %v)", s, err, tm, perr)
 		}
 	})
 }

@@ -300,6 +300,7 @@ func (p *Projector) ack() {
 	case j.AckState == events.AckAcked && j.State == events.StateActive:
 		p.duplicate(j, events.ReasonDuplicateAck)
 	case j.AckState == events.AckAcked && j.LeaseExpired:
+		j.Late++
 		p.emit(j, events.KindLostAuthority, events.ReasonLeaseExpired, in.Actor)
 	case j.State == events.StateOffered:
 		j.State = events.StateActive
