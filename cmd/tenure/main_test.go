@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// `tenure serve` with the embedded server: it logs where to connect, a
+// worker acquiring a lease gets its verdict, and SIGINT (ctx) stops it with
+// exit status 0.
+func TestServeEmbedded(t *testing.T) {
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1"}, &bytes.Buffer{}, &stderr)
+	}()
+	re := regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`)
+	var url string
+	deadline := time.Now().Add(20 * time.Second)
+	for url == "" {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			url = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connect line in the log:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	var ack *jetstream.PubAck
+	for {
+		ack, err = js.Publish(ctx, "tenure.in.worker.w1.report-42.acquire", []byte(`{"v":1,"lease_ms":30000}`))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the coordinator creates the streams
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(ctx, "TENURE_OUT", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"tenure.out.w1.report-42.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatalf("no verdict: %v\n%s", err, stderr.String())
+	}
+	d, err := events.DecodeDecision(m.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cause != ack.Sequence || d.Kind != events.KindGranted || d.Job.Holder != "w1" {
+		t.Fatalf("verdict %+v", d)
+	}
+	// The status service answers.
+	resp, err := nc.Request("tenure.status.c1", nil, 5*time.Second)
+	if err != nil || !strings.Contains(string(resp.Data), `"live":true`) {
+		t.Fatalf("status: %v %s", err, resp.Data)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"nope"}, {"serve", "--sync", "sometimes"}, {"serve", "--log-format", "xml"}, {"serve", "extra"}} {
+		if code := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
+			t.Errorf("tenure %v: exit %d, want 2", args, code)
+		}
+	}
+}
