@@ -27,6 +27,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the coordinator (embedded nats-server by default)", runServe},
+		{"watch", "print decisions live, filtered by job, holder and kind", runWatch},
+		{"status", "show every running coordinator: live or standby, lag, snapshot", runStatus},
 		{"version", "print the version", func(_ context.Context, _ []string, out, _ io.Writer) error {
 			_, err := fmt.Fprintln(out, "tenure", version)
 			return err

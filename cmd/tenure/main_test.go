@@ -93,6 +93,22 @@ func TestServeEmbedded(t *testing.T) {
 	if err != nil || !strings.Contains(string(resp.Data), `"live":true`) {
 		t.Fatalf("status: %v %s", err, resp.Data)
 	}
+	// tenure status sees the live coordinator; tenure watch replays the verdict.
+	var out bytes.Buffer
+	if code := run(ctx, []string{"status", "--nats-url", url}, &out, &stderr); code != 0 || !regexp.MustCompile(`c1\s+live`).MatchString(out.String()) {
+		t.Fatalf("status exit %d:\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := run(ctx, []string{"watch", "--nats-url", url, "--all", "--job", "report-42", "-n", "1", "--format", "json"}, &out, &stderr); code != 0 {
+		t.Fatalf("watch exit %d", code)
+	}
+	if w, err := events.DecodeDecision(bytes.TrimSpace(out.Bytes())); err != nil || w.Kind != events.KindGranted || w.Cause != ack.Sequence {
+		t.Fatalf("watch printed %q (%v)", out.String(), err)
+	}
+	out.Reset()
+	if code := run(ctx, []string{"watch", "--nats-url", url, "--all", "--holder", "w1", "-n", "1"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), "granted") {
+		t.Fatalf("watch table exit %d:\n%s", code, out.String())
+	}
 	cancel()
 	select {
 	case code := <-done:
