@@ -1,0 +1,631 @@
+// Package coordinator is Tenure's single-writer I/O loop around the pure
+// fold: it consumes the input stream strictly in order, folds each input
+// with the projector, and appends the decisions to the decision stream in
+// order, each fenced with Nats-Expected-Last-Sequence and deduplicated by a
+// deterministic Nats-Msg-Id.
+//
+// A coordinator is either a warm standby or live. A standby follows both
+// streams and re-derives every stored decision from the stored inputs,
+// byte for byte; a mismatch is ErrDivergence and the coordinator refuses to
+// go live. Leadership is a JetStream KV entry created with Create and renewed
+// by compare-and-set; the decision stream's expected-sequence check, not the
+// KV entry, is the fence: an append refused for a wrong last sequence means
+// another writer has authority, and the coordinator stops writing at once
+// and falls back to standby.
+//
+// Time: the fold judges inputs by their stored timestamps. When a deadline
+// is due and no input has advanced time past it, the live coordinator
+// appends a tick input; the tick's stored timestamp fires the deadline.
+//
+// Restart is the same path as taking over: load the latest snapshot (if its
+// decision position checks out), fold the inputs after it without publishing
+// while verifying the stored decisions, append whatever decisions of the
+// last input are missing, then go live. Nothing is lost or appended twice,
+// whatever the crash point.
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
+)
+
+// ErrDivergence means a stored decision differs from the one the fold derives
+// from the stored inputs (or the decision chain has a gap or fork). The
+// coordinator refuses to go live: an operator must audit the log.
+var ErrDivergence = errors.New("coordinator: stored decisions diverge from the fold")
+
+// Defaults of Config.
+const (
+	DefaultLeaderTTL        = 3 * time.Second
+	DefaultSnapshotEvery    = 100_000
+	DefaultSnapshotInterval = time.Minute
+	DefaultMaxInflight      = 4096
+	DefaultTickSlack        = time.Millisecond
+	leaderKey               = "leader"
+	snapshotName            = "projector"
+	headerSnapInput         = "Tenure-Input-Seq"
+	headerSnapDecision      = "Tenure-Decision-Seq"
+)
+
+// Config configures a coordinator.
+type Config struct {
+	ID               string           // identity: actor token of its tick and policy inputs
+	Conn             *nats.Conn       // connection to the NATS server or cluster
+	Topology         streams.Topology // stream and bucket names
+	LeaderTTL        time.Duration    // leadership entry lifetime; renewed every third of it
+	SnapshotEvery    int              // inputs between snapshots; negative disables snapshots
+	SnapshotInterval time.Duration    // time between snapshots when inputs arrived
+	MaxInflight      int              // decision appends awaiting their ack
+	TickSlack        time.Duration    // how long after a deadline to append a tick
+	Logger           *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.LeaderTTL == 0 {
+		c.LeaderTTL = DefaultLeaderTTL
+	}
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if c.MaxInflight == 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.TickSlack == 0 {
+		c.TickSlack = DefaultTickSlack
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Coordinator runs the fold over JetStream. Create it with New, run it with Run.
+type Coordinator struct {
+	cfg Config
+	log *slog.Logger
+	js  jetstream.JetStream
+	h   *streams.Handles
+
+	folded       atomic.Uint64 // last input sequence folded
+	appended     atomic.Uint64 // last decision sequence acknowledged by the stream
+	live         atomic.Bool
+	lostAuth     atomic.Uint64 // appends refused for a wrong last sequence
+	sessions     atomic.Uint64 // times the coordinator (re)synchronised
+	snapMu       sync.Mutex
+	snapInputSeq uint64
+	snapAt       time.Time
+}
+
+// Stats is a point-in-time view of a coordinator, safe to read from any goroutine.
+type Stats struct {
+	ID              string    `json:"id"`
+	Live            bool      `json:"live"`
+	InputsFolded    uint64    `json:"inputs_folded"`    // sequence of the last input folded
+	DecisionsStored uint64    `json:"decisions_stored"` // last decision sequence acknowledged
+	SnapshotSeq     uint64    `json:"snapshot_input_seq"`
+	SnapshotAt      time.Time `json:"snapshot_at"`
+	LostAuthority   uint64    `json:"lost_authority"` // appends refused: another writer had authority
+	Sessions        uint64    `json:"sessions"`       // synchronisations from the streams (1 + restarts of the loop)
+}
+
+// New checks the configuration.
+func New(cfg Config) (*Coordinator, error) {
+	cfg = cfg.withDefaults()
+	if !events.ValidToken(cfg.ID) {
+		return nil, fmt.Errorf("coordinator: invalid id %q: want 1 to %d of [A-Za-z0-9_-]", cfg.ID, events.MaxTokenLen)
+	}
+	if cfg.Conn == nil {
+		return nil, errors.New("coordinator: no NATS connection")
+	}
+	js, err := jetstream.New(cfg.Conn,
+		jetstream.WithPublishAsyncMaxPending(cfg.MaxInflight),
+		jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+	}
+	return &Coordinator{cfg: cfg, log: cfg.Logger.With("coordinator", cfg.ID), js: js}, nil
+}
+
+// Stats returns the current statistics.
+func (c *Coordinator) Stats() Stats {
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	return Stats{
+		ID: c.cfg.ID, Live: c.live.Load(), InputsFolded: c.folded.Load(), DecisionsStored: c.appended.Load(),
+		SnapshotSeq: c.snapInputSeq, SnapshotAt: c.snapAt,
+		LostAuthority: c.lostAuth.Load(), Sessions: c.sessions.Load(),
+	}
+}
+
+// Run creates the topology if needed and coordinates until ctx ends (nil)
+// or the stored decisions diverge from the fold (ErrDivergence). Losing
+// authority or a transient JetStream failure makes it resynchronise from the
+// streams and stand by, never exit.
+func (c *Coordinator) Run(ctx context.Context) error {
+	h, err := streams.Ensure(ctx, c.js, c.cfg.Topology, c.cfg.LeaderTTL)
+	if err != nil {
+		return err
+	}
+	c.h = h
+	backoff := 50 * time.Millisecond
+	for {
+		err := c.session(ctx)
+		c.live.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrDivergence) {
+			c.log.Error("refusing to go live", "err", err)
+			return err
+		}
+		if err != nil {
+			c.log.Warn("resynchronising", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// session is one pass of standby then live, from a fresh projector.
+type session struct {
+	c    *Coordinator
+	ctx  context.Context
+	p    *projector.Projector
+	in   *reader
+	out  *reader
+	pend []pending // derived decisions not yet matched or appended
+
+	decSeq     uint64     // last decision sequence verified or appended
+	acked      uint64     // last decision sequence acknowledged
+	inflight   []inflight // appends awaiting their ack, oldest first
+	leaderRev  uint64
+	buf        []byte
+	lastTickAt int64 // the deadline the last tick was appended for
+	ticks      int
+
+	sinceSnap int
+	snapTime  time.Time
+	snapWait  *snapshot // taken, waiting for its decisions to be acknowledged
+	snapCh    chan snapshot
+}
+
+type pending struct {
+	subject string
+	n, of   uint16
+	cause   uint64
+	body    []byte
+}
+
+type inflight struct {
+	f      jetstream.PubAckFuture
+	decSeq uint64
+}
+
+type snapshot struct {
+	inputSeq, decSeq uint64
+	data             []byte
+}
+
+func (c *Coordinator) session(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.sessions.Add(1)
+	s := &session{c: c, ctx: ctx, p: projector.New(), snapTime: time.Now()}
+	s.loadSnapshot()
+	c.folded.Store(s.p.LastSeq())
+	var err error
+	if s.in, err = startReader(ctx, c.js, c.cfg.Topology.InputStream(), s.p.LastSeq()+1, 4096); err != nil {
+		return err
+	}
+	defer s.in.stop()
+	if s.out, err = startReader(ctx, c.js, c.cfg.Topology.DecisionStream(), s.decSeq+1, 4096); err != nil {
+		return err
+	}
+	defer s.out.stop()
+	if err := s.standby(); err != nil {
+		return err
+	}
+	c.live.Store(true)
+	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
+	err = s.runLive()
+	s.stepDown()
+	return err
+}
+
+// loadSnapshot restores the latest snapshot if its position is consistent
+// with the decision stream; otherwise the session folds from the start.
+func (s *session) loadSnapshot() {
+	c := s.c
+	if c.cfg.SnapshotEvery < 0 {
+		return
+	}
+	obj, err := c.h.Snapshots.Get(s.ctx, snapshotName)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrObjectNotFound) {
+			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
+		}
+		return
+	}
+	defer obj.Close()
+	info, err := obj.Info()
+	if err != nil {
+		c.log.Warn("snapshot unreadable, folding from the start", "err", err)
+		return
+	}
+	inSeq, err1 := strconv.ParseUint(info.Headers.Get(headerSnapInput), 10, 64)
+	decSeq, err2 := strconv.ParseUint(info.Headers.Get(headerSnapDecision), 10, 64)
+	data, err3 := io.ReadAll(obj)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		c.log.Warn("snapshot unreadable, folding from the start", "err", err)
+		return
+	}
+	// The decision at decSeq must be the last one of input inSeq.
+	m, err := c.h.Out.GetMsg(s.ctx, decSeq)
+	if err != nil {
+		c.log.Warn("snapshot position not in the decision stream, folding from the start", "decision_seq", decSeq, "err", err)
+		return
+	}
+	cause, n, of, err := decisionIndex(m.Header)
+	if err != nil || cause != inSeq || n+1 != of {
+		c.log.Warn("snapshot position does not match the decision stream, folding from the start", "input_seq", inSeq, "decision_seq", decSeq)
+		return
+	}
+	p := projector.New()
+	if err := p.Restore(data); err != nil || p.LastSeq() != inSeq {
+		c.log.Warn("snapshot does not restore, folding from the start", "err", err)
+		return
+	}
+	s.p, s.decSeq, s.acked = p, decSeq, decSeq
+	c.setSnapshot(inSeq, info.ModTime)
+	c.log.Info("restored snapshot", "input_seq", inSeq, "decision_seq", decSeq, "jobs", p.Len())
+}
+
+func (c *Coordinator) setSnapshot(seq uint64, at time.Time) {
+	c.snapMu.Lock()
+	c.snapInputSeq, c.snapAt = seq, at
+	c.snapMu.Unlock()
+}
+
+// fold reads the next input (blocking) and derives its decisions into s.pend.
+func (s *session) fold(m stored) error {
+	if m.err != nil {
+		return m.err
+	}
+	if m.seq != s.p.LastSeq()+1 {
+		return fmt.Errorf("coordinator: input stream jumped from %d to %d", s.p.LastSeq(), m.seq)
+	}
+	ds, err := s.p.Step(events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data})
+	if err != nil {
+		return err
+	}
+	for i := range ds {
+		d := &ds[i]
+		s.pend = append(s.pend, pending{
+			subject: events.DecisionSubject(d), n: d.N, of: d.Of, cause: d.Cause,
+			body: events.AppendDecision(nil, d),
+		})
+	}
+	s.c.folded.Store(m.seq)
+	s.sinceSnap++
+	return nil
+}
+
+// verify matches one stored decision against the fold.
+func (s *session) verify(sd stored) error {
+	if sd.err != nil {
+		return sd.err
+	}
+	if sd.seq != s.decSeq+1 {
+		return fmt.Errorf("%w: decision stream jumped from %d to %d", ErrDivergence, s.decSeq, sd.seq)
+	}
+	if len(s.pend) == 0 {
+		select {
+		case m := <-s.in.ch:
+			if err := s.fold(m); err != nil {
+				return err
+			}
+		case <-s.ctx.Done():
+			return s.ctx.Err()
+		}
+	}
+	want := s.pend[0]
+	if sd.subject != want.subject || !bytes.Equal(sd.data, want.body) {
+		return fmt.Errorf("%w: decision %d (cause input %d, %d/%d):\n stored  %s %s\n derived %s %s",
+			ErrDivergence, sd.seq, want.cause, want.n, want.of, sd.subject, sd.data, want.subject, want.body)
+	}
+	s.pend = s.pend[1:]
+	s.decSeq = sd.seq
+	s.acked = sd.seq
+	s.c.appended.Store(sd.seq)
+	return nil
+}
+
+// standby follows the streams, verifying, until it holds leadership and has
+// verified every decision stored at that moment.
+func (s *session) standby() error {
+	c := s.c
+	try := time.NewTicker(max(c.cfg.LeaderTTL/4, 10*time.Millisecond))
+	defer try.Stop()
+	for !s.acquire() {
+		select {
+		case sd := <-s.out.ch:
+			if err := s.verify(sd); err != nil {
+				return err
+			}
+		case <-try.C:
+		case <-s.ctx.Done():
+			return s.ctx.Err()
+		}
+	}
+	info, err := c.h.Out.Info(s.ctx)
+	if err != nil {
+		return fmt.Errorf("coordinator: decision stream info: %w", streams.Classify(err))
+	}
+	for s.decSeq < info.State.LastSeq {
+		select {
+		case sd := <-s.out.ch:
+			if err := s.verify(sd); err != nil {
+				return err
+			}
+		case <-s.ctx.Done():
+			return s.ctx.Err()
+		}
+	}
+	s.out.stop()
+	return nil
+}
+
+// acquire tries to take the leadership entry.
+func (s *session) acquire() bool {
+	kv := s.c.h.Leader
+	rev, err := kv.Create(s.ctx, leaderKey, []byte(s.c.cfg.ID))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// A coordinator restarted under the same id takes its entry back at
+		// once instead of waiting for it to expire. (Ids must be unique; the
+		// decision stream's fence keeps even a duplicate id safe.)
+		e, gerr := kv.Get(s.ctx, leaderKey)
+		if gerr == nil && string(e.Value()) == s.c.cfg.ID {
+			rev, err = kv.Update(s.ctx, leaderKey, []byte(s.c.cfg.ID), e.Revision())
+		}
+	}
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) && s.ctx.Err() == nil {
+			s.c.log.Debug("leadership not acquired", "err", err)
+		}
+		return false
+	}
+	s.leaderRev = rev
+	return true
+}
+
+// stepDown drains what can be drained and releases the leadership entry so
+// that a standby can take over at once.
+func (s *session) stepDown() {
+	c := s.c
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	select {
+	case <-c.js.PublishAsyncComplete():
+	case <-ctx.Done():
+	}
+	if s.leaderRev != 0 {
+		_ = c.h.Leader.Delete(ctx, leaderKey, jetstream.LastRevision(s.leaderRev))
+		s.leaderRev = 0
+	}
+}
+
+// runLive is the live loop: one select over inputs, acknowledgements,
+// ticks, leadership renewal, snapshots and shutdown.
+func (s *session) runLive() error {
+	c := s.c
+	// Decisions of the last input that a crash left unstored come first.
+	rest := s.pend
+	s.pend = nil
+	for i := range rest {
+		if err := s.append(&rest[i]); err != nil {
+			return err
+		}
+	}
+	if err := s.ensurePolicy(); err != nil {
+		return err
+	}
+	renew := time.NewTicker(c.cfg.LeaderTTL / 3)
+	defer renew.Stop()
+	tick := time.NewTimer(time.Hour)
+	defer tick.Stop()
+	armedFor := int64(-1)
+	snapTicker := time.NewTicker(max(c.cfg.SnapshotInterval/4, 100*time.Millisecond))
+	defer snapTicker.Stop()
+	// The snapshot writer lives as long as this live phase.
+	s.snapCh = make(chan snapshot, 1)
+	wctx, wcancel := context.WithCancel(s.ctx)
+	var wg sync.WaitGroup
+	defer func() { wcancel(); wg.Wait() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.snapshotWriter(wctx) }()
+
+	for {
+		// Arm the tick timer for the earliest deadline.
+		if d, ok := s.p.NextDeadline(); ok && d != armedFor {
+			armedFor = d
+			tick.Reset(time.Until(time.Unix(0, d)) + c.cfg.TickSlack)
+		}
+		var okC <-chan *jetstream.PubAck
+		var errC <-chan error
+		if len(s.inflight) > 0 {
+			okC, errC = s.inflight[0].f.Ok(), s.inflight[0].f.Err()
+		}
+		select {
+		case m := <-s.in.ch:
+			if err := s.fold(m); err != nil {
+				return err
+			}
+			for i := range s.pend {
+				if err := s.append(&s.pend[i]); err != nil {
+					return err
+				}
+			}
+			s.pend = s.pend[:0]
+			s.maybeSnapshot(false)
+		case <-okC:
+			s.acked = s.inflight[0].decSeq
+			c.appended.Store(s.acked)
+			s.inflight[0] = inflight{}
+			s.inflight = s.inflight[1:]
+			s.maybeSnapshot(false)
+		case err := <-errC:
+			err = streams.Classify(err)
+			if errors.Is(err, streams.ErrLostAuthority) {
+				c.lostAuth.Add(1)
+				c.log.Error("lost authority: another writer appended to the decision stream; standing by", "decision_seq", s.inflight[0].decSeq)
+			}
+			return fmt.Errorf("coordinator: append decision %d: %w", s.inflight[0].decSeq, err)
+		case <-tick.C:
+			armedFor = -1
+			if d, ok := s.p.NextDeadline(); ok && d <= time.Now().UnixNano() {
+				s.appendTick(d)
+				// Retry unless the tick's stored timestamp passes d.
+				armedFor = d
+				tick.Reset(20 * time.Millisecond)
+			}
+		case <-renew.C:
+			rev, err := c.h.Leader.Update(s.ctx, leaderKey, []byte(c.cfg.ID), s.leaderRev)
+			if err != nil {
+				s.leaderRev = 0
+				return fmt.Errorf("coordinator: leadership lost: %w", err)
+			}
+			s.leaderRev = rev
+		case <-snapTicker.C:
+			s.maybeSnapshot(true)
+		case <-s.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// append publishes one decision, fenced on the decision stream's last sequence.
+func (s *session) append(p *pending) error {
+	msg := &nats.Msg{Subject: p.subject, Data: p.body, Header: nats.Header{}}
+	msg.Header.Set(events.HeaderCause, strconv.FormatUint(p.cause, 10))
+	msg.Header.Set(events.HeaderIndex, strconv.Itoa(int(p.n))+"/"+strconv.Itoa(int(p.of)))
+	f, err := s.c.js.PublishMsgAsync(msg,
+		jetstream.WithExpectLastSequence(s.decSeq),
+		jetstream.WithMsgID(events.DecisionMsgID(p.cause, p.n)))
+	if err != nil {
+		return fmt.Errorf("coordinator: append decision %d: %w", s.decSeq+1, streams.Classify(err))
+	}
+	s.decSeq++
+	s.inflight = append(s.inflight, inflight{f: f, decSeq: s.decSeq})
+	return nil
+}
+
+// appendTick appends a tick input for deadline d.
+func (s *session) appendTick(d int64) {
+	c := s.c
+	if d == s.lastTickAt {
+		s.ticks++
+	} else {
+		s.lastTickAt, s.ticks = d, 0
+	}
+	msg := &nats.Msg{
+		Subject: events.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbTick),
+		Data:    []byte(`{"v":1}`),
+	}
+	id := "tick-" + c.cfg.ID + "-" + strconv.FormatInt(d, 10) + "-" + strconv.Itoa(s.ticks)
+	if _, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(id)); err != nil {
+		c.log.Warn("tick not appended", "err", err)
+	}
+}
+
+// ensurePolicy appends the default policy when the log is empty, fenced so
+// that two coordinators starting together append it once.
+func (s *session) ensurePolicy() error {
+	if s.p.LastSeq() != 0 {
+		return nil
+	}
+	info, err := s.c.h.In.Info(s.ctx)
+	if err != nil {
+		return fmt.Errorf("coordinator: input stream info: %w", streams.Classify(err))
+	}
+	if info.State.LastSeq != 0 {
+		return nil
+	}
+	pol := events.DefaultPolicy()
+	in := events.Input{Verb: events.VerbPolicy, Policy: pol}
+	msg := &nats.Msg{
+		Subject: events.InputSubject(events.RoleCoord, s.c.cfg.ID, events.NoJob, events.VerbPolicy),
+		Data:    events.AppendInputBody(nil, &in),
+	}
+	_, err = s.c.js.PublishMsg(s.ctx, msg, jetstream.WithExpectLastSequence(0))
+	if err != nil && !errors.Is(streams.Classify(err), streams.ErrLostAuthority) {
+		return fmt.Errorf("coordinator: append default policy: %w", err)
+	}
+	return nil
+}
+
+// maybeSnapshot takes a snapshot when one is due and hands it to the writer
+// once every decision it covers is acknowledged.
+func (s *session) maybeSnapshot(timer bool) {
+	c := s.c
+	if c.cfg.SnapshotEvery < 0 {
+		return
+	}
+	if s.snapWait == nil && s.sinceSnap > 0 &&
+		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && time.Since(s.snapTime) >= c.cfg.SnapshotInterval) {
+		s.snapWait = &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, data: s.p.Snapshot()}
+		s.sinceSnap = 0
+		s.snapTime = time.Now()
+	}
+	if s.snapWait != nil && s.acked >= s.snapWait.decSeq {
+		select {
+		case s.snapCh <- *s.snapWait:
+		default: // the writer is busy with the previous one: skip this one
+		}
+		s.snapWait = nil
+	}
+}
+
+// snapshotWriter stores snapshots handed over by the live loop.
+func (s *session) snapshotWriter(ctx context.Context) {
+	c := s.c
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case snap := <-s.snapCh:
+			meta := jetstream.ObjectMeta{Name: snapshotName, Headers: nats.Header{}}
+			meta.Headers.Set(headerSnapInput, strconv.FormatUint(snap.inputSeq, 10))
+			meta.Headers.Set(headerSnapDecision, strconv.FormatUint(snap.decSeq, 10))
+			if _, err := c.h.Snapshots.Put(ctx, meta, bytes.NewReader(snap.data)); err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("snapshot not stored", "input_seq", snap.inputSeq, "err", err)
+				}
+				continue
+			}
+			c.setSnapshot(snap.inputSeq, time.Now())
+			c.log.Debug("snapshot stored", "input_seq", snap.inputSeq, "bytes", len(snap.data))
+		}
+	}
+}

@@ -1,0 +1,334 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/nats-io/nats.go"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/maknow/tenure/testutil"
+)
+
+func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
+
+// Every golden scenario of the fold, driven end to end: its raw inputs are
+// published to the input stream of a real embedded server, a coordinator
+// folds them, and the decision stream must be byte-identical to the fold of
+// the stored inputs (ticks the coordinator appended included).
+func TestGoldenScenariosEndToEnd(t *testing.T) {
+	files, err := filepath.Glob("../projector/testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			t.Parallel()
+			srv, _, js := newServer(t)
+			var n uint64
+			// Collect the inputs with the golden harness's own parser.
+			datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+				if d.Cmd == "in" {
+					raw, err := testutil.ScenarioInput(d, n+1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					n++
+					if _, err := js.Publish(context.Background(), raw.Subject, raw.Body); err != nil {
+						t.Fatalf("publish: %v", err)
+					}
+				}
+				return d.Expected // the fold's expectations are checked by projector's TestGolden
+			})
+			r := startCoordinator(t, srv.ClientURL(), "c1")
+			waitCaughtUp(t, js, r)
+			inputs, decisions := checkChain(t, js)
+			if uint64(len(inputs)) < n || len(decisions) < len(inputs) {
+				t.Fatalf("%d inputs stored of %d published, %d decisions", len(inputs), n, len(decisions))
+			}
+		})
+	}
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(m.Run())
+}
+
+// With no inputs at all, an active lease still expires: the coordinator
+// appends a tick whose stored timestamp fires the deadline.
+func TestExpiryThroughTick(t *testing.T) {
+	srv, _, js := newServer(t)
+	r := startCoordinator(t, srv.ClientURL(), "c1")
+	seq := publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":200}`)
+	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindGranted {
+		t.Fatalf("acquire: %s/%s", v.Kind, v.Reason)
+	}
+	var expired events.Decision
+	waitFor(t, 10*time.Second, "an expiry", func() bool {
+		for _, m := range readStream(t, js, "TENURE_OUT") {
+			d, _ := events.DecodeDecision(m.data)
+			if d.Kind == events.KindExpired && d.Job.ID == "j1" {
+				expired = d
+				return true
+			}
+		}
+		return false
+	})
+	if expired.Verb != events.VerbTick || expired.Role != events.RoleCoord {
+		t.Fatalf("expiry caused by %s/%s, want a coordinator tick", expired.Role, expired.Verb)
+	}
+	if expired.At < expired.Job.ExpiresAt {
+		t.Fatalf("expired at %d before the deadline %d", expired.At, expired.Job.ExpiresAt)
+	}
+	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
+
+// A renewal stored on time while the coordinator was down is accepted after
+// restart; one stored after the deadline is refused, whatever the wall clock
+// says when the fold runs.
+func TestRenewalJudgedByStoredTime(t *testing.T) {
+	srv, _, js := newServer(t)
+	r := startCoordinator(t, srv.ClientURL(), "c1")
+	a := publish(t, js, events.RoleWorker, "w1", "on-time", events.VerbAcquire, `{"v":1,"lease_ms":400}`)
+	b := publish(t, js, events.RoleWorker, "w1", "too-late", events.VerbAcquire, `{"v":1,"lease_ms":400}`)
+	va, vb := verdict(decisionsFor(t, js, a)), verdict(decisionsFor(t, js, b))
+	r.stop()
+
+	// The coordinator is down. One renewal is stored at once, well before
+	// the deadline; the other after its lease ran out.
+	onTime := publish(t, js, events.RoleWorker, "w1", "on-time", events.VerbRenew,
+		fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"renew_seq":1}`, va.Job.LeaseID))
+	time.Sleep(time.Until(time.Unix(0, vb.Job.ExpiresAt)) + 50*time.Millisecond)
+	late := publish(t, js, events.RoleWorker, "w1", "too-late", events.VerbRenew,
+		fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"renew_seq":1}`, vb.Job.LeaseID))
+	// Both leases' deadlines are long past on the wall clock at restart.
+	time.Sleep(200 * time.Millisecond)
+
+	r = startCoordinator(t, srv.ClientURL(), "c1")
+	if v := verdict(decisionsFor(t, js, onTime)); v.Kind != events.KindRenewed {
+		t.Fatalf("renewal stored on time: %s/%s, want renewed", v.Kind, v.Reason)
+	}
+	ds := decisionsFor(t, js, late)
+	if v := verdict(ds); v.Kind != events.KindLostAuthority || v.Reason != events.ReasonRenewAfterExpiry {
+		t.Fatalf("renewal stored late: %s/%s, want lost_authority/renew_after_expiry", v.Kind, v.Reason)
+	}
+	if ds[0].Kind != events.KindExpired || ds[0].Job.ID != "too-late" {
+		t.Fatalf("the late renewal's input should first fire the expiry, got %s", ds[0].Kind)
+	}
+	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
+
+// Restarting the embedded server on the same data directory loses nothing
+// that was acknowledged, and the coordinator carries on.
+func TestEmbeddedServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv := testutil.StartServerIn(t, dir, testutil.SyncAlways())
+	url := srv.ClientURL()
+	_, js := testutil.Connect(t, url)
+	r := startCoordinator(t, url, "c1")
+	var seqs []uint64
+	for i := range 20 {
+		seqs = append(seqs, publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":60000}`))
+	}
+	waitCaughtUp(t, js, r)
+	before := len(readStream(t, js, "TENURE_OUT"))
+	r.kill()
+	srv.Shutdown()
+
+	srv = testutil.StartServerIn(t, dir, testutil.SyncAlways())
+	_, js = testutil.Connect(t, srv.ClientURL())
+	in := readStream(t, js, "TENURE_IN")
+	if got := in[len(in)-1].seq; got < seqs[len(seqs)-1] {
+		t.Fatalf("input stream ends at %d after restart, %d was acknowledged", got, seqs[len(seqs)-1])
+	}
+	if after := len(readStream(t, js, "TENURE_OUT")); after < before {
+		t.Fatalf("decision stream shrank from %d to %d", before, after)
+	}
+	r = startCoordinator(t, srv.ClientURL(), "c1")
+	seq := publish(t, js, events.RoleWorker, "w1", "j0", events.VerbRenew, `{"v":1,"lease_id":"L2","generation":1,"renew_seq":1}`)
+	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindRenewed {
+		t.Fatalf("renewal after server restart: %s/%s", v.Kind, v.Reason)
+	}
+	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
+
+// Two coordinators started together: exactly one goes live; the other
+// stands by with a warm projection and takes over, with no gap, when the
+// first dies.
+func TestTwoCoordinatorsTakeover(t *testing.T) {
+	srv, _, js := newServer(t)
+	a := startCoordinator(t, srv.ClientURL(), "ca")
+	b := startCoordinator(t, srv.ClientURL(), "cb")
+	waitFor(t, 10*time.Second, "one live coordinator", func() bool { return a.c.Stats().Live || b.c.Stats().Live })
+	live, standby := a, b
+	if b.c.Stats().Live {
+		live, standby = b, a
+	}
+	for i := range 30 {
+		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i%5), events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	}
+	waitCaughtUp(t, js, live)
+	if standby.c.Stats().Live {
+		t.Fatal("both coordinators are live")
+	}
+	// The standby follows: its projection is warm.
+	waitFor(t, 10*time.Second, "standby to follow", func() bool {
+		return standby.c.Stats().InputsFolded == live.c.Stats().InputsFolded
+	})
+	live.kill()
+	for i := range 30 {
+		publish(t, js, events.RoleWorker, "w2", fmt.Sprintf("k%d", i%5), events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	}
+	waitCaughtUp(t, js, standby)
+	checkChain(t, js)
+}
+
+// Two coordinators that both believe they are live (the leadership entry
+// vanished under the first, as after a long pause): the decision stream's
+// expected-sequence check lets exactly one append; the other's append fails
+// with lost authority and it stands by. Nothing is duplicated.
+func TestFenceStopsSecondWriter(t *testing.T) {
+	srv, _, js := newServer(t)
+	a := startCoordinator(t, srv.ClientURL(), "ca", func(c *coordinator.Config) { c.LeaderTTL = 30 * time.Second })
+	waitFor(t, 10*time.Second, "ca live", func() bool { return a.c.Stats().Live })
+	publish(t, js, events.RoleWorker, "w1", "j0", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	waitCaughtUp(t, js, a)
+	// The entry disappears (a's renewal is 10 s away): b takes leadership.
+	kv, err := js.KeyValue(context.Background(), "TENURE_LEADER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(context.Background(), "leader"); err != nil {
+		t.Fatal(err)
+	}
+	b := startCoordinator(t, srv.ClientURL(), "cb", func(c *coordinator.Config) { c.LeaderTTL = 30 * time.Second })
+	waitFor(t, 10*time.Second, "cb live", func() bool { return b.c.Stats().Live })
+	// Both are live now; each input is folded by both, appended by one.
+	for i := range 20 {
+		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i+1), events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	}
+	waitFor(t, 10*time.Second, "a writer to lose authority", func() bool {
+		return a.c.Stats().LostAuthority+b.c.Stats().LostAuthority > 0
+	})
+	// Whoever holds authority now carries on; the other stands by.
+	waitFor(t, 20*time.Second, "exactly one live coordinator", func() bool { return a.c.Stats().Live != b.c.Stats().Live })
+	winner := a
+	if b.c.Stats().Live {
+		winner = b
+	}
+	seq := publish(t, js, events.RoleWorker, "w1", "after", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindGranted {
+		t.Fatalf("after the fence: %s/%s", v.Kind, v.Reason)
+	}
+	waitCaughtUp(t, js, winner)
+	checkChain(t, js)
+}
+
+// Crash safety: the coordinator is killed (its connection cut, as if the
+// process died) at 50 random points, between and during appends and during
+// snapshots, while inputs keep arriving, and restarted each time. The
+// decision stream must equal an uninterrupted fold of the same inputs.
+func TestCrashAtRandomPoints(t *testing.T) {
+	srv, _, js := newServer(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	snapEvery := func(c *coordinator.Config) { c.SnapshotEvery = 7; c.LeaderTTL = 5 * time.Second }
+
+	// A workload in the background: acquires, renewals, progress, results,
+	// some of them stale or duplicated.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	produced := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { produced <- n }()
+		for i := 0; ctx.Err() == nil; i++ {
+			job := fmt.Sprintf("j%d", i%8)
+			var verb events.Verb
+			var body string
+			switch i % 4 {
+			case 0:
+				verb, body = events.VerbAcquire, `{"v":1,"lease_ms":300}`
+			case 1, 2:
+				verb, body = events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":"L%d","generation":1,"renew_seq":%d}`, max(1, i-i%4-7), i)
+			case 3:
+				verb, body = events.VerbProgress, fmt.Sprintf(`{"v":1,"lease_id":"L%d","generation":1,"progress_seq":%d,"value":5}`, max(1, i-i%4-7), i)
+			}
+			if _, err := js.Publish(ctx, events.InputSubject(events.RoleWorker, "w1", job, verb), []byte(body)); err != nil {
+				return
+			}
+			n++
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	r := startCoordinator(t, srv.ClientURL(), "c1", snapEvery)
+	for i := range 50 {
+		time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+		r.kill()
+		if i%10 == 9 {
+			time.Sleep(100 * time.Millisecond) // let some inputs pile up
+		}
+		r = startCoordinator(t, srv.ClientURL(), "c1", snapEvery)
+	}
+	cancel()
+	if n := <-produced; n < 200 {
+		t.Fatalf("only %d inputs produced", n)
+	}
+	waitCaughtUp(t, js, r)
+	inputs, decisions := checkChain(t, js)
+	t.Logf("%d inputs, %d decisions, 50 kills", len(inputs), len(decisions))
+}
+
+// A decision stream that does not match the fold of the input stream (here a
+// decision written by someone else before the coordinator ever ran) makes the
+// coordinator refuse to go live with ErrDivergence, and write nothing.
+func TestRefusesToGoLiveOnDivergence(t *testing.T) {
+	_, nc, js := newServer(t)
+	seq := publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	// The fold would say "granted"; a foreign writer stored "rejected".
+	p := projector.New()
+	in := readStream(t, js, "TENURE_IN")
+	ds, err := p.Step(events.Raw{Seq: seq, Time: in[0].time, Subject: in[0].subject, Body: in[0].data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := ds[0]
+	forged.Kind, forged.Reason = events.KindRejected, events.ReasonLeaseHeld
+	m := nats.NewMsg(events.DecisionSubject(&forged))
+	m.Data = events.AppendDecision(nil, &forged)
+	m.Header.Set(events.HeaderCause, fmt.Sprint(seq))
+	m.Header.Set(events.HeaderIndex, "0/1")
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	if !errors.Is(err, coordinator.ErrDivergence) {
+		t.Fatalf("Run returned %v, want ErrDivergence", err)
+	}
+	if !strings.Contains(err.Error(), "decision 1") {
+		t.Fatalf("the error should name the decision: %v", err)
+	}
+	if out := readStream(t, js, "TENURE_OUT"); len(out) != 1 {
+		t.Fatalf("the coordinator wrote to a diverging log: %d decisions", len(out))
+	}
+}
