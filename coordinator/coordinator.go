@@ -201,7 +201,6 @@ type session struct {
 	acked      uint64     // last decision sequence acknowledged
 	inflight   []inflight // appends awaiting their ack, oldest first
 	leaderRev  uint64
-	buf        []byte
 	lastTickAt int64 // the deadline the last tick was appended for
 	ticks      int
 

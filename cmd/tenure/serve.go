@@ -62,7 +62,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 				noColor = os.Getenv("NO_COLOR") != ""
 			}
 		}
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: noColor})), nil
+		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly, NoColor: noColor})), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 	}
