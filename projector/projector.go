@@ -39,9 +39,9 @@ type Projector struct {
 	jobs    map[string]*job
 	heap    deadlines // live leases by next deadline
 
-	in  events.Input      // decode buffer, reused
-	raw *events.Raw       // the input being applied
-	out []events.Decision // decisions of the input being applied, reused
+	in    events.Input      // decode buffer, reused
+	cause uint64            // sequence of the input being applied
+	out   []events.Decision // decisions of the input being applied, reused
 }
 
 type job struct {
@@ -94,7 +94,7 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 		return nil, fmt.Errorf("%w: %d after %d", ErrOutOfOrder, raw.Seq, p.lastSeq)
 	}
 	p.out = p.out[:0]
-	p.raw = &raw
+	p.cause = raw.Seq
 	derr := events.DecodeInput(raw.Subject, raw.Body, &p.in)
 	if raw.Time > p.now {
 		p.now = raw.Time
@@ -106,7 +106,6 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 		p.apply()
 	}
 	p.lastSeq = raw.Seq
-	p.raw = nil
 	n := uint16(len(p.out))
 	for i := range p.out {
 		p.out[i].N = uint16(i)
@@ -118,7 +117,7 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 // emit appends a decision about j (nil for job-less ones).
 func (p *Projector) emit(j *job, kind events.Kind, reason events.Reason, addressee string) *events.Decision {
 	d := events.Decision{
-		Cause:     p.raw.Seq,
+		Cause:     p.cause,
 		At:        p.now,
 		Kind:      kind,
 		Reason:    reason,
@@ -569,7 +568,7 @@ func (p *Projector) newLease(j *job, holder string, leaseMS int64) *job {
 	}
 	j.Job = events.Job{
 		ID:         j.ID,
-		LeaseID:    "L" + u64(p.raw.Seq),
+		LeaseID:    "L" + u64(p.cause),
 		Generation: j.Generation + 1,
 		Holder:     holder,
 		IssuedAt:   p.now,
