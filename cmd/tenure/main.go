@@ -27,6 +27,10 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the coordinator (embedded nats-server by default)", runServe},
+		{"offer", "offer a job to a worker (dispatcher)", runOffer},
+		{"cancel", "request the cancellation of a job's live lease", runCancel},
+		{"resolve", "settle an ownership conflict or an UNRESOLVED job", runResolve},
+		{"policy", "set the lease policy (limits and defaults)", runPolicy},
 		{"watch", "print decisions live, filtered by job, holder and kind", runWatch},
 		{"status", "show every running coordinator: live or standby, lag, snapshot", runStatus},
 		{"version", "print the version", func(_ context.Context, _ []string, out, _ io.Writer) error {
