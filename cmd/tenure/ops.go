@@ -136,7 +136,9 @@ func runResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if !ok || out == events.OutcomeSuccess {
 			return fmt.Errorf("%w: settle needs --outcome FAILED or CANCELLED", errUsage)
 		}
-		call = func(ctx context.Context, c *ops.Client) (events.Decision, error) { return c.Settle(ctx, *job, out, *reason) }
+		call = func(ctx context.Context, c *ops.Client) (events.Decision, error) {
+			return c.Settle(ctx, *job, out, *reason)
+		}
 	default:
 		return fmt.Errorf("%w: --action must be affirm, revoke or settle", errUsage)
 	}
