@@ -109,6 +109,22 @@ func TestServeEmbedded(t *testing.T) {
 	if code := run(ctx, []string{"watch", "--nats-url", url, "--all", "--holder", "w1", "-n", "1"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), "granted") {
 		t.Fatalf("watch table exit %d:\n%s", code, out.String())
 	}
+	// Operator commands print the verdict; a refused one exits 1.
+	out.Reset()
+	if code := run(ctx, []string{"offer", "--nats-url", url, "--job", "j9", "--holder", "w2", "--lease", "10s"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), "offered ok") {
+		t.Fatalf("offer exit %d: %s", code, out.String())
+	}
+	out.Reset()
+	if code := run(ctx, []string{"offer", "--nats-url", url, "--job", "j9", "--holder", "w3"}, &out, &stderr); code != 1 || !strings.Contains(out.String(), "rejected lease_held") {
+		t.Fatalf("second offer exit %d: %s", code, out.String())
+	}
+	out.Reset()
+	if code := run(ctx, []string{"cancel", "--nats-url", url, "--job", "j9", "--json"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), `"reason":"offer_withdrawn"`) {
+		t.Fatalf("cancel exit %d: %s", code, out.String())
+	}
+	if code := run(ctx, []string{"resolve", "--nats-url", url, "--job", "j9", "--action", "settle", "--outcome", "SUCCESS"}, &out, &stderr); code != 2 {
+		t.Fatalf("settle SUCCESS: exit %d, want 2", code)
+	}
 	cancel()
 	select {
 	case code := <-done:
