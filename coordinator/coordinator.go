@@ -531,7 +531,10 @@ func (s *session) append(p *pending) error {
 	msg.Header.Set(events.HeaderIndex, strconv.Itoa(int(p.n))+"/"+strconv.Itoa(int(p.of)))
 	f, err := s.c.js.PublishMsgAsync(msg,
 		jetstream.WithExpectLastSequence(s.decSeq),
-		jetstream.WithMsgID(events.DecisionMsgID(p.cause, p.n)))
+		jetstream.WithMsgID(events.DecisionMsgID(p.cause, p.n)),
+		// At MaxInflight pending acks, wait for room (backpressure) rather
+		// than fail and resynchronise.
+		jetstream.WithStallWait(30*time.Second))
 	if err != nil {
 		return fmt.Errorf("coordinator: append decision %d: %w", s.decSeq+1, streams.Classify(err))
 	}
