@@ -143,3 +143,23 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// `tenure demo` plays every decisive scenario of the seeds against a real
+// embedded server and coordinator, and exits 0 only if each ended as the
+// seeds require; --data keeps the log for an audit.
+func TestDemo(t *testing.T) {
+	var out, errb syncBuffer
+	dir := t.TempDir()
+	if code := run(context.Background(), []string{"demo", "--data", dir}, &out, &errb); code != 0 {
+		t.Fatalf("demo exit %d:\n%s\n%s", code, out.String(), errb.String())
+	}
+	s := out.String()
+	for _, want := range []string{"all 5 scenarios ended as the seeds require", "Job ID", "Ownership Conflict", "stale_generation", "late_progress", "progress_after_cancel", "result_after_expiry", "settled"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "FAIL") {
+		t.Errorf("a scenario failed:\n%s", s)
+	}
+}
