@@ -246,8 +246,6 @@ func (c *Coordinator) session(ctx context.Context) error {
 	if err := s.standby(); err != nil {
 		return err
 	}
-	c.live.Store(true)
-	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
 	err = s.runLive()
 	s.stepDown()
 	return err
@@ -450,6 +448,8 @@ func (s *session) runLive() error {
 	if err := s.ensurePolicy(); err != nil {
 		return err
 	}
+	c.live.Store(true)
+	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
 	renew := time.NewTicker(c.cfg.LeaderTTL / 3)
 	defer renew.Stop()
 	tick := time.NewTimer(time.Hour)

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 )
 
-// This file is the strict inputDecoder of input bodies. It is hand written, makes
+// This file is the strict decoder of input bodies. It is hand written, makes
 // one pass over the bytes, uses neither reflection nor encoding/json, and
 // reports the first fault in document order as a *DecodeError.
 //
@@ -25,18 +25,31 @@ import (
 //     bad_duration, bad_value, bad_enum, bad_time, too_large,
 //     unsupported_version, identity_mismatch). Data after the closing brace
 //     is trailing_data;
-//  4. once the whole body is read: required fields (missing_field, in the
-//     canonical field order, lease elements in array order) and then the
-//     consistency of a policy (bad_policy).
+//  4. once the whole body is read: required fields (missing_field: "v"
+//     first, then the verb's fields in canonical order, then the fields of
+//     each lease element in array order; an empty "leases" counts as
+//     missing) and then the consistency of a policy (bad_policy).
 //
-// A body that does not start with '{' is not_object when its first byte can
-// start a JSON value (or it is a complete literal true, false or null), and
-// syntax_error otherwise (a byte order mark, for one).
+// Details of 3:
+//   - A body that does not start with '{' is not_object when its first byte
+//     can start a JSON value (or it is a complete literal true, false or
+//     null), and syntax_error otherwise (a byte order mark, for one).
+//   - A number token is the longest run of [0-9+-.eE]; anything but
+//     -?(0|[1-9][0-9]*) is bad_number, wherever it is.
+//   - null is null_value wherever it is, even inside a value that has the
+//     wrong type anyway.
+//   - A resolve field its action does not use is unknown_field at the later
+//     of the field's key and the action's value. An outcome of SUCCESS in a
+//     resolve is bad_enum whatever the action (only settle takes one).
+//   - A 257th lease is too_large as soon as it starts.
+//   - Strings may hold no control character, raw or escaped: U+0000 to
+//     U+001F (so no \n or \t either) and U+007F.
 
-// maxBodyDepth is the deepest nesting the inputDecoder scans: the body object is depth
-// 1, a batch renew's "leases" array 2, a lease object 3. Values nested deeper
-// are only ever scanned to be rejected as wrong_type; past maxBodyDepth the scan
-// stops with too_deep, so hostile nesting cannot exhaust the stack.
+// maxBodyDepth is the deepest nesting the decoder scans: the body object is
+// depth 1, a batch renew's "leases" array 2, a lease object 3. Values nested
+// deeper are only ever scanned to be rejected as wrong_type; past
+// maxBodyDepth the scan stops with too_deep, so hostile nesting cannot
+// exhaust the stack.
 const maxBodyDepth = 8
 
 // bodyField identifies a body key. The order of the constants is the canonical
@@ -1094,7 +1107,7 @@ func (d *inputDecoder) action() bool {
 
 // leases reads a batch renew's leases.
 func (d *inputDecoder) leases() bool {
-	if d.b[d.i] != '[' {
+	if d.i >= len(d.b) || d.b[d.i] != '[' {
 		k, ok := d.value()
 		if ok {
 			return d.wrongType(k, "an array of lease objects")
@@ -1108,7 +1121,7 @@ func (d *inputDecoder) leases() bool {
 		return true // missing_field once the body is read
 	}
 	for n := 0; ; n++ {
-		if n == MaxBatch {
+		if n == MaxBatch && d.i < len(d.b) && startsValue(d.b[d.i]) {
 			return d.failv(ReasonTooLarge, "more than "+strconv.Itoa(MaxBatch)+" leases")
 		}
 		d.elem = n
@@ -1131,6 +1144,17 @@ func (d *inputDecoder) leases() bool {
 			return ok
 		}
 	}
+}
+
+// startsValue reports whether c can start a JSON value (or a number token).
+func startsValue(c byte) bool {
+	switch {
+	case c == '{' || c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n':
+		return true
+	case c == '-' || c == '+' || c >= '0' && c <= '9':
+		return true
+	}
+	return false
 }
 
 // lease reads one element of leases; d.b[d.i] is '{'.

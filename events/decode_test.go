@@ -261,6 +261,10 @@ var errorCases = []decodeCase{
 	{name: "syntax_top_level_truncated_true", subject: sTick, body: `tru`, code: events.ReasonSyntaxError},
 	{name: "syntax_inside_skipped_value", subject: sCancel, body: `{"v":1,"reason":[1,2}`, code: events.ReasonSyntaxError},
 	{name: "syntax_nul_byte_between_tokens", subject: sTick, body: "{\"v\":1\x00}", code: events.ReasonSyntaxError},
+	{name: "syntax_truncated_after_leases_colon", subject: sBatch, body: `{"leases":`, code: events.ReasonSyntaxError}, // fuzz crasher fd4769d89571d89b
+	{name: "syntax_truncated_in_leases", subject: sBatch, body: `{"v":1,"leases":[`, code: events.ReasonSyntaxError},
+	{name: "syntax_truncated_in_lease", subject: sBatch, body: `{"v":1,"leases":[{"job":`, code: events.ReasonSyntaxError},
+	{name: "syntax_truncated_after_colon", subject: sAck, body: `{"v":1,"lease_id": `, code: events.ReasonSyntaxError},
 	{name: "syntax_beats_missing_field", subject: sAck, body: `{"v":1,"lease_id":"L-1"`, code: events.ReasonSyntaxError},
 
 	// Not an object.
@@ -472,6 +476,8 @@ var errorCases = []decodeCase{
 	{name: "too_large_text", subject: sCancel, body: `{"v":1,"reason":"` + strings.Repeat("a", events.MaxTextLen+1) + `"}`, code: events.ReasonTooLarge, field: "reason"},
 	{name: "too_large_text_multibyte", subject: sProgress, body: `{"v":1,"note":"` + strings.Repeat("é", events.MaxTextLen/2) + `a"}`, code: events.ReasonTooLarge, field: "note"},
 	{name: "too_large_text_escaped", subject: sResult, body: `{"v":1,"detail":"` + strings.Repeat(`\u00e9`, events.MaxTextLen/2+1) + `"}`, code: events.ReasonTooLarge, field: "detail"},
+	{name: "too_large_batch_null_element", subject: sBatch, body: strings.Replace(batchBody(events.MaxBatch), "]}", ",null]}", 1), code: events.ReasonTooLarge, field: "leases"},
+	{name: "syntax_trailing_comma_after_max_batch", subject: sBatch, body: strings.Replace(batchBody(events.MaxBatch), "]}", ",]}", 1), code: events.ReasonSyntaxError},
 	{name: "too_large_batch", subject: sBatch, body: batchBody(events.MaxBatch + 1), code: events.ReasonTooLarge, field: "leases"},
 
 	// Depth.
@@ -843,5 +849,15 @@ func BenchmarkAppendInputBodyRenew(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = events.AppendInputBody(buf[:0], &in)
+	}
+}
+
+// BenchmarkParseInputSubject is the part of BenchmarkDecodeRenew spent on the subject.
+func BenchmarkParseInputSubject(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := events.ParseInputSubject(sRenew); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -25,25 +25,25 @@ const (
 	ReasonTrailingData              Reason = "trailing_data"               // data follows the JSON object
 	ReasonMissingField              Reason = "missing_field"               // a required field is absent
 	ReasonWrongType                 Reason = "wrong_type"                  // a field has the wrong JSON type
-	ReasonNullValue                 Reason = "null_value"                  // a field is null
+	ReasonNullValue                 Reason = "null_value"                  // a value is null (anywhere, nested values included)
 	ReasonBadNumber                 Reason = "bad_number"                  // a number is not a plain integer (fraction, exponent, leading zero, -0)
 	ReasonBadDuration               Reason = "bad_duration"                // a duration is negative, zero or longer than 30 days
 	ReasonBadSequence               Reason = "bad_sequence"                // a sequence or generation is 0 or above 2^53-1
 	ReasonBadValue                  Reason = "bad_value"                   // a value is outside its documented range
 	ReasonBadToken                  Reason = "bad_token"                   // an id is not 1 to 64 characters of [A-Za-z0-9_-] (or is the reserved _)
 	ReasonBadEnum                   Reason = "bad_enum"                    // a value is not one of the documented names
-	ReasonBadTime                   Reason = "bad_time"                    // sent_at is not an RFC 3339 time
+	ReasonBadTime                   Reason = "bad_time"                    // sent_at is not an RFC 3339 time between 1678 and 2262
 	ReasonTooLarge                  Reason = "too_large"                   // the body, a text or a batch is over its documented limit
 	ReasonTooDeep                   Reason = "too_deep"                    // objects or arrays nest deeper than the format allows
 	ReasonUnsupportedVersion        Reason = "unsupported_version"         // v is not 1
 	ReasonIdentityMismatch          Reason = "identity_mismatch"           // the body names another actor or job than the subject
-	ReasonBadPolicy                 Reason = "bad_policy"                  // the policy"s limits contradict each other
+	ReasonBadPolicy                 Reason = "bad_policy"                  // the policy's limits contradict each other
 	ReasonNoSuchJob                 Reason = "no_such_job"                 // the job has never had a lease
 	ReasonNoSuchLease               Reason = "no_such_lease"               // no lease with this id and generation exists for the job
-	ReasonStaleGeneration           Reason = "stale_generation"            // the generation is older than the job"s current one
-	ReasonFutureGeneration          Reason = "future_generation"           // the generation is newer than the job"s current one
+	ReasonStaleGeneration           Reason = "stale_generation"            // the generation is older than the job's current one
+	ReasonFutureGeneration          Reason = "future_generation"           // the generation is newer than the job's current one
 	ReasonHolderMismatch            Reason = "holder_mismatch"             // the lease belongs to another holder and is no longer live
-	ReasonOwnershipConflict         Reason = "ownership_conflict"          // another holder claims the job"s live generation: the job is blocked until resolve
+	ReasonOwnershipConflict         Reason = "ownership_conflict"          // another holder claims the job's live generation: the job is blocked until resolve
 	ReasonConflictPending           Reason = "conflict_pending"            // the job has an unresolved ownership conflict
 	ReasonNotAcked                  Reason = "not_acked"                   // the lease has not been ACKed yet
 	ReasonNotOffered                Reason = "not_offered"                 // ACK of a lease that was acquired, not offered: there is nothing to ACK
@@ -53,7 +53,7 @@ const (
 	ReasonRenewAfterExpiry          Reason = "renew_after_expiry"          // the renewal arrived at or after expires_at
 	ReasonProgressAfterExpiry       Reason = "progress_after_expiry"       // the progress report arrived at or after expires_at
 	ReasonResultAfterExpiry         Reason = "result_after_expiry"         // the result arrived at or after expires_at
-	ReasonCancelAckAfterExpiry      Reason = "cancel_ack_after_expiry"     // the cancel ACK arrived after the lease ended
+	ReasonCancelAckAfterExpiry      Reason = "cancel_ack_after_expiry"     // the cancel ACK arrived after the lease ended (expiry or cancel timeout)
 	ReasonReleaseAfterExpiry        Reason = "release_after_expiry"        // the release arrived at or after expires_at
 	ReasonLateRenew                 Reason = "late_renew"                  // the renew sequence is lower than the accepted one
 	ReasonLateProgress              Reason = "late_progress"               // the progress sequence is lower than the accepted one
@@ -72,10 +72,10 @@ const (
 	ReasonLeaseHeld                 Reason = "lease_held"                  // the job has a live lease
 	ReasonJobUnresolved             Reason = "job_unresolved"              // the job is UNRESOLVED: an operator must settle it first
 	ReasonJobClosed                 Reason = "job_closed"                  // the job ended COMPLETED or CANCELLED and takes no new lease
-	ReasonMaxGenerations            Reason = "max_generations"             // the job reached the policy"s max_generations
-	ReasonDurationOutOfPolicy       Reason = "duration_out_of_policy"      // the asked duration is outside the policy"s min/max lease
+	ReasonMaxGenerations            Reason = "max_generations"             // the job reached the policy's max_generations
+	ReasonDurationOutOfPolicy       Reason = "duration_out_of_policy"      // the asked duration is outside the policy's min/max lease
 	ReasonNoLiveLease               Reason = "no_live_lease"               // the job has no live lease to act on
-	ReasonNothingToResolve          Reason = "nothing_to_resolve"          // the job has neither a conflict nor an unresolved state
+	ReasonNothingToResolve          Reason = "nothing_to_resolve"          // nothing for this action: affirm needs a conflict, revoke a conflict or a live lease, settle an UNRESOLVED job
 	ReasonAffirmMismatch            Reason = "affirm_mismatch"             // affirm names another lease, generation or holder than the live one
 )
 
@@ -106,14 +106,14 @@ var reasonDocs = []struct {
 	{ReasonTrailingData, "data follows the JSON object"},
 	{ReasonMissingField, "a required field is absent"},
 	{ReasonWrongType, "a field has the wrong JSON type"},
-	{ReasonNullValue, "a field is null"},
+	{ReasonNullValue, "a value is null (anywhere, nested values included)"},
 	{ReasonBadNumber, "a number is not a plain integer (fraction, exponent, leading zero, -0)"},
 	{ReasonBadDuration, "a duration is negative, zero or longer than 30 days"},
 	{ReasonBadSequence, "a sequence or generation is 0 or above 2^53-1"},
 	{ReasonBadValue, "a value is outside its documented range"},
 	{ReasonBadToken, "an id is not 1 to 64 characters of [A-Za-z0-9_-] (or is the reserved _)"},
 	{ReasonBadEnum, "a value is not one of the documented names"},
-	{ReasonBadTime, "sent_at is not an RFC 3339 time"},
+	{ReasonBadTime, "sent_at is not an RFC 3339 time between 1678 and 2262"},
 	{ReasonTooLarge, "the body, a text or a batch is over its documented limit"},
 	{ReasonTooDeep, "objects or arrays nest deeper than the format allows"},
 	{ReasonUnsupportedVersion, "v is not 1"},
@@ -134,7 +134,7 @@ var reasonDocs = []struct {
 	{ReasonRenewAfterExpiry, "the renewal arrived at or after expires_at"},
 	{ReasonProgressAfterExpiry, "the progress report arrived at or after expires_at"},
 	{ReasonResultAfterExpiry, "the result arrived at or after expires_at"},
-	{ReasonCancelAckAfterExpiry, "the cancel ACK arrived after the lease ended"},
+	{ReasonCancelAckAfterExpiry, "the cancel ACK arrived after the lease ended (expiry or cancel timeout)"},
 	{ReasonReleaseAfterExpiry, "the release arrived at or after expires_at"},
 	{ReasonLateRenew, "the renew sequence is lower than the accepted one"},
 	{ReasonLateProgress, "the progress sequence is lower than the accepted one"},
@@ -156,6 +156,6 @@ var reasonDocs = []struct {
 	{ReasonMaxGenerations, "the job reached the policy's max_generations"},
 	{ReasonDurationOutOfPolicy, "the asked duration is outside the policy's min/max lease"},
 	{ReasonNoLiveLease, "the job has no live lease to act on"},
-	{ReasonNothingToResolve, "the job has neither a conflict nor an unresolved state"},
+	{ReasonNothingToResolve, "nothing for this action: affirm needs a conflict, revoke a conflict or a live lease, settle an UNRESOLVED job"},
 	{ReasonAffirmMismatch, "affirm names another lease, generation or holder than the live one"},
 }

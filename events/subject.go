@@ -75,7 +75,7 @@ func ParseInputSubject(subject string) (Subject, error) {
 		}
 		tok[i], rest = rest[:j], rest[j+1:]
 	}
-	if tok[0]+"."+tok[1] != InputPrefix {
+	if tok[0] != "tenure" || tok[1] != "in" {
 		return Subject{}, decodeErr(ReasonBadSubject, "", "not under "+InputPrefix)
 	}
 	// Keep every valid part, so that a rejection can still be addressed to
