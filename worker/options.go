@@ -1,0 +1,153 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults of Options and LeaseOptions.
+const (
+	DefaultStreamPrefix   = "TENURE"         // streams TENURE_IN and TENURE_OUT
+	DefaultVerdictTimeout = 10 * time.Second // publish plus verdict, per call
+	DefaultPublishTimeout = 2 * time.Second  // one publish attempt
+	DefaultOfferBuffer    = 256              // offers queued for Offers()
+	DefaultRenewFraction  = 1.0 / 3          // renew after this fraction of the lease duration
+)
+
+// Options configures a Worker. Set them with the Option functions.
+type Options struct {
+	// StreamPrefix names the input (<prefix>_IN) and decision (<prefix>_OUT)
+	// streams, as the coordinator's topology does.
+	StreamPrefix string
+	// VerdictTimeout bounds one call: the publish with its retries and the
+	// wait for the verdict. A shorter deadline on the call's ctx wins.
+	VerdictTimeout time.Duration
+	// PublishTimeout bounds one publish attempt; a timed-out attempt is
+	// retried with the same Nats-Msg-Id.
+	PublishTimeout time.Duration
+	// OfferBuffer is how many offers wait for Offers() to be read; when it
+	// is full the oldest is dropped (and reported to ErrorHandler): an offer
+	// nobody accepts lapses at its ACK deadline anyway.
+	OfferBuffer int
+	// ErrorHandler receives asynchronous errors: the decision consumer's,
+	// undecodable decisions, dropped offers. Nil ignores them.
+	ErrorHandler func(error)
+}
+
+// Option sets one of Options.
+type Option func(*Options) error
+
+// WithStreamPrefix sets Options.StreamPrefix.
+func WithStreamPrefix(prefix string) Option {
+	return func(o *Options) error {
+		if prefix == "" {
+			return errors.New("empty stream prefix")
+		}
+		o.StreamPrefix = prefix
+		return nil
+	}
+}
+
+// WithVerdictTimeout sets Options.VerdictTimeout.
+func WithVerdictTimeout(d time.Duration) Option {
+	return func(o *Options) error {
+		if d <= 0 {
+			return fmt.Errorf("verdict timeout %v: want > 0", d)
+		}
+		o.VerdictTimeout = d
+		return nil
+	}
+}
+
+// WithPublishTimeout sets Options.PublishTimeout.
+func WithPublishTimeout(d time.Duration) Option {
+	return func(o *Options) error {
+		if d <= 0 {
+			return fmt.Errorf("publish timeout %v: want > 0", d)
+		}
+		o.PublishTimeout = d
+		return nil
+	}
+}
+
+// WithOfferBuffer sets Options.OfferBuffer.
+func WithOfferBuffer(n int) Option {
+	return func(o *Options) error {
+		if n < 1 {
+			return fmt.Errorf("offer buffer %d: want >= 1", n)
+		}
+		o.OfferBuffer = n
+		return nil
+	}
+}
+
+// WithErrorHandler sets Options.ErrorHandler.
+func WithErrorHandler(h func(error)) Option {
+	return func(o *Options) error {
+		o.ErrorHandler = h
+		return nil
+	}
+}
+
+// LeaseOptions configures one lease. Set them with the LeaseOption functions.
+type LeaseOptions struct {
+	// Duration is the lease duration asked for by Acquire (lease_ms); zero
+	// takes the policy's default. Accept ignores it: the offer fixed it.
+	Duration time.Duration
+	// RenewFraction is the fraction of the lease duration between automatic
+	// renewals, in (0, 1). Renewal failures are retried sooner.
+	RenewFraction float64
+	// RenewErrorHandler, if set, is called by the renew loop with every
+	// renewal that failed: a *VerdictError, or an error matching
+	// ErrNoVerdict. It runs on the renew loop: it must not block.
+	RenewErrorHandler func(l *Lease, err error)
+
+	// beforeRenew is a test hook, called by the renew loop after it decided
+	// to renew and before it publishes: blocking in it simulates a process
+	// paused between its authority check and its write.
+	beforeRenew func()
+}
+
+// LeaseOption sets one of LeaseOptions.
+type LeaseOption func(*LeaseOptions) error
+
+// WithLeaseDuration sets LeaseOptions.Duration (whole milliseconds).
+func WithLeaseDuration(d time.Duration) LeaseOption {
+	return func(o *LeaseOptions) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("lease duration %v: want >= 1ms", d)
+		}
+		o.Duration = d
+		return nil
+	}
+}
+
+// WithRenewFraction sets LeaseOptions.RenewFraction.
+func WithRenewFraction(f float64) LeaseOption {
+	return func(o *LeaseOptions) error {
+		if !(f > 0 && f < 1) {
+			return fmt.Errorf("renew fraction %v: want in (0, 1)", f)
+		}
+		o.RenewFraction = f
+		return nil
+	}
+}
+
+// WithRenewErrorHandler sets LeaseOptions.RenewErrorHandler.
+func WithRenewErrorHandler(h func(l *Lease, err error)) LeaseOption {
+	return func(o *LeaseOptions) error {
+		o.RenewErrorHandler = h
+		return nil
+	}
+}
+
+func leaseOptions(opts []LeaseOption) (LeaseOptions, error) {
+	lo := LeaseOptions{RenewFraction: DefaultRenewFraction}
+	for _, o := range opts {
+		if err := o(&lo); err != nil {
+			return lo, fmt.Errorf("worker: %w", err)
+		}
+	}
+	return lo, nil
+}

@@ -1,0 +1,458 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+)
+
+// stashSize bounds the decisions addressed to this worker that no waiter or
+// lease has claimed yet (a verdict that overtook its PubAck, a cancel request
+// that overtook its lease's registration).
+const stashSize = 1024
+
+// Worker is one worker identity connected to Tenure. Its methods are safe for
+// concurrent use. Create it with Connect; Close it when done.
+type Worker struct {
+	id   string
+	js   jetstream.JetStream
+	opts Options
+	in   string // input stream name
+
+	ctx    context.Context // cancelled (cause ErrClosed) by Close
+	cancel context.CancelCauseFunc
+	cc     jetstream.ConsumeContext
+	wg     sync.WaitGroup // the offer pump and every lease's renew loop
+	once   sync.Once
+
+	mu      sync.Mutex
+	waiters map[uint64]chan events.Decision // input sequence -> its caller
+	leases  map[leaseKey]*Lease
+	stash   []events.Decision // unclaimed decisions, oldest first, at most stashSize
+	offerQ  []Offer
+	offerC  chan Offer
+	offerS  chan struct{} // wakes the offer pump
+}
+
+type leaseKey struct{ job, leaseID string }
+
+// Connect starts a worker with identity id (a token of 1 to 64
+// [A-Za-z0-9_-]) on nc, which the caller keeps owning (Close does not close
+// it).
+//
+// Before returning it starts reading the decisions addressed to id
+// (tenure.out.<id>.>) with an ordered consumer on the decision stream, from
+// the stream's next sequence on: every verdict of an input published later
+// reaches it, and the ordered consumer resumes after reconnects without a
+// gap. The worker's NATS user needs permission to publish on
+// tenure.in.worker.<id>.>, to read the decision stream's info and to create
+// consumers on it.
+func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
+	if !events.ValidToken(id) {
+		return nil, fmt.Errorf("worker: invalid id %q: want 1 to %d of [A-Za-z0-9_-]", id, events.MaxTokenLen)
+	}
+	if nc == nil {
+		return nil, errors.New("worker: nil NATS connection")
+	}
+	o := Options{
+		StreamPrefix:   DefaultStreamPrefix,
+		VerdictTimeout: DefaultVerdictTimeout,
+		PublishTimeout: DefaultPublishTimeout,
+		OfferBuffer:    DefaultOfferBuffer,
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	w := &Worker{
+		id: id, js: js, opts: o, in: o.StreamPrefix + "_IN",
+		waiters: make(map[uint64]chan events.Decision),
+		leases:  make(map[leaseKey]*Lease),
+		offerC:  make(chan Offer),
+		offerS:  make(chan struct{}, 1),
+	}
+	w.ctx, w.cancel = context.WithCancelCause(context.Background())
+	if err := w.start(); err != nil {
+		w.cancel(err)
+		return nil, err
+	}
+	w.wg.Add(1)
+	go w.pumpOffers()
+	return w, nil
+}
+
+// start creates the decision consumer and starts consuming.
+func (w *Worker) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.opts.VerdictTimeout)
+	defer cancel()
+	out := w.opts.StreamPrefix + "_OUT"
+	s, err := w.js.Stream(ctx, out)
+	if err != nil {
+		return fmt.Errorf("worker: decision stream %s: %w", out, err)
+	}
+	// DeliverNew, made gapless: an ordered consumer that resets before its
+	// first message starts over from its configured start, and DeliverNew
+	// would then skip what was stored in between. A start sequence does not.
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.AddresseeFilter(w.id)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    s.CachedInfo().State.LastSeq + 1,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: decision consumer: %w", err)
+	}
+	w.cc, err = cons.Consume(w.onMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		w.report(fmt.Errorf("worker: decision consumer: %w", err))
+	}))
+	if err != nil {
+		return fmt.Errorf("worker: decision consumer: %w", err)
+	}
+	return nil
+}
+
+// ID is the worker's identity.
+func (w *Worker) ID() string { return w.id }
+
+// Offers returns the channel of offers addressed to this worker, in the
+// order the coordinator made them. It is closed by Close.
+func (w *Worker) Offers() <-chan Offer { return w.offerC }
+
+// Close stops reading decisions, cancels the context of every lease (cause
+// ErrClosed), stops their renewals and waits for every goroutine the worker
+// started. Leases are not released: they expire at the coordinator. Close
+// does not close the NATS connection. It is idempotent.
+func (w *Worker) Close() error {
+	w.once.Do(func() {
+		w.cancel(ErrClosed)
+		w.cc.Stop()
+		select {
+		case <-w.cc.Closed():
+		case <-time.After(5 * time.Second):
+		}
+		w.mu.Lock()
+		for k, l := range w.leases {
+			l.finish(ErrClosed)
+			delete(w.leases, k)
+		}
+		w.mu.Unlock()
+		w.wg.Wait()
+	})
+	return nil
+}
+
+func (w *Worker) report(err error) {
+	if h := w.opts.ErrorHandler; h != nil && w.ctx.Err() == nil {
+		h(err)
+	}
+}
+
+// onMsg receives each decision addressed to this worker, in stream order.
+func (w *Worker) onMsg(m jetstream.Msg) {
+	d, err := events.DecodeDecision(m.Data())
+	if err != nil {
+		w.report(fmt.Errorf("worker: decision %s: %w", m.Subject(), err))
+		return
+	}
+	w.dispatch(d)
+}
+
+// dispatch routes one decision: a verdict of this worker's input to its
+// caller, an offer to the offer queue, a decision about one of its leases to
+// the lease; what nobody claims yet is stashed.
+func (w *Worker) dispatch(d events.Decision) {
+	w.mu.Lock()
+	err := w.dispatchLocked(d)
+	w.mu.Unlock()
+	if err != nil {
+		w.report(err)
+	}
+}
+
+func (w *Worker) dispatchLocked(d events.Decision) error {
+	if w.ctx.Err() != nil {
+		return nil
+	}
+	if !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
+		if ch, ok := w.waiters[d.Cause]; ok {
+			delete(w.waiters, d.Cause)
+			ch <- d // buffered, one verdict per input
+			return nil
+		}
+		w.stashLocked(d) // its PubAck has not come back yet
+		return nil
+	}
+	switch d.Kind {
+	case events.KindOffered:
+		if d.Job.Holder == w.id {
+			return w.queueOfferLocked(d)
+		}
+	case events.KindCancelRequested, events.KindExpired, events.KindUnresolved, events.KindResolved:
+		k := leaseKey{d.Job.ID, d.Job.LeaseID}
+		if l := w.leases[k]; l != nil {
+			if l.handle(d) {
+				delete(w.leases, k)
+			}
+			return nil
+		}
+		w.stashLocked(d) // its lease is being registered
+	}
+	return nil
+}
+
+func (w *Worker) stashLocked(d events.Decision) {
+	if len(w.stash) == stashSize {
+		copy(w.stash, w.stash[1:])
+		w.stash = w.stash[:stashSize-1]
+	}
+	w.stash = append(w.stash, d)
+}
+
+// register adds l and applies, in order, the stashed decisions about it.
+func (w *Worker) register(l *Lease) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil {
+		l.finish(ErrClosed)
+		return ErrClosed
+	}
+	k := leaseKey{l.token.Job, l.token.LeaseID}
+	w.leases[k] = l
+	kept := w.stash[:0]
+	ended := false
+	for _, d := range w.stash {
+		if d.Kind.Derived() || d.Role != events.RoleWorker || d.Actor != w.id {
+			if d.Job.ID == k.job && d.Job.LeaseID == k.leaseID {
+				ended = l.handle(d) || ended
+				continue
+			}
+		}
+		kept = append(kept, d)
+	}
+	clear(w.stash[len(kept):])
+	w.stash = kept
+	if ended {
+		delete(w.leases, k)
+	}
+	w.wg.Add(1) // under w.mu: Close cannot be waiting yet
+	go l.run()
+	return nil
+}
+
+func (w *Worker) unregister(l *Lease) {
+	w.mu.Lock()
+	k := leaseKey{l.token.Job, l.token.LeaseID}
+	if w.leases[k] == l {
+		delete(w.leases, k)
+	}
+	w.mu.Unlock()
+}
+
+// input is one input to publish: its body and Msg-Id are fixed once, so
+// that every retry is the same message, deduplicated by the stream.
+type input struct {
+	job   string
+	verb  events.Verb
+	body  []byte
+	msgID string
+	t0    time.Time // local time just before the first publish attempt
+}
+
+func (w *Worker) newInput(in *events.Input) *input {
+	in.Role, in.Actor = events.RoleWorker, w.id
+	in.SentAt = time.Now().UnixNano()
+	return &input{job: in.Job, verb: in.Verb, body: events.AppendInputBody(nil, in), msgID: w.newMsgID()}
+}
+
+// newMsgID returns "<id>-<random UUID v4>": namespaced by the worker, and
+// unguessable, so that no other publisher can suppress this worker's input
+// through the input stream's duplicate window.
+func (w *Worker) newMsgID() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:]) // never fails (crypto/rand)
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	b := make([]byte, 0, len(w.id)+37)
+	b = append(b, w.id...)
+	b = append(b, '-')
+	b = hex.AppendEncode(b, u[0:4])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, u[4:6])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, u[6:8])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, u[8:10])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, u[10:16])
+	return string(b)
+}
+
+// send publishes p (with retries, same Msg-Id) and waits for its verdict.
+// The error is ErrClosed, or matches ErrNoVerdict; a verdict that does not
+// accept the operation is returned as a decision, not as an error.
+func (w *Worker) send(ctx context.Context, p *input) (events.Decision, error) {
+	if w.ctx.Err() != nil {
+		return events.Decision{}, ErrClosed // publish nothing after Close
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.opts.VerdictTimeout)
+	defer cancel()
+	stop := context.AfterFunc(w.ctx, cancel)
+	defer stop()
+	if p.t0.IsZero() {
+		p.t0 = time.Now()
+	}
+	seq, err := w.publish(ctx, p)
+	if err != nil {
+		return events.Decision{}, w.callErr(ctx, err)
+	}
+	return w.await(ctx, seq)
+}
+
+func (w *Worker) callErr(ctx context.Context, err error) error {
+	if w.ctx.Err() != nil {
+		return ErrClosed
+	}
+	if err == nil {
+		err = context.Cause(ctx)
+	}
+	return fmt.Errorf("%w: %w", ErrNoVerdict, err)
+}
+
+// publish stores p in the input stream and returns its sequence. Attempts
+// that may have failed in transit are retried with the same Msg-Id until
+// ctx ends: if an earlier attempt was stored, the stream answers with that
+// attempt's sequence.
+func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
+	msg := &nats.Msg{
+		Subject: events.InputSubject(events.RoleWorker, w.id, p.job, p.verb),
+		Data:    p.body,
+	}
+	wait := 10 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, w.opts.PublishTimeout)
+		ack, err := w.js.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(w.in))
+		cancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if !retryable(err) {
+			return 0, fmt.Errorf("publish %s: %w", msg.Subject, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("publish %s: %w (last attempt: %w)", msg.Subject, context.Cause(ctx), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// retryable reports whether a publish error leaves the outcome unknown or
+// may clear by itself: a timeout, no responders (a stream leader being
+// elected), a connection being re-established.
+func retryable(err error) bool {
+	switch {
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, context.Canceled):
+		return false
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrReconnectBufExceeded):
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// No JetStream leader for the stream (yet): 10008, 10009.
+		return apiErr.ErrorCode == 10008 || apiErr.ErrorCode == 10009
+	}
+	return false
+}
+
+// await waits for the verdict of input seq.
+func (w *Worker) await(ctx context.Context, seq uint64) (events.Decision, error) {
+	w.mu.Lock()
+	for i, d := range w.stash {
+		if d.Cause == seq && !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
+			w.stash = append(w.stash[:i], w.stash[i+1:]...)
+			w.mu.Unlock()
+			return d, nil
+		}
+	}
+	ch, ok := w.waiters[seq]
+	if !ok {
+		ch = make(chan events.Decision, 1)
+		w.waiters[seq] = ch
+	}
+	w.mu.Unlock()
+	select {
+	case d := <-ch:
+		return d, nil
+	case <-ctx.Done():
+		w.mu.Lock()
+		delete(w.waiters, seq)
+		w.mu.Unlock()
+		select {
+		case d := <-ch: // arrived while giving up
+			return d, nil
+		default:
+		}
+		return events.Decision{}, w.callErr(ctx, fmt.Errorf("input %d: %w", seq, context.Cause(ctx)))
+	}
+}
+
+func (w *Worker) queueOfferLocked(d events.Decision) error {
+	var err error
+	if len(w.offerQ) == w.opts.OfferBuffer {
+		old := w.offerQ[0]
+		w.offerQ = w.offerQ[1:]
+		err = fmt.Errorf("worker: offer of job %s (lease %s) dropped: offer buffer full", old.Job, old.LeaseID)
+	}
+	w.offerQ = append(w.offerQ, newOffer(w, d))
+	select {
+	case w.offerS <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// pumpOffers hands queued offers to Offers() readers; it exits on Close and
+// closes the channel.
+func (w *Worker) pumpOffers() {
+	defer w.wg.Done()
+	defer close(w.offerC)
+	for {
+		w.mu.Lock()
+		var out chan<- Offer
+		var head Offer
+		if len(w.offerQ) > 0 {
+			out, head = w.offerC, w.offerQ[0]
+		}
+		w.mu.Unlock()
+		select {
+		case out <- head:
+			w.mu.Lock()
+			// Unless a full buffer dropped it meanwhile.
+			if len(w.offerQ) > 0 && w.offerQ[0].Job == head.Job && w.offerQ[0].LeaseID == head.LeaseID {
+				w.offerQ[0] = Offer{}
+				w.offerQ = w.offerQ[1:]
+			}
+			w.mu.Unlock()
+		case <-w.offerS:
+		case <-w.ctx.Done():
+			return
+		}
+	}
+}
