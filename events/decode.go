@@ -939,18 +939,28 @@ func (d *inputDecoder) sentAt() (int64, bool) {
 	if !d.str() {
 		return 0, false
 	}
-	if ns, ok := parseRFC3339Common(d.sv); ok {
-		return ns, true
+	ns, ok := parseRFC3339Common(d.sv)
+	if !ok {
+		t, err := time.Parse(time.RFC3339Nano, string(d.sv))
+		if err != nil {
+			return 0, d.failv(ReasonBadTime, "want an RFC 3339 time with a time zone")
+		}
+		if t.Before(minSentAt) || t.After(maxSentAt) {
+			return 0, d.failv(ReasonBadTime, sentAtRange)
+		}
+		ns = t.UnixNano()
 	}
-	t, err := time.Parse(time.RFC3339Nano, string(d.sv))
-	if err != nil {
-		return 0, d.failv(ReasonBadTime, "want an RFC 3339 time with a time zone")
+	if ns < minSentAtNs {
+		return 0, d.failv(ReasonBadTime, sentAtRange)
 	}
-	if t.Before(minSentAt) || t.After(maxSentAt) {
-		return 0, d.failv(ReasonBadTime, "out of range (years 1678 to 2262)")
-	}
-	return t.UnixNano(), true
+	return ns, true
 }
+
+// The accepted sent_at range: from 1678-01-01 to the end of int64 Unix
+// nanoseconds (2262-04-11T23:47:16.854775807Z).
+const sentAtRange = "out of range (1678-01-01T00:00:00Z to 2262-04-11T23:47:16.854775807Z)"
+
+var minSentAtNs = time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 
 // parseRFC3339Common parses, without allocating, the common form
 // YYYY-MM-DDTHH:MM:SS[.F](Z|+HH:MM|-HH:MM), F being 1 to 9 digits, with every

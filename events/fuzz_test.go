@@ -111,13 +111,13 @@ func FuzzTokenRule(f *testing.F) {
 
 // FuzzSentAt checks that sent_at is read exactly as time.Parse with
 // time.RFC3339Nano reads it (the decoder has a fast path for the common
-// form), and rejected with bad_time when time.Parse fails or the instant has
-// no int64 Unix nanosecond value.
+// form), and rejected with bad_time when time.Parse fails or the instant is
+// before 1678 or has no int64 Unix nanosecond value.
 func FuzzSentAt(f *testing.F) {
 	for _, s := range []string{
 		"2025-03-01T11:00:00Z", "2025-03-01T11:00:00.5+01:00", "2024-02-29T23:59:59.999999999-23:59",
 		"2023-02-29T00:00:00Z", "2000-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2025-04-31T00:00:00Z",
-		"1677-09-21T00:12:43.145224192Z", "1677-09-21T00:12:43.145224191Z",
+		"1677-09-21T00:12:43.145224192Z", "1677-09-21T00:12:43.145224191Z", "1678-01-01T00:00:00Z", "1677-12-31T23:59:59.999999999Z",
 		"2262-04-11T23:47:16.854775807Z", "2262-04-11T23:47:16.854775808Z", "0000-01-01T00:00:00Z",
 		"9999-12-31T23:59:59.999999999Z", "2025-03-01T11:00:00,5Z", "2025-03-01t11:00:00z",
 		"2025-03-01T24:00:00Z", "2025-03-01T11:00:60Z", "2025-03-01T11:00:00.1234567891Z",
@@ -126,7 +126,8 @@ func FuzzSentAt(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	minT, maxT := time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
+	// The accepted range: 1678-01-01 to the end of int64 Unix nanoseconds.
+	minT, maxT := time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(0, math.MaxInt64)
 	f.Fuzz(func(t *testing.T, s string) {
 		for i := 0; i < len(s); i++ {
 			if s[i] < 0x20 || s[i] == '"' || s[i] == '\\' || s[i] >= 0x7f {

@@ -32,7 +32,7 @@ const (
 	ReasonBadValue                  Reason = "bad_value"                   // a value is outside its documented range
 	ReasonBadToken                  Reason = "bad_token"                   // an id is not 1 to 64 characters of [A-Za-z0-9_-] (or is the reserved _)
 	ReasonBadEnum                   Reason = "bad_enum"                    // a value is not one of the documented names
-	ReasonBadTime                   Reason = "bad_time"                    // sent_at is not an RFC 3339 time between 1678 and 2262
+	ReasonBadTime                   Reason = "bad_time"                    // sent_at is not an RFC 3339 time from 1678-01-01 to 2262-04-11T23:47:16.854775807Z
 	ReasonTooLarge                  Reason = "too_large"                   // the body, a text or a batch is over its documented limit
 	ReasonTooDeep                   Reason = "too_deep"                    // objects or arrays nest deeper than the format allows
 	ReasonUnsupportedVersion        Reason = "unsupported_version"         // v is not 1
@@ -113,7 +113,7 @@ var reasonDocs = []struct {
 	{ReasonBadValue, "a value is outside its documented range"},
 	{ReasonBadToken, "an id is not 1 to 64 characters of [A-Za-z0-9_-] (or is the reserved _)"},
 	{ReasonBadEnum, "a value is not one of the documented names"},
-	{ReasonBadTime, "sent_at is not an RFC 3339 time between 1678 and 2262"},
+	{ReasonBadTime, "sent_at is not an RFC 3339 time from 1678-01-01 to 2262-04-11T23:47:16.854775807Z"},
 	{ReasonTooLarge, "the body, a text or a batch is over its documented limit"},
 	{ReasonTooDeep, "objects or arrays nest deeper than the format allows"},
 	{ReasonUnsupportedVersion, "v is not 1"},
