@@ -1,0 +1,246 @@
+package audit_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/testutil"
+)
+
+// memTopology keeps test logs in memory: fast, and the lock-down is the same.
+var memTopology = streams.Topology{Storage: jetstream.MemoryStorage}
+
+// env is a real embedded server with the topology created.
+type env struct {
+	srv *streams.Embedded
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	h   *streams.Handles
+	top streams.Topology
+}
+
+func newEnv(t testing.TB, top streams.Topology, opts ...testutil.Option) *env {
+	t.Helper()
+	srv := testutil.StartServer(t, opts...)
+	nc, js := testutil.Connect(t, srv.ClientURL())
+	h, err := streams.Ensure(context.Background(), js, top, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{srv: srv, nc: nc, js: js, h: h, top: top}
+}
+
+// input is one input to publish: subject tail (after tenure.in.) and body.
+type input struct {
+	subject, body string
+}
+
+func in(subject, body string) input { return input{subject, body} }
+
+// publish stores inputs one by one and returns their sequences.
+func (e *env) publish(t testing.TB, ins ...input) []uint64 {
+	t.Helper()
+	var seqs []uint64
+	for _, x := range ins {
+		ack, err := e.js.Publish(context.Background(), events.InputPrefix+"."+x.subject, []byte(x.body))
+		if err != nil {
+			t.Fatalf("publish %s: %v", x.subject, err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	return seqs
+}
+
+// stored is a message read back from a stream.
+type stored struct {
+	seq     uint64
+	time    int64
+	subject string
+	data    []byte
+	header  nats.Header
+}
+
+// readStream reads every message of a stream with direct gets (small streams).
+func (e *env) readStream(t testing.TB, name string) []stored {
+	t.Helper()
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []stored
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, stored{seq: m.Sequence, time: m.Time.UnixNano(), subject: m.Subject, data: m.Data, header: m.Header})
+	}
+	return out
+}
+
+// decision is a decision to append, as the coordinator would.
+type decision struct {
+	subject string
+	body    []byte
+	cause   string // Tenure-Cause ("" to omit the headers)
+	index   string // Tenure-N
+	msgID   string
+	d       events.Decision
+}
+
+// derive folds stored inputs (skipping those in skip) and returns the
+// decisions a coordinator would append.
+func derive(t testing.TB, inputs []stored, skip ...uint64) []decision {
+	t.Helper()
+	p := projector.New()
+	var out []decision
+outer:
+	for _, x := range inputs {
+		for _, s := range skip {
+			if x.seq == s {
+				continue outer
+			}
+		}
+		ds, err := p.Step(events.Raw{Seq: x.seq, Time: x.time, Subject: x.subject, Body: x.data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ds {
+			d := &ds[i]
+			out = append(out, decision{
+				subject: events.DecisionSubject(d), body: events.AppendDecision(nil, d),
+				cause: strconv.FormatUint(d.Cause, 10), index: fmt.Sprintf("%d/%d", d.N, d.Of),
+				msgID: events.DecisionMsgID(d.Cause, d.N), d: *d,
+			})
+		}
+	}
+	return out
+}
+
+func (d decision) msg() *nats.Msg {
+	m := &nats.Msg{Subject: d.subject, Data: d.body, Header: nats.Header{}}
+	if d.cause != "" || d.index != "" {
+		m.Header.Set(events.HeaderCause, d.cause)
+		m.Header.Set(events.HeaderIndex, d.index)
+	}
+	if d.msgID != "" {
+		m.Header.Set(jetstream.MsgIDHeader, d.msgID)
+	}
+	return m
+}
+
+// appendDecisions writes decisions to the decision stream, bypassing any
+// coordinator, and returns their sequences.
+func (e *env) appendDecisions(t testing.TB, ds []decision) []uint64 {
+	t.Helper()
+	var seqs []uint64
+	for _, d := range ds {
+		ack, err := e.js.PublishMsg(context.Background(), d.msg())
+		if err != nil {
+			t.Fatalf("append decision %s: %v", d.subject, err)
+		}
+		if ack.Duplicate {
+			t.Fatalf("decision %s deduplicated", d.subject)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	return seqs
+}
+
+// audit runs an audit and fails the test on error.
+func (e *env) audit(t testing.TB, cfg audit.Config) *audit.Report {
+	t.Helper()
+	cfg.JS = e.js
+	cfg.Topology = e.top
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := audit.Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	return rep
+}
+
+// putSnapshot stores a snapshot object as the coordinator does.
+func (e *env) putSnapshot(t testing.TB, data []byte, inputSeq, decisionSeq string) {
+	t.Helper()
+	meta := jetstream.ObjectMeta{Name: audit.SnapshotObject, Headers: nats.Header{}}
+	meta.Headers.Set(audit.HeaderSnapshotInput, inputSeq)
+	meta.Headers.Set(audit.HeaderSnapshotDecision, decisionSeq)
+	if _, err := e.h.Snapshots.Put(context.Background(), meta, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// summary renders a report for failure messages.
+func summary(r *audit.Report) string {
+	var b bytes.Buffer
+	_ = audit.WriteSummary(&b, r, 20)
+	return b.String()
+}
+
+// requireClean fails unless r found nothing wrong.
+func requireClean(t testing.TB, r *audit.Report) {
+	t.Helper()
+	if !r.OK() || r.Mismatches.Count+r.Missing.Count+r.Extra.Count+r.Orphans.Count+r.Holes.Count+r.Chain.Count != 0 || !r.HashesEqual() {
+		t.Fatalf("audit of a clean log found problems:\n%s", summary(r))
+	}
+	if r.Verified != r.Decisions {
+		t.Fatalf("verified %d of %d decisions:\n%s", r.Verified, r.Decisions, summary(r))
+	}
+}
+
+// treeState describes every file under dir: path, size, modification time
+// and content hash.
+func treeState(t testing.TB, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v %d %d", path, info.Mode(), info.Size(), info.ModTime().UnixNano())
+		if !d.IsDir() {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %x", sha256.Sum256(data))
+		}
+		b.WriteByte('\n')
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}

@@ -1,0 +1,209 @@
+package audit_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+)
+
+// A small log audited at speed on every run (no timing is asserted: the
+// rate is logged, with a raw in-order read of the same streams for scale).
+func TestAuditThroughput(t *testing.T) {
+	measureAudit(t, 20_000)
+}
+
+// The audit of a log of a million inputs completes; its rate is logged.
+// Opt in with TENURE_AUDIT_1M=1 (TENURE_AUDIT_N overrides the size):
+//
+//	TENURE_AUDIT_1M=1 go test -run TestAudit1M -v ./audit/
+func TestAudit1M(t *testing.T) {
+	if os.Getenv("TENURE_AUDIT_1M") == "" || testing.Short() {
+		t.Skip("set TENURE_AUDIT_1M=1 to audit a log of 1,000,000 inputs")
+	}
+	n := 1_000_000
+	if s := os.Getenv("TENURE_AUDIT_N"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	measureAudit(t, n)
+}
+
+func measureAudit(t *testing.T, n int) {
+	e := newEnv(t, memTopology)
+	t0 := time.Now()
+	decisions := buildLargeLog(t, e, n)
+	t.Logf("built a log of %d inputs and %d decisions in %v", n, decisions, time.Since(t0).Round(time.Millisecond))
+
+	// Alternate raw reads and audits, keeping the best of each: the machine
+	// may be busy with other work.
+	var raw time.Duration
+	var rep *audit.Report
+	for i := range 2 {
+		runtime.GC()
+		if d := rawRead(t, e); i == 0 || d < raw {
+			raw = d
+		}
+		runtime.GC()
+		r := e.audit(t, audit.Config{})
+		requireClean(t, r)
+		if r.Inputs != uint64(n) || r.Decisions != uint64(decisions) {
+			t.Fatalf("audit read %d inputs and %d decisions:\n%s", r.Inputs, r.Decisions, summary(r))
+		}
+		if rep == nil || r.Elapsed < rep.Elapsed {
+			rep = r
+		}
+	}
+	rawRate := float64(n) / raw.Seconds()
+	t.Logf("raw in-order read of both streams (%d + %d messages), best of two: %v, %.0f inputs/s", n, decisions, raw.Round(time.Millisecond), rawRate)
+	t.Logf("audit (replay and verify), best of two: %v, %.0f inputs/s: %.2fx the raw read", rep.Elapsed.Round(time.Millisecond), rep.Rate(), rep.Rate()/rawRate)
+}
+
+func buildLargeLog(t *testing.T, e *env, n int) int {
+	t.Helper()
+	ctx := context.Background()
+	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := max(n/10, 1)
+	var body []byte
+	for i := range n {
+		k, round := i%jobs, i/jobs
+		job := "job-" + strconv.Itoa(k)
+		worker := "w" + strconv.Itoa(k%64)
+		var subject string
+		body = append(body[:0], `{"v":1`...)
+		switch {
+		case i%997 == 996:
+			subject = events.InputSubject(events.RoleCoord, "c1", events.NoJob, events.VerbTick)
+		case round == 0:
+			subject = events.InputSubject(events.RoleWorker, worker, job, events.VerbAcquire)
+			body = append(body, `,"lease_ms":3600000`...)
+		case round%2 == 1:
+			subject = events.InputSubject(events.RoleWorker, worker, job, events.VerbRenew)
+			body = fmt.Appendf(body, `,"lease_id":"L%d","generation":1,"renew_seq":%d`, k+1, round)
+		default:
+			subject = events.InputSubject(events.RoleWorker, worker, job, events.VerbProgress)
+			body = fmt.Appendf(body, `,"lease_id":"L%d","generation":1,"progress_seq":%d,"value":%d`, k+1, round, round%100)
+		}
+		body = append(body, '}')
+		publishAsync(t, js, &nats.Msg{Subject: subject, Data: append([]byte(nil), body...)})
+	}
+	waitAsync(t, js)
+
+	// Read the inputs back in order, fold, append the decisions.
+	cons, err := js.OrderedConsumer(ctx, e.top.InputStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	p := projector.New()
+	decisions := 0
+	for range n {
+		m, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds, err := p.Step(events.Raw{Seq: meta.Sequence.Stream, Time: meta.Timestamp.UnixNano(), Subject: m.Subject(), Body: m.Data()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ds {
+			d := &ds[i]
+			msg := &nats.Msg{Subject: events.DecisionSubject(d), Data: events.AppendDecision(nil, d), Header: nats.Header{}}
+			msg.Header.Set(events.HeaderCause, strconv.FormatUint(d.Cause, 10))
+			msg.Header.Set(events.HeaderIndex, strconv.Itoa(int(d.N))+"/"+strconv.Itoa(int(d.Of)))
+			publishAsync(t, js, msg)
+			decisions++
+		}
+	}
+	waitAsync(t, js)
+	return decisions
+}
+
+// publishAsync publishes m asynchronously, waiting as long as it takes
+// for room among the outstanding publishes.
+func publishAsync(t *testing.T, js jetstream.JetStream, m *nats.Msg) {
+	if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitAsync(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		t.Fatal("asynchronous publishes not acknowledged")
+	}
+}
+
+// rawRead reads both streams in order, concurrently, through plain ordered
+// consumers, touching each message's sequence and time: the baseline.
+func rawRead(t *testing.T, e *env) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for _, name := range []string{e.top.InputStream(), e.top.DecisionStream()} {
+		s, err := e.js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := s.CachedInfo().State.LastSeq
+		wg.Go(func() {
+			cons, err := e.js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			done := make(chan struct{})
+			var sum int64
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				meta, err := m.Metadata()
+				if err != nil {
+					return
+				}
+				sum += meta.Timestamp.UnixNano() + int64(len(m.Data()))
+				if meta.Sequence.Stream == last {
+					close(done)
+				}
+			}, jetstream.PullMaxMessages(8192))
+			if err != nil {
+				errs <- err
+				return
+			}
+			<-done
+			cc.Stop()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return time.Since(t0)
+}

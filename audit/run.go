@@ -1,0 +1,509 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
+)
+
+// Names the coordinator stores its snapshot under (coordinator package).
+const (
+	SnapshotObject         = "projector"
+	HeaderSnapshotInput    = "Tenure-Input-Seq"
+	HeaderSnapshotDecision = "Tenure-Decision-Seq"
+)
+
+// DefaultStallTimeout is the default of Config.StallTimeout.
+const DefaultStallTimeout = 30 * time.Second
+
+// Config says what Run audits.
+type Config struct {
+	// JS is a JetStream context on the server or cluster holding the log.
+	JS jetstream.JetStream
+	// Topology names the streams and buckets (streams.Topology{} by default).
+	Topology streams.Topology
+	// From, when above 1, starts the audit from the stored snapshot instead
+	// of the first input, once the snapshot checks out, provided it covers
+	// inputs before From (the audit then starts right after it). Otherwise,
+	// or if there is no usable snapshot, the audit replays from the first
+	// input and says why in Report.Snapshot.
+	From uint64
+	// Options say what to collect besides the verdicts.
+	Options
+	// StallTimeout ends the audit with an error when a stream delivers
+	// nothing for that long before its end (default DefaultStallTimeout).
+	StallTimeout time.Duration
+	// Logger receives debug information about the readers (nil: none).
+	Logger *slog.Logger
+}
+
+// Run audits the log: it opens the topology read-only (streams.Open), takes
+// the last sequences of the decision stream and then of the input stream
+// (so that every decision it reads has its cause within the inputs it
+// reads), checks the stored snapshot, reads both streams concurrently
+// through ordered consumers and hands them to Check. It never writes to the
+// streams or buckets: the only thing it creates on the server is the two
+// ephemeral ordered consumers (in memory, removed when idle). An error means the audit could not be carried out; a
+// log that is not reproduced is a Report whose OK is false.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	t0 := time.Now()
+	if cfg.JS == nil {
+		return nil, errors.New("audit: no JetStream context")
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	h, err := streams.Open(ctx, cfg.JS, cfg.Topology)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	lockdown := h.Verify(cfg.Topology)
+	outInfo, err := h.Out.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: decision stream info: %w", streams.Classify(err))
+	}
+	inInfo, err := h.In.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: input stream info: %w", streams.Classify(err))
+	}
+	st := Start{InputEnd: inInfo.State.LastSeq, DecisionEnd: outInfo.State.LastSeq}
+	if err := loadSnapshot(ctx, h, cfg.From, &st); err != nil {
+		return nil, err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inFrom, outFrom := uint64(1), uint64(1)
+	if st.Projector != nil {
+		inFrom, outFrom = st.Projector.LastSeq()+1, st.LastDecision+1
+	}
+	ins, err := startReader(ctx, cfg, cfg.Topology.InputStream(), inFrom, st.InputEnd, false)
+	if err != nil {
+		return nil, err
+	}
+	defer ins.stop()
+	outs, err := startReader(ctx, cfg, cfg.Topology.DecisionStream(), outFrom, st.DecisionEnd, true)
+	if err != nil {
+		return nil, err
+	}
+	defer outs.stop()
+
+	rep := Check(inputReader{ins}, decisionReader{outs}, st, cfg.Options)
+	if err := errors.Join(ins.failure(), outs.failure()); err != nil {
+		return nil, err
+	}
+	if lockdown != nil {
+		rep.Lockdown = lockdown.Error()
+	}
+	rep.Elapsed = time.Since(t0)
+	return rep, nil
+}
+
+// loadSnapshot reads and checks the stored snapshot; when it checks out and
+// cfg.From asks for it, st starts from it. A snapshot that does not check
+// out is a finding, not an error.
+func loadSnapshot(ctx context.Context, h *streams.Handles, from uint64, st *Start) error {
+	obj, err := h.Snapshots.Get(ctx, SnapshotObject)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		if from > 1 {
+			st.Snapshot = &SnapshotCheck{Note: "no stored snapshot: replaying from the first input"}
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("audit: read snapshot: %w", streams.Classify(err))
+	}
+	defer obj.Close()
+	info, err := obj.Info()
+	if err != nil {
+		return fmt.Errorf("audit: read snapshot: %w", err)
+	}
+	data, err := io.ReadAll(obj)
+	if err != nil {
+		return fmt.Errorf("audit: read snapshot: %w", err)
+	}
+	sc := &SnapshotCheck{Size: len(data)}
+	st.Snapshot = sc
+	inSeq, err1 := strconv.ParseUint(info.Headers.Get(HeaderSnapshotInput), 10, 64)
+	decSeq, err2 := strconv.ParseUint(info.Headers.Get(HeaderSnapshotDecision), 10, 64)
+	sc.InputSeq, sc.DecisionSeq = inSeq, decSeq
+	if err1 != nil || err2 != nil {
+		sc.Problem = fmt.Sprintf("bad %s / %s headers", HeaderSnapshotInput, HeaderSnapshotDecision)
+		return nil
+	}
+	p := projector.New()
+	if err := p.Restore(data); err != nil {
+		sc.Problem = err.Error()
+		return nil
+	}
+	last, problem, err := checkSnapshotPosition(ctx, h, p, inSeq, decSeq, st)
+	if err != nil {
+		return err
+	}
+	if problem != "" {
+		sc.Problem = problem
+		return nil
+	}
+	switch {
+	case from <= 1:
+		// Full replay: Check compares the fold with the snapshot's bytes.
+		st.SnapshotData = data
+	case inSeq >= from:
+		sc.Note = fmt.Sprintf("the snapshot covers input %d, not before %d: replaying from the first input", inSeq, from)
+		st.SnapshotData = data
+	default:
+		sc.Used = true
+		st.Projector, st.Base = p, data
+		st.LastDecision, st.Last = decSeq, last
+	}
+	return nil
+}
+
+// checkSnapshotPosition checks that the snapshot restored into p covers
+// input inSeq and that decision decSeq is the last decision of that input,
+// stored at the snapshot's time, and the next decision (if any) starts a
+// later input. It returns the key of decision decSeq.
+func checkSnapshotPosition(ctx context.Context, h *streams.Handles, p *projector.Projector, inSeq, decSeq uint64, st *Start) (Key, string, error) {
+	switch {
+	case p.LastSeq() != inSeq:
+		return Key{}, fmt.Sprintf("the snapshot holds input %d, its %s header says %d", p.LastSeq(), HeaderSnapshotInput, inSeq), nil
+	case inSeq == 0 || inSeq > st.InputEnd:
+		return Key{}, fmt.Sprintf("input %d is not in the input stream (last %d)", inSeq, st.InputEnd), nil
+	case decSeq == 0 || decSeq > st.DecisionEnd:
+		return Key{}, fmt.Sprintf("decision %d is not in the decision stream (last %d)", decSeq, st.DecisionEnd), nil
+	}
+	get := func(seq uint64) (StoredDecision, error) {
+		m, err := h.Out.GetMsg(ctx, seq)
+		if err != nil {
+			return StoredDecision{}, err
+		}
+		return StoredDecision{Seq: seq, Subject: m.Subject, Body: m.Data,
+			Cause: m.Header.Get(events.HeaderCause), Index: m.Header.Get(events.HeaderIndex)}, nil
+	}
+	s, err := get(decSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Key{}, fmt.Sprintf("decision %d is not in the decision stream", decSeq), nil
+	}
+	if err != nil {
+		return Key{}, "", fmt.Errorf("audit: read decision %d: %w", decSeq, streams.Classify(err))
+	}
+	k := parseKey(&s)
+	if !k.hdrOK || k.key.Cause != inSeq || k.key.N+1 != k.of {
+		return Key{}, fmt.Sprintf("decision %d (%s %s, %s %s) is not the last decision of input %d",
+			decSeq, events.HeaderCause, s.Cause, events.HeaderIndex, s.Index, inSeq), nil
+	}
+	d, err := events.DecodeDecision(s.Body)
+	if err != nil || d.Cause != inSeq || d.At != p.Now() {
+		return Key{}, fmt.Sprintf("decision %d does not carry the snapshot's input %d and time %s", decSeq, inSeq, events.FormatTime(p.Now())), nil
+	}
+	if decSeq < st.DecisionEnd {
+		s, err := get(decSeq + 1)
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return Key{}, "", fmt.Errorf("audit: read decision %d: %w", decSeq+1, streams.Classify(err))
+		}
+		if err == nil {
+			if nk := parseKey(&s); nk.hdrOK && (nk.key.Cause <= inSeq || nk.key.N != 0) {
+				return Key{}, fmt.Sprintf("decision %d after the snapshot's position is %s, not the first decision of a later input", decSeq+1, nk.key), nil
+			}
+		}
+	}
+	return k.key, "", nil
+}
+
+// record is one message as read from a stream.
+type record struct {
+	seq          uint64
+	time         int64
+	subject      string
+	data         []byte
+	cause, index string
+}
+
+const (
+	batchSize    = 512
+	batchesAhead = 32
+	pullAhead    = 8192
+)
+
+// reader reads one stream in order, from a start sequence to an end
+// sequence, through an ordered consumer whose callback hands batches of
+// records over a channel; the batches' memory is recycled.
+type reader struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stream  string
+	end     uint64
+	stall   time.Duration
+	ch      chan []record
+	free    chan []record
+	cc      jetstream.ConsumeContext
+	cur     []record
+	i       int
+	hmu     sync.Mutex // serialises callbacks across the consumer's resets
+	batch   []record   // being filled by the callback
+	done    bool       // the callback saw the last record
+	mu      sync.Mutex
+	err     error
+	lastErr error // last error the consumer reported (it recovers by itself)
+}
+
+func startReader(ctx context.Context, cfg Config, stream string, from, end uint64, headers bool) (*reader, error) {
+	r := &reader{stream: stream, end: end, stall: cfg.StallTimeout,
+		ch: make(chan []record, batchesAhead), free: make(chan []record, batchesAhead+2)}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	if from > end {
+		close(r.ch)
+		return r, nil
+	}
+	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if from > 1 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	cons, err := cfg.JS.OrderedConsumer(ctx, stream, occ)
+	if err != nil {
+		r.cancel()
+		return nil, fmt.Errorf("audit: ordered consumer on %s: %w", stream, streams.Classify(err))
+	}
+	r.batch = make([]record, 0, batchSize)
+	log := cfg.Logger
+	r.cc, err = cons.Consume(func(m jetstream.Msg) { r.handle(m, headers) },
+		jetstream.PullMaxMessages(pullAhead),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			log.Debug("audit: consumer", "stream", stream, "err", err)
+			r.mu.Lock()
+			r.lastErr = err
+			r.mu.Unlock()
+		}))
+	if err != nil {
+		r.cancel()
+		return nil, fmt.Errorf("audit: read %s: %w", stream, streams.Classify(err))
+	}
+	return r, nil
+}
+
+// handle runs on the consumer's goroutine, one message at a time.
+func (r *reader) handle(m jetstream.Msg, headers bool) {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	if r.done {
+		return
+	}
+	seq, ts, pending, ok := parseAckReply(m.Reply())
+	if !ok {
+		meta, err := m.Metadata()
+		if err != nil {
+			r.fail(fmt.Errorf("audit: %s: metadata: %w", r.stream, err))
+			return
+		}
+		seq, ts, pending = meta.Sequence.Stream, meta.Timestamp.UnixNano(), meta.NumPending
+	}
+	rec := record{seq: seq, time: ts, subject: m.Subject(), data: m.Data()}
+	if headers {
+		if h := m.Headers(); h != nil {
+			rec.cause, rec.index = h.Get(events.HeaderCause), h.Get(events.HeaderIndex)
+		}
+	}
+	last := rec.seq >= r.end || pending == 0
+	if rec.seq <= r.end {
+		r.batch = append(r.batch, rec)
+	}
+	if len(r.batch) < batchSize && !last {
+		return
+	}
+	select {
+	case r.ch <- r.batch:
+	case <-r.ctx.Done():
+		r.done = true
+		return
+	}
+	if last {
+		r.done = true
+		close(r.ch)
+		return
+	}
+	select {
+	case b := <-r.free:
+		r.batch = b[:0]
+	default:
+		r.batch = make([]record, 0, batchSize)
+	}
+}
+
+func (r *reader) fail(err error) {
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.mu.Unlock()
+}
+
+func (r *reader) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// next returns the next record; false at the end, on cancellation or
+// after StallTimeout without a message (failure then says why).
+func (r *reader) next() (*record, bool) {
+	if r.i < len(r.cur) {
+		r.i++
+		return &r.cur[r.i-1], true
+	}
+	if r.cur != nil {
+		// Check keeps references to the bytes, never to the records.
+		clear(r.cur)
+		select {
+		case r.free <- r.cur:
+		default:
+		}
+		r.cur = nil
+	}
+	var timer *time.Timer
+	for {
+		select {
+		case b, ok := <-r.ch:
+			if timer != nil {
+				timer.Stop()
+			}
+			if !ok {
+				return nil, false
+			}
+			if len(b) == 0 {
+				continue
+			}
+			r.cur, r.i = b, 1
+			return &r.cur[0], true
+		case <-r.ctx.Done():
+			r.fail(fmt.Errorf("audit: read %s: %w", r.stream, r.ctx.Err()))
+			return nil, false
+		default:
+		}
+		if timer == nil {
+			timer = time.NewTimer(r.stall)
+			defer timer.Stop()
+		}
+		select {
+		case b, ok := <-r.ch:
+			if !ok {
+				return nil, false
+			}
+			if len(b) == 0 {
+				continue
+			}
+			r.cur, r.i = b, 1
+			return &r.cur[0], true
+		case <-r.ctx.Done():
+			r.fail(fmt.Errorf("audit: read %s: %w", r.stream, r.ctx.Err()))
+			return nil, false
+		case <-timer.C:
+			r.mu.Lock()
+			last := r.lastErr
+			r.mu.Unlock()
+			r.fail(fmt.Errorf("audit: read %s: nothing received for %v before sequence %d (last consumer error: %v)", r.stream, r.stall, r.end, last))
+			return nil, false
+		}
+	}
+}
+
+// stop ends the reader; a callback blocked on a full channel returns.
+func (r *reader) stop() {
+	r.cancel()
+	if r.cc != nil {
+		r.cc.Stop()
+	}
+}
+
+// parseAckReply reads the stream sequence, the stored time and the number of
+// messages pending from the reply subject of a message a consumer delivered,
+// without allocating (jetstream.Msg.Metadata does the same, with an
+// allocation per message). Both forms are understood:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
+//	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>...]
+func parseAckReply(s string) (seq uint64, ts int64, pending uint64, ok bool) {
+	const prefix = "$JS.ACK."
+	if !strings.HasPrefix(s, prefix) {
+		return 0, 0, 0, false
+	}
+	s = s[len(prefix):]
+	var tok [9]string
+	n := 0
+	for ; n < len(tok); n++ {
+		i := strings.IndexByte(s, '.')
+		if i < 0 {
+			tok[n], s = s, ""
+			n++
+			break
+		}
+		tok[n], s = s[:i], s[i+1:]
+	}
+	var f []string // delivered, sseq, cseq, time, pending
+	switch {
+	case n == 7 && s == "":
+		f = tok[2:7]
+	case n == 9:
+		f = tok[4:9]
+	default:
+		return 0, 0, 0, false
+	}
+	var t, p uint64
+	var ok1, ok2, ok3 bool
+	seq, ok1 = parseDigits(f[1])
+	t, ok2 = parseDigits(f[3])
+	p, ok3 = parseDigits(f[4])
+	if !ok1 || !ok2 || !ok3 || t > 1<<63-1 {
+		return 0, 0, 0, false
+	}
+	return seq, int64(t), p, true
+}
+
+func parseDigits(s string) (uint64, bool) {
+	if s == "" || len(s) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
+}
+
+type inputReader struct{ r *reader }
+
+func (a inputReader) NextInput() (events.Raw, bool) {
+	m, ok := a.r.next()
+	if !ok {
+		return events.Raw{}, false
+	}
+	return events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data}, true
+}
+
+type decisionReader struct{ r *reader }
+
+func (a decisionReader) NextDecision() (StoredDecision, bool) {
+	m, ok := a.r.next()
+	if !ok {
+		return StoredDecision{}, false
+	}
+	return StoredDecision{Seq: m.seq, Subject: m.subject, Body: m.data, Cause: m.cause, Index: m.index}, true
+}
