@@ -1,0 +1,88 @@
+// Package auth generates a nats-server authorization for Tenure: one NATS
+// user per actor (worker, dispatcher, operator, coordinator), each bound by
+// server permissions to the subjects of its role and identity, their
+// credentials, and optionally a private CA with server and client TLS
+// certificates. It is what `tenure auth init` writes.
+//
+// # Why permissions
+//
+// Tenure takes a publisher's identity from the subject of its input
+// (tenure.in.<role>.<actor>.<job>.<verb>, PROTOCOL.md §4): the NATS server
+// cannot stamp the authenticated user into a stored message. The identity is
+// therefore only as good as the publish permissions that bind each user to
+// its own subjects. Generate builds those permissions; PermissionsFor returns
+// them for one actor, so that they can be reviewed or reused in another
+// configuration (JWT/operator mode, a hand-written file).
+//
+// # What each role may do
+//
+// Stream names below are those of the default prefix TENURE (TENURE_IN,
+// TENURE_OUT, the KV bucket TENURE_LEADER with stream KV_TENURE_LEADER, the
+// object store TENURE_SNAPSHOTS with stream OBJ_TENURE_SNAPSHOTS). Every
+// JetStream API subject was checked against nats-server v2.15.2
+// (server/jetstream_api.go).
+//
+// A worker <w> may publish
+//
+//	tenure.in.worker.<w>.>                             its inputs (a JetStream publish needs no API call)
+//	$JS.API.STREAM.INFO.TENURE_OUT                     the decision stream's last sequence
+//	$JS.API.CONSUMER.CREATE.TENURE_OUT.*.tenure.out.<w>.>   a consumer filtered to its own decisions only
+//	$JS.API.CONSUMER.INFO.TENURE_OUT.*
+//	$JS.API.CONSUMER.MSG.NEXT.TENURE_OUT.*              pull from it
+//
+// and subscribe to its own reply inbox _INBOX_<w>.> and to tenure.out.<w>.>.
+// Everything else is refused, and these are denied explicitly as well:
+// tenure.out.>, $JS.API.STREAM.DELETE.*, $JS.API.STREAM.PURGE.*,
+// $JS.API.STREAM.UPDATE.*, $JS.API.STREAM.MSG.DELETE.* and
+// $JS.API.CONSUMER.DELETE.*.*.
+//
+// A dispatcher or operator <d> (input role "ops") may publish
+// tenure.in.ops.<d>.>, create, read and delete consumers on TENURE_OUT
+// with any filter (the ops client deletes its short-lived ordered consumer
+// after each call), get decisions by sequence or subject (STREAM.MSG.GET,
+// DIRECT.GET), send requests to the coordinators' "tenure" micro service
+// ($SRV.*, $SRV.*.tenure, $SRV.*.tenure.*, tenure.status.*), and subscribe
+// to _INBOX_<d>.> and tenure.out.>. It has no stream administration:
+// STREAM.DELETE, PURGE, UPDATE and MSG.DELETE are denied, and so is
+// publishing on tenure.out.>.
+//
+// A coordinator <c> may publish tenure.in.coord.<c>.> (ticks, the default
+// policy) and tenure.out.> (decisions); use the JetStream API on its four
+// streams only (create, info, message get, direct get, consumers with their
+// acks and flow control); update, purge and delete messages only on the
+// KV_TENURE_LEADER and OBJ_TENURE_SNAPSHOTS streams (replacing a snapshot
+// purges the old object's chunks); put to $KV.TENURE_LEADER.> and
+// $O.TENURE_SNAPSHOTS.>; serve its micro service; and answer requests
+// (allow_responses). Deleting any stream, and updating, purging or deleting
+// messages of TENURE_IN or TENURE_OUT, is refused. It subscribes to
+// _INBOX_<c>.>, its micro service subjects and tenure.status.<c>.
+//
+// Nobody can roll up TENURE_IN or TENURE_OUT: the streams deny it by
+// configuration (streams.Topology), which also denies deletes and purges.
+//
+// # Inbox prefixes
+//
+// Every user may subscribe only to its own inbox prefix, _INBOX_<name>, so
+// that it cannot read another client's replies (PubAcks, JetStream API
+// answers, pulled messages). A client must therefore connect with that
+// prefix: nats.CustomInboxPrefix("_INBOX_w1") in Go (Credential.Connect
+// does it), --inbox-prefix _INBOX_w1 with the nats CLI and the tenure
+// commands. A client that keeps the default _INBOX prefix gets no replies.
+//
+// # What permissions cannot enforce
+//
+// Server permissions filter subjects, not message contents or consumer
+// configurations. What they leave open is spelled out in Limits (which
+// `tenure auth init` prints): Nats-Msg-Id values (the worker SDK resends an
+// input whose first attempt collides with another publisher's id), message
+// bodies (the fold checks identity claims), consumers whose name is known,
+// the subjects listed by stream info, push consumers' deliver subjects, and
+// the content of what the coordinator writes.
+//
+// # Files
+//
+// Generate builds everything in memory; Bundle.Write writes it, every file
+// with mode 0600, and refuses to overwrite an existing file unless forced
+// (then every secret and certificate is new: restart the server with the new
+// server.conf and hand out the new credentials).
+package auth

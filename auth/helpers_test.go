@@ -1,0 +1,253 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/testutil"
+)
+
+// actors is the cast of the permission tests.
+var actors = []auth.Actor{
+	{Name: "coord", Role: auth.RoleCoordinator},
+	{Name: "disp", Role: auth.RoleDispatcher},
+	{Name: "w1", Role: auth.RoleWorker},
+	{Name: "w2", Role: auth.RoleWorker},
+}
+
+// generate writes a bundle for actors into a fresh directory. Tests use the
+// cheapest bcrypt cost: the server checks the hash on every connection.
+func generate(t testing.TB, opts auth.Options) *auth.Bundle {
+	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	if opts.Actors == nil {
+		opts.Actors = actors
+	}
+	if opts.BcryptCost == 0 {
+		opts.BcryptCost = 4
+	}
+	b, err := auth.Generate(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Write(false); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// errLog collects the asynchronous errors of a connection: permissions
+// violations arrive that way.
+type errLog struct {
+	mu   sync.Mutex
+	errs []error
+	c    chan error
+}
+
+func newErrLog() *errLog { return &errLog{c: make(chan error, 64)} }
+
+func (l *errLog) handler() nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		l.mu.Lock()
+		l.errs = append(l.errs, err)
+		l.mu.Unlock()
+		select {
+		case l.c <- err:
+		default:
+		}
+	})
+}
+
+func (l *errLog) all() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]error(nil), l.errs...)
+}
+
+// reset forgets the errors received so far.
+func (l *errLog) reset() {
+	l.mu.Lock()
+	l.errs = nil
+	l.mu.Unlock()
+	for {
+		select {
+		case <-l.c:
+		default:
+			return
+		}
+	}
+}
+
+// expectViolation waits for a permissions violation that names subject.
+func (l *errLog) expectViolation(t testing.TB, what, subject string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-l.c:
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), subject) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s: no permissions violation for %q", what, subject)
+		}
+	}
+}
+
+// noViolations fails t if the connection had a permissions violation.
+func (l *errLog) noViolations(t testing.TB, who string) {
+	t.Helper()
+	for _, err := range l.all() {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("%s: %v", who, err)
+		}
+	}
+}
+
+// client is one actor's connection.
+type client struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	errs *errLog
+}
+
+// connect connects as actor name with its generated credential.
+func connect(t testing.TB, b *auth.Bundle, url, name string, extra ...nats.Option) *client {
+	t.Helper()
+	c, ok := b.Credential(name)
+	if !ok {
+		t.Fatalf("no credential for %s", name)
+	}
+	l := newErrLog()
+	nc, err := c.Connect(url, append([]nats.Option{l.handler(), nats.Timeout(20 * time.Second)}, extra...)...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", name, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{nc: nc, js: js, errs: l}
+}
+
+// env is a real embedded server running the generated configuration and a
+// real coordinator connected as the coordinator user "coord".
+type env struct {
+	b     *auth.Bundle
+	srv   *streams.Embedded
+	url   string
+	coord *client // the coordinator's own connection
+	c     *coordinator.Coordinator
+	stop  func()
+}
+
+func newEnv(t *testing.T, opts auth.Options) *env {
+	t.Helper()
+	b := generate(t, opts)
+	srv := testutil.StartServer(t, testutil.ConfigFile(b.ServerConfigPath()))
+	e := &env{b: b, srv: srv, url: srv.ClientURL()}
+	e.startCoordinator(t, coordinator.Config{SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond})
+	return e
+}
+
+func (e *env) startCoordinator(t *testing.T, cfg coordinator.Config) {
+	t.Helper()
+	e.coord = connect(t, e.b, e.url, "coord", nats.MaxReconnects(-1))
+	cfg.ID, cfg.Conn = "coord", e.coord.nc
+	if cfg.LeaderTTL == 0 {
+		cfg.LeaderTTL = 600 * time.Millisecond
+	}
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	e.c = c
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("coordinator: %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("coordinator did not stop")
+			}
+			e.coord.nc.Close()
+		})
+	}
+	t.Cleanup(e.stop)
+	waitFor(t, 20*time.Second, "coordinator live", func() bool { return c.Stats().Live })
+}
+
+// caughtUp waits until the coordinator has folded every stored input and
+// stored every decision, reading the streams as the coordinator user.
+func (e *env) caughtUp(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, 20*time.Second, "coordinator to catch up", func() bool {
+		in, err1 := e.coord.js.Stream(ctx, "TENURE_IN")
+		out, err2 := e.coord.js.Stream(ctx, "TENURE_OUT")
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		st := e.c.Stats()
+		return st.InputsFolded == in.CachedInfo().State.LastSeq && st.DecisionsStored == out.CachedInfo().State.LastSeq
+	})
+}
+
+// stored is one stored message.
+type stored struct {
+	seq     uint64
+	subject string
+	data    []byte
+}
+
+// read returns every message of stream name, read as the coordinator user.
+func (e *env) read(t testing.TB, name string) []stored {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := e.coord.js.Stream(ctx, name)
+	if err != nil {
+		t.Fatalf("stream %s: %v", name, err)
+	}
+	st := s.CachedInfo().State
+	var out []stored
+	for seq := st.FirstSeq; st.Msgs > 0 && seq <= st.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("%s #%d: %v", name, seq, err)
+		}
+		out = append(out, stored{m.Sequence, m.Subject, m.Data})
+	}
+	return out
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

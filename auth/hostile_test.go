@@ -1,0 +1,303 @@
+package auth_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/events"
+)
+
+// refused publishes on each subject and expects the server to refuse it with
+// a permissions violation (the message reaches nobody: no stream stores it,
+// no JetStream API handles it).
+func refused(t *testing.T, c *client, who string, subjects ...string) {
+	t.Helper()
+	for _, s := range subjects {
+		if err := c.nc.Publish(s, []byte(`{"v":1,"seq":1,"purge":true}`)); err != nil {
+			t.Fatalf("%s publish %s: %v", who, s, err)
+		}
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		c.errs.expectViolation(t, who+" publishing on "+s, `Publish to "`+s+`"`)
+	}
+}
+
+// refusedSub subscribes to each subject and expects a permissions violation.
+func refusedSub(t *testing.T, c *client, who string, subjects ...string) {
+	t.Helper()
+	for _, s := range subjects {
+		sub, err := c.nc.SubscribeSync(s)
+		if err != nil {
+			t.Fatalf("%s subscribe %s: %v", who, s, err)
+		}
+		_ = c.nc.Flush()
+		c.errs.expectViolation(t, who+" subscribing to "+s, `Subscription to "`+s+`"`)
+		_ = sub.Unsubscribe()
+	}
+}
+
+// verdict waits on sub for the verdict of input seq.
+func verdict(t *testing.T, sub *nats.Subscription, seq uint64) events.Decision {
+	t.Helper()
+	for {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("verdict of input %d: %v", seq, err)
+		}
+		d, err := events.DecodeDecision(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Cause == seq && !d.Kind.Derived() {
+			return d
+		}
+	}
+}
+
+// A worker user can speak only for itself, only as a worker, cannot write
+// or administer the streams, and cannot read another worker's decisions.
+func TestWorkerConfinement(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, auth.Options{})
+	ctx := context.Background()
+	w1 := connect(t, e.b, e.url, "w1")
+	w2 := connect(t, e.b, e.url, "w2")
+	mine, err := w1.nc.SubscribeSync("tenure.out.w1.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w1.nc.Flush()
+	// w2 holds a lease: there are decisions addressed to w2.
+	a2, err := w2.js.Publish(ctx, "tenure.in.worker.w2.conf-2.acquire", []byte(`{"v":1,"lease_ms":600000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, err := w1.js.Publish(ctx, "tenure.in.worker.w1.conf-1.acquire", []byte(`{"v":1,"lease_ms":600000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := verdict(t, mine, a1.Sequence); d.Kind != events.KindGranted {
+		t.Fatalf("w1 acquire: %s/%s", d.Kind, d.Reason)
+	}
+	e.caughtUp(t)
+	before := len(e.read(t, "TENURE_OUT"))
+
+	t.Run("publish as another worker", func(t *testing.T) {
+		refused(t, w1, "w1", "tenure.in.worker.w2.conf-2.renew", "tenure.in.worker.w2._.renew")
+		// Through the JetStream client: no PubAck (the stream never sees it).
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		if ack, err := w1.js.Publish(pctx, "tenure.in.worker.w2.conf-2.release",
+			[]byte(`{"v":1,"lease_id":"L`+itoa(a2.Sequence)+`","generation":1}`)); err == nil {
+			t.Fatalf("w1 publishing as w2 was stored as input %d", ack.Sequence)
+		}
+		w1.errs.expectViolation(t, "w1 JetStream publish as w2", `"tenure.in.worker.w2.conf-2.release"`)
+	})
+
+	t.Run("publish with another role", func(t *testing.T) {
+		refused(t, w1, "w1", "tenure.in.ops.w1.conf-2.cancel", "tenure.in.coord.w1._.tick", "tenure.in.ops.disp.conf-2.resolve")
+	})
+
+	t.Run("identity claimed in the body", func(t *testing.T) {
+		ack, err := w1.js.Publish(ctx, "tenure.in.worker.w1.conf-3.acquire", []byte(`{"v":1,"actor":"w2","lease_ms":60000}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := verdict(t, mine, ack.Sequence)
+		if d.Kind != events.KindRejected || d.Reason != events.ReasonIdentityMismatch {
+			t.Fatalf("body claiming w2 on w1's subject: %s/%s, want rejected/identity_mismatch", d.Kind, d.Reason)
+		}
+	})
+
+	t.Run("decision stream", func(t *testing.T) {
+		refused(t, w1, "w1", "tenure.out.w1.conf-1.granted", "tenure.out.w2.conf-2.expired")
+	})
+
+	t.Run("stream and consumer administration", func(t *testing.T) {
+		refused(t, w1, "w1",
+			"$JS.API.STREAM.DELETE.TENURE_IN",
+			"$JS.API.STREAM.DELETE.TENURE_OUT",
+			"$JS.API.STREAM.PURGE.TENURE_IN",
+			"$JS.API.STREAM.PURGE.TENURE_OUT",
+			"$JS.API.STREAM.MSG.DELETE.TENURE_IN",
+			"$JS.API.STREAM.MSG.DELETE.TENURE_OUT",
+			"$JS.API.STREAM.UPDATE.TENURE_IN",
+			"$JS.API.STREAM.CREATE.EVIL",
+			"$JS.API.STREAM.DELETE.KV_TENURE_LEADER",
+			"$JS.API.CONSUMER.DELETE.TENURE_OUT.anything",
+			"$JS.API.CONSUMER.NAMES.TENURE_OUT",
+			"$JS.API.CONSUMER.LIST.TENURE_OUT",
+			"$JS.API.STREAM.NAMES",
+			"$KV.TENURE_LEADER.leader",
+			"$O.TENURE_SNAPSHOTS.M.projector",
+		)
+		// Through the JetStream client: an error, and nothing removed.
+		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		if err := w1.js.DeleteStream(dctx, "TENURE_IN"); err == nil {
+			t.Fatal("w1 deleted TENURE_IN")
+		}
+		w1.errs.expectViolation(t, "w1 DeleteStream", "$JS.API.STREAM.DELETE.TENURE_IN")
+	})
+
+	t.Run("other workers' decisions", func(t *testing.T) {
+		refusedSub(t, w1, "w1", "tenure.out.w2.>", "tenure.out.>", "tenure.out.*.conf-2.*", "_INBOX_w2.>", "_INBOX.>", ">")
+		for _, cfg := range []jetstream.ConsumerConfig{
+			{FilterSubject: "tenure.out.w2.>"},
+			{FilterSubject: "tenure.out.>"},
+			{FilterSubject: "tenure.out.*.conf-2.*"},
+			{FilterSubjects: []string{"tenure.out.w1.>", "tenure.out.w2.>"}},
+			{}, // no filter: the whole stream
+		} {
+			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			_, err := w1.js.CreateConsumer(cctx, "TENURE_OUT", cfg)
+			cancel()
+			if err == nil {
+				t.Fatalf("w1 created a consumer %+v", cfg)
+			}
+			w1.errs.expectViolation(t, "w1 consumer", "$JS.API.CONSUMER.CREATE.TENURE_OUT.")
+		}
+		refused(t, w1, "w1",
+			"$JS.API.CONSUMER.CREATE.TENURE_OUT",
+			"$JS.API.CONSUMER.DURABLE.CREATE.TENURE_OUT.mine",
+			"$JS.API.STREAM.MSG.GET.TENURE_OUT",
+			"$JS.API.DIRECT.GET.TENURE_OUT",
+			"$JS.API.DIRECT.GET.TENURE_OUT.tenure.out.w2.conf-2.granted",
+			"$JS.API.STREAM.INFO.TENURE_IN",
+		)
+		// The filter in the API subject must be the consumer's only filter:
+		// the server refuses a consumer that claims w1's filter in its
+		// subject but asks for w2's decisions in its configuration.
+		for _, body := range []string{
+			`{"stream_name":"TENURE_OUT","config":{"name":"sneaky","filter_subject":"tenure.out.w2.>","ack_policy":"none"}}`,
+			`{"stream_name":"TENURE_OUT","config":{"name":"sneaky","filter_subjects":["tenure.out.w1.>","tenure.out.w2.>"],"ack_policy":"none"}}`,
+		} {
+			resp, err := w1.nc.Request("$JS.API.CONSUMER.CREATE.TENURE_OUT.sneaky.tenure.out.w1.>", []byte(body), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r struct {
+				Error *struct {
+					Description string `json:"description"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(resp.Data, &r); err != nil || r.Error == nil {
+				t.Fatalf("sneaky consumer %s: %s, want an error", body, resp.Data)
+			}
+		}
+		// Its own decisions it can read with a consumer.
+		cons, err := w1.js.OrderedConsumer(ctx, "TENURE_OUT", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"tenure.out.w1.>"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("w1 reading its own decisions: %v", err)
+		}
+		if !strings.HasPrefix(m.Subject(), "tenure.out.w1.") {
+			t.Fatalf("w1's consumer delivered %s", m.Subject())
+		}
+	})
+
+	e.caughtUp(t)
+	var w2Inputs int
+	for _, m := range e.read(t, "TENURE_IN") {
+		if strings.HasPrefix(m.subject, "tenure.in.worker.w2.") {
+			w2Inputs++
+		}
+		if !strings.HasPrefix(m.subject, "tenure.in.worker.") && !strings.HasPrefix(m.subject, "tenure.in.coord.coord.") {
+			t.Errorf("input %d on %s", m.seq, m.subject)
+		}
+	}
+	if w2Inputs != 1 {
+		t.Errorf("%d inputs on w2's subjects, want its one acquire", w2Inputs)
+	}
+	out := e.read(t, "TENURE_OUT")
+	if out[0].seq != 1 || len(out) != before+1 { // + the identity_mismatch verdict
+		t.Errorf("decision stream: %d decisions from %d, want %d from 1", len(out), out[0].seq, before+1)
+	}
+	e.coord.errs.noViolations(t, "coordinator")
+}
+
+// A dispatcher publishes only as itself in the ops role, reads every
+// decision, and administers nothing.
+func TestDispatcherConfinement(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, auth.Options{})
+	d := connect(t, e.b, e.url, "disp")
+	refused(t, d, "disp",
+		"tenure.in.ops.other.job-1.offer",
+		"tenure.in.worker.disp.job-1.acquire",
+		"tenure.in.worker.w1.job-1.release",
+		"tenure.in.coord.disp._.policy",
+		"tenure.out.w1.job-1.granted",
+		"$JS.API.STREAM.DELETE.TENURE_IN",
+		"$JS.API.STREAM.PURGE.TENURE_OUT",
+		"$JS.API.STREAM.MSG.DELETE.TENURE_IN",
+		"$JS.API.STREAM.UPDATE.TENURE_OUT",
+		"$JS.API.STREAM.INFO.TENURE_IN",
+		"$JS.API.DIRECT.GET.TENURE_IN",
+		"$JS.API.CONSUMER.CREATE.TENURE_IN.x.tenure.in.>",
+		"$KV.TENURE_LEADER.leader",
+	)
+	refusedSub(t, d, "disp", "tenure.in.>", "_INBOX_w1.>", "_INBOX.>", "$SRV.PING")
+	// Allowed: every decision, live.
+	d.errs.reset()
+	if _, err := d.nc.SubscribeSync("tenure.out.>"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	d.errs.noViolations(t, "disp")
+}
+
+// The coordinator user writes decisions and its own ticks, but can delete,
+// purge, update or rewrite neither stream, nor speak for anyone else.
+func TestCoordinatorConfinement(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, auth.Options{})
+	c := connect(t, e.b, e.url, "coord")
+	refused(t, c, "coord",
+		"$JS.API.STREAM.DELETE.TENURE_IN",
+		"$JS.API.STREAM.DELETE.TENURE_OUT",
+		"$JS.API.STREAM.DELETE.KV_TENURE_LEADER",
+		"$JS.API.STREAM.DELETE.OBJ_TENURE_SNAPSHOTS",
+		"$JS.API.STREAM.PURGE.TENURE_IN",
+		"$JS.API.STREAM.PURGE.TENURE_OUT",
+		"$JS.API.STREAM.MSG.DELETE.TENURE_IN",
+		"$JS.API.STREAM.MSG.DELETE.TENURE_OUT",
+		"$JS.API.STREAM.UPDATE.TENURE_IN",
+		"$JS.API.STREAM.UPDATE.TENURE_OUT",
+		"$JS.API.STREAM.CREATE.OTHER",
+		"tenure.in.worker.w1.job-1.acquire",
+		"tenure.in.ops.coord.job-1.offer",
+		"tenure.in.coord.other._.tick",
+	)
+	refusedSub(t, c, "coord", "_INBOX_w1.>", "tenure.out.>", "tenure.in.>")
+	// Through the JetStream client too; the log is intact afterwards.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if s, err := c.js.Stream(context.Background(), "TENURE_IN"); err != nil {
+		t.Fatal(err)
+	} else if err := s.Purge(ctx); err == nil {
+		t.Fatal("coordinator purged TENURE_IN")
+	}
+	if in := e.read(t, "TENURE_IN"); len(in) != 1 || in[0].seq != 1 {
+		t.Fatalf("TENURE_IN: %v", in)
+	}
+}
+
+func itoa(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

@@ -1,0 +1,173 @@
+package auth
+
+import (
+	"fmt"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+)
+
+// Role is the kind of an actor, which decides its permissions.
+type Role string
+
+// The roles. Dispatchers and operators share the input role "ops" and the
+// same permissions; they differ only in name and intent.
+const (
+	RoleWorker      Role = "worker"
+	RoleDispatcher  Role = "dispatcher"
+	RoleOperator    Role = "operator"
+	RoleCoordinator Role = "coordinator"
+)
+
+// inputRole is the role token of the actor's input subjects.
+func (r Role) inputRole() (events.Role, error) {
+	switch r {
+	case RoleWorker:
+		return events.RoleWorker, nil
+	case RoleDispatcher, RoleOperator:
+		return events.RoleOps, nil
+	case RoleCoordinator:
+		return events.RoleCoord, nil
+	}
+	return 0, fmt.Errorf("auth: unknown role %q", string(r))
+}
+
+// Actor is one participant: a NATS user named after its actor token.
+type Actor struct {
+	Name string // actor token: 1 to 64 of [A-Za-z0-9_-], not "_"
+	Role Role
+}
+
+// Permissions are the publish and subscribe permissions of one NATS user, as
+// written in the server configuration. In nats-server a deny wins over an
+// allow; a subject not allowed is refused.
+type Permissions struct {
+	PublishAllow   []string
+	PublishDeny    []string
+	SubscribeAllow []string
+	SubscribeDeny  []string
+	// AllowResponses lets the user publish one reply to the reply subject
+	// of each request it receives (nats-server's allow_responses), which
+	// the coordinator's micro service needs to answer other users' inboxes.
+	AllowResponses bool
+}
+
+// InboxPrefix is the reply-inbox prefix of actor name, "_INBOX_<name>": the
+// only inbox its user may subscribe to. Connect with
+// nats.CustomInboxPrefix(InboxPrefix(name)).
+func InboxPrefix(name string) string { return "_INBOX_" + name }
+
+// ServiceName is the micro service the coordinators register ("tenure").
+const ServiceName = "tenure"
+
+// StatusSubjectPrefix is the prefix of a coordinator's status endpoint,
+// tenure.status.<coordinator id>.
+const StatusSubjectPrefix = "tenure.status"
+
+// PermissionsFor returns the permissions of actor a for the topology with
+// stream prefix prefix ("" is streams.DefaultPrefix). The package
+// documentation explains them.
+func PermissionsFor(a Actor, prefix string) (Permissions, error) {
+	if !events.ValidToken(a.Name) {
+		return Permissions{}, fmt.Errorf("auth: invalid actor name %q: want 1 to %d of [A-Za-z0-9_-], not %q", a.Name, events.MaxTokenLen, events.NoJob)
+	}
+	role, err := a.Role.inputRole()
+	if err != nil {
+		return Permissions{}, err
+	}
+	top := streams.Topology{Prefix: prefix}
+	in, out := top.InputStream(), top.DecisionStream()
+	kvBucket, objBucket := top.LeaderBucket(), top.SnapshotBucket()
+	kv, obj := "KV_"+kvBucket, "OBJ_"+objBucket
+	const api = "$JS.API."
+	inbox := InboxPrefix(a.Name) + ".>"
+	// Denied to everybody but the coordinator; denied explicitly (the allow
+	// lists do not grant them anyway) so that the intent is in the file.
+	// The patterns are the server's own (JSApiStreamDelete, ...).
+	noAdmin := []string{
+		api + "STREAM.DELETE.*",
+		api + "STREAM.PURGE.*",
+		api + "STREAM.UPDATE.*",
+		api + "STREAM.MSG.DELETE.*",
+		api + "CONSUMER.DELETE.*.*",
+	}
+	srv := []string{"$SRV.*", "$SRV.*." + ServiceName, "$SRV.*." + ServiceName + ".*"}
+
+	var p Permissions
+	switch role {
+	case events.RoleWorker:
+		p.PublishAllow = []string{
+			events.ActorInputFilter(role, a.Name),
+			api + "STREAM.INFO." + out,
+			// The server checks that the filter in the subject is the
+			// consumer's only filter (JSConsumerCreateFilterSubjectMismatch,
+			// JSConsumerMultipleFiltersNotAllowed).
+			api + "CONSUMER.CREATE." + out + ".*." + events.AddresseeFilter(a.Name),
+			api + "CONSUMER.INFO." + out + ".*",
+			api + "CONSUMER.MSG.NEXT." + out + ".*",
+		}
+		p.PublishDeny = append([]string{events.DecisionFilter}, noAdmin...)
+		p.SubscribeAllow = []string{inbox, events.AddresseeFilter(a.Name)}
+	case events.RoleOps:
+		p.PublishAllow = []string{
+			events.ActorInputFilter(role, a.Name),
+			api + "STREAM.INFO." + out,
+			api + "CONSUMER.CREATE." + out + ".>",
+			api + "CONSUMER.INFO." + out + ".*",
+			api + "CONSUMER.MSG.NEXT." + out + ".*",
+			// The ops client deletes its short-lived ordered consumer after
+			// each call; without this they would linger until their
+			// inactivity threshold (5 minutes).
+			api + "CONSUMER.DELETE." + out + ".*",
+			api + "STREAM.MSG.GET." + out,
+			api + "DIRECT.GET." + out,
+			api + "DIRECT.GET." + out + ".>",
+		}
+		p.PublishAllow = append(p.PublishAllow, srv...)
+		p.PublishAllow = append(p.PublishAllow, StatusSubjectPrefix+".*")
+		p.PublishDeny = append([]string{events.DecisionFilter}, noAdmin[:4]...)
+		p.SubscribeAllow = []string{inbox, events.DecisionFilter}
+	case events.RoleCoord:
+		p.PublishAllow = []string{
+			events.ActorInputFilter(role, a.Name),
+			events.DecisionFilter,
+			api + "INFO",
+		}
+		for _, s := range []string{in, out, kv, obj} {
+			p.PublishAllow = append(p.PublishAllow,
+				api+"STREAM.CREATE."+s,
+				api+"STREAM.INFO."+s,
+				api+"STREAM.MSG.GET."+s,
+				api+"DIRECT.GET."+s,
+				api+"DIRECT.GET."+s+".>",
+				api+"CONSUMER.CREATE."+s,
+				api+"CONSUMER.CREATE."+s+".>",
+				api+"CONSUMER.INFO."+s+".*",
+				api+"CONSUMER.MSG.NEXT."+s+".*",
+				api+"CONSUMER.DELETE."+s+".*",
+				"$JS.ACK."+s+".>",
+				"$JS.FC."+s+".>",
+			)
+		}
+		for _, s := range []string{kv, obj} {
+			p.PublishAllow = append(p.PublishAllow,
+				api+"STREAM.UPDATE."+s,
+				api+"STREAM.PURGE."+s,
+				api+"STREAM.MSG.DELETE."+s,
+			)
+		}
+		p.PublishAllow = append(p.PublishAllow, "$KV."+kvBucket+".>", "$O."+objBucket+".>")
+		p.PublishDeny = []string{api + "STREAM.DELETE.*"}
+		for _, s := range []string{in, out} {
+			p.PublishDeny = append(p.PublishDeny,
+				api+"STREAM.UPDATE."+s,
+				api+"STREAM.PURGE."+s,
+				api+"STREAM.MSG.DELETE."+s,
+			)
+		}
+		p.SubscribeAllow = append([]string{inbox}, srv...)
+		p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name)
+		p.AllowResponses = true
+	}
+	return p, nil
+}

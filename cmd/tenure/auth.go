@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+)
+
+// maxGenerated bounds --workers and --dispatchers.
+const maxGenerated = 10000
+
+// runAuth dispatches `tenure auth <subcommand>`.
+func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	authUsage := func() {
+		fmt.Fprintln(stderr, "usage: tenure auth init --out DIR [flags]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "  init   write a nats-server authorization (server.conf), one credential per actor,")
+		fmt.Fprintln(stderr, "         and optionally a CA with TLS certificates; run `tenure auth init -h` for the flags")
+	}
+	if len(args) == 0 {
+		authUsage()
+		return errUsage
+	}
+	switch args[0] {
+	case "init":
+		return runAuthInit(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		authUsage()
+		return flag.ErrHelp
+	}
+	fmt.Fprintf(stderr, "tenure auth: unknown subcommand %q\n", args[0])
+	authUsage()
+	return errUsage
+}
+
+// names is a comma-separated list flag of actor names, repeatable.
+type names []string
+
+func (n *names) String() string { return strings.Join(*n, ",") }
+
+func (n *names) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		v = strings.TrimSpace(v)
+		if !events.ValidToken(v) {
+			return fmt.Errorf("invalid name %q: want 1 to %d of [A-Za-z0-9_-], not %q", v, events.MaxTokenLen, events.NoJob)
+		}
+		*n = append(*n, v)
+	}
+	return nil
+}
+
+// hosts is a comma-separated list flag of TLS host names, repeatable.
+type hosts []string
+
+func (h *hosts) String() string { return strings.Join(*h, ",") }
+
+func (h *hosts) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*h = append(*h, v)
+		}
+	}
+	return nil
+}
+
+func runAuthInit(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("auth init", stderr)
+	out := fs.String("out", "", "directory to write into (required; created with mode 0700)")
+	var workers, dispatchers, operators, coordinators names
+	nWorkers := fs.Int("workers", 0, "generate N workers named w1..wN")
+	fs.Var(&workers, "worker", "worker names, comma-separated (instead of --workers)")
+	nDispatchers := fs.Int("dispatchers", 0, "generate M dispatchers named disp1..dispM")
+	fs.Var(&dispatchers, "dispatcher", "dispatcher names, comma-separated (instead of --dispatchers)")
+	fs.Var(&operators, "operators", "operator names, comma-separated (same permissions as dispatchers)")
+	fs.Var(&coordinators, "coordinators", "coordinator names, comma-separated; each is the --id of a `tenure serve` (default coord)")
+	useNKeys := fs.Bool("nkeys", false, "authenticate with nkeys (a seed file per actor) instead of bcrypt-hashed passwords")
+	useTLS := fs.Bool("tls", false, "generate a CA, a server certificate and client certificates, and require TLS")
+	verify := fs.Bool("tls-verify", true, "with --tls: require a client certificate from the CA (verify: true)")
+	var tlsHosts hosts
+	fs.Var(&tlsHosts, "tls-hosts", "with --tls: more DNS names or IPs for the server certificate, comma-separated (always: localhost, 127.0.0.1, ::1)")
+	url := fs.String("url", "", "server URL written into the credentials (default "+auth.DefaultURL+", with --tls "+auth.DefaultTLSURL+")")
+	prefix := fs.String("stream-prefix", streams.DefaultPrefix, "stream prefix of the topology")
+	cost := fs.Int("bcrypt-cost", bcrypt.DefaultCost, "bcrypt cost of the password hashes")
+	force := fs.Bool("force", false, "overwrite existing files (every secret and certificate is regenerated)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--coordinators c1] [--nkeys] [--tls] [--force]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Writes DIR/server.conf (a nats-server authorization binding every actor to its subjects),")
+		fmt.Fprintln(stderr, "one DIR/<name>.creds.json per actor (and <name>.nk with --nkeys), and with --tls a CA and")
+		fmt.Fprintln(stderr, "certificates. Every file is mode 0600. Existing files are not overwritten without --force.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var errs []error
+	usage := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if *out == "" {
+		usage("--out is required")
+	}
+	expand := func(flagN, flagNames, prefix string, n int, list names) names {
+		switch {
+		case n < 0 || n > maxGenerated:
+			usage("--%s must be 0 to %d", flagN, maxGenerated)
+		case n > 0 && len(list) > 0:
+			usage("--%s and --%s are exclusive", flagN, flagNames)
+		case n > 0:
+			for i := 1; i <= n; i++ {
+				list = append(list, prefix+strconv.Itoa(i))
+			}
+		}
+		return list
+	}
+	workers = expand("workers", "worker", "w", *nWorkers, workers)
+	dispatchers = expand("dispatchers", "dispatcher", "disp", *nDispatchers, dispatchers)
+	if len(coordinators) == 0 {
+		coordinators = names{"coord"}
+	}
+	if len(tlsHosts) > 0 && !*useTLS {
+		usage("--tls-hosts needs --tls")
+	}
+	var actors []auth.Actor
+	for _, g := range []struct {
+		role auth.Role
+		list names
+	}{{auth.RoleCoordinator, coordinators}, {auth.RoleDispatcher, dispatchers}, {auth.RoleOperator, operators}, {auth.RoleWorker, workers}} {
+		for _, n := range g.list {
+			actors = append(actors, auth.Actor{Name: n, Role: g.role})
+		}
+	}
+	if err := auth.ValidateActors(actors); err != nil {
+		usage("%v", strings.TrimPrefix(err.Error(), "auth: "))
+	}
+	if len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintln(stderr, "tenure auth init:", err)
+		}
+		return errUsage
+	}
+	b, err := auth.Generate(auth.Options{
+		Dir: *out, Actors: actors, StreamPrefix: *prefix, URL: *url, NKeys: *useNKeys,
+		TLS: *useTLS, TLSVerify: *useTLS && *verify, TLSHosts: tlsHosts, BcryptCost: *cost,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "tenure auth init:", strings.TrimPrefix(err.Error(), "auth: "))
+		return errUsage
+	}
+	if err := b.Write(*force); err != nil {
+		var exist *auth.ExistError
+		if errors.As(err, &exist) {
+			return fmt.Errorf("%s exists (and %d more); nothing written: use --force to overwrite (it regenerates every secret)",
+				exist.Paths[0], len(exist.Paths)-1)
+		}
+		return err
+	}
+	printAuthSummary(stdout, b, *prefix)
+	return nil
+}
+
+// printAuthSummary is the README of a generated directory.
+func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	rel := func(name string) string { return filepath.Join(b.Dir, name) }
+	p("# Tenure authorization in %s", b.Dir)
+	p("")
+	p("Every file is mode 0600; keep the directory private and give each actor only its own files.")
+	p("")
+	p("  %-34s nats-server authorization: one user per actor, bound to its subjects", auth.ServerConfigFile)
+	if b.TLS {
+		p("  %-34s the private CA that signs everything; %s signs new certificates: keep it offline", auth.CAFile+", "+auth.CAKeyFile, auth.CAKeyFile)
+		p("  %-34s the server certificate (localhost, 127.0.0.1, ::1 and --tls-hosts)", auth.ServerCertFile+", "+auth.ServerKeyFile)
+		if b.TLSVerify {
+			p("  %-34s server requires TLS and a client certificate from the CA (verify: true)", "")
+		} else {
+			p("  %-34s server requires TLS; client certificates are optional (verify: false)", "")
+		}
+	}
+	p("  %-34s per actor: URL, user and password (or nkey seed file), inbox prefix, TLS files", "<name>"+auth.CredentialSuffix)
+	if len(b.Credentials) > 0 && b.Credentials[0].NKeySeedFile != "" {
+		p("  %-34s per actor: its nkey seed (the server only has the public key)", "<name>"+auth.NKeySuffix)
+	} else {
+		p("  %-34s (the server only has bcrypt hashes of the passwords)", "")
+	}
+	if b.TLS {
+		p("  %-34s per actor: its client certificate and key", "<name>"+auth.CertSuffix+", <name>"+auth.KeySuffix)
+	}
+	p("")
+	p("## Actors and permissions")
+	p("")
+	seen := map[auth.Role]bool{}
+	for _, c := range b.Credentials {
+		var same []string
+		for _, o := range b.Credentials {
+			if o.Role == c.Role {
+				same = append(same, o.Name)
+			}
+		}
+		if seen[c.Role] {
+			continue
+		}
+		seen[c.Role] = true
+		if len(same) > 1 {
+			p("%s: %s (permissions of %s; likewise for the others)", c.Role, strings.Join(same, ", "), c.Name)
+		} else {
+			p("%s: %s", c.Role, c.Name)
+		}
+		p("  publish allow:   %s", strings.Join(c.Permissions.PublishAllow, " "))
+		if len(c.Permissions.PublishDeny) > 0 {
+			p("  publish deny:    %s", strings.Join(c.Permissions.PublishDeny, " "))
+		}
+		p("  subscribe allow: %s", strings.Join(c.Permissions.SubscribeAllow, " "))
+		if c.Permissions.AllowResponses {
+			p("  allow_responses: true (answers requests on the requester's reply subject)")
+		}
+		p("")
+	}
+	p("Every client must connect with its own inbox prefix _INBOX_<name> (Go: nats.CustomInboxPrefix;")
+	p("nats CLI and tenure commands: --inbox-prefix): it may subscribe to no other inbox.")
+	p("")
+	p("## Run")
+	p("")
+	secret := func(c auth.Credential) string {
+		if c.NKeySeedFile != "" {
+			return "--nkey " + c.NKeySeedFile
+		}
+		return "--user " + c.User + " --password \"$(jq -r .password " + rel(c.Name+auth.CredentialSuffix) + ")\""
+	}
+	tlsFlags := func(c auth.Credential) string {
+		s := ""
+		if c.TLSCAFile != "" {
+			s += " --tlsca " + c.TLSCAFile
+		}
+		if c.TLSCertFile != "" {
+			s += " --tlscert " + c.TLSCertFile + " --tlskey " + c.TLSKeyFile
+		}
+		return s
+	}
+	pfx := ""
+	if prefix != streams.DefaultPrefix {
+		pfx = " (stream prefix " + prefix + ": the embedding program's Topology.Prefix)"
+	}
+	for _, c := range b.Credentials {
+		if c.Role != auth.RoleCoordinator {
+			continue
+		}
+		p("Coordinator %s, with the embedded nats-server%s:", c.Name, pfx)
+		p("  tenure serve --server-config %s --id %s %s --inbox-prefix %s%s", b.ServerConfigPath(), c.Name, secret(c), c.InboxPrefix, tlsFlags(c))
+		p("  (or, against a nats-server that runs %s: add --nats-url %s)", auth.ServerConfigFile, c.URL)
+	}
+	p("")
+	for _, c := range b.Credentials {
+		if c.Role == auth.RoleDispatcher || c.Role == auth.RoleOperator {
+			p("%s %s, from the command line:", c.Role, c.Name)
+			p("  tenure offer --as %s --nats-url %s %s --inbox-prefix %s%s --job JOB --holder WORKER", c.Name, c.URL, secret(c), c.InboxPrefix, tlsFlags(c))
+			p("  (and likewise cancel, resolve, policy, watch)")
+			p("")
+			break
+		}
+	}
+	for _, c := range b.Credentials {
+		if c.Role != auth.RoleWorker {
+			continue
+		}
+		p("Worker %s, with the Go SDK:", c.Name)
+		p("  cred, err := auth.ReadCredential(%q)", rel(c.Name+auth.CredentialSuffix))
+		p("  nc, err := cred.Connect(\"\") // URL, user/password or nkey, inbox prefix, TLS")
+		p("  w, err := worker.Connect(nc, %q)", c.Name)
+		p("or with any NATS client: user %s and its password (or nkey %s), inbox prefix %s, TLS files as in the credential;", c.Name, c.Name+auth.NKeySuffix, c.InboxPrefix)
+		p("with the nats CLI: nats --server %s %s --inbox-prefix %s%s req tenure.in.worker.%s.JOB.acquire '{\"v\":1}'",
+			c.URL, secret(c), c.InboxPrefix, tlsFlags(c), c.Name)
+		p("(and likewise for the other workers)")
+		p("")
+		break
+	}
+	p("Running `tenure auth init` again refuses to overwrite these files; --force regenerates every")
+	p("password, nkey and certificate (restart the server with the new server.conf and redistribute).")
+	p("")
+	p(auth.Limits)
+}

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/events"
+	sdk "github.com/maknow/tenure/worker"
+)
+
+func runAuthCmd(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), append([]string{"auth"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// Bad flags and names are usage errors (exit status 2) and write nothing.
+func TestAuthInitUsage(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "out")
+	for _, args := range [][]string{
+		{},
+		{"bogus"},
+		{"init"},
+		{"init", "--out", dir, "--worker", "w.1"},
+		{"init", "--out", dir, "--worker", "w 1"},
+		{"init", "--out", dir, "--worker", "w*"},
+		{"init", "--out", dir, "--worker", "_"},
+		{"init", "--out", dir, "--worker", "w1,,w2"},
+		{"init", "--out", dir, "--worker", strings.Repeat("w", 65)},
+		{"init", "--out", dir, "--dispatcher", "a>b"},
+		{"init", "--out", dir, "--operators", "op.1"},
+		{"init", "--out", dir, "--coordinators", ""},
+		{"init", "--out", dir, "--workers", "-1"},
+		{"init", "--out", dir, "--workers", "10001"},
+		{"init", "--out", dir, "--workers", "2", "--worker", "x"},
+		{"init", "--out", dir, "--dispatchers", "2", "--dispatcher", "x"},
+		{"init", "--out", dir, "--worker", "x", "--dispatcher", "x"},
+		{"init", "--out", dir, "--workers", "1", "--worker", "w1", "--coordinators", "w1"},
+		{"init", "--out", dir, "--workers", "2", "--tls-hosts", "example.com"},
+		{"init", "--out", dir, "--workers", "2", "--stream-prefix", "A.B"},
+		{"init", "--out", dir, "--workers", "2", "--bcrypt-cost", "99"},
+		{"init", "--out", dir, "--workers", "2", "extra"},
+		{"init", "--out", dir, "--no-such-flag"},
+	} {
+		code, _, stderr := runAuthCmd(args...)
+		if code != 2 {
+			t.Errorf("tenure auth %q: exit %d, want 2 (stderr %q)", args, code, stderr)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("tenure auth %q wrote %s", args, dir)
+		}
+	}
+	for _, args := range [][]string{{"-h"}, {"init", "-h"}} {
+		if code, _, _ := runAuthCmd(args...); code != 0 {
+			t.Errorf("tenure auth %q: exit %d, want 0", args, code)
+		}
+	}
+}
+
+// The files are written with mode 0600; a second run refuses to overwrite
+// them (exit 1, nothing changed) unless --force.
+func TestAuthInitFiles(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "auth")
+	args := []string{"init", "--out", dir, "--workers", "2", "--dispatcher", "disp", "--operators", "op1,op2", "--nkeys", "--tls", "--bcrypt-cost", "4"}
+	code, stdout, stderr := runAuthCmd(args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := []string{"server.conf", "ca.pem", "ca-key.pem", "server-cert.pem", "server-key.pem"}
+	for _, n := range []string{"coord", "disp", "op1", "op2", "w1", "w2"} {
+		want = append(want, n+".creds.json", n+".nk", n+".cert.pem", n+".key.pem")
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != len(want) {
+		t.Errorf("%d files, want %d", len(ents), len(want))
+	}
+	for _, n := range want {
+		fi, err := os.Stat(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", n, fi.Mode().Perm())
+		}
+	}
+	for _, s := range []string{
+		"tenure serve --server-config " + filepath.Join(dir, "server.conf") + " --id coord --nkey " + filepath.Join(dir, "coord.nk") + " --inbox-prefix _INBOX_coord --tlsca ",
+		"tenure offer --as disp ",
+		"subscribe allow: _INBOX_w1.> tenure.out.w1.>",
+		"What server permissions cannot enforce",
+	} {
+		if !strings.Contains(stdout, s) {
+			t.Errorf("summary without %q:\n%s", s, stdout)
+		}
+	}
+	conf, _ := os.ReadFile(filepath.Join(dir, "server.conf"))
+
+	code, _, stderr = runAuthCmd(args...)
+	if code != 1 || !strings.Contains(stderr, "--force") {
+		t.Fatalf("second run: exit %d, stderr %q; want 1 and a hint at --force", code, stderr)
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, "server.conf")); !bytes.Equal(now, conf) {
+		t.Fatal("a refused run changed server.conf")
+	}
+	code, _, stderr = runAuthCmd(append(args, "--force")...)
+	if code != 0 {
+		t.Fatalf("forced run: exit %d: %s", code, stderr)
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, "server.conf")); bytes.Equal(now, conf) {
+		t.Fatal("--force did not regenerate server.conf")
+	}
+}
+
+// `tenure serve --server-config` runs the embedded server with a generated
+// configuration (TLS with client certificates, bcrypt passwords), and
+// connects its own coordinator with the coordinator's credentials and inbox
+// prefix. A dispatcher then offers through `tenure offer`, a worker accepts
+// and renews through the SDK with its credential, and the server refuses
+// the worker speaking for another.
+func TestAuthServe(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if code, _, stderr := runAuthCmd("init", "--out", dir, "--worker", "w1,w2", "--dispatcher", "disp", "--tls", "--bcrypt-cost", "4"); code != 0 {
+		t.Fatalf("auth init: exit %d: %s", code, stderr)
+	}
+	cred := func(name string) auth.Credential {
+		c, err := auth.ReadCredential(filepath.Join(dir, name+".creds.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	coord, disp, w1c := cred("coord"), cred("disp"), cred("w1")
+	flags := func(c auth.Credential) []string {
+		return []string{"--user", c.User, "--password", c.Password, "--inbox-prefix", c.InboxPrefix,
+			"--tlsca", c.TLSCAFile, "--tlscert", c.TLSCertFile, "--tlskey", c.TLSKeyFile}
+	}
+
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		args := append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval",
+			"--id", "coord", "--server-config", filepath.Join(dir, "server.conf")}, flags(coord)...)
+		done <- run(ctx, args, &bytes.Buffer{}, &logs)
+	}()
+	re := regexp.MustCompile(`connect workers to ((?:nats|tls)://127\.0\.0\.1:\d+)`)
+	var url string
+	deadline := time.Now().Add(30 * time.Second)
+	for url == "" {
+		if m := re.FindStringSubmatch(logs.String()); m != nil {
+			url = m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d:\n%s", code, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connect line in the log:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// The dispatcher asks the coordinator's status service (the coordinator
+	// answers on the dispatcher's own inbox: allow_responses).
+	dnc, err := disp.Connect(url, nats.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dnc.Close()
+	for {
+		resp, err := dnc.Request("tenure.status.coord", nil, time.Second)
+		if err == nil && strings.Contains(string(resp.Data), `"live":true`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("coordinator not live: %v\n%s", err, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if resp, err := dnc.Request("$SRV.PING.tenure", nil, 5*time.Second); err != nil || !strings.Contains(string(resp.Data), "tenure") {
+		t.Fatalf("$SRV.PING.tenure: %v", err)
+	}
+
+	var violations []error
+	var mu sync.Mutex
+	wnc, err := w1c.Connect(url, nats.Timeout(20*time.Second), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		mu.Lock()
+		violations = append(violations, err)
+		mu.Unlock()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wnc.Close()
+	w1, err := sdk.Connect(wnc, "w1", sdk.WithErrorHandler(func(err error) { t.Errorf("w1: %v", err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+
+	var out, errb bytes.Buffer
+	offer := append([]string{"offer", "--as", "disp", "--nats-url", url, "--job", "auth-1", "--holder", "w1", "--json"}, flags(disp)...)
+	if code := run(ctx, offer, &out, &errb); code != 0 {
+		t.Fatalf("tenure offer as disp: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), `"kind":"offered"`) {
+		t.Fatalf("offer verdict: %s", out.String())
+	}
+	var o sdk.Offer
+	select {
+	case o = <-w1.Offers():
+	case <-time.After(10 * time.Second):
+		t.Fatal("w1: no offer")
+	}
+	l, err := o.Accept(ctx, sdk.WithLeaseDuration(time.Minute))
+	if err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	if err := l.Complete(ctx, events.OutcomeSuccess, ""); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := w1.Acquire(ctx, "auth-2", sdk.WithLeaseDuration(900*time.Millisecond), sdk.WithRenewFraction(0.3))
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	first := l2.Expires()
+	time.Sleep(1200 * time.Millisecond)
+	if l2.Context().Err() != nil || !l2.Expires().After(first) {
+		t.Fatalf("lease not renewed: %v", context.Cause(l2.Context()))
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(violations) != 0 {
+		t.Errorf("w1's connection: %v", violations)
+	}
+	mu.Unlock()
+
+	// Speaking for w2: refused by the server.
+	if err := wnc.Publish("tenure.in.worker.w2.auth-2.acquire", []byte(`{"v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = wnc.Flush()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(violations)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("w1 publishing as w2: no permissions violation")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	if !errors.Is(violations[0], nats.ErrPermissionViolation) {
+		t.Errorf("w1 publishing as w2: %v", violations[0])
+	}
+	mu.Unlock()
+
+	_ = w1.Close()
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exit %d:\n%s", code, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if s := logs.String(); strings.Contains(s, "ermission") {
+		t.Errorf("serve logged a permissions problem:\n%s", s)
+	}
+}
