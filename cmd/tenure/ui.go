@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/ui"
+)
+
+// uiFlags are the web UI's flags, shared by `tenure ui` and `tenure serve`.
+type uiFlags struct {
+	http    string
+	actions bool
+	as      string
+	metrics *ui.Metrics
+}
+
+func (u *uiFlags) register(fs *flag.FlagSet, httpDefault, httpHelp string) {
+	fs.StringVar(&u.http, "http", httpDefault, httpHelp)
+	fs.BoolVar(&u.actions, "ui-actions", false, "allow operator actions (cancel, revoke, affirm, settle) from the web UI; each is an input judged like any other (default: read-only)")
+	fs.StringVar(&u.as, "ui-as", ui.DefaultActor, "ops identity (actor token) of the web UI's operator actions")
+}
+
+func (u *uiFlags) check() error {
+	if u.actions && u.http == "" {
+		return fmt.Errorf("%w: --ui-actions needs --http", errUsage)
+	}
+	if !events.ValidToken(u.as) {
+		return fmt.Errorf("%w: --ui-as must be 1 to 64 of [A-Za-z0-9_-], got %q", errUsage, u.as)
+	}
+	return nil
+}
+
+// coordinatorMetrics returns the observer to give the coordinator of this
+// process: the UI's metrics when the UI runs, none otherwise.
+func (u *uiFlags) coordinatorMetrics() coordinator.Metrics {
+	if u.http == "" {
+		return nil
+	}
+	if u.metrics == nil {
+		u.metrics = ui.NewMetrics()
+	}
+	return u.metrics
+}
+
+// uiRun is a running web UI.
+type uiRun struct {
+	cancel context.CancelFunc
+	done   chan error // receives the server's end, then is closed
+	err    error
+}
+
+// stop stops the UI and waits for it.
+func (r *uiRun) stop() {
+	r.cancel()
+	for err := range r.done {
+		r.err = err
+	}
+}
+
+// start listens on --http and serves the UI until ctx ends or stop; status
+// reports the coordinators. Without --http it does nothing (nil).
+func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, top streams.Topology, status func(context.Context) ([]ui.CoordinatorStatus, error), log *slog.Logger) (*uiRun, error) {
+	if u.http == "" {
+		return nil, nil
+	}
+	if u.metrics == nil {
+		u.metrics = ui.NewMetrics()
+	}
+	srv, err := ui.New(ui.Config{
+		Conn: nc, Topology: top, Status: status, Metrics: u.metrics,
+		Actions: u.actions, ActorID: u.as, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", u.http)
+	if err != nil {
+		return nil, fmt.Errorf("--http: %w", err)
+	}
+	mode := "read-only"
+	if u.actions {
+		mode = "operator actions enabled as ops/" + u.as
+	}
+	log.Info("web UI on http://"+ln.Addr().String()+"/", "http", ln.Addr().String(), "mode", mode)
+	ctx, cancel := context.WithCancel(ctx)
+	r := &uiRun{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		defer close(r.done)
+		if err := srv.Serve(ctx, ln); err != nil {
+			log.Error("web UI stopped", "err", err)
+			r.done <- fmt.Errorf("web UI: %w", err)
+		}
+	}()
+	return r, nil
+}
+
+// startLocal is start for `tenure serve --http`: /healthz and /metrics
+// report the coordinator c of this process, as its status endpoint does.
+func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, c *coordinator.Coordinator, top streams.Topology, log *slog.Logger) (stop func(), err error) {
+	if u.http == "" {
+		return func() {}, nil
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	status := func(ctx context.Context) ([]ui.CoordinatorStatus, error) {
+		st := currentStatus(ctx, js, c)
+		return []ui.CoordinatorStatus{{Stats: st.Stats, InputStreamSeq: st.InputStreamSeq, Lag: st.Lag, Leader: st.Leader}}, nil
+	}
+	r, err := u.start(ctx, nc, top, status, log)
+	if err != nil {
+		return nil, err
+	}
+	return r.stop, nil
+}
+
+// runUI is `tenure ui`: the web UI on its own, for a running Tenure.
+func runUI(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlags("ui", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tenure ui [flags]
+
+Serves the web UI (lease board, job pages, anomalies, audit), /healthz and
+/metrics for a running Tenure, reading its streams. The pages are embedded in
+the binary: no external resource is loaded.
+
+`)
+		fs.PrintDefaults()
+	}
+	var conn connFlags
+	conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
+	var u uiFlags
+	u.register(fs, "127.0.0.1:8080", "address to serve the web UI on")
+	prefix := fs.String("prefix", streams.DefaultPrefix, "stream name prefix of the topology")
+	statusWait := fs.Duration("status-wait", 300*time.Millisecond, "how long /healthz and /metrics collect the coordinators' status answers")
+	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if u.http == "" {
+		return fmt.Errorf("%w: --http is required", errUsage)
+	}
+	if err := u.check(); err != nil {
+		return err
+	}
+	if !validPrefix(*prefix) {
+		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, *prefix)
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	defaultURL(&conn)
+	nc, err := conn.connect("tenure-ui")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := u.start(ctx, nc, streams.Topology{Prefix: *prefix}, ui.StatusFromService(nc, *statusWait), log)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-r.done:
+		if err != nil {
+			r.cancel()
+			return err
+		}
+	}
+	r.stop()
+	return r.err
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// waitLog waits for re's first group in a log buffer.
+func waitLog(t *testing.T, b *syncBuffer, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(b.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %v in the log:\n%s", re, b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// getJSON polls url until ok accepts its status and decoded body.
+func getJSON(t *testing.T, url string, ok func(code int, body map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var body map[string]any
+		code := 0
+		if resp, err := http.Get(url); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			code = resp.StatusCode
+			_ = json.Unmarshal(b, &body)
+		}
+		if ok(code, body) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d %v", url, code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// `tenure serve --http` serves the web UI, /healthz and /metrics next to
+// the coordinator; `tenure ui --nats-url` serves the same on its own.
+func TestServeHTTPAndUI(t *testing.T) {
+	var stderr, uiErr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 2)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1",
+			"--http", "127.0.0.1:0"}, &bytes.Buffer{}, &stderr)
+	}()
+	natsURL := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	web := waitLog(t, &stderr, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
+	hz := getJSON(t, web+"/healthz", func(code int, b map[string]any) bool { return code == 200 })
+	if hz["role"] != "live" || hz["coordinator"] != "c1" {
+		t.Fatalf("healthz %v", hz)
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Request("tenure.in.worker.w1.report-42.acquire", []byte(`{"v":1,"lease_ms":30000}`), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	hasJob := func(code int, b map[string]any) bool {
+		rows, _ := b["rows"].([]any)
+		return code == 200 && len(rows) == 1 && rows[0].(map[string]any)["holder"] == "w1"
+	}
+	getJSON(t, web+"/api/jobs", hasJob)
+	resp, err := http.Get(web + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"tenure_inputs_folded_total", "tenure_append_latency_seconds_count", `tenure_coordinator_live{coordinator="c1"} 1`, `tenure_decisions_total{kind="granted",reason="ok"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// The UI on its own, reading the same server; read-only.
+	go func() {
+		done <- run(ctx, []string{"ui", "--nats-url", natsURL, "--http", "127.0.0.1:0"}, &bytes.Buffer{}, &uiErr)
+	}()
+	web2 := waitLog(t, &uiErr, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
+	hz = getJSON(t, web2+"/healthz", func(code int, b map[string]any) bool { return code == 200 })
+	if hz["role"] != "live" || hz["coordinator"] != "c1" {
+		t.Fatalf("standalone healthz %v", hz)
+	}
+	getJSON(t, web2+"/api/jobs", hasJob)
+	getJSON(t, web2+"/api/config", func(code int, b map[string]any) bool { return code == 200 && b["actions"] == false })
+
+	cancel()
+	for range 2 {
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s\n%s", code, stderr.String(), uiErr.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("did not stop")
+		}
+	}
+}
+
+func TestUIUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"ui", "--http", ""},
+		{"ui", "--ui-as", "a.b"},
+		{"ui", "--prefix", "a b"},
+		{"ui", "extra"},
+		{"serve", "--ui-actions"},
+	} {
+		if code := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
+			t.Errorf("tenure %v: exit %d, want 2", args, code)
+		}
+	}
+}

@@ -1,0 +1,424 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/worker"
+)
+
+// chromium finds the headless browser: $TENURE_CHROMIUM, else Debian's
+// chromium (`apt-get install -y chromium`, which .ci/run does) or another
+// Chrome on the PATH.
+func chromium() (string, error) {
+	if p := os.Getenv("TENURE_CHROMIUM"); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			return "", fmt.Errorf("TENURE_CHROMIUM=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("no chromium, chromium-browser or google-chrome on the PATH")
+}
+
+// browser starts a headless Chromium with a fresh profile and no background
+// networking (the machine's network is closed), and returns its context.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := chromium()
+	if err != nil {
+		t.Fatalf("the browser end-to-end test needs a headless Chromium: %v.\n"+
+			"Install it with `apt-get update && apt-get install -y chromium` (.ci/run does), or set TENURE_CHROMIUM to its path.", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+	)
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); acancel() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return ctx
+}
+
+// tab is one browser tab on the UI, collecting the page's uncaught
+// exceptions and error messages.
+type tab struct {
+	t    *testing.T
+	ctx  context.Context
+	name string
+	mu   sync.Mutex
+	errs []string
+}
+
+func newTab(t *testing.T, parent context.Context, name string) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(parent)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1360, 900)); err != nil {
+		t.Fatal(err)
+	}
+	tb := &tab{t: t, ctx: ctx, name: name}
+	msgs := chromedp.Console(ctx)
+	go func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Type == chromedp.ConsoleError {
+				tb.mu.Lock()
+				tb.errs = append(tb.errs, m.String())
+				tb.mu.Unlock()
+			}
+		}
+	}()
+	return tb
+}
+
+func (tb *tab) do(actions ...chromedp.Action[chromedp.Void]) {
+	tb.t.Helper()
+	if err := chromedp.Do(tb.ctx, actions...); err != nil {
+		tb.t.Fatalf("%s tab: %v\npage: %s", tb.name, err, tb.text())
+	}
+}
+
+// text is the visible text of the page's main part, for failure messages.
+func (tb *tab) text() string {
+	ctx, cancel := context.WithTimeout(tb.ctx, 3*time.Second)
+	defer cancel()
+	s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector('main')||document.body).innerText`))
+	if len(s) > 3000 {
+		s = s[:3000] + "…"
+	}
+	return s
+}
+
+// wait polls a JavaScript predicate until it is truthy (within 20 s).
+func (tb *tab) wait(what, predicate string) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 25*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](predicate,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		tb.t.Fatalf("%s tab: waiting for %s: %v\npage: %s", tb.name, what, err, tb.text())
+	}
+}
+
+func eval[T any](tb *tab, expr string) T {
+	tb.t.Helper()
+	v, err := chromedp.Run(tb.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		tb.t.Fatalf("%s tab: evaluate %s: %v", tb.name, expr, err)
+	}
+	return v
+}
+
+// mark sets a variable in the page; notReloaded checks it is still there,
+// which proves that the page was updated in place, not loaded again.
+func (tb *tab) mark() { tb.do(chromedp.Evaluate[chromedp.Void](`window.__tenureMark = 'kept'`)) }
+
+func (tb *tab) notReloaded() {
+	tb.t.Helper()
+	if got := eval[string](tb, `String(window.__tenureMark)`); got != "kept" {
+		tb.t.Fatalf("%s tab was reloaded (mark %q)", tb.name, got)
+	}
+}
+
+func (tb *tab) checkConsole() {
+	tb.t.Helper()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for _, e := range tb.errs {
+		tb.t.Errorf("%s tab: console: %s", tb.name, e)
+	}
+}
+
+// screenshot writes a PNG of the tab to docs/screenshots/name when
+// TENURE_SCREENSHOTS=1 (README.md shows them; CI leaves the tree alone).
+func (tb *tab) screenshot(name string, full bool) {
+	tb.t.Helper()
+	if os.Getenv("TENURE_SCREENSHOTS") != "1" {
+		return
+	}
+	tb.do(chromedp.Evaluate[chromedp.Void](`document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)`), chromedp.Sleep(300*time.Millisecond))
+	act := chromedp.CaptureScreenshot()
+	if full {
+		act = chromedp.FullScreenshot(100)
+	}
+	png, err := chromedp.Run(tb.ctx, act)
+	if err != nil {
+		tb.t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join("..", "docs", "screenshots", name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		tb.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		tb.t.Fatal(err)
+	}
+	tb.t.Logf("wrote %s (%d bytes)", path, len(png))
+}
+
+var secsRE = regexp.MustCompile(`^(?:(\d+)m )?(\d+(?:\.\d)?)s$`)
+
+// seconds parses the board's time-left text ("29.3s", "45s", "4m 05s").
+func seconds(t *testing.T, s string) float64 {
+	t.Helper()
+	m := secsRE.FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("time left %q is not a duration", s)
+	}
+	v, _ := strconv.ParseFloat(m[2], 64)
+	if m[1] != "" {
+		mins, _ := strconv.Atoi(m[1])
+		v += float64(mins * 60)
+	}
+	return v
+}
+
+// background gives the board some company: jobs in various states.
+func (e *env) background() {
+	e.decide("ops.disp.export-7.offer", `{"v":1,"holder":"w3","lease_ms":300000,"ack_timeout_ms":600000}`)
+	e.decide("worker.w2.thumbs-3.acquire", `{"v":1,"lease_ms":300000}`)
+	l := e.row("thumbs-3").LeaseID
+	e.decide("worker.w2.thumbs-3.progress", `{"v":1,"lease_id":"`+l+`","generation":1,"progress_seq":2,"value":60}`)
+	e.decide("worker.w2.thumbs-3.progress", `{"v":1,"lease_id":"`+l+`","generation":1,"progress_seq":1,"value":30}`)
+	e.decide("worker.w2.thumbs-3.renew", `{"v":1,"lease_id":"`+l+`","generation":1,"renew_seq":1}`)
+	e.decide("worker.w4.index-9.acquire", `{"v":1,"lease_ms":120000}`)
+	l = e.row("index-9").LeaseID
+	e.decide("worker.w4.index-9.progress", `{"v":1,"lease_id":"`+l+`","generation":1,"progress_seq":1,"value":100}`)
+	e.decide("worker.w4.index-9.result", `{"v":1,"lease_id":"`+l+`","generation":1,"outcome":"SUCCESS"}`)
+	e.decide("worker.w6.mail-5.acquire", `{"v":1,"lease_ms":600000}`)
+	e.decide("ops.disp.mail-5.cancel", `{"v":1,"reason":"customer withdrew"}`)
+	e.decide("worker.w7.clone-2.acquire", `{"v":1,"lease_ms":900000}`)
+	l = e.row("clone-2").LeaseID
+	e.decide("worker.w8.clone-2.renew", `{"v":1,"lease_id":"`+l+`","generation":1,"renew_seq":1}`)
+	e.decide("worker.w5.ping-1.acquire", `{"v":1,"lease_ms":100}`)
+	for i, lease := range []int{90, 240, 420, 180, 600} {
+		job := fmt.Sprintf("batch-%02d", i+1)
+		e.decide("worker.w9."+job+".acquire", fmt.Sprintf(`{"v":1,"lease_ms":%d000}`, lease))
+		l = e.row(job).LeaseID
+		e.decide("worker.w9."+job+".progress", fmt.Sprintf(`{"v":1,"lease_id":"%s","generation":1,"progress_seq":1,"value":%d}`, l, 15+i*17))
+	}
+	e.waitFor("ping-1 to expire", 10*time.Second, func() bool { return e.row("ping-1").State == "EXPIRED" })
+}
+
+// End to end in a real headless browser: the board shows a lease granted by
+// a worker and counts its time down; a stale renewal appears in the
+// anomalies feed and on the job page's timeline, without a reload; the job
+// page's evidence matrix is the one `tenure audit --job` prints; the audit
+// page runs an audit.
+func TestBrowser(t *testing.T) {
+	start := time.Now()
+	bctx := browser(t)
+	e := newEnv(t, false)
+	e.background()
+
+	board := newTab(t, bctx, "board")
+	board.do(chromedp.Navigate(e.url + "/"))
+	board.wait("the board", `document.querySelectorAll('#board-rows tr[data-job]').length >= 10`)
+	board.mark()
+
+	// A worker acquires a lease through the SDK: the board shows it.
+	w1, err := worker.Connect(e.nc, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	l, err := w1.Acquire(ctx, "report-42", worker.WithLeaseDuration(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := l.Token()
+	row := `document.querySelector('#board-rows tr[data-job="report-42"]')`
+	board.wait("report-42 granted to w1 on the board",
+		`(r => r && r.cells[1].textContent.startsWith('ACTIVE') && r.cells[2].textContent === 'w1' && r.cells[3].textContent === 'g1 · `+tok.LeaseID+`')(`+row+`)`)
+
+	// Its remaining time counts down.
+	left := row + `.querySelector('.secs').textContent`
+	first := seconds(t, eval[string](board, left))
+	if first < 15 || first > 30 {
+		t.Fatalf("time left %vs on a fresh 30 s lease", first)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	second := seconds(t, eval[string](board, left))
+	if d := first - second; d < 0.8 || d > 5 {
+		t.Fatalf("time left went from %vs to %vs in 1.5 s", first, second)
+	}
+	if err := l.Progress(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Progress(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
+	board.wait("progress 50% on the board", row+`.cells[5].textContent.startsWith('50%')`)
+
+	// The anomalies feed and the job page are open before the stale renewal.
+	feed := newTab(t, bctx, "anomalies")
+	feed.do(chromedp.Navigate(e.url + "/anomalies"))
+	feed.wait("the feed", `document.querySelector('#feed-info') && document.querySelector('#feed-info').textContent.includes('recorded')`)
+	feed.mark()
+	job := newTab(t, bctx, "job")
+	job.do(chromedp.Navigate(e.url + "/jobs/report-42"))
+	job.wait("the job page", `document.querySelectorAll('#timeline-svg .band').length === 1 && document.querySelectorAll('#matrix tbody tr').length >= 3`)
+	job.mark()
+
+	// Generation 1 ends, generation 2 is granted to w2, then w1 renews
+	// generation 1: a stale renewal.
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, v := e.decide("worker.w2.report-42.acquire", `{"v":1,"lease_ms":120000}`)
+	if v != "granted/ok" {
+		t.Fatalf("w2 acquire: %s", v)
+	}
+	gen2 := e.row("report-42").LeaseID
+	e.decide("worker.w2.report-42.progress", `{"v":1,"lease_id":"`+gen2+`","generation":2,"progress_seq":1,"value":10}`)
+	staleSeq, v := e.decide("worker.w1.report-42.renew", `{"v":1,"lease_id":"`+tok.LeaseID+`","generation":1,"renew_seq":7}`)
+	if v != "lost_authority/stale_generation" {
+		t.Fatalf("stale renew: %s", v)
+	}
+	cause := strconv.FormatUint(staleSeq, 10)
+
+	feed.wait("the stale renewal in the anomalies feed",
+		`(r => r && r.querySelector('a[href="/jobs/report-42"]') && r.dataset.kind === 'lost_authority')(document.querySelector('#feed-rows tr[data-job="report-42"][data-reason="stale_generation"]'))`)
+	feed.notReloaded()
+	job.wait("the stale renewal on the timeline, on generation 1's band",
+		`document.querySelector('#timeline-svg .mark[data-cause="`+cause+`"][data-reason="stale_generation"][data-gen="1"]') && document.querySelectorAll('#timeline-svg .band').length === 2`)
+	job.notReloaded()
+	board.wait("the stale counter on the board", row+`.cells[6].textContent === '1' && `+row+`.cells[2].textContent === 'w2'`)
+	board.notReloaded()
+
+	// More evidence on generation 2 for the picture: a duplicate and a late report.
+	e.decide("worker.w2.report-42.progress", `{"v":1,"lease_id":"`+gen2+`","generation":2,"progress_seq":3,"value":45}`)
+	e.decide("worker.w2.report-42.progress", `{"v":1,"lease_id":"`+gen2+`","generation":2,"progress_seq":3,"value":45}`)
+	e.decide("worker.w2.report-42.progress", `{"v":1,"lease_id":"`+gen2+`","generation":2,"progress_seq":2,"value":30}`)
+	e.decide("worker.w2.report-42.renew", `{"v":1,"lease_id":"`+gen2+`","generation":2,"renew_seq":1}`)
+
+	// The job page's evidence matrix is `tenure audit --job report-42`'s.
+	rep, err := audit.Run(ctx, audit.Config{JS: e.js, Options: audit.Options{Job: "report-42"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("audit: %d problems", rep.Problems())
+	}
+	var want [][]string
+	for i := range rep.History {
+		r := projector.MatrixRow(&rep.History[i], projector.MatrixOptions{})
+		want = append(want, r[:])
+	}
+	matrixJS := `Array.from(document.querySelectorAll('#matrix tbody tr')).map(tr => Array.from(tr.cells).map(td => td.textContent))`
+	var got [][]string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got = eval[[][]string](job, matrixJS)
+		if slices.EqualFunc(got, want, slices.Equal) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job page's evidence matrix is not the audit's:\n page  %q\n audit %q", got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	heads := eval[[]string](job, `Array.from(document.querySelectorAll('#matrix thead th')).map(th => th.textContent)`)
+	if !slices.Equal(heads, projector.MatrixColumns) {
+		t.Fatalf("matrix columns %q", heads)
+	}
+	t.Logf("the job page's evidence matrix equals the audit's: %d rows", len(got))
+	// The page's own audit button says the same.
+	job.do(chromedp.Click(chromedp.CSS("#job-audit-run")))
+	job.wait("the page's audit", `(m => m && m.textContent.startsWith('the matrix above matches'))(document.querySelector('#job-audit-match'))`)
+	job.notReloaded()
+
+	// The audit page runs `tenure audit` on demand.
+	feed.do(chromedp.Click(chromedp.CSS(`nav a[data-nav="audit"]`)))
+	feed.wait("the audit page", `document.querySelector('#audit-run')`)
+	feed.do(chromedp.Click(chromedp.CSS("#audit-run")))
+	feed.wait("the audit's result", `(v => v && v.textContent.startsWith('OK'))(document.querySelector('#audit-verdict'))`)
+	if s := eval[string](feed, `document.querySelector('#audit-summary').textContent`); !strings.Contains(s, "result:      OK") {
+		t.Fatalf("audit summary:\n%s", s)
+	}
+	feed.notReloaded()
+
+	// Filters: by holder, then by state.
+	board.do(chromedp.SendKeys(chromedp.CSS("#f-holder"), "w9"))
+	board.wait("the holder filter", `(rs => rs.length === 5 && rs.every(r => r.cells[2].textContent === 'w9'))(Array.from(document.querySelectorAll('#board-rows tr[data-job]')))`)
+	board.notReloaded()
+	board.do(chromedp.Evaluate[chromedp.Void](`(i => { i.value = ''; i.dispatchEvent(new Event('input')) })(document.querySelector('#f-holder'))`))
+	board.wait("no filter", `document.querySelectorAll('#board-rows tr[data-job]').length === 12`)
+
+	job.wait("the timeline's latest marks", `document.querySelector('#timeline-svg .mark[data-kind="duplicate"]') && document.querySelector('#timeline-svg .mark[data-kind="late"]')`)
+	board.screenshot("board.png", true)
+	job.screenshot("job.png", false)
+	for _, tb := range []*tab{board, feed, job} {
+		tb.checkConsole()
+	}
+	t.Logf("browser test took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// With --ui-actions, the job page's operator action is an input the
+// coordinator judges; the page shows the verdict and the lease's new state
+// without a reload.
+func TestBrowserActions(t *testing.T) {
+	bctx := browser(t)
+	e := newEnv(t, true)
+	e.decide("worker.w1.j1.acquire", `{"v":1,"lease_ms":600000}`)
+	page := newTab(t, bctx, "job")
+	page.do(chromedp.Navigate(e.url + "/jobs/j1"))
+	page.wait("the cancel button", `document.querySelector('#act-cancel')`)
+	page.mark()
+	page.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('#action-reason').value = 'from the browser'`))
+	page.do(chromedp.Click(chromedp.CSS("#act-cancel")))
+	page.wait("the armed button", `document.querySelector('#act-cancel').textContent.startsWith('confirm')`)
+	page.do(chromedp.Click(chromedp.CSS("#act-cancel")))
+	page.wait("the verdict", `(v => v && v.textContent.startsWith('accepted: cancel_requested/ok'))(document.querySelector('#action-verdict'))`)
+	page.wait("the cancel request on the timeline", `document.querySelector('#timeline-svg .mark[data-kind="cancel_requested"]')`)
+	page.notReloaded()
+	if r := e.row("j1"); !r.CancelRequested || r.LastKind != "cancel_requested" {
+		t.Fatalf("row after the action: %+v", r)
+	}
+	in, err := e.js.Stream(context.Background(), "TENURE_IN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := in.GetMsg(context.Background(), e.row("j1").LastCause)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject != "tenure.in.ops.ui.j1.cancel" || !strings.Contains(string(m.Data), `"reason":"from the browser"`) {
+		t.Fatalf("the action's input: %s %s", m.Subject, m.Data)
+	}
+	page.checkConsole()
+}

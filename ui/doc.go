@@ -1,0 +1,53 @@
+// Package ui is Tenure's web UI, served by the binary itself (`tenure serve
+// --http ADDR`, or `tenure ui --nats-url URL` on its own): HTML, JavaScript
+// and CSS are embedded (assets/, go:embed), with no framework, no CDN and no
+// external resource, so it works offline.
+//
+// Pages:
+//
+//   - / the lease board: every job with its state, holder, generation, the
+//     time left on its lease or ACK deadline (counting down), its progress,
+//     and the stale, late, duplicate and conflict counters of its current
+//     lease; filtered by state, holder and job, sorted, and paginated on the
+//     server (no request returns more than MaxPageSize rows, whatever the
+//     number of jobs);
+//   - /jobs/{id} a job page: an SVG drawing of the job's leases, one band per
+//     generation from offer to end, with a mark for every decision at its
+//     authoritative time (rejected messages on the band of the generation
+//     they name); the evidence matrix of seed 000 §13 (projector.MatrixRow
+//     of every stored decision about the job, as `tenure audit --job`
+//     prints it); and every input with its verdicts;
+//   - /anomalies the jobs that need an operator (pending ownership conflict,
+//     UNRESOLVED) and a live feed of every verdict that was not accepted;
+//   - /audit runs an audit (package audit, as `tenure audit`) on demand.
+//
+// Every page updates live, without reloading, through server-sent events
+// (/api/events) fed by the read model.
+//
+// The read model follows the decision stream with an ordered consumer from
+// its first decision. Every decision carries the whole projection of its
+// job, so the board is the latest projection per job; a job page reads the
+// job's decisions back from the decision stream by their sequences, and
+// their inputs from the input stream by their causes (direct gets).
+//
+// The UI is read-only by default. With Config.Actions (--ui-actions) a job
+// page offers the operator actions of package ops: request a cancellation,
+// revoke, affirm, settle. Each is an input published as an ops actor and
+// judged by the coordinator like any other; the page shows the verdict.
+// Requests that change something must come from the UI's own pages
+// (http.CrossOriginProtection).
+//
+// /healthz answers 200 only while a coordinator is live or a warm standby,
+// saying which (Health); /metrics serves Metrics in the Prometheus text
+// format through the standard client library.
+//
+// The JSON API, used by the pages:
+//
+//	GET  /api/config               what the pages need (actions on or off)
+//	GET  /api/jobs                 a page of the board (Query, Page)
+//	GET  /api/jobs/{id}            a job page's data (History); ?after=SEQ for newer decisions only
+//	POST /api/jobs/{id}/action     an operator action (ActionRequest, ActionResult)
+//	GET  /api/anomalies            the anomalies feed (AnomalyQuery, AnomalyPage)
+//	GET  /api/events               live updates (server-sent events)
+//	GET  /api/audit, POST /api/audit   the last audit, or run one (AuditRequest, AuditResult)
+package ui

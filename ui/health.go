@@ -1,0 +1,167 @@
+package ui
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/streams"
+)
+
+// CoordinatorStatus is what a coordinator reports about itself: the
+// answer of the "tenure" NATS micro service's status endpoint (`tenure
+// status --json`), or the same built in process by `tenure serve`.
+type CoordinatorStatus struct {
+	coordinator.Stats
+	InputStreamSeq uint64 `json:"input_stream_seq"` // last sequence of the input stream
+	Lag            uint64 `json:"lag"`              // inputs stored but not folded yet
+	Leader         string `json:"leader"`           // the coordinator the leadership entry names
+}
+
+// DefaultStandbyMaxBehind is the default of Config.StandbyMaxBehind.
+const DefaultStandbyMaxBehind = 1000
+
+// Roles reported by /healthz.
+const (
+	RoleLive       = "live"        // holds leadership and appends decisions
+	RoleStandby    = "standby"     // warm: has verified the decision stream to within StandbyMaxBehind
+	RoleCatchingUp = "catching_up" // a standby still far behind the decision stream
+)
+
+// CoordinatorHealth is one coordinator in the /healthz answer.
+type CoordinatorHealth struct {
+	ID              string `json:"id"`
+	Role            string `json:"role"`
+	Ready           bool   `json:"ready"`
+	DecisionsBehind uint64 `json:"decisions_behind"` // decisions stored but not verified or appended by it
+	InputLag        uint64 `json:"input_lag"`        // inputs stored but not folded by it
+	Leader          string `json:"leader,omitempty"`
+}
+
+// Health is the /healthz answer: ready (HTTP 200) only when a coordinator is
+// live or a warm standby, saying which; HTTP 503 otherwise, saying why.
+type Health struct {
+	Ready        bool                `json:"ready"`
+	Role         string              `json:"role,omitempty"`        // of the coordinator that makes it ready
+	Coordinator  string              `json:"coordinator,omitempty"` // its id
+	Reason       string              `json:"reason,omitempty"`      // why not ready
+	Coordinators []CoordinatorHealth `json:"coordinators"`
+	DecisionSeq  uint64              `json:"decision_stream_seq"` // last sequence of the decision stream
+	ReadModel    summary             `json:"read_model"`          // the UI's own position
+}
+
+// health judges the coordinators' status against the decision stream.
+func (s *Server) health(ctx context.Context) Health {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	h := Health{Coordinators: []CoordinatorHealth{}, ReadModel: s.model.summary()}
+	if st, err := s.js.Stream(ctx, s.cfg.Topology.DecisionStream()); err == nil {
+		if info, err := st.Info(ctx); err == nil {
+			h.DecisionSeq = info.State.LastSeq
+		}
+	}
+	sts, err := s.cfg.Status(ctx)
+	if err != nil {
+		h.Reason = "coordinator status: " + err.Error()
+		return h
+	}
+	if len(sts) == 0 {
+		h.Reason = "no coordinator answered"
+		return h
+	}
+	slices.SortFunc(sts, func(a, b CoordinatorStatus) int { return strings.Compare(a.ID, b.ID) })
+	var live, standby *CoordinatorHealth
+	for _, st := range sts {
+		c := CoordinatorHealth{ID: st.ID, InputLag: st.Lag, Leader: st.Leader}
+		if h.DecisionSeq > st.DecisionsStored {
+			c.DecisionsBehind = h.DecisionSeq - st.DecisionsStored
+		}
+		switch {
+		case st.Live:
+			c.Role, c.Ready = RoleLive, true
+		case st.Sessions > 0 && c.DecisionsBehind <= uint64(s.cfg.StandbyMaxBehind):
+			c.Role, c.Ready = RoleStandby, true
+		default:
+			c.Role = RoleCatchingUp
+		}
+		h.Coordinators = append(h.Coordinators, c)
+	}
+	for i := range h.Coordinators {
+		c := &h.Coordinators[i]
+		if c.Role == RoleLive && live == nil {
+			live = c
+		}
+		if c.Role == RoleStandby && standby == nil {
+			standby = c
+		}
+	}
+	switch {
+	case live != nil:
+		h.Ready, h.Role, h.Coordinator = true, RoleLive, live.ID
+	case standby != nil:
+		h.Ready, h.Role, h.Coordinator = true, RoleStandby, standby.ID
+	default:
+		c := h.Coordinators[0]
+		h.Reason = fmt.Sprintf("coordinator %s is catching up: %d decisions behind", c.ID, c.DecisionsBehind)
+	}
+	return h
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	h := s.health(r.Context())
+	code := http.StatusOK
+	if !h.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+// StatusFromService returns a Config.Status that asks every running
+// coordinator for its status through the "tenure" NATS micro service
+// (the same request as `tenure status`), collecting answers for wait.
+func StatusFromService(nc *nats.Conn, wait time.Duration) func(context.Context) ([]CoordinatorStatus, error) {
+	return func(ctx context.Context) ([]CoordinatorStatus, error) {
+		inbox := nc.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			return nil, streams.Classify(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if err := nc.PublishRequest("$SRV.STATS.tenure", inbox, nil); err != nil {
+			return nil, streams.Classify(err)
+		}
+		deadline := time.Now().Add(wait)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		var out []CoordinatorStatus
+		for {
+			m, err := sub.NextMsg(time.Until(deadline))
+			if err != nil {
+				break
+			}
+			var st struct {
+				Endpoints []struct {
+					Data json.RawMessage `json:"data"`
+				} `json:"endpoints"`
+			}
+			if json.Unmarshal(m.Data, &st) != nil {
+				continue
+			}
+			for _, e := range st.Endpoints {
+				var cs CoordinatorStatus
+				if json.Unmarshal(e.Data, &cs) == nil && cs.ID != "" {
+					out = append(out, cs)
+				}
+			}
+		}
+		return out, nil
+	}
+}

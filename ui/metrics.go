@@ -1,0 +1,221 @@
+package ui
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+)
+
+// Metrics holds Tenure's Prometheus metrics, served on /metrics in the
+// Prometheus text format by the standard client library.
+//
+// Three sources feed them:
+//
+//   - the coordinator of this process, when there is one (`tenure serve
+//     --http`): Metrics implements coordinator.Metrics, so give it to
+//     coordinator.Config.Metrics. tenure_inputs_folded_total,
+//     tenure_fold_lag_seconds, tenure_append_latency_seconds and
+//     tenure_decisions_appended_total come from there;
+//   - the coordinators' status (Config.Status), read at every scrape:
+//     tenure_coordinator_* (leadership, folded and stored positions, fold
+//     lag in inputs, snapshot age, lost authority), labelled by coordinator;
+//   - the UI's read model of the decision stream: tenure_decisions_total by
+//     kind and reason, tenure_lease_expiries_total, tenure_active_leases,
+//     tenure_jobs by state, tenure_jobs_blocked.
+//
+// The Go runtime and process collectors are registered too.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	inputsFolded  prometheus.Counter
+	foldLag       prometheus.Gauge
+	appendLatency prometheus.Histogram
+	appended      prometheus.Counter
+
+	decisions  *prometheus.CounterVec
+	expiries   prometheus.Counter
+	sseClients prometheus.Gauge
+
+	mu     sync.Mutex
+	byKind map[kindReason]prometheus.Counter
+	model  *model
+	status func(context.Context) ([]CoordinatorStatus, error)
+}
+
+type kindReason struct {
+	kind   events.Kind
+	reason events.Reason
+}
+
+var _ coordinator.Metrics = (*Metrics)(nil)
+
+// NewMetrics returns the metrics on a new registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		inputsFolded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_inputs_folded_total",
+			Help: "Inputs folded by this process's coordinator (standby and live).",
+		}),
+		foldLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tenure_fold_lag_seconds",
+			Help: "Time from the storage of the last input folded by this process's coordinator to its fold.",
+		}),
+		appendLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tenure_append_latency_seconds",
+			Help:    "Time from the publish of a decision to its acknowledgement by the decision stream.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. 6.5s
+		}),
+		appended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_decisions_appended_total",
+			Help: "Decisions appended by this process's coordinator and acknowledged by the stream.",
+		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_decisions_total",
+			Help: "Decisions in the decision stream, by kind and reason (read from the stream by the UI).",
+		}, []string{"kind", "reason"}),
+		expiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_lease_expiries_total",
+			Help: "Leases that reached expires_at without a terminal result (expired decisions).",
+		}),
+		sseClients: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tenure_ui_live_pages",
+			Help: "Pages following live updates (server-sent event streams open).",
+		}),
+		byKind: make(map[kindReason]prometheus.Counter),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.inputsFolded, m.foldLag, m.appendLatency, m.appended,
+		m.decisions, m.expiries, m.sseClients,
+		(*stateCollector)(m),
+	)
+	return m
+}
+
+// Registry is the registry the metrics are registered on; add your own
+// collectors to it.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// InputFolded implements coordinator.Metrics.
+func (m *Metrics) InputFolded(_ uint64, stored time.Time, _ int) {
+	m.inputsFolded.Inc()
+	m.foldLag.Set(max(time.Since(stored).Seconds(), 0))
+}
+
+// DecisionAppended implements coordinator.Metrics.
+func (m *Metrics) DecisionAppended(latency time.Duration) {
+	m.appended.Inc()
+	m.appendLatency.Observe(latency.Seconds())
+}
+
+// observe counts one decision of the stream (called under the model's lock).
+func (m *Metrics) observe(d *events.Decision) {
+	k := kindReason{d.Kind, d.Reason}
+	m.mu.Lock()
+	c, ok := m.byKind[k]
+	if !ok {
+		c = m.decisions.WithLabelValues(d.Kind.String(), string(d.Reason))
+		m.byKind[k] = c
+	}
+	m.mu.Unlock()
+	c.Inc()
+	if d.Kind == events.KindExpired {
+		m.expiries.Inc()
+	}
+}
+
+// attach makes the scrape-time metrics read md and status.
+func (m *Metrics) attach(md *model, status func(context.Context) ([]CoordinatorStatus, error)) {
+	m.mu.Lock()
+	m.model, m.status = md, status
+	m.mu.Unlock()
+}
+
+// stateCollector reports, at scrape time, the read model's jobs and the
+// coordinators' status.
+type stateCollector Metrics
+
+var (
+	descActive    = prometheus.NewDesc("tenure_active_leases", "Jobs whose current lease is ACTIVE.", nil, nil)
+	descJobs      = prometheus.NewDesc("tenure_jobs", "Jobs by the state of their current lease.", []string{"state"}, nil)
+	descBlocked   = prometheus.NewDesc("tenure_jobs_blocked", "Jobs waiting for an operator: a pending ownership conflict or UNRESOLVED.", nil, nil)
+	descUISeq     = prometheus.NewDesc("tenure_ui_decision_seq", "Decision stream sequence the UI's read model has reached.", nil, nil)
+	descLive      = prometheus.NewDesc("tenure_coordinator_live", "1 if the coordinator holds leadership and appends decisions, 0 if it stands by.", []string{"coordinator"}, nil)
+	descFolded    = prometheus.NewDesc("tenure_coordinator_input_seq", "Sequence of the last input the coordinator folded.", []string{"coordinator"}, nil)
+	descStored    = prometheus.NewDesc("tenure_coordinator_decision_seq", "Sequence of the last decision the coordinator appended or verified.", []string{"coordinator"}, nil)
+	descLagInputs = prometheus.NewDesc("tenure_coordinator_fold_lag_inputs", "Inputs stored but not folded yet by the coordinator.", []string{"coordinator"}, nil)
+	descSnapAge   = prometheus.NewDesc("tenure_coordinator_snapshot_age_seconds", "Age of the coordinator's latest snapshot (absent before the first).", []string{"coordinator"}, nil)
+	descSnapSeq   = prometheus.NewDesc("tenure_coordinator_snapshot_input_seq", "Last input covered by the coordinator's latest snapshot.", []string{"coordinator"}, nil)
+	descLost      = prometheus.NewDesc("tenure_coordinator_lost_authority_total", "Appends refused because another writer had authority.", []string{"coordinator"}, nil)
+	descSessions  = prometheus.NewDesc("tenure_coordinator_sessions_total", "Times the coordinator synchronised from the streams.", []string{"coordinator"}, nil)
+	descLeader    = prometheus.NewDesc("tenure_leader", "The coordinator named by the leadership entry (value 1).", []string{"coordinator"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descActive, descJobs, descBlocked, descUISeq, descLive, descFolded,
+		descStored, descLagInputs, descSnapAge, descSnapSeq, descLost, descSessions, descLeader} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	md, status := c.model, c.status
+	c.mu.Unlock()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if md != nil {
+		md.mu.RLock()
+		states, blockedN, pos := md.states, len(md.blocked), md.pos
+		md.mu.RUnlock()
+		gauge(descActive, float64(states[events.StateActive]))
+		for st := events.StateOffered; st <= events.StateRevoked; st++ {
+			gauge(descJobs, float64(states[st]), st.String())
+		}
+		gauge(descBlocked, float64(blockedN))
+		gauge(descUISeq, float64(pos))
+	}
+	if status == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sts, _ := status(ctx)
+	leaders, seen := make(map[string]bool), make(map[string]bool)
+	for _, st := range sts {
+		id := st.ID
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		live := 0.0
+		if st.Live {
+			live = 1
+		}
+		gauge(descLive, live, id)
+		gauge(descFolded, float64(st.InputsFolded), id)
+		gauge(descStored, float64(st.DecisionsStored), id)
+		gauge(descLagInputs, float64(st.Lag), id)
+		if !st.SnapshotAt.IsZero() {
+			gauge(descSnapAge, time.Since(st.SnapshotAt).Seconds(), id)
+			gauge(descSnapSeq, float64(st.SnapshotSeq), id)
+		}
+		ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(st.LostAuthority), id)
+		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.CounterValue, float64(st.Sessions), id)
+		if st.Leader != "" && !leaders[st.Leader] {
+			leaders[st.Leader] = true
+			gauge(descLeader, 1, st.Leader)
+		}
+	}
+}

@@ -1,0 +1,643 @@
+package ui
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/maknow/tenure/events"
+)
+
+// Bounds of the JSON API: no request returns more rows than MaxPageSize.
+const (
+	DefaultPageSize    = 50
+	MaxPageSize        = 500
+	DefaultAnomalyFeed = 10_000 // anomalies kept for the feed (the oldest are dropped)
+	DefaultMaxHistory  = 5_000  // decisions of one job shown on its page (the latest)
+)
+
+// jobEntry is the read model of one job: its latest projection (every
+// decision carries the job's full projection) and where its decisions are.
+type jobEntry struct {
+	job       events.Job
+	seq       uint64 // decision stream sequence of its last decision
+	cause     uint64
+	at        int64 // time of its last decision (Unix ns)
+	kind      events.Kind
+	reason    events.Reason
+	seqs      []uint64 // decision stream sequences of all its decisions, in order
+	anomalies uint32   // non-accepted verdicts about it, every generation
+}
+
+// Row is one job as the board shows it: the projection of its last
+// decision. Times are Unix milliseconds (0: not set).
+type Row struct {
+	ID              string `json:"id"`
+	LeaseID         string `json:"lease_id,omitempty"`
+	Generation      uint64 `json:"generation"`
+	Holder          string `json:"holder,omitempty"`
+	State           string `json:"state"`
+	AckState        string `json:"ack_state,omitempty"`
+	Result          string `json:"result,omitempty"`
+	LeaseMS         int64  `json:"lease_ms"`
+	IssuedAt        int64  `json:"issued_at,omitempty"`
+	ExpiresAt       int64  `json:"expires_at,omitempty"`
+	AckDeadline     int64  `json:"ack_deadline,omitempty"`
+	AckedAt         int64  `json:"acked_at,omitempty"`
+	RenewSeq        uint64 `json:"renew_seq"`
+	ProgressSeq     uint64 `json:"progress_seq"`
+	ProgressValue   int64  `json:"progress_value"`
+	CancelRequested bool   `json:"cancel_requested"`
+	CancelAcked     bool   `json:"cancel_acked"`
+	CancelAt        int64  `json:"cancel_at,omitempty"`
+	CancelBy        int64  `json:"cancel_by,omitempty"`
+	EndedAt         int64  `json:"ended_at,omitempty"`
+	LeaseExpired    bool   `json:"lease_expired"`
+	Conflict        bool   `json:"conflict"`
+	ConflictWith    string `json:"conflict_with,omitempty"`
+	Stale           uint32 `json:"stale"`
+	Late            uint32 `json:"late"`
+	LateProgress    uint32 `json:"late_progress"`
+	Duplicates      uint32 `json:"duplicates"`
+	Conflicts       uint32 `json:"conflicts"`
+	Anomalies       uint32 `json:"anomalies"` // non-accepted verdicts about the job, every generation
+	Decisions       int    `json:"decisions"` // decisions about the job
+	LastSeq         uint64 `json:"last_seq"`  // decision stream sequence of the last one
+	LastCause       uint64 `json:"last_cause"`
+	LastAt          int64  `json:"last_at"`
+	LastKind        string `json:"last_kind"`
+	LastReason      string `json:"last_reason"`
+}
+
+func ms(ns int64) int64 {
+	if ns == 0 {
+		return 0
+	}
+	return ns / int64(time.Millisecond)
+}
+
+func (e *jobEntry) row() Row {
+	j := &e.job
+	r := Row{
+		ID: j.ID, State: j.State.String(), Anomalies: e.anomalies, Decisions: len(e.seqs),
+		LastSeq: e.seq, LastCause: e.cause, LastAt: ms(e.at), LastKind: e.kind.String(), LastReason: string(e.reason),
+	}
+	if j.Generation == 0 {
+		return r
+	}
+	r.LeaseID, r.Generation, r.Holder, r.AckState = j.LeaseID, j.Generation, j.Holder, j.AckState.String()
+	if j.Result != events.OutcomeNone {
+		r.Result = j.Result.String()
+	}
+	r.LeaseMS = j.Duration / int64(time.Millisecond)
+	r.IssuedAt, r.ExpiresAt, r.AckDeadline, r.AckedAt = ms(j.IssuedAt), ms(j.ExpiresAt), ms(j.AckDeadline), ms(j.AckedAt)
+	r.RenewSeq, r.ProgressSeq, r.ProgressValue = j.RenewSeq, j.ProgressSeq, j.ProgressValue
+	r.CancelRequested, r.CancelAcked, r.CancelAt, r.CancelBy, r.EndedAt = j.CancelReq, j.CancelAck, ms(j.CancelAt), ms(j.CancelBy), ms(j.EndedAt)
+	r.LeaseExpired, r.Conflict, r.ConflictWith = j.LeaseExpired, j.Conflict, j.ConflictWith
+	r.Stale, r.Late, r.LateProgress, r.Duplicates, r.Conflicts = j.Stale, j.Late, j.LateProgress, j.Duplicates, j.Conflicts
+	return r
+}
+
+// deadline is the next deadline of a live lease: the ACK deadline of an
+// offer, the expiry (or an earlier cancel deadline) of an active lease;
+// false for a lease that is not live.
+func deadline(j *events.Job) (int64, bool) {
+	switch j.State {
+	case events.StateOffered:
+		return j.AckDeadline, true
+	case events.StateActive:
+		d := j.ExpiresAt
+		if j.CancelReq && j.CancelBy != 0 && j.CancelBy < d {
+			d = j.CancelBy
+		}
+		return d, true
+	}
+	return 0, false
+}
+
+// blocked reports whether a job needs an operator: a pending ownership
+// conflict or an unresolved cancellation.
+func blocked(j *events.Job) bool { return j.Conflict || j.State == events.StateUnresolved }
+
+// isAnomaly reports whether a decision goes to the anomalies feed: every
+// verdict that is not accepted, and every unresolved job.
+func isAnomaly(k events.Kind) bool {
+	return !k.Accepted() && (!k.Derived() || k == events.KindUnresolved)
+}
+
+// Anomaly is one entry of the anomalies feed. Times are Unix milliseconds.
+type Anomaly struct {
+	N          uint64 `json:"n"`   // position in the feed, from 1
+	Seq        uint64 `json:"seq"` // decision stream sequence
+	Cause      uint64 `json:"cause"`
+	At         int64  `json:"at"`
+	AtText     string `json:"at_text"` // the authoritative time, RFC 3339
+	Kind       string `json:"kind"`
+	Reason     string `json:"reason"`
+	Detail     string `json:"detail,omitempty"`
+	Job        string `json:"job"` // "_" when the decision concerns no job
+	Generation uint64 `json:"generation"`
+	Holder     string `json:"holder,omitempty"`
+	State      string `json:"state"`
+	Role       string `json:"role"`
+	Actor      string `json:"actor"`
+	Verb       string `json:"verb"`
+}
+
+// observer is told about every decision applied to the model (metrics).
+type observer interface {
+	observe(d *events.Decision)
+}
+
+// model is the UI's read model of the decision stream: the latest
+// projection of every job, the decision sequences of each job, and the
+// anomalies feed. It is safe for concurrent use.
+type model struct {
+	mu       sync.RWMutex
+	jobs     map[string]*jobEntry
+	order    []*jobEntry // every job but the newest, in id order
+	tail     []*jobEntry // jobs added since order was last merged
+	states   [16]int     // jobs per events.State
+	blocked  map[string]struct{}
+	pos      uint64 // last decision stream sequence applied
+	posAt    int64  // its time
+	total    uint64 // decisions applied
+	bad      uint64 // undecodable decisions skipped
+	feed     []Anomaly
+	feedCap  int
+	feedN    uint64 // anomalies ever (the N of the latest)
+	changed  map[string]struct{}
+	added    int
+	caughtUp bool
+	obs      observer
+}
+
+func newModel(feedCap int) *model {
+	if feedCap <= 0 {
+		feedCap = DefaultAnomalyFeed
+	}
+	return &model{
+		jobs: make(map[string]*jobEntry), blocked: make(map[string]struct{}),
+		feedCap: feedCap, changed: make(map[string]struct{}),
+	}
+}
+
+// apply folds one stored decision (decision stream sequence seq) into the model.
+func (m *model) apply(seq uint64, d *events.Decision) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pos, m.posAt = seq, d.At
+	m.total++
+	if m.obs != nil {
+		m.obs.observe(d)
+	}
+	id := d.Job.ID
+	var e *jobEntry
+	if id != events.NoJob && id != "" {
+		e = m.jobs[id]
+		if e == nil {
+			e = &jobEntry{job: events.Job{ID: id}}
+			m.jobs[id] = e
+			m.tail = append(m.tail, e)
+			m.added++
+		} else {
+			m.states[e.job.State]--
+		}
+		e.job = d.Job
+		m.states[e.job.State]++
+		e.seq, e.cause, e.at, e.kind, e.reason = seq, d.Cause, d.At, d.Kind, d.Reason
+		e.seqs = append(e.seqs, seq)
+		if blocked(&e.job) {
+			m.blocked[id] = struct{}{}
+		} else {
+			delete(m.blocked, id)
+		}
+		m.changed[id] = struct{}{}
+	}
+	if isAnomaly(d.Kind) {
+		if e != nil {
+			e.anomalies++
+		}
+		m.feedN++
+		a := Anomaly{
+			N: m.feedN, Seq: seq, Cause: d.Cause, At: ms(d.At), AtText: events.FormatTime(d.At),
+			Kind: d.Kind.String(), Reason: string(d.Reason), Detail: d.Detail,
+			Job: id, Generation: d.Job.Generation, Holder: d.Job.Holder, State: d.Job.State.String(),
+			Role: d.Role.String(), Actor: d.Actor, Verb: d.Verb.String(),
+		}
+		if len(m.feed) < m.feedCap {
+			m.feed = append(m.feed, a)
+		} else {
+			m.feed[int((m.feedN-1)%uint64(m.feedCap))] = a
+		}
+	}
+}
+
+// skip records an undecodable decision at seq.
+func (m *model) skip(seq uint64) {
+	m.mu.Lock()
+	m.pos = seq
+	m.bad++
+	m.mu.Unlock()
+}
+
+func (m *model) setCaughtUp(v bool) {
+	m.mu.Lock()
+	m.caughtUp = v
+	m.mu.Unlock()
+}
+
+// position returns the last decision stream sequence applied.
+func (m *model) position() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.pos
+}
+
+// anomalyAt returns feed entry n (1-based) if it is still kept.
+func (m *model) anomalyAt(n uint64) (Anomaly, bool) {
+	if n == 0 || n > m.feedN || m.feedN-n >= uint64(len(m.feed)) {
+		return Anomaly{}, false
+	}
+	if len(m.feed) < m.feedCap {
+		return m.feed[n-1], true
+	}
+	return m.feed[int((n-1)%uint64(m.feedCap))], true
+}
+
+// Query selects, orders and pages the board's rows.
+type Query struct {
+	States  []string // any of these states (empty: all); "LIVE" means OFFERED or ACTIVE
+	Holder  string   // exactly this holder
+	Job     string   // job ids containing this (case-sensitive)
+	Blocked bool     // only jobs with a pending conflict or UNRESOLVED
+	Sort    string   // id (default), -id, deadline, updated, holder, state, anomalies
+	Offset  int
+	Limit   int // default DefaultPageSize, at most MaxPageSize
+}
+
+// Page is one page of the board.
+type Page struct {
+	Total    int            `json:"total"` // rows matching the query
+	Jobs     int            `json:"jobs"`  // every job
+	Offset   int            `json:"offset"`
+	Limit    int            `json:"limit"`
+	Rows     []Row          `json:"rows"`
+	Seq      uint64         `json:"seq"`     // the read model's decision stream position
+	Now      int64          `json:"now"`     // the server's clock, Unix ms
+	States   map[string]int `json:"states"`  // jobs per state (all jobs)
+	Blocked  int            `json:"blocked"` // jobs needing an operator
+	Feed     uint64         `json:"feed"`    // anomalies ever recorded (N of the latest)
+	CaughtUp bool           `json:"caught_up"`
+}
+
+func (q *Query) normalize() {
+	if q.Limit <= 0 {
+		q.Limit = DefaultPageSize
+	}
+	q.Limit = min(q.Limit, MaxPageSize)
+	q.Offset = max(q.Offset, 0)
+}
+
+func (q *Query) stateSet() (set [16]bool, any bool) {
+	for _, s := range q.States {
+		if s == "LIVE" {
+			set[events.StateOffered], set[events.StateActive], any = true, true, true
+			continue
+		}
+		if st, ok := events.ParseState(s); ok {
+			set[st], any = true, true
+		}
+	}
+	return set, any
+}
+
+// mergeTail sorts the jobs added since the last query into the id order:
+// O(n) per query that follows new jobs, not a sort of every job. The
+// caller holds the write lock.
+func (m *model) mergeTail() {
+	if len(m.tail) == 0 {
+		return
+	}
+	byID := func(a, b *jobEntry) int { return strings.Compare(a.job.ID, b.job.ID) }
+	slices.SortFunc(m.tail, byID)
+	out := make([]*jobEntry, 0, len(m.order)+len(m.tail))
+	i, j := 0, 0
+	for i < len(m.order) && j < len(m.tail) {
+		if byID(m.order[i], m.tail[j]) <= 0 {
+			out = append(out, m.order[i])
+			i++
+		} else {
+			out = append(out, m.tail[j])
+			j++
+		}
+	}
+	out = append(append(out, m.order[i:]...), m.tail[j:]...)
+	m.order, m.tail = out, nil
+}
+
+// page answers a query. In id order it scans the jobs once and keeps only
+// the page; in another order it keeps the first offset+limit matching rows
+// in a bounded heap (O(n log k)), so no answer sorts every job.
+func (m *model) page(q Query, now time.Time) Page {
+	q.normalize()
+	m.mu.RLock()
+	if len(m.tail) > 0 {
+		m.mu.RUnlock()
+		m.mu.Lock()
+		m.mergeTail()
+		m.mu.Unlock()
+		m.mu.RLock()
+	}
+	defer m.mu.RUnlock()
+	p := Page{Jobs: len(m.jobs), Offset: q.Offset, Limit: q.Limit, Seq: m.pos, Now: now.UnixMilli(),
+		States: make(map[string]int), Blocked: len(m.blocked), Feed: m.feedN, CaughtUp: m.caughtUp, Rows: []Row{}}
+	for st, n := range m.states {
+		if n > 0 {
+			p.States[events.State(st).String()] = n
+		}
+	}
+	stateSet, byState := q.stateSet()
+	match := func(e *jobEntry) bool {
+		j := &e.job
+		switch {
+		case byState && !stateSet[j.State]:
+			return false
+		case q.Holder != "" && j.Holder != q.Holder:
+			return false
+		case q.Job != "" && !strings.Contains(j.ID, q.Job):
+			return false
+		case q.Blocked && !blocked(j):
+			return false
+		}
+		return true
+	}
+	order := m.order
+	if q.Blocked {
+		// Few jobs are blocked: do not scan them all.
+		order = make([]*jobEntry, 0, len(m.blocked))
+		for id := range m.blocked {
+			order = append(order, m.jobs[id])
+		}
+		slices.SortFunc(order, func(a, b *jobEntry) int { return strings.Compare(a.job.ID, b.job.ID) })
+	}
+	if q.Sort == "" || q.Sort == "id" || q.Sort == "-id" {
+		step, i := 1, 0
+		if q.Sort == "-id" {
+			step, i = -1, len(order)-1
+		}
+		for ; i >= 0 && i < len(order); i += step {
+			e := order[i]
+			if !match(e) {
+				continue
+			}
+			if p.Total >= q.Offset && len(p.Rows) < q.Limit {
+				p.Rows = append(p.Rows, e.row())
+			}
+			p.Total++
+		}
+		return p
+	}
+	key := sortKey(q.Sort)
+	top := &topK{max: q.Offset + q.Limit}
+	for _, e := range order {
+		if match(e) {
+			p.Total++
+			top.push(key(e))
+		}
+	}
+	sel := top.sorted()
+	for i := q.Offset; i < len(sel); i++ {
+		p.Rows = append(p.Rows, sel[i].e.row())
+	}
+	return p
+}
+
+// keyed is a job with its sort key: by n, then s, then job id.
+type keyed struct {
+	n int64
+	s string
+	e *jobEntry
+}
+
+func (a keyed) compare(b keyed) int {
+	return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.s, b.s), strings.Compare(a.e.job.ID, b.e.job.ID))
+}
+
+// sortKey returns the key function of an order (default: job id).
+func sortKey(order string) func(e *jobEntry) keyed {
+	switch order {
+	case "deadline":
+		// Live leases first, the earliest deadline first.
+		return func(e *jobEntry) keyed {
+			if d, ok := deadline(&e.job); ok {
+				return keyed{n: d, e: e}
+			}
+			return keyed{n: math.MaxInt64, e: e}
+		}
+	case "updated":
+		return func(e *jobEntry) keyed { return keyed{n: -int64(e.seq), e: e} }
+	case "holder":
+		return func(e *jobEntry) keyed { return keyed{s: e.job.Holder, e: e} }
+	case "state":
+		return func(e *jobEntry) keyed { return keyed{s: e.job.State.String(), e: e} }
+	case "anomalies":
+		return func(e *jobEntry) keyed { return keyed{n: -int64(e.anomalies), e: e} }
+	}
+	return func(e *jobEntry) keyed { return keyed{e: e} }
+}
+
+// topK keeps the max smallest keys pushed, in a max-heap.
+type topK struct {
+	max int
+	h   []keyed
+}
+
+// above reports whether h[i] is greater than h[j] (max-heap order).
+func (t *topK) above(i, j int) bool { return t.h[i].compare(t.h[j]) > 0 }
+
+func (t *topK) push(x keyed) {
+	if len(t.h) < t.max {
+		t.h = append(t.h, x)
+		for i := len(t.h) - 1; i > 0; {
+			p := (i - 1) / 2
+			if !t.above(i, p) {
+				break
+			}
+			t.h[i], t.h[p] = t.h[p], t.h[i]
+			i = p
+		}
+		return
+	}
+	if x.compare(t.h[0]) >= 0 {
+		return
+	}
+	t.h[0] = x
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(t.h) && t.above(l, m) {
+			m = l
+		}
+		if r < len(t.h) && t.above(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		t.h[i], t.h[m] = t.h[m], t.h[i]
+		i = m
+	}
+}
+
+// sorted returns the kept keys in ascending order.
+func (t *topK) sorted() []keyed {
+	slices.SortFunc(t.h, keyed.compare)
+	return t.h
+}
+
+// job returns the row of job id and the decision sequences of its last
+// max decisions (all if max <= 0), with the number left out.
+func (m *model) job(id string, max int) (Row, []uint64, int, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.jobs[id]
+	if !ok {
+		return Row{}, nil, 0, false
+	}
+	seqs := e.seqs
+	skipped := 0
+	if max > 0 && len(seqs) > max {
+		skipped = len(seqs) - max
+		seqs = seqs[skipped:]
+	}
+	return e.row(), slices.Clone(seqs), skipped, true
+}
+
+// AnomalyQuery selects entries of the anomalies feed, newest first.
+type AnomalyQuery struct {
+	Before uint64 // only entries with N below this (0: from the newest)
+	After  uint64 // only entries with N above this
+	Job    string // only about this job
+	Kind   string // only of this kind
+	Limit  int    // default DefaultPageSize, at most MaxPageSize
+}
+
+// AnomalyPage is a page of the anomalies feed.
+type AnomalyPage struct {
+	Items   []Anomaly `json:"items"`
+	Latest  uint64    `json:"latest"`  // N of the newest entry ever
+	Oldest  uint64    `json:"oldest"`  // N of the oldest entry still kept
+	More    bool      `json:"more"`    // older matching entries exist
+	Blocked []Row     `json:"blocked"` // jobs needing an operator (conflict or UNRESOLVED), at most MaxPageSize
+	Total   int       `json:"blocked_total"`
+	Now     int64     `json:"now"`
+}
+
+func (m *model) anomalies(q AnomalyQuery, now time.Time) AnomalyPage {
+	if q.Limit <= 0 {
+		q.Limit = DefaultPageSize
+	}
+	q.Limit = min(q.Limit, MaxPageSize)
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	p := AnomalyPage{Latest: m.feedN, Items: []Anomaly{}, Blocked: []Row{}, Total: len(m.blocked), Now: now.UnixMilli()}
+	if m.feedN > 0 {
+		p.Oldest = m.feedN - uint64(len(m.feed)) + 1
+	}
+	n := m.feedN
+	if q.Before != 0 && q.Before-1 < n {
+		n = q.Before - 1
+	}
+	for ; n > q.After && n >= p.Oldest && n > 0; n-- {
+		a, ok := m.anomalyAt(n)
+		if !ok {
+			break
+		}
+		if q.Job != "" && a.Job != q.Job || q.Kind != "" && a.Kind != q.Kind {
+			continue
+		}
+		if len(p.Items) == q.Limit {
+			p.More = true
+			break
+		}
+		p.Items = append(p.Items, a)
+	}
+	ids := make([]string, 0, len(m.blocked))
+	for id := range m.blocked {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids[:min(len(ids), MaxPageSize)] {
+		p.Blocked = append(p.Blocked, m.jobs[id].row())
+	}
+	return p
+}
+
+// takeChanges returns and clears the set of jobs changed since the last call.
+func (m *model) takeChanges() (map[string]struct{}, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.changed) == 0 && m.added == 0 {
+		return nil, 0
+	}
+	ch, added := m.changed, m.added
+	m.changed, m.added = make(map[string]struct{}), 0
+	return ch, added
+}
+
+// rows returns the rows of the given jobs that exist.
+func (m *model) rows(ids []string) []Row {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]Row, 0, len(ids))
+	for _, id := range ids {
+		if e, ok := m.jobs[id]; ok {
+			out = append(out, e.row())
+		}
+	}
+	return out
+}
+
+// feedSince returns the anomalies after entry n (oldest first), at most
+// limit (the newest ones), and how many were left out.
+func (m *model) feedSince(n uint64, limit int) ([]Anomaly, uint64, int) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	latest := m.feedN
+	if n >= latest {
+		return nil, latest, 0
+	}
+	from := n + 1
+	skipped := 0
+	if latest-n > uint64(limit) {
+		skipped = int(latest - n - uint64(limit))
+		from = latest - uint64(limit) + 1
+	}
+	var out []Anomaly
+	for i := from; i <= latest; i++ {
+		if a, ok := m.anomalyAt(i); ok {
+			out = append(out, a)
+		} else {
+			skipped++
+		}
+	}
+	return out, latest, skipped
+}
+
+// summary is the model's headline numbers.
+type summary struct {
+	Seq      uint64 `json:"seq"`
+	Jobs     int    `json:"jobs"`
+	Blocked  int    `json:"blocked"`
+	Feed     uint64 `json:"feed"`
+	CaughtUp bool   `json:"caught_up"`
+}
+
+func (m *model) summary() summary {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return summary{Seq: m.pos, Jobs: len(m.jobs), Blocked: len(m.blocked), Feed: m.feedN, CaughtUp: m.caughtUp}
+}

@@ -1,0 +1,235 @@
+package ui
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/testutil"
+)
+
+const sec = int64(time.Second)
+
+// decision is a synthetic decision about job with the given projection.
+func decision(cause uint64, kind events.Kind, reason events.Reason, j events.Job) *events.Decision {
+	return &events.Decision{Cause: cause, Of: 1, At: int64(cause) * sec, Kind: kind, Reason: reason,
+		Role: events.RoleWorker, Actor: j.Holder, Verb: events.VerbRenew, Addressee: j.Holder, Job: j}
+}
+
+func activeJob(id, holder string, gen uint64, expires int64) events.Job {
+	return events.Job{ID: id, LeaseID: fmt.Sprintf("L%d", gen), Generation: gen, Holder: holder,
+		State: events.StateActive, AckState: events.AckAcquired, IssuedAt: sec, Duration: 30 * sec, ExpiresAt: expires}
+}
+
+func TestModelPage(t *testing.T) {
+	m := newModel(0)
+	// Out of id order, so that the model sorts its ids lazily.
+	m.apply(1, decision(1, events.KindGranted, events.ReasonOk, activeJob("c", "w1", 1, 90*sec)))
+	m.apply(2, decision(2, events.KindGranted, events.ReasonOk, activeJob("a", "w2", 1, 50*sec)))
+	off := activeJob("b", "w1", 1, 0)
+	off.State, off.AckState, off.AckDeadline = events.StateOffered, events.AckPending, 70*sec
+	m.apply(3, decision(3, events.KindOffered, events.ReasonOk, off))
+	done := activeJob("d", "w3", 2, 40*sec)
+	done.State, done.Result = events.StateCompleted, events.OutcomeSuccess
+	m.apply(4, decision(4, events.KindCompleted, events.ReasonOk, done))
+	stale := activeJob("a", "w2", 1, 50*sec)
+	stale.Stale = 1
+	m.apply(5, decision(5, events.KindStale, events.ReasonStaleGeneration, stale))
+	conflict := activeJob("c", "w1", 1, 90*sec)
+	conflict.Conflict, conflict.ConflictWith, conflict.Conflicts = true, "w9", 1
+	m.apply(6, decision(6, events.KindConflict, events.ReasonOwnershipConflict, conflict))
+	// A job-less rejection goes to the feed only.
+	m.apply(7, decision(7, events.KindRejected, events.ReasonBadSubject, events.Job{ID: events.NoJob}))
+
+	ids := func(p Page) []string {
+		var out []string
+		for _, r := range p.Rows {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	now := time.Unix(0, 0)
+	for _, c := range []struct {
+		q    Query
+		want []string
+		tot  int
+	}{
+		{Query{}, []string{"a", "b", "c", "d"}, 4},
+		{Query{Sort: "-id"}, []string{"d", "c", "b", "a"}, 4},
+		{Query{Sort: "deadline"}, []string{"a", "b", "c", "d"}, 4},
+		{Query{Sort: "updated"}, []string{"c", "a", "d", "b"}, 4},
+		{Query{Sort: "anomalies"}, []string{"a", "c", "b", "d"}, 4},
+		{Query{Sort: "holder"}, []string{"b", "c", "a", "d"}, 4},
+		{Query{States: []string{"ACTIVE"}}, []string{"a", "c"}, 2},
+		{Query{States: []string{"LIVE"}}, []string{"a", "b", "c"}, 3},
+		{Query{States: []string{"COMPLETED", "OFFERED"}}, []string{"b", "d"}, 2},
+		{Query{Holder: "w1"}, []string{"b", "c"}, 2},
+		{Query{Job: "d"}, []string{"d"}, 1},
+		{Query{Blocked: true}, []string{"c"}, 1},
+		{Query{Offset: 1, Limit: 2}, []string{"b", "c"}, 4},
+		{Query{Offset: 3, Limit: 2, Sort: "deadline"}, []string{"d"}, 4},
+		{Query{Offset: 9}, nil, 4},
+	} {
+		p := m.page(c.q, now)
+		if got := ids(p); !slices.Equal(got, c.want) || p.Total != c.tot {
+			t.Errorf("%+v: %v of %d, want %v of %d", c.q, got, p.Total, c.want, c.tot)
+		}
+	}
+	p := m.page(Query{}, now)
+	if p.Jobs != 4 || p.States["ACTIVE"] != 2 || p.States["OFFERED"] != 1 || p.States["COMPLETED"] != 1 || p.Blocked != 1 || p.Feed != 3 || p.Seq != 7 {
+		t.Fatalf("page summary %+v", p)
+	}
+	if r := p.Rows[0]; r.Stale != 1 || r.Anomalies != 1 || r.Decisions != 2 || r.LastKind != "stale" || r.ExpiresAt != 50_000 {
+		t.Fatalf("row a: %+v", r)
+	}
+	a := m.anomalies(AnomalyQuery{}, now)
+	if len(a.Items) != 3 || a.Items[0].Job != "_" || a.Items[1].Job != "c" || a.Items[2].Job != "a" || a.Total != 1 || a.Blocked[0].ID != "c" {
+		t.Fatalf("anomalies %+v", a)
+	}
+	// Settled: no longer blocked.
+	m.apply(8, decision(8, events.KindResolved, events.ReasonConflictAffirmed, activeJob("c", "w1", 1, 90*sec)))
+	if p := m.page(Query{Blocked: true}, now); p.Total != 0 || p.Blocked != 0 {
+		t.Fatalf("after affirm: %+v", p)
+	}
+}
+
+func TestFeedRing(t *testing.T) {
+	m := newModel(5)
+	for i := uint64(1); i <= 12; i++ {
+		j := activeJob(fmt.Sprintf("j%d", i%3), "w1", 1, 0)
+		m.apply(i, decision(i, events.KindLate, events.ReasonLateProgress, j))
+	}
+	now := time.Now()
+	p := m.anomalies(AnomalyQuery{Limit: 2}, now)
+	if p.Latest != 12 || p.Oldest != 8 || len(p.Items) != 2 || p.Items[0].N != 12 || p.Items[1].N != 11 || !p.More {
+		t.Fatalf("newest: %+v", p)
+	}
+	p = m.anomalies(AnomalyQuery{Before: 11}, now)
+	if len(p.Items) != 3 || p.Items[0].N != 10 || p.Items[2].N != 8 || p.More {
+		t.Fatalf("before 11: %+v", p)
+	}
+	p = m.anomalies(AnomalyQuery{Job: "j0"}, now)
+	if len(p.Items) != 2 || p.Items[0].N != 12 || p.Items[1].N != 9 {
+		t.Fatalf("job j0: %+v", p)
+	}
+	items, latest, skipped := m.feedSince(2, 3)
+	if latest != 12 || len(items) != 3 || items[0].N != 10 || skipped != 7 {
+		t.Fatalf("feedSince: %d items from %v, latest %d, skipped %d", len(items), items, latest, skipped)
+	}
+	items, _, skipped = m.feedSince(9, 10)
+	if len(items) != 3 || items[0].N != 10 || skipped != 0 {
+		t.Fatalf("feedSince 9: %+v %d", items, skipped)
+	}
+}
+
+// The board with 100,000 jobs: every answer is one bounded page, sorted and
+// filtered on the server. Response times are logged, not asserted.
+func TestBoard100kJobs(t *testing.T) {
+	const n = 100_000
+	srv := testutil.StartServer(t)
+	nc, _ := testutil.Connect(t, srv.ClientURL())
+	s, err := New(Config{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := rng.Perm(n)
+	t0 := time.Now()
+	for i, k := range order {
+		j := activeJob(fmt.Sprintf("job-%06d", k), fmt.Sprintf("w%d", k%100), 1, int64(k%997+1)*sec)
+		switch k % 10 {
+		case 0:
+			j.State, j.AckState, j.AckDeadline, j.ExpiresAt = events.StateOffered, events.AckPending, int64(k%331+1)*sec, 0
+		case 1:
+			j.State, j.Result, j.EndedAt = events.StateCompleted, events.OutcomeSuccess, 5*sec
+		case 2:
+			j.State, j.LeaseExpired, j.EndedAt = events.StateExpired, true, 7*sec
+		}
+		if k%1000 == 3 {
+			j.Conflict, j.ConflictWith = true, "intruder"
+		}
+		j.ProgressSeq, j.ProgressValue = 1, int64(k%101)
+		s.model.apply(uint64(i+1), decision(uint64(i+1), events.KindGranted, events.ReasonOk, j))
+	}
+	t.Logf("read model of %d jobs built in %v", n, time.Since(t0).Round(time.Millisecond))
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+
+	for _, c := range []struct {
+		query      string
+		total      int
+		rows       int
+		first      string
+		checkOrder func(a, b Row) bool
+	}{
+		{"", n, DefaultPageSize, "job-000000", nil},
+		{"?offset=99950&limit=50", n, 50, "job-099950", nil},
+		{"?offset=50000&limit=100000", n, MaxPageSize, "job-050000", nil},
+		{"?sort=-id&limit=200", n, 200, "job-099999", nil},
+		{"?sort=deadline&limit=200", n, 200, "", func(a, b Row) bool { return deadlineMS(a) <= deadlineMS(b) }},
+		{"?sort=updated&limit=100", n, 100, "", func(a, b Row) bool { return a.LastSeq > b.LastSeq }},
+		{"?sort=holder&offset=1000&limit=100", n, 100, "", func(a, b Row) bool { return a.Holder <= b.Holder }},
+		{"?state=ACTIVE&limit=100", n * 7 / 10, 100, "job-000003", nil},
+		{"?state=LIVE&limit=100", n * 8 / 10, 100, "job-000000", nil},
+		{"?holder=w42", n / 100, DefaultPageSize, "job-000042", nil},
+		{"?q=0999", contains(n, "0999"), DefaultPageSize, "job-000999", nil},
+		{"?blocked=1&limit=500", n / 1000, n / 1000, "job-000003", nil},
+		{"?state=COMPLETED&holder=w1&sort=anomalies", n / 100, DefaultPageSize, "job-000001", nil},
+	} {
+		start := time.Now()
+		resp, err := http.Get(hs.URL + "/api/jobs" + c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		elapsed := time.Since(start)
+		var p Page
+		if err := json.Unmarshal(body, &p); err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		t.Logf("GET /api/jobs%-42s %3d rows of %6d, %7d bytes, %v", c.query, len(p.Rows), p.Total, len(body), elapsed.Round(time.Microsecond))
+		if p.Total != c.total || len(p.Rows) != c.rows || p.Jobs != n || len(p.Rows) > MaxPageSize {
+			t.Errorf("%s: %d rows of %d (%d jobs), want %d of %d", c.query, len(p.Rows), p.Total, p.Jobs, c.rows, c.total)
+			continue
+		}
+		if c.first != "" && p.Rows[0].ID != c.first {
+			t.Errorf("%s: first row %s, want %s", c.query, p.Rows[0].ID, c.first)
+		}
+		for i := 1; c.checkOrder != nil && i < len(p.Rows); i++ {
+			if !c.checkOrder(p.Rows[i-1], p.Rows[i]) {
+				t.Errorf("%s: rows %d and %d out of order: %+v, %+v", c.query, i-1, i, p.Rows[i-1], p.Rows[i])
+				break
+			}
+		}
+	}
+}
+
+func deadlineMS(r Row) int64 {
+	switch r.State {
+	case "OFFERED":
+		return r.AckDeadline
+	case "ACTIVE":
+		return r.ExpiresAt
+	}
+	return 1 << 62
+}
+
+// contains counts the job ids job-000000..job-(n-1) that contain s.
+func contains(n int, s string) int {
+	c := 0
+	for k := range n {
+		if strings.Contains(fmt.Sprintf("job-%06d", k), s) {
+			c++
+		}
+	}
+	return c
+}

@@ -1,0 +1,387 @@
+package ui
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/ops"
+	"github.com/maknow/tenure/streams"
+)
+
+//go:embed assets
+var assetFS embed.FS
+
+// DefaultActor is the default ops identity of operator actions.
+const DefaultActor = "ui"
+
+// Config configures a UI server.
+type Config struct {
+	// Conn is the connection to the NATS server or cluster (required).
+	Conn *nats.Conn
+	// Topology names the streams (streams.Topology{} by default).
+	Topology streams.Topology
+	// Status reports the coordinators, for /healthz and /metrics (one
+	// answer serves the requests of a second). Nil asks the "tenure" NATS
+	// micro service (StatusFromService).
+	Status func(context.Context) ([]CoordinatorStatus, error)
+	// Metrics are served on /metrics (nil: NewMetrics()). Give the same
+	// Metrics to the coordinator of this process, if any.
+	Metrics *Metrics
+	// Actions enables operator actions (cancel, revoke, affirm, settle)
+	// from the job page; each is an input published as the ops actor
+	// ActorID, judged by the coordinator like any other. Off by default:
+	// the UI is read-only.
+	Actions bool
+	// ActorID is the ops identity of actions (default DefaultActor).
+	ActorID string
+	// StandbyMaxBehind is how many decisions a standby coordinator may be
+	// behind the decision stream and still be ready (warm); default
+	// DefaultStandbyMaxBehind.
+	StandbyMaxBehind int
+	// FeedSize is how many anomalies the feed keeps (default DefaultAnomalyFeed).
+	FeedSize int
+	// MaxHistory is how many of a job's latest decisions its page shows
+	// (default DefaultMaxHistory).
+	MaxHistory int
+	// FlushInterval is how often changes are pushed to pages (default DefaultFlushInterval).
+	FlushInterval time.Duration
+	// Logger receives the server's log (nil: none).
+	Logger *slog.Logger
+}
+
+// Server is Tenure's web UI: the board, job pages, the anomalies feed and
+// the audit page, their JSON API and live updates, /healthz and /metrics.
+// Create it with New and run it with Serve (or Run plus Handler).
+type Server struct {
+	cfg     Config
+	js      jetstream.JetStream
+	log     *slog.Logger
+	model   *model
+	hub     *hub
+	metrics *Metrics
+	ops     *ops.Client
+	handler http.Handler
+	done    chan struct{}
+	stop    sync.Once
+
+	auditMu   sync.Mutex // held while an audit runs
+	lastMu    sync.Mutex
+	lastAudit *AuditResult
+
+	statusMu sync.Mutex
+	statusAt time.Time
+	statusV  []CoordinatorStatus
+	statusE  error
+}
+
+// New checks cfg and builds the server; it reads nothing yet.
+func New(cfg Config) (*Server, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("ui: no NATS connection")
+	}
+	if cfg.ActorID == "" {
+		cfg.ActorID = DefaultActor
+	}
+	if cfg.StandbyMaxBehind <= 0 {
+		cfg.StandbyMaxBehind = DefaultStandbyMaxBehind
+	}
+	if cfg.MaxHistory <= 0 {
+		cfg.MaxHistory = DefaultMaxHistory
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("ui: jetstream: %w", err)
+	}
+	s := &Server{cfg: cfg, js: js, log: cfg.Logger, metrics: cfg.Metrics, done: make(chan struct{})}
+	if s.cfg.Status == nil {
+		s.cfg.Status = StatusFromService(cfg.Conn, 300*time.Millisecond)
+	}
+	s.cfg.Status = s.cachedStatus(s.cfg.Status)
+	if cfg.Actions {
+		if s.ops, err = ops.New(cfg.Conn, cfg.ActorID); err != nil {
+			return nil, fmt.Errorf("ui: %w", err)
+		}
+	}
+	s.model = newModel(cfg.FeedSize)
+	s.model.obs = s.metrics
+	s.metrics.attach(s.model, s.cfg.Status)
+	s.hub = newHub(s.model, cfg.FlushInterval)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// cachedStatus shares one answer of f between the requests of one second.
+func (s *Server) cachedStatus(f func(context.Context) ([]CoordinatorStatus, error)) func(context.Context) ([]CoordinatorStatus, error) {
+	return func(ctx context.Context) ([]CoordinatorStatus, error) {
+		s.statusMu.Lock()
+		defer s.statusMu.Unlock()
+		if time.Since(s.statusAt) < time.Second {
+			return append([]CoordinatorStatus(nil), s.statusV...), s.statusE
+		}
+		s.statusV, s.statusE = f(ctx)
+		s.statusAt = time.Now()
+		return append([]CoordinatorStatus(nil), s.statusV...), s.statusE
+	}
+}
+
+// Handler is the HTTP handler of every page, API endpoint, /healthz and
+// /metrics. Pages get live updates only while Run (or Serve) runs.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run follows the decision stream from its first decision into the read
+// model and pushes changes to the pages, until ctx ends. It waits for the
+// stream to exist and resumes after errors.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.stop.Do(func() { close(s.done) })
+	var wg sync.WaitGroup
+	wg.Go(func() { s.hub.run(ctx) })
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		before := s.model.position()
+		err := s.follow(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if s.model.position() > before {
+			backoff = 100 * time.Millisecond
+		}
+		s.log.Debug("ui: following the decision stream again", "err", err, "after", s.model.position())
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+	wg.Wait()
+	return nil
+}
+
+// follow reads the decision stream from the model's position on.
+func (s *Server) follow(ctx context.Context) error {
+	st, err := s.js.Stream(ctx, s.cfg.Topology.DecisionStream())
+	if err != nil {
+		return err
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if pos := s.model.position(); pos > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos+1
+	}
+	cons, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if info, err := st.Info(ctx); err == nil && info.State.LastSeq <= s.model.position() {
+		s.model.setCaughtUp(true)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { <-fctx.Done(); it.Stop() }()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		d, err := events.DecodeDecision(m.Data())
+		if err != nil {
+			s.log.Warn("ui: undecodable decision", "seq", meta.Sequence.Stream, "err", err)
+			s.model.skip(meta.Sequence.Stream)
+		} else {
+			s.model.apply(meta.Sequence.Stream, &d)
+		}
+		if meta.NumPending == 0 {
+			s.model.setCaughtUp(true)
+		}
+	}
+}
+
+// Serve runs the server on ln until ctx ends: Run, and HTTP on ln, shut
+// down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Run(ctx) })
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	_ = hs.Shutdown(sctx)
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	sub, _ := fs.Sub(assetFS, "assets")
+	index, _ := fs.ReadFile(sub, "index.html")
+	page := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(index)
+	}
+	mux.HandleFunc("GET /{$}", page)
+	mux.HandleFunc("GET /jobs/{id}", page)
+	mux.HandleFunc("GET /anomalies", page)
+	mux.HandleFunc("GET /audit", page)
+	files := http.FileServerFS(sub)
+	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		files.ServeHTTP(w, r)
+	})))
+	mux.HandleFunc("GET /api/config", s.serveConfig)
+	mux.HandleFunc("GET /api/jobs", s.serveJobs)
+	mux.HandleFunc("GET /api/jobs/{id}", s.serveJob)
+	mux.HandleFunc("POST /api/jobs/{id}/action", s.serveAction)
+	mux.HandleFunc("GET /api/anomalies", s.serveAnomalies)
+	mux.HandleFunc("GET /api/events", s.serveEvents)
+	mux.HandleFunc("GET /api/audit", s.serveLastAudit)
+	mux.HandleFunc("POST /api/audit", s.serveAudit)
+	mux.HandleFunc("GET /healthz", s.serveHealth)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	// Non-safe requests (actions, audits) must come from the UI's own
+	// pages, not from another site (Sec-Fetch-Site / Origin checks).
+	cop := http.NewCrossOriginProtection()
+	return securityHeaders(cop.Handler(mux))
+}
+
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "same-origin")
+		hd.Set("X-Frame-Options", "DENY")
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// uiConfig is GET /api/config: what the pages need to know.
+type uiConfig struct {
+	Actions bool   `json:"actions"`
+	Actor   string `json:"actor,omitempty"`
+	Page    int    `json:"page_size"`
+	MaxPage int    `json:"max_page_size"`
+	Input   string `json:"input_stream"`
+	Output  string `json:"decision_stream"`
+}
+
+func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
+	c := uiConfig{Actions: s.cfg.Actions, Page: DefaultPageSize, MaxPage: MaxPageSize,
+		Input: s.cfg.Topology.InputStream(), Output: s.cfg.Topology.DecisionStream()}
+	if s.cfg.Actions {
+		c.Actor = s.cfg.ActorID
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func intParam(v string, def int) int {
+	if n, err := strconv.Atoi(v); err == nil {
+		return n
+	}
+	return def
+}
+
+// serveJobs is GET /api/jobs: one page of the board. Parameters: state
+// (comma-separated; LIVE is OFFERED and ACTIVE), holder, q (part of the job
+// id), blocked=1, sort (id, -id, deadline, updated, holder, state,
+// anomalies), offset, limit (at most MaxPageSize).
+func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q := Query{
+		Holder: v.Get("holder"), Job: v.Get("q"), Blocked: v.Get("blocked") == "1",
+		Sort: v.Get("sort"), Offset: intParam(v.Get("offset"), 0), Limit: intParam(v.Get("limit"), DefaultPageSize),
+	}
+	if st := v.Get("state"); st != "" {
+		q.States = strings.Split(st, ",")
+	}
+	writeJSON(w, http.StatusOK, s.model.page(q, time.Now()))
+}
+
+// serveJob is GET /api/jobs/{id}: the job page's data; ?after=SEQ for only
+// the decisions after decision stream sequence SEQ.
+func (s *Server) serveJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !events.ValidToken(id) {
+		writeError(w, http.StatusBadRequest, "invalid job id")
+		return
+	}
+	after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
+	h, ok, err := s.history(r.Context(), id, after)
+	switch {
+	case !ok:
+		writeError(w, http.StatusNotFound, "no decision about job "+id)
+	case err != nil:
+		writeError(w, http.StatusBadGateway, err.Error())
+	default:
+		h.Now = time.Now().UnixMilli()
+		writeJSON(w, http.StatusOK, h)
+	}
+}
+
+// serveAnomalies is GET /api/anomalies: the feed, newest first, with the
+// jobs that need an operator. Parameters: before, after, job, kind, limit.
+func (s *Server) serveAnomalies(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	before, _ := strconv.ParseUint(v.Get("before"), 10, 64)
+	after, _ := strconv.ParseUint(v.Get("after"), 10, 64)
+	q := AnomalyQuery{Before: before, After: after, Job: v.Get("job"), Kind: v.Get("kind"), Limit: intParam(v.Get("limit"), DefaultPageSize)}
+	writeJSON(w, http.StatusOK, s.model.anomalies(q, time.Now()))
+}
