@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
+)
+
+// errAuditFailed is the error of an audit that ran and found problems: exit
+// status 1, after the summary.
+var errAuditFailed = errors.New("audit: the log is not reproduced")
+
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("audit", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tenure audit [flags]
+
+Replays the input stream through the fold and checks every stored decision,
+byte for byte, against it. Read-only: nothing is written to the streams.
+Audits a running system (--nats-url) or a copy of a stopped data directory
+(--data). Exit status: 0 when everything was reproduced, 1 otherwise, 2 for
+usage errors.
+
+`)
+		fs.PrintDefaults()
+	}
+	var conn connFlags
+	conn.register(fs, "audit the system behind this NATS server or cluster")
+	data := fs.String("data", "", "audit a stopped data directory (of tenure serve --data); it is copied first and never touched")
+	serverConf := fs.String("server-config", "", "with --data: nats-server configuration file (accounts, authorization) to serve the copy with")
+	prefix := fs.String("prefix", streams.DefaultPrefix, "stream and bucket name prefix of the topology")
+	from := fs.Uint64("from", 0, "start at input `SEQ` from the stored snapshot, once it checks out (0: replay from the first input)")
+	job := fs.String("job", "", "print the evidence matrix of job `ID`: every row of its history")
+	matrix := fs.Bool("matrix", false, "print the evidence matrix of every job: its latest row")
+	format := fs.String("format", "table", "evidence matrix format: table, csv or json (json lines); with csv and json the summary goes to stderr")
+	timeline := fs.Bool("timeline", false, "with --job: print every input of the job with its verdicts")
+	strict := fs.Bool("strict", false, "count pending inputs (stored, not decided yet) as problems")
+	list := fs.Int("list", 20, "findings listed per class in the summary (all are counted; -1: all kept)")
+	reportFile := fs.String("report", "", "also write the whole report as JSON to `FILE`")
+	progress := fs.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, log lines otherwise), bar, log or none")
+	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	urlSet := false
+	fs.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "nats-url" })
+	switch {
+	case *data != "" && urlSet:
+		return fmt.Errorf("%w: --data and --nats-url are exclusive", errUsage)
+	case *serverConf != "" && *data == "":
+		return fmt.Errorf("%w: --server-config needs --data", errUsage)
+	case *timeline && *job == "":
+		return fmt.Errorf("%w: --timeline needs --job", errUsage)
+	case *list < -1:
+		return fmt.Errorf("%w: --list must be -1 or more", errUsage)
+	}
+	mf := projector.Format(*format)
+	if mf != projector.FormatTable && mf != projector.FormatCSV && mf != projector.FormatJSON {
+		return fmt.Errorf("%w: --format must be table, csv or json, not %q", errUsage, *format)
+	}
+	pmode, err := progressMode(*progress, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	if !validPrefix(*prefix) {
+		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, *prefix)
+	}
+	top := streams.Topology{Prefix: *prefix}
+
+	if *data != "" {
+		d, err := audit.OpenDataDir(*data, audit.DataDirConfig{ConfigFile: *serverConf, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := d.Close(); err != nil {
+				log.Warn("temporary copy not removed", "dir", d.Dir, "err", err)
+			}
+		}()
+		conn.url = d.Server.ClientURL()
+		log.Debug("serving a copy of the data directory", "data", *data, "copy", d.Dir, "nats_url", conn.url)
+	}
+	nc, err := conn.connect("tenure-audit")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+
+	prog := &progressPrinter{mode: pmode, w: stderr, log: log, start: time.Now()}
+	maxListed := audit.DefaultMaxListed
+	if *list < 0 {
+		maxListed = -1
+	} else {
+		maxListed = max(maxListed, *list)
+	}
+	rep, err := audit.Run(ctx, audit.Config{
+		JS: js, Topology: top, From: *from, Logger: log,
+		Options: audit.Options{
+			Job: *job, Matrix: *matrix, Strict: *strict, MaxListed: maxListed, Progress: prog.update,
+		},
+	})
+	prog.finish()
+	if err != nil {
+		return err
+	}
+
+	if *reportFile != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*reportFile, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+	}
+	printsMatrix := *matrix || *job != ""
+	summaryOut := stdout
+	if printsMatrix && mf != projector.FormatTable {
+		summaryOut = stderr // keep stdout machine-readable
+	}
+	if *timeline {
+		if len(rep.Timeline) == 0 {
+			fmt.Fprintf(stdout, "no input concerns job %s\n", *job)
+		}
+		if err := audit.WriteTimeline(stdout, rep, 0); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout)
+	}
+	if printsMatrix {
+		rows := rep.Latest
+		if *job != "" {
+			rows = rep.History
+		}
+		if err := projector.WriteMatrix(stdout, mf, rows, projector.MatrixOptions{}); err != nil {
+			return err
+		}
+		if mf == projector.FormatTable {
+			fmt.Fprintln(stdout)
+		}
+	}
+	if err := audit.WriteSummary(summaryOut, rep, *list); err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems())
+	}
+	return nil
+}
+
+func validPrefix(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// progressMode resolves --progress: "auto" is a bar when stderr is a
+// terminal (a character device), log lines otherwise.
+func progressMode(mode string, stderr io.Writer) (string, error) {
+	switch mode {
+	case "bar", "log", "none":
+		return mode, nil
+	case "auto":
+		if f, ok := stderr.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				return "bar", nil
+			}
+		}
+		return "log", nil
+	}
+	return "", fmt.Errorf("%w: --progress must be auto, bar, log or none, not %q", errUsage, mode)
+}
+
+// progressPrinter renders audit.Progress: a bar redrawn in place at most
+// five times a second, or a log line every five seconds.
+type progressPrinter struct {
+	mode  string
+	w     io.Writer
+	log   *slog.Logger
+	start time.Time
+	last  time.Time
+	drawn bool
+}
+
+func (p *progressPrinter) update(pr audit.Progress) {
+	now := time.Now()
+	every := 5 * time.Second
+	if p.mode == "bar" {
+		every = 200 * time.Millisecond
+	}
+	if p.mode == "none" || now.Sub(p.last) < every {
+		return
+	}
+	if p.last.IsZero() && p.mode == "log" {
+		p.last = now // the first line after five seconds
+		return
+	}
+	p.last = now
+	elapsed := now.Sub(p.start)
+	rate := float64(pr.Inputs) / max(elapsed.Seconds(), 1e-9)
+	frac := 1.0
+	if pr.InputTotal > 0 {
+		frac = min(float64(pr.Inputs)/float64(pr.InputTotal), 1)
+	}
+	eta := time.Duration(0)
+	if rate > 0 && pr.InputTotal > pr.Inputs {
+		eta = time.Duration(float64(pr.InputTotal-pr.Inputs) / rate * float64(time.Second))
+	}
+	switch p.mode {
+	case "bar":
+		const width = 30
+		n := int(frac * width)
+		fmt.Fprintf(p.w, "\r[%s%s] %3.0f%% %d/%d inputs, %d decisions, %.0f inputs/s, eta %v ",
+			strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100, pr.Inputs, pr.InputTotal,
+			pr.Decisions, rate, eta.Round(time.Second))
+		p.drawn = true
+	case "log":
+		p.log.Info("auditing", "inputs", pr.Inputs, "of", pr.InputTotal, "decisions", pr.Decisions,
+			"rate", fmt.Sprintf("%.0f/s", rate), "eta", eta.Round(time.Second))
+	}
+}
+
+// finish clears the bar.
+func (p *progressPrinter) finish() {
+	if p.drawn {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 120))
+	}
+}
