@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 60s
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: test test-short bench fuzz fuzz-short lint build run
+.PHONY: test test-short bench fuzz fuzz-short lint build run chaos chaos-short
 
 build:
 	$(GO) build ./...
@@ -12,17 +12,38 @@ build:
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-## bench: Go benchmarks (fold including decode).
+## bench: `tenure bench --quick` in both durability modes (raw JetStream baseline vs Tenure, same run;
+## see BENCHMARKS.md), then the Go benchmarks of the fold (decode and encode included).
 bench:
+	$(GO) run ./cmd/tenure bench --quick --sync always
+	$(GO) run ./cmd/tenure bench --quick --sync interval
 	$(GO) test -run '^$$' -bench . -benchmem ./projector/ ./events/
 
 ## fuzz: every fuzz target for FUZZTIME each (crashers land in testdata/fuzz and become regression cases).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInput$$' -fuzztime $(FUZZTIME) ./events/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseInputSubject$$' -fuzztime $(FUZZTIME) ./events/
 	$(GO) test -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME) ./projector/
 
 fuzz-short:
 	$(MAKE) fuzz FUZZTIME=10s
+
+## chaos: fault injection against real processes on loopback (chaos/): coordinators SIGKILLed at
+## random points, a worker SIGSTOPped past its lease, the nats-server killed, a 3-node cluster's
+## stream leaders stepped down and its nodes killed one at a time; the streams are checked after
+## every schedule and the run ends with the line `chaos: schedules=N lost=0 ...`. chaos-short is
+## the few-minute version CI runs. CHAOSFLAGS adds flags, e.g. CHAOSFLAGS='--seed 42 --keep'.
+CHAOSFLAGS ?=
+chaos_run = bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
+	$(GO) build -o "$$bin/tenure" ./cmd/tenure && \
+	$(GO) build -o "$$bin/nats-server" github.com/nats-io/nats-server/v2 && \
+	"$$bin/tenure" chaos --profile $(1) --nats-server "$$bin/nats-server" $(CHAOSFLAGS)
+
+chaos:
+	@$(call chaos_run,long)
+
+chaos-short:
+	@$(call chaos_run,short)
 
 ## lint: gofmt, go vet, staticcheck.
 lint:

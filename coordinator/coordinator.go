@@ -55,6 +55,8 @@ const (
 	DefaultSnapshotEvery    = 100_000
 	DefaultSnapshotInterval = time.Minute
 	DefaultMaxInflight      = 4096
+	DefaultAppendBatch      = maxAtomicBatch
+	DefaultAppendBatches    = 2
 	DefaultTickSlack        = time.Millisecond
 	leaderKey               = "leader"
 	snapshotName            = "projector"
@@ -70,9 +72,12 @@ type Config struct {
 	LeaderTTL        time.Duration    // leadership entry lifetime; renewed every third of it
 	SnapshotEvery    int              // inputs between snapshots; negative disables snapshots
 	SnapshotInterval time.Duration    // time between snapshots when inputs arrived
-	MaxInflight      int              // decision appends awaiting their ack
+	MaxInflight      int              // decisions derived and not yet acknowledged; the loop stops reading inputs beyond
+	AppendBatch      int              // most decisions per atomic batch append (at most 1000, the server's limit); negative: never batch
+	AppendBatches    int              // atomic batches awaiting their reply
 	TickSlack        time.Duration    // how long after a deadline to append a tick
 	Logger           *slog.Logger
+	Metrics          Metrics // optional observer of folds and appends (nil: none)
 }
 
 func (c Config) withDefaults() Config {
@@ -87,6 +92,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInflight == 0 {
 		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.AppendBatch == 0 {
+		c.AppendBatch = DefaultAppendBatch
+	}
+	c.AppendBatch = min(c.AppendBatch, maxAtomicBatch)
+	if c.AppendBatches == 0 {
+		c.AppendBatches = DefaultAppendBatches
 	}
 	if c.TickSlack == 0 {
 		c.TickSlack = DefaultTickSlack
@@ -118,7 +130,7 @@ type Coordinator struct {
 type Stats struct {
 	ID              string    `json:"id"`
 	Live            bool      `json:"live"`
-	InputsFolded    uint64    `json:"inputs_folded"`    // sequence of the last input folded
+	InputsFolded    uint64    `json:"inputs_folded"`    // sequence of the last input folded (live: folded and its decisions stored)
 	DecisionsStored uint64    `json:"decisions_stored"` // last decision sequence acknowledged
 	SnapshotSeq     uint64    `json:"snapshot_input_seq"`
 	SnapshotAt      time.Time `json:"snapshot_at"`
@@ -190,16 +202,18 @@ func (c *Coordinator) Run(ctx context.Context) error {
 
 // session is one pass of standby then live, from a fresh projector.
 type session struct {
-	c    *Coordinator
-	ctx  context.Context
-	p    *projector.Projector
-	in   *reader
-	out  *reader
-	pend []pending // derived decisions not yet matched or appended
+	c     *Coordinator
+	ctx   context.Context
+	p     *projector.Projector
+	in    *reader
+	out   *reader
+	pend  []pending // derived decisions not yet matched or appended
+	arena []byte    // the bodies of pend, reset when pend empties
 
-	decSeq     uint64     // last decision sequence verified or appended
-	acked      uint64     // last decision sequence acknowledged
-	inflight   []inflight // appends awaiting their ack, oldest first
+	decSeq     uint64    // last decision sequence verified, or derived while live
+	sentSeq    uint64    // live: last decision sequence published (decSeq - len(pend))
+	acked      uint64    // last decision sequence acknowledged
+	app        *appender // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
 	leaderRev  uint64
 	lastTickAt int64 // the deadline the last tick was appended for
 	ticks      int
@@ -215,11 +229,6 @@ type pending struct {
 	n, of   uint16
 	cause   uint64
 	body    []byte
-}
-
-type inflight struct {
-	f      jetstream.PubAckFuture
-	decSeq uint64
 }
 
 type snapshot struct {
@@ -319,13 +328,23 @@ func (s *session) fold(m stored) error {
 	}
 	for i := range ds {
 		d := &ds[i]
+		start := len(s.arena)
+		s.arena = events.AppendDecision(s.arena, d)
 		s.pend = append(s.pend, pending{
 			subject: events.DecisionSubject(d), n: d.N, of: d.Of, cause: d.Cause,
-			body: events.AppendDecision(nil, d),
+			body: s.arena[start:len(s.arena):len(s.arena)],
 		})
 	}
-	s.c.folded.Store(m.seq)
+	if s.app == nil {
+		// Live, an input counts as folded once its decisions are stored
+		// (acknowledged), so that Stats never shows an input folded whose
+		// decisions are not in the stream yet.
+		s.c.folded.Store(m.seq)
+	}
 	s.sinceSnap++
+	if mt := s.c.cfg.Metrics; mt != nil {
+		mt.InputFolded(m.seq, time.Unix(0, m.time), len(ds))
+	}
 	return nil
 }
 
@@ -353,6 +372,9 @@ func (s *session) verify(sd stored) error {
 			ErrDivergence, sd.seq, want.cause, want.n, want.of, sd.subject, sd.data, want.subject, want.body)
 	}
 	s.pend = s.pend[1:]
+	if len(s.pend) == 0 {
+		s.resetArena()
+	}
 	s.decSeq = sd.seq
 	s.acked = sd.seq
 	s.c.appended.Store(sd.seq)
@@ -427,6 +449,19 @@ func (s *session) stepDown() {
 	case <-c.js.PublishAsyncComplete():
 	case <-ctx.Done():
 	}
+	if s.app != nil {
+		for len(s.app.units) > 0 && ctx.Err() == nil {
+			select {
+			case m := <-s.app.replies:
+				if s.acknowledged(m) != nil {
+					s.app.units = nil
+				}
+			case <-ctx.Done():
+			}
+		}
+		s.app.close()
+		s.app = nil
+	}
 	if s.leaderRev != 0 {
 		_ = c.h.Leader.Delete(ctx, leaderKey, jetstream.LastRevision(s.leaderRev))
 		s.leaderRev = 0
@@ -437,13 +472,15 @@ func (s *session) stepDown() {
 // ticks, leadership renewal, snapshots and shutdown.
 func (s *session) runLive() error {
 	c := s.c
+	var err error
+	if s.app, err = newAppender(c.cfg.Conn, c.cfg.Topology.DecisionStream(), c.cfg.MaxInflight, c.log); err != nil {
+		return err
+	}
 	// Decisions of the last input that a crash left unstored come first.
-	rest := s.pend
-	s.pend = nil
-	for i := range rest {
-		if err := s.append(&rest[i]); err != nil {
-			return err
-		}
+	s.sentSeq = s.decSeq
+	s.decSeq += uint64(len(s.pend))
+	if err := s.flush(); err != nil {
+		return err
 	}
 	if err := s.ensurePolicy(); err != nil {
 		return err
@@ -457,6 +494,8 @@ func (s *session) runLive() error {
 	armedFor := int64(-1)
 	snapTicker := time.NewTicker(max(c.cfg.SnapshotInterval/4, 100*time.Millisecond))
 	defer snapTicker.Stop()
+	overdue := time.NewTicker(time.Second)
+	defer overdue.Stop()
 	// The snapshot writer lives as long as this live phase.
 	s.snapCh = make(chan snapshot, 1)
 	wctx, wcancel := context.WithCancel(s.ctx)
@@ -471,36 +510,47 @@ func (s *session) runLive() error {
 			armedFor = d
 			tick.Reset(time.Until(time.Unix(0, d)) + c.cfg.TickSlack)
 		}
-		var okC <-chan *jetstream.PubAck
-		var errC <-chan error
-		if len(s.inflight) > 0 {
-			okC, errC = s.inflight[0].f.Ok(), s.inflight[0].f.Err()
+		// Backpressure: past MaxInflight decisions not yet acknowledged,
+		// read no more inputs until the stream catches up.
+		inC := s.in.ch
+		if s.decSeq-s.acked >= uint64(c.cfg.MaxInflight) {
+			inC = nil
 		}
 		select {
-		case m := <-s.in.ch:
+		case m := <-inC:
 			if err := s.fold(m); err != nil {
 				return err
 			}
-			for i := range s.pend {
-				if err := s.append(&s.pend[i]); err != nil {
-					return err
+			// Fold what else has arrived, up to a batch, so that its
+			// decisions leave together.
+		more:
+			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) {
+				select {
+				case m := <-s.in.ch:
+					if err := s.fold(m); err != nil {
+						return err
+					}
+				default:
+					break more
 				}
 			}
-			s.pend = s.pend[:0]
-			s.maybeSnapshot(false)
-		case <-okC:
-			s.acked = s.inflight[0].decSeq
-			c.appended.Store(s.acked)
-			s.inflight[0] = inflight{}
-			s.inflight = s.inflight[1:]
-			s.maybeSnapshot(false)
-		case err := <-errC:
-			err = streams.Classify(err)
-			if errors.Is(err, streams.ErrLostAuthority) {
-				c.lostAuth.Add(1)
-				c.log.Error("lost authority: another writer appended to the decision stream; standing by", "decision_seq", s.inflight[0].decSeq)
+			s.decSeq = s.sentSeq + uint64(len(s.pend))
+			if err := s.flush(); err != nil {
+				return err
 			}
-			return fmt.Errorf("coordinator: append decision %d: %w", s.inflight[0].decSeq, err)
+			s.maybeSnapshot(false)
+		case m := <-s.app.replies:
+			if err := s.acknowledged(m); err != nil {
+				return err
+			}
+			if err := s.flush(); err != nil {
+				return err
+			}
+			s.maybeSnapshot(false)
+		case <-overdue.C:
+			if err := s.app.overdue(); err != nil {
+				return err
+			}
 		case <-tick.C:
 			armedFor = -1
 			if d, ok := s.p.NextDeadline(); ok && d <= time.Now().UnixNano() {
@@ -524,22 +574,74 @@ func (s *session) runLive() error {
 	}
 }
 
-// append publishes one decision, fenced on the decision stream's last sequence.
-func (s *session) append(p *pending) error {
-	msg := &nats.Msg{Subject: p.subject, Data: p.body, Header: nats.Header{}}
-	msg.Header.Set(events.HeaderCause, strconv.FormatUint(p.cause, 10))
-	msg.Header.Set(events.HeaderIndex, strconv.Itoa(int(p.n))+"/"+strconv.Itoa(int(p.of)))
-	f, err := s.c.js.PublishMsgAsync(msg,
-		jetstream.WithExpectLastSequence(s.decSeq),
-		jetstream.WithMsgID(events.DecisionMsgID(p.cause, p.n)),
-		// At MaxInflight pending acks, wait for room (backpressure) rather
-		// than fail and resynchronise.
-		jetstream.WithStallWait(30*time.Second))
-	if err != nil {
-		return fmt.Errorf("coordinator: append decision %d: %w", s.decSeq+1, streams.Classify(err))
+// flush publishes the decisions derived and not yet published: one by one
+// while the stream stores single appends quickly, as atomic batches of up
+// to AppendBatch when they are slow (every one fsynced, or replicated) and
+// decisions queue up (see append.go).
+func (s *session) flush() error {
+	c := s.c
+	a := s.app
+	n := 0
+	for n < len(s.pend) {
+		left := len(s.pend) - n
+		var k int
+		switch {
+		case c.cfg.AppendBatch > 1 && a.batching && left >= batchMin:
+			if a.batches >= c.cfg.AppendBatches {
+				break
+			}
+			k = min(left, c.cfg.AppendBatch)
+		case len(a.units)-a.batches < a.maxSingles():
+			k = 1
+		}
+		if k == 0 {
+			break
+		}
+		if err := a.send(s.pend[n:n+k], s.sentSeq); err != nil {
+			return err
+		}
+		s.sentSeq += uint64(k)
+		n += k
 	}
-	s.decSeq++
-	s.inflight = append(s.inflight, inflight{f: f, decSeq: s.decSeq})
+	if n > 0 {
+		clear(s.pend[:n])
+		s.pend = s.pend[n:] // a queue: appends reallocate once its capacity is used up
+		if len(s.pend) == 0 {
+			s.resetArena() // every body was copied out by the publishes
+		}
+	}
+	return nil
+}
+
+// resetArena lets the next bodies reuse the arena, once pend is empty.
+func (s *session) resetArena() {
+	if cap(s.arena) > 4<<20 {
+		s.arena = nil // after a burst, do not keep it all
+		return
+	}
+	s.arena = s.arena[:0]
+}
+
+// acknowledged applies the stream's reply to the oldest unit in flight.
+func (s *session) acknowledged(m *nats.Msg) error {
+	c := s.c
+	u, err := s.app.reply(m, len(s.pend) >= batchMin)
+	if err != nil {
+		if errors.Is(err, streams.ErrLostAuthority) {
+			c.lostAuth.Add(1)
+			c.log.Error("lost authority: another writer appended to the decision stream; standing by", "decision_seq", u.first, "err", err)
+		}
+		return err
+	}
+	if mt := c.cfg.Metrics; mt != nil {
+		lat := time.Since(u.sent)
+		for range u.last - u.first + 1 {
+			mt.DecisionAppended(lat)
+		}
+	}
+	s.acked = u.last
+	c.appended.Store(s.acked)
+	c.folded.Store(u.cause)
 	return nil
 }
 

@@ -39,9 +39,6 @@ type hostileCase struct {
 	bug string
 }
 
-// filed overrides the job the verdict must be filed under.
-func (c hostileCase) filed(job string) hostileCase { c.job = job; return c }
-
 // hostileFixtures are the lease ids of the real jobs the protocol-misuse
 // cases aim at, known once the setup inputs have been folded.
 type hostileFixtures struct {

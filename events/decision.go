@@ -323,6 +323,16 @@ type wirePolicy struct {
 // from the coordinator, not from untrusted actors, so this uses encoding/json;
 // the auditor verifies decisions by comparing bytes, not through this.
 func DecodeDecision(data []byte) (Decision, error) {
+	var fast Decision
+	if decodeDecisionFast(data, &fast) {
+		return fast, nil
+	}
+	return decodeDecisionJSON(data)
+}
+
+// decodeDecisionJSON is DecodeDecision through encoding/json: the reference
+// for decodeDecisionFast, and the path of anything not in canonical form.
+func decodeDecisionJSON(data []byte) (Decision, error) {
 	var w wireDecision
 	if err := json.Unmarshal(data, &w); err != nil {
 		return Decision{}, fmt.Errorf("events: decode decision: %w", err)
@@ -401,4 +411,290 @@ func parseTime(s string) (int64, error) {
 		return 0, fmt.Errorf("events: decode decision: %w", err)
 	}
 	return t.UnixNano(), nil
+}
+
+// decodeDecisionFast decodes the canonical encoding that AppendDecision
+// writes, without reflection: fields in their fixed order, no whitespace,
+// strings without escapes, times in the canonical UTC form. It reports
+// false for anything else, which DecodeDecision then leaves to
+// encoding/json; for the bytes it accepts, it gives the same Decision as
+// encoding/json would (TestDecodeDecisionFast checks both). It is the hot
+// path of every reader of decisions (a worker decodes each of its verdicts).
+func decodeDecisionFast(b []byte, d *Decision) bool {
+	r := decReader{b: b, ok: true}
+	var ok bool
+	if !r.lit(`{"v":1,"cause":`) {
+		return false
+	}
+	d.Cause = r.uint()
+	r.lit(`,"n":`)
+	d.N = uint16(r.uintMax(1<<16 - 1))
+	r.lit(`,"of":`)
+	d.Of = uint16(r.uintMax(1<<16 - 1))
+	r.lit(`,"at":`)
+	d.At = r.time()
+	r.lit(`,"kind":`)
+	if d.Kind, ok = enumOf[Kind](kindNames[:], r.raw(), 1); !ok {
+		return false
+	}
+	r.lit(`,"accepted":`)
+	r.bool()
+	r.lit(`,"reason":`)
+	d.Reason = Reason(r.str())
+	if r.opt(`,"detail":`) {
+		d.Detail = r.str()
+	}
+	r.lit(`,"input":{"role":`)
+	if d.Role, ok = enumOf[Role](roleNames[:], r.raw(), 0); !ok {
+		return false
+	}
+	r.lit(`,"actor":`)
+	d.Actor = r.str()
+	r.lit(`,"verb":`)
+	if d.Verb, ok = enumOf[Verb](verbNames[:], r.raw(), 0); !ok {
+		return false
+	}
+	r.lit(`},"addressee":`)
+	d.Addressee = r.str()
+	r.lit(`,"job":{"id":`)
+	j := &d.Job
+	j.ID = r.str()
+	if r.opt(`,"state":"NONE"}`) {
+		j.State = StateNone
+	} else {
+		r.lit(`,"lease_id":`)
+		j.LeaseID = r.str()
+		r.lit(`,"generation":`)
+		j.Generation = r.uint()
+		r.lit(`,"holder":`)
+		j.Holder = r.str()
+		r.lit(`,"state":`)
+		if j.State, ok = enumOf[State](stateNames[:], r.raw(), 0); !ok {
+			return false
+		}
+		r.lit(`,"ack_state":`)
+		if j.AckState, ok = enumOf[AckState](ackNames[:], r.raw(), 0); !ok {
+			return false
+		}
+		if r.opt(`,"result":`) {
+			if j.Result, ok = enumOf[Outcome](outcomeNames[:], r.raw(), 1); !ok {
+				return false
+			}
+		}
+		r.lit(`,"lease_ms":`)
+		j.Duration = r.int() * 1e6
+		j.IssuedAt = r.optTime(`,"issued_at":`)
+		j.ExpiresAt = r.optTime(`,"expires_at":`)
+		j.AckDeadline = r.optTime(`,"ack_deadline":`)
+		j.AckedAt = r.optTime(`,"acked_at":`)
+		r.lit(`,"renew_seq":`)
+		j.RenewSeq = r.uint()
+		j.RenewAt = r.optTime(`,"renew_at":`)
+		r.lit(`,"progress_seq":`)
+		j.ProgressSeq = r.uint()
+		r.lit(`,"progress_value":`)
+		j.ProgressValue = r.int()
+		j.ProgressAt = r.optTime(`,"progress_at":`)
+		r.lit(`,"cancel_requested":`)
+		j.CancelReq = r.bool()
+		r.lit(`,"cancel_acked":`)
+		j.CancelAck = r.bool()
+		j.CancelAt = r.optTime(`,"cancel_at":`)
+		j.CancelBy = r.optTime(`,"cancel_by":`)
+		j.EndedAt = r.optTime(`,"ended_at":`)
+		r.lit(`,"lease_expired":`)
+		j.LeaseExpired = r.bool()
+		r.lit(`,"conflict":`)
+		j.Conflict = r.bool()
+		if r.opt(`,"conflict_with":`) {
+			j.ConflictWith = r.str()
+		}
+		r.lit(`,"stale":`)
+		j.Stale = uint32(r.uintMax(1<<32 - 1))
+		r.lit(`,"late":`)
+		j.Late = uint32(r.uintMax(1<<32 - 1))
+		r.lit(`,"late_progress":`)
+		j.LateProgress = uint32(r.uintMax(1<<32 - 1))
+		r.lit(`,"duplicates":`)
+		j.Duplicates = uint32(r.uintMax(1<<32 - 1))
+		r.lit(`,"conflicts":`)
+		j.Conflicts = uint32(r.uintMax(1<<32 - 1))
+		r.lit(`}`)
+	}
+	if r.opt(`,"policy":{"min_lease_ms":`) {
+		p := &Policy{}
+		p.MinLease = r.int() * 1e6
+		r.lit(`,"max_lease_ms":`)
+		p.MaxLease = r.int() * 1e6
+		r.lit(`,"default_lease_ms":`)
+		p.DefaultLease = r.int() * 1e6
+		r.lit(`,"ack_timeout_ms":`)
+		p.AckTimeout = r.int() * 1e6
+		r.lit(`,"cancel_timeout_ms":`)
+		p.CancelTimeout = r.int() * 1e6
+		r.lit(`,"max_lifetime_ms":`)
+		p.MaxLifetime = r.int() * 1e6
+		r.lit(`,"max_generations":`)
+		p.MaxGenerations = r.uint()
+		r.lit(`}`)
+		d.Policy = p
+	}
+	r.lit(`}`)
+	return r.ok && r.i == len(r.b)
+}
+
+// decReader reads the canonical decision encoding; ok turns false at the
+// first byte that is not where or what the canonical form puts it, and
+// every later read is then a no-op.
+type decReader struct {
+	b  []byte
+	i  int
+	ok bool
+}
+
+// lit consumes s, which must come next.
+func (r *decReader) lit(s string) bool {
+	if !r.ok || len(r.b)-r.i < len(s) || string(r.b[r.i:r.i+len(s)]) != s {
+		r.ok = false
+		return false
+	}
+	r.i += len(s)
+	return true
+}
+
+// opt consumes s if it comes next.
+func (r *decReader) opt(s string) bool {
+	if !r.ok || len(r.b)-r.i < len(s) || string(r.b[r.i:r.i+len(s)]) != s {
+		return false
+	}
+	r.i += len(s)
+	return true
+}
+
+// enumOf returns the index of name in names, from first on (the names
+// before first are not valid on the wire, except "" for index 0 when first
+// is 0: role and verb may be empty).
+func enumOf[E ~uint8](names []string, name []byte, first int) (E, bool) {
+	for i := first; i < len(names); i++ {
+		if names[i] == string(name) {
+			return E(i), true
+		}
+	}
+	return 0, false
+}
+
+// raw reads a string without escapes, control characters or non-ASCII
+// bytes, and returns its content (aliasing the input).
+func (r *decReader) raw() []byte {
+	if !r.ok || r.i >= len(r.b) || r.b[r.i] != '"' {
+		r.ok = false
+		return nil
+	}
+	for j := r.i + 1; j < len(r.b); j++ {
+		switch c := r.b[j]; {
+		case c == '"':
+			s := r.b[r.i+1 : j]
+			r.i = j + 1
+			return s
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			// Escapes and non-ASCII text (valid UTF-8 or not) are left to
+			// encoding/json, which has its own rules for them.
+			r.ok = false
+			return nil
+		}
+	}
+	r.ok = false
+	return nil
+}
+
+// str is raw as a string.
+func (r *decReader) str() string {
+	b := r.raw()
+	if len(b) == 0 {
+		return ""
+	}
+	return string(b)
+}
+
+// uintMax reads a JSON non-negative integer not above max.
+func (r *decReader) uintMax(max uint64) uint64 {
+	if !r.ok {
+		return 0
+	}
+	j, v := r.i, uint64(0)
+	for j < len(r.b) && r.b[j] >= '0' && r.b[j] <= '9' && j-r.i < 20 {
+		v = v*10 + uint64(r.b[j]-'0')
+		j++
+	}
+	n := j - r.i
+	// No digits, a leading zero, 19 digits or more (possible overflow: left
+	// to encoding/json), or a number that goes on (fraction, exponent).
+	if n == 0 || n > 1 && r.b[r.i] == '0' || n >= 19 || v > max ||
+		j < len(r.b) && (r.b[j] == '.' || r.b[j] == 'e' || r.b[j] == 'E' || r.b[j] >= '0' && r.b[j] <= '9') {
+		r.ok = false
+		return 0
+	}
+	r.i = j
+	return v
+}
+
+func (r *decReader) uint() uint64 { return r.uintMax(1<<64 - 1) }
+
+// int reads a JSON integer of at most 18 digits, with an optional minus.
+func (r *decReader) int() int64 {
+	if !r.ok {
+		return 0
+	}
+	neg := r.i < len(r.b) && r.b[r.i] == '-'
+	if neg {
+		r.i++
+	}
+	v := int64(r.uint())
+	if neg {
+		if v == 0 { // "-0" is left to encoding/json
+			r.ok = false
+		}
+		return -v
+	}
+	return v
+}
+
+func (r *decReader) bool() bool {
+	if r.opt("true") {
+		return true
+	}
+	if !r.opt("false") {
+		r.ok = false
+	}
+	return false
+}
+
+// time reads a quoted time in the canonical UTC form.
+func (r *decReader) time() int64 {
+	if !r.ok || r.i >= len(r.b) || r.b[r.i] != '"' {
+		r.ok = false
+		return 0
+	}
+	end := r.i + 1
+	for end < len(r.b) && end-r.i <= 31 && r.b[end] != '"' {
+		end++
+	}
+	if end >= len(r.b) || r.b[end] != '"' || r.b[end-1] != 'Z' {
+		r.ok = false
+		return 0
+	}
+	t, ok := parseRFC3339Common(r.b[r.i+1 : end])
+	if !ok {
+		r.ok = false
+		return 0
+	}
+	r.i = end + 1
+	return t
+}
+
+func (r *decReader) optTime(key string) int64 {
+	if !r.opt(key) {
+		return 0
+	}
+	return r.time()
 }

@@ -146,3 +146,100 @@ func FuzzSentAt(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseInputSubject checks ParseInputSubject against the rules of
+// PROTOCOL.md §3.1, written out independently, for any string:
+//   - it accepts exactly the subjects of six dot-separated tokens
+//     tenure.in.<role>.<actor>.<job>.<verb> with a known role, valid actor,
+//     a known verb the role may publish, and a valid job token, or "_" for
+//     the job-less verbs (and a batch renew);
+//   - it rejects the others with bad_subject, or wrong_role when only the
+//     role-verb combination is wrong, as a *DecodeError;
+//   - an accepted subject round-trips through InputSubject, and a rejected
+//     one keeps only valid tokens in the parts it returns.
+func FuzzParseInputSubject(f *testing.F) {
+	for _, s := range []string{
+		sAck, sTick, "tenure.in.worker.w1._.renew", "tenure.in.ops.o._.policy", "tenure.in.coord.c._.policy",
+		"tenure.in.worker.w1.j1.offer", "tenure.in.ops.o.j1.tick", "tenure.in.worker.w1._.ack", "tenure.in.ops.o.j._",
+		"tenure.in.worker.w1.j1.acquire.x", "tenure.in.worker.w1.j1", "tenure.in.worker..j1.ack", "tenure.in.worker.w 1.j1.ack",
+		"tenure.in.boss.w1.j1.ack", "tenure.out.worker.w1.j1.ack", "tenure.in.worker.w1.j1.ACK", "", ".....",
+		"tenure.in.worker." + strings.Repeat("a", 65) + ".j.ack", "tenure.in.coord.c.j1.tick", "tenure.in.worker.w1.j1.steal",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, subject string) {
+		s, err := events.ParseInputSubject(subject)
+		s2, err2 := events.ParseInputSubject(subject)
+		if s != s2 || errText(err) != errText(err2) {
+			t.Fatalf("not deterministic: %+v %v / %+v %v", s, err, s2, err2)
+		}
+		want := referenceSubject(subject)
+		if err == nil {
+			if want != "" {
+				t.Fatalf("%q accepted, the rules say %s", subject, want)
+			}
+			if back := events.InputSubject(s.Role, s.Actor, s.Job, s.Verb); back != subject {
+				t.Fatalf("%q parses to %+v, which builds %q", subject, s, back)
+			}
+			return
+		}
+		var de *events.DecodeError
+		if !errors.As(err, &de) || de.Detail == "" {
+			t.Fatalf("%q: error %#v is not a documented *DecodeError", subject, err)
+		}
+		if string(de.Code) != want {
+			t.Fatalf("%q rejected with %s, the rules say %q", subject, de.Code, want)
+		}
+		if s.Actor != "" && !events.ValidToken(s.Actor) || s.Job != "" && s.Job != events.NoJob && !events.ValidToken(s.Job) {
+			t.Fatalf("%q: rejected, but returns invalid parts %+v", subject, s)
+		}
+	})
+}
+
+// referenceSubject is PROTOCOL.md §3.1 as a plain table: "" for a valid
+// input subject, else the reason code of its rejection.
+func referenceSubject(subject string) string {
+	roles := map[string][]string{
+		"worker": {"acquire", "ack", "renew", "progress", "cancel_ack", "result", "release"},
+		"ops":    {"offer", "cancel", "resolve", "policy"},
+		"coord":  {"tick", "policy"},
+	}
+	verbs := map[string]bool{}
+	for _, vs := range roles {
+		for _, v := range vs {
+			verbs[v] = true
+		}
+	}
+	token := func(s string) bool {
+		if s == "_" || len(s) < 1 || len(s) > 64 {
+			return false
+		}
+		for _, c := range s {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+				return false
+			}
+		}
+		return true
+	}
+	tok := strings.Split(subject, ".")
+	if len(tok) != 6 || tok[0] != "tenure" || tok[1] != "in" {
+		return "bad_subject"
+	}
+	role, actor, job, verb := tok[2], tok[3], tok[4], tok[5]
+	_, roleOK := roles[role]
+	jobLess := verb == "tick" || verb == "policy"
+	switch {
+	case !roleOK, !token(actor), !verbs[verb]:
+		return "bad_subject"
+	case job == "_" && !jobLess && verb != "renew":
+		return "bad_subject"
+	case job != "_" && (!token(job) || jobLess):
+		return "bad_subject"
+	}
+	for _, v := range roles[role] {
+		if v == verb {
+			return ""
+		}
+	}
+	return "wrong_role"
+}

@@ -45,6 +45,12 @@ func (p *Projector) Snapshot() []byte {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// minJobBytes is the least a job takes in a snapshot: its id (a length and
+// at least one byte), three more string lengths, four header bytes, eight
+// uvarints and eleven varints of at least one byte each. It bounds the job
+// count a snapshot of a given size can claim.
+const minJobBytes = 2 + 3 + 4 + 8 + 11
+
 func appendJob(b []byte, j *events.Job) []byte {
 	str := func(b []byte, s string) []byte {
 		b = binary.AppendUvarint(b, uint64(len(s)))
@@ -147,13 +153,18 @@ func (p *Projector) Restore(snap []byte) error {
 	}
 	pol.MaxGenerations = r.uvarint("policy")
 	n := r.uvarint("job count")
-	if n > uint64(len(r.b)) { // every job takes more than one byte
+	if n > uint64(len(r.b)/minJobBytes) {
 		return fmt.Errorf("%w: job count %d", ErrBadSnapshot, n)
 	}
 	q.jobs = make(map[string]*job, n)
+	// One allocation for every job: a restore is on the coordinator's
+	// restart path, and a million small objects are work for the garbage
+	// collector ever after.
+	slab := make([]job, n)
 	prev := ""
 	for i := uint64(0); i < n && r.err == nil; i++ {
-		j := &job{heapIdx: -1}
+		j := &slab[i]
+		j.heapIdx = -1
 		j.ID = r.str("job id")
 		j.LeaseID = r.str("lease id")
 		j.Holder = r.str("holder")

@@ -25,8 +25,22 @@
 // Each input has a Nats-Msg-Id "<id>-<random UUID>". A publish whose outcome
 // is unknown (timeout, reconnect) is retried with the same Msg-Id and body,
 // so the input stream stores it once and it gets one verdict. A renewal
-// whose verdict was not learned is retried with the same renew_seq and
-// Msg-Id.
+// whose verdict was not learned is retried with the same renew_seq (if the
+// first attempt was stored after all, the retry's verdict is
+// duplicate_renew, which the lease takes as the acceptance it is).
+//
+// # Renewals coalesce
+//
+// Leases renew automatically, every RenewFraction of their duration, and
+// on demand (Lease.Renew). All renewals of a Worker go through one renewer
+// that keeps at most four renewal inputs awaiting their verdicts: when the
+// worker is idle a renewal leaves at once, alone
+// (tenure.in.worker.<id>.<job>.renew); under load, the renewals that fall due
+// while the inputs in flight are being judged leave together in one batch
+// renew (tenure.in.worker.<id>._.renew, up to 256 leases). Each lease is
+// still judged on its own and gets its own verdict. A worker holding many
+// leases thus stores one input, not one per lease, for each round of
+// renewals, which is what makes durable (fsync-per-write) storage keep up.
 //
 // # Authority
 //
@@ -85,7 +99,8 @@
 //
 // # Goroutines
 //
-// A Worker owns one goroutine that hands offers to Offers(), plus the
-// ordered consumer's; each Lease owns its renew loop, which exits when the
-// lease ends or authority is lost. Close stops them all and waits for them.
+// A Worker owns one goroutine that hands offers to Offers(), one renewer
+// (and one goroutine per renewal input in flight), plus the ordered
+// consumer's; each Lease owns its renew loop, which exits when the lease
+// ends or authority is lost. Close stops them all and waits for them.
 package worker

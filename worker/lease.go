@@ -62,13 +62,16 @@ type Lease struct {
 	loopDone chan struct{} // closed when the renew loop has exited
 
 	progressMu sync.Mutex // progress reports are stored in sequence order
+	renewMu    sync.Mutex // one renewal at a time
+	req        *renewReq  // the renewal in flight, under renewMu
 
 	mu          sync.Mutex
 	deadline    time.Time   // conservative local deadline
 	timer       *time.Timer // fires at deadline
 	interval    time.Duration
 	renewSeq    uint64
-	pending     *input // the renewal whose verdict is not known yet
+	pendingSeq  uint64    // renew_seq of the renewal whose verdict is not known yet (0: none)
+	pendingT0   time.Time // local time just before it was first published
 	progressSeq uint64
 }
 
@@ -82,6 +85,7 @@ func (w *Worker) newLease(d events.Decision, t0 time.Time, lo LeaseOptions) (*Le
 		opts:        lo,
 		cancelC:     make(chan struct{}),
 		loopDone:    make(chan struct{}),
+		req:         newRenewReq(),
 		interval:    renewInterval(j.Duration, lo.RenewFraction),
 		renewSeq:    j.RenewSeq,
 		progressSeq: j.ProgressSeq,
@@ -194,8 +198,8 @@ func (l *Lease) do(ctx context.Context, op string, in *events.Input) error {
 func (l *Lease) observe(d events.Decision) error {
 	err := errOf(d)
 	if errors.Is(err, ErrCancelRequested) {
+		l.lose(err) // first: once CancelRequested is closed, Context is done
 		l.markCancel()
-		l.lose(err)
 	}
 	if errors.Is(err, ErrLostAuthority) {
 		l.lose(err)
@@ -221,14 +225,14 @@ func (l *Lease) handle(d events.Decision) (ended bool) {
 	}
 	switch d.Kind {
 	case events.KindCancelRequested:
+		l.lose(verdictError(d)) // first: once CancelRequested is closed, Context is done
 		l.markCancel()
-		l.lose(verdictError(d))
 	case events.KindExpired:
 		l.finish(verdictError(d))
 		return true
 	case events.KindUnresolved:
-		l.markCancel()
 		l.finish(verdictError(d))
+		l.markCancel()
 		return true
 	case events.KindResolved:
 		if d.Reason == events.ReasonLeaseRevoked || d.Reason == events.ReasonSettled {
@@ -260,7 +264,7 @@ func (l *Lease) onDeadline() {
 		l.mu.Unlock()
 		return // extended meanwhile; the timer was reset
 	}
-	dl, unknown := l.deadline, l.pending != nil
+	dl, unknown := l.deadline, l.pendingSeq != 0
 	l.mu.Unlock()
 	at := dl.Format(time.RFC3339Nano)
 	if unknown {
@@ -305,7 +309,9 @@ func (l *Lease) run() {
 		if h := l.opts.beforeRenew; h != nil {
 			h()
 		}
+		l.renewMu.Lock()
 		err := l.renew()
+		l.renewMu.Unlock()
 		if err != nil && l.opts.RenewErrorHandler != nil {
 			l.opts.RenewErrorHandler(l, err)
 		}
@@ -322,42 +328,64 @@ func (l *Lease) run() {
 	}
 }
 
+// Renew renews the lease now, besides the automatic renewals (one renewal
+// of a lease is in flight at a time), and returns nil once the coordinator
+// accepted it, a *VerdictError when it did not (a refusal that ends
+// authority also cancels Context), or an error matching ErrNoVerdict. ctx
+// is checked before the renewal is sent; once sent, Renew waits for its
+// verdict, at most the worker's VerdictTimeout. Like the automatic ones,
+// it coalesces with the worker's other renewals due at the same time.
+func (l *Lease) Renew(ctx context.Context) error {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.renew()
+}
+
 // renew sends the pending renewal, or a new one with the next renew_seq,
-// and applies its verdict. A renewal whose verdict is not learned stays
-// pending: the next attempt resends it with the same renew_seq and Msg-Id.
+// and applies its verdict. Renewals go through the worker's renewer, which
+// coalesces those that are due together into one batch renew. A renewal
+// whose verdict is not learned stays pending: the next attempt resends the
+// same renew_seq (a duplicate_renew verdict then says the first was
+// accepted). The caller holds renewMu.
 func (l *Lease) renew() error {
 	l.mu.Lock()
-	p := l.pending
-	if p == nil {
+	if l.pendingSeq == 0 {
 		l.renewSeq++
-		p = l.w.newInput(&events.Input{
-			Job: l.token.Job, Verb: events.VerbRenew, LeaseID: l.token.LeaseID,
-			Generation: l.token.Generation, RenewSeq: l.renewSeq,
-		})
-		l.pending = p
+		l.pendingSeq, l.pendingT0 = l.renewSeq, time.Time{}
 	}
+	l.req.ref = events.LeaseRef{Job: l.token.Job, LeaseID: l.token.LeaseID, Generation: l.token.Generation, RenewSeq: l.pendingSeq}
+	ref := l.req.ref
 	l.mu.Unlock()
 	// Once decided, a renewal is sent and its verdict learned even if the
 	// lease ends or its local deadline passes meanwhile (the context is
 	// cancelled regardless): the verdict is reported, and never gives
 	// authority back.
-	d, err := l.w.send(context.Background(), p)
-	if err != nil {
-		return fmt.Errorf("worker: renew %s: %w", l.token, err)
-	}
+	res := l.w.renewVia(l.req)
 	l.mu.Lock()
-	if l.pending == p {
-		l.pending = nil
+	if l.pendingSeq == ref.RenewSeq && l.pendingT0.IsZero() {
+		l.pendingT0 = res.t0
+	}
+	t0 := l.pendingT0
+	if res.err == nil && l.pendingSeq == ref.RenewSeq {
+		l.pendingSeq, l.pendingT0 = 0, time.Time{}
 	}
 	l.mu.Unlock()
+	if res.err != nil {
+		return fmt.Errorf("worker: renew %s: %w", l.token, res.err)
+	}
+	d := res.d
 	switch {
 	case d.Kind == events.KindRenewed:
-		l.extend(p.t0, d.Job.ExpiresAt-d.At, d.Job.Duration)
+		l.extend(t0, d.Job.ExpiresAt-d.At, d.Job.Duration)
 		return nil
 	case d.Kind == events.KindDuplicate && d.Reason == events.ReasonDuplicateRenew:
-		// Stored twice (the duplicate window had passed): the first was
-		// accepted at RenewAt, after p.t0.
-		l.extend(p.t0, d.Job.ExpiresAt-d.Job.RenewAt, d.Job.Duration)
+		// Stored twice (the duplicate window had passed, or an earlier
+		// attempt's verdict was not learned): the first was accepted at
+		// RenewAt, after t0.
+		l.extend(t0, d.Job.ExpiresAt-d.Job.RenewAt, d.Job.Duration)
 		return nil
 	}
 	return l.observe(d)

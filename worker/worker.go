@@ -17,8 +17,9 @@ import (
 
 // stashSize bounds the decisions addressed to this worker that no waiter or
 // lease has claimed yet (a verdict that overtook its PubAck, a cancel request
-// that overtook its lease's registration).
-const stashSize = 1024
+// that overtook its lease's registration). It holds the verdicts of every
+// batch renew in flight.
+const stashSize = 4096
 
 // Worker is one worker identity connected to Tenure. Its methods are safe for
 // concurrent use. Create it with Connect; Close it when done.
@@ -34,8 +35,12 @@ type Worker struct {
 	wg     sync.WaitGroup // the offer pump and every lease's renew loop
 	once   sync.Once
 
+	rmu    sync.Mutex    // guards renewQ
+	renewQ []*renewReq   // renewals waiting for the renewer
+	renewS chan struct{} // wakes the renewer
+
 	mu      sync.Mutex
-	waiters map[uint64]chan events.Decision // input sequence -> its caller
+	waiters map[uint64]*waiter // input sequence -> its caller
 	leases  map[leaseKey]*Lease
 	stash   []events.Decision // unclaimed decisions, oldest first, at most stashSize
 	offerQ  []Offer
@@ -44,6 +49,13 @@ type Worker struct {
 }
 
 type leaseKey struct{ job, leaseID string }
+
+// waiter receives the verdicts of one input: left more are expected (a
+// batch renew has one per lease); ch has room for all of them.
+type waiter struct {
+	ch   chan events.Decision
+	left int
+}
 
 // Connect starts a worker with identity id (a token of 1 to 64
 // [A-Za-z0-9_-]) on nc, which the caller keeps owning (Close does not close
@@ -80,18 +92,20 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 	}
 	w := &Worker{
 		id: id, js: js, opts: o, in: o.StreamPrefix + "_IN",
-		waiters: make(map[uint64]chan events.Decision),
+		waiters: make(map[uint64]*waiter),
 		leases:  make(map[leaseKey]*Lease),
 		offerC:  make(chan Offer),
 		offerS:  make(chan struct{}, 1),
+		renewS:  make(chan struct{}, 1),
 	}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	if err := w.start(); err != nil {
 		w.cancel(err)
 		return nil, err
 	}
-	w.wg.Add(1)
+	w.wg.Add(2)
 	go w.pumpOffers()
+	go w.renewer()
 	return w, nil
 }
 
@@ -187,9 +201,12 @@ func (w *Worker) dispatchLocked(d events.Decision) error {
 		return nil
 	}
 	if !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
-		if ch, ok := w.waiters[d.Cause]; ok {
-			delete(w.waiters, d.Cause)
-			ch <- d // buffered, one verdict per input
+		if wt, ok := w.waiters[d.Cause]; ok {
+			wt.ch <- d // buffered: room for every verdict expected
+			wt.left--
+			if wt.left == 0 || d.Job.ID == events.NoJob {
+				delete(w.waiters, d.Cause)
+			}
 			return nil
 		}
 		w.stashLocked(d) // its PubAck has not come back yet
@@ -269,6 +286,7 @@ type input struct {
 	body  []byte
 	msgID string
 	t0    time.Time // local time just before the first publish attempt
+	sent  bool      // an attempt went out: a duplicate PubAck is then its own
 }
 
 func (w *Worker) newInput(in *events.Input) *input {
@@ -304,8 +322,18 @@ func (w *Worker) newMsgID() string {
 // The error is ErrClosed, or matches ErrNoVerdict; a verdict that does not
 // accept the operation is returned as a decision, not as an error.
 func (w *Worker) send(ctx context.Context, p *input) (events.Decision, error) {
+	ds, err := w.sendN(ctx, p, 1)
+	if err != nil {
+		return events.Decision{}, err
+	}
+	return ds[0], nil
+}
+
+// sendN is send for an input with n verdicts (a batch renew of n leases).
+// On error it returns the verdicts learned so far.
+func (w *Worker) sendN(ctx context.Context, p *input, n int) ([]events.Decision, error) {
 	if w.ctx.Err() != nil {
-		return events.Decision{}, ErrClosed // publish nothing after Close
+		return nil, ErrClosed // publish nothing after Close
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.opts.VerdictTimeout)
 	defer cancel()
@@ -316,9 +344,9 @@ func (w *Worker) send(ctx context.Context, p *input) (events.Decision, error) {
 	}
 	seq, err := w.publish(ctx, p)
 	if err != nil {
-		return events.Decision{}, w.callErr(ctx, err)
+		return nil, w.callErr(ctx, err)
 	}
-	return w.await(ctx, seq)
+	return w.awaitN(ctx, seq, n)
 }
 
 func (w *Worker) callErr(ctx context.Context, err error) error {
@@ -342,9 +370,15 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 	}
 	wait := 10 * time.Millisecond
 	for {
+		first := !p.sent
+		p.sent = true
 		actx, cancel := context.WithTimeout(ctx, w.opts.PublishTimeout)
 		ack, err := w.js.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(w.in))
 		cancel()
+		if err == nil && ack.Duplicate && first {
+			w.msgIDCollision(p, ack.Sequence) // not ours: resend under a fresh id
+			continue
+		}
 		if err == nil {
 			return ack.Sequence, nil
 		}
@@ -383,34 +417,69 @@ func retryable(err error) bool {
 
 // await waits for the verdict of input seq.
 func (w *Worker) await(ctx context.Context, seq uint64) (events.Decision, error) {
-	w.mu.Lock()
-	for i, d := range w.stash {
-		if d.Cause == seq && !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
-			w.stash = append(w.stash[:i], w.stash[i+1:]...)
-			w.mu.Unlock()
-			return d, nil
-		}
+	ds, err := w.awaitN(ctx, seq, 1)
+	if err != nil {
+		return events.Decision{}, err
 	}
-	ch, ok := w.waiters[seq]
+	return ds[0], nil
+}
+
+// awaitN waits for the n verdicts of input seq, or for a verdict about no
+// job (the whole input rejected), which is then the only one. On error it
+// returns the verdicts learned so far.
+func (w *Worker) awaitN(ctx context.Context, seq uint64, n int) ([]events.Decision, error) {
+	ds := make([]events.Decision, 0, n)
+	whole := false
+	w.mu.Lock()
+	kept := w.stash[:0]
+	for _, d := range w.stash {
+		if len(ds) < n && !whole && d.Cause == seq && !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
+			ds = append(ds, d)
+			whole = d.Job.ID == events.NoJob
+			continue
+		}
+		kept = append(kept, d)
+	}
+	clear(w.stash[len(kept):])
+	w.stash = kept
+	if len(ds) == n || whole {
+		w.mu.Unlock()
+		return ds, nil
+	}
+	wt, ok := w.waiters[seq]
 	if !ok {
-		ch = make(chan events.Decision, 1)
-		w.waiters[seq] = ch
+		wt = &waiter{ch: make(chan events.Decision, n-len(ds)), left: n - len(ds)}
+		w.waiters[seq] = wt
 	}
 	w.mu.Unlock()
-	select {
-	case d := <-ch:
-		return d, nil
-	case <-ctx.Done():
-		w.mu.Lock()
-		delete(w.waiters, seq)
-		w.mu.Unlock()
+	for len(ds) < n && !whole {
 		select {
-		case d := <-ch: // arrived while giving up
-			return d, nil
-		default:
+		case d := <-wt.ch:
+			ds = append(ds, d)
+			whole = d.Job.ID == events.NoJob
+		case <-ctx.Done():
+			w.mu.Lock()
+			if w.waiters[seq] == wt {
+				delete(w.waiters, seq)
+			}
+			w.mu.Unlock()
+			for len(ds) < n && !whole { // arrived while giving up
+				select {
+				case d := <-wt.ch:
+					ds = append(ds, d)
+					whole = d.Job.ID == events.NoJob
+					continue
+				default:
+				}
+				break
+			}
+			if len(ds) == n || whole {
+				return ds, nil
+			}
+			return ds, w.callErr(ctx, fmt.Errorf("input %d: %d of %d verdicts: %w", seq, len(ds), n, context.Cause(ctx)))
 		}
-		return events.Decision{}, w.callErr(ctx, fmt.Errorf("input %d: %w", seq, context.Cause(ctx)))
 	}
+	return ds, nil
 }
 
 func (w *Worker) queueOfferLocked(d events.Decision) error {

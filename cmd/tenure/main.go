@@ -34,6 +34,11 @@ func commands() []command {
 		{"policy", "set the lease policy (limits and defaults)", runPolicy},
 		{"watch", "print decisions live, filtered by job, holder and kind", runWatch},
 		{"status", "show every running coordinator: live or standby, lag, snapshot", runStatus},
+		{"auth", "write a nats-server authorization binding each actor to its subjects (auth init)", runAuth},
+		{"audit", "replay the log and verify every decision (read-only); evidence matrix and timelines", runAudit},
+		{"chaos", "fault injection against real processes, checked from the streams (make chaos)", runChaos},
+		{"ui", "serve the web UI (lease board, job timelines, anomalies, audit), /healthz and /metrics", runUI},
+		{"bench", "measure Tenure against a raw JetStream baseline in the same run (see BENCHMARKS.md)", runBench},
 		{"version", "print the version", func(_ context.Context, _ []string, out, _ io.Writer) error {
 			_, err := fmt.Fprintln(out, "tenure", version)
 			return err

@@ -26,7 +26,7 @@ import (
 // connFlags are the usual NATS connection options, shared by every command
 // that talks to a server.
 type connFlags struct {
-	url, creds, nkey, user, password, tlsCA, tlsCert, tlsKey string
+	url, creds, nkey, user, password, tlsCA, tlsCert, tlsKey, inbox string
 }
 
 func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
@@ -38,13 +38,21 @@ func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
 	fs.StringVar(&c.tlsCA, "tlsca", "", "CA certificate file to verify the server")
 	fs.StringVar(&c.tlsCert, "tlscert", "", "client certificate file")
 	fs.StringVar(&c.tlsKey, "tlskey", "", "client private key file")
+	fs.StringVar(&c.inbox, "inbox-prefix", "", "reply inbox prefix, e.g. _INBOX_<user> when permissions allow only that (tenure auth init)")
 }
 
 func (c *connFlags) connect(name string) (*nats.Conn, error) {
 	return streams.Connect(streams.ConnectConfig{
 		URL: c.url, Name: name, CredsFile: c.creds, NKeySeedFile: c.nkey,
 		User: c.user, Password: c.password, TLSCAFile: c.tlsCA, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
-	})
+	}, c.inboxOption()...)
+}
+
+func (c *connFlags) inboxOption() []nats.Option {
+	if c.inbox == "" {
+		return nil
+	}
+	return []nats.Option{nats.CustomInboxPrefix(c.inbox)}
 }
 
 // newLogger returns coloured text logs on a terminal (tint), JSON otherwise
@@ -99,6 +107,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	replicas := fs.Int("replicas", 1, "stream replicas when creating the topology on a cluster")
 	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var webUI uiFlags
+	webUI.register(fs, "", "also serve the web UI, /healthz and /metrics on this address, e.g. 127.0.0.1:8080 (default: none)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -108,6 +118,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *sync != "always" && *sync != "interval" {
 		return fmt.Errorf("%w: --sync must be always or interval", errUsage)
+	}
+	if err := webUI.check(); err != nil {
+		return err
 	}
 
 	if conn.url == "" {
@@ -146,6 +159,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c, err := coordinator.New(coordinator.Config{
 		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
+		Metrics: webUI.coordinatorMetrics(),
 	})
 	if err != nil {
 		return err
@@ -155,6 +169,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
+	stopUI, err := webUI.startLocal(ctx, nc, c, streams.Topology{Replicas: *replicas}, log)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
 	log.Info("tenure serving: connect workers to "+conn.url, "nats_url", conn.url, "coordinator", *id,
 		"inputs", "tenure.in.<role>.<actor>.<job>.<verb>", "decisions", "tenure.out.<addressee>.<job>.<kind>")
 	err = c.Run(ctx)

@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
@@ -145,7 +144,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer nc.Close()
-	inbox := nats.NewInbox()
+	inbox := nc.NewInbox() // honours --inbox-prefix
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return err

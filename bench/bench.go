@@ -1,0 +1,308 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
+	"strings"
+	"time"
+)
+
+// Sync modes of the embedded server (Config.Sync).
+const (
+	SyncAlways   = "always"   // fsync every write before acknowledging it (Tenure's default)
+	SyncInterval = "interval" // nats-server's periodic sync
+)
+
+// Config says what to run. The zero value of a size takes the default of the
+// full run, or of the quick one when Quick is set.
+type Config struct {
+	// Sync is SyncAlways or SyncInterval (default SyncAlways, as tenure serve).
+	Sync string
+	// Quick is the short run (under two minutes on two cores).
+	Quick bool
+	// Dir is where the servers' data directories go (default os.TempDir()).
+	Dir string
+	// Progress receives one line per step (nil: none).
+	Progress io.Writer
+	// ProfileDir, when set, receives a CPU profile of every measured phase
+	// (<phase>.cpu.pprof) and a heap profile of the memory scenario.
+	ProfileDir string
+	// Trace, with ProfileDir, also writes an execution trace of the first
+	// two seconds of each measured pipeline window (<phase>.trace) and a
+	// goroutine dump one second in (<phase>.goroutines).
+	Trace bool
+	// CoordinatorLog, if set, receives the coordinators' logs (their debug
+	// level tells when the appender changes its way of appending).
+	CoordinatorLog *slog.Logger
+	// Only, when not empty, runs only these scenarios: "pipeline", "rtt",
+	// "expiry", "replay" (with "restart": both use the large log), "fold",
+	// "memory".
+	Only []string
+
+	PipelineWorkers  int           // scenario 1: SDK workers
+	PipelineLeases   int           // scenario 1: leases per worker
+	PipelineWarmup   time.Duration // scenario 1: before measuring
+	PipelineDuration time.Duration // scenario 1: measured
+	RTTSamples       int           // scenario 2: round trips measured (after as many warm-up ones / 10)
+	ExpirySamples    int           // scenario 2: leases left to expire
+	LogInputs        int           // scenarios 3 and 6: inputs in the large log
+	FoldDuration     time.Duration // scenario 4
+	MemJobs          int           // scenario 5
+}
+
+func (c Config) withDefaults() Config {
+	if c.Sync == "" {
+		c.Sync = SyncAlways
+	}
+	def := func(v *int, full, quick int) {
+		if *v == 0 {
+			*v = full
+			if c.Quick {
+				*v = quick
+			}
+		}
+	}
+	defD := func(v *time.Duration, full, quick time.Duration) {
+		if *v == 0 {
+			*v = full
+			if c.Quick {
+				*v = quick
+			}
+		}
+	}
+	def(&c.PipelineWorkers, 16, 8)
+	def(&c.PipelineLeases, 512, 512)
+	defD(&c.PipelineWarmup, 3*time.Second, time.Second)
+	defD(&c.PipelineDuration, 10*time.Second, 3*time.Second)
+	def(&c.RTTSamples, 5000, 1000)
+	def(&c.ExpirySamples, 300, 100)
+	def(&c.LogInputs, 1_000_000, 300_000)
+	defD(&c.FoldDuration, 3*time.Second, time.Second)
+	def(&c.MemJobs, 1_000_000, 1_000_000)
+	return c
+}
+
+func (c Config) runs(name string) bool {
+	if len(c.Only) == 0 {
+		return true
+	}
+	for _, s := range c.Only {
+		if s == name || name == "restart" && s == "replay" || name == "replay" && s == "restart" {
+			return true
+		}
+	}
+	return false
+}
+
+// Result holds the figures of one run. The JSON keys are the contract of
+// `tenure bench --json`: every value is a number except sync_mode. A figure
+// of a scenario that was not run is 0.
+type Result struct {
+	SyncMode string `json:"sync_mode"`
+
+	// 1. Pipeline.
+	BaselinePipelinePerS  float64 `json:"baseline_pipeline_per_s"` // inputs answered per second
+	TenurePipelinePerS    float64 `json:"tenure_pipeline_per_s"`   // renewals accepted (verdicts stored) per second
+	PipelineRatio         float64 `json:"pipeline_ratio"`
+	TenureInputsPerS      float64 `json:"tenure_pipeline_inputs_per_s"` // inputs stored per second (batch renews count once)
+	PipelineInflight      float64 `json:"pipeline_inflight"`            // units in flight in both (leases renewed in a closed loop)
+	BaselinePipelineCPUUs float64 `json:"baseline_pipeline_cpu_us"`     // CPU time of the whole process per input answered
+	TenurePipelineCPUUs   float64 `json:"tenure_pipeline_cpu_us"`       // CPU time of the whole process per renewal accepted
+	TenureSinglePerS      float64 `json:"tenure_pipeline_single_per_s"` // one lease per input
+	SinglePipelineRatio   float64 `json:"pipeline_single_ratio"`
+	TenureSDKPerS         float64 `json:"tenure_pipeline_sdk_per_s"` // SDK workers, verdicts consumed
+	SDKPipelineRatio      float64 `json:"pipeline_sdk_ratio"`
+	TenureRenewErrors     float64 `json:"tenure_pipeline_sdk_errors"` // SDK renewals not accepted
+
+	// 2. Latency.
+	BaselineRTTP50  float64 `json:"baseline_rtt_p50_us"`
+	BaselineRTTP99  float64 `json:"baseline_rtt_p99_us"`
+	BaselineRTTP999 float64 `json:"baseline_rtt_p999_us"`
+	TenureRTTP50    float64 `json:"tenure_rtt_p50_us"`
+	TenureRTTP99    float64 `json:"tenure_rtt_p99_us"`
+	TenureRTTP999   float64 `json:"tenure_rtt_p999_us"`
+	RTTP50Ratio     float64 `json:"rtt_p50_ratio"` // tenure / baseline
+	RTTP99Ratio     float64 `json:"rtt_p99_ratio"`
+	ExpiryP50       float64 `json:"expiry_p50_ms"`
+	ExpiryP99       float64 `json:"expiry_p99_ms"`
+	ExpiryMax       float64 `json:"expiry_max_ms"`
+
+	// 3. Replay.
+	LogInputs           float64 `json:"log_inputs"`
+	LogDecisions        float64 `json:"log_decisions"`
+	BaselineReplayPerS  float64 `json:"baseline_replay_per_s"`      // one stream of N messages, in order
+	BaselineReplay2PerS float64 `json:"baseline_replay_both_per_s"` // both streams read concurrently, per input
+	AuditReplayPerS     float64 `json:"audit_replay_per_s"`
+	ReplayRatio         float64 `json:"replay_ratio"`
+	ReplayBothRatio     float64 `json:"replay_both_ratio"` // against the read of both streams
+	AuditOK             float64 `json:"audit_ok"`          // 1 when the audit reproduced every decision
+
+	// 4. Fold.
+	FoldPerS       float64 `json:"fold_per_s"`        // inputs per second, wall clock, GOMAXPROCS=1
+	FoldPerCPUS    float64 `json:"fold_per_cpu_s"`    // inputs per CPU second
+	FoldEncodePerS float64 `json:"fold_encode_per_s"` // with the decisions' canonical encoding
+
+	// 5. Memory.
+	MemJobs         float64 `json:"mem_jobs"`
+	BytesPerJob     float64 `json:"bytes_per_job"`      // resident (RSS) bytes per job, after returning free memory to the OS
+	HeapBytesPerJob float64 `json:"heap_bytes_per_job"` // live heap bytes per job
+
+	// 6. Restart.
+	RestartSnapshotS      float64 `json:"restart_snapshot_s"`
+	RestartColdS          float64 `json:"restart_cold_s"`
+	RestartSnapshotInputs float64 `json:"restart_snapshot_inputs_after"` // inputs folded after the snapshot
+
+	// The machine while it ran.
+	CPUs     float64 `json:"cpus"`
+	LoadAvg1 float64 `json:"load_avg_1m"` // at the start of the run
+	LoadEnd1 float64 `json:"load_avg_1m_end"`
+	Seconds  float64 `json:"run_s"`
+}
+
+// Run runs the scenarios of cfg and returns their figures.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Sync != SyncAlways && cfg.Sync != SyncInterval {
+		return nil, fmt.Errorf("bench: sync mode %q: want %s or %s", cfg.Sync, SyncAlways, SyncInterval)
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = os.TempDir()
+	}
+	dir, err := os.MkdirTemp(cfg.Dir, "tenure-bench-*")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+	r := &Result{SyncMode: cfg.Sync, CPUs: float64(runtime.NumCPU()), LoadAvg1: loadAvg()}
+	b := &runner{cfg: cfg, dir: dir, res: r}
+	t0 := time.Now()
+	b.logf("tenure bench: sync %s, %s run, %d CPUs, load average %.2f", cfg.Sync, map[bool]string{true: "quick", false: "full"}[cfg.Quick], runtime.NumCPU(), r.LoadAvg1)
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		// The pure ones first, while the process is small and quiet.
+		{"memory", b.memory},
+		{"fold", b.fold},
+		{"pipeline", b.pipeline},
+		{"rtt", b.rtt},
+		{"expiry", b.expiry},
+		{"replay", b.largeLog},
+	}
+	for _, s := range steps {
+		if !cfg.runs(s.name) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t1 := time.Now()
+		if err := s.run(ctx); err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", s.name, err)
+		}
+		b.logf("  (%s: %.1f s)", s.name, time.Since(t1).Seconds())
+	}
+	r.LoadEnd1 = loadAvg()
+	r.Seconds = time.Since(t0).Seconds()
+	return r, nil
+}
+
+type runner struct {
+	cfg Config
+	dir string
+	res *Result
+	n   int // data directories made
+
+	lastCPU float64 // cores this process kept busy during the last window
+}
+
+func (b *runner) logf(format string, args ...any) {
+	if b.cfg.Progress != nil {
+		fmt.Fprintf(b.cfg.Progress, format+"\n", args...)
+	}
+}
+
+// newDir returns a fresh data directory.
+func (b *runner) newDir(name string) string {
+	b.n++
+	d := filepath.Join(b.dir, fmt.Sprintf("%02d-%s", b.n, name))
+	_ = os.MkdirAll(d, 0o755)
+	return d
+}
+
+// profile starts a CPU profile of phase name, if asked; call the returned
+// function to stop it.
+func (b *runner) profile(name string) func() {
+	if b.cfg.ProfileDir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, name+".cpu.pprof"))
+	if err != nil {
+		b.logf("profile %s: %v", name, err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.logf("profile %s: %v", name, err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
+// trace starts an execution trace of the first two seconds of phase name,
+// if asked (Trace, with ProfileDir); call the returned function to stop it.
+func (b *runner) trace(name string) func() {
+	if b.cfg.ProfileDir == "" || !b.cfg.Trace {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, name+".trace"))
+	if err != nil {
+		return func() {}
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return func() {}
+	}
+	t := time.AfterFunc(2*time.Second, trace.Stop)
+	return func() {
+		t.Stop()
+		trace.Stop()
+		f.Close()
+	}
+}
+
+// loadAvg is the one-minute load average (0 where /proc is missing).
+func loadAvg() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	_, _ = fmt.Sscan(strings.Fields(string(data))[0], &l)
+	return l
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+var errTimeout = errors.New("timed out")

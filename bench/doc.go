@@ -1,0 +1,34 @@
+// Package bench is `tenure bench`: in one process and one run, it measures a
+// raw JetStream baseline and Tenure side by side on the same embedded
+// nats-server configuration, and reports both with their ratio (DESIGN.md
+// §10). Every Tenure figure that has a baseline is a ratio against a baseline
+// measured in the same run, so the figures hold on a shared, noisy machine.
+//
+// The scenarios:
+//
+//  1. Pipeline. Baseline: a consumer reads each input of a stream in order and
+//     appends one ~200-byte message per input to a second stream, no logic;
+//     the inputs are published asynchronously by another connection, which
+//     keeps a fixed number of them unanswered (it counts the answers in
+//     process). Tenure: simulated workers on one connection renew many
+//     leases through the wire protocol, each lease again as soon as its
+//     verdict is stored (read in process from the coordinator's Stats), with
+//     as many leases in flight; the coordinator folds every input and
+//     appends every verdict. The headline renews a worker's due leases in
+//     batch renews, as the SDK does under load; then one lease per input;
+//     then SDK workers end to end, each also consuming its verdicts from the
+//     decision stream (which the baseline's publisher does not do).
+//  2. One-at-a-time latency. Baseline: publish an input, wait until its reply
+//     is stored and seen by the publisher's consumer. Tenure: Lease.Renew, the
+//     verdict's round trip through the SDK. Also the expiry latency: from a
+//     lease's expires_at to its expired decision being stored, on an idle
+//     system, driven by the coordinator's ticks.
+//  3. Replay. Baseline: an in-order read of the N-message input stream.
+//     Tenure: audit.Run, the replay-and-verify of the N-input log.
+//  4. The fold alone (decode included) on one core.
+//  5. Resident bytes per tracked job with 1,000,000 jobs in the projection.
+//  6. Cold restart of the coordinator over the N-input log, from its stored
+//     snapshot and without one.
+//
+// Run returns a Result; WriteTable and WriteJSON print it.
+package bench

@@ -1,0 +1,340 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
+)
+
+// largeLog builds a log of LogInputs inputs with a live coordinator (which
+// stores its decisions and its snapshots as in production), then restarts
+// the server in the run's sync mode and measures scenario 6 (restart) and
+// scenario 3 (replay) on it.
+//
+// The log is written with the server in interval mode whatever the run's
+// mode: both scenarios only read it, and a million fsynced appends would
+// take most of the run.
+func (b *runner) largeLog(ctx context.Context) error {
+	dir := b.newDir("large-log")
+	n := b.cfg.LogInputs
+	t0 := time.Now()
+	stop := b.profile("build-log")
+	err := b.buildLog(ctx, dir, n)
+	stop()
+	if err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	b.logf("  log of %d inputs built in %.1f s", n, time.Since(t0).Seconds())
+	srv, err := b.startServer(dir, false)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	if err := b.restart(ctx, srv); err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	return b.replay(ctx, srv)
+}
+
+// buildLog writes a log of n inputs as a coordinator would have left it:
+// the default policy first, then jobs acquired, renewed and reporting
+// progress in turn (ten inputs per job), a tick now and then; every
+// decision the fold derives from the stored inputs, appended in order with
+// the coordinator's headers; and a snapshot, stored as the coordinator
+// stores it, of the input that leaves DefaultSnapshotEvery inputs after it
+// (the most a coordinator with the default configuration ever has to fold
+// on restart; a third of the log for a small one). Writing the decisions
+// directly rather than through a live coordinator takes a fraction of the
+// time; the audit of scenario 3 checks that they are exactly what the
+// coordinator would have stored. They are written without their
+// Nats-Msg-Id: a log written in a minute would leave
+// a million ids in the stream's two-minute duplicate window (rebuilt in
+// memory when the server restarts, and scanned by every garbage collection
+// of this process), which a log written over hours never does; nothing
+// that reads the log reads that header.
+func (b *runner) buildLog(ctx context.Context, dir string, n int) error {
+	srv, err := b.startServer(dir, true)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	nc, err := connect(srv.ClientURL(), "bench-log-builder")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		return err
+	}
+	top := streams.Topology{}
+	h, err := streams.Ensure(ctx, js, top, coordinator.DefaultLeaderTTL)
+	if err != nil {
+		return err
+	}
+	publish := func(m *nats.Msg) error {
+		_, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
+		return err
+	}
+	complete := func() error {
+		select {
+		case <-js.PublishAsyncComplete():
+			return nil
+		case <-time.After(10 * time.Minute):
+			return fmt.Errorf("appends not acknowledged: %w", errTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	pol := events.Input{Verb: events.VerbPolicy, Policy: events.DefaultPolicy()}
+	if err := publish(&nats.Msg{Subject: events.InputSubject(events.RoleCoord, "c0", events.NoJob, events.VerbPolicy), Data: events.AppendInputBody(nil, &pol)}); err != nil {
+		return err
+	}
+	jobs := max(n/10, 1)
+	var body []byte
+	for i := range n {
+		k, round := i%jobs, i/jobs
+		job := "job-" + strconv.Itoa(k)
+		w := "w" + strconv.Itoa(k%64)
+		var subject string
+		body = append(body[:0], `{"v":1`...)
+		switch {
+		case i%997 == 996:
+			subject = events.InputSubject(events.RoleCoord, "c0", events.NoJob, events.VerbTick)
+		case round == 0:
+			subject = events.InputSubject(events.RoleWorker, w, job, events.VerbAcquire)
+			body = append(body, `,"lease_ms":3600000`...)
+		case round%2 == 1:
+			subject = events.InputSubject(events.RoleWorker, w, job, events.VerbRenew)
+			// Lease ids are L<seq of the acquire>: input 1 is the policy.
+			body = fmt.Appendf(body, `,"lease_id":"L%d","generation":1,"renew_seq":%d`, k+2, round)
+		default:
+			subject = events.InputSubject(events.RoleWorker, w, job, events.VerbProgress)
+			body = fmt.Appendf(body, `,"lease_id":"L%d","generation":1,"progress_seq":%d,"value":%d`, k+2, round, round%100)
+		}
+		body = append(body, '}')
+		if err := publish(&nats.Msg{Subject: subject, Data: append([]byte(nil), body...)}); err != nil {
+			return err
+		}
+	}
+	if err := complete(); err != nil {
+		return err
+	}
+
+	// Fold the stored inputs (their stored times decide) and append.
+	total := uint64(n + 1)
+	snapAt := total - min(coordinator.DefaultSnapshotEvery, total/3)
+	cons, err := js.OrderedConsumer(ctx, top.InputStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	p := projector.New()
+	var decSeq uint64
+	var snap []byte
+	var snapDec uint64
+	for p.LastSeq() < total {
+		m, err := it.Next()
+		if err != nil {
+			return err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		ds, err := p.Step(events.Raw{Seq: meta.Sequence.Stream, Time: meta.Timestamp.UnixNano(), Subject: m.Subject(), Body: m.Data()})
+		if err != nil {
+			return err
+		}
+		for i := range ds {
+			d := &ds[i]
+			msg := &nats.Msg{Subject: events.DecisionSubject(d), Data: events.AppendDecision(nil, d), Header: nats.Header{
+				events.HeaderCause:              {strconv.FormatUint(d.Cause, 10)},
+				events.HeaderIndex:              {strconv.Itoa(int(d.N)) + "/" + strconv.Itoa(int(d.Of))},
+				jetstream.ExpectedLastSeqHeader: {strconv.FormatUint(decSeq, 10)},
+			}}
+			if err := publish(msg); err != nil {
+				return err
+			}
+			decSeq++
+		}
+		if p.LastSeq() == snapAt {
+			snap, snapDec = p.Snapshot(), decSeq
+		}
+	}
+	if err := complete(); err != nil {
+		return err
+	}
+	if snap != nil {
+		meta := jetstream.ObjectMeta{Name: audit.SnapshotObject, Headers: nats.Header{}}
+		meta.Headers.Set(audit.HeaderSnapshotInput, strconv.FormatUint(snapAt, 10))
+		meta.Headers.Set(audit.HeaderSnapshotDecision, strconv.FormatUint(snapDec, 10))
+		if _, err := h.Snapshots.Put(ctx, meta, bytes.NewReader(snap)); err != nil {
+			return fmt.Errorf("store the snapshot: %w", err)
+		}
+	}
+	return nil
+}
+
+// restart is scenario 6: the time from starting a coordinator on the log
+// to it being live, from its snapshot and then without one (folding and
+// verifying every input and decision).
+func (b *runner) restart(ctx context.Context, srv *streams.Embedded) error {
+	measure := func(name string, mod func(*coordinator.Config)) (float64, coordinator.Stats, error) {
+		stop := b.profile(name)
+		defer stop()
+		t0 := time.Now()
+		co, err := b.startCoordinator(srv.ClientURL(), mod)
+		if err != nil {
+			return 0, coordinator.Stats{}, err
+		}
+		err = co.waitLive(10 * time.Minute)
+		dt := time.Since(t0).Seconds()
+		st := co.c.Stats()
+		if serr := co.stop(); err == nil && serr != nil {
+			err = serr
+		}
+		return dt, st, err
+	}
+	snap, st, err := measure("restart-snapshot", nil)
+	if err != nil {
+		return err
+	}
+	if st.SnapshotSeq == 0 {
+		return fmt.Errorf("the coordinator did not restore a snapshot")
+	}
+	cold, _, err := measure("restart-cold", func(c *coordinator.Config) { c.SnapshotEvery = -1 })
+	if err != nil {
+		return err
+	}
+	r := b.res
+	r.RestartSnapshotS, r.RestartColdS = snap, cold
+	r.RestartSnapshotInputs = float64(st.InputsFolded - st.SnapshotSeq)
+	b.logf("  restart from the snapshot of input %d (%d inputs after it): %.2f s; without a snapshot: %.2f s",
+		st.SnapshotSeq, st.InputsFolded-st.SnapshotSeq, snap, cold)
+	return nil
+}
+
+// replay is scenario 3: an in-order read of the input stream (the better
+// of one before and one after the audit), then audit.Run over the log.
+func (b *runner) replay(ctx context.Context, srv *streams.Embedded) error {
+	nc, err := connect(srv.ClientURL(), "bench-replay")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	top := streams.Topology{}
+	inputs, err := lastSeq(ctx, js, top.InputStream())
+	if err != nil {
+		return err
+	}
+	decisions, err := lastSeq(ctx, js, top.DecisionStream())
+	if err != nil {
+		return err
+	}
+	stop := b.profile("replay-baseline")
+	raw1, err := readStreams(ctx, js, top.InputStream())
+	stop()
+	if err != nil {
+		return err
+	}
+	both, err := readStreams(ctx, js, top.InputStream(), top.DecisionStream())
+	if err != nil {
+		return err
+	}
+	stop = b.profile("replay-audit")
+	rep, err := audit.Run(ctx, audit.Config{JS: js, Topology: top})
+	stop()
+	if err != nil {
+		return err
+	}
+	raw2, err := readStreams(ctx, js, top.InputStream())
+	if err != nil {
+		return err
+	}
+	raw := min(raw1, raw2)
+	r := b.res
+	r.LogInputs, r.LogDecisions = float64(inputs), float64(decisions)
+	r.BaselineReplayPerS = float64(inputs) / raw.Seconds()
+	r.BaselineReplay2PerS = float64(inputs) / both.Seconds()
+	r.AuditReplayPerS = rep.Rate()
+	r.ReplayRatio = ratio(r.AuditReplayPerS, r.BaselineReplayPerS)
+	r.ReplayBothRatio = ratio(r.AuditReplayPerS, r.BaselineReplay2PerS)
+	if rep.OK() && rep.Inputs == inputs {
+		r.AuditOK = 1
+	}
+	b.logf("  in-order read of %d inputs: %.0f/s (both streams, %d decisions too: %.0f inputs/s)", inputs, r.BaselineReplayPerS, decisions, r.BaselineReplay2PerS)
+	b.logf("  audit replay-and-verify: %.0f inputs/s (%d verified, ok %v): ratio %.2f", r.AuditReplayPerS, rep.Verified, rep.OK(), r.ReplayRatio)
+	return nil
+}
+
+// readStreams reads the streams in order, concurrently, through ordered
+// consumers, touching each message's metadata and data; it returns the
+// time to read them all.
+func readStreams(ctx context.Context, js jetstream.JetStream, names ...string) (time.Duration, error) {
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(names))
+	for _, name := range names {
+		last, err := lastSeq(ctx, js, name)
+		if err != nil {
+			return 0, err
+		}
+		wg.Go(func() {
+			cons, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			done := make(chan struct{})
+			var sum int64
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				meta, err := m.Metadata()
+				if err != nil {
+					return
+				}
+				sum += meta.Timestamp.UnixNano() + int64(len(m.Data()))
+				if meta.Sequence.Stream == last {
+					close(done)
+				}
+			}, jetstream.PullMaxMessages(8192))
+			if err != nil {
+				errs <- err
+				return
+			}
+			select {
+			case <-done:
+			case <-ctx.Done():
+			case <-time.After(10 * time.Minute):
+				errs <- fmt.Errorf("read %s: %w", name, errTimeout)
+			}
+			cc.Stop()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return 0, err
+	}
+	return time.Since(t0), ctx.Err()
+}

@@ -1,0 +1,528 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/worker"
+)
+
+// pipeline is scenario 1: the baseline pipeline, then Tenure with the same
+// number of units in flight: simulated workers speaking the wire protocol,
+// flow-controlled in process as the baseline's publisher is (the headline
+// figure, renewals coalesced into batch renews as the SDK does under load;
+// then one lease per input), and finally SDK workers end to end, which also
+// consume their verdicts.
+func (b *runner) pipeline(ctx context.Context) error {
+	inflight := b.cfg.PipelineWorkers * b.cfg.PipelineLeases
+	base, err := b.baselinePipeline(ctx, inflight)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	r := b.res
+	r.BaselinePipelinePerS, r.PipelineInflight = base, float64(inflight)
+	r.BaselinePipelineCPUUs = b.lastCPU / base * 1e6
+	b.logf("  baseline pipeline: %.0f inputs/s answered (%d in flight), %.2f cores busy: %.1f µs CPU each", base, inflight, b.lastCPU, r.BaselinePipelineCPUUs)
+
+	ten, inputs, err := b.wirePipeline(ctx, true)
+	if err != nil {
+		return fmt.Errorf("tenure: %w", err)
+	}
+	r.TenurePipelinePerS, r.TenureInputsPerS = ten, inputs
+	r.PipelineRatio = ratio(ten, base)
+	r.TenurePipelineCPUUs = b.lastCPU / ten * 1e6
+	b.logf("  tenure pipeline:   %.0f renewals/s accepted (%.0f batch renew inputs/s), %.2f cores busy: %.1f µs CPU each; ratio %.2f", ten, inputs, b.lastCPU, r.TenurePipelineCPUUs, r.PipelineRatio)
+
+	single, _, err := b.wirePipeline(ctx, false)
+	if err != nil {
+		return fmt.Errorf("tenure, one lease per input: %w", err)
+	}
+	r.TenureSinglePerS, r.SinglePipelineRatio = single, ratio(single, base)
+	b.logf("  tenure, one lease per input: %.0f renewals/s, %.2f cores busy: %.1f µs CPU each; ratio %.2f", single, b.lastCPU, b.lastCPU/single*1e6, r.SinglePipelineRatio)
+
+	sdk, errs, err := b.sdkPipeline(ctx)
+	if err != nil {
+		return fmt.Errorf("tenure through the SDK: %w", err)
+	}
+	r.TenureSDKPerS, r.SDKPipelineRatio, r.TenureRenewErrors = sdk, ratio(sdk, base), float64(errs)
+	b.logf("  tenure through the SDK, verdicts consumed: %.0f renewals/s (%d errors), %.2f cores busy: %.1f µs CPU each; ratio %.2f", sdk, errs, b.lastCPU, b.lastCPU/sdk*1e6, r.SDKPipelineRatio)
+	return nil
+}
+
+// window measures the growth of the streams' last sequences over the
+// measured window, after the warm-up (start, if set, runs when it begins).
+func (b *runner) window(ctx context.Context, js jetstream.JetStream, stream1, stream2 string, start func()) ([]float64, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(b.cfg.PipelineWarmup):
+	}
+	streamsToWatch := []string{stream1}
+	if stream2 != "" {
+		streamsToWatch = append(streamsToWatch, stream2)
+	}
+	if start != nil {
+		start()
+	}
+	first := make([]uint64, len(streamsToWatch))
+	for i, s := range streamsToWatch {
+		seq, err := lastSeq(ctx, js, s)
+		if err != nil {
+			return nil, err
+		}
+		first[i] = seq
+	}
+	t0, c0 := time.Now(), cpuTime()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(b.cfg.PipelineDuration):
+	}
+	b.lastCPU = (cpuTime() - c0).Seconds() / time.Since(t0).Seconds()
+	rates := make([]float64, len(streamsToWatch))
+	for i, s := range streamsToWatch {
+		seq, err := lastSeq(ctx, js, s)
+		if err != nil {
+			return nil, err
+		}
+		rates[i] = float64(seq-first[i]) / time.Since(t0).Seconds()
+	}
+	return rates, nil
+}
+
+// baselinePipeline: a publisher connection keeps `inflight` inputs
+// published and not yet answered; a consumer connection reads them in order
+// and appends one 200-byte message per input. The rate is that of the
+// answers stored.
+func (b *runner) baselinePipeline(ctx context.Context, inflight int) (float64, error) {
+	srv, err := b.startServer(b.newDir("baseline-pipeline"), false)
+	if err != nil {
+		return 0, err
+	}
+	defer srv.Shutdown()
+	ncP, err := connect(srv.ClientURL(), "bench-baseline-publisher")
+	if err != nil {
+		return 0, err
+	}
+	defer ncP.Close()
+	ncC, err := connect(srv.ClientURL(), "bench-baseline-consumer")
+	if err != nil {
+		return 0, err
+	}
+	defer ncC.Close()
+
+	tokens := make(chan struct{}, inflight)
+	for range inflight {
+		tokens <- struct{}{}
+	}
+	jsP, err := jetstream.New(ncP, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return 0, err
+	}
+	jsC, err := jetstream.New(ncC, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) {
+			tokens <- struct{}{}
+		}))
+	if err != nil {
+		return 0, err
+	}
+	if _, err := jsP.CreateStream(ctx, baselineStream("BASE_IN", "base.in.>")); err != nil {
+		return 0, err
+	}
+	if _, err := jsP.CreateStream(ctx, baselineStream("BASE_OUT", "base.out.>")); err != nil {
+		return 0, err
+	}
+	stop := b.profile("pipeline-baseline")
+	defer stop()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// The consumer: read in order, append one message per input.
+	cons, err := jsC.OrderedConsumer(cctx, "BASE_IN", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, err
+	}
+	out := payload(200, "answer")
+	var consErr atomic.Value
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if _, err := jsC.PublishMsgAsync(&nats.Msg{Subject: "base.out.w1.job.renewed", Data: out}, jetstream.WithStallWait(30*time.Second)); err != nil {
+			consErr.Store(err)
+		}
+	}, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return 0, err
+	}
+	defer cc.Stop()
+
+	// The publisher: asynchronous, at most `inflight` unanswered.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		in := payload(100, "input")
+		for cctx.Err() == nil {
+			select {
+			case <-tokens:
+			case <-cctx.Done():
+				return
+			}
+			if _, err := jsP.PublishAsync("base.in.worker.w1.job.renew", in, jetstream.WithStallWait(30*time.Second)); err != nil {
+				if cctx.Err() == nil {
+					consErr.Store(err)
+				}
+				return
+			}
+		}
+	})
+	rates, err := b.window(ctx, jsP, "BASE_OUT", "", nil)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return 0, err
+	}
+	if e, ok := consErr.Load().(error); ok {
+		return 0, e
+	}
+	return rates[0], nil
+}
+
+// tenureServer starts a server and a coordinator for one of Tenure's runs.
+func (b *runner) tenureServer(name string) (*streams.Embedded, *coord, error) {
+	srv, err := b.startServer(b.newDir(name), false)
+	if err != nil {
+		return nil, nil, err
+	}
+	co, err := b.startCoordinator(srv.ClientURL(), nil)
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, err
+	}
+	if err := co.waitLive(30 * time.Second); err != nil {
+		_ = co.stop()
+		srv.Shutdown()
+		return nil, nil, err
+	}
+	return srv, co, nil
+}
+
+// measure runs the measured window of a Tenure run and reports the
+// coordinator's own view of it.
+func (b *runner) measure(ctx context.Context, name string, js jetstream.JetStream, co *coord) ([]float64, error) {
+	top := streams.Topology{}
+	stopTrace := func() {}
+	rates, err := b.window(ctx, js, top.DecisionStream(), top.InputStream(), func() {
+		co.m.take()
+		stopTrace = b.trace(name)
+		if b.cfg.ProfileDir != "" && b.cfg.Trace {
+			time.AfterFunc(time.Second, func() {
+				if f, err := os.Create(filepath.Join(b.cfg.ProfileDir, name+".goroutines")); err == nil {
+					_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+					f.Close()
+				}
+			})
+		}
+	})
+	stopTrace()
+	if d, a, lat, lag := co.m.take(); a > 0 {
+		b.logf("    coordinator: inputs folded %v after being stored; appends of %.0f decisions on average, %v each",
+			lag.Round(10*time.Microsecond), float64(d)/float64(a), lat.Round(10*time.Microsecond))
+	}
+	return rates, err
+}
+
+// wirePipeline: PipelineWorkers simulated workers, on one publisher
+// connection as the baseline's, each holding PipelineLeases leases, renew
+// every lease again as soon as its previous renewal is decided (its input
+// folded and every decision of it stored: the coordinator's Stats, read in
+// process, as the baseline's publisher counts answers in process). batched,
+// a worker renews all its due leases in batch renews of up to 256, as the SDK
+// does under load; otherwise one lease per input. The rate is that of the
+// verdicts stored.
+func (b *runner) wirePipeline(ctx context.Context, batched bool) (verdicts, inputs float64, err error) {
+	name := "pipeline-tenure"
+	if !batched {
+		name = "pipeline-tenure-single"
+	}
+	srv, co, err := b.tenureServer(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer srv.Shutdown()
+	defer co.stop()
+	nc, err := connect(srv.ClientURL(), "bench-workers")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Acquire every lease.
+	type lease struct {
+		job, id  string
+		renewSeq uint64
+	}
+	nw, nl := b.cfg.PipelineWorkers, b.cfg.PipelineLeases
+	leases := make([][]lease, nw)
+	futures := make([][]jetstream.PubAckFuture, nw)
+	for w := range nw {
+		leases[w] = make([]lease, nl)
+		for k := range nl {
+			job := fmt.Sprintf("job-%d-%d", w, k)
+			leases[w][k].job = job
+			f, err := js.PublishMsgAsync(&nats.Msg{
+				Subject: events.InputSubject(events.RoleWorker, fmt.Sprintf("w%d", w), job, events.VerbAcquire),
+				Data:    []byte(`{"v":1,"lease_ms":3600000}`),
+			}, jetstream.WithStallWait(30*time.Second))
+			if err != nil {
+				return 0, 0, err
+			}
+			futures[w] = append(futures[w], f)
+		}
+	}
+	var last uint64
+	for w := range nw {
+		for k, f := range futures[w] {
+			select {
+			case ack := <-f.Ok():
+				leases[w][k].id = "L" + strconv.FormatUint(ack.Sequence, 10)
+				last = max(last, ack.Sequence)
+			case err := <-f.Err():
+				return 0, 0, err
+			case <-time.After(time.Minute):
+				return 0, 0, fmt.Errorf("acquire: %w", errTimeout)
+			}
+		}
+	}
+	for co.c.Stats().InputsFolded < last {
+		if err := ctx.Err(); err != nil {
+			return 0, 0, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.logf("  %d leases acquired by %d simulated workers", nw*nl, nw)
+
+	stop := b.profile(name)
+	defer stop()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for w := range nw {
+		wg.Go(func() {
+			actor := fmt.Sprintf("w%d", w)
+			type sent struct {
+				f    jetstream.PubAckFuture
+				seq  uint64
+				from int // leases[from:to] of this worker
+				to   int
+			}
+			// Leases are renewed in order, in rounds: the due ones are a
+			// prefix of the worker's ring.
+			var inFlight []sent
+			due, next := nl, 0
+			in := events.Input{Role: events.RoleWorker, Actor: actor, Verb: events.VerbRenew}
+			var body []byte
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for cctx.Err() == nil {
+				for due > 0 {
+					n := 1
+					if batched {
+						n = min(due, events.MaxBatch, nl-next)
+					}
+					in.Leases = in.Leases[:0]
+					for k := next; k < next+n; k++ {
+						l := &leases[w][k]
+						l.renewSeq++
+						in.Leases = append(in.Leases, events.LeaseRef{Job: l.job, LeaseID: l.id, Generation: 1, RenewSeq: l.renewSeq})
+					}
+					job := events.NoJob
+					if n == 1 {
+						r := in.Leases[0]
+						job, in.LeaseID, in.Generation, in.RenewSeq = r.Job, r.LeaseID, r.Generation, r.RenewSeq
+					}
+					in.Job = job
+					body = events.AppendInputBody(body[:0], &in)
+					f, err := js.PublishMsgAsync(&nats.Msg{
+						Subject: events.InputSubject(events.RoleWorker, actor, job, events.VerbRenew),
+						Data:    append([]byte(nil), body...),
+					}, jetstream.WithStallWait(30*time.Second))
+					if err != nil {
+						if cctx.Err() == nil {
+							failed.CompareAndSwap(nil, err)
+						}
+						return
+					}
+					inFlight = append(inFlight, sent{f: f, from: next, to: next + n})
+					due -= n
+					next = (next + n) % nl
+				}
+				select {
+				case <-cctx.Done():
+					return
+				case <-tick.C:
+				}
+				folded := co.c.Stats().InputsFolded
+				for len(inFlight) > 0 {
+					h := &inFlight[0]
+					if h.seq == 0 {
+						select {
+						case ack := <-h.f.Ok():
+							h.seq = ack.Sequence
+						case err := <-h.f.Err():
+							failed.CompareAndSwap(nil, err)
+							return
+						default:
+						}
+					}
+					if h.seq == 0 || h.seq > folded {
+						break
+					}
+					due += h.to - h.from
+					inFlight = inFlight[1:]
+				}
+			}
+		})
+	}
+	rates, err := b.measure(ctx, name, js, co)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return 0, 0, err
+	}
+	if e, ok := failed.Load().(error); ok {
+		return 0, 0, e
+	}
+	// Every verdict a renewal: nothing was refused.
+	if st := co.c.Stats(); st.LostAuthority != 0 {
+		return 0, 0, fmt.Errorf("the coordinator lost authority %d times", st.LostAuthority)
+	}
+	return rates[0], rates[1], nil
+}
+
+// sdkPipeline: PipelineWorkers SDK workers, each on its own connection,
+// each holding PipelineLeases leases, renew every one of them in a closed
+// loop (Lease.Renew; the SDK coalesces the renewals that are due together
+// into batch renews), each learning its verdicts from the decision stream.
+// The rate is that of the verdicts stored.
+func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64, err error) {
+	const name = "pipeline-tenure-sdk"
+	srv, co, err := b.tenureServer(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer srv.Shutdown()
+	defer co.stop()
+	nc, err := connect(srv.ClientURL(), "bench-admin")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, 0, err
+	}
+	leases, closeAll, err := acquireMany(ctx, srv.ClientURL(), b.cfg.PipelineWorkers, b.cfg.PipelineLeases)
+	defer closeAll()
+	if err != nil {
+		return 0, 0, err
+	}
+	b.logf("  %d leases acquired by %d SDK workers", len(leases), b.cfg.PipelineWorkers)
+
+	stop := b.profile(name)
+	defer stop()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var nerr atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		wg.Go(func() {
+			for cctx.Err() == nil {
+				if err := l.Renew(cctx); err != nil {
+					if cctx.Err() != nil {
+						return
+					}
+					nerr.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					if errors.Is(err, worker.ErrLostAuthority) {
+						return
+					}
+				}
+			}
+		})
+	}
+	rates, err := b.measure(ctx, name, js, co)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return 0, 0, err
+	}
+	if e, ok := firstErr.Load().(error); ok {
+		b.logf("  first renewal error: %v", e)
+	}
+	return rates[0], nerr.Load(), nil
+}
+
+// acquireMany connects nWorkers SDK workers and acquires perWorker leases of
+// one hour for each, concurrently.
+func acquireMany(ctx context.Context, url string, nWorkers, perWorker int) ([]*worker.Lease, func(), error) {
+	var ws []*worker.Worker
+	var ncs []*nats.Conn
+	closeAll := func() {
+		for _, w := range ws {
+			_ = w.Close()
+		}
+		for _, nc := range ncs {
+			nc.Close()
+		}
+	}
+	for i := range nWorkers {
+		nc, err := connect(url, "bench-worker")
+		if err != nil {
+			return nil, closeAll, err
+		}
+		ncs = append(ncs, nc)
+		w, err := worker.Connect(nc, fmt.Sprintf("w%d", i), worker.WithVerdictTimeout(60*time.Second))
+		if err != nil {
+			return nil, closeAll, err
+		}
+		ws = append(ws, w)
+	}
+	leases := make([]*worker.Lease, nWorkers*perWorker)
+	sem := make(chan struct{}, 512)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for i := range leases {
+		w := ws[i%nWorkers]
+		job := fmt.Sprintf("job-%d", i)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			l, err := w.Acquire(ctx, job, worker.WithLeaseDuration(time.Hour))
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			leases[i] = l
+		})
+	}
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok {
+		return nil, closeAll, fmt.Errorf("acquire: %w", e)
+	}
+	return leases, closeAll, nil
+}

@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+)
+
+// Target is one of the targets and whether a result meets it.
+type Target struct {
+	Name string // e.g. "pipeline_ratio >= 0.8"
+	Met  bool
+	Got  string
+}
+
+// Targets judges r against the targets. Scenarios that did not run are left
+// out.
+func (r *Result) Targets() []Target {
+	var t []Target
+	add := func(ran bool, name string, met bool, got float64, format string) {
+		if ran {
+			t = append(t, Target{Name: name, Met: met, Got: fmt.Sprintf(format, got)})
+		}
+	}
+	add(r.BaselinePipelinePerS > 0, "pipeline_ratio >= 0.8", r.PipelineRatio >= 0.8, r.PipelineRatio, "%.2f")
+	if r.SyncMode == SyncAlways {
+		add(r.TenurePipelinePerS > 0, "sync always: >= 20,000 renewals accepted/s", r.TenurePipelinePerS >= 20000, r.TenurePipelinePerS, "%.0f/s")
+	}
+	add(r.BaselineRTTP50 > 0, "tenure_rtt_p50_us <= 2 x baseline", r.RTTP50Ratio <= 2, r.RTTP50Ratio, "x%.2f")
+	add(r.BaselineRTTP99 > 0, "tenure_rtt_p99_us <= 2 x baseline", r.RTTP99Ratio <= 2, r.RTTP99Ratio, "x%.2f")
+	add(r.BaselineReplayPerS > 0, "replay_ratio >= 0.7", r.ReplayRatio >= 0.7, r.ReplayRatio, "%.2f")
+	add(r.FoldPerS > 0, "fold_per_s >= 500,000", r.FoldPerS >= 500_000, r.FoldPerS, "%.0f")
+	add(r.MemJobs > 0, "bytes_per_job <= 1024", r.BytesPerJob <= 1024, r.BytesPerJob, "%.0f")
+	add(r.RestartSnapshotS > 0, "restart_snapshot_s <= 3", r.RestartSnapshotS <= 3, r.RestartSnapshotS, "%.2f s")
+	return t
+}
+
+// WriteJSON writes r as one JSON object.
+func WriteJSON(w io.Writer, r *Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// WriteTable writes r as a table: each scenario with its baseline, Tenure's
+// figure and their ratio, then the targets.
+func WriteTable(w io.Writer, r *Result) error {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	f := func(v float64, format string) string {
+		if v == 0 || math.IsNaN(v) {
+			return "-"
+		}
+		return fmt.Sprintf(format, v)
+	}
+	fmt.Fprintf(tw, "tenure bench, sync %s\t baseline\t tenure\t ratio\t\n", r.SyncMode)
+	row := func(name string, base, ten float64, format string, rat float64) {
+		fmt.Fprintf(tw, "%s\t %s\t %s\t %s\t\n", name, f(base, format), f(ten, format), f(rat, "%.2f"))
+	}
+	row("1 pipeline (per s)", r.BaselinePipelinePerS, r.TenurePipelinePerS, "%.0f", r.PipelineRatio)
+	row("  CPU per unit (µs)", r.BaselinePipelineCPUUs, r.TenurePipelineCPUUs, "%.1f", ratio(r.BaselinePipelineCPUUs, r.TenurePipelineCPUUs))
+	row("  one lease per input (per s)", r.BaselinePipelinePerS, r.TenureSinglePerS, "%.0f", r.SinglePipelineRatio)
+	row("  SDK, verdicts consumed (per s)", r.BaselinePipelinePerS, r.TenureSDKPerS, "%.0f", r.SDKPipelineRatio)
+	row("2 round trip p50 (µs)", r.BaselineRTTP50, r.TenureRTTP50, "%.0f", r.RTTP50Ratio)
+	row("  round trip p99 (µs)", r.BaselineRTTP99, r.TenureRTTP99, "%.0f", r.RTTP99Ratio)
+	row("  round trip p99.9 (µs)", r.BaselineRTTP999, r.TenureRTTP999, "%.0f", ratio(r.TenureRTTP999, r.BaselineRTTP999))
+	row("  expiry latency p50 (ms)", 0, r.ExpiryP50, "%.1f", 0)
+	row("  expiry latency p99 (ms)", 0, r.ExpiryP99, "%.1f", 0)
+	row("3 replay of the log (inputs/s)", r.BaselineReplayPerS, r.AuditReplayPerS, "%.0f", r.ReplayRatio)
+	row("  both streams read (inputs/s)", r.BaselineReplay2PerS, r.AuditReplayPerS, "%.0f", ratio(r.AuditReplayPerS, r.BaselineReplay2PerS))
+	row("4 fold, 1 core (inputs/s)", 0, r.FoldPerS, "%.0f", 0)
+	row("  fold + encode (inputs/s)", 0, r.FoldEncodePerS, "%.0f", 0)
+	row("5 resident bytes per job", 0, r.BytesPerJob, "%.0f", 0)
+	row("  live heap bytes per job", 0, r.HeapBytesPerJob, "%.0f", 0)
+	row("6 restart from snapshot (s)", 0, r.RestartSnapshotS, "%.2f", 0)
+	row("  restart without snapshot (s)", 0, r.RestartColdS, "%.2f", 0)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.LogInputs > 0 {
+		fmt.Fprintf(w, "log: %.0f inputs, %.0f decisions; audit clean: %v; restart from the snapshot folded %.0f inputs\n",
+			r.LogInputs, r.LogDecisions, r.AuditOK == 1, r.RestartSnapshotInputs)
+	}
+	if r.PipelineInflight > 0 {
+		fmt.Fprintf(w, "pipeline: %.0f units in flight in both; %.0f batch renew inputs/s; SDK renewals refused: %.0f\n", r.PipelineInflight, r.TenureInputsPerS, r.TenureRenewErrors)
+	}
+	fmt.Fprintf(w, "machine: %.0f CPUs, load average %.2f at the start, %.2f at the end; %.0f s\n", r.CPUs, r.LoadAvg1, r.LoadEnd1, r.Seconds)
+	for _, t := range r.Targets() {
+		mark := "met   "
+		if !t.Met {
+			mark = "MISSED"
+		}
+		fmt.Fprintf(w, "  %s %-45s %s\n", mark, t.Name, t.Got)
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/streams"
+)
+
+// startServer starts an embedded server on dir in the run's sync mode (or
+// in interval mode when lazy is set: building large logs only).
+func (b *runner) startServer(dir string, lazy bool) (*streams.Embedded, error) {
+	return streams.StartEmbedded(streams.EmbeddedConfig{
+		DataDir: dir, Host: "127.0.0.1", Port: -1, ServerName: "tenure-bench",
+		SyncAlways: b.cfg.Sync == SyncAlways && !lazy,
+	})
+}
+
+func connect(url, name string) (*nats.Conn, error) {
+	return streams.Connect(streams.ConnectConfig{URL: url, Name: name})
+}
+
+// coord is a coordinator running in the background.
+type coord struct {
+	c      *coordinator.Coordinator
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan error
+	m      *appendMetrics
+}
+
+// appendMetrics observes the coordinator's appends: the decisions of one
+// append are reported one after the other with the same latency, which
+// tells the appends apart.
+type appendMetrics struct {
+	mu        sync.Mutex
+	decisions int
+	appends   int
+	latency   time.Duration // sum over appends
+	last      time.Duration
+	inputs    int
+	foldLag   time.Duration // sum over inputs: from stored to folded
+}
+
+func (m *appendMetrics) InputFolded(_ uint64, stored time.Time, _ int) {
+	m.mu.Lock()
+	m.inputs++
+	m.foldLag += time.Since(stored)
+	m.mu.Unlock()
+}
+
+func (m *appendMetrics) DecisionAppended(lat time.Duration) {
+	m.mu.Lock()
+	m.decisions++
+	if lat != m.last {
+		m.appends++
+		m.latency += lat
+		m.last = lat
+	}
+	m.mu.Unlock()
+}
+
+// take returns and resets the counts: decisions, appends, mean append
+// latency, mean fold lag.
+func (m *appendMetrics) take() (int, int, time.Duration, time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, a, l, lag := m.decisions, m.appends, m.latency, m.foldLag
+	var ml time.Duration
+	if m.inputs > 0 {
+		ml = lag / time.Duration(m.inputs)
+	}
+	m.decisions, m.appends, m.latency, m.inputs, m.foldLag = 0, 0, 0, 0, 0
+	if a == 0 {
+		return d, a, 0, ml
+	}
+	return d, a, l / time.Duration(a), ml
+}
+
+// startCoordinator starts a coordinator on its own connection, with the
+// default configuration (what tenure serve runs) but for mod.
+func (b *runner) startCoordinator(url string, mod func(*coordinator.Config)) (*coord, error) {
+	nc, err := connect(url, "bench-coordinator")
+	if err != nil {
+		return nil, err
+	}
+	m := &appendMetrics{}
+	cfg := coordinator.Config{ID: "bench-c1", Conn: nc, Metrics: m}
+	cfg.Logger = b.cfg.CoordinatorLog
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &coord{c: c, nc: nc, cancel: cancel, done: make(chan error, 1), m: m}
+	go func() { r.done <- c.Run(ctx) }()
+	return r, nil
+}
+
+// waitLive waits until the coordinator is live.
+func (r *coord) waitLive(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !r.c.Stats().Live {
+		select {
+		case err := <-r.done:
+			return fmt.Errorf("coordinator stopped: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("coordinator not live after %v: %w", timeout, errTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+func (r *coord) stop() error {
+	r.cancel()
+	err := <-r.done
+	r.nc.Close()
+	return err
+}
+
+// lastSeq is a stream's last sequence.
+func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// baselineStream is the configuration of a baseline stream: Tenure's own
+// stream configuration (file storage, the same limits and lock-down), on
+// other subjects. Nothing in it is tuned down.
+func baselineStream(name, subject string) jetstream.StreamConfig {
+	cfg := streams.Topology{Prefix: name}.InputConfig()
+	cfg.Name = name
+	cfg.Subjects = []string{subject}
+	cfg.Description = "tenure bench baseline"
+	return cfg
+}
+
+// percentile returns the p-th percentile (0..100) by the nearest-rank method.
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	k := int(float64(len(s))*p/100+0.9999999) - 1
+	k = max(0, min(k, len(s)-1))
+	return s[k]
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// payload returns n bytes of JSON-ish filler.
+func payload(n int, tag string) []byte {
+	b := make([]byte, 0, n)
+	b = append(b, `{"v":1,"tag":"`...)
+	b = append(b, tag...)
+	b = append(b, `","pad":"`...)
+	for len(b) < n-2 {
+		b = append(b, 'x')
+	}
+	return append(b, '"', '}')
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

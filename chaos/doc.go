@@ -1,0 +1,26 @@
+// Package chaos injects faults into real Tenure processes on loopback and
+// checks, from the streams alone, that nothing went wrong.
+//
+// Run (what `tenure chaos`, `make chaos` and `make chaos-short` call) starts
+// nats-server processes (one server, or a 3-node cluster with replicated
+// streams), two `tenure serve` coordinators, worker processes (`tenure chaos
+// worker`: RunWorker, the worker SDK on a journaled connection) and a
+// dispatcher that offers and cancels jobs. Then it runs seeded schedules of
+// faults: coordinators SIGKILLed at random points and restarted, a worker
+// that holds leases SIGSTOPped for longer than its lease and resumed, the
+// nats-server SIGKILLed and restarted on its store, and in the cluster the
+// stream leaders stepped down and the nodes SIGKILLed one at a time. Workers
+// keep acquiring, renewing, progressing and completing throughout.
+//
+// Every client's connection dials through a Tap, which journals from the
+// wire every input the client sent and every PubAck it received. After
+// each schedule, once the faults have stopped and two lease durations have
+// passed, Check compares both streams with the journals and with the fold:
+// no acknowledged input lost, no stored input that no client sent, no two
+// holders of one job at once, no accepted effect from a stale generation,
+// a gapless decision chain equal to the fold of the input stream; the
+// audit package must reproduce everything, and Liveness requires every job
+// not cancelled to have ended within two lease durations after the faults
+// stopped. The checks are pure functions of the streams and the journals,
+// so they are tested on synthetic logs.
+package chaos

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/maknow/tenure/chaos"
+)
+
+// errChaosFailed is the error of a chaos run whose checks failed: exit
+// status 1, after the report.
+var errChaosFailed = errors.New("chaos: a check failed")
+
+func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "worker" {
+		return runChaosWorker(ctx, args[1:], stderr)
+	}
+	fs := newFlags("chaos", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tenure chaos --nats-server PATH [flags]
+
+Fault injection against real processes on loopback: nats-server processes,
+two coordinators (this binary's serve), worker processes (this binary's
+hidden "chaos worker") and a dispatcher. Coordinators are SIGKILLed at random
+points and restarted, a worker is SIGSTOPped for longer than its lease, the
+nats-server is SIGKILLed and restarted, and in a 3-node cluster the stream
+leaders step down and the nodes are SIGKILLed one at a time. After every
+schedule the streams are checked (lost and phantom inputs, double holders,
+stale effects, gaps, audit, liveness). Exit status 0 only if every check
+passed. make chaos-short and make chaos build the binaries and run it.
+
+`)
+		fs.PrintDefaults()
+	}
+	profiles := make([]string, 0, len(chaos.Profiles))
+	for p := range chaos.Profiles {
+		profiles = append(profiles, p)
+	}
+	sort.Strings(profiles)
+	profile := fs.String("profile", "short", "schedules and durations: "+strings.Join(profiles, " or "))
+	natsServer := fs.String("nats-server", "", "the nats-server binary (go build -o DIR/nats-server github.com/nats-io/nats-server/v2)")
+	tenureBin := fs.String("tenure", "", "the tenure binary run as coordinators and workers (default: this executable)")
+	seed := fs.Uint64("seed", 0, "random seed of the schedules (0: from the clock; printed, so a run can be replayed)")
+	dir := fs.String("dir", "", "run directory: stores, logs, journals (default: a new temporary directory, removed when every check passed)")
+	keep := fs.Bool("keep", false, "keep the run directory even when every check passed")
+	coordKills := fs.Int("coordinator-kills", -1, "coordinator SIGKILL schedules (-1: the profile's)")
+	workerStops := fs.Int("worker-stops", -1, "worker SIGSTOP schedules (-1: the profile's)")
+	serverKills := fs.Int("server-kills", -1, "nats-server SIGKILL schedules (-1: the profile's)")
+	clusterRounds := fs.Int("cluster-rounds", -1, "3-node cluster rounds: stepdowns, then each node killed (-1: the profile's)")
+	lease := fs.Duration("lease", 0, "lease duration of the workers (0: the profile's)")
+	clusterLease := fs.Duration("cluster-lease", 0, "lease duration of the workers in the cluster (0: the profile's)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, ok := chaos.Profiles[*profile]
+	if !ok {
+		return fmt.Errorf("%w: --profile must be %s", errUsage, strings.Join(profiles, " or "))
+	}
+	if *natsServer == "" {
+		return fmt.Errorf("%w: --nats-server is required", errUsage)
+	}
+	for _, o := range []struct {
+		v   int
+		dst *int
+	}{{*coordKills, &cfg.CoordinatorKills}, {*workerStops, &cfg.WorkerStops}, {*serverKills, &cfg.ServerKills}, {*clusterRounds, &cfg.ClusterRounds}} {
+		if o.v >= 0 {
+			*o.dst = o.v
+		}
+	}
+	if *lease > 0 {
+		cfg.Lease = *lease
+	}
+	if *clusterLease > 0 {
+		cfg.ClusterLease = *clusterLease
+	}
+	cfg.NatsServer, cfg.Tenure, cfg.Seed, cfg.Out = *natsServer, *tenureBin, *seed, stdout
+	if cfg.Tenure == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cfg.Tenure = exe
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	cfg.Dir = *dir
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "tenure-chaos-*")
+		if err != nil {
+			return err
+		}
+		cfg.Dir = d
+	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return err
+	}
+	if abs, err := filepath.Abs(cfg.Dir); err == nil {
+		cfg.Dir = abs
+	}
+	rep, err := chaos.Run(ctx, cfg)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "tenure chaos: run directory kept: %s\n", cfg.Dir)
+		return err
+	case !rep.OK():
+		fmt.Fprintf(stderr, "tenure chaos: run directory kept: %s (rerun with --seed %d)\n", cfg.Dir, cfg.Seed)
+		return errChaosFailed
+	case *keep || *dir != "":
+		fmt.Fprintf(stderr, "tenure chaos: run directory: %s\n", cfg.Dir)
+	default:
+		_ = os.RemoveAll(cfg.Dir)
+	}
+	return nil
+}
+
+// runChaosWorker is the worker process of a chaos run.
+func runChaosWorker(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("chaos worker", stderr)
+	var cfg chaos.WorkerConfig
+	fs.StringVar(&cfg.URL, "nats-url", "", "NATS server URLs, comma-separated")
+	fs.StringVar(&cfg.ID, "id", "", "worker id")
+	fs.StringVar(&cfg.Journal, "journal", "", "journal file: every input sent and PubAck received, from the wire")
+	fs.StringVar(&cfg.Control, "control", "", "control file the orchestrator writes (the current batch of jobs)")
+	fs.DurationVar(&cfg.Lease, "lease", time.Second, "lease duration to ask for")
+	fs.IntVar(&cfg.Slots, "slots", 2, "leases acquired and worked on at once")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if cfg.URL == "" || cfg.ID == "" || cfg.Journal == "" || cfg.Control == "" {
+		return fmt.Errorf("%w: --nats-url, --id, --journal and --control are required", errUsage)
+	}
+	log, err := newLogger(stderr, "json", *logLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	return chaos.RunWorker(ctx, cfg)
+}

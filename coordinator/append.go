@@ -1,0 +1,367 @@
+package coordinator
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+)
+
+// Appends. The live loop hands the decisions it derived to an appender, in
+// order; the appender publishes them in units and matches the stream's
+// replies to them, so that appends are pipelined, never one round trip per
+// decision.
+//
+// A unit is either one decision, published with Nats-Expected-Last-Sequence
+// set to the sequence the decision stream must have before it, or an atomic
+// batch (JetStream atomic batch publish, which the decision stream allows)
+// of up to Config.AppendBatch decisions whose first message carries that
+// expectation. The stream stores a batch all or nothing, and checks the
+// expectation when it commits the batch, against its last sequence then;
+// the messages of one connection reach the stream in order, so batches can
+// be pipelined like single appends: each one's expectation counts the
+// decisions of the batches before it. nats-server 2.15 refuses an expected
+// last sequence on any message of a batch but the first (10164, which
+// streams.Classify maps to ErrLostAuthority too), so only the first carries
+// it: the fence covers the whole batch, since the batch is atomic. Every
+// message keeps its deterministic Nats-Msg-Id; a batch holding a message id
+// the stream has seen is refused whole (10201).
+//
+// When batches: with sync_interval always, the stream fsyncs every message
+// it stores, one by one, but a committed batch once; on a replicated stream
+// every append is a consensus round trip, a batch one proposal. But on a
+// one-replica file stream, nats-server 2.15 stages each atomic batch in a
+// file store of its own, created, fsynced and removed for every batch: some
+// ten milliseconds on the machine BENCHMARKS.md describes, whatever the sync
+// mode, during which the stream stores nothing else. With nats-server's
+// default sync interval, batches therefore cost more than they save. The
+// client cannot ask the server how it syncs, and timing single replies
+// from the client is too noisy to tell (replies come in bursts, and the
+// loop is busy folding between them), so the appender compares what each
+// way of appending achieves:
+//
+//   - With no backlog (fewer than batchMin decisions waiting), decisions
+//     leave at once, one by one, pipelined: the latency of an idle system.
+//   - While a backlog lasts, it measures the decisions acknowledged per
+//     second over epochs of epochLen, one way at a time: one by one (up to
+//     maxSinglesFast in flight), or in batches (up to AppendBatches in
+//     flight, plus maxSinglesSlow singles; the decisions derived meanwhile
+//     queue up and leave together as the next batch). It keeps the way that
+//     achieved more (one by one unless batches do a quarter better), and
+//     tries the other again, for two epochs, every retrialEpochs epochs (the
+//     first epoch after a change still carries the other way's appends, and
+//     is not counted).
+//
+// On the machine BENCHMARKS.md describes, batches win by ten times with
+// sync always and lose by half with sync interval.
+//
+// (orbit.go's jetstreamext.PublishMsgBatch speaks the same protocol, but
+// waits for each batch's reply before returning, and by default for an
+// acknowledgement of its first message too; the loop needs the replies as
+// events of its select. The protocol is three headers.)
+
+// Atomic batch headers (nats-server 2.15, ADR-50).
+const (
+	headerBatchID     = "Nats-Batch-Id"
+	headerBatchSeq    = "Nats-Batch-Sequence"
+	headerBatchCommit = "Nats-Batch-Commit"
+	headerExpectSeq   = "Nats-Expected-Last-Sequence"
+	headerMsgID       = "Nats-Msg-Id"
+	// maxAtomicBatch is nats-server's default limit on the messages of an
+	// atomic batch.
+	maxAtomicBatch = 1000
+	// appendTimeout bounds the wait for a unit's reply.
+	appendTimeout = 10 * time.Second
+	// batchMin is how many decisions must wait before they may leave as a
+	// batch.
+	batchMin = 32
+	// epochLen is how long the appender measures one way of appending;
+	// retrialEpochs is how often it tries the other way again.
+	epochLen      = 200 * time.Millisecond
+	retrialEpochs = 50
+	// Single appends in flight: appending one by one, and while batching.
+	maxSinglesFast = 256
+	maxSinglesSlow = 8
+)
+
+// unit is one append awaiting its reply.
+type unit struct {
+	id          uint64
+	first, last uint64 // the decision sequences it carries
+	cause       uint64 // the input that caused its last decision
+	sent        time.Time
+}
+
+// appender publishes units on one connection and collects their replies.
+type appender struct {
+	nc      *nats.Conn
+	stream  string
+	inbox   string // reply subjects are inbox.<unit id>
+	sub     *nats.Subscription
+	replies chan *nats.Msg
+	batchID string // this appender's batch ids are batchID-<unit id>
+	next    uint64
+	units   []unit // awaiting their reply, oldest first
+	batches int    // the units in flight that are batches
+	hdr     nats.Header
+	log     *slog.Logger
+	// The way of appending under backlog, and its measurement.
+	batching  bool
+	epochFrom time.Time  // start of the current epoch (zero: none)
+	epochN    uint64     // decisions acknowledged in it
+	settling  bool       // the epoch after a change, not counted
+	trial     bool       // the current way is on trial
+	rate      [2]float64 // decisions/s achieved one by one, in batches (0: unknown)
+	epochs    int        // epochs counted since the last trial
+	now       func() time.Time
+}
+
+// maxSingles is how many single appends may be in flight.
+func (a *appender) maxSingles() int {
+	if a.batching {
+		return maxSinglesSlow
+	}
+	return maxSinglesFast
+}
+
+// measure counts n decisions acknowledged; backlog says whether decisions
+// are still waiting to be sent. An epoch counts only if the backlog lasted
+// all through it.
+func (a *appender) measure(n uint64, backlog bool) {
+	now := a.now()
+	if !backlog {
+		a.epochFrom = time.Time{}
+		return
+	}
+	if a.epochFrom.IsZero() {
+		a.epochFrom, a.epochN = now, 0
+		return
+	}
+	a.epochN += n
+	el := now.Sub(a.epochFrom)
+	if el < epochLen {
+		return
+	}
+	count := a.epochN
+	a.epochFrom, a.epochN = now, 0
+	if a.settling {
+		a.settling = false
+		return
+	}
+	way := 0
+	if a.batching {
+		way = 1
+	}
+	a.rate[way] = float64(count) / el.Seconds()
+	a.epochs++
+	was := a.batching
+	switch {
+	case a.trial: // the other way has had its epoch: keep the better
+		a.trial, a.epochs = false, 0
+		a.batching = a.rate[1] > 1.25*a.rate[0]
+	case a.rate[1-way] == 0 || a.epochs >= retrialEpochs:
+		a.trial, a.epochs = true, 0
+		a.batching = !a.batching
+	}
+	if a.batching != was {
+		a.settling = true
+		a.log.Debug("append mode", "batching", a.batching, "one_by_one_per_s", int(a.rate[0]), "batches_per_s", int(a.rate[1]))
+	}
+}
+
+func newAppender(nc *nats.Conn, stream string, maxUnits int, log *slog.Logger) (*appender, error) {
+	var r [8]byte
+	_, _ = rand.Read(r[:]) // never fails
+	a := &appender{
+		nc: nc, stream: stream, inbox: nc.NewRespInbox(),
+		replies: make(chan *nats.Msg, maxUnits+16),
+		batchID: "tb" + hex.EncodeToString(r[:]),
+		hdr:     nats.Header{},
+		log:     log,
+		now:     time.Now,
+	}
+	var err error
+	if a.sub, err = nc.ChanSubscribe(a.inbox+".*", a.replies); err != nil {
+		return nil, fmt.Errorf("coordinator: subscribe to append replies: %w", err)
+	}
+	// Replies are bounded by the units in flight; never drop one.
+	_ = a.sub.SetPendingLimits(-1, -1)
+	return a, nil
+}
+
+func (a *appender) close() {
+	if a != nil && a.sub != nil {
+		_ = a.sub.Unsubscribe()
+	}
+}
+
+// send publishes ps, whose sequences are after..after+len(ps), as one unit:
+// a single fenced append for one decision, an atomic batch for more.
+func (a *appender) send(ps []pending, after uint64) error {
+	a.next++
+	id := a.next
+	reply := a.inbox + "." + strconv.FormatUint(id, 10)
+	batch := ""
+	if len(ps) > 1 {
+		batch = a.batchID + "-" + strconv.FormatUint(id, 10)
+	}
+	for i := range ps {
+		p := &ps[i]
+		h := a.hdr
+		clear(h)
+		h[events.HeaderCause] = []string{strconv.FormatUint(p.cause, 10)}
+		h[events.HeaderIndex] = []string{strconv.Itoa(int(p.n)) + "/" + strconv.Itoa(int(p.of))}
+		h[headerMsgID] = []string{events.DecisionMsgID(p.cause, p.n)}
+		if i == 0 {
+			h[headerExpectSeq] = []string{strconv.FormatUint(after, 10)}
+		}
+		msg := &nats.Msg{Subject: p.subject, Data: p.body, Header: h}
+		if batch != "" {
+			h[headerBatchID] = []string{batch}
+			h[headerBatchSeq] = []string{strconv.Itoa(i + 1)}
+		}
+		if i == len(ps)-1 {
+			msg.Reply = reply
+			if batch != "" {
+				h[headerBatchCommit] = []string{"1"}
+			}
+		}
+		if err := a.nc.PublishMsg(msg); err != nil {
+			return fmt.Errorf("coordinator: append decision %d: %w", after+uint64(i)+1, err)
+		}
+	}
+	if batch != "" {
+		a.batches++
+	}
+	a.units = append(a.units, unit{id: id, first: after + 1, last: after + uint64(len(ps)), cause: ps[len(ps)-1].cause, sent: time.Now()})
+	return nil
+}
+
+// pubReply is the stream's reply to a unit: a PubAck (with batch and count
+// for a batch) or an error.
+type pubReply struct {
+	Stream    string              `json:"stream"`
+	Seq       uint64              `json:"seq"`
+	Duplicate bool                `json:"duplicate"`
+	Batch     string              `json:"batch"`
+	Count     uint64              `json:"count"`
+	Error     *jetstream.APIError `json:"error"`
+}
+
+// parsePubAck reads the usual PubAck, {"stream":"S","seq":N} or
+// {"stream":"S","seq":N,"batch":"B","count":C}, without reflection; it
+// reports false for anything else (errors, duplicates, other fields), which
+// encoding/json then reads.
+func parsePubAck(b []byte, r *pubReply) bool {
+	const pre = `{"stream":"`
+	if len(b) < len(pre) || string(b[:len(pre)]) != pre {
+		return false
+	}
+	b = b[len(pre):]
+	i := 0
+	for i < len(b) && b[i] != '"' && b[i] != '\\' {
+		i++
+	}
+	if i == len(b) || b[i] != '"' {
+		return false
+	}
+	r.Stream = string(b[:i])
+	b = b[i+1:]
+	num := func(key string) (uint64, bool) {
+		if len(b) < len(key) || string(b[:len(key)]) != key {
+			return 0, false
+		}
+		b = b[len(key):]
+		j, v := 0, uint64(0)
+		for j < len(b) && j < 19 && b[j] >= '0' && b[j] <= '9' {
+			v = v*10 + uint64(b[j]-'0')
+			j++
+		}
+		if j == 0 || j == 19 {
+			return 0, false
+		}
+		b = b[j:]
+		return v, true
+	}
+	var ok bool
+	if r.Seq, ok = num(`,"seq":`); !ok {
+		return false
+	}
+	if const_ := `,"batch":"`; len(b) > len(const_) && string(b[:len(const_)]) == const_ {
+		b = b[len(const_):]
+		j := 0
+		for j < len(b) && b[j] != '"' && b[j] != '\\' {
+			j++
+		}
+		if j == len(b) || b[j] != '"' {
+			return false
+		}
+		r.Batch = string(b[:j])
+		b = b[j+1:]
+		if r.Count, ok = num(`,"count":`); !ok {
+			return false
+		}
+	}
+	return string(b) == "}"
+}
+
+// reply matches one reply to its unit, which must be the oldest in flight
+// (the stream answers in order), and returns it. An error means the append
+// was refused or its outcome is unknown: the coordinator must resynchronise
+// (ErrLostAuthority if another writer moved the stream on).
+//
+// backlog says whether decisions are waiting to be sent (see measure).
+func (a *appender) reply(m *nats.Msg, backlog bool) (unit, error) {
+	idStr := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	id, err := strconv.ParseUint(idStr, 10, 64)
+	if err != nil || len(a.units) == 0 || a.units[0].id != id {
+		return unit{}, fmt.Errorf("coordinator: append reply %s out of order", m.Subject)
+	}
+	u := a.units[0]
+	copy(a.units, a.units[1:])
+	a.units = a.units[:len(a.units)-1]
+	if u.last > u.first {
+		a.batches--
+	}
+	a.measure(u.last-u.first+1, backlog)
+	fail := func(err error) (unit, error) {
+		return u, fmt.Errorf("coordinator: append decisions %d to %d: %w", u.first, u.last, err)
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return fail(streams.Classify(nats.ErrNoResponders))
+	}
+	var r pubReply
+	if !parsePubAck(m.Data, &r) {
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			return fail(fmt.Errorf("bad reply %q: %w", m.Data, err))
+		}
+	}
+	if r.Error != nil {
+		return fail(streams.Classify(r.Error))
+	}
+	if r.Stream != a.stream || r.Seq != u.last || r.Duplicate || u.last > u.first && r.Count != u.last-u.first+1 {
+		// Stored elsewhere than expected, or deduplicated against a message
+		// someone else stored: whoever it is, this writer is not alone.
+		return fail(fmt.Errorf("%w: reply %s", streams.ErrLostAuthority, m.Data))
+	}
+	return u, nil
+}
+
+// overdue reports whether the oldest unit has waited for its reply too long.
+func (a *appender) overdue() error {
+	if len(a.units) > 0 && time.Since(a.units[0].sent) > appendTimeout {
+		u := a.units[0]
+		return fmt.Errorf("coordinator: append decisions %d to %d: no reply after %v: %w", u.first, u.last, appendTimeout, streams.ErrTransient)
+	}
+	return nil
+}

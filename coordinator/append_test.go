@@ -1,0 +1,178 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/testutil"
+)
+
+func TestParsePubAck(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		ok   bool
+		want pubReply
+	}{
+		{`{"stream":"TENURE_OUT","seq":12}`, true, pubReply{Stream: "TENURE_OUT", Seq: 12}},
+		{`{"stream":"TENURE_OUT","seq":12,"batch":"tb1-2","count":3}`, true, pubReply{Stream: "TENURE_OUT", Seq: 12, Batch: "tb1-2", Count: 3}},
+		{`{"stream":"TENURE_OUT","seq":12,"duplicate":true}`, false, pubReply{}},
+		{`{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"},"stream":"TENURE_OUT","seq":0}`, false, pubReply{}},
+		{`{"stream":"TENURE_OUT","seq":}`, false, pubReply{}},
+		{`{"stream":"TENURE_OUT","seq":12} `, false, pubReply{}},
+		{`{"stream":"TENURE_OUT","seq":99999999999999999999}`, false, pubReply{}},
+	} {
+		var r pubReply
+		ok := parsePubAck([]byte(c.in), &r)
+		if ok != c.ok || ok && r != c.want {
+			t.Errorf("parsePubAck(%s) = %v %+v, want %v %+v", c.in, ok, r, c.ok, c.want)
+		}
+	}
+}
+
+// The appender keeps appending one by one unless batches achieve a quarter
+// more under backlog; it tries the other way again now and then; without
+// a backlog it measures nothing.
+func TestAppendModeChoice(t *testing.T) {
+	now := time.Unix(0, 0)
+	a := &appender{now: func() time.Time { return now }, log: testLogger()}
+	// run acknowledges decisions at rate per second (one way, the current
+	// one) for d, in steps of 10 ms, under backlog.
+	run := func(perS [2]float64, d time.Duration) {
+		for end := now.Add(d); now.Before(end); {
+			now = now.Add(10 * time.Millisecond)
+			way := 0
+			if a.batching {
+				way = 1
+			}
+			a.measure(uint64(perS[way]/100), true)
+		}
+	}
+	// Sync always: batches win by ten times. The first counted epoch one
+	// by one, then a settling one and a trial of batches, which stays.
+	run([2]float64{2000, 20000}, 2*time.Second)
+	if !a.batching || a.rate[0] < 1900 || a.rate[1] < 19000 {
+		t.Fatalf("sync always: batching %v, rates %v", a.batching, a.rate)
+	}
+	// Long after: a trial one by one, back to batches.
+	run([2]float64{2000, 20000}, retrialEpochs*epochLen+2*time.Second)
+	if !a.batching {
+		t.Fatalf("sync always, after the retrial: batching %v, rates %v", a.batching, a.rate)
+	}
+	// Sync interval: batches lose.
+	a = &appender{now: func() time.Time { return now }, log: testLogger()}
+	run([2]float64{30000, 15000}, 2*time.Second)
+	if a.batching || a.rate[1] == 0 {
+		t.Fatalf("sync interval: batching %v, rates %v", a.batching, a.rate)
+	}
+	// A tie keeps one by one (less latency).
+	a = &appender{now: func() time.Time { return now }, log: testLogger()}
+	run([2]float64{30000, 33000}, 2*time.Second)
+	if a.batching {
+		t.Fatalf("a tie: batching %v, rates %v", a.batching, a.rate)
+	}
+	// No backlog: no measurement, no change.
+	a = &appender{now: func() time.Time { return now }, log: testLogger()}
+	for range 1000 {
+		now = now.Add(10 * time.Millisecond)
+		a.measure(100, false)
+	}
+	if a.batching || a.rate != [2]float64{} {
+		t.Fatalf("no backlog: batching %v, rates %v", a.batching, a.rate)
+	}
+}
+
+// Atomic batches on a real server: stored whole, in order, with the headers
+// the chain needs; fenced by the expected last sequence on their first
+// message (a wrong one refuses the whole batch as lost authority); and
+// pipelined, the second batch's expectation counting the first's decisions.
+func TestAtomicBatchAppend(t *testing.T) {
+	srv := testutil.StartServer(t, testutil.SyncAlways())
+	nc, js := testutil.Connect(t, srv.ClientURL())
+	ctx := context.Background()
+	if _, err := streams.Ensure(ctx, js, streams.Topology{}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAppender(nc, streams.Topology{}.DecisionStream(), 16, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	mk := func(cause uint64, n int) []pending {
+		ps := make([]pending, n)
+		for i := range ps {
+			ps[i] = pending{subject: "tenure.out.w1.j" + strconv.Itoa(i) + ".renewed", n: uint16(i), of: uint16(n), cause: cause,
+				body: []byte(`{"cause":` + strconv.FormatUint(cause, 10) + `,"n":` + strconv.Itoa(i) + `}`)}
+		}
+		return ps
+	}
+	wait := func() (unit, error) {
+		t.Helper()
+		select {
+		case m := <-a.replies:
+			return a.reply(m, false)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reply")
+			return unit{}, nil
+		}
+	}
+	// Two batches and a single, pipelined.
+	if err := a.send(mk(1, 3), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.send(mk(2, 2), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.send(mk(3, 1), 5); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []uint64{3, 5, 6} {
+		u, err := wait()
+		if err != nil || u.last != want {
+			t.Fatalf("unit %d: %+v %v, want last %d", i, u, err, want)
+		}
+	}
+	if a.batches != 0 || len(a.units) != 0 {
+		t.Fatalf("%d batches, %d units still in flight", a.batches, len(a.units))
+	}
+	// A stale expectation: the whole batch is refused, as lost authority.
+	if err := a.send(mk(4, 4), 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wait(); !errors.Is(err, streams.ErrLostAuthority) {
+		t.Fatalf("stale batch: %v, want ErrLostAuthority", err)
+	}
+	s, err := js.Stream(ctx, streams.Topology{}.DecisionStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.State.Msgs != 6 {
+		t.Fatalf("stream holds %d messages, want 6 (%v)", info.State.Msgs, err)
+	}
+	want := []string{"1 0/3", "1 1/3", "1 2/3", "2 0/2", "2 1/2", "3 0/1"}
+	for seq := uint64(1); seq <= 6; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := m.Header.Get(events.HeaderCause) + " " + m.Header.Get(events.HeaderIndex)
+		if got != want[seq-1] {
+			t.Errorf("message %d: %s, want %s", seq, got, want[seq-1])
+		}
+		cause, _ := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
+		n, _ := strconv.Atoi(want[seq-1][2:3])
+		if id := m.Header.Get(jetstream.MsgIDHeader); id != events.DecisionMsgID(cause, uint16(n)) {
+			t.Errorf("message %d: Msg-Id %q", seq, id)
+		}
+	}
+}
+
+func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,153 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/maknow/tenure/events"
+)
+
+// maxRenewBatches bounds the renewal inputs of one worker awaiting their
+// verdicts. While they are all in flight, renewals that fall due queue up
+// and leave together, in one batch renew, when one comes back: renewals
+// coalesce under load and go alone, at once, when the worker is idle.
+const maxRenewBatches = 2
+
+// renewReq is one lease's renewal handed to the worker's renewer. A lease
+// has one renewal in flight at a time (Lease.renewMu), so it reuses one.
+type renewReq struct {
+	ref  events.LeaseRef
+	done chan renewResult // buffered: one result
+}
+
+func newRenewReq() *renewReq { return &renewReq{done: make(chan renewResult, 1)} }
+
+// renewResult is the outcome of one renewal: its verdict, or err. t0 is the
+// local time just before the input carrying it was first published (zero if
+// nothing was published).
+type renewResult struct {
+	d   events.Decision
+	t0  time.Time
+	err error
+}
+
+// renewVia hands req (its ref set) to the renewer and waits for its
+// outcome.
+func (w *Worker) renewVia(req *renewReq) renewResult {
+	w.rmu.Lock()
+	if w.ctx.Err() != nil {
+		w.rmu.Unlock()
+		return renewResult{err: ErrClosed}
+	}
+	w.renewQ = append(w.renewQ, req)
+	w.rmu.Unlock()
+	select {
+	case w.renewS <- struct{}{}:
+	default:
+	}
+	return <-req.done // the renewer answers every request, even on Close
+}
+
+// renewer sends the queued renewals, at most events.MaxBatch per input and
+// maxRenewBatches inputs at a time. It exits on Close, failing what is
+// still queued with ErrClosed.
+func (w *Worker) renewer() {
+	defer w.wg.Done()
+	slots := make(chan struct{}, maxRenewBatches)
+	defer func() {
+		w.rmu.Lock()
+		q := w.renewQ
+		w.renewQ = nil
+		w.rmu.Unlock()
+		for _, r := range q {
+			r.done <- renewResult{err: ErrClosed}
+		}
+	}()
+	for {
+		select {
+		case <-w.renewS:
+		case <-w.ctx.Done():
+			return
+		}
+		for {
+			select {
+			case slots <- struct{}{}:
+			case <-w.ctx.Done():
+				return
+			}
+			w.rmu.Lock()
+			n := min(len(w.renewQ), events.MaxBatch)
+			batch := make([]*renewReq, n)
+			copy(batch, w.renewQ)
+			clear(w.renewQ[:n])
+			w.renewQ = w.renewQ[n:]
+			if len(w.renewQ) == 0 {
+				w.renewQ = nil
+			}
+			w.rmu.Unlock()
+			if n == 0 {
+				<-slots
+				break
+			}
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				w.sendRenewals(batch)
+				<-slots
+				select { // more may have queued meanwhile
+				case w.renewS <- struct{}{}:
+				default:
+				}
+			}()
+		}
+	}
+}
+
+// sendRenewals publishes one input for the renewals of batch (a single
+// renew for one, a batch renew for more) and hands each its verdict.
+func (w *Worker) sendRenewals(batch []*renewReq) {
+	in := events.Input{Verb: events.VerbRenew}
+	if len(batch) == 1 {
+		r := &batch[0].ref
+		in.Job, in.LeaseID, in.Generation, in.RenewSeq, in.LeaseMS = r.Job, r.LeaseID, r.Generation, r.RenewSeq, r.LeaseMS
+	} else {
+		in.Job = events.NoJob
+		in.Leases = make([]events.LeaseRef, len(batch))
+		for i, r := range batch {
+			in.Leases[i] = r.ref
+		}
+	}
+	p := w.newInput(&in)
+	p.t0 = time.Now()
+	ds, err := w.sendN(context.Background(), p, len(batch))
+	// Verdicts come in the order of the leases; match them by job all the
+	// same. A verdict about no job (a rejected input) answers them all.
+	answered := make([]bool, len(batch))
+	for _, d := range ds {
+		if d.Job.ID == events.NoJob {
+			for i, r := range batch {
+				if !answered[i] {
+					answered[i] = true
+					r.done <- renewResult{d: d, t0: p.t0}
+				}
+			}
+			break
+		}
+		for i, r := range batch {
+			if !answered[i] && r.ref.Job == d.Job.ID {
+				answered[i] = true
+				r.done <- renewResult{d: d, t0: p.t0}
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: input %s: verdict missing", ErrNoVerdict, p.msgID)
+	}
+	for i, r := range batch {
+		if !answered[i] {
+			r.done <- renewResult{t0: p.t0, err: err}
+		}
+	}
+}
