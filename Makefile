@@ -26,7 +26,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME) ./projector/
 
 fuzz-short:
-	$(MAKE) fuzz FUZZTIME=10s
+	$(MAKE) fuzz FUZZTIME=20000x
 
 ## chaos: fault injection against real processes on loopback (chaos/): coordinators SIGKILLed at
 ## random points, a worker SIGSTOPped past its lease, the nats-server killed, a 3-node cluster's
