@@ -555,12 +555,17 @@ func (s *session) runLive() error {
 			armedFor = -1
 			if d, ok := s.p.NextDeadline(); ok && d <= time.Now().UnixNano() {
 				s.appendTick(d)
-				// Retry unless the tick's stored timestamp passes d.
+				// Retry unless the tick's stored timestamp passes d, backing
+				// off (20 ms doubling to 1 s) so that a stalled input reader
+				// does not fill the append-only log with ticks.
 				armedFor = d
-				tick.Reset(20 * time.Millisecond)
+				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
 			}
 		case <-renew.C:
-			rev, err := c.h.Leader.Update(s.ctx, leaderKey, []byte(c.cfg.ID), s.leaderRev)
+			// Bounded well below the TTL: a slow renewal must not stall the loop.
+			uctx, ucancel := context.WithTimeout(s.ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
+			rev, err := c.h.Leader.Update(uctx, leaderKey, []byte(c.cfg.ID), s.leaderRev)
+			ucancel()
 			if err != nil {
 				s.leaderRev = 0
 				return fmt.Errorf("coordinator: leadership lost: %w", err)

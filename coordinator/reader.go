@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,7 +44,9 @@ func startReader(ctx context.Context, js jetstream.JetStream, stream string, sta
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: ordered consumer on %s: %w", stream, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	// A short heartbeat notices a consumer lost with its server (a cluster
+	// node killed) within about two seconds instead of the default ten.
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024), jetstream.PullHeartbeat(time.Second), jetstream.PullExpiry(5*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: read %s: %w", stream, err)
 	}
