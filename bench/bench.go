@@ -146,8 +146,8 @@ type Result struct {
 	AuditOK             float64 `json:"audit_ok"`          // 1 when the audit reproduced every decision
 
 	// 4. Fold.
-	FoldPerS       float64 `json:"fold_per_s"`        // inputs per second, wall clock, GOMAXPROCS=1
-	FoldPerCPUS    float64 `json:"fold_per_cpu_s"`    // inputs per CPU second
+	FoldPerS       float64 `json:"fold_per_s"`        // inputs per second of one core (CPU time, GOMAXPROCS=1, garbage collection included)
+	FoldWallPerS   float64 `json:"fold_wall_per_s"`   // the same per wall-clock second (lower when other processes hold the core)
 	FoldEncodePerS float64 `json:"fold_encode_per_s"` // with the decisions' canonical encoding
 
 	// 5. Memory.
