@@ -129,6 +129,7 @@ type Coordinator struct {
 // Stats is a point-in-time view of a coordinator, safe to read from any goroutine.
 type Stats struct {
 	ID              string    `json:"id"`
+	Partition       string    `json:"partition,omitempty"` // "2" for partition 2 of a partitioned deployment
 	Live            bool      `json:"live"`
 	InputsFolded    uint64    `json:"inputs_folded"`    // sequence of the last input folded (live: folded and its decisions stored)
 	DecisionsStored uint64    `json:"decisions_stored"` // last decision sequence acknowledged
@@ -147,13 +148,20 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("coordinator: no NATS connection")
 	}
+	if !cfg.Topology.Partition.Valid() {
+		return nil, fmt.Errorf("coordinator: invalid %s", cfg.Topology.Partition)
+	}
 	js, err := jetstream.New(cfg.Conn,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxInflight),
 		jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 	}
-	return &Coordinator{cfg: cfg, log: cfg.Logger.With("coordinator", cfg.ID), js: js}, nil
+	log := cfg.Logger.With("coordinator", cfg.ID)
+	if cfg.Topology.Partition.Partitioned() {
+		log = log.With("partition", cfg.Topology.Partition.Index)
+	}
+	return &Coordinator{cfg: cfg, log: log, js: js}, nil
 }
 
 // Stats returns the current statistics.
@@ -161,7 +169,7 @@ func (c *Coordinator) Stats() Stats {
 	c.snapMu.Lock()
 	defer c.snapMu.Unlock()
 	return Stats{
-		ID: c.cfg.ID, Live: c.live.Load(), InputsFolded: c.folded.Load(), DecisionsStored: c.appended.Load(),
+		ID: c.cfg.ID, Partition: c.cfg.Topology.Partition.Token(), Live: c.live.Load(), InputsFolded: c.folded.Load(), DecisionsStored: c.appended.Load(),
 		SnapshotSeq: c.snapInputSeq, SnapshotAt: c.snapAt,
 		LostAuthority: c.lostAuth.Load(), Sessions: c.sessions.Load(),
 	}
@@ -240,7 +248,7 @@ func (c *Coordinator) session(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.sessions.Add(1)
-	s := &session{c: c, ctx: ctx, p: projector.New(), snapTime: time.Now()}
+	s := &session{c: c, ctx: ctx, p: projector.NewPartition(c.cfg.Topology.Partition), snapTime: time.Now()}
 	s.loadSnapshot()
 	c.folded.Store(s.p.LastSeq())
 	var err error
@@ -298,7 +306,7 @@ func (s *session) loadSnapshot() {
 		c.log.Warn("snapshot position does not match the decision stream, folding from the start", "input_seq", inSeq, "decision_seq", decSeq)
 		return
 	}
-	p := projector.New()
+	p := projector.NewPartition(c.cfg.Topology.Partition)
 	if err := p.Restore(data); err != nil || p.LastSeq() != inSeq {
 		c.log.Warn("snapshot does not restore, folding from the start", "err", err)
 		return
@@ -331,7 +339,7 @@ func (s *session) fold(m stored) error {
 		start := len(s.arena)
 		s.arena = events.AppendDecision(s.arena, d)
 		s.pend = append(s.pend, pending{
-			subject: events.DecisionSubject(d), n: d.N, of: d.Of, cause: d.Cause,
+			subject: s.c.cfg.Topology.Partition.DecisionSubject(d), n: d.N, of: d.Of, cause: d.Cause,
 			body: s.arena[start:len(s.arena):len(s.arena)],
 		})
 	}
@@ -659,7 +667,7 @@ func (s *session) appendTick(d int64) {
 		s.lastTickAt, s.ticks = d, 0
 	}
 	msg := &nats.Msg{
-		Subject: events.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbTick),
+		Subject: c.cfg.Topology.Partition.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbTick),
 		Data:    []byte(`{"v":1}`),
 	}
 	id := "tick-" + c.cfg.ID + "-" + strconv.FormatInt(d, 10) + "-" + strconv.Itoa(s.ticks)
@@ -684,7 +692,7 @@ func (s *session) ensurePolicy() error {
 	pol := events.DefaultPolicy()
 	in := events.Input{Verb: events.VerbPolicy, Policy: pol}
 	msg := &nats.Msg{
-		Subject: events.InputSubject(events.RoleCoord, s.c.cfg.ID, events.NoJob, events.VerbPolicy),
+		Subject: s.c.cfg.Topology.Partition.InputSubject(events.RoleCoord, s.c.cfg.ID, events.NoJob, events.VerbPolicy),
 		Data:    events.AppendInputBody(nil, &in),
 	}
 	_, err = s.c.js.PublishMsg(s.ctx, msg, jetstream.WithExpectLastSequence(0))

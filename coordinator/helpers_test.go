@@ -56,7 +56,13 @@ func readStream(t testing.TB, js jetstream.JetStream, name string) []msg {
 // decisions as (subject, body) pairs.
 func foldStored(t testing.TB, inputs []msg) []msg {
 	t.Helper()
-	p := projector.New()
+	return foldStoredIn(t, events.Partition{}, inputs)
+}
+
+// foldStoredIn is foldStored for one partition of a partitioned deployment.
+func foldStoredIn(t testing.TB, part events.Partition, inputs []msg) []msg {
+	t.Helper()
+	p := projector.NewPartition(part)
 	var out []msg
 	for _, in := range inputs {
 		ds, err := p.Step(events.Raw{Seq: in.seq, Time: in.time, Subject: in.subject, Body: in.data})
@@ -64,7 +70,7 @@ func foldStored(t testing.TB, inputs []msg) []msg {
 			t.Fatal(err)
 		}
 		for i := range ds {
-			out = append(out, msg{subject: events.DecisionSubject(&ds[i]), data: events.AppendDecision(nil, &ds[i])})
+			out = append(out, msg{subject: part.DecisionSubject(&ds[i]), data: events.AppendDecision(nil, &ds[i])})
 		}
 	}
 	return out
@@ -75,9 +81,15 @@ func foldStored(t testing.TB, inputs []msg) []msg {
 // naming the right cause, no gap and no duplicate.
 func checkChain(t testing.TB, js jetstream.JetStream) (inputs, decisions []msg) {
 	t.Helper()
-	inputs = readStream(t, js, "TENURE_IN")
-	decisions = readStream(t, js, "TENURE_OUT")
-	want := foldStored(t, inputs)
+	return checkChainOf(t, js, streams.Topology{})
+}
+
+// checkChainOf is checkChain for the streams of topology topo.
+func checkChainOf(t testing.TB, js jetstream.JetStream, topo streams.Topology) (inputs, decisions []msg) {
+	t.Helper()
+	inputs = readStream(t, js, topo.InputStream())
+	decisions = readStream(t, js, topo.DecisionStream())
+	want := foldStoredIn(t, topo.Partition, inputs)
 	if len(decisions) != len(want) {
 		for i := range max(len(decisions), len(want)) {
 			var g, w string

@@ -15,6 +15,7 @@ const (
 	ReasonCancelTimeout             Reason = "cancel_timeout"              // cancellation was not reconciled before the cancel deadline (also the answer to a result sent after it)
 	ReasonBadSubject                Reason = "bad_subject"                 // the subject is not tenure.in.<role>.<actor>.<job>.<verb> with valid tokens
 	ReasonWrongRole                 Reason = "wrong_role"                  // this role may not publish this verb
+	ReasonWrongPartition            Reason = "wrong_partition"             // the job belongs to another partition of a partitioned deployment
 	ReasonSyntaxError               Reason = "syntax_error"                // the body is not valid JSON
 	ReasonNotObject                 Reason = "not_object"                  // the body is not a JSON object
 	ReasonUnknownField              Reason = "unknown_field"               // a field this input kind does not have
@@ -96,6 +97,7 @@ var reasonDocs = []struct {
 	{ReasonCancelTimeout, "cancellation was not reconciled before the cancel deadline (also the answer to a result sent after it)"},
 	{ReasonBadSubject, "the subject is not tenure.in.<role>.<actor>.<job>.<verb> with valid tokens"},
 	{ReasonWrongRole, "this role may not publish this verb"},
+	{ReasonWrongPartition, "the job belongs to another partition of a partitioned deployment"},
 	{ReasonSyntaxError, "the body is not valid JSON"},
 	{ReasonNotObject, "the body is not a JSON object"},
 	{ReasonUnknownField, "a field this input kind does not have"},

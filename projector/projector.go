@@ -37,7 +37,8 @@ type Projector struct {
 	lastSeq uint64 // last input applied
 	policy  events.Policy
 	jobs    map[string]*job
-	heap    deadlines // live leases by next deadline
+	heap    deadlines        // live leases by next deadline
+	part    events.Partition // the partition folded; zero when unpartitioned
 
 	in    events.Input      // decode buffer, reused
 	cause uint64            // sequence of the input being applied
@@ -50,10 +51,29 @@ type job struct {
 	deadline int64 // the heap key while present
 }
 
-// New returns a projector with no jobs and the protocol's default policy.
+// New returns a projector with no jobs and the protocol's default policy,
+// for an unpartitioned deployment.
 func New() *Projector {
 	return &Projector{policy: events.DefaultPolicy(), jobs: make(map[string]*job)}
 }
+
+// NewPartition returns a projector for one partition of a partitioned
+// deployment (New when part is the zero value). It folds the inputs of that
+// partition's stream: their subjects end in the partition token, which it
+// strips before the rules of PROTOCOL.md apply, and an input about a job of
+// another partition is rejected with reason wrong_partition. It panics if
+// part is not Valid: the partition is configuration, not input.
+func NewPartition(part events.Partition) *Projector {
+	if !part.Valid() {
+		panic("projector: invalid partition " + part.String())
+	}
+	p := New()
+	p.part = part
+	return p
+}
+
+// Partition is the partition the projector folds (zero when unpartitioned).
+func (p *Projector) Partition() events.Partition { return p.part }
 
 // Now is the projector's authoritative time (Unix ns).
 func (p *Projector) Now() int64 { return p.now }
@@ -95,7 +115,7 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 	}
 	p.out = p.out[:0]
 	p.cause = raw.Seq
-	derr := events.DecodeInput(raw.Subject, raw.Body, &p.in)
+	derr := p.decode(raw)
 	if raw.Time > p.now {
 		p.now = raw.Time
 	}
@@ -112,6 +132,35 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 		p.out[i].Of = n
 	}
 	return p.out, nil
+}
+
+// decode decodes raw into p.in: the partition token first (partitioned
+// deployments), then subject and body, then the job's partition.
+func (p *Projector) decode(raw events.Raw) error {
+	if !p.part.Partitioned() {
+		return events.DecodeInput(raw.Subject, raw.Body, &p.in)
+	}
+	subject, ok := p.part.StripInput(raw.Subject)
+	if i := strings.LastIndexByte(subject, '.'); !ok && i >= 0 {
+		subject = subject[:i] // for the identity the rejection is addressed with
+	}
+	derr := events.DecodeInput(subject, raw.Body, &p.in)
+	switch {
+	case !ok:
+		// Only a stream whose subjects are not this partition's stores
+		// such an input; reject it with what identity can be read.
+		return &events.DecodeError{Code: events.ReasonBadSubject, Detail: "not an input subject of " + p.part.String()}
+	case derr != nil:
+		return derr
+	case !p.part.Owns(p.in.Job):
+		return p.wrongPartition(p.in.Job)
+	}
+	return nil
+}
+
+func (p *Projector) wrongPartition(job string) *events.DecodeError {
+	return &events.DecodeError{Code: events.ReasonWrongPartition, Field: "job",
+		Detail: job + " belongs to " + p.part.Of(job).String() + ", not " + strconv.FormatUint(uint64(p.part.Index), 10)}
 }
 
 // emit appends a decision about j (nil for job-less ones).
@@ -183,7 +232,15 @@ func (p *Projector) apply() {
 		p.ack()
 	case events.VerbRenew:
 		for i := range in.Leases {
-			p.renew(&in.Leases[i])
+			if r := &in.Leases[i]; p.part.Owns(r.Job) {
+				p.renew(r)
+			} else {
+				// One element of a batch about another partition's job:
+				// that element alone is rejected.
+				d := p.emit(nil, events.KindRejected, events.ReasonWrongPartition, in.Actor)
+				d.Job.ID = r.Job
+				d.Detail = "leases[" + strconv.Itoa(i) + "].job: " + p.wrongPartition(r.Job).Detail
+			}
 		}
 	case events.VerbProgress:
 		p.progress()

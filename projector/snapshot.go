@@ -145,6 +145,7 @@ func (p *Projector) Restore(snap []byte) error {
 	}
 	r := &snapReader{b: body[len(snapshotMagic):]}
 	q := New()
+	q.part = p.part // a snapshot holds one partition's jobs; the receiver names which
 	q.lastSeq = r.uvarint("last sequence")
 	q.now = r.varint("time")
 	pol := &q.policy
@@ -188,6 +189,9 @@ func (p *Projector) Restore(snap []byte) error {
 		}
 		if !events.ValidToken(j.ID) || strings.Compare(j.ID, prev) <= 0 {
 			return fmt.Errorf("%w: job ids not valid or not sorted at %q", ErrBadSnapshot, j.ID)
+		}
+		if !q.part.Owns(j.ID) {
+			return fmt.Errorf("%w: job %q is not in %s", ErrBadSnapshot, j.ID, q.part)
 		}
 		prev = j.ID
 		q.jobs[j.ID] = j

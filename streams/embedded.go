@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/maknow/tenure/events"
 )
 
 // Defaults of EmbeddedConfig.
@@ -58,6 +60,11 @@ type EmbeddedConfig struct {
 	Logger *slog.Logger
 	// LogNotices also forwards the server's notices, at slog.LevelInfo.
 	LogNotices bool
+	// Partitions, when not 0, adds to every account the subject mapping
+	// that routes six-token input subjects to their partition
+	// (events.InputMapping), so that partition-unaware clients can publish
+	// to a partitioned deployment of that many partitions.
+	Partitions uint32
 }
 
 // Embedded is a running in-process nats-server with JetStream enabled.
@@ -113,6 +120,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("streams: start embedded server: %w", err)
+	}
+	if cfg.Partitions > 0 {
+		if err := addInputMapping(srv, opts, cfg.Partitions); err != nil {
+			srv.Shutdown()
+			return nil, fmt.Errorf("streams: start embedded server: %w", err)
+		}
 	}
 	log := &serverLogger{log: cfg.Logger, notices: cfg.LogNotices}
 	srv.SetLoggerV2(log, opts.Debug, opts.Trace, false)
@@ -223,4 +236,27 @@ func (l *serverLogger) emit(level slog.Level, format string, v []any) {
 		return
 	}
 	l.log.Log(context.Background(), level, fmt.Sprintf(format, v...), slog.String("component", "nats-server"))
+}
+
+// addInputMapping adds the partition mapping of inputs to the global account
+// and to every account of the configuration but the system account.
+func addInputMapping(srv *server.Server, opts *server.Options, partitions uint32) error {
+	if partitions > events.MaxPartitions {
+		return fmt.Errorf("%d partitions: at most %d", partitions, events.MaxPartitions)
+	}
+	src, dst := events.InputMapping(partitions)
+	accs := []*server.Account{srv.GlobalAccount()}
+	for _, a := range opts.Accounts {
+		if a.Name != opts.SystemAccount && a.Name != server.DEFAULT_SYSTEM_ACCOUNT && a.Name != server.DEFAULT_GLOBAL_ACCOUNT {
+			if acc, err := srv.LookupAccount(a.Name); err == nil {
+				accs = append(accs, acc)
+			}
+		}
+	}
+	for _, a := range accs {
+		if err := a.AddMapping(src, dst); err != nil {
+			return fmt.Errorf("input partition mapping in account %s: %w", a.Name, err)
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +28,37 @@ type Topology struct {
 	Replicas   int                   // default 1; at most 5
 	Storage    jetstream.StorageType // default jetstream.FileStorage (the zero value)
 	DupeWindow time.Duration         // duplicate window of both streams, default DefaultDupeWindow
+
+	// Partition is the partition of a partitioned deployment this topology
+	// holds (see events.Partition); the zero value is the unpartitioned
+	// deployment. A partition's streams and buckets are named
+	// <Prefix>_P<index>_IN, ..., its streams hold the subjects of
+	// events.Partition.InputFilter and DecisionFilter, and both record the
+	// partition and the partition count in their metadata (MetaPartition,
+	// MetaPartitions), which Ensure checks on existing streams.
+	Partition events.Partition
+}
+
+// Stream metadata keys of a partitioned deployment's streams.
+const (
+	MetaPartition  = "tenure_partition"
+	MetaPartitions = "tenure_partitions"
+)
+
+// Partitions returns the topologies of every partition of a deployment of
+// count partitions with t's prefix and settings (count 0: t itself,
+// unpartitioned).
+func (t Topology) Partitions(count uint32) []Topology {
+	if count == 0 {
+		t.Partition = events.Partition{}
+		return []Topology{t}
+	}
+	ts := make([]Topology, count)
+	for i := range ts {
+		ts[i] = t
+		ts[i].Partition = events.Partition{Index: uint32(i), Count: count}
+	}
+	return ts
 }
 
 func (t Topology) withDefaults() Topology {
@@ -56,6 +88,9 @@ func (t Topology) validate() error {
 	if t.DupeWindow < 0 {
 		return fmt.Errorf("streams: invalid topology duplicate window %v", t.DupeWindow)
 	}
+	if !t.Partition.Valid() {
+		return fmt.Errorf("streams: invalid topology %s: want an index below a count of 1 to %d", t.Partition, events.MaxPartitions)
+	}
 	return nil
 }
 
@@ -72,30 +107,40 @@ func validPrefix(s string) bool {
 	return true
 }
 
-// InputStream is the name of the input stream, "TENURE_IN" by default.
-func (t Topology) InputStream() string { return t.withDefaults().Prefix + "_IN" }
+// base is the prefix of every name: Prefix, or Prefix_P<index> for a partition.
+func (t Topology) base() string {
+	t = t.withDefaults()
+	if t.Partition.Partitioned() {
+		return t.Prefix + "_P" + t.Partition.Token()
+	}
+	return t.Prefix
+}
+
+// InputStream is the name of the input stream, "TENURE_IN" by default
+// ("TENURE_P2_IN" for partition 2).
+func (t Topology) InputStream() string { return t.base() + "_IN" }
 
 // DecisionStream is the name of the decision stream, "TENURE_OUT" by default.
-func (t Topology) DecisionStream() string { return t.withDefaults().Prefix + "_OUT" }
+func (t Topology) DecisionStream() string { return t.base() + "_OUT" }
 
 // LeaderBucket is the name of the leader KV bucket, "TENURE_LEADER" by
 // default (its stream is "KV_TENURE_LEADER").
-func (t Topology) LeaderBucket() string { return t.withDefaults().Prefix + "_LEADER" }
+func (t Topology) LeaderBucket() string { return t.base() + "_LEADER" }
 
 // SnapshotBucket is the name of the snapshot Object Store bucket,
 // "TENURE_SNAPSHOTS" by default (its stream is "OBJ_TENURE_SNAPSHOTS").
-func (t Topology) SnapshotBucket() string { return t.withDefaults().Prefix + "_SNAPSHOTS" }
+func (t Topology) SnapshotBucket() string { return t.base() + "_SNAPSHOTS" }
 
 // InputConfig is the configuration Ensure creates the input stream with.
 func (t Topology) InputConfig() jetstream.StreamConfig {
-	return t.lockedDown(t.InputStream(), events.InputFilter,
+	return t.lockedDown(t.InputStream(), t.Partition.InputFilter(),
 		"Tenure inputs: append-only, every event as published")
 }
 
 // DecisionConfig is the configuration Ensure creates the decision stream
 // with: the input stream's lock-down, plus atomic batch publish.
 func (t Topology) DecisionConfig() jetstream.StreamConfig {
-	cfg := t.lockedDown(t.DecisionStream(), events.DecisionFilter,
+	cfg := t.lockedDown(t.DecisionStream(), t.Partition.DecisionFilter(),
 		"Tenure decisions: append-only, written by the coordinator only")
 	cfg.AllowAtomicPublish = true
 	return cfg
@@ -106,7 +151,15 @@ func (t Topology) DecisionConfig() jetstream.StreamConfig {
 // API call remove or replace stored messages switched off.
 func (t Topology) lockedDown(name, subject, description string) jetstream.StreamConfig {
 	t = t.withDefaults()
+	var meta map[string]string
+	if t.Partition.Partitioned() {
+		meta = map[string]string{
+			MetaPartition:  t.Partition.Token(),
+			MetaPartitions: strconv.FormatUint(uint64(t.Partition.Count), 10),
+		}
+	}
 	return jetstream.StreamConfig{
+		Metadata:          meta,
 		Name:              name,
 		Description:       description,
 		Subjects:          []string{subject},
@@ -228,10 +281,18 @@ func Open(ctx context.Context, js jetstream.JetStream, t Topology) (*Handles, er
 // difference found, nil if there is none.
 func (h *Handles) Verify(t Topology) error {
 	t = t.withDefaults()
-	if err := checkLockDown(t.InputConfig(), h.In.CachedInfo().Config); err != nil {
-		return err
+	for _, c := range []struct{ want, got jetstream.StreamConfig }{
+		{t.InputConfig(), h.In.CachedInfo().Config},
+		{t.DecisionConfig(), h.Out.CachedInfo().Config},
+	} {
+		if err := checkLockDown(c.want, c.got); err != nil {
+			return err
+		}
+		if err := checkPartition(c.want, c.got); err != nil {
+			return err
+		}
 	}
-	return checkLockDown(t.DecisionConfig(), h.Out.CachedInfo().Config)
+	return nil
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
@@ -258,6 +319,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		return nil, err
 	}
 	if err := checkDurability(want, got); err != nil {
+		return nil, err
+	}
+	if err := checkPartition(want, got); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -325,6 +389,19 @@ func checkDurability(want, got jetstream.StreamConfig) error {
 		return bad("PersistMode", jetstream.DefaultPersistMode, got.PersistMode)
 	case got.Discard != jetstream.DiscardNew:
 		return bad("Discard", jetstream.DiscardNew, got.Discard)
+	}
+	return nil
+}
+
+// checkPartition compares the partition metadata: a deployment's partition
+// count is fixed when it is created (changing it is a migration to a new
+// prefix, see README.md), so a coordinator configured with another count
+// must not fold a partition's stream.
+func checkPartition(want, got jetstream.StreamConfig) error {
+	for _, k := range []string{MetaPartition, MetaPartitions} {
+		if want.Metadata[k] != got.Metadata[k] {
+			return &ConfigMismatchError{Stream: want.Name, Field: "Metadata[" + k + "]", Want: fmt.Sprintf("%q", want.Metadata[k]), Got: fmt.Sprintf("%q", got.Metadata[k])}
+		}
 	}
 	return nil
 }

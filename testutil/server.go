@@ -26,6 +26,12 @@ func ConfigFile(path string) Option {
 	return func(c *streams.EmbeddedConfig) { c.ConfigFile = path }
 }
 
+// Partitions adds the input partition mapping of a deployment of n
+// partitions (streams.EmbeddedConfig.Partitions).
+func Partitions(n uint32) Option {
+	return func(c *streams.EmbeddedConfig) { c.Partitions = n }
+}
+
 // Logger forwards the server's warnings and errors to l.
 func Logger(l *slog.Logger) Option {
 	return func(c *streams.EmbeddedConfig) { c.Logger = l }
