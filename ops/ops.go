@@ -5,12 +5,24 @@
 // the decision whose cause is that input. A verdict that is not an accepted
 // one comes back as a *RejectedError carrying the decision, so that callers
 // can match on it with errors.As (or errors.Is against the sentinels).
+//
+// # Partitioned deployments
+//
+// Nothing changes for the caller. On its first call a Client finds out
+// whether the deployment is partitioned (streams.Discover; the count is
+// recorded in the streams and never changes). If it is, offer, cancel and
+// resolve go to the job's partition (tenure.in.ops.<id>.<job>.<verb>.<k>,
+// k the FNV-32a hash of the job modulo the count) and their verdict is
+// read from that partition's decision stream. Each partition folds its own
+// policy, so SetPolicy sends the policy to every partition and waits for
+// every verdict; SetPolicyAll returns them all, in partition order.
 package ops
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,6 +64,10 @@ type Client struct {
 	id      string
 	js      jetstream.JetStream
 	timeout time.Duration
+
+	pmu   sync.Mutex
+	count uint32 // the deployment's partition count (0: unpartitioned), once known
+	known bool
 }
 
 // New returns a client that acts as ops actor id (a token; server
@@ -93,29 +109,113 @@ func (c *Client) Settle(ctx context.Context, job string, outcome events.Outcome,
 	return c.do(ctx, &events.Input{Job: job, Verb: events.VerbResolve, Action: events.ActionSettle, Outcome: outcome, Text: reason})
 }
 
-// SetPolicy replaces the policy; it applies to inputs stored after it.
+// SetPolicy replaces the policy; it applies to inputs stored after it. In a
+// partitioned deployment the policy is sent to every partition: SetPolicy
+// returns the first verdict that did not accept it (partition 0's if all
+// did), and an error for every partition whose verdict was not an
+// acceptance, naming the partition.
 func (c *Client) SetPolicy(ctx context.Context, p events.Policy) (events.Decision, error) {
-	return c.do(ctx, &events.Input{Job: events.NoJob, Verb: events.VerbPolicy, Policy: p})
+	ds, err := c.SetPolicyAll(ctx, p)
+	for _, d := range ds {
+		if d.Kind != events.KindNone && !d.Kind.Accepted() {
+			return d, err
+		}
+	}
+	if len(ds) == 0 {
+		return events.Decision{}, err
+	}
+	return ds[0], err
 }
 
-// do publishes in and waits for its verdict.
-func (c *Client) do(ctx context.Context, in *events.Input) (events.Decision, error) {
-	in.Role, in.Actor = events.RoleOps, c.id
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
+// SetPolicyAll is SetPolicy returning the verdict of every partition, in
+// partition order (one when the deployment is unpartitioned). A partition
+// whose verdict was not learned has a zero Decision. The error joins those
+// of every partition that did not accept the policy, each naming its
+// partition (unpartitioned: the error of SetPolicy); errors.As finds each
+// *RejectedError.
+func (c *Client) SetPolicyAll(ctx context.Context, p events.Policy) ([]events.Decision, error) {
+	in := events.Input{Job: events.NoJob, Verb: events.VerbPolicy, Policy: p}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	count, err := c.Partitions(ctx)
+	if err != nil {
+		return nil, err
 	}
+	if count == 0 {
+		d, err := c.doIn(ctx, events.Partition{}, &in)
+		return []events.Decision{d}, err
+	}
+	ds := make([]events.Decision, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for k := range count {
+		wg.Go(func() {
+			in := in
+			part := events.Partition{Index: k, Count: count}
+			ds[k], errs[k] = c.doIn(ctx, part, &in)
+			if errs[k] != nil {
+				errs[k] = fmt.Errorf("%s: %w", part, errs[k])
+			}
+		})
+	}
+	wg.Wait()
+	return ds, errors.Join(errs...)
+}
+
+// Partitions returns the partition count of the deployment (0:
+// unpartitioned), discovering it on first use.
+func (c *Client) Partitions(ctx context.Context) (uint32, error) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.known {
+		return c.count, nil
+	}
+	n, err := streams.Discover(ctx, c.js, streams.Topology{})
+	if err != nil {
+		return 0, fmt.Errorf("ops: decision stream: %w", err)
+	}
+	c.count, c.known = n, true
+	return n, nil
+}
+
+// withTimeout bounds ctx by the client's timeout unless it has a deadline.
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// do publishes in to its job's partition and waits for its verdict.
+func (c *Client) do(ctx context.Context, in *events.Input) (events.Decision, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	count, err := c.Partitions(ctx)
+	if err != nil {
+		return events.Decision{}, err
+	}
+	return c.doIn(ctx, events.Partition{Count: count}.Of(in.Job), in)
+}
+
+// doIn publishes in to partition part and waits for its verdict there.
+func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Input) (events.Decision, error) {
+	in.Role, in.Actor = events.RoleOps, c.id
+	topo := streams.Topology{Partition: part}
 	// Follow the decisions about this job from now on, before publishing,
 	// so the verdict cannot be missed.
 	filter := events.JobDecisionFilter(in.Job)
 	if in.Job == events.NoJob {
 		filter = events.DecisionPrefix + ".*." + events.NoJob + ".*"
 	}
+	var pubOpts []jetstream.PublishOpt
+	if part.Partitioned() {
+		filter += "." + part.Token()
+		pubOpts = append(pubOpts, jetstream.WithExpectStream(topo.InputStream()))
+	}
 	// (An ordered consumer is created on its first fetch, so DeliverNew
 	// could start after the verdict: start from the stream's next sequence
 	// as read before publishing instead.)
-	stream, err := c.js.Stream(ctx, streams.Topology{}.DecisionStream())
+	stream, err := c.js.Stream(ctx, topo.DecisionStream())
 	if err != nil {
 		return events.Decision{}, fmt.Errorf("ops: decision stream: %w", streams.Classify(err))
 	}
@@ -131,14 +231,22 @@ func (c *Client) do(ctx context.Context, in *events.Input) (events.Decision, err
 	if err != nil {
 		return events.Decision{}, fmt.Errorf("ops: follow decisions: %w", streams.Classify(err))
 	}
-	msg := nats.NewMsg(events.InputSubject(events.RoleOps, c.id, in.Job, in.Verb))
+	// One pull iterator, hence one server-side consumer (another only if
+	// the ordered consumer has to reset), deleted on return: left alone it
+	// would linger until its inactivity threshold (minutes).
+	it, err := cons.Messages()
+	if err != nil {
+		return events.Decision{}, fmt.Errorf("ops: follow decisions: %w", streams.Classify(err))
+	}
+	defer c.unfollow(ctx, stream, cons, it)
+	msg := nats.NewMsg(part.InputSubject(events.RoleOps, c.id, in.Job, in.Verb))
 	msg.Data = events.AppendInputBody(nil, in)
-	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(c.id+"-"+uuid.NewString()))
+	ack, err := c.js.PublishMsg(ctx, msg, append(pubOpts, jetstream.WithMsgID(c.id+"-"+uuid.NewString()))...)
 	if err != nil {
 		return events.Decision{}, fmt.Errorf("ops: publish %s: %w", in.Verb, streams.Classify(err))
 	}
 	for {
-		m, err := cons.Next(jetstream.FetchContext(ctx))
+		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 				return events.Decision{}, fmt.Errorf("%w for input %d: %v", ErrNoVerdict, ack.Sequence, ctx.Err())
@@ -154,4 +262,19 @@ func (c *Client) do(ctx context.Context, in *events.Input) (events.Decision, err
 		}
 		return d, nil
 	}
+}
+
+// unfollow stops the iterator and deletes the consumer it reads from. The
+// deletion gets its own short deadline: ctx may have ended (no verdict in
+// time). A consumer that cannot be deleted now (connection lost) is removed
+// by the server after its inactivity threshold.
+func (c *Client) unfollow(ctx context.Context, stream jetstream.Stream, cons jetstream.Consumer, it jetstream.MessagesContext) {
+	it.Stop()
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = stream.DeleteConsumer(dctx, info.Name)
 }

@@ -3,12 +3,17 @@ package ops_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
+	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
 
@@ -16,6 +21,14 @@ func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
 
 // startTenure runs a real embedded server and coordinator for the test.
 func startTenure(t *testing.T) *ops.Client {
+	t.Helper()
+	cl, _ := startTenureJS(t)
+	return cl
+}
+
+// startTenureJS is startTenure that also returns a JetStream context on
+// the server.
+func startTenureJS(t *testing.T) (*ops.Client, jetstream.JetStream) {
 	t.Helper()
 	srv := testutil.StartServer(t)
 	nc, _ := testutil.Connect(t, srv.ClientURL())
@@ -37,12 +50,12 @@ func startTenure(t *testing.T) *ops.Client {
 			t.Fatal("coordinator not live")
 		}
 	}
-	onc, _ := testutil.Connect(t, srv.ClientURL())
+	onc, js := testutil.Connect(t, srv.ClientURL())
 	cl, err := ops.New(onc, "disp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cl
+	return cl, js
 }
 
 func TestOperatorVerdicts(t *testing.T) {
@@ -101,9 +114,114 @@ func TestNoVerdictWithoutCoordinator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, js := testutil.Connect(t, srv.ClientURL())
+	base := decisionConsumers(t, js)
 	tctx, tcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer tcancel()
+	// While the offer waits, its consumer is there (so counting them is
+	// meaningful); once it gave up, it is gone.
+	during := make(chan int, 1)
+	go func() {
+		time.Sleep(250 * time.Millisecond)
+		n, err := countConsumers(js)
+		if err != nil {
+			n = -1
+		}
+		during <- n
+	}()
 	if _, err := c.Offer(tctx, "j1", "w1", 0, 0); !errors.Is(err, ops.ErrNoVerdict) {
 		t.Fatalf("offer with no coordinator: %v", err)
 	}
+	if n := <-during; n != base+1 {
+		t.Fatalf("%d consumers on the decision stream while waiting for a verdict, want %d", n, base+1)
+	}
+	requireConsumers(t, js, base, "an offer without a verdict")
+}
+
+// decisionConsumers is the number of consumers on the decision stream.
+func decisionConsumers(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	n, err := countConsumers(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func countConsumers(js jetstream.JetStream) (int, error) {
+	ctx := context.Background()
+	s, err := js.Stream(ctx, streams.Topology{}.DecisionStream())
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Consumers, nil
+}
+
+// requireConsumers waits (briefly: a consumer replaced by a reset of the
+// ordered consumer is deleted asynchronously) until the decision stream has
+// want consumers. Without the deletion they would stay for the ordered
+// consumer's inactivity threshold, minutes.
+func requireConsumers(t *testing.T, js jetstream.JetStream, want int, after string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got := decisionConsumers(t, js)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %d consumers on the decision stream, want %d (the baseline)", after, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Every operation follows the decisions with a consumer of its own and
+// deletes it once the verdict is known, accepted or not, or when none came.
+func TestConsumersDeleted(t *testing.T) {
+	c, js := startTenureJS(t)
+	ctx := context.Background()
+	base := decisionConsumers(t, js)
+	steps := []struct {
+		name string
+		do   func() error
+	}{
+		{"offer", func() error { _, err := c.Offer(ctx, "j1", "w1", 5000, 1000); return err }},
+		{"refused offer", func() error {
+			_, err := c.Offer(ctx, "j1", "w2", 0, 0)
+			if !errors.Is(err, ops.ErrRejected) {
+				return fmt.Errorf("want a refusal, got %v", err)
+			}
+			return nil
+		}},
+		{"cancel", func() error { _, err := c.Cancel(ctx, "j1", "", 0, "no"); return err }},
+		{"policy", func() error { _, err := c.SetPolicy(ctx, events.DefaultPolicy()); return err }},
+		{"offer again", func() error { _, err := c.Offer(ctx, "j2", "w1", 0, 0); return err }},
+	}
+	for _, op := range steps {
+		if err := op.do(); err != nil {
+			t.Fatalf("%s: %v", op.name, err)
+		}
+		requireConsumers(t, js, base, op.name)
+	}
+	// Several at once, from one client.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			if _, err := c.Offer(ctx, fmt.Sprintf("k%d", i), "w1", 0, 0); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent offer: %v", err)
+	}
+	requireConsumers(t, js, base, "8 concurrent offers")
 }

@@ -13,34 +13,36 @@ import (
 )
 
 // Discover finds the deployment with t's prefix on a server and returns its
-// partition count: 0 when its input stream is the unpartitioned
-// <Prefix>_IN, the count recorded in the metadata of <Prefix>_P0_IN
+// partition count: 0 when its decision stream is the unpartitioned
+// <Prefix>_OUT, the count recorded in the metadata of <Prefix>_P0_OUT
 // otherwise. It creates nothing; no deployment at all is an error matching
 // ErrStreamNotFound. Clients that publish inputs (the worker SDK, ops) call
-// it once so that they can compute each job's partition themselves.
+// it once so that they can compute each job's partition themselves. It
+// reads the decision streams' info only, which those clients' NATS users may
+// read (they follow their verdicts there), unlike the input streams'.
 func Discover(ctx context.Context, js jetstream.JetStream, t Topology) (uint32, error) {
 	t.Partition = events.Partition{}
 	if err := t.validate(); err != nil {
 		return 0, err
 	}
-	_, err := js.Stream(ctx, t.InputStream())
+	_, err := js.Stream(ctx, t.DecisionStream())
 	if err == nil {
 		return 0, nil
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, fmt.Errorf("streams: discover %s: %w", t.InputStream(), Classify(err))
+		return 0, fmt.Errorf("streams: discover %s: %w", t.DecisionStream(), Classify(err))
 	}
 	p0 := t
 	p0.Partition = events.Partition{Index: 0, Count: 1}
-	s, err := js.Stream(ctx, p0.InputStream())
+	s, err := js.Stream(ctx, p0.DecisionStream())
 	if err != nil {
-		return 0, fmt.Errorf("streams: discover: neither %s nor %s: %w", t.InputStream(), p0.InputStream(), Classify(err))
+		return 0, fmt.Errorf("streams: discover: neither %s nor %s: %w", t.DecisionStream(), p0.DecisionStream(), Classify(err))
 	}
 	md := s.CachedInfo().Config.Metadata
 	n, err := strconv.ParseUint(md[MetaPartitions], 10, 32)
 	if err != nil || n == 0 || n > events.MaxPartitions || md[MetaPartition] != "0" {
 		return 0, fmt.Errorf("streams: discover: stream %s does not record a valid partition count (metadata %s=%q, %s=%q)",
-			p0.InputStream(), MetaPartition, md[MetaPartition], MetaPartitions, md[MetaPartitions])
+			p0.DecisionStream(), MetaPartition, md[MetaPartition], MetaPartitions, md[MetaPartitions])
 	}
 	return uint32(n), nil
 }

@@ -74,6 +74,9 @@ func (t Topology) withDefaults() Topology {
 	return t
 }
 
+// Validate checks the topology's fields (Ensure and Open do it too).
+func (t Topology) Validate() error { return t.validate() }
+
 func (t Topology) validate() error {
 	t = t.withDefaults()
 	if !validPrefix(t.Prefix) {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/maknow/tenure/events"
 )
@@ -24,6 +25,9 @@ func (w *Worker) Acquire(ctx context.Context, job string, opts ...LeaseOption) (
 		return nil, err
 	}
 	p := w.newInput(&events.Input{Job: job, Verb: events.VerbAcquire, LeaseMS: lo.Duration.Milliseconds()})
+	if lo.Duration > 0 { // its publish attempts fit in the lease asked for
+		p.deadline = time.Now().Add(lo.Duration)
+	}
 	d, err := w.send(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("worker: acquire %s: %w", job, err)

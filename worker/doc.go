@@ -33,7 +33,7 @@
 //
 // Leases renew automatically, every RenewFraction of their duration, and
 // on demand (Lease.Renew). All renewals of a Worker go through one renewer
-// that keeps at most four renewal inputs awaiting their verdicts: when the
+// that keeps at most two renewal inputs awaiting their verdicts: when the
 // worker is idle a renewal leaves at once, alone
 // (tenure.in.worker.<id>.<job>.renew); under load, the renewals that fall due
 // while the inputs in flight are being judged leave together in one batch
@@ -41,6 +41,22 @@
 // still judged on its own and gets its own verdict. A worker holding many
 // leases thus stores one input, not one per lease, for each round of
 // renewals, which is what makes durable (fsync-per-write) storage keep up.
+//
+// # Partitioned deployments
+//
+// Nothing changes for the caller: Connect finds out itself whether the
+// deployment is partitioned (streams.Discover; the count is recorded in the
+// streams) and, if it is, follows every partition's decision stream with an
+// ordered consumer of its own (tenure.out.<id>.> matches the partitioned
+// decision subjects, tenure.out.<id>.<job>.<kind>.<k>). Each input goes to
+// its job's partition, tenure.in.worker.<id>.<job>.<verb>.<k> with k the
+// FNV-32a hash of the job modulo the partition count, and its verdict is
+// matched by partition and sequence: every partition numbers its inputs
+// itself. Renewals coalesce per partition (a batch renew names leases of
+// one partition, and is sent to that partition's subject with job token
+// "_"), with at most two renewal inputs in flight per partition. Offers and
+// every other decision arrive from all partitions; their order is each
+// partition's.
 //
 // # Authority
 //

@@ -186,11 +186,19 @@ func (l *Lease) AckCancel(ctx context.Context) error {
 }
 
 func (l *Lease) do(ctx context.Context, op string, in *events.Input) error {
-	d, err := l.w.send(ctx, l.w.newInput(in))
+	d, err := l.w.send(ctx, l.input(in))
 	if err != nil {
 		return fmt.Errorf("worker: %s %s: %w", op, l.token, err)
 	}
 	return l.observe(d)
+}
+
+// input prepares in, an input of this lease: its publish attempts are
+// bounded by the lease's local deadline (Options.PublishTimeout).
+func (l *Lease) input(in *events.Input) *input {
+	p := l.w.newInput(in)
+	p.deadline = l.Expires()
+	return p
 }
 
 // observe applies the verdict of one of this lease's operations and returns
@@ -357,6 +365,7 @@ func (l *Lease) renew() error {
 		l.pendingSeq, l.pendingT0 = l.renewSeq, time.Time{}
 	}
 	l.req.ref = events.LeaseRef{Job: l.token.Job, LeaseID: l.token.LeaseID, Generation: l.token.Generation, RenewSeq: l.pendingSeq}
+	l.req.deadline = l.deadline
 	ref := l.req.ref
 	l.mu.Unlock()
 	// Once decided, a renewal is sent and its verdict learned even if the

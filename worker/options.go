@@ -13,6 +13,9 @@ const (
 	DefaultPublishTimeout = 2 * time.Second  // one publish attempt
 	DefaultOfferBuffer    = 256              // offers queued for Offers()
 	DefaultRenewFraction  = 1.0 / 3          // renew after this fraction of the lease duration
+	// MinPublishTimeout is the shortest a lease's input may make one
+	// publish attempt (see Options.PublishTimeout).
+	MinPublishTimeout = 100 * time.Millisecond
 )
 
 // Options configures a Worker. Set them with the Option functions.
@@ -25,6 +28,19 @@ type Options struct {
 	VerdictTimeout time.Duration
 	// PublishTimeout bounds one publish attempt; a timed-out attempt is
 	// retried with the same Nats-Msg-Id.
+	//
+	// The inputs of a lease (its renewals, progress, result, release and
+	// cancel ACK, and the acquire asking for it) bound each attempt further
+	// by half the time left before the lease's local deadline (Acquire: the
+	// duration it asks for), but not below MinPublishTimeout (nor above
+	// PublishTimeout): an attempt lost in transit (a stream leader change,
+	// a server restart) is retried while the lease can still be saved, and
+	// a renewal's attempt does not wait past the lease. Half leaves as
+	// much time for the retry as the attempt had. The floor keeps attempts
+	// longer than a PubAck takes on a loaded server: shorter ones would
+	// time out before their own PubAck, retry after retry. Past the
+	// deadline, attempts take MinPublishTimeout; the whole call is still
+	// bounded by VerdictTimeout.
 	PublishTimeout time.Duration
 	// OfferBuffer is how many offers wait for Offers() to be read; when it
 	// is full the oldest is dropped (and reported to ErrorHandler): an offer
@@ -33,6 +49,16 @@ type Options struct {
 	// ErrorHandler receives asynchronous errors: the decision consumer's,
 	// undecodable decisions, dropped offers. Nil ignores them.
 	ErrorHandler func(error)
+}
+
+// publishTimeout is the timeout of one publish attempt made at now of an
+// input of a lease whose local deadline is deadline (zero: an input of no
+// lease), base being Options.PublishTimeout: see there.
+func publishTimeout(base time.Duration, deadline, now time.Time) time.Duration {
+	if deadline.IsZero() {
+		return base
+	}
+	return min(base, max(deadline.Sub(now)/2, MinPublishTimeout))
 }
 
 // Option sets one of Options.

@@ -9,16 +9,18 @@ import (
 )
 
 // maxRenewBatches bounds the renewal inputs of one worker awaiting their
-// verdicts. While they are all in flight, renewals that fall due queue up
-// and leave together, in one batch renew, when one comes back: renewals
-// coalesce under load and go alone, at once, when the worker is idle.
+// verdicts (per partition: a batch renew holds leases of one partition).
+// While they are all in flight, renewals that fall due queue up and leave
+// together, in one batch renew, when one comes back: renewals coalesce under
+// load and go alone, at once, when the worker is idle.
 const maxRenewBatches = 2
 
 // renewReq is one lease's renewal handed to the worker's renewer. A lease
 // has one renewal in flight at a time (Lease.renewMu), so it reuses one.
 type renewReq struct {
-	ref  events.LeaseRef
-	done chan renewResult // buffered: one result
+	ref      events.LeaseRef
+	deadline time.Time        // the lease's local deadline when it was handed over
+	done     chan renewResult // buffered: one result
 }
 
 func newRenewReq() *renewReq { return &renewReq{done: make(chan renewResult, 1)} }
@@ -35,12 +37,13 @@ type renewResult struct {
 // renewVia hands req (its ref set) to the renewer and waits for its
 // outcome.
 func (w *Worker) renewVia(req *renewReq) renewResult {
+	k := w.part.Of(req.ref.Job).Index
 	w.rmu.Lock()
 	if w.ctx.Err() != nil {
 		w.rmu.Unlock()
 		return renewResult{err: ErrClosed}
 	}
-	w.renewQ = append(w.renewQ, req)
+	w.renewQ[k] = append(w.renewQ[k], req)
 	w.rmu.Unlock()
 	select {
 	case w.renewS <- struct{}{}:
@@ -50,18 +53,21 @@ func (w *Worker) renewVia(req *renewReq) renewResult {
 }
 
 // renewer sends the queued renewals, at most events.MaxBatch per input and
-// maxRenewBatches inputs at a time. It exits on Close, failing what is
-// still queued with ErrClosed.
+// maxRenewBatches inputs at a time per partition: in a partitioned
+// deployment each partition's coordinator judges its own leases, so their
+// renewals travel in inputs of their own, to their own partition. It exits
+// on Close, failing what is still queued with ErrClosed.
 func (w *Worker) renewer() {
 	defer w.wg.Done()
-	slots := make(chan struct{}, maxRenewBatches)
 	defer func() {
 		w.rmu.Lock()
-		q := w.renewQ
-		w.renewQ = nil
+		qs := w.renewQ
+		w.renewQ = make([][]*renewReq, len(qs))
 		w.rmu.Unlock()
-		for _, r := range q {
-			r.done <- renewResult{err: ErrClosed}
+		for _, q := range qs {
+			for _, r := range q {
+				r.done <- renewResult{err: ErrClosed}
+			}
 		}
 	}()
 	for {
@@ -70,42 +76,40 @@ func (w *Worker) renewer() {
 		case <-w.ctx.Done():
 			return
 		}
-		for {
-			select {
-			case slots <- struct{}{}:
-			case <-w.ctx.Done():
-				return
-			}
-			w.rmu.Lock()
-			n := min(len(w.renewQ), events.MaxBatch)
-			batch := make([]*renewReq, n)
-			copy(batch, w.renewQ)
-			clear(w.renewQ[:n])
-			w.renewQ = w.renewQ[n:]
-			if len(w.renewQ) == 0 {
-				w.renewQ = nil
-			}
-			w.rmu.Unlock()
-			if n == 0 {
-				<-slots
-				break
-			}
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				w.sendRenewals(batch)
-				<-slots
-				select { // more may have queued meanwhile
-				case w.renewS <- struct{}{}:
-				default:
+		w.rmu.Lock()
+		for k := range w.renewQ {
+			for w.renewN[k] < maxRenewBatches && len(w.renewQ[k]) > 0 {
+				q := w.renewQ[k]
+				n := min(len(q), events.MaxBatch)
+				batch := make([]*renewReq, n)
+				copy(batch, q)
+				clear(q[:n])
+				w.renewQ[k] = q[n:]
+				if len(w.renewQ[k]) == 0 {
+					w.renewQ[k] = nil
 				}
-			}()
+				w.renewN[k]++
+				w.wg.Add(1) // the renewer itself is counted: never from zero
+				go func() {
+					defer w.wg.Done()
+					w.sendRenewals(batch)
+					w.rmu.Lock()
+					w.renewN[k]--
+					w.rmu.Unlock()
+					select { // more may have queued meanwhile
+					case w.renewS <- struct{}{}:
+					default:
+					}
+				}()
+			}
 		}
+		w.rmu.Unlock()
 	}
 }
 
-// sendRenewals publishes one input for the renewals of batch (a single
-// renew for one, a batch renew for more) and hands each its verdict.
+// sendRenewals publishes one input for the renewals of batch, all leases of
+// one partition (a single renew for one, a batch renew for more, to that
+// partition), and hands each its verdict.
 func (w *Worker) sendRenewals(batch []*renewReq) {
 	in := events.Input{Verb: events.VerbRenew}
 	if len(batch) == 1 {
@@ -119,7 +123,13 @@ func (w *Worker) sendRenewals(batch []*renewReq) {
 		}
 	}
 	p := w.newInput(&in)
+	p.part = w.part.Of(batch[0].ref.Job) // a batch renew's job token is "_"
 	p.t0 = time.Now()
+	for _, r := range batch { // the publish attempts fit in the earliest lease
+		if p.deadline.IsZero() || r.deadline.Before(p.deadline) {
+			p.deadline = r.deadline
+		}
+	}
 	ds, err := w.sendN(context.Background(), p, len(batch))
 	// Verdicts come in the order of the leases; match them by job all the
 	// same. A verdict about no job (a rejected input) answers them all.

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
 )
 
 // stashSize bounds the decisions addressed to this worker that no waiter or
@@ -27,28 +28,44 @@ type Worker struct {
 	id   string
 	js   jetstream.JetStream
 	opts Options
-	in   string // input stream name
+	part events.Partition // Count: the deployment's partition count (0: unpartitioned)
+	ins  []string         // input stream name of each partition (one if unpartitioned)
 
 	ctx    context.Context // cancelled (cause ErrClosed) by Close
 	cancel context.CancelCauseFunc
-	cc     jetstream.ConsumeContext
-	wg     sync.WaitGroup // the offer pump and every lease's renew loop
+	ccs    []jetstream.ConsumeContext // the decision consumer of each partition
+	wg     sync.WaitGroup             // the offer pump and every lease's renew loop
 	once   sync.Once
 
-	rmu    sync.Mutex    // guards renewQ
-	renewQ []*renewReq   // renewals waiting for the renewer
+	rmu    sync.Mutex    // guards renewQ and renewN
+	renewQ [][]*renewReq // per partition: renewals waiting for the renewer
+	renewN []int         // per partition: renewal inputs awaiting their verdicts
 	renewS chan struct{} // wakes the renewer
 
 	mu      sync.Mutex
-	waiters map[uint64]*waiter // input sequence -> its caller
+	waiters map[verdictKey]*waiter // input -> its caller
 	leases  map[leaseKey]*Lease
-	stash   []events.Decision // unclaimed decisions, oldest first, at most stashSize
+	stash   []stashed // unclaimed decisions, oldest first, at most stashSize
 	offerQ  []Offer
 	offerC  chan Offer
 	offerS  chan struct{} // wakes the offer pump
 }
 
 type leaseKey struct{ job, leaseID string }
+
+// verdictKey names one stored input: input sequences are per partition
+// (each partition has its own input stream), so the partition index is
+// part of the key (0 when unpartitioned).
+type verdictKey struct {
+	part uint32
+	seq  uint64
+}
+
+// stashed is an unclaimed decision and the partition it was read from.
+type stashed struct {
+	part uint32
+	d    events.Decision
+}
 
 // waiter receives the verdicts of one input: left more are expected (a
 // batch renew has one per lease); ch has room for all of them.
@@ -68,6 +85,11 @@ type waiter struct {
 // gap. The worker's NATS user needs permission to publish on
 // tenure.in.worker.<id>.>, to read the decision stream's info and to create
 // consumers on it.
+//
+// Connect also finds out whether the deployment is partitioned
+// (streams.Discover); if it is, it follows every partition's decision
+// stream, one ordered consumer each, and the worker's user needs those
+// permissions on every partition's decision stream.
 func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 	if !events.ValidToken(id) {
 		return nil, fmt.Errorf("worker: invalid id %q: want 1 to %d of [A-Za-z0-9_-]", id, events.MaxTokenLen)
@@ -90,16 +112,28 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.VerdictTimeout)
+	defer cancel()
+	count, err := streams.Discover(ctx, js, streams.Topology{Prefix: o.StreamPrefix})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	topos := streams.Topology{Prefix: o.StreamPrefix}.Partitions(count)
 	w := &Worker{
-		id: id, js: js, opts: o, in: o.StreamPrefix + "_IN",
-		waiters: make(map[uint64]*waiter),
+		id: id, js: js, opts: o, part: events.Partition{Count: count},
+		renewQ:  make([][]*renewReq, len(topos)),
+		renewN:  make([]int, len(topos)),
+		waiters: make(map[verdictKey]*waiter),
 		leases:  make(map[leaseKey]*Lease),
 		offerC:  make(chan Offer),
 		offerS:  make(chan struct{}, 1),
 		renewS:  make(chan struct{}, 1),
 	}
+	for _, t := range topos {
+		w.ins = append(w.ins, t.InputStream())
+	}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
-	if err := w.start(); err != nil {
+	if err := w.start(ctx, topos); err != nil {
 		w.cancel(err)
 		return nil, err
 	}
@@ -109,11 +143,21 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 	return w, nil
 }
 
-// start creates the decision consumer and starts consuming.
-func (w *Worker) start() error {
-	ctx, cancel := context.WithTimeout(context.Background(), w.opts.VerdictTimeout)
-	defer cancel()
-	out := w.opts.StreamPrefix + "_OUT"
+// start creates the decision consumer of every partition (of the
+// deployment, when unpartitioned) and starts consuming; on error it stops
+// those it started.
+func (w *Worker) start(ctx context.Context, topos []streams.Topology) error {
+	for _, t := range topos {
+		if err := w.follow(ctx, t.Partition.Index, t.DecisionStream()); err != nil {
+			w.stopConsumers()
+			return err
+		}
+	}
+	return nil
+}
+
+// follow starts the decision consumer of partition part, on stream out.
+func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 	s, err := w.js.Stream(ctx, out)
 	if err != nil {
 		return fmt.Errorf("worker: decision stream %s: %w", out, err)
@@ -129,20 +173,38 @@ func (w *Worker) start() error {
 	if err != nil {
 		return fmt.Errorf("worker: decision consumer: %w", err)
 	}
-	w.cc, err = cons.Consume(w.onMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	cc, err := cons.Consume(func(m jetstream.Msg) { w.onMsg(part, m) }, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		w.report(fmt.Errorf("worker: decision consumer: %w", err))
 	}))
 	if err != nil {
 		return fmt.Errorf("worker: decision consumer: %w", err)
 	}
+	w.ccs = append(w.ccs, cc)
 	return nil
+}
+
+// stopConsumers stops every decision consumer and waits (a little) until
+// they have stopped.
+func (w *Worker) stopConsumers() {
+	for _, cc := range w.ccs {
+		cc.Stop()
+	}
+	deadline := time.After(5 * time.Second)
+	for _, cc := range w.ccs {
+		select {
+		case <-cc.Closed():
+		case <-deadline:
+			return
+		}
+	}
 }
 
 // ID is the worker's identity.
 func (w *Worker) ID() string { return w.id }
 
 // Offers returns the channel of offers addressed to this worker, in the
-// order the coordinator made them. It is closed by Close.
+// order the coordinator made them (in a partitioned deployment, in the
+// order each partition's coordinator made them). It is closed by Close.
 func (w *Worker) Offers() <-chan Offer { return w.offerC }
 
 // Close stops reading decisions, cancels the context of every lease (cause
@@ -152,11 +214,7 @@ func (w *Worker) Offers() <-chan Offer { return w.offerC }
 func (w *Worker) Close() error {
 	w.once.Do(func() {
 		w.cancel(ErrClosed)
-		w.cc.Stop()
-		select {
-		case <-w.cc.Closed():
-		case <-time.After(5 * time.Second):
-		}
+		w.stopConsumers()
 		w.mu.Lock()
 		for k, l := range w.leases {
 			l.finish(ErrClosed)
@@ -174,42 +232,48 @@ func (w *Worker) report(err error) {
 	}
 }
 
-// onMsg receives each decision addressed to this worker, in stream order.
-func (w *Worker) onMsg(m jetstream.Msg) {
+// onMsg receives each decision addressed to this worker from partition
+// part's decision stream, in stream order.
+func (w *Worker) onMsg(part uint32, m jetstream.Msg) {
 	d, err := events.DecodeDecision(m.Data())
 	if err != nil {
 		w.report(fmt.Errorf("worker: decision %s: %w", m.Subject(), err))
 		return
 	}
-	w.dispatch(d)
+	w.dispatchFrom(part, d)
 }
 
-// dispatch routes one decision: a verdict of this worker's input to its
-// caller, an offer to the offer queue, a decision about one of its leases to
-// the lease; what nobody claims yet is stashed.
-func (w *Worker) dispatch(d events.Decision) {
+// dispatch is dispatchFrom for the unpartitioned deployment.
+func (w *Worker) dispatch(d events.Decision) { w.dispatchFrom(0, d) }
+
+// dispatchFrom routes one decision read from partition part: a verdict of
+// this worker's input to its caller, an offer to the offer queue, a
+// decision about one of its leases to the lease; what nobody claims yet is
+// stashed.
+func (w *Worker) dispatchFrom(part uint32, d events.Decision) {
 	w.mu.Lock()
-	err := w.dispatchLocked(d)
+	err := w.dispatchLocked(part, d)
 	w.mu.Unlock()
 	if err != nil {
 		w.report(err)
 	}
 }
 
-func (w *Worker) dispatchLocked(d events.Decision) error {
+func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 	if w.ctx.Err() != nil {
 		return nil
 	}
 	if !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
-		if wt, ok := w.waiters[d.Cause]; ok {
+		k := verdictKey{part, d.Cause}
+		if wt, ok := w.waiters[k]; ok {
 			wt.ch <- d // buffered: room for every verdict expected
 			wt.left--
 			if wt.left == 0 || d.Job.ID == events.NoJob {
-				delete(w.waiters, d.Cause)
+				delete(w.waiters, k)
 			}
 			return nil
 		}
-		w.stashLocked(d) // its PubAck has not come back yet
+		w.stashLocked(part, d) // its PubAck has not come back yet
 		return nil
 	}
 	switch d.Kind {
@@ -225,17 +289,17 @@ func (w *Worker) dispatchLocked(d events.Decision) error {
 			}
 			return nil
 		}
-		w.stashLocked(d) // its lease is being registered
+		w.stashLocked(part, d) // its lease is being registered
 	}
 	return nil
 }
 
-func (w *Worker) stashLocked(d events.Decision) {
+func (w *Worker) stashLocked(part uint32, d events.Decision) {
 	if len(w.stash) == stashSize {
 		copy(w.stash, w.stash[1:])
 		w.stash = w.stash[:stashSize-1]
 	}
-	w.stash = append(w.stash, d)
+	w.stash = append(w.stash, stashed{part, d})
 }
 
 // register adds l and applies, in order, the stashed decisions about it.
@@ -250,14 +314,14 @@ func (w *Worker) register(l *Lease) error {
 	w.leases[k] = l
 	kept := w.stash[:0]
 	ended := false
-	for _, d := range w.stash {
-		if d.Kind.Derived() || d.Role != events.RoleWorker || d.Actor != w.id {
+	for _, s := range w.stash {
+		if d := s.d; d.Kind.Derived() || d.Role != events.RoleWorker || d.Actor != w.id {
 			if d.Job.ID == k.job && d.Job.LeaseID == k.leaseID {
 				ended = l.handle(d) || ended
 				continue
 			}
 		}
-		kept = append(kept, d)
+		kept = append(kept, s)
 	}
 	clear(w.stash[len(kept):])
 	w.stash = kept
@@ -283,16 +347,20 @@ func (w *Worker) unregister(l *Lease) {
 type input struct {
 	job   string
 	verb  events.Verb
+	part  events.Partition // the partition it is published to (the job's)
 	body  []byte
 	msgID string
 	t0    time.Time // local time just before the first publish attempt
 	sent  bool      // an attempt went out: a duplicate PubAck is then its own
+	// deadline is the local deadline of the lease the input belongs to
+	// (zero: none); it bounds each publish attempt (publishTimeout).
+	deadline time.Time
 }
 
 func (w *Worker) newInput(in *events.Input) *input {
 	in.Role, in.Actor = events.RoleWorker, w.id
 	in.SentAt = time.Now().UnixNano()
-	return &input{job: in.Job, verb: in.Verb, body: events.AppendInputBody(nil, in), msgID: w.newMsgID()}
+	return &input{job: in.Job, verb: in.Verb, part: w.part.Of(in.Job), body: events.AppendInputBody(nil, in), msgID: w.newMsgID()}
 }
 
 // newMsgID returns "<id>-<random UUID v4>": namespaced by the worker, and
@@ -346,7 +414,7 @@ func (w *Worker) sendN(ctx context.Context, p *input, n int) ([]events.Decision,
 	if err != nil {
 		return nil, w.callErr(ctx, err)
 	}
-	return w.awaitN(ctx, seq, n)
+	return w.awaitN(ctx, p.part.Index, seq, n)
 }
 
 func (w *Worker) callErr(ctx context.Context, err error) error {
@@ -359,22 +427,28 @@ func (w *Worker) callErr(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", ErrNoVerdict, err)
 }
 
-// publish stores p in the input stream and returns its sequence. Attempts
-// that may have failed in transit are retried with the same Msg-Id until
-// ctx ends: if an earlier attempt was stored, the stream answers with that
-// attempt's sequence.
+// publish stores p in the input stream (of p's partition) and returns its
+// sequence there. Attempts that may have failed in transit are retried with
+// the same Msg-Id until ctx ends: if an earlier attempt was stored, the
+// stream answers with that attempt's sequence.
 func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 	msg := &nats.Msg{
-		Subject: events.InputSubject(events.RoleWorker, w.id, p.job, p.verb),
+		Subject: p.part.InputSubject(events.RoleWorker, w.id, p.job, p.verb),
 		Data:    p.body,
 	}
+	in := w.ins[p.part.Index]
 	wait := 10 * time.Millisecond
 	for {
 		first := !p.sent
 		p.sent = true
-		actx, cancel := context.WithTimeout(ctx, w.opts.PublishTimeout)
-		ack, err := w.js.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(w.in))
+		actx, cancel := context.WithTimeout(ctx, publishTimeout(w.opts.PublishTimeout, p.deadline, time.Now()))
+		ack, err := w.js.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(in))
 		cancel()
+		if err == nil && ack.Stream != in {
+			// Never with the expected-stream header; the verdict is
+			// matched by (partition, sequence), so make sure.
+			return 0, fmt.Errorf("publish %s: stored by stream %s, want %s", msg.Subject, ack.Stream, in)
+		}
 		if err == nil && ack.Duplicate && first {
 			w.msgIDCollision(p, ack.Sequence) // not ours: resend under a fresh id
 			continue
@@ -415,30 +489,31 @@ func retryable(err error) bool {
 	return false
 }
 
-// await waits for the verdict of input seq.
+// await waits for the verdict of input seq of the unpartitioned deployment.
 func (w *Worker) await(ctx context.Context, seq uint64) (events.Decision, error) {
-	ds, err := w.awaitN(ctx, seq, 1)
+	ds, err := w.awaitN(ctx, 0, seq, 1)
 	if err != nil {
 		return events.Decision{}, err
 	}
 	return ds[0], nil
 }
 
-// awaitN waits for the n verdicts of input seq, or for a verdict about no
-// job (the whole input rejected), which is then the only one. On error it
-// returns the verdicts learned so far.
-func (w *Worker) awaitN(ctx context.Context, seq uint64, n int) ([]events.Decision, error) {
+// awaitN waits for the n verdicts of input seq of partition part, or for a
+// verdict about no job (the whole input rejected), which is then the only
+// one. On error it returns the verdicts learned so far.
+func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]events.Decision, error) {
 	ds := make([]events.Decision, 0, n)
 	whole := false
+	key := verdictKey{part, seq}
 	w.mu.Lock()
 	kept := w.stash[:0]
-	for _, d := range w.stash {
-		if len(ds) < n && !whole && d.Cause == seq && !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
+	for _, s := range w.stash {
+		if d := s.d; len(ds) < n && !whole && s.part == part && d.Cause == seq && !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
 			ds = append(ds, d)
 			whole = d.Job.ID == events.NoJob
 			continue
 		}
-		kept = append(kept, d)
+		kept = append(kept, s)
 	}
 	clear(w.stash[len(kept):])
 	w.stash = kept
@@ -446,10 +521,10 @@ func (w *Worker) awaitN(ctx context.Context, seq uint64, n int) ([]events.Decisi
 		w.mu.Unlock()
 		return ds, nil
 	}
-	wt, ok := w.waiters[seq]
+	wt, ok := w.waiters[key]
 	if !ok {
 		wt = &waiter{ch: make(chan events.Decision, n-len(ds)), left: n - len(ds)}
-		w.waiters[seq] = wt
+		w.waiters[key] = wt
 	}
 	w.mu.Unlock()
 	for len(ds) < n && !whole {
@@ -459,8 +534,8 @@ func (w *Worker) awaitN(ctx context.Context, seq uint64, n int) ([]events.Decisi
 			whole = d.Job.ID == events.NoJob
 		case <-ctx.Done():
 			w.mu.Lock()
-			if w.waiters[seq] == wt {
-				delete(w.waiters, seq)
+			if w.waiters[key] == wt {
+				delete(w.waiters, key)
 			}
 			w.mu.Unlock()
 			for len(ds) < n && !whole { // arrived while giving up

@@ -28,8 +28,20 @@ func (o *opsCommand) register(fs *flag.FlagSet) {
 }
 
 // run connects, calls f, and prints the verdict; a verdict that is not
-// accepted is an error (exit status 1).
+// accepted is an error (exit status 1). In a partitioned deployment the
+// verdict is that of the job's partition.
 func (o *opsCommand) run(ctx context.Context, stdout io.Writer, f func(context.Context, *ops.Client) (events.Decision, error)) error {
+	return o.runAll(ctx, stdout, func(ctx context.Context, c *ops.Client) ([]events.Decision, error) {
+		d, err := f(ctx, c)
+		return []events.Decision{d}, err
+	})
+}
+
+// runAll is run for an input sent to every partition (policy): it prints
+// every verdict learned, each prefixed with its partition when the
+// deployment is partitioned ("partition 2: ..."; as JSON, one decision per
+// line in partition order).
+func (o *opsCommand) runAll(ctx context.Context, stdout io.Writer, f func(context.Context, *ops.Client) ([]events.Decision, error)) error {
 	defaultURL(&o.conn)
 	nc, err := o.conn.connect("tenure-ops-" + o.as)
 	if err != nil {
@@ -40,15 +52,24 @@ func (o *opsCommand) run(ctx context.Context, stdout io.Writer, f func(context.C
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	d, err := f(ctx, c)
+	ds, err := f(ctx, c)
 	var rej *ops.RejectedError
-	if err != nil && !errors.As(err, &rej) {
+	if err != nil && !errors.As(err, &rej) && len(ds) <= 1 {
 		return err
 	}
-	if o.asJSON {
-		fmt.Fprintf(stdout, "%s\n", events.AppendDecision(nil, &d))
-	} else {
-		fmt.Fprintln(stdout, projector.Describe(&d, 0))
+	count, _ := c.Partitions(ctx) // known by now: f succeeded at least in part
+	for k, d := range ds {
+		if d.Kind == events.KindNone {
+			continue // no verdict learned: the error says so
+		}
+		switch {
+		case o.asJSON:
+			fmt.Fprintf(stdout, "%s\n", events.AppendDecision(nil, &d))
+		case count > 0 && len(ds) > 1:
+			fmt.Fprintf(stdout, "partition %d: %s\n", k, projector.Describe(&d, 0))
+		default:
+			fmt.Fprintln(stdout, projector.Describe(&d, 0))
+		}
 	}
 	return err
 }
@@ -166,7 +187,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		AckTimeout: int64(*ackTimeout), CancelTimeout: int64(*cancelTimeout), MaxLifetime: int64(*maxLifetime),
 		MaxGenerations: *maxGens,
 	}
-	return o.run(ctx, stdout, func(ctx context.Context, c *ops.Client) (events.Decision, error) {
-		return c.SetPolicy(ctx, p)
+	return o.runAll(ctx, stdout, func(ctx context.Context, c *ops.Client) ([]events.Decision, error) {
+		return c.SetPolicyAll(ctx, p) // to every partition of a partitioned deployment
 	})
 }

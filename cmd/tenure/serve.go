@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -105,6 +106,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	snapEvery := fs.Int("snapshot-every", coordinator.DefaultSnapshotEvery, "inputs between snapshots (negative: never)")
 	snapInterval := fs.Duration("snapshot-interval", coordinator.DefaultSnapshotInterval, "time between snapshots")
 	replicas := fs.Int("replicas", 1, "stream replicas when creating the topology on a cluster")
+	partitions := fs.Uint("partitions", 0, "partitions of the deployment (0: unpartitioned); fixed when it is created, see README")
 	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var webUI uiFlags
@@ -121,6 +123,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := webUI.check(); err != nil {
 		return err
+	}
+	if *partitions > events.MaxPartitions {
+		return fmt.Errorf("%w: --partitions: at most %d", errUsage, events.MaxPartitions)
+	}
+	count := uint32(*partitions)
+	if count > 0 && webUI.http != "" {
+		return fmt.Errorf("%w: the web UI follows an unpartitioned deployment only; use tenure status and tenure watch with --partitions", errUsage)
 	}
 
 	if conn.url == "" {
@@ -141,7 +150,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		srv, err := streams.StartEmbedded(streams.EmbeddedConfig{
 			DataDir: dir, Host: host, Port: port, SyncAlways: *sync == "always",
-			ConfigFile: *serverConf, ServerName: "tenure", Logger: log,
+			ConfigFile: *serverConf, ServerName: "tenure", Logger: log, Partitions: count,
 		})
 		if err != nil {
 			return err
@@ -156,15 +165,32 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer nc.Close()
 
-	c, err := coordinator.New(coordinator.Config{
+	cfg := coordinator.Config{
 		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
 		Metrics: webUI.coordinatorMetrics(),
-	})
+	}
+	if count > 0 {
+		g, err := coordinator.NewGroup(cfg, count)
+		if err != nil {
+			return err
+		}
+		svc, err := addStatusService(nc, g.Coordinators(), *id)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = svc.Stop() }()
+		log.Info("tenure serving: connect workers to "+conn.url, "nats_url", conn.url, "coordinator", *id, "partitions", count,
+			"inputs", "tenure.in.<role>.<actor>.<job>.<verb>[.<partition>]", "decisions", "tenure.out.<addressee>.<job>.<kind>.<partition>")
+		err = g.Run(ctx)
+		log.Info("tenure stopped")
+		return err
+	}
+	c, err := coordinator.New(cfg)
 	if err != nil {
 		return err
 	}
-	svc, err := addStatusService(nc, c, *id)
+	svc, err := addStatusService(nc, []*coordinator.Coordinator{c}, *id)
 	if err != nil {
 		return err
 	}
@@ -192,7 +218,8 @@ type status struct {
 
 func currentStatus(ctx context.Context, js jetstream.JetStream, c *coordinator.Coordinator) status {
 	st := status{Stats: c.Stats()}
-	if s, err := js.Stream(ctx, streams.Topology{}.InputStream()); err == nil {
+	top := c.Topology()
+	if s, err := js.Stream(ctx, top.InputStream()); err == nil {
 		if info, err := s.Info(ctx); err == nil {
 			st.InputStreamSeq = info.State.LastSeq
 			if st.InputStreamSeq > st.InputsFolded {
@@ -200,7 +227,7 @@ func currentStatus(ctx context.Context, js jetstream.JetStream, c *coordinator.C
 			}
 		}
 	}
-	if kv, err := js.KeyValue(ctx, streams.Topology{}.LeaderBucket()); err == nil {
+	if kv, err := js.KeyValue(ctx, top.LeaderBucket()); err == nil {
 		if e, err := kv.Get(ctx, "leader"); err == nil {
 			st.Leader = string(e.Value())
 		}
@@ -208,34 +235,60 @@ func currentStatus(ctx context.Context, js jetstream.JetStream, c *coordinator.C
 	return st
 }
 
-// addStatusService registers the coordinator as a NATS micro service
-// "tenure" with a "status" endpoint.
-func addStatusService(nc *nats.Conn, c *coordinator.Coordinator, id string) (micro.Service, error) {
+// addStatusService registers the coordinators as a NATS micro service
+// "tenure" with a "status" endpoint (subject tenure.status.<id>), or, for
+// the partitions of a partitioned deployment, one endpoint per partition
+// ("status-p<k>", subject tenure.status.<id>.<k>), each reporting its
+// partition's coordinator in its stats.
+func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string) (micro.Service, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	stats := func() any {
+	stats := func(c *coordinator.Coordinator) any {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		return currentStatus(ctx, js, c)
 	}
+	byName := make(map[string]*coordinator.Coordinator, len(cs))
+	for _, c := range cs {
+		byName[statusEndpoint(c)] = c
+	}
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:         "tenure",
-		Version:      version,
-		Description:  "Tenure lease coordinator " + id,
-		Metadata:     map[string]string{"coordinator": id},
-		StatsHandler: func(*micro.Endpoint) any { return stats() },
+		Name:        "tenure",
+		Version:     version,
+		Description: "Tenure lease coordinator " + id,
+		Metadata:    map[string]string{"coordinator": id},
+		StatsHandler: func(e *micro.Endpoint) any {
+			if c, ok := byName[e.Name]; ok {
+				return stats(c)
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("status service: %w", err)
 	}
-	err = svc.AddEndpoint("status", micro.HandlerFunc(func(r micro.Request) {
-		b, _ := json.Marshal(stats())
-		_ = r.Respond(b)
-	}), micro.WithEndpointSubject("tenure.status."+id))
-	if err != nil {
-		return nil, fmt.Errorf("status endpoint: %w", err)
+	for _, c := range cs {
+		subject := "tenure.status." + id
+		if p := c.Topology().Partition; p.Partitioned() {
+			subject += "." + p.Token()
+		}
+		err = svc.AddEndpoint(statusEndpoint(c), micro.HandlerFunc(func(r micro.Request) {
+			b, _ := json.Marshal(stats(c))
+			_ = r.Respond(b)
+		}), micro.WithEndpointSubject(subject))
+		if err != nil {
+			return nil, fmt.Errorf("status endpoint: %w", err)
+		}
 	}
 	return svc, nil
+}
+
+// statusEndpoint is the name of c's status endpoint.
+func statusEndpoint(c *coordinator.Coordinator) string {
+	if p := c.Topology().Partition; p.Partitioned() {
+		return "status-p" + p.Token()
+	}
+	return "status"
 }

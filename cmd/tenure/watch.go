@@ -1,16 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
@@ -25,6 +28,9 @@ func defaultURL(c *connFlags) {
 
 // runWatch prints decisions as they are appended, filtered by job, holder
 // and kind, as a table or as JSON lines (the decision bodies themselves).
+// On a partitioned deployment it follows every partition's decision stream
+// (only the job's with --job) and prints their decisions as they arrive,
+// the table with a PART column.
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("watch", stderr)
 	var conn connFlags
@@ -61,34 +67,68 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	count, err := streams.Discover(ctx, js, streams.Topology{})
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	topos := streams.Topology{}.Partitions(count)
+	if count > 0 && *job != "" {
+		topos = topos[events.PartitionOf(*job, count) : events.PartitionOf(*job, count)+1]
+	}
 	filter := events.DecisionPrefix + ".*." + or(*job, "*") + "." + or(*kind, "*")
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy}
-	if *all {
-		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs := make(chan watched)
+	var its []jetstream.MessagesContext
+	for _, topo := range topos {
+		f := filter
+		if topo.Partition.Partitioned() {
+			f += "." + topo.Partition.Token()
+		}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f}, DeliverPolicy: jetstream.DeliverNewPolicy}
+		if *all {
+			cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		}
+		cons, err := js.OrderedConsumer(ctx, topo.DecisionStream(), cfg)
+		if err != nil {
+			return fmt.Errorf("watch: %w", streams.Classify(err))
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return err
+		}
+		its = append(its, it)
+		go forward(ctx, topo.Partition, it, msgs)
 	}
-	cons, err := js.OrderedConsumer(ctx, streams.Topology{}.DecisionStream(), cfg)
-	if err != nil {
-		return fmt.Errorf("watch: %w", streams.Classify(err))
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return err
-	}
-	go func() { <-ctx.Done(); it.Stop() }()
+	defer func() {
+		for _, it := range its {
+			it.Stop()
+		}
+	}()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
 	if *format == "table" {
-		fmt.Fprintln(tw, "AT\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY")
+		if count > 0 {
+			fmt.Fprintln(tw, "AT\tPART\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY")
+		} else {
+			fmt.Fprintln(tw, "AT\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY")
+		}
 		tw.Flush()
 	}
 	n := 0
 	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+		var w watched
+		select {
+		case w = <-msgs:
+		case <-ctx.Done():
+			return nil
+		}
+		if w.err != nil {
+			if ctx.Err() != nil || errors.Is(w.err, jetstream.ErrMsgIteratorClosed) {
 				return nil
 			}
-			return err
+			return w.err
 		}
+		m := w.m
 		d, err := events.DecodeDecision(m.Data())
 		if err != nil {
 			fmt.Fprintln(stderr, "tenure watch: undecodable decision:", err)
@@ -97,9 +137,16 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *holder != "" && d.Addressee != *holder && d.Job.Holder != *holder {
 			continue
 		}
-		if *format == "json" {
+		switch {
+		case *format == "json":
 			fmt.Fprintf(stdout, "%s\n", m.Data())
-		} else {
+		case w.part.Partitioned():
+			fmt.Fprintf(tw, "%s\t%s\t#%d.%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\n",
+				time.Unix(0, d.At).UTC().Format("15:04:05.000"), w.part.Token(), d.Cause, d.N, d.Kind, d.Reason,
+				d.Job.ID, d.Job.Generation, or(d.Job.Holder, "-"), d.Job.State,
+				or(clock(d.Job.ExpiresAt), "-"), d.Role, d.Actor)
+			tw.Flush()
+		default:
 			fmt.Fprintf(tw, "%s\t#%d.%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\n",
 				time.Unix(0, d.At).UTC().Format("15:04:05.000"), d.Cause, d.N, d.Kind, d.Reason,
 				d.Job.ID, d.Job.Generation, or(d.Job.Holder, "-"), d.Job.State,
@@ -109,6 +156,31 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		n++
 		if *limit > 0 && n >= *limit {
 			return nil
+		}
+	}
+}
+
+// watched is one decision message read from a partition's decision stream
+// (the zero Partition when unpartitioned), or the error that ended its
+// reading.
+type watched struct {
+	part events.Partition
+	m    jetstream.Msg
+	err  error
+}
+
+// forward hands every message of it to out, in order, until it ends (its
+// error is the last thing forwarded) or ctx does.
+func forward(ctx context.Context, part events.Partition, it jetstream.MessagesContext, out chan<- watched) {
+	for {
+		m, err := it.Next()
+		select {
+		case out <- watched{part: part, m: m, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
 		}
 	}
 }
@@ -128,7 +200,11 @@ func clock(t int64) string {
 }
 
 // runStatus asks every running coordinator (the "tenure" micro service) for
-// its status and prints one line each.
+// its status and prints one line each. A process serving a partitioned
+// deployment has one coordinator per partition, each answering with its
+// partition's statistics and lag (one line per partition, with a PARTITION
+// column); the partitions that no live coordinator answered for are listed
+// after the table.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("status", stderr)
 	var conn connFlags
@@ -177,7 +253,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(got) == 0 {
 		return errors.New("no coordinator answered (is `tenure serve` running and reachable?)")
 	}
-	slices.SortFunc(got, func(a, b status) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(got, func(a, b status) int {
+		if c := strings.Compare(a.ID, b.ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(partitionIndex(a.Partition), partitionIndex(b.Partition))
+	})
+	partitioned := slices.ContainsFunc(got, func(s status) bool { return s.Partition != "" })
 	if *asJSON {
 		for _, s := range got {
 			b, _ := json.Marshal(s)
@@ -186,7 +268,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "COORDINATOR\tROLE\tFOLDED\tSTORED\tLAG\tLEADER\tSNAPSHOT\tLOST-AUTHORITY")
+	if partitioned {
+		fmt.Fprintln(tw, "COORDINATOR\tPARTITION\tROLE\tFOLDED\tSTORED\tLAG\tLEADER\tSNAPSHOT\tLOST-AUTHORITY")
+	} else {
+		fmt.Fprintln(tw, "COORDINATOR\tROLE\tFOLDED\tSTORED\tLAG\tLEADER\tSNAPSHOT\tLOST-AUTHORITY")
+	}
 	for _, s := range got {
 		role := "standby"
 		if s.Live {
@@ -196,7 +282,53 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if s.SnapshotSeq > 0 {
 			snap = fmt.Sprintf("#%d %s ago", s.SnapshotSeq, time.Since(s.SnapshotAt).Round(time.Second))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\n", s.ID, role, s.InputsFolded, s.DecisionsStored, s.Lag, s.Leader, snap, s.LostAuthority)
+		if partitioned {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\n", s.ID, or(s.Partition, "-"), role, s.InputsFolded, s.DecisionsStored, s.Lag, s.Leader, snap, s.LostAuthority)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\n", s.ID, role, s.InputsFolded, s.DecisionsStored, s.Lag, s.Leader, snap, s.LostAuthority)
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if partitioned {
+		reportLeaderless(ctx, nc, got, stdout)
+	}
+	return nil
+}
+
+// partitionIndex orders partition tokens numerically ("" first).
+func partitionIndex(tok string) int {
+	n, err := strconv.Atoi(tok)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// reportLeaderless lists the partitions of the deployment that no live
+// coordinator answered for (best effort: nothing if the partition count
+// cannot be read).
+func reportLeaderless(ctx context.Context, nc *nats.Conn, got []status, stdout io.Writer) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	count, err := streams.Discover(ctx, js, streams.Topology{})
+	if err != nil || count == 0 {
+		return
+	}
+	live := make([]bool, count)
+	for _, s := range got {
+		if k := partitionIndex(s.Partition); s.Live && k >= 0 && k < int(count) {
+			live[k] = true
+		}
+	}
+	for k, ok := range live {
+		if !ok {
+			fmt.Fprintf(stdout, "partition %d of %d: no live coordinator answered\n", k, count)
+		}
+	}
 }

@@ -1,0 +1,70 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/maknow/tenure/events"
+)
+
+// One publish attempt of a lease's input is bounded by half the time left
+// before the lease's local deadline, never below MinPublishTimeout nor
+// above Options.PublishTimeout.
+func TestPublishTimeout(t *testing.T) {
+	now := time.Unix(1767225600, 0)
+	for _, c := range []struct {
+		name     string
+		base     time.Duration
+		deadline time.Time
+		want     time.Duration
+	}{
+		{"no lease", 2 * time.Second, time.Time{}, 2 * time.Second},
+		{"long lease", 2 * time.Second, now.Add(30 * time.Second), 2 * time.Second},
+		{"just above the base", 2 * time.Second, now.Add(4*time.Second + time.Millisecond), 2 * time.Second},
+		{"short lease: half of what is left", 2 * time.Second, now.Add(400 * time.Millisecond), 200 * time.Millisecond},
+		{"nearly over: the floor", 2 * time.Second, now.Add(150 * time.Millisecond), MinPublishTimeout},
+		{"past the deadline: the floor", 2 * time.Second, now.Add(-time.Second), MinPublishTimeout},
+		{"a base below the floor wins", 50 * time.Millisecond, now.Add(400 * time.Millisecond), 50 * time.Millisecond},
+	} {
+		if got := publishTimeout(c.base, c.deadline, now); got != c.want {
+			t.Errorf("%s: publishTimeout(%v, now%+v) = %v, want %v", c.name, c.base, c.deadline.Sub(now), got, c.want)
+		}
+	}
+}
+
+// The inputs of a lease carry its local deadline to the publisher: its
+// operations, and its renewals (the deadline as it was when the renewal was
+// decided).
+func TestLeaseInputsCarryTheirDeadline(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	ctx := context.Background()
+	renewed := make(chan time.Time, 1)
+	var l *Lease
+	l = acquireEventually(t, w, "j1", WithLeaseDuration(3*time.Second), withBeforeRenew(func() {
+		select {
+		case renewed <- l.Expires():
+		default:
+		}
+	}))
+	if p := l.input(&events.Input{Job: "j1", Verb: events.VerbProgress}); !p.deadline.Equal(l.Expires()) {
+		t.Fatalf("progress input: deadline %v, want the lease's %v", p.deadline, l.Expires())
+	}
+	var before time.Time
+	select {
+	case before = <-renewed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no automatic renewal")
+	}
+	waitFor(t, 5*time.Second, "the renewal's verdict", func() bool { return l.Expires().After(before) })
+	l.renewMu.Lock()
+	got := l.req.deadline
+	l.renewMu.Unlock()
+	if !got.Equal(before) {
+		t.Fatalf("renewal handed over with deadline %v, want the lease's %v at the time", got, before)
+	}
+	if err := l.Complete(ctx, events.OutcomeSuccess, ""); err != nil {
+		t.Fatal(err)
+	}
+}
