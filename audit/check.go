@@ -39,7 +39,7 @@ type DecisionReader interface {
 // both streams with a fresh projector.
 type Start struct {
 	// Projector holds the fold's state before the first input read (nil:
-	// projector.New()); Base is the snapshot it was restored from (nil for
+	// projector.NewPartition(Partition)); Base is the snapshot it was restored from (nil for
 	// a new projector), the starting point of the rebuilt hash.
 	Projector *projector.Projector
 	Base      []byte
@@ -56,6 +56,10 @@ type Start struct {
 	// outcome in it.
 	Snapshot     *SnapshotCheck
 	SnapshotData []byte
+	// Partition is the partition of a partitioned deployment the streams
+	// hold (zero: unpartitioned): the fold is projector.NewPartition's,
+	// and stored decision subjects end in its token. It must be Valid.
+	Partition events.Partition
 }
 
 // Options say what an audit collects besides the verdicts.
@@ -145,6 +149,7 @@ type checker struct {
 
 	snap     *SnapshotCheck
 	snapData []byte
+	suffix   string // ".<k>", the partition token of decision subjects ("" unpartitioned)
 
 	// The state the stored decisions describe.
 	jobs    map[string]events.Job
@@ -168,7 +173,7 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 		c.max = DefaultMaxListed
 	}
 	if c.p == nil {
-		c.p = projector.New()
+		c.p = projector.NewPartition(st.Partition)
 	}
 	c.lastInput = c.p.LastSeq()
 	c.rep.From = c.lastInput + 1
@@ -183,6 +188,10 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 	}
 	if opts.Job != "" {
 		c.steps = make(map[uint64]int)
+	}
+	c.rep.Partition = c.p.Partition()
+	if c.rep.Partition.Partitioned() {
+		c.suffix = "." + c.rep.Partition.Token()
 	}
 	return c
 }
@@ -427,7 +436,7 @@ func (c *checker) judge(s *StoredDecision, k *skey) (*derived, bool) {
 			return nil, false
 		}
 	}
-	m := Mismatch{Seq: s.Seq, Cause: k.key.Cause, N: k.key.N, Of: d.of, Diffs: diffDecision(s, k, c.dec(d), c.body(d))}
+	m := Mismatch{Seq: s.Seq, Cause: k.key.Cause, N: k.key.N, Of: d.of, Diffs: diffDecision(s, k, c.dec(d), c.body(d), c.p.Partition())}
 	c.rep.Mismatches.add(c.max, m)
 	c.note(m.Cause, "stored decision %d (%s) differs: %s", s.Seq, k.key, m.Summary())
 	c.accept(s, k)
@@ -457,7 +466,7 @@ func (c *checker) accept(s *StoredDecision, k *skey) {
 }
 
 func (c *checker) equal(s *StoredDecision, k *skey, d *derived) bool {
-	return k.hdrOK && k.of == d.of && subjectIs(s.Subject, c.dec(d)) && bytes.Equal(s.Body, c.body(d))
+	return k.hdrOK && k.of == d.of && subjectIn(s.Subject, c.suffix, c.dec(d)) && bytes.Equal(s.Body, c.body(d))
 }
 
 func (c *checker) missing(d *derived, before uint64) {

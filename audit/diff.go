@@ -2,14 +2,16 @@ package audit
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/maknow/tenure/events"
 )
 
 // diffDecision lists the fields in which stored decision s differs from
 // derived decision dd (whose canonical body is body): headers, subject, and
-// every field of the decoded body.
-func diffDecision(s *StoredDecision, k *skey, dd *events.Decision, body []byte) []FieldDiff {
+// every field of the decoded body. The subject is compared with part's
+// (its partition token last, in a partitioned deployment).
+func diffDecision(s *StoredDecision, k *skey, dd *events.Decision, body []byte, part events.Partition) []FieldDiff {
 	var out []FieldDiff
 	add := func(field, stored, derived string) {
 		if stored != derived {
@@ -18,7 +20,7 @@ func diffDecision(s *StoredDecision, k *skey, dd *events.Decision, body []byte) 
 	}
 	add("header "+events.HeaderCause, s.Cause, strconv.FormatUint(dd.Cause, 10))
 	add("header "+events.HeaderIndex, s.Index, strconv.Itoa(int(dd.N))+"/"+strconv.Itoa(int(dd.Of)))
-	add("subject", s.Subject, events.DecisionSubject(dd))
+	add("subject", s.Subject, part.DecisionSubject(dd))
 	sd, err := events.DecodeDecision(s.Body)
 	if err != nil {
 		out = append(out, FieldDiff{Field: "body", Stored: "undecodable: " + err.Error(), Derived: string(body)})
@@ -87,4 +89,17 @@ var jobFields = []struct {
 	{"late_progress", func(j *events.Job) string { return strconv.FormatUint(uint64(j.LateProgress), 10) }},
 	{"duplicates", func(j *events.Job) string { return strconv.FormatUint(uint64(j.Duplicates), 10) }},
 	{"conflicts", func(j *events.Job) string { return strconv.FormatUint(uint64(j.Conflicts), 10) }},
+}
+
+// subjectIn reports whether s is the subject of d in the partition whose
+// decision subjects end in suffix (".<k>"; "" when unpartitioned):
+// events.Partition.DecisionSubject, without building it.
+func subjectIn(s, suffix string, d *events.Decision) bool {
+	if suffix != "" {
+		if !strings.HasSuffix(s, suffix) {
+			return false
+		}
+		s = s[:len(s)-len(suffix)]
+	}
+	return subjectIs(s, d)
 }

@@ -2,13 +2,19 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/csv"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
 )
 
 // WriteSummary writes a human summary of r: what was replayed, the count of
@@ -144,4 +150,141 @@ func oneLine(b []byte) string {
 		s = strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(s)
 	}
 	return s
+}
+
+// PartitionHeading is the line that heads the report of the partition of t
+// in a partitioned deployment, e.g.
+// "== partition 2 of 4: TENURE_P2_IN, TENURE_P2_OUT ==".
+func PartitionHeading(t streams.Topology) string {
+	return fmt.Sprintf("== %s: %s, %s ==", t.Partition, t.InputStream(), t.DecisionStream())
+}
+
+// WriteTotals writes the line that sums up the audits of the partitions of
+// a deployment ("all 4 partitions: ..." when every partition was audited,
+// "1 of 4 partitions: ..." otherwise): OK when every partition audited
+// reproduced everything, FAILED with the problems of each partition and the
+// partitions that could not be audited otherwise.
+func WriteTotals(w io.Writer, audits []PartitionAudit) error {
+	t := Sum(audits)
+	var b strings.Builder
+	count := 0
+	if len(audits) > 0 {
+		count = int(audits[0].Partition.Count)
+	}
+	if t.Partitions == count {
+		fmt.Fprintf(&b, "all %d partitions: ", count)
+	} else {
+		fmt.Fprintf(&b, "%d of %d partitions: ", t.Partitions, count)
+	}
+	if t.AllOK() {
+		fmt.Fprintf(&b, "OK: every decision was reproduced (%d inputs replayed, %d decisions verified", t.Inputs, t.Verified)
+		if t.Pending > 0 {
+			fmt.Fprintf(&b, ", %d inputs pending", t.Pending)
+		}
+		b.WriteString(")\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	fmt.Fprintf(&b, "FAILED: %d problems", t.Problems)
+	var where []string
+	for _, i := range t.Failed {
+		where = append(where, fmt.Sprintf("partition %s: %d", audits[i].Partition.Token(), audits[i].Report.Problems()))
+	}
+	for _, i := range t.Errors {
+		where = append(where, fmt.Sprintf("partition %s: not audited", audits[i].Partition.Token()))
+	}
+	if len(where) > 0 {
+		b.WriteString(" (" + strings.Join(where, "; ") + ")")
+	}
+	fmt.Fprintf(&b, "; %d of %d partitions OK (%d inputs replayed, %d of %d decisions verified)\n",
+		t.OK, t.Partitions, t.Inputs, t.Verified, t.Decisions)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteMatrix writes the evidence matrix of several reports in format f:
+// every row of their History (history) or their Latest rows. When the
+// reports are of an unpartitioned deployment it is projector.WriteMatrix;
+// for the partitions of a partitioned one, the rows of all of them, ordered
+// by job (then history order), with one more column, the partition of the
+// report the row comes from ("Partition" last in a table or CSV, the key
+// "partition" in JSON lines, as text like every other value). A job's Latest
+// row is taken from its own partition's report: another partition only
+// holds its wrong_partition rejections.
+func WriteMatrix(w io.Writer, f projector.Format, reps []*Report, history bool, o projector.MatrixOptions) error {
+	type row struct {
+		part events.Partition
+		d    *events.Decision
+	}
+	var rows []row
+	partitioned := false
+	for _, r := range reps {
+		partitioned = partitioned || r.Partition.Partitioned()
+		ds := r.Latest
+		if history {
+			ds = r.History
+		}
+		for i := range ds {
+			rows = append(rows, row{r.Partition, &ds[i]})
+		}
+	}
+	if !partitioned {
+		ds := make([]events.Decision, len(rows))
+		for i := range rows {
+			ds[i] = *rows[i].d
+		}
+		return projector.WriteMatrix(w, f, ds, o)
+	}
+	slices.SortStableFunc(rows, func(a, b row) int { return strings.Compare(a.d.Job.ID, b.d.Job.ID) })
+	if !history { // one row per job: its own partition's
+		kept := rows[:0]
+		for _, r := range rows {
+			if n := len(kept); n > 0 && kept[n-1].d.Job.ID == r.d.Job.ID {
+				if r.part.Owns(r.d.Job.ID) {
+					kept[n-1] = r
+				}
+				continue
+			}
+			kept = append(kept, r)
+		}
+		rows = kept
+	}
+	switch f {
+	case projector.FormatTable, "":
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.Join(projector.MatrixColumns, "\t")+"\tPartition")
+		for _, r := range rows {
+			mr := projector.MatrixRow(r.d, o)
+			fmt.Fprintln(tw, strings.Join(mr[:], "\t")+"\t"+r.part.Token())
+		}
+		return tw.Flush()
+	case projector.FormatCSV:
+		cw := csv.NewWriter(w)
+		if err := cw.Write(append(slices.Clone(projector.MatrixColumns), "Partition")); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			mr := projector.MatrixRow(r.d, o)
+			if err := cw.Write(append(mr[:], r.part.Token())); err != nil {
+				return err
+			}
+		}
+		cw.Flush()
+		return cw.Error()
+	case projector.FormatJSON:
+		var buf bytes.Buffer
+		for _, r := range rows {
+			buf.Reset()
+			if err := projector.WriteMatrix(&buf, f, []events.Decision{*r.d}, o); err != nil {
+				return err
+			}
+			line := bytes.TrimSuffix(buf.Bytes(), []byte("}\n"))
+			line = append(line, `,"partition":`+strconv.Quote(r.part.Token())+"}\n"...)
+			if _, err := w.Write(line); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("audit: unknown matrix format %q", f)
 }

@@ -227,6 +227,12 @@ type Step struct {
 
 // Report is the outcome of an audit.
 type Report struct {
+	// Partition is the partition audited (Start.Partition, from
+	// Config.Topology.Partition): the zero value for an unpartitioned
+	// deployment. A partitioned deployment is audited one partition at a
+	// time, each with its own Report (see Deployment).
+	Partition events.Partition `json:"-"`
+
 	From        uint64 `json:"from"`         // first input audited
 	InputEnd    uint64 `json:"input_end"`    // last input sequence when the audit started
 	DecisionEnd uint64 `json:"decision_end"` // last decision sequence when the audit started
@@ -307,3 +313,56 @@ func (r *Report) Rate() float64 {
 	}
 	return float64(r.Inputs) / r.Elapsed.Seconds()
 }
+
+// PartitionAudit is the audit of one partition of a deployment: its
+// Report, or Err when the audit could not be carried out.
+type PartitionAudit struct {
+	Partition events.Partition
+	Report    *Report
+	Err       error
+}
+
+// OK reports whether the partition was audited and everything in it was
+// reproduced.
+func (a PartitionAudit) OK() bool { return a.Err == nil && a.Report != nil && a.Report.OK() }
+
+// Totals sums the audits of the partitions of a deployment.
+type Totals struct {
+	Partitions int    // partitions audited (or attempted)
+	OK         int    // partitions that reproduced everything
+	Failed     []int  // indexes (in the audits) of partitions with problems
+	Errors     []int  // indexes of partitions that could not be audited
+	Problems   int    // problems over all partitions
+	Inputs     uint64 // inputs replayed
+	Decisions  uint64 // stored decisions read
+	Verified   uint64 // stored decisions reproduced byte for byte
+	Pending    uint64 // pending inputs
+}
+
+// Sum adds up audits.
+func Sum(audits []PartitionAudit) Totals {
+	var t Totals
+	for i, a := range audits {
+		t.Partitions++
+		switch {
+		case a.Err != nil || a.Report == nil:
+			t.Errors = append(t.Errors, i)
+			continue
+		case a.Report.OK():
+			t.OK++
+		default:
+			t.Failed = append(t.Failed, i)
+		}
+		r := a.Report
+		t.Problems += r.Problems()
+		t.Inputs += r.Inputs
+		t.Decisions += r.Decisions
+		t.Verified += r.Verified
+		t.Pending += r.Pending.Count
+	}
+	return t
+}
+
+// AllOK reports whether every partition was audited and reproduced
+// everything.
+func (t Totals) AllOK() bool { return t.OK == t.Partitions && t.Partitions > 0 }

@@ -1,16 +1,18 @@
 package audit
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
@@ -33,6 +35,8 @@ type Config struct {
 	// JS is a JetStream context on the server or cluster holding the log.
 	JS jetstream.JetStream
 	// Topology names the streams and buckets (streams.Topology{} by default).
+	// In a partitioned deployment (streams.Discover) each partition is
+	// audited on its own: Topology.Partition names the one to audit.
 	Topology streams.Topology
 	// From, when above 1, starts the audit from the stored snapshot instead
 	// of the first input, once the snapshot checks out, provided it covers
@@ -49,14 +53,18 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Run audits the log: it opens the topology read-only (streams.Open), takes
-// the last sequences of the decision stream and then of the input stream
-// (so that every decision it reads has its cause within the inputs it
-// reads), checks the stored snapshot, reads both streams concurrently
-// through ordered consumers and hands them to Check. It never writes to the
-// streams or buckets: the only thing it creates on the server is the two
-// ephemeral ordered consumers (in memory, removed when idle). An error means the audit could not be carried out; a
-// log that is not reproduced is a Report whose OK is false.
+// Run audits the log: it opens the topology read-only (streams.Open), reads
+// the stored snapshot, takes the last sequences of the decision stream and
+// then of the input stream (so that every decision it reads has its cause
+// within the inputs it reads), checks the snapshot, reads both streams
+// concurrently through ordered consumers and hands them to Check. It never
+// writes to the streams or buckets: the only things it creates on the
+// server are ephemeral ordered consumers (in memory, removed when idle; the
+// snapshot's is deleted once read). A snapshot replaced by a coordinator
+// while the audit reads it is no error: the audit then replays from the
+// first input, says so in Report.Snapshot.Note and logs it (Warn). An
+// error means the audit could not be carried out; a log that is not
+// reproduced is a Report whose OK is false.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	t0 := time.Now()
 	if cfg.JS == nil {
@@ -73,6 +81,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	lockdown := h.Verify(cfg.Topology)
+	// The snapshot first: a coordinator stores one only once the decisions
+	// it covers are stored, so the stream ends taken next cover it.
+	snap, err := readSnapshot(ctx, cfg, h)
+	if err != nil {
+		return nil, err
+	}
 	outInfo, err := h.Out.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("audit: decision stream info: %w", streams.Classify(err))
@@ -81,8 +95,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: input stream info: %w", streams.Classify(err))
 	}
-	st := Start{InputEnd: inInfo.State.LastSeq, DecisionEnd: outInfo.State.LastSeq}
-	if err := loadSnapshot(ctx, h, cfg.From, &st); err != nil {
+	st := Start{InputEnd: inInfo.State.LastSeq, DecisionEnd: outInfo.State.LastSeq, Partition: cfg.Topology.Partition}
+	if err := checkSnapshot(ctx, h, snap, cfg.From, &st); err != nil {
 		return nil, err
 	}
 
@@ -114,28 +128,161 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// loadSnapshot reads and checks the stored snapshot; when it checks out and
-// cfg.From asks for it, st starts from it. A snapshot that does not check
-// out is a finding, not an error.
-func loadSnapshot(ctx context.Context, h *streams.Handles, from uint64, st *Start) error {
-	obj, err := h.Snapshots.Get(ctx, SnapshotObject)
+// storedSnapshot is the stored snapshot as read: its metadata and bytes
+// (info nil: none is stored; replaced set: it was replaced while it was
+// read, and data is nil).
+type storedSnapshot struct {
+	info     *jetstream.ObjectInfo
+	data     []byte
+	replaced bool
+}
+
+// errSnapshotReplaced means the snapshot object was replaced (or deleted)
+// while it was read: storing a new version purges the old one's chunks.
+var errSnapshotReplaced = errors.New("the stored snapshot was replaced while the audit read it")
+
+// snapshotPoll is how long the snapshot reader waits for a chunk before it
+// looks whether the object was replaced meanwhile.
+const snapshotPoll = 250 * time.Millisecond
+
+// snapshotChunkHook, when set (tests), is called before the snapshot's
+// chunks are read (with 0) and after each chunk received (with the number
+// received so far).
+var snapshotChunkHook func(received int)
+
+// readSnapshot reads the stored snapshot. One replaced while it is read is
+// no error: the result says so (and the audit replays from the first
+// input).
+func readSnapshot(ctx context.Context, cfg Config, h *streams.Handles) (storedSnapshot, error) {
+	info, err := h.Snapshots.GetInfo(ctx, SnapshotObject)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return storedSnapshot{}, nil
+	}
+	if err != nil {
+		return storedSnapshot{}, fmt.Errorf("audit: read snapshot: %w", streams.Classify(err))
+	}
+	data, err := readObject(ctx, cfg, h.Snapshots, info)
+	if errors.Is(err, errSnapshotReplaced) {
+		cfg.Logger.Warn("audit: the stored snapshot was replaced while it was read: not using it, replaying from the first input",
+			"snapshot_input_seq", info.Headers.Get(HeaderSnapshotInput))
+		return storedSnapshot{info: info, replaced: true}, nil
+	}
+	if err != nil {
+		return storedSnapshot{}, err
+	}
+	return storedSnapshot{info: info, data: data}, nil
+}
+
+// readObject reads the chunks of the object version that info describes,
+// in order, through an ordered consumer on the object store's stream
+// (ADR-20: stream OBJ_<bucket>, chunks on $O.<bucket>.C.<nuid>), and checks
+// their count, size and digest. It does what ObjectStore.Get does, because
+// Get cannot tell that the version it reads was replaced: it waits for the
+// purged chunks until its context ends. Here, whenever no chunk comes for
+// snapshotPoll, the object's metadata is read again: another version, or a
+// deletion, ends the read with errSnapshotReplaced; nothing for
+// cfg.StallTimeout is an error. The consumer is deleted on return.
+func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info *jetstream.ObjectInfo) ([]byte, error) {
+	fail := func(err error) ([]byte, error) { return nil, fmt.Errorf("audit: read snapshot: %w", err) }
+	if info.NUID == "" || info.Deleted || info.Opts != nil && info.Opts.Link != nil {
+		return fail(jetstream.ErrBadObjectMeta)
+	}
+	want, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		return fail(err)
+	}
+	if hook := snapshotChunkHook; hook != nil {
+		hook(0)
+	}
+	data := make([]byte, 0, info.Size)
+	sum := sha256.New()
+	if info.Chunks > 0 {
+		bucket := info.Bucket
+		if bucket == "" {
+			bucket = cfg.Topology.SnapshotBucket()
+		}
+		stream := "OBJ_" + bucket
+		cons, err := cfg.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"$O." + bucket + ".C." + info.NUID},
+		})
+		if err != nil {
+			return fail(streams.Classify(err))
+		}
+		// Chunks are up to 128 KiB. A pull request expires after 2 s (not
+		// the default 30): in a cluster, a consumer created while a stream
+		// replica catches up after a restart may sit on a pull request
+		// without delivering what is stored; the next request finds it.
+		it, err := cons.Messages(jetstream.PullMaxMessages(8), jetstream.PullExpiry(2*time.Second))
+		if err != nil {
+			return fail(streams.Classify(err))
+		}
+		defer func() {
+			it.Stop()
+			if ci := cons.CachedInfo(); ci != nil {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				_ = cfg.JS.DeleteConsumer(dctx, stream, ci.Name)
+				cancel()
+			}
+		}()
+		last := time.Now()
+		for n := 0; n < int(info.Chunks); {
+			m, err := it.Next(jetstream.NextMaxWait(snapshotPoll))
+			if errors.Is(err, nats.ErrTimeout) {
+				if err := ctx.Err(); err != nil {
+					return fail(err)
+				}
+				cur, err := obs.GetInfo(ctx, SnapshotObject, jetstream.GetObjectInfoShowDeleted())
+				switch {
+				case errors.Is(err, jetstream.ErrObjectNotFound) || err == nil && (cur.NUID != info.NUID || cur.Deleted):
+					return nil, errSnapshotReplaced
+				case time.Since(last) > cfg.StallTimeout:
+					return fail(fmt.Errorf("nothing received for %v after chunk %d of %d (last look at the metadata: %v)", cfg.StallTimeout, n, info.Chunks, err))
+				case err != nil: // a transient failure: look again at the next pause
+					cfg.Logger.Debug("audit: snapshot metadata", "err", err)
+				}
+				continue
+			}
+			if err != nil {
+				return fail(streams.Classify(err))
+			}
+			data = append(data, m.Data()...)
+			sum.Write(m.Data())
+			n++
+			last = time.Now()
+			if hook := snapshotChunkHook; hook != nil {
+				hook(n)
+			}
+		}
+	}
+	if uint64(len(data)) != info.Size {
+		return fail(fmt.Errorf("%d bytes in %d chunks, the metadata says %d", len(data), info.Chunks, info.Size))
+	}
+	if !bytes.Equal(sum.Sum(nil), want) {
+		return fail(jetstream.ErrDigestMismatch)
+	}
+	return data, nil
+}
+
+// checkSnapshot checks the snapshot readSnapshot read; when it checks out
+// and from asks for it, st starts from it. A snapshot that does not check
+// out is a finding, not an error.
+func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot, from uint64, st *Start) error {
+	if snap.info == nil {
 		if from > 1 {
 			st.Snapshot = &SnapshotCheck{Note: "no stored snapshot: replaying from the first input"}
 		}
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("audit: read snapshot: %w", streams.Classify(err))
-	}
-	defer obj.Close()
-	info, err := obj.Info()
-	if err != nil {
-		return fmt.Errorf("audit: read snapshot: %w", err)
-	}
-	data, err := io.ReadAll(obj)
-	if err != nil {
-		return fmt.Errorf("audit: read snapshot: %w", err)
+	info, data := snap.info, snap.data
+	if snap.replaced {
+		sc := &SnapshotCheck{Size: int(info.Size), Note: errSnapshotReplaced.Error() + ": not compared with the fold"}
+		if from > 1 {
+			sc.Note = errSnapshotReplaced.Error() + ": replaying from the first input"
+		}
+		sc.InputSeq, _ = strconv.ParseUint(info.Headers.Get(HeaderSnapshotInput), 10, 64)
+		sc.DecisionSeq, _ = strconv.ParseUint(info.Headers.Get(HeaderSnapshotDecision), 10, 64)
+		st.Snapshot = sc
+		return nil
 	}
 	sc := &SnapshotCheck{Size: len(data)}
 	st.Snapshot = sc
@@ -146,7 +293,7 @@ func loadSnapshot(ctx context.Context, h *streams.Handles, from uint64, st *Star
 		sc.Problem = fmt.Sprintf("bad %s / %s headers", HeaderSnapshotInput, HeaderSnapshotDecision)
 		return nil
 	}
-	p := projector.New()
+	p := projector.NewPartition(st.Partition)
 	if err := p.Restore(data); err != nil {
 		sc.Problem = err.Error()
 		return nil
@@ -281,8 +428,12 @@ func startReader(ctx context.Context, cfg Config, stream string, from, end uint6
 	}
 	r.batch = make([]record, 0, batchSize)
 	log := cfg.Logger
+	// As the coordinator's readers: a short heartbeat notices a consumer
+	// lost with its server (a cluster node killed) within seconds, and a
+	// pull request that expires after 5 s (not 30) is renewed before the
+	// stall timeout when one sits undelivered after a stream leader change.
 	r.cc, err = cons.Consume(func(m jetstream.Msg) { r.handle(m, headers) },
-		jetstream.PullMaxMessages(pullAhead),
+		jetstream.PullMaxMessages(pullAhead), jetstream.PullHeartbeat(time.Second), jetstream.PullExpiry(5*time.Second),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			log.Debug("audit: consumer", "stream", stream, "err", err)
 			r.mu.Lock()

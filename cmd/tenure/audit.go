@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
@@ -34,6 +35,16 @@ Audits a running system (--nats-url) or a copy of a stopped data directory
 (--data). Exit status: 0 when everything was reproduced, 1 otherwise, 2 for
 usage errors.
 
+A partitioned deployment (found on the server: the partition count its
+streams record) is audited partition by partition, each with its own
+streams, fold and report, headed with the partition; a last line sums up
+all of them, and the exit status is the worst of all partitions. --job
+audits only the job's partition. --from SEQ applies to every partition:
+SEQ is a sequence of each partition's own input stream. The evidence
+matrix (--matrix, --job) has one more column, Partition ("partition" in
+JSON lines), and --report writes {"partitions", "ok", "problems",
+"reports": [{"partition": k, ...}]}.
+
 `)
 		fs.PrintDefaults()
 	}
@@ -42,8 +53,8 @@ usage errors.
 	data := fs.String("data", "", "audit a stopped data directory (of tenure serve --data); it is copied first and never touched")
 	serverConf := fs.String("server-config", "", "with --data: nats-server configuration file (accounts, authorization) to serve the copy with")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "stream and bucket name prefix of the topology")
-	from := fs.Uint64("from", 0, "start at input `SEQ` from the stored snapshot, once it checks out (0: replay from the first input)")
-	job := fs.String("job", "", "print the evidence matrix of job `ID`: every row of its history")
+	from := fs.Uint64("from", 0, "start at input `SEQ` from the stored snapshot, once it checks out (0: replay from the first input); partitioned: in every partition, SEQ of its own input stream")
+	job := fs.String("job", "", "print the evidence matrix of job `ID`: every row of its history; partitioned: audit only the job's partition")
 	matrix := fs.Bool("matrix", false, "print the evidence matrix of every job: its latest row")
 	format := fs.String("format", "table", "evidence matrix format: table, csv or json (json lines); with csv and json the summary goes to stderr")
 	timeline := fs.Bool("timeline", false, "with --job: print every input of the job with its verdicts")
@@ -108,30 +119,49 @@ usage errors.
 		return fmt.Errorf("jetstream: %w", err)
 	}
 
-	prog := &progressPrinter{mode: pmode, w: stderr, log: log, start: time.Now()}
+	count, err := streams.Discover(ctx, js, top)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	topos := top.Partitions(count) // count 0: the unpartitioned topology alone
+	if count > 0 && *job != "" {
+		topos = topos[events.PartitionOf(*job, count) : events.PartitionOf(*job, count)+1]
+	}
 	maxListed := audit.DefaultMaxListed
 	if *list < 0 {
 		maxListed = -1
 	} else {
 		maxListed = max(maxListed, *list)
 	}
-	rep, err := audit.Run(ctx, audit.Config{
-		JS: js, Topology: top, From: *from, Logger: log,
-		Options: audit.Options{
-			Job: *job, Matrix: *matrix, Strict: *strict, MaxListed: maxListed, Progress: prog.update,
-		},
-	})
-	prog.finish()
-	if err != nil {
-		return err
+	var audits []audit.PartitionAudit
+	for _, t := range topos {
+		plog := log
+		if count > 0 {
+			plog = log.With("partition", t.Partition.Index)
+			plog.Debug("auditing", "input_stream", t.InputStream(), "decision_stream", t.DecisionStream())
+		}
+		prog := &progressPrinter{mode: pmode, w: stderr, log: plog, start: time.Now()}
+		rep, err := audit.Run(ctx, audit.Config{
+			JS: js, Topology: t, From: *from, Logger: plog,
+			Options: audit.Options{
+				Job: *job, Matrix: *matrix, Strict: *strict, MaxListed: maxListed, Progress: prog.update,
+			},
+		})
+		prog.finish()
+		if err != nil && (count == 0 || ctx.Err() != nil) {
+			return err
+		}
+		audits = append(audits, audit.PartitionAudit{Partition: t.Partition, Report: rep, Err: err})
+	}
+	var reps []*audit.Report
+	for _, a := range audits {
+		if a.Report != nil {
+			reps = append(reps, a.Report)
+		}
 	}
 
 	if *reportFile != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err == nil {
-			err = os.WriteFile(*reportFile, append(b, '\n'), 0o644)
-		}
-		if err != nil {
+		if err := writeAuditReport(*reportFile, count, audits); err != nil {
 			return fmt.Errorf("--report: %w", err)
 		}
 	}
@@ -141,33 +171,104 @@ usage errors.
 		summaryOut = stderr // keep stdout machine-readable
 	}
 	if *timeline {
-		if len(rep.Timeline) == 0 {
-			fmt.Fprintf(stdout, "no input concerns job %s\n", *job)
+		for _, rep := range reps {
+			if len(rep.Timeline) == 0 {
+				fmt.Fprintf(stdout, "no input concerns job %s\n", *job)
+			}
+			if err := audit.WriteTimeline(stdout, rep, 0); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout)
 		}
-		if err := audit.WriteTimeline(stdout, rep, 0); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout)
 	}
 	if printsMatrix {
-		rows := rep.Latest
-		if *job != "" {
-			rows = rep.History
-		}
-		if err := projector.WriteMatrix(stdout, mf, rows, projector.MatrixOptions{}); err != nil {
+		if err := audit.WriteMatrix(stdout, mf, reps, *job != "", projector.MatrixOptions{}); err != nil {
 			return err
 		}
 		if mf == projector.FormatTable {
 			fmt.Fprintln(stdout)
 		}
 	}
-	if err := audit.WriteSummary(summaryOut, rep, *list); err != nil {
+	if count == 0 {
+		rep := reps[0]
+		if err := audit.WriteSummary(summaryOut, rep, *list); err != nil {
+			return err
+		}
+		if !rep.OK() {
+			return fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems())
+		}
+		return nil
+	}
+	// A partitioned deployment: a report per partition, headed with it,
+	// then one line over all of them; the exit status is the worst.
+	var errs []error
+	for i, a := range audits {
+		if i > 0 {
+			fmt.Fprintln(summaryOut)
+		}
+		fmt.Fprintln(summaryOut, audit.PartitionHeading(topos[i]))
+		if a.Err != nil {
+			fmt.Fprintf(summaryOut, "result:      NOT AUDITED: %v\n", a.Err)
+			errs = append(errs, fmt.Errorf("%s: %w", a.Partition, a.Err))
+			continue
+		}
+		if err := audit.WriteSummary(summaryOut, a.Report, *list); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(summaryOut)
+	if err := audit.WriteTotals(summaryOut, audits); err != nil {
 		return err
 	}
-	if !rep.OK() {
-		return fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems())
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if t := audit.Sum(audits); !t.AllOK() {
+		var failed []string
+		for _, i := range t.Failed {
+			failed = append(failed, audits[i].Partition.Token())
+		}
+		return fmt.Errorf("%w: %d problems in partition %s", errAuditFailed, t.Problems, strings.Join(failed, ", "))
 	}
 	return nil
+}
+
+// writeAuditReport writes the reports as JSON: the Report itself for an
+// unpartitioned deployment; for a partitioned one, an object with the
+// partition count, the outcome over all partitions audited and, per
+// partition, its index with the fields of its Report (or the error that
+// kept it from being audited).
+func writeAuditReport(file string, count uint32, audits []audit.PartitionAudit) error {
+	var v any
+	if count == 0 {
+		v = audits[0].Report
+	} else {
+		type partitionReport struct {
+			Partition uint32 `json:"partition"`
+			Error     string `json:"error,omitempty"`
+			*audit.Report
+		}
+		t := audit.Sum(audits)
+		all := struct {
+			Partitions uint32            `json:"partitions"`
+			OK         bool              `json:"ok"`
+			Problems   int               `json:"problems"`
+			Reports    []partitionReport `json:"reports"`
+		}{Partitions: count, OK: t.AllOK(), Problems: t.Problems}
+		for _, a := range audits {
+			pr := partitionReport{Partition: a.Partition.Index, Report: a.Report}
+			if a.Err != nil {
+				pr.Error = a.Err.Error()
+			}
+			all.Reports = append(all.Reports, pr)
+		}
+		v = all
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, append(b, '\n'), 0o644)
 }
 
 func validPrefix(s string) bool {

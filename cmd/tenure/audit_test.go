@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -279,4 +280,199 @@ func TestAuditProgress(t *testing.T) {
 	if !strings.Contains(b.String(), `"msg":"auditing","inputs":10,"of":100`) {
 		t.Fatalf("log line: %q", b.String())
 	}
+}
+
+// partitionedDeployment stores a workload over 16 jobs in a deployment of 4
+// partitions on srv (inputs published to six-token subjects, routed by the
+// server mapping) and has a coordinator Group decide every partition.
+func partitionedDeployment(t *testing.T, srv *streams.Embedded, count uint32) (js jetstream.JetStream, jobs []string) {
+	t.Helper()
+	ctx := context.Background()
+	_, js = testutil.Connect(t, srv.ClientURL())
+	hs, err := streams.EnsureAll(ctx, js, streams.Topology{}, count, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		job := fmt.Sprintf("job-%d", i)
+		jobs = append(jobs, job)
+		for _, w := range []string{"w1", "w2"} { // w2: lease_held
+			if _, err := js.Publish(ctx, events.InputSubject(events.RoleWorker, w, job, events.VerbAcquire), []byte(`{"v":1,"lease_ms":60000}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	g, err := coordinator.NewGroup(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 5 * time.Second}, count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("group: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		caughtUp := true
+		for k, st := range g.Stats() {
+			ii, err1 := hs[k].In.Info(ctx)
+			oi, err2 := hs[k].Out.Info(ctx)
+			if err1 != nil || err2 != nil || !st.Live || st.InputsFolded != ii.State.LastSeq || st.DecisionsStored != oi.State.LastSeq {
+				caughtUp = false
+			}
+		}
+		if caughtUp {
+			return js, jobs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group did not decide every partition: %+v", g.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// partitionSections splits the output of an audit of a partitioned
+// deployment into the report of each partition, by index, and the last line.
+func partitionSections(t *testing.T, out string) (map[string]string, string) {
+	t.Helper()
+	sections := map[string]string{}
+	parts := strings.Split(out, "== partition ")
+	for _, p := range parts[1:] {
+		k, _, _ := strings.Cut(p, " ")
+		sections[k] = p
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return sections, lines[len(lines)-1]
+}
+
+// tenure audit over a partitioned deployment: every partition audited and
+// reported under its heading, one line over all; the matrix with the
+// partition; --job audits its partition alone; tampering in partition 2 is
+// reported there only, exit 1; --data audits a copy the same way.
+func TestAuditPartitioned(t *testing.T) {
+	const count = 4
+	dir := t.TempDir()
+	srv := testutil.StartServerIn(t, dir, testutil.Partitions(count))
+	js, jobs := partitionedDeployment(t, srv, count)
+	url := srv.ClientURL()
+
+	code, out, errOut := runAuditCmd("--nats-url", url)
+	sections, last := partitionSections(t, out)
+	if code != 0 || len(sections) != count || !strings.HasPrefix(last, "all 4 partitions: OK: every decision was reproduced (") {
+		t.Fatalf("clean audit: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for k := range count {
+		s := sections[strconv.Itoa(k)]
+		if !strings.HasPrefix(s, fmt.Sprintf("%d of 4: TENURE_P%d_IN, TENURE_P%d_OUT ==\n", k, k, k)) || !strings.Contains(s, "result:      OK") {
+			t.Fatalf("partition %d:\n%s", k, s)
+		}
+	}
+
+	// Every job's latest row once, from its own partition, which the row names.
+	code, out, errOut = runAuditCmd("--nats-url", url, "--matrix", "--format", "json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != len(jobs) || !strings.Contains(errOut, "all 4 partitions: OK") {
+		t.Fatalf("--matrix --format json: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, l := range lines {
+		var row map[string]string
+		if err := json.Unmarshal([]byte(l), &row); err != nil {
+			t.Fatal(err)
+		}
+		if want := strconv.Itoa(int(events.PartitionOf(row["job_id"], count))); row["partition"] != want || row["reason"] != "lease_held" || row["holder"] != "w1" {
+			t.Fatalf("row %v: want partition %s", row, want)
+		}
+	}
+	code, out, _ = runAuditCmd("--nats-url", url, "--matrix", "--format", "csv")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != len(jobs)+1 ||
+		!strings.HasPrefix(lines[0], "Job ID,") || !strings.HasSuffix(lines[0], ",Reason,Partition") {
+		t.Fatalf("--matrix --format csv: exit %d\n%s", code, out)
+	}
+
+	// --job: the job's partition alone.
+	k := events.PartitionOf("job-5", count)
+	code, out, errOut = runAuditCmd("--nats-url", url, "--job", "job-5", "--format", "csv")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	sections, last = partitionSections(t, errOut)
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], "job-5,") || !strings.HasSuffix(lines[2], ",lease_held,"+strconv.Itoa(int(k))) ||
+		len(sections) != 1 || sections[strconv.Itoa(int(k))] == "" || !strings.HasPrefix(last, "1 of 4 partitions: OK") {
+		t.Fatalf("--job: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	// --report: every partition's report.
+	file := filepath.Join(t.TempDir(), "report.json")
+	if code, _, errOut := runAuditCmd("--nats-url", url, "--from", "3", "--report", file); code != 0 {
+		t.Fatalf("--report: exit %d\n%s", code, errOut)
+	}
+	var rep struct {
+		Partitions int  `json:"partitions"`
+		OK         bool `json:"ok"`
+		Reports    []struct {
+			Partition *int   `json:"partition"`
+			Verified  int    `json:"verified"`
+			FoldHash  string `json:"fold_hash"`
+		} `json:"reports"`
+	}
+	if b, err := os.ReadFile(file); err != nil || json.Unmarshal(b, &rep) != nil || rep.Partitions != count || !rep.OK || len(rep.Reports) != count {
+		t.Fatalf("report file: %+v (%v)", rep, err)
+	}
+	for i, r := range rep.Reports {
+		if r.Partition == nil || *r.Partition != i || r.Verified == 0 || r.FoldHash == "" {
+			t.Fatalf("report %d: %+v", i, r)
+		}
+	}
+
+	// A decision appended to TENURE_P2_OUT by a writer that is not the
+	// coordinator: partition 2 fails, the others do not; exit 1.
+	ctx := context.Background()
+	out2, err := js.Stream(ctx, "TENURE_P2_OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := out2.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastMsg, err := out2.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: lastMsg.Subject, Data: bytes.Replace(lastMsg.Data, []byte(`"kind":"rejected"`), []byte(`"kind":"granted"`), 1), Header: nats.Header{}}
+	m.Header.Set(events.HeaderCause, lastMsg.Header.Get(events.HeaderCause))
+	m.Header.Set(events.HeaderIndex, lastMsg.Header.Get(events.HeaderIndex))
+	m.Header.Set(jetstream.MsgIDHeader, "foreign")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, code int, out, errOut string) {
+		t.Helper()
+		sections, last := partitionSections(t, out)
+		want := fmt.Sprintf("decision %d (%s.0): duplicate", info.State.LastSeq+1, lastMsg.Header.Get(events.HeaderCause))
+		if code != 1 || len(sections) != count || !strings.Contains(sections["2"], want) || !strings.Contains(sections["2"], "result:      FAILED") ||
+			!strings.HasPrefix(last, "all 4 partitions: FAILED: ") || !strings.Contains(last, "(partition 2: ") || !strings.Contains(last, "3 of 4 partitions OK") ||
+			!strings.Contains(errOut, "audit: the log is not reproduced") {
+			t.Fatalf("%s: exit %d\n%s\n%s", what, code, out, errOut)
+		}
+		for _, k := range []string{"0", "1", "3"} {
+			if !strings.Contains(sections[k], "result:      OK") {
+				t.Fatalf("%s: partition %s:\n%s", what, k, sections[k])
+			}
+		}
+	}
+	code, out, errOut = runAuditCmd("--nats-url", url)
+	check("tampered", code, out, errOut)
+
+	// The same from a copy of the stopped data directory.
+	srv.Shutdown()
+	code, out, errOut = runAuditCmd("--data", dir)
+	check("--data", code, out, errOut)
 }

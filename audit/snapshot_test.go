@@ -1,0 +1,163 @@
+package audit_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+)
+
+// A coordinator storing a new snapshot while the audit reads the stored one
+// purges the chunks being read. The audit notices it (rather than waiting
+// for chunks that never come), does not use the snapshot, replays from the
+// first input, and says why in the report and the log.
+func TestSnapshotReplacedWhileRead(t *testing.T) {
+	e := newEnv(t, memTopology)
+	inputs := publishWorkload(t, e, -1, input{})
+	e.appendDecisions(t, derive(t, inputs))
+	p := projector.New()
+	for _, x := range inputs[:5] {
+		if _, err := p.Step(events.Raw{Seq: x.seq, Time: x.time, Subject: x.subject, Body: x.data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := p.Snapshot() // inputs 1..5; decision 6 is the last of input 5
+	// The version being read: 40 chunks of 128 KiB, more than the reader
+	// asks for at once, so that a replacement after the first chunks
+	// purges chunks it has not received. (Its content does not matter: it
+	// is never used; were it used, it would not restore.)
+	big := make([]byte, 40<<17)
+	rng := rand.NewChaCha8([32]byte{7})
+	_, _ = rng.Read(big)
+
+	for _, c := range []struct {
+		name string
+		at   int // chunks received when the new version is stored
+	}{
+		{"before the first chunk", 0},
+		{"after the first chunk", 1},
+		{"after 20 chunks", 20},
+	} {
+		for _, from := range []uint64{0, 6} {
+			e.putSnapshot(t, big, "5", "6")
+			stored := false
+			restore := audit.SetSnapshotChunkHook(func(n int) {
+				if n == c.at && !stored {
+					stored = true
+					e.putSnapshot(t, good, "5", "6")
+				}
+			})
+			var logs bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			r, err := audit.Run(ctx, audit.Config{JS: e.js, Topology: e.top, From: from,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			cancel()
+			restore()
+			if err != nil {
+				t.Fatalf("%s, from %d: %v", c.name, from, err)
+			}
+			if !stored {
+				t.Fatalf("%s, from %d: the hook never ran", c.name, from)
+			}
+			requireClean(t, r)
+			s := r.Snapshot
+			if r.From != 1 || r.Inputs != uint64(len(inputs)) || s == nil || s.Used || s.Verified || s.Problem != "" ||
+				!strings.Contains(s.Note, "replaced while the audit read it") || s.InputSeq != 5 || s.DecisionSeq != 6 {
+				t.Fatalf("%s, from %d: from %d, inputs %d, snapshot %+v", c.name, from, r.From, r.Inputs, s)
+			}
+			if want := "replaying from the first input"; from > 1 && !strings.Contains(s.Note, want) {
+				t.Fatalf("%s, from %d: note %q, want %q", c.name, from, s.Note, want)
+			}
+			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "replaced while it was read") {
+				t.Fatalf("%s, from %d: log:\n%s", c.name, from, logs.String())
+			}
+			var b bytes.Buffer
+			if err := audit.WriteSummary(&b, r, 5); err != nil || !strings.Contains(b.String(), "snapshot: "+s.Note) {
+				t.Fatalf("%s, from %d: summary:\n%s", c.name, from, b.String())
+			}
+			// The new version is read and used as usual.
+			r = e.audit(t, audit.Config{From: from})
+			requireClean(t, r)
+			if from > 1 && (!r.Snapshot.Used || r.From != 6) || from <= 1 && !r.Snapshot.Verified {
+				t.Fatalf("%s, from %d, next audit: from %d, snapshot %+v", c.name, from, r.From, r.Snapshot)
+			}
+		}
+	}
+}
+
+// Audits of a live log, while a real coordinator decides a stream of
+// inputs and stores a snapshot after every one of them, all succeed: a
+// snapshot replaced during a read, or stored after the audit took the
+// streams' ends, never fails one.
+func TestAuditWhileSnapshotsAreStored(t *testing.T) {
+	e := newEnv(t, memTopology)
+	nc, err := nats.Connect(e.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, Topology: memTopology, LeaderTTL: 5 * time.Second, SnapshotEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Go(func() { runErr = c.Run(ctx) })
+	var pubErr error
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			job := "j" + string(rune('a'+i%26))
+			if _, err := e.js.Publish(ctx, events.InputPrefix+".worker.w1."+job+".acquire", []byte(`{"v":1,"lease_ms":60000}`)); err != nil && ctx.Err() == nil {
+				pubErr = err
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	defer func() {
+		cancel()
+		wg.Wait()
+		if runErr != nil || pubErr != nil {
+			t.Errorf("coordinator: %v; publisher: %v", runErr, pubErr)
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); c.Stats().SnapshotSeq == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot stored")
+		}
+	}
+	used, replaced := 0, 0
+	for i := range 30 {
+		actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := audit.Run(actx, audit.Config{JS: e.js, Topology: e.top, From: 1 << 62})
+		acancel()
+		if err != nil {
+			t.Fatalf("audit %d: %v", i, err)
+		}
+		if r.Snapshot == nil || r.Snapshot.Problem != "" {
+			t.Fatalf("audit %d: snapshot %+v:\n%s", i, r.Snapshot, summary(r))
+		}
+		if r.Snapshot.Used {
+			used++
+		}
+		if strings.Contains(r.Snapshot.Note, "replaced") {
+			replaced++
+		}
+	}
+	t.Logf("%d audits started from the snapshot, %d found it replaced while they read it", used, replaced)
+	if used == 0 {
+		t.Fatal("no audit started from the snapshot")
+	}
+}
