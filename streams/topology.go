@@ -251,7 +251,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, t Topology, leaderTTL t
 }
 
 // Open looks up an existing topology without creating or updating anything,
-// for read-only users such as auditors. A missing stream or bucket yields an
+// for read-only users such as auditors. A look-up that fails transiently (a
+// cluster electing a stream leader) is retried for up to OpenRetry. A missing stream or bucket yields an
 // error matching ErrStreamNotFound. Open does not judge the configuration it
 // finds; call Handles.Verify for that.
 func Open(ctx context.Context, js jetstream.JetStream, t Topology) (*Handles, error) {
@@ -260,19 +261,43 @@ func Open(ctx context.Context, js jetstream.JetStream, t Topology) (*Handles, er
 	}
 	var h Handles
 	var err error
-	if h.In, err = js.Stream(ctx, t.InputStream()); err != nil {
+	if err = transientRetry(ctx, func() (err error) { h.In, err = js.Stream(ctx, t.InputStream()); return err }); err != nil {
 		return nil, fmt.Errorf("streams: open stream %s: %w", t.InputStream(), Classify(err))
 	}
-	if h.Out, err = js.Stream(ctx, t.DecisionStream()); err != nil {
+	if err = transientRetry(ctx, func() (err error) { h.Out, err = js.Stream(ctx, t.DecisionStream()); return err }); err != nil {
 		return nil, fmt.Errorf("streams: open stream %s: %w", t.DecisionStream(), Classify(err))
 	}
-	if h.Leader, err = js.KeyValue(ctx, t.LeaderBucket()); err != nil {
+	if err = transientRetry(ctx, func() (err error) { h.Leader, err = js.KeyValue(ctx, t.LeaderBucket()); return err }); err != nil {
 		return nil, fmt.Errorf("streams: open kv bucket %s: %w", t.LeaderBucket(), Classify(err))
 	}
-	if h.Snapshots, err = js.ObjectStore(ctx, t.SnapshotBucket()); err != nil {
+	if err = transientRetry(ctx, func() (err error) { h.Snapshots, err = js.ObjectStore(ctx, t.SnapshotBucket()); return err }); err != nil {
 		return nil, fmt.Errorf("streams: open object store %s: %w", t.SnapshotBucket(), Classify(err))
 	}
 	return &h, nil
+}
+
+// OpenRetry is how long Open retries a look-up that fails with a transient
+// error (ErrTransient: a timeout, no responders, a stream without a leader
+// while a cluster elects one) before it gives up.
+const OpenRetry = 20 * time.Second
+
+// transientRetry runs op until it succeeds, fails otherwise than
+// transiently, OpenRetry has passed, or ctx ends.
+func transientRetry(ctx context.Context, op func() error) error {
+	deadline := time.Now().Add(OpenRetry)
+	wait := 50 * time.Millisecond
+	for {
+		err := op()
+		if err == nil || !errors.Is(Classify(err), ErrTransient) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // Verify checks the lock-down of the input and decision streams as last seen

@@ -27,6 +27,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the coordinator (embedded nats-server by default)", runServe},
+		{"cluster", "start a local NATS cluster of real processes plus coordinators (cluster up)", runCluster},
 		{"demo", "play the seeds' decisive scenarios live and print the evidence matrix", runDemo},
 		{"offer", "offer a job to a worker (dispatcher)", runOffer},
 		{"cancel", "request the cancellation of a job's live lease", runCancel},

@@ -1,0 +1,376 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/cluster"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
+)
+
+// tenureBin is the tenure binary built for the test processes.
+var tenureBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tenure-cluster-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	tenureBin = filepath.Join(dir, "tenure")
+	build := exec.Command("go", "build", "-o", tenureBin, "github.com/maknow/tenure/cmd/tenure")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tenure:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func TestNodeConfig(t *testing.T) {
+	got := cluster.NodeConfig("n2", 4223, 4323, "/s", []string{"nats-route://127.0.0.1:4322", "nats-route://127.0.0.1:4323"}, 4)
+	for _, want := range []string{
+		"server_name: n2\n", "listen: 127.0.0.1:4223\n", "sync_interval: always", `store_dir: "/s"`,
+		"listen: 127.0.0.1:4323\n", "routes: [nats-route://127.0.0.1:4322, nats-route://127.0.0.1:4323]",
+		`"tenure.in.*.*.*.*": "tenure.in.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}.{{partition(4,3)}}"`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("node config lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// acked is an input the cluster acknowledged.
+type acked struct {
+	stream  string
+	seq     uint64
+	subject string
+	data    []byte
+}
+
+// TestClusterPartitions is issue #8's acceptance test, on real processes: a
+// 3-node nats-server cluster on loopback with R3 streams, 4 partitions and
+// 2 coordinator processes. Jobs spread over every partition; SIGKILLing the
+// coordinator process that leads partitions moves them to the other within
+// two leadership lifetimes; SIGKILLing a nats-server node under load loses
+// no acknowledged input; afterwards every partition's decision chain is
+// exactly the fold of its inputs (no gap, duplicate or divergence) and
+// `tenure audit` verifies every partition.
+func TestClusterPartitions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 5 processes; not in -short")
+	}
+	const ttl = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	if keep := os.Getenv("TENURE_CLUSTER_DIR"); keep != "" { // to read the logs after a failure
+		dir = keep
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := cluster.Up(ctx, cluster.Config{Dir: dir, Tenure: tenureBin, LeaderTTL: ttl, Logger: log,
+		ServeArgs: []string{"--log-level", "debug"}})
+	if err != nil {
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			t.Logf("--- %s (last 3000 bytes)\n%s", filepath.Base(l), tail(b, 3000))
+		}
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			for _, p := range append(append([]*cluster.Proc(nil), c.Nodes...), c.Coordinators...) {
+				if b, err := os.ReadFile(p.LogPath()); err == nil {
+					t.Logf("--- %s (last 3000 bytes)\n%s", p.Name, tail(b, 3000))
+				}
+			}
+		}
+		c.Close()
+	}()
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topos := streams.Topology{}.Partitions(c.Partitions())
+	for _, topo := range topos {
+		s, err := js.Stream(ctx, topo.InputStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := s.CachedInfo().Config.Replicas; r != 3 {
+			t.Fatalf("%s has %d replicas, want 3", topo.InputStream(), r)
+		}
+	}
+
+	// Load: acquires through the server's mapping (a partition-unaware
+	// client), each retried with its Msg-Id until acknowledged.
+	var (
+		mu   sync.Mutex
+		acks []acked
+	)
+	publish := func(i int, verb events.Verb, body string) error {
+		job := fmt.Sprintf("job-%d", i)
+		msg := nats.NewMsg(events.InputSubject(events.RoleWorker, fmt.Sprintf("w%d", i%5), job, verb))
+		msg.Data = []byte(body)
+		id := fmt.Sprintf("%s-%s", job, verb)
+		var last error
+		for range 100 {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			ack, err := js.PublishMsg(pctx, msg, jetstream.WithMsgID(id))
+			pcancel()
+			if err == nil {
+				mu.Lock()
+				acks = append(acks, acked{ack.Stream, ack.Sequence, msg.Subject + "." + fmt.Sprint(events.PartitionOf(job, c.Partitions())), msg.Data})
+				mu.Unlock()
+				return nil
+			}
+			last = err
+			time.Sleep(100 * time.Millisecond)
+		}
+		return fmt.Errorf("publish %s %s: %w", job, verb, last)
+	}
+	for i := range 100 {
+		if err := publish(i, events.VerbAcquire, `{"v":1,"lease_ms":600000}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perStream := map[string]int{}
+	for _, a := range acks {
+		perStream[a.stream]++
+	}
+	for _, topo := range topos {
+		if perStream[topo.InputStream()] == 0 {
+			t.Errorf("no job in %s: %v", topo.InputStream(), perStream)
+		}
+	}
+
+	// Kill the coordinator process that leads partitions.
+	leaders := c.Leaders(ctx, js)
+	victim := leaders[0]
+	var victimProc, other *cluster.Proc
+	for _, p := range c.Coordinators {
+		if p.Name == victim {
+			victimProc = p
+		} else {
+			other = p
+		}
+	}
+	if victimProc == nil || other == nil {
+		t.Fatalf("leaders %v: no coordinator process named %q", leaders, victim)
+	}
+	t.Logf("load of 100 acquires stored; leaders %v", leaders)
+	led := 0
+	for _, l := range leaders {
+		if l == victim {
+			led++
+		}
+	}
+	killed := time.Now()
+	victimProc.Kill()
+	moved := time.Duration(0)
+	for moved == 0 {
+		all := true
+		for _, l := range c.Leaders(ctx, js) {
+			if l != other.Name {
+				all = false
+			}
+		}
+		if all {
+			moved = time.Since(killed)
+			break
+		}
+		if time.Since(killed) > 4*ttl {
+			t.Fatalf("partitions still led by %v %v after the kill", c.Leaders(ctx, js), time.Since(killed))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%d partitions of killed %s moved to %s in %v (leadership lifetime %v)", led, victim, other.Name, moved, ttl)
+	if moved > 2*ttl {
+		t.Errorf("partitions moved after %v, want within two leadership lifetimes (%v)", moved, 2*ttl)
+	}
+	// The new leader serves: a renewal gets its verdict.
+	if err := publish(0, events.VerbRenew, `{"v":1,"lease_id":"L0","generation":1,"renew_seq":1}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := victimProc.Start(); err != nil { // back as a standby
+		t.Fatal(err)
+	}
+
+	// Kill a nats-server node under load: nothing acknowledged is lost.
+	loadDone := make(chan error, 1)
+	go func() {
+		for i := 100; i < 400; i++ {
+			if err := publish(i, events.VerbAcquire, `{"v":1,"lease_ms":600000}`); err != nil {
+				loadDone <- err
+				return
+			}
+		}
+		loadDone <- nil
+	}()
+	time.Sleep(300 * time.Millisecond)
+	c.Nodes[1].Kill()
+	time.Sleep(3 * time.Second)
+	if err := c.Nodes[1].Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-loadDone; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node n2 killed and restarted under load; checking %d acknowledged inputs", len(acks))
+	if len(acks) < 401 {
+		t.Fatalf("%d inputs acknowledged, want 401", len(acks))
+	}
+	for _, a := range acks {
+		s, err := js.Stream(ctx, a.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m *jetstream.RawStreamMsg
+		err = retryCtx(ctx, func() error { var err error; m, err = s.GetMsg(ctx, a.seq); return err })
+		if err != nil {
+			t.Fatalf("acknowledged input %s #%d lost: %v", a.stream, a.seq, err)
+		}
+		if m.Subject != a.subject || !bytes.Equal(m.Data, a.data) {
+			t.Fatalf("acknowledged input %s #%d is %s %s, was %s %s", a.stream, a.seq, m.Subject, m.Data, a.subject, a.data)
+		}
+	}
+
+	// Every partition: caught up, and its chain is the fold of its inputs.
+	t.Logf("no acknowledged input lost; waiting for every partition's chain")
+	for _, topo := range topos {
+		waitChain(t, ctx, js, topo)
+	}
+
+	// tenure audit verifies every partition.
+	out, err := exec.CommandContext(ctx, tenureBin, "audit", "--nats-url", c.URL()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tenure audit: %v\n%s", err, out)
+	}
+	for _, topo := range topos {
+		if !strings.Contains(string(out), topo.InputStream()) && !strings.Contains(string(out), "partition "+topo.Partition.Token()) {
+			t.Errorf("the audit report does not mention partition %s:\n%s", topo.Partition.Token(), out)
+		}
+	}
+	t.Logf("tenure audit:\n%s", tail(out, 1500))
+}
+
+// waitChain waits until the decision stream of topo holds the fold of its
+// input stream, decision for decision, then checks there is no gap.
+func waitChain(t *testing.T, ctx context.Context, js jetstream.JetStream, topo streams.Topology) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ins, outs, err := readBoth(ctx, js, topo)
+		if err == nil {
+			p := projector.NewPartition(topo.Partition)
+			var want []*nats.Msg
+			for _, in := range ins {
+				ds, err := p.Step(events.Raw{Seq: in.Sequence, Time: in.Time.UnixNano(), Subject: in.Subject, Body: in.Data})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range ds {
+					want = append(want, &nats.Msg{Subject: topo.Partition.DecisionSubject(&ds[i]), Data: events.AppendDecision(nil, &ds[i])})
+				}
+			}
+			if len(outs) > len(want) {
+				t.Fatalf("%s: %d decisions stored, the fold of %d inputs gives %d", topo.DecisionStream(), len(outs), len(ins), len(want))
+			}
+			for i, o := range outs {
+				if o.Sequence != uint64(i+1) {
+					t.Fatalf("%s: decision %d has sequence %d (gap)", topo.DecisionStream(), i+1, o.Sequence)
+				}
+				if o.Subject != want[i].Subject || !bytes.Equal(o.Data, want[i].Data) {
+					t.Fatalf("%s: decision %d diverges:\n got %s %s\nwant %s %s", topo.DecisionStream(), i+1, o.Subject, o.Data, want[i].Subject, want[i].Data)
+				}
+			}
+			if len(outs) == len(want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not caught up: %v", topo.DecisionStream(), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func readBoth(ctx context.Context, js jetstream.JetStream, topo streams.Topology) (ins, outs []*jetstream.RawStreamMsg, err error) {
+	if ins, err = readAll(ctx, js, topo.InputStream()); err != nil {
+		return nil, nil, err
+	}
+	outs, err = readAll(ctx, js, topo.DecisionStream())
+	return ins, outs, err
+}
+
+func readAll(ctx context.Context, js jetstream.JetStream, name string) ([]*jetstream.RawStreamMsg, error) {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func retryCtx(ctx context.Context, op func() error) error {
+	var err error
+	for range 50 {
+		if err = op(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/maknow/tenure/cluster"
+	"github.com/maknow/tenure/streams"
+)
+
+// runCluster is `tenure cluster up` (a local cluster for development and
+// tests) and `tenure cluster node` (one of its nodes).
+func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: tenure cluster up [flags]   (tenure cluster up -h for the flags)")
+		return errUsage
+	}
+	switch args[0] {
+	case "up":
+		return runClusterUp(ctx, args[1:], stdout, stderr)
+	case "node":
+		return runClusterNode(ctx, args[1:], stderr)
+	}
+	return fmt.Errorf("%w: unknown cluster command %q (want up)", errUsage, args[0])
+}
+
+func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("cluster up", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tenure cluster up [flags]
+
+Starts a local NATS cluster of real nats-server processes on loopback
+(JetStream, sync_interval: always, the input partition mapping) and
+coordinator processes (tenure serve --partitions) sharing its partitions,
+with replicated streams; prints the URL to point workers at and runs until
+interrupted, then stops everything. For development and tests: see README.md
+for a production cluster.
+
+`)
+		fs.PrintDefaults()
+	}
+	dir := fs.String("dir", "./tenure-cluster", "directory for the node stores, configurations and logs (kept between runs)")
+	nodes := fs.Int("nodes", cluster.DefaultNodes, "nats-server nodes")
+	partitions := fs.Uint("partitions", cluster.DefaultPartitions, "partitions of the deployment (fixed when it is first created)")
+	coords := fs.Int("coordinators", cluster.DefaultCoordinators, "coordinator processes")
+	replicas := fs.Int("replicas", 0, "stream replicas (default min(nodes, 3))")
+	port := fs.Int("port", 4222, "client port of node 1 (node i: port+i-1; routes on port+100+i-1); 0 picks free ports")
+	natsServer := fs.String("nats-server", "", "run the nodes with this nats-server binary (default: this binary's embedded nats-server, `tenure cluster node`)")
+	leaderTTL := fs.Duration("leader-ttl", cluster.DefaultLeaderTTL, "the coordinators' leadership lifetime: a partition moves to another process within about two of it")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, "text", "info")
+	if err != nil {
+		return err
+	}
+	c, err := cluster.Up(ctx, cluster.Config{
+		Dir: abs, Nodes: *nodes, Partitions: uint32(*partitions), Coordinators: *coords, Replicas: *replicas,
+		BasePort: *port, NatsServer: *natsServer, LeaderTTL: *leaderTTL, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Fprintf(stdout, "tenure cluster up: %d nodes, %d partitions, %d coordinators; data and logs in %s\n",
+		len(c.Nodes), c.Partitions(), len(c.Coordinators), c.Dir())
+	fmt.Fprintf(stdout, "  workers and tools: --nats-url %s\n", c.URL())
+	fmt.Fprintf(stdout, "  try: tenure status --nats-url %s\n", c.URL())
+	fmt.Fprintln(stdout, "Ctrl-C stops the coordinators, then the nodes.")
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "stopping")
+	return nil
+}
+
+// runClusterNode runs one node of `tenure cluster up`: the embedded
+// nats-server with a configuration file, until interrupted.
+func runClusterNode(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("cluster node", stderr)
+	conf := fs.String("config", "", "nats-server configuration file (required)")
+	store := fs.String("store", "", "JetStream store directory (required)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *conf == "" || *store == "" {
+		return fmt.Errorf("%w: --config and --store are required", errUsage)
+	}
+	log, err := newLogger(stderr, "text", "info")
+	if err != nil {
+		return err
+	}
+	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: *store, ConfigFile: *conf, SyncAlways: true,
+		Logger: log, LogNotices: true, ReadyTimeout: 2 * time.Minute})
+	if err != nil {
+		return err
+	}
+	log.Info("node ready", "url", srv.ClientURL())
+	<-ctx.Done()
+	srv.Shutdown()
+	return nil
+}
