@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/maknow/tenure/bench"
 )
@@ -28,13 +30,38 @@ restart. Progress goes to stderr. See BENCHMARKS.md.
 	quick := fs.Bool("quick", false, "the short run (under two minutes on two cores)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	dir := fs.String("dir", "", "where the servers' temporary data directories go (default: the system's)")
-	profile := fs.String("profile", "", "write a CPU profile of every measured phase into `DIR`")
+	profile := fs.String("profile", "", "write CPU and allocation profiles of every measured phase into `DIR`")
 	trace := fs.Bool("trace", false, "with --profile: also execution traces and goroutine dumps of the pipeline runs")
 	debug := fs.Bool("debug", false, "the coordinators' debug logs on stderr (how the appender appends)")
 	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, rtt, expiry, replay, fold, memory (default: all)")
 	quiet := fs.Bool("q", false, "no progress on stderr")
+	clusterMode := fs.Bool("cluster", false, "instead: throughput with 1, 2 and 4 partitions on a local 3-node cluster of real processes (R3 streams), next to raw JetStream on the same cluster")
+	natsServer := fs.String("nats-server", "", "with --cluster: a nats-server binary for the nodes (default: this binary's embedded server)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *clusterMode {
+		ccfg := bench.ClusterConfig{Dir: *dir, NatsServer: *natsServer}
+		if *quick {
+			ccfg.Window = 5 * time.Second
+		}
+		if !*quiet {
+			ccfg.Log = stderr
+		}
+		res, err := bench.Cluster(ctx, ccfg)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			return enc.Encode(res)
+		}
+		fmt.Fprintf(stdout, "cluster: %d nodes (real processes, loopback, R3, sync always), %d SDK workers x %d leases\n", res.Nodes, res.Workers, res.Leases)
+		fmt.Fprintf(stdout, "%-11s %16s %14s %7s\n", "partitions", "tenure renew/s", "raw msgs/s", "ratio")
+		for _, p := range res.Points {
+			fmt.Fprintf(stdout, "%-11d %16.0f %14.0f %7.2f\n", p.Partitions, p.TenurePerS, p.RawPerS, p.Ratio)
+		}
+		return nil
 	}
 	if *sync != bench.SyncAlways && *sync != bench.SyncInterval {
 		return fmt.Errorf("%w: --sync must be always or interval", errUsage)

@@ -1,0 +1,261 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/cluster"
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/worker"
+)
+
+// ClusterConfig configures `tenure bench --cluster`.
+type ClusterConfig struct {
+	Partitions []uint32      // partition counts to measure, default 1, 2, 4
+	Nodes      int           // nats-server nodes, default 3 (R3 streams)
+	Workers    int           // SDK workers, default 8
+	Leases     int           // leases per worker, default 100
+	Window     time.Duration // measuring window per count, default 10 s
+	Tenure     string        // the tenure binary for the processes (default: this executable)
+	NatsServer string        // a nats-server binary for the nodes (default: `tenure cluster node`)
+	Dir        string        // where the clusters live (default: a temporary directory, removed)
+	Log        io.Writer     // progress (nil: none)
+}
+
+func (c ClusterConfig) withDefaults() ClusterConfig {
+	if len(c.Partitions) == 0 {
+		c.Partitions = []uint32{1, 2, 4}
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 3
+	}
+	if c.Workers == 0 {
+		c.Workers = 8
+	}
+	if c.Leases == 0 {
+		c.Leases = 100
+	}
+	if c.Window == 0 {
+		c.Window = 10 * time.Second
+	}
+	return c
+}
+
+// ClusterPoint is the measurement of one partition count.
+type ClusterPoint struct {
+	Partitions  uint32  `json:"partitions"`
+	TenurePerS  float64 `json:"tenure_renewals_per_s"` // renewal verdicts stored per second, every partition together
+	RawPerS     float64 `json:"raw_per_s"`             // raw JetStream: ~200-byte async publishes stored per second into as many R3 streams
+	Ratio       float64 `json:"ratio"`                 // TenurePerS / RawPerS
+	RenewErrors int64   `json:"renew_errors"`
+}
+
+// ClusterResult is the result of `tenure bench --cluster`.
+type ClusterResult struct {
+	Nodes   int            `json:"nodes"`
+	Workers int            `json:"workers"`
+	Leases  int            `json:"leases"`
+	Points  []ClusterPoint `json:"points"`
+}
+
+// Cluster measures, for each partition count, a fresh local cluster
+// (cluster.Up: Nodes real nats-server processes on loopback, R3 streams,
+// sync_interval always, one `tenure serve --partitions` process): SDK
+// workers renewing their leases in a closed loop (the SDK coalesces due
+// renewals into one batch per partition), and the raw JetStream baseline
+// on the same cluster, async publishes into as many R3 streams as there
+// are partitions. Every process shares this machine's cores.
+func Cluster(ctx context.Context, cfg ClusterConfig) (*ClusterResult, error) {
+	cfg = cfg.withDefaults()
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, format+"\n", args...)
+		}
+	}
+	res := &ClusterResult{Nodes: cfg.Nodes, Workers: cfg.Workers, Leases: cfg.Leases}
+	for _, p := range cfg.Partitions {
+		dir := cfg.Dir
+		if dir == "" {
+			d, err := os.MkdirTemp("", "tenure-bench-cluster")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(d)
+			dir = d
+		}
+		dir = fmt.Sprintf("%s/p%d", dir, p)
+		logf("cluster: %d nodes, %d partitions: starting", cfg.Nodes, p)
+		pt, err := clusterPoint(ctx, cfg, p, dir, logf)
+		if err != nil {
+			return nil, fmt.Errorf("bench --cluster, %d partitions: %w", p, err)
+		}
+		logf("cluster: %d partitions: %.0f renewals/s, raw %.0f msgs/s (ratio %.2f)", p, pt.TenurePerS, pt.RawPerS, pt.Ratio)
+		res.Points = append(res.Points, pt)
+	}
+	return res, nil
+}
+
+func clusterPoint(ctx context.Context, cfg ClusterConfig, parts uint32, dir string, logf func(string, ...any)) (ClusterPoint, error) {
+	pt := ClusterPoint{Partitions: parts}
+	c, err := cluster.Up(ctx, cluster.Config{Dir: dir, Nodes: cfg.Nodes, Partitions: parts, Coordinators: 1,
+		Tenure: cfg.Tenure, NatsServer: cfg.NatsServer, ServeArgs: []string{"--snapshot-every", "-1"}})
+	if err != nil {
+		return pt, err
+	}
+	defer c.Close()
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		return pt, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return pt, err
+	}
+
+	// Tenure: SDK workers renewing every lease in a closed loop.
+	leases, closeAll, err := acquireMany(ctx, c.URL(), cfg.Workers, cfg.Leases)
+	defer closeAll()
+	if err != nil {
+		return pt, err
+	}
+	logf("  %d leases acquired by %d SDK workers", len(leases), cfg.Workers)
+	outs := streams.Topology{}.Partitions(parts)
+	stored := func() (uint64, error) {
+		var n uint64
+		for _, t := range outs {
+			s, err := js.Stream(ctx, t.DecisionStream())
+			if err != nil {
+				return 0, err
+			}
+			info, err := s.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			n += info.State.LastSeq
+		}
+		return n, nil
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	var nerr atomic.Int64
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		wg.Go(func() {
+			for cctx.Err() == nil {
+				if err := l.Renew(cctx); err != nil && cctx.Err() == nil {
+					nerr.Add(1)
+					if errors.Is(err, worker.ErrLostAuthority) {
+						return
+					}
+				}
+			}
+		})
+	}
+	time.Sleep(cfg.Window / 5) // warm-up
+	n0, err := stored()
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return pt, err
+	}
+	t0 := time.Now()
+	time.Sleep(cfg.Window)
+	n1, err := stored()
+	el := time.Since(t0)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return pt, err
+	}
+	pt.TenurePerS = float64(n1-n0) / el.Seconds()
+	pt.RenewErrors = nerr.Load()
+
+	// Raw JetStream on the same cluster: as many R3 streams as partitions,
+	// one async publisher each, ~200-byte messages.
+	body := make([]byte, 200)
+	for i := range body {
+		body[i] = 'x'
+	}
+	var raws []jetstream.Stream
+	for k := range parts {
+		name := "BENCH_RAW_" + strconv.Itoa(int(k))
+		s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.raw." + strconv.Itoa(int(k))},
+			Replicas: min(cfg.Nodes, 3), Storage: jetstream.FileStorage})
+		if err != nil {
+			return pt, err
+		}
+		raws = append(raws, s)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	var rwg sync.WaitGroup
+	var firstErr atomic.Value
+	for k := range parts {
+		rwg.Go(func() {
+			pnc, err := nats.Connect(c.URL())
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			defer pnc.Close()
+			pjs, err := jetstream.New(pnc, jetstream.WithPublishAsyncMaxPending(1024))
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			subj := "bench.raw." + strconv.Itoa(int(k))
+			for rctx.Err() == nil {
+				if _, err := pjs.PublishAsync(subj, body, jetstream.WithStallWait(10*time.Second)); err != nil && rctx.Err() == nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+			select {
+			case <-pjs.PublishAsyncComplete():
+			case <-time.After(10 * time.Second):
+			}
+		})
+	}
+	rawStored := func() (uint64, error) {
+		var n uint64
+		for _, s := range raws {
+			info, err := s.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			n += info.State.LastSeq
+		}
+		return n, nil
+	}
+	time.Sleep(cfg.Window / 5)
+	r0, err := rawStored()
+	if err != nil {
+		rcancel()
+		rwg.Wait()
+		return pt, err
+	}
+	t0 = time.Now()
+	time.Sleep(cfg.Window)
+	r1, err := rawStored()
+	el = time.Since(t0)
+	rcancel()
+	rwg.Wait()
+	if err != nil {
+		return pt, err
+	}
+	if e, ok := firstErr.Load().(error); ok {
+		return pt, fmt.Errorf("raw publish: %w", e)
+	}
+	pt.RawPerS = float64(r1-r0) / el.Seconds()
+	pt.Ratio = ratio(pt.TenurePerS, pt.RawPerS)
+	return pt, nil
+}
