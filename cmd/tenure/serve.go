@@ -129,7 +129,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	count := uint32(*partitions)
 	if count > 0 && webUI.http != "" {
-		return fmt.Errorf("%w: the web UI follows an unpartitioned deployment only; use tenure status and tenure watch with --partitions", errUsage)
+		return fmt.Errorf("%w: the web UI follows an unpartitioned deployment only; use tenure status, tenure watch and tenure audit, which follow every partition", errUsage)
 	}
 
 	if conn.url == "" {

@@ -170,6 +170,14 @@ the binary: no external resource is loaded.
 		return err
 	}
 	defer nc.Close()
+	if js, err := jetstream.New(nc); err == nil {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := streams.Discover(dctx, js, streams.Topology{Prefix: *prefix})
+		cancel()
+		if err == nil && n > 0 {
+			return fmt.Errorf("the deployment has %d partitions: the web UI follows an unpartitioned deployment only; use tenure status, tenure watch and tenure audit, which follow every partition", n)
+		}
+	}
 	r, err := u.start(ctx, nc, streams.Topology{Prefix: *prefix}, ui.StatusFromService(nc, *statusWait), log)
 	if err != nil {
 		return err
