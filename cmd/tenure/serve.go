@@ -105,7 +105,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	leaderTTL := fs.Duration("leader-ttl", coordinator.DefaultLeaderTTL, "lifetime of the leadership entry; a standby takes over after it")
 	snapEvery := fs.Int("snapshot-every", coordinator.DefaultSnapshotEvery, "inputs between snapshots (negative: never)")
 	snapInterval := fs.Duration("snapshot-interval", coordinator.DefaultSnapshotInterval, "time between snapshots")
-	replicas := fs.Int("replicas", 1, "stream replicas when creating the topology on a cluster")
+	replicas := fs.Int("replicas", 0, "stream replicas when creating the topology (default: 3 when connected to a cluster of 3 or more servers, else 1)")
 	partitions := fs.Uint("partitions", 0, "partitions of the deployment (0: unpartitioned); fixed when it is created, see README")
 	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -165,6 +165,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer nc.Close()
 
+	if *replicas == 0 {
+		*replicas = defaultReplicas(nc)
+		log.Info("stream replicas", "replicas", *replicas, "cluster", nc.ConnectedClusterName(), "servers_known", len(nc.Servers()))
+	}
 	cfg := coordinator.Config{
 		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
@@ -205,6 +209,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	err = c.Run(ctx)
 	log.Info("tenure stopped")
 	return err
+}
+
+// defaultReplicas is 3 on a cluster of at least three servers (as far as
+// the connection knows them: the URLs given and those the cluster
+// advertised), else 1.
+func defaultReplicas(nc *nats.Conn) int {
+	if nc.ConnectedClusterName() != "" && len(nc.Servers()) >= 3 {
+		return 3
+	}
+	return 1
 }
 
 // status is what `nats micro info tenure` / `nats micro stats tenure` shows
