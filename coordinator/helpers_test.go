@@ -52,14 +52,9 @@ func readStream(t testing.TB, js jetstream.JetStream, name string) []msg {
 	return out
 }
 
-// foldStored folds stored inputs with a fresh projector and returns the
-// decisions as (subject, body) pairs.
-func foldStored(t testing.TB, inputs []msg) []msg {
-	t.Helper()
-	return foldStoredIn(t, events.Partition{}, inputs)
-}
-
-// foldStoredIn is foldStored for one partition of a partitioned deployment.
+// foldStoredIn folds stored inputs of one partition (the zero Partition:
+// unpartitioned) with a fresh projector and returns the decisions as
+// (subject, body) pairs.
 func foldStoredIn(t testing.TB, part events.Partition, inputs []msg) []msg {
 	t.Helper()
 	p := projector.NewPartition(part)
