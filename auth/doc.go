@@ -60,6 +60,27 @@
 // Nobody can roll up TENURE_IN or TENURE_OUT: the streams deny it by
 // configuration (streams.Topology), which also denies deletes and purges.
 //
+// # Partitioned deployments
+//
+// With Options.Partitions N (`tenure auth init --partitions N`, for `tenure
+// serve --partitions N`, PROTOCOL.md §18) every JetStream API permission above
+// is given on the streams and buckets of each partition instead:
+// TENURE_P<k>_OUT for workers (consumers filtered to tenure.out.<w>.> only)
+// and dispatchers, TENURE_P<k>_IN, TENURE_P<k>_OUT, KV_TENURE_P<k>_LEADER and
+// OBJ_TENURE_P<k>_SNAPSHOTS for the coordinator, for k from 0 to N-1
+// (PartitionedPermissionsFor). Everybody keeps stream info on TENURE_OUT,
+// which streams.Discover looks up first; dispatchers may also request
+// tenure.status.*.* and coordinators subscribe to tenure.status.<c>.*, the
+// per-partition status endpoints. The publish subjects do not change:
+// tenure.in.<role>.<id>.> covers the seven-token partition form, and
+// tenure.out.> stays the coordinator's. The generated server.conf also
+// carries the input mapping (a top-level mappings block, which applies to
+// the global account the authorization users belong to), so that six-token
+// inputs are stored in their job's partition on a standalone server.
+// streams.StartEmbedded with Partitions adds the same mapping again, which
+// replaces the file's: the two never conflict, and with different counts the
+// embedded server's wins.
+//
 // # Inbox prefixes
 //
 // Every user may subscribe only to its own inbox prefix, _INBOX_<name>, so

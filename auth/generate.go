@@ -58,6 +58,13 @@ type Options struct {
 	Actors []Actor
 	// StreamPrefix of the topology, default streams.DefaultPrefix.
 	StreamPrefix string
+	// Partitions is the partition count of a partitioned deployment
+	// (PROTOCOL.md §18), at most events.MaxPartitions; 0, the default, is
+	// the unpartitioned deployment. With partitions the permissions cover
+	// every partition's streams and buckets (PartitionedPermissionsFor),
+	// and server.conf maps six-token input subjects to their partition
+	// (events.InputMapping) in the account of its users.
+	Partitions uint32
 	// URL is the server URL written into the credentials, default DefaultURL.
 	URL string
 	// NKeys authenticates users with nkeys (a seed file per actor) instead
@@ -93,6 +100,7 @@ type Bundle struct {
 	Credentials []Credential // one per actor, in Options.Actors order
 	TLS         bool
 	TLSVerify   bool
+	Partitions  uint32 // Options.Partitions
 }
 
 // Generate validates opts and builds the server configuration, credentials
@@ -113,6 +121,9 @@ func Generate(opts Options) (*Bundle, error) {
 	}
 	if opts.StreamPrefix != "" && !validPrefix(opts.StreamPrefix) {
 		return nil, fmt.Errorf("auth: invalid stream prefix %q: want 1 to 64 of [A-Za-z0-9_-]", opts.StreamPrefix)
+	}
+	if opts.Partitions > events.MaxPartitions {
+		return nil, fmt.Errorf("auth: %d partitions: at most %d", opts.Partitions, events.MaxPartitions)
 	}
 	if opts.TLSVerify && !opts.TLS {
 		return nil, errors.New("auth: TLSVerify needs TLS")
@@ -139,7 +150,7 @@ func Generate(opts Options) (*Bundle, error) {
 		opts.Now = time.Now()
 	}
 
-	b := &Bundle{Dir: dir, TLS: opts.TLS, TLSVerify: opts.TLSVerify}
+	b := &Bundle{Dir: dir, TLS: opts.TLS, TLSVerify: opts.TLSVerify, Partitions: opts.Partitions}
 	path := func(name string) string { return filepath.Join(dir, name) }
 	var users []confUser
 	var actorFiles []File
@@ -159,7 +170,7 @@ func Generate(opts Options) (*Bundle, error) {
 			File{ServerCertFile, srv.cert}, File{ServerKeyFile, srv.key})
 	}
 	for _, a := range opts.Actors {
-		perms, err := PermissionsFor(a, opts.StreamPrefix)
+		perms, err := PartitionedPermissionsFor(a, opts.StreamPrefix, opts.Partitions)
 		if err != nil {
 			return nil, err
 		}
@@ -213,7 +224,7 @@ func Generate(opts Options) (*Bundle, error) {
 	if opts.TLS {
 		conf = confTLS{on: true, cert: path(ServerCertFile), key: path(ServerKeyFile), ca: path(CAFile), verify: opts.TLSVerify}
 	}
-	b.Files = append(b.Files, File{ServerConfigFile, renderConfig(users, conf, opts.Now)})
+	b.Files = append(b.Files, File{ServerConfigFile, renderConfig(users, conf, opts.Partitions, opts.Now)})
 	b.Files = append(b.Files, tlsFiles...)
 	b.Files = append(b.Files, actorFiles...)
 	return b, nil

@@ -64,10 +64,21 @@ const ServiceName = "tenure"
 // tenure.status.<coordinator id>.
 const StatusSubjectPrefix = "tenure.status"
 
-// PermissionsFor returns the permissions of actor a for the topology with
-// stream prefix prefix ("" is streams.DefaultPrefix). The package
-// documentation explains them.
+// PermissionsFor returns the permissions of actor a for the unpartitioned
+// topology with stream prefix prefix ("" is streams.DefaultPrefix). The
+// package documentation explains them.
 func PermissionsFor(a Actor, prefix string) (Permissions, error) {
+	return PartitionedPermissionsFor(a, prefix, 0)
+}
+
+// PartitionedPermissionsFor returns the permissions of actor a for a
+// deployment of partitions partitions (PROTOCOL.md §18) with stream prefix
+// prefix: the JetStream API permissions of PermissionsFor on the streams and
+// buckets of every partition (TENURE_P<k>_OUT, ...) instead of the
+// unpartitioned ones, plus stream info on the unpartitioned decision stream,
+// which streams.Discover looks up first (and finds missing). Partitions 0 is
+// PermissionsFor.
+func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permissions, error) {
 	if !events.ValidToken(a.Name) {
 		return Permissions{}, fmt.Errorf("auth: invalid actor name %q: want 1 to %d of [A-Za-z0-9_-], not %q", a.Name, events.MaxTokenLen, events.NoJob)
 	}
@@ -75,10 +86,9 @@ func PermissionsFor(a Actor, prefix string) (Permissions, error) {
 	if err != nil {
 		return Permissions{}, err
 	}
-	top := streams.Topology{Prefix: prefix}
-	in, out := top.InputStream(), top.DecisionStream()
-	kvBucket, objBucket := top.LeaderBucket(), top.SnapshotBucket()
-	kv, obj := "KV_"+kvBucket, "OBJ_"+objBucket
+	if partitions > events.MaxPartitions {
+		return Permissions{}, fmt.Errorf("auth: %d partitions: at most %d", partitions, events.MaxPartitions)
+	}
 	const api = "$JS.API."
 	inbox := InboxPrefix(a.Name) + ".>"
 	// Denied to everybody but the coordinator; denied explicitly (the allow
@@ -92,39 +102,60 @@ func PermissionsFor(a Actor, prefix string) (Permissions, error) {
 		api + "CONSUMER.DELETE.*.*",
 	}
 	srv := []string{"$SRV.*", "$SRV.*." + ServiceName, "$SRV.*." + ServiceName + ".*"}
-
+	base := streams.Topology{Prefix: prefix}
+	topos := base.Partitions(partitions)
 	var p Permissions
+	// discover is the look-up streams.Discover makes first: the
+	// unpartitioned decision stream, which a partitioned deployment lacks.
+	discover := func() {
+		if partitions > 0 {
+			p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO."+base.DecisionStream())
+		}
+	}
 	switch role {
 	case events.RoleWorker:
-		p.PublishAllow = []string{
-			events.ActorInputFilter(role, a.Name),
-			api + "STREAM.INFO." + out,
-			// The server checks that the filter in the subject is the
-			// consumer's only filter (JSConsumerCreateFilterSubjectMismatch,
-			// JSConsumerMultipleFiltersNotAllowed).
-			api + "CONSUMER.CREATE." + out + ".*." + events.AddresseeFilter(a.Name),
-			api + "CONSUMER.INFO." + out + ".*",
-			api + "CONSUMER.MSG.NEXT." + out + ".*",
+		p.PublishAllow = []string{events.ActorInputFilter(role, a.Name)}
+		discover()
+		for _, t := range topos {
+			out := t.DecisionStream()
+			p.PublishAllow = append(p.PublishAllow,
+				api+"STREAM.INFO."+out,
+				// The server checks that the filter in the subject is the
+				// consumer's only filter (JSConsumerCreateFilterSubjectMismatch,
+				// JSConsumerMultipleFiltersNotAllowed).
+				api+"CONSUMER.CREATE."+out+".*."+events.AddresseeFilter(a.Name),
+				api+"CONSUMER.INFO."+out+".*",
+				api+"CONSUMER.MSG.NEXT."+out+".*",
+			)
 		}
 		p.PublishDeny = append([]string{events.DecisionFilter}, noAdmin...)
 		p.SubscribeAllow = []string{inbox, events.AddresseeFilter(a.Name)}
 	case events.RoleOps:
-		p.PublishAllow = []string{
-			events.ActorInputFilter(role, a.Name),
-			api + "STREAM.INFO." + out,
-			api + "CONSUMER.CREATE." + out + ".>",
-			api + "CONSUMER.INFO." + out + ".*",
-			api + "CONSUMER.MSG.NEXT." + out + ".*",
-			// The ops client deletes its short-lived ordered consumer after
-			// each call; without this they would linger until their
-			// inactivity threshold (5 minutes).
-			api + "CONSUMER.DELETE." + out + ".*",
-			api + "STREAM.MSG.GET." + out,
-			api + "DIRECT.GET." + out,
-			api + "DIRECT.GET." + out + ".>",
+		p.PublishAllow = []string{events.ActorInputFilter(role, a.Name)}
+		discover()
+		for _, t := range topos {
+			out := t.DecisionStream()
+			p.PublishAllow = append(p.PublishAllow,
+				api+"STREAM.INFO."+out,
+				api+"CONSUMER.CREATE."+out+".>",
+				api+"CONSUMER.INFO."+out+".*",
+				api+"CONSUMER.MSG.NEXT."+out+".*",
+				// The ops client deletes its short-lived ordered consumer after
+				// each call; without this they would linger until their
+				// inactivity threshold (5 minutes).
+				api+"CONSUMER.DELETE."+out+".*",
+				api+"STREAM.MSG.GET."+out,
+				api+"DIRECT.GET."+out,
+				api+"DIRECT.GET."+out+".>",
+			)
 		}
 		p.PublishAllow = append(p.PublishAllow, srv...)
 		p.PublishAllow = append(p.PublishAllow, StatusSubjectPrefix+".*")
+		if partitions > 0 {
+			// A partitioned coordinator's status endpoints,
+			// tenure.status.<coordinator id>.<partition>.
+			p.PublishAllow = append(p.PublishAllow, StatusSubjectPrefix+".*.*")
+		}
 		p.PublishDeny = append([]string{events.DecisionFilter}, noAdmin[:4]...)
 		p.SubscribeAllow = []string{inbox, events.DecisionFilter}
 	case events.RoleCoord:
@@ -133,40 +164,51 @@ func PermissionsFor(a Actor, prefix string) (Permissions, error) {
 			events.DecisionFilter,
 			api + "INFO",
 		}
-		for _, s := range []string{in, out, kv, obj} {
-			p.PublishAllow = append(p.PublishAllow,
-				api+"STREAM.CREATE."+s,
-				api+"STREAM.INFO."+s,
-				api+"STREAM.MSG.GET."+s,
-				api+"DIRECT.GET."+s,
-				api+"DIRECT.GET."+s+".>",
-				api+"CONSUMER.CREATE."+s,
-				api+"CONSUMER.CREATE."+s+".>",
-				api+"CONSUMER.INFO."+s+".*",
-				api+"CONSUMER.MSG.NEXT."+s+".*",
-				api+"CONSUMER.DELETE."+s+".*",
-				"$JS.ACK."+s+".>",
-				"$JS.FC."+s+".>",
-			)
+		discover()
+		for _, t := range topos {
+			in, out := t.InputStream(), t.DecisionStream()
+			kvBucket, objBucket := t.LeaderBucket(), t.SnapshotBucket()
+			kv, obj := "KV_"+kvBucket, "OBJ_"+objBucket
+			for _, s := range []string{in, out, kv, obj} {
+				p.PublishAllow = append(p.PublishAllow,
+					api+"STREAM.CREATE."+s,
+					api+"STREAM.INFO."+s,
+					api+"STREAM.MSG.GET."+s,
+					api+"DIRECT.GET."+s,
+					api+"DIRECT.GET."+s+".>",
+					api+"CONSUMER.CREATE."+s,
+					api+"CONSUMER.CREATE."+s+".>",
+					api+"CONSUMER.INFO."+s+".*",
+					api+"CONSUMER.MSG.NEXT."+s+".*",
+					api+"CONSUMER.DELETE."+s+".*",
+					"$JS.ACK."+s+".>",
+					"$JS.FC."+s+".>",
+				)
+			}
+			for _, s := range []string{kv, obj} {
+				p.PublishAllow = append(p.PublishAllow,
+					api+"STREAM.UPDATE."+s,
+					api+"STREAM.PURGE."+s,
+					api+"STREAM.MSG.DELETE."+s,
+				)
+			}
+			p.PublishAllow = append(p.PublishAllow, "$KV."+kvBucket+".>", "$O."+objBucket+".>")
 		}
-		for _, s := range []string{kv, obj} {
-			p.PublishAllow = append(p.PublishAllow,
-				api+"STREAM.UPDATE."+s,
-				api+"STREAM.PURGE."+s,
-				api+"STREAM.MSG.DELETE."+s,
-			)
-		}
-		p.PublishAllow = append(p.PublishAllow, "$KV."+kvBucket+".>", "$O."+objBucket+".>")
 		p.PublishDeny = []string{api + "STREAM.DELETE.*"}
-		for _, s := range []string{in, out} {
-			p.PublishDeny = append(p.PublishDeny,
-				api+"STREAM.UPDATE."+s,
-				api+"STREAM.PURGE."+s,
-				api+"STREAM.MSG.DELETE."+s,
-			)
+		for _, t := range topos {
+			for _, s := range []string{t.InputStream(), t.DecisionStream()} {
+				p.PublishDeny = append(p.PublishDeny,
+					api+"STREAM.UPDATE."+s,
+					api+"STREAM.PURGE."+s,
+					api+"STREAM.MSG.DELETE."+s,
+				)
+			}
 		}
 		p.SubscribeAllow = append([]string{inbox}, srv...)
 		p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name)
+		if partitions > 0 {
+			p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name+".*")
+		}
 		p.AllowResponses = true
 	}
 	return p, nil

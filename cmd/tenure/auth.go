@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -91,10 +92,11 @@ func runAuthInit(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&tlsHosts, "tls-hosts", "with --tls: more DNS names or IPs for the server certificate, comma-separated (always: localhost, 127.0.0.1, ::1)")
 	url := fs.String("url", "", "server URL written into the credentials (default "+auth.DefaultURL+", with --tls "+auth.DefaultTLSURL+")")
 	prefix := fs.String("stream-prefix", streams.DefaultPrefix, "stream prefix of the topology")
+	partitions := fs.Uint("partitions", 0, "partition count of a partitioned deployment (tenure serve --partitions N): permissions on every partition's streams, and the input mapping (0: unpartitioned)")
 	cost := fs.Int("bcrypt-cost", bcrypt.DefaultCost, "bcrypt cost of the password hashes")
 	force := fs.Bool("force", false, "overwrite existing files (every secret and certificate is regenerated)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--coordinators c1] [--nkeys] [--tls] [--force]")
+		fmt.Fprintln(stderr, "usage: tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--coordinators c1] [--partitions N] [--nkeys] [--tls] [--force]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Writes DIR/server.conf (a nats-server authorization binding every actor to its subjects),")
 		fmt.Fprintln(stderr, "one DIR/<name>.creds.json per actor (and <name>.nk with --nkeys), and with --tls a CA and")
@@ -128,6 +130,9 @@ func runAuthInit(args []string, stdout, stderr io.Writer) error {
 	if len(coordinators) == 0 {
 		coordinators = names{"coord"}
 	}
+	if *partitions > events.MaxPartitions {
+		usage("--partitions: at most %d", events.MaxPartitions)
+	}
 	if len(tlsHosts) > 0 && !*useTLS {
 		usage("--tls-hosts needs --tls")
 	}
@@ -152,6 +157,7 @@ func runAuthInit(args []string, stdout, stderr io.Writer) error {
 	b, err := auth.Generate(auth.Options{
 		Dir: *out, Actors: actors, StreamPrefix: *prefix, URL: *url, NKeys: *useNKeys,
 		TLS: *useTLS, TLSVerify: *useTLS && *verify, TLSHosts: tlsHosts, BcryptCost: *cost,
+		Partitions: uint32(*partitions),
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "tenure auth init:", strings.TrimPrefix(err.Error(), "auth: "))
@@ -178,6 +184,10 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 	p("Every file is mode 0600; keep the directory private and give each actor only its own files.")
 	p("")
 	p("  %-34s nats-server authorization: one user per actor, bound to its subjects", auth.ServerConfigFile)
+	if b.Partitions > 0 {
+		p("  %-34s for %d partitions: permissions on every partition's streams and buckets, and the", "", b.Partitions)
+		p("  %-34s input mapping (mappings block) that every server of the deployment needs", "")
+	}
 	if b.TLS {
 		p("  %-34s the private CA that signs everything; %s signs new certificates: keep it offline", auth.CAFile+", "+auth.CAKeyFile, auth.CAKeyFile)
 		p("  %-34s the server certificate (localhost, 127.0.0.1, ::1 and --tls-hosts)", auth.ServerCertFile+", "+auth.ServerKeyFile)
@@ -216,11 +226,14 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 		} else {
 			p("%s: %s", c.Role, c.Name)
 		}
-		p("  publish allow:   %s", strings.Join(c.Permissions.PublishAllow, " "))
+		p("  publish allow:   %s", strings.Join(firstPartition(c.Permissions.PublishAllow, prefix), " "))
 		if len(c.Permissions.PublishDeny) > 0 {
-			p("  publish deny:    %s", strings.Join(c.Permissions.PublishDeny, " "))
+			p("  publish deny:    %s", strings.Join(firstPartition(c.Permissions.PublishDeny, prefix), " "))
 		}
 		p("  subscribe allow: %s", strings.Join(c.Permissions.SubscribeAllow, " "))
+		if b.Partitions > 1 {
+			p("  (the %s_P0_ subjects shown stand for those of every partition, %s_P0_ to %s_P%d_)", prefix, prefix, prefix, b.Partitions-1)
+		}
 		if c.Permissions.AllowResponses {
 			p("  allow_responses: true (answers requests on the requester's reply subject)")
 		}
@@ -256,7 +269,11 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 			continue
 		}
 		p("Coordinator %s, with the embedded nats-server%s:", c.Name, pfx)
-		p("  tenure serve --server-config %s --id %s %s --inbox-prefix %s%s", b.ServerConfigPath(), c.Name, secret(c), c.InboxPrefix, tlsFlags(c))
+		parts := ""
+		if b.Partitions > 0 {
+			parts = fmt.Sprintf(" --partitions %d", b.Partitions)
+		}
+		p("  tenure serve --server-config %s --id %s %s --inbox-prefix %s%s%s", b.ServerConfigPath(), c.Name, secret(c), c.InboxPrefix, tlsFlags(c), parts)
 		p("  (or, against a nats-server that runs %s: add --nats-url %s)", auth.ServerConfigFile, c.URL)
 	}
 	p("")
@@ -288,4 +305,19 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 	p("password, nkey and certificate (restart the server with the new server.conf and redistribute).")
 	p("")
 	p(auth.Limits)
+}
+
+// firstPartition leaves out of subjects those that name the streams or
+// buckets of a partition other than partition 0 (<prefix>_P<k>_..., k > 0),
+// which repeat partition 0's: the summary lists one partition's.
+func firstPartition(subjects []string, prefix string) []string {
+	re := regexp.MustCompile(regexp.QuoteMeta(prefix) + `_P([0-9]+)_`)
+	var out []string
+	for _, s := range subjects {
+		if m := re.FindStringSubmatch(s); m != nil && m[1] != "0" {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -281,6 +282,179 @@ func TestAuthServe(t *testing.T) {
 	mu.Unlock()
 
 	_ = w1.Close()
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exit %d:\n%s", code, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if s := logs.String(); strings.Contains(s, "ermission") {
+		t.Errorf("serve logged a permissions problem:\n%s", s)
+	}
+}
+
+// `tenure auth init --partitions 4` writes a configuration that `tenure
+// serve --partitions 4 --server-config` runs (the file's input mapping and
+// the embedded server's own one together); every coordinator answers its
+// status endpoint, tenure status and tenure offer work as the dispatcher,
+// and a worker acquires, renews and completes leases in every partition
+// through the SDK, with no permissions violation anywhere. Without
+// --partitions nothing of it is in the file.
+func TestAuthServePartitioned(t *testing.T) {
+	t.Parallel()
+	const count = 4
+	if code, _, _ := runAuthCmd("init", "--out", filepath.Join(t.TempDir(), "x"), "--workers", "1", "--partitions", "1025"); code != 2 {
+		t.Errorf("--partitions 1025: exit %d, want 2", code)
+	}
+	plain := t.TempDir()
+	if code, stdout, stderr := runAuthCmd("init", "--out", plain, "--workers", "1", "--bcrypt-cost", "4"); code != 0 {
+		t.Fatalf("auth init: exit %d: %s", code, stderr)
+	} else if strings.Contains(stdout, "--partitions") || strings.Contains(stdout, "_P0_") {
+		t.Errorf("unpartitioned summary mentions partitions:\n%s", stdout)
+	}
+	if conf, _ := os.ReadFile(filepath.Join(plain, "server.conf")); strings.Contains(string(conf), "mappings") || strings.Contains(string(conf), "_P0_") {
+		t.Errorf("unpartitioned server.conf:\n%s", conf)
+	}
+
+	dir := t.TempDir()
+	code, summary, stderr := runAuthCmd("init", "--out", dir, "--worker", "w1,w2", "--dispatcher", "disp", "--partitions", fmt.Sprint(count), "--bcrypt-cost", "4")
+	if code != 0 {
+		t.Fatalf("auth init: exit %d: %s", code, stderr)
+	}
+	for _, s := range []string{" --inbox-prefix _INBOX_coord --partitions 4\n", "TENURE_P0_OUT", "TENURE_P0_ to TENURE_P3_"} {
+		if !strings.Contains(summary, s) {
+			t.Errorf("summary without %q:\n%s", s, summary)
+		}
+	}
+	if strings.Contains(summary, "TENURE_P1_") {
+		t.Errorf("summary lists every partition's subjects:\n%s", summary)
+	}
+	cred := func(name string) auth.Credential {
+		c, err := auth.ReadCredential(filepath.Join(dir, name+".creds.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	coord, disp, w1c := cred("coord"), cred("disp"), cred("w1")
+	flags := func(c auth.Credential) []string {
+		return []string{"--user", c.User, "--password", c.Password, "--inbox-prefix", c.InboxPrefix}
+	}
+
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		args := append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval",
+			"--id", "coord", "--partitions", fmt.Sprint(count), "--leader-ttl", "1s", "--server-config", filepath.Join(dir, "server.conf")}, flags(coord)...)
+		done <- run(ctx, args, &bytes.Buffer{}, &logs)
+	}()
+	re := regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`)
+	var url string
+	deadline := time.Now().Add(30 * time.Second)
+	for url == "" {
+		if m := re.FindStringSubmatch(logs.String()); m != nil {
+			url = m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited with %d:\n%s", code, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connect line in the log:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var mu sync.Mutex
+	var violations []error
+	onErr := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		mu.Lock()
+		violations = append(violations, err)
+		mu.Unlock()
+	})
+	dnc, err := disp.Connect(url, nats.Timeout(20*time.Second), onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dnc.Close()
+	for k := range count {
+		for {
+			resp, err := dnc.Request(fmt.Sprintf("tenure.status.coord.%d", k), nil, time.Second)
+			if err == nil && strings.Contains(string(resp.Data), `"live":true`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition %d not live: %v\n%s", k, err, logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, append([]string{"status", "--nats-url", url}, flags(disp)...), &out, &errb); code != 0 || strings.Contains(out.String(), "no live coordinator") {
+		t.Errorf("tenure status as disp: exit %d: %s%s", code, out.String(), errb.String())
+	}
+
+	wnc, err := w1c.Connect(url, nats.Timeout(20*time.Second), onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wnc.Close()
+	w1, err := sdk.Connect(wnc, "w1", sdk.WithErrorHandler(func(err error) { t.Errorf("w1: %v", err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+	covered := map[uint32]bool{}
+	for i := 0; len(covered) < count; i++ {
+		job := fmt.Sprintf("pauth-%d", i)
+		k := events.PartitionOf(job, count)
+		if covered[k] {
+			continue
+		}
+		covered[k] = true
+		l, err := w1.Acquire(ctx, job, sdk.WithLeaseDuration(time.Minute))
+		if err != nil {
+			t.Fatalf("acquire %s (partition %d): %v", job, k, err)
+		}
+		if err := l.Renew(ctx); err != nil {
+			t.Fatalf("renew %s: %v", job, err)
+		}
+		if err := l.Complete(ctx, events.OutcomeSuccess, ""); err != nil {
+			t.Fatalf("complete %s: %v", job, err)
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	offer := append([]string{"offer", "--as", "disp", "--nats-url", url, "--job", "pauth-offer", "--holder", "w1", "--json"}, flags(disp)...)
+	if code := run(ctx, offer, &out, &errb); code != 0 || !strings.Contains(out.String(), `"kind":"offered"`) {
+		t.Fatalf("tenure offer as disp: exit %d: %s%s", code, out.String(), errb.String())
+	}
+	select {
+	case o := <-w1.Offers():
+		l, err := o.Accept(ctx)
+		if err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("w1: no offer")
+	}
+	_ = w1.Close()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	if len(violations) != 0 {
+		t.Errorf("client connections: %v", violations)
+	}
+	mu.Unlock()
+
 	cancel()
 	select {
 	case code := <-done:

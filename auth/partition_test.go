@@ -1,0 +1,425 @@
+package auth_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/ops"
+	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/worker"
+)
+
+// partitions is the partition count of the partitioned tests.
+const partitions = 4
+
+// partEnv is a real embedded server running a configuration generated for
+// a partitioned deployment, and a coordinator.Group connected as "coord".
+type partEnv struct {
+	b     *auth.Bundle
+	url   string
+	coord *client
+	g     *coordinator.Group
+}
+
+// newPartEnv starts the server with the generated server.conf; serverMapping
+// also makes the embedded server add the input mapping itself (as `tenure
+// serve --partitions` does), on top of the one in the file.
+func newPartEnv(t *testing.T, opts auth.Options, serverMapping bool) *partEnv {
+	t.Helper()
+	opts.Partitions = partitions
+	b := generate(t, opts)
+	so := []testutil.Option{testutil.ConfigFile(b.ServerConfigPath())}
+	if serverMapping {
+		so = append(so, testutil.Partitions(partitions))
+	}
+	srv := testutil.StartServer(t, so...)
+	e := &partEnv{b: b, url: srv.ClientURL()}
+	e.coord = connect(t, b, e.url, "coord", nats.MaxReconnects(-1))
+	g, err := coordinator.NewGroup(coordinator.Config{ID: "coord", Conn: e.coord.nc, LeaderTTL: 600 * time.Millisecond,
+		SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond}, partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.g = g
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("coordinators: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("coordinators did not stop")
+		}
+	})
+	waitFor(t, 20*time.Second, "every partition live", func() bool {
+		for _, st := range g.Stats() {
+			if !st.Live {
+				return false
+			}
+		}
+		return true
+	})
+	return e
+}
+
+// jobIn returns a job name with the given prefix in partition k.
+func jobIn(prefix string, k uint32) string {
+	for i := 0; ; i++ {
+		if j := fmt.Sprintf("%s-%d", prefix, i); events.PartitionOf(j, partitions) == k {
+			return j
+		}
+	}
+}
+
+// The permissions of a partitioned deployment name every partition's
+// streams, stay JetStream API subjects the server serves, and are what the
+// server reads from server.conf, which also carries the input mapping.
+// Unpartitioned, nothing changes.
+func TestPartitionedPermissions(t *testing.T) {
+	t.Parallel()
+	all := append(slices.Clone(actors), auth.Actor{Name: "op", Role: auth.RoleOperator})
+	for _, a := range all {
+		p0, err := auth.PermissionsFor(a, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if z, _ := auth.PartitionedPermissionsFor(a, "", 0); !equalPerms(z, p0) {
+			t.Errorf("%s: 0 partitions differs from PermissionsFor", a.Name)
+		}
+		p, err := auth.PartitionedPermissionsFor(a, "ACME", partitions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range slices.Concat(p.PublishAllow, p.PublishDeny) {
+			if strings.HasPrefix(s, "$JS.API.") && !slices.ContainsFunc(serverAPI(), func(pat string) bool { return subset(s, pat) }) {
+				t.Errorf("%s: %s is no JetStream API subject of the server", a.Name, s)
+			}
+			if strings.Contains(s, "TENURE") || strings.Contains(s, "ACME_OUT") && s != "$JS.API.STREAM.INFO.ACME_OUT" {
+				t.Errorf("%s: %s names an unpartitioned stream or the default prefix", a.Name, s)
+			}
+		}
+		for k := range partitions {
+			out := fmt.Sprintf("ACME_P%d_OUT", k)
+			if !slices.Contains(p.PublishAllow, "$JS.API.STREAM.INFO."+out) {
+				t.Errorf("%s: no stream info on %s", a.Name, out)
+			}
+		}
+		switch a.Role {
+		case auth.RoleWorker:
+			want := "$JS.API.CONSUMER.CREATE.ACME_P3_OUT.*.tenure.out." + a.Name + ".>"
+			if !slices.Contains(p.PublishAllow, want) {
+				t.Errorf("%s: no %s in %v", a.Name, want, p.PublishAllow)
+			}
+		case auth.RoleCoordinator:
+			for _, s := range []string{"$JS.API.STREAM.CREATE.ACME_P3_IN", "$KV.ACME_P3_LEADER.>", "$O.ACME_P3_SNAPSHOTS.>", "$JS.API.STREAM.PURGE.OBJ_ACME_P3_SNAPSHOTS"} {
+				if !slices.Contains(p.PublishAllow, s) {
+					t.Errorf("coordinator: no %s", s)
+				}
+			}
+			if !slices.Contains(p.PublishDeny, "$JS.API.STREAM.PURGE.ACME_P3_IN") {
+				t.Errorf("coordinator: purge of ACME_P3_IN not denied: %v", p.PublishDeny)
+			}
+		}
+	}
+	if _, err := auth.PartitionedPermissionsFor(actors[0], "", events.MaxPartitions+1); err == nil {
+		t.Error("too many partitions accepted")
+	}
+	if _, err := auth.Generate(auth.Options{Dir: t.TempDir(), Actors: actors, Partitions: events.MaxPartitions + 1}); err == nil {
+		t.Error("Generate: too many partitions accepted")
+	}
+
+	plain := generate(t, auth.Options{})
+	if conf, _ := os.ReadFile(plain.ServerConfigPath()); strings.Contains(string(conf), "mappings") {
+		t.Error("unpartitioned server.conf has a mapping")
+	}
+	b := generate(t, auth.Options{Partitions: partitions})
+	opts, err := server.ProcessConfigFile(b.ServerConfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range opts.Users {
+		want, _ := auth.PartitionedPermissionsFor(auth.Actor{Name: u.Username, Role: credRole(t, b, u.Username)}, "", partitions)
+		if !slices.Equal(u.Permissions.Publish.Allow, want.PublishAllow) || !slices.Equal(u.Permissions.Publish.Deny, want.PublishDeny) ||
+			!slices.Equal(u.Permissions.Subscribe.Allow, want.SubscribeAllow) {
+			t.Errorf("%s: server read other permissions", u.Username)
+		}
+	}
+	src, dst := events.InputMapping(partitions)
+	if conf, _ := os.ReadFile(b.ServerConfigPath()); !strings.Contains(string(conf), fmt.Sprintf("%q: %q", src, dst)) {
+		t.Errorf("no input mapping in server.conf:\n%s", conf)
+	}
+}
+
+func credRole(t *testing.T, b *auth.Bundle, name string) auth.Role {
+	c, ok := b.Credential(name)
+	if !ok {
+		t.Fatalf("no credential %s", name)
+	}
+	return c.Role
+}
+
+func equalPerms(a, b auth.Permissions) bool {
+	return slices.Equal(a.PublishAllow, b.PublishAllow) && slices.Equal(a.PublishDeny, b.PublishDeny) &&
+		slices.Equal(a.SubscribeAllow, b.SubscribeAllow) && slices.Equal(a.SubscribeDeny, b.SubscribeDeny) &&
+		a.AllowResponses == b.AllowResponses
+}
+
+func serverAPI() []string {
+	return []string{
+		server.JSApiAccountInfo, server.JSApiStreamCreate, server.JSApiStreamUpdate, server.JSApiStreamInfo,
+		server.JSApiStreamDelete, server.JSApiStreamPurge, server.JSApiMsgDelete, server.JSApiMsgGet,
+		server.JSDirectMsgGet, server.JSDirectGetLastBySubject, server.JSApiConsumerCreate,
+		server.JSApiConsumerCreateEx, server.JSApiDurableCreate, server.JSApiConsumerInfo,
+		server.JSApiConsumerDelete, fmt.Sprintf(server.JSApiRequestNextT, "*", "*"),
+	}
+}
+
+// With 4 partitions the protocol works under the generated configuration,
+// with no permissions violation on any connection: the server maps
+// six-token inputs to their partition (from the file alone, and with the
+// embedded server's own mapping added on top, as `tenure serve
+// --partitions` does), a worker acquires, renews and completes leases in
+// every partition through the SDK, and a dispatcher offers through ops.
+func TestPartitionedEndToEnd(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		serverMapping bool
+		opts          auth.Options
+	}{
+		{"file mapping", false, auth.Options{}},
+		{"file and server mapping", true, auth.Options{}},
+		{"nkeys", true, auth.Options{NKeys: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			partitionedEndToEnd(t, newPartEnv(t, tc.opts, tc.serverMapping))
+		})
+	}
+}
+
+func partitionedEndToEnd(t *testing.T, e *partEnv) {
+	ctx := context.Background()
+	w1c := connect(t, e.b, e.url, "w1")
+
+	// A partition-unaware publish is stored in its job's partition.
+	for k := range uint32(partitions) {
+		job := jobIn("map", k)
+		ack, err := w1c.js.Publish(ctx, "tenure.in.worker.w1."+job+".acquire", []byte(`{"v":1,"lease_ms":60000}`))
+		if err != nil {
+			t.Fatalf("six-token publish of %s: %v", job, err)
+		}
+		if want := fmt.Sprintf("TENURE_P%d_IN", k); ack.Stream != want {
+			t.Errorf("%s stored in %s, want %s", job, ack.Stream, want)
+		}
+	}
+
+	w1, err := worker.Connect(w1c.nc, "w1", worker.WithErrorHandler(func(err error) { t.Errorf("w1: %v", err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+	for k := range uint32(partitions) {
+		job := jobIn("e2e", k)
+		l, err := w1.Acquire(ctx, job, worker.WithLeaseDuration(time.Minute))
+		if err != nil {
+			t.Fatalf("acquire %s (partition %d): %v", job, k, err)
+		}
+		first := l.Expires()
+		time.Sleep(5 * time.Millisecond)
+		if err := l.Renew(ctx); err != nil {
+			t.Fatalf("renew %s: %v", job, err)
+		}
+		if !l.Expires().After(first) {
+			t.Errorf("%s: renewal did not extend the lease", job)
+		}
+		if err := l.Complete(ctx, events.OutcomeSuccess, "done"); err != nil {
+			t.Fatalf("complete %s: %v", job, err)
+		}
+	}
+
+	// A dispatcher offers to w2 in partition 2; w2 accepts and releases.
+	dc := connect(t, e.b, e.url, "disp")
+	d, err := ops.New(dc.nc, "disp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2c := connect(t, e.b, e.url, "w2")
+	w2, err := worker.Connect(w2c.nc, "w2", worker.WithErrorHandler(func(err error) { t.Errorf("w2: %v", err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	job := jobIn("offer", 2)
+	if _, err := d.Offer(ctx, job, "w2", 60000, 0); err != nil {
+		t.Fatalf("offer: %v", err)
+	}
+	var o worker.Offer
+	select {
+	case o = <-w2.Offers():
+	case <-time.After(10 * time.Second):
+		t.Fatal("w2: no offer")
+	}
+	l, err := o.Accept(ctx)
+	if err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	_ = w1.Close()
+	_ = w2.Close()
+	time.Sleep(200 * time.Millisecond)
+	for who, c := range map[string]*client{"coordinator": e.coord, "w1": w1c, "w2": w2c, "disp": dc} {
+		c.errs.noViolations(t, who)
+	}
+}
+
+// In a partitioned deployment a worker still speaks only for itself, cannot
+// write decisions, cannot read another worker's decisions from a partition's
+// decision stream, and nobody but the coordinator administers the streams.
+func TestPartitionedConfinement(t *testing.T) {
+	t.Parallel()
+	e := newPartEnv(t, auth.Options{}, true)
+	ctx := context.Background()
+	w1 := connect(t, e.b, e.url, "w1")
+	w2 := connect(t, e.b, e.url, "w2")
+	disp := connect(t, e.b, e.url, "disp")
+
+	// Its own subjects, in the partition form, are accepted.
+	job := jobIn("conf", 1)
+	ack, err := w1.js.Publish(ctx, "tenure.in.worker.w1."+job+".acquire.1", []byte(`{"v":1,"lease_ms":60000}`))
+	if err != nil || ack.Stream != "TENURE_P1_IN" {
+		t.Fatalf("w1 publishing on its own partition subject: %v %+v", err, ack)
+	}
+	// w2 has decisions on TENURE_P1_OUT.
+	job2 := jobIn("conf2", 1)
+	if _, err := w2.js.Publish(ctx, "tenure.in.worker.w2."+job2+".acquire.1", []byte(`{"v":1,"lease_ms":60000}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "w2's decision", func() bool {
+		s, err := e.coord.js.Stream(ctx, "TENURE_P1_OUT")
+		return err == nil && s.CachedInfo().State.Msgs >= 2
+	})
+
+	t.Run("publish as another worker", func(t *testing.T) {
+		refused(t, w1, "w1", "tenure.in.worker.w2.job.acquire.1", "tenure.in.worker.w2."+job2+".release.1", "tenure.in.ops.w1.job.cancel.1", "tenure.in.coord.w1._.tick.0")
+	})
+	t.Run("publish decisions", func(t *testing.T) {
+		refused(t, w1, "w1", "tenure.out.w1.x.granted.0", "tenure.out.w2.x.granted.3")
+		refused(t, disp, "disp", "tenure.out.w1.x.granted.0")
+		s, _ := e.coord.js.Stream(ctx, "TENURE_P0_OUT")
+		if _, err := s.GetLastMsgForSubject(ctx, "tenure.out.w1.x.granted.0"); err == nil {
+			t.Error("a refused decision was stored")
+		}
+	})
+	t.Run("read another worker's decisions", func(t *testing.T) {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := w1.js.CreateConsumer(cctx, "TENURE_P1_OUT", jetstream.ConsumerConfig{
+			FilterSubject: "tenure.out.w2.>", AckPolicy: jetstream.AckNonePolicy}); err == nil {
+			t.Fatal("w1 created a consumer on w2's decisions")
+		}
+		w1.errs.expectViolation(t, "w1 consumer on tenure.out.w2.>", "$JS.API.CONSUMER.CREATE.TENURE_P1_OUT.")
+		// The SDK's way, an ordered consumer: refused the same way.
+		s, err := w1.js.Stream(ctx, "TENURE_P1_OUT")
+		if err != nil {
+			t.Fatal(err)
+		}
+		octx, ocancel := context.WithTimeout(ctx, time.Second)
+		defer ocancel()
+		if c, err := s.OrderedConsumer(octx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"tenure.out.w2.>"}}); err == nil {
+			if m, err := c.Next(jetstream.FetchMaxWait(time.Second)); err == nil {
+				t.Fatalf("w1 read w2's decision %s", m.Subject())
+			}
+		}
+		w1.errs.expectViolation(t, "w1 ordered consumer on tenure.out.w2.>", "$JS.API.CONSUMER.CREATE.TENURE_P1_OUT.")
+		// Its own filter in the subject, w2's in the body: the server refuses.
+		req, _ := json.Marshal(map[string]any{"stream_name": "TENURE_P1_OUT", "config": map[string]any{
+			"name": "sneaky", "filter_subject": "tenure.out.w2.>", "deliver_policy": "all", "ack_policy": "none",
+		}})
+		resp, err := w1.nc.Request("$JS.API.CONSUMER.CREATE.TENURE_P1_OUT.sneaky.tenure.out.w1.>", req, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(resp.Data), `"error"`) {
+			t.Fatalf("consumer with w2's filter created: %s", resp.Data)
+		}
+		// A core subscription to w2's decisions is refused too.
+		refusedSub(t, w1, "w1", "tenure.out.w2.>", "tenure.out.*.*.*.1")
+	})
+	t.Run("administer streams", func(t *testing.T) {
+		adm := []string{"$JS.API.STREAM.DELETE.TENURE_P1_IN", "$JS.API.STREAM.PURGE.TENURE_P1_IN",
+			"$JS.API.STREAM.MSG.DELETE.TENURE_P1_IN", "$JS.API.STREAM.UPDATE.TENURE_P1_IN",
+			"$JS.API.STREAM.DELETE.TENURE_P2_OUT", "$JS.API.STREAM.PURGE.TENURE_P2_OUT"}
+		refused(t, w1, "w1", adm...)
+		refused(t, disp, "disp", adm...)
+		refused(t, e.coord, "coord", adm...)
+		refused(t, w1, "w1", "$JS.API.CONSUMER.DELETE.TENURE_P1_OUT.x")
+		// A roll-up by publishing is refused by the input stream itself.
+		m := nats.NewMsg("tenure.in.worker.w1." + job + ".renew.1")
+		m.Header.Set(jetstream.MsgRollup, "all")
+		m.Data = []byte(`{"v":1}`)
+		if _, err := w1.js.PublishMsg(ctx, m); err == nil {
+			t.Error("roll-up publish accepted")
+		}
+		in, err := e.coord.js.Stream(ctx, "TENURE_P1_IN")
+		if err != nil || in.CachedInfo().State.Msgs < 2 {
+			t.Fatalf("TENURE_P1_IN after the refused administration: %v", err)
+		}
+		if _, err := e.coord.js.Stream(ctx, "TENURE_P2_OUT"); err != nil {
+			t.Fatalf("TENURE_P2_OUT after the refused administration: %v", err)
+		}
+	})
+}
+
+// The embedded server's own mapping (`tenure serve --partitions`) and the
+// one in the generated file do not conflict: the same mapping twice starts
+// and routes as one; a file generated for another count is overridden by the
+// server's (the coordinators' count, which their streams record).
+func TestPartitionedMappingTwice(t *testing.T) {
+	t.Parallel()
+	for _, fileCount := range []uint32{partitions, 8} {
+		t.Run(fmt.Sprint("file ", fileCount), func(t *testing.T) {
+			t.Parallel()
+			b := generate(t, auth.Options{Partitions: fileCount})
+			srv := testutil.StartServer(t, testutil.ConfigFile(b.ServerConfigPath()), testutil.Partitions(partitions))
+			coord := connect(t, b, srv.ClientURL(), "coord")
+			for k := range uint32(partitions) {
+				p := events.Partition{Index: k, Count: partitions}
+				if _, err := coord.js.CreateStream(context.Background(), jetstream.StreamConfig{
+					Name: fmt.Sprintf("TENURE_P%d_IN", k), Subjects: []string{p.InputFilter()}, Storage: jetstream.MemoryStorage}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w1 := connect(t, b, srv.ClientURL(), "w1")
+			for i := range 20 {
+				job := fmt.Sprintf("twice-%d", i)
+				ack, err := w1.js.Publish(context.Background(), "tenure.in.worker.w1."+job+".acquire", []byte(`{"v":1}`))
+				if err != nil {
+					t.Fatalf("%s: %v", job, err)
+				}
+				if want := fmt.Sprintf("TENURE_P%d_IN", events.PartitionOf(job, partitions)); ack.Stream != want {
+					t.Errorf("%s in %s, want %s", job, ack.Stream, want)
+				}
+			}
+		})
+	}
+}
