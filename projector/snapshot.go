@@ -110,16 +110,17 @@ func (r *snapReader) varint(what string) int64 {
 	return v
 }
 
-func (r *snapReader) str(what string) string {
+// strBytes reads a length-prefixed string; the bytes stay in the snapshot.
+func (r *snapReader) strBytes(what string) []byte {
 	n := r.uvarint(what)
 	if n > uint64(len(r.b)) {
 		r.fail(what)
 		r.b = nil
-		return ""
+		return nil
 	}
-	s := string(r.b[:n])
+	v := r.b[:n]
 	r.b = r.b[n:]
-	return s
+	return v
 }
 
 func (r *snapReader) bytes(n int, what string) []byte {
@@ -157,19 +158,22 @@ func (p *Projector) Restore(snap []byte) error {
 	if n > uint64(len(r.b)/minJobBytes) {
 		return fmt.Errorf("%w: job count %d", ErrBadSnapshot, n)
 	}
-	q.jobs = make(map[string]*job, n)
-	// One allocation for every job: a restore is on the coordinator's
-	// restart path, and a million small objects are work for the garbage
-	// collector ever after.
+	// One allocation for every job, and one for the strings of every job:
+	// a restore is on the coordinator's restart path (and the audit's), and
+	// a million small objects are work for the allocator, then for the
+	// garbage collector ever after. The strings are copied into one buffer
+	// first (ends records where each one ends in it), converted to a string
+	// once, then sliced.
 	slab := make([]job, n)
-	prev := ""
+	ends := make([]uint32, 0, 4*n)
+	strs := make([]byte, 0, min(len(r.b), 32*int(n)))
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		j := &slab[i]
 		j.heapIdx = -1
-		j.ID = r.str("job id")
-		j.LeaseID = r.str("lease id")
-		j.Holder = r.str("holder")
-		j.ConflictWith = r.str("conflict holder")
+		for range 4 { // id, lease id, holder, conflict holder
+			strs = append(strs, r.strBytes("job strings")...)
+			ends = append(ends, uint32(len(strs)))
+		}
 		hdr := r.bytes(4, "job header")
 		j.State, j.AckState, j.Result = events.State(hdr[0]), events.AckState(hdr[1]), events.Outcome(hdr[2])
 		j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired = hdr[3]&1 != 0, hdr[3]&2 != 0, hdr[3]&4 != 0, hdr[3]&8 != 0
@@ -181,12 +185,36 @@ func (p *Projector) Restore(snap []byte) error {
 		j.LateProgress = uint32(r.uvarint("counter"))
 		j.Duplicates = uint32(r.uvarint("counter"))
 		j.Conflicts = uint32(r.uvarint("counter"))
-		for _, f := range []*int64{&j.IssuedAt, &j.Duration, &j.ExpiresAt, &j.AckDeadline, &j.AckedAt, &j.RenewAt, &j.ProgressValue, &j.ProgressAt, &j.CancelAt, &j.CancelBy, &j.EndedAt} {
-			*f = r.varint("job times")
+		j.IssuedAt = r.varint("job times")
+		j.Duration = r.varint("job times")
+		j.ExpiresAt = r.varint("job times")
+		j.AckDeadline = r.varint("job times")
+		j.AckedAt = r.varint("job times")
+		j.RenewAt = r.varint("job times")
+		j.ProgressValue = r.varint("job times")
+		j.ProgressAt = r.varint("job times")
+		j.CancelAt = r.varint("job times")
+		j.CancelBy = r.varint("job times")
+		j.EndedAt = r.varint("job times")
+		if len(strs) > 1<<32-1 {
+			r.fail("job strings")
 		}
-		if r.err != nil {
-			break
-		}
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrBadSnapshot, len(r.b))
+	}
+	all := string(strs)
+	q.jobs = make(map[string]*job, n)
+	q.heap = make(deadlines, 0, n)
+	prev, off := "", uint32(0)
+	for i := range slab {
+		j := &slab[i]
+		e := ends[4*i : 4*i+4]
+		j.ID, j.LeaseID, j.Holder, j.ConflictWith = all[off:e[0]], all[e[0]:e[1]], all[e[1]:e[2]], all[e[2]:e[3]]
+		off = e[3]
 		if !events.ValidToken(j.ID) || strings.Compare(j.ID, prev) <= 0 {
 			return fmt.Errorf("%w: job ids not valid or not sorted at %q", ErrBadSnapshot, j.ID)
 		}
@@ -195,15 +223,15 @@ func (p *Projector) Restore(snap []byte) error {
 		}
 		prev = j.ID
 		q.jobs[j.ID] = j
-		if _, live := nextDeadline(j); live {
-			q.schedule(j)
+		if d, live := nextDeadline(j); live {
+			j.deadline, j.heapIdx = d, int32(len(q.heap))
+			q.heap = append(q.heap, j)
 		}
 	}
-	if r.err != nil {
-		return r.err
-	}
-	if len(r.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrBadSnapshot, len(r.b))
+	// Heapify at once (linear) rather than pushing job by job: the order
+	// of the heap's array is not observable, only its (deadline, id) order.
+	for i := len(q.heap)/2 - 1; i >= 0; i-- {
+		q.heap.down(i)
 	}
 	*p = *q
 	return nil
