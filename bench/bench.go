@@ -33,7 +33,9 @@ type Config struct {
 	// Progress receives one line per step (nil: none).
 	Progress io.Writer
 	// ProfileDir, when set, receives a CPU profile of every measured phase
-	// (<phase>.cpu.pprof) and a heap profile of the memory scenario.
+	// (<phase>.cpu.pprof), the allocation profiles before and after it
+	// (<phase>.allocs-base.pprof, <phase>.allocs.pprof) and a heap profile
+	// of the memory scenario.
 	ProfileDir string
 	// Trace, with ProfileDir, also writes an execution trace of the first
 	// two seconds of each measured pipeline window (<phase>.trace) and a
@@ -244,11 +246,28 @@ func (b *runner) newDir(name string) string {
 }
 
 // profile starts a CPU profile of phase name, if asked; call the returned
-// function to stop it.
+// function to stop it. It also writes the allocation profile of the
+// process before (<phase>.allocs-base.pprof) and after the phase
+// (<phase>.allocs.pprof): `go tool pprof -sample_index=alloc_space
+// -diff_base DIR/<phase>.allocs-base.pprof DIR/<phase>.allocs.pprof` shows
+// what the phase allocated.
 func (b *runner) profile(name string) func() {
 	if b.cfg.ProfileDir == "" {
 		return func() {}
 	}
+	allocs := func(file string) {
+		f, err := os.Create(filepath.Join(b.cfg.ProfileDir, file))
+		if err != nil {
+			b.logf("profile %s: %v", name, err)
+			return
+		}
+		defer f.Close()
+		runtime.GC() // the profile is as of the last collection
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			b.logf("profile %s: %v", name, err)
+		}
+	}
+	allocs(name + ".allocs-base.pprof")
 	f, err := os.Create(filepath.Join(b.cfg.ProfileDir, name+".cpu.pprof"))
 	if err != nil {
 		b.logf("profile %s: %v", name, err)
@@ -262,6 +281,7 @@ func (b *runner) profile(name string) func() {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+		allocs(name + ".allocs.pprof")
 	}
 }
 
