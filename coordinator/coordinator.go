@@ -244,6 +244,7 @@ type session struct {
 	arena []byte    // the bodies of pend, reset when pend empties
 
 	decSeq     uint64    // last decision sequence verified, or derived while live
+	inKnown    uint64    // the input stream is known to hold inputs up to this sequence
 	sentSeq    uint64    // live: last decision sequence published (decSeq - len(pend))
 	acked      uint64    // last decision sequence acknowledged
 	app        *appender // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
@@ -421,20 +422,37 @@ func (s *session) verify(sd stored) error {
 	if sd.seq != s.decSeq+1 {
 		return fmt.Errorf("%w: decision stream jumped from %d to %d", ErrDivergence, s.decSeq, sd.seq)
 	}
+	cause, n, of, herr := decisionIndex(sd.header)
+	if herr != nil {
+		return fmt.Errorf("%w: decision %d: %v", ErrDivergence, sd.seq, herr)
+	}
 	if len(s.pend) == 0 {
+		// Every decision of the inputs folded so far is matched: this one
+		// must be caused by an input still to come, one that exists.
+		if cause <= s.p.LastSeq() {
+			return fmt.Errorf("%w: decision %d names input %d, whose decisions are all matched already (an extra decision)", ErrDivergence, sd.seq, cause)
+		}
+		var m stored
 		select {
-		case m := <-s.in.ch:
-			if err := s.fold(m); err != nil {
+		case m = <-s.in.ch:
+		default:
+			if err := s.inputExists(cause); err != nil {
 				return err
 			}
-		case <-s.ctx.Done():
-			return s.ctx.Err()
+			select {
+			case m = <-s.in.ch:
+			case <-s.ctx.Done():
+				return s.ctx.Err()
+			}
+		}
+		if err := s.fold(m); err != nil {
+			return err
 		}
 	}
 	want := s.pend[0]
-	if sd.subject != want.subject || !bytes.Equal(sd.data, want.body) {
-		return fmt.Errorf("%w: decision %d (cause input %d, %d/%d):\n stored  %s %s\n derived %s %s",
-			ErrDivergence, sd.seq, want.cause, want.n, want.of, sd.subject, sd.data, want.subject, want.body)
+	if sd.subject != want.subject || !bytes.Equal(sd.data, want.body) || cause != want.cause || n != want.n || of != want.of {
+		return fmt.Errorf("%w: decision %d (cause input %d, %d/%d):\n stored  %s %s (headers %d, %d/%d)\n derived %s %s",
+			ErrDivergence, sd.seq, want.cause, want.n, want.of, sd.subject, sd.data, cause, n, of, want.subject, want.body)
 	}
 	s.pend = s.pend[1:]
 	if len(s.pend) == 0 {
@@ -443,6 +461,24 @@ func (s *session) verify(sd stored) error {
 	s.decSeq = sd.seq
 	s.acked = sd.seq
 	s.c.appended.Store(sd.seq)
+	return nil
+}
+
+// inputExists checks, before waiting for input cause, that the input
+// stream holds it: a decision caused by an input that was never stored
+// would otherwise keep the session waiting for ever.
+func (s *session) inputExists(cause uint64) error {
+	if cause <= s.inKnown {
+		return nil
+	}
+	info, err := s.c.h.In.Info(s.ctx)
+	if err != nil {
+		return fmt.Errorf("coordinator: input stream info: %w", streams.Classify(err))
+	}
+	if info.State.LastSeq < cause {
+		return fmt.Errorf("%w: a stored decision names input %d; the input stream ends at %d", ErrDivergence, cause, info.State.LastSeq)
+	}
+	s.inKnown = info.State.LastSeq
 	return nil
 }
 

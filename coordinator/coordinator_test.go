@@ -334,3 +334,49 @@ func TestRefusesToGoLiveOnDivergence(t *testing.T) {
 		t.Fatalf("the coordinator wrote to a diverging log: %d decisions", len(out))
 	}
 }
+
+// A decision stream that holds more than the fold of the input stream (an
+// exact copy of the last decision appended by someone else, or a decision
+// naming an input never stored) makes a starting coordinator refuse with
+// ErrDivergence instead of waiting for ever for an input that will not come.
+func TestRefusesExtraDecisions(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cause func(last uint64) uint64
+		want  string
+	}{
+		{"copy of the last decision", func(last uint64) uint64 { return last }, "an extra decision"},
+		{"names an input never stored", func(last uint64) uint64 { return last + 5 }, "the input stream ends at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _, js := newServer(t)
+			r := startCoordinator(t, srv.ClientURL(), "c1")
+			seq := publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+			waitCaughtUp(t, js, r)
+			r.stop()
+			out := readStream(t, js, "TENURE_OUT")
+			last := out[len(out)-1]
+			m := nats.NewMsg(last.subject)
+			m.Data = last.data
+			m.Header.Set(events.HeaderCause, fmt.Sprint(tc.cause(seq)))
+			m.Header.Set(events.HeaderIndex, "0/1")
+			if _, err := js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			nc, _ := testutil.Connect(t, srv.ClientURL())
+			c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = c.Run(ctx)
+			if !errors.Is(err, coordinator.ErrDivergence) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run returned %v, want ErrDivergence (%s)", err, tc.want)
+			}
+			if got := readStream(t, js, "TENURE_OUT"); len(got) != len(out)+1 {
+				t.Fatalf("the coordinator wrote to a diverging log: %d decisions, want %d", len(got), len(out)+1)
+			}
+		})
+	}
+}
