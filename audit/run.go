@@ -129,49 +129,74 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 // storedSnapshot is the stored snapshot as read: its metadata and bytes
-// (info nil: none is stored; replaced set: it was replaced while it was
-// read, and data is nil).
+// (info nil: none is stored). note says why it cannot be used although
+// nothing is wrong with it (replaced while it was read, unreadable for
+// now); problem is a finding (its bytes do not match its metadata).
 type storedSnapshot struct {
-	info     *jetstream.ObjectInfo
-	data     []byte
-	replaced bool
+	info          *jetstream.ObjectInfo
+	data          []byte
+	note, problem string
 }
 
 // errSnapshotReplaced means the snapshot object was replaced (or deleted)
 // while it was read: storing a new version purges the old one's chunks.
 var errSnapshotReplaced = errors.New("the stored snapshot was replaced while the audit read it")
 
+// errSnapshotStalled means no chunk of the snapshot came for a while: an
+// object store in trouble, not a log that is not reproduced.
+var errSnapshotStalled = errors.New("the stored snapshot could not be read")
+
 // snapshotPoll is how long the snapshot reader waits for a chunk before it
-// looks whether the object was replaced meanwhile.
-const snapshotPoll = 250 * time.Millisecond
+// looks whether the object was replaced meanwhile; snapshotStall (at most
+// Config.StallTimeout) how long it waits before it gives the snapshot up.
+const (
+	snapshotPoll  = 250 * time.Millisecond
+	snapshotStall = 5 * time.Second
+)
 
 // snapshotChunkHook, when set (tests), is called before the snapshot's
 // chunks are read (with 0) and after each chunk received (with the number
 // received so far).
 var snapshotChunkHook func(received int)
 
-// readSnapshot reads the stored snapshot. One replaced while it is read is
-// no error: the result says so (and the audit replays from the first
-// input).
+// readSnapshot reads the stored snapshot. The snapshot is optional to an
+// audit: one replaced while it is read, or that cannot be read now, is not
+// used (the audit replays from the first input), which the result notes
+// and the log says; one whose bytes do not match its metadata is a
+// finding. An error means ctx ended.
 func readSnapshot(ctx context.Context, cfg Config, h *streams.Handles) (storedSnapshot, error) {
 	info, err := h.Snapshots.GetInfo(ctx, SnapshotObject)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return storedSnapshot{}, nil
 	}
-	if err != nil {
-		return storedSnapshot{}, fmt.Errorf("audit: read snapshot: %w", streams.Classify(err))
+	if err == nil {
+		var data []byte
+		data, err = readObject(ctx, cfg, h.Snapshots, info)
+		if err == nil {
+			return storedSnapshot{info: info, data: data}, nil
+		}
 	}
-	data, err := readObject(ctx, cfg, h.Snapshots, info)
-	if errors.Is(err, errSnapshotReplaced) {
-		cfg.Logger.Warn("audit: the stored snapshot was replaced while it was read: not using it, replaying from the first input",
-			"snapshot_input_seq", info.Headers.Get(HeaderSnapshotInput))
-		return storedSnapshot{info: info, replaced: true}, nil
+	if ctx.Err() != nil {
+		return storedSnapshot{}, fmt.Errorf("audit: read snapshot: %w", ctx.Err())
 	}
-	if err != nil {
-		return storedSnapshot{}, err
+	var problem *snapshotProblem
+	if errors.As(err, &problem) {
+		return storedSnapshot{info: info, problem: problem.Error()}, nil
 	}
-	return storedSnapshot{info: info, data: data}, nil
+	if info == nil {
+		info = &jetstream.ObjectInfo{}
+		err = fmt.Errorf("%w: %w", errSnapshotStalled, streams.Classify(err))
+	}
+	cfg.Logger.Warn("audit: not using the stored snapshot: replaying from the first input", "err", err,
+		"snapshot_input_seq", info.Headers.Get(HeaderSnapshotInput))
+	return storedSnapshot{info: info, note: err.Error()}, nil
 }
+
+// snapshotProblem is a snapshot whose stored bytes do not match its
+// metadata: a finding.
+type snapshotProblem struct{ what string }
+
+func (p *snapshotProblem) Error() string { return p.what }
 
 // readObject reads the chunks of the object version that info describes,
 // in order, through an ordered consumer on the object store's stream
@@ -180,16 +205,17 @@ func readSnapshot(ctx context.Context, cfg Config, h *streams.Handles) (storedSn
 // Get cannot tell that the version it reads was replaced: it waits for the
 // purged chunks until its context ends. Here, whenever no chunk comes for
 // snapshotPoll, the object's metadata is read again: another version, or a
-// deletion, ends the read with errSnapshotReplaced; nothing for
-// cfg.StallTimeout is an error. The consumer is deleted on return.
+// deletion, ends the read with errSnapshotReplaced; no chunk for
+// snapshotStall (at most cfg.StallTimeout) with errSnapshotStalled. A
+// mismatch with the metadata is a *snapshotProblem. The consumer is
+// deleted on return.
 func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info *jetstream.ObjectInfo) ([]byte, error) {
-	fail := func(err error) ([]byte, error) { return nil, fmt.Errorf("audit: read snapshot: %w", err) }
 	if info.NUID == "" || info.Deleted || info.Opts != nil && info.Opts.Link != nil {
-		return fail(jetstream.ErrBadObjectMeta)
+		return nil, &snapshotProblem{"its metadata names no stored object"}
 	}
 	want, err := jetstream.DecodeObjectDigest(info.Digest)
 	if err != nil {
-		return fail(err)
+		return nil, &snapshotProblem{fmt.Sprintf("its metadata has no valid digest: %v", err)}
 	}
 	if hook := snapshotChunkHook; hook != nil {
 		hook(0)
@@ -206,7 +232,7 @@ func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info
 			FilterSubjects: []string{"$O." + bucket + ".C." + info.NUID},
 		})
 		if err != nil {
-			return fail(streams.Classify(err))
+			return nil, err
 		}
 		// Chunks are up to 128 KiB. A pull request expires after 2 s (not
 		// the default 30): in a cluster, a consumer created while a stream
@@ -214,7 +240,7 @@ func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info
 		// without delivering what is stored; the next request finds it.
 		it, err := cons.Messages(jetstream.PullMaxMessages(8), jetstream.PullExpiry(2*time.Second))
 		if err != nil {
-			return fail(streams.Classify(err))
+			return nil, err
 		}
 		defer func() {
 			it.Stop()
@@ -224,26 +250,26 @@ func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info
 				cancel()
 			}
 		}()
+		stall := min(snapshotStall, cfg.StallTimeout)
 		last := time.Now()
 		for n := 0; n < int(info.Chunks); {
 			m, err := it.Next(jetstream.NextMaxWait(snapshotPoll))
 			if errors.Is(err, nats.ErrTimeout) {
 				if err := ctx.Err(); err != nil {
-					return fail(err)
+					return nil, err
 				}
 				cur, err := obs.GetInfo(ctx, SnapshotObject, jetstream.GetObjectInfoShowDeleted())
 				switch {
 				case errors.Is(err, jetstream.ErrObjectNotFound) || err == nil && (cur.NUID != info.NUID || cur.Deleted):
 					return nil, errSnapshotReplaced
-				case time.Since(last) > cfg.StallTimeout:
-					return fail(fmt.Errorf("nothing received for %v after chunk %d of %d (last look at the metadata: %v)", cfg.StallTimeout, n, info.Chunks, err))
-				case err != nil: // a transient failure: look again at the next pause
-					cfg.Logger.Debug("audit: snapshot metadata", "err", err)
+				case time.Since(last) > stall:
+					return nil, fmt.Errorf("%w: no chunk for %v after chunk %d of %d (metadata read again: %v)",
+						errSnapshotStalled, stall, n, info.Chunks, err)
 				}
 				continue
 			}
 			if err != nil {
-				return fail(streams.Classify(err))
+				return nil, err
 			}
 			data = append(data, m.Data()...)
 			sum.Write(m.Data())
@@ -255,10 +281,10 @@ func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info
 		}
 	}
 	if uint64(len(data)) != info.Size {
-		return fail(fmt.Errorf("%d bytes in %d chunks, the metadata says %d", len(data), info.Chunks, info.Size))
+		return nil, &snapshotProblem{fmt.Sprintf("its %d chunks hold %d bytes, its metadata says %d", info.Chunks, len(data), info.Size)}
 	}
 	if !bytes.Equal(sum.Sum(nil), want) {
-		return fail(jetstream.ErrDigestMismatch)
+		return nil, &snapshotProblem{"its chunks do not match the digest in its metadata"}
 	}
 	return data, nil
 }
@@ -274,10 +300,13 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		return nil
 	}
 	info, data := snap.info, snap.data
-	if snap.replaced {
-		sc := &SnapshotCheck{Size: int(info.Size), Note: errSnapshotReplaced.Error() + ": not compared with the fold"}
+	if snap.note != "" || snap.problem != "" {
+		sc := &SnapshotCheck{Size: int(info.Size), Problem: snap.problem, Note: snap.note + ": not compared with the fold"}
 		if from > 1 {
-			sc.Note = errSnapshotReplaced.Error() + ": replaying from the first input"
+			sc.Note = snap.note + ": replaying from the first input"
+		}
+		if snap.note == "" {
+			sc.Note = ""
 		}
 		sc.InputSeq, _ = strconv.ParseUint(info.Headers.Get(HeaderSnapshotInput), 10, 64)
 		sc.DecisionSeq, _ = strconv.ParseUint(info.Headers.Get(HeaderSnapshotDecision), 10, 64)

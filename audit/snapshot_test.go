@@ -3,14 +3,19 @@ package audit_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
@@ -79,7 +84,7 @@ func TestSnapshotReplacedWhileRead(t *testing.T) {
 			if want := "replaying from the first input"; from > 1 && !strings.Contains(s.Note, want) {
 				t.Fatalf("%s, from %d: note %q, want %q", c.name, from, s.Note, want)
 			}
-			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "replaced while it was read") {
+			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "replaced while the audit read it") {
 				t.Fatalf("%s, from %d: log:\n%s", c.name, from, logs.String())
 			}
 			var b bytes.Buffer
@@ -94,6 +99,84 @@ func TestSnapshotReplacedWhileRead(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A snapshot whose chunks cannot be read (gone, while its metadata stays)
+// is not used: the audit replays from the first input, notes it, and is
+// otherwise clean. One whose chunks do not match the digest in its
+// metadata is a finding.
+func TestSnapshotUnreadableOrCorrupt(t *testing.T) {
+	e := newEnv(t, memTopology)
+	inputs := publishWorkload(t, e, -1, input{})
+	e.appendDecisions(t, derive(t, inputs))
+	p := projector.New()
+	for _, x := range inputs[:5] {
+		if _, err := p.Step(events.Raw{Seq: x.seq, Time: x.time, Subject: x.subject, Body: x.data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := p.Snapshot()
+	ctx := context.Background()
+	obj, err := e.js.Stream(ctx, "OBJ_"+e.top.SnapshotBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaSubject := "$O." + e.top.SnapshotBucket() + ".M." + base64.URLEncoding.EncodeToString([]byte(audit.SnapshotObject))
+
+	t.Run("chunks gone", func(t *testing.T) {
+		e.putSnapshot(t, good, "5", "6")
+		info, err := e.h.Snapshots.GetInfo(ctx, audit.SnapshotObject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := obj.Purge(ctx, jetstream.WithPurgeSubject("$O."+e.top.SnapshotBucket()+".C."+info.NUID)); err != nil {
+			t.Fatal(err)
+		}
+		for _, from := range []uint64{0, 6} {
+			var logs bytes.Buffer
+			t0 := time.Now()
+			r, err := audit.Run(ctx, audit.Config{JS: e.js, Topology: e.top, From: from, StallTimeout: time.Second,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatalf("from %d: %v", from, err)
+			}
+			requireClean(t, r)
+			if s := r.Snapshot; r.From != 1 || s == nil || s.Used || s.Problem != "" || !strings.Contains(s.Note, "could not be read") {
+				t.Fatalf("from %d: from %d, snapshot %+v", from, r.From, s)
+			}
+			if !strings.Contains(logs.String(), "level=WARN") || time.Since(t0) > 10*time.Second {
+				t.Fatalf("from %d: took %v, log:\n%s", from, time.Since(t0), logs.String())
+			}
+		}
+	})
+	t.Run("digest mismatch", func(t *testing.T) {
+		e.putSnapshot(t, good, "5", "6")
+		m, err := obj.GetLastMsgForSubject(ctx, metaSubject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info jetstream.ObjectInfo
+		if err := json.Unmarshal(m.Data, &info); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(append(slices.Clone(good), 0))
+		info.Digest = "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
+		body, err := json.Marshal(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rewrite := &nats.Msg{Subject: metaSubject, Data: body, Header: nats.Header{}}
+		rewrite.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		if _, err := e.js.PublishMsg(ctx, rewrite); err != nil {
+			t.Fatal(err)
+		}
+		for _, from := range []uint64{0, 6} {
+			r := e.audit(t, audit.Config{From: from})
+			if s := r.Snapshot; r.OK() || r.Problems() != 1 || s == nil || s.Used || !strings.Contains(s.Problem, "digest") || r.From != 1 {
+				t.Fatalf("from %d: snapshot %+v:\n%s", from, s, summary(r))
+			}
+		}
+	})
 }
 
 // Audits of a live log, while a real coordinator decides a stream of
