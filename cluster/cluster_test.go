@@ -77,7 +77,7 @@ func TestClusterPartitions(t *testing.T) {
 		t.Skip("starts 5 processes; not in -short")
 	}
 	const ttl = 2 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	if keep := os.Getenv("TENURE_CLUSTER_DIR"); keep != "" { // to read the logs after a failure
@@ -243,12 +243,20 @@ func TestClusterPartitions(t *testing.T) {
 		t.Fatalf("%d inputs acknowledged, want 401", len(acks))
 	}
 	for _, a := range acks {
-		s, err := js.Stream(ctx, a.stream)
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := js.Stream(sctx, a.stream)
+		scancel()
 		if err != nil {
 			t.Fatal(err)
 		}
 		var m *jetstream.RawStreamMsg
-		err = retryCtx(ctx, func() error { var err error; m, err = s.GetMsg(ctx, a.seq); return err })
+		err = retryCtx(ctx, func() error {
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			var err error
+			m, err = s.GetMsg(gctx, a.seq)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("acknowledged input %s #%d lost: %v", a.stream, a.seq, err)
 		}
@@ -326,17 +334,23 @@ func readBoth(ctx context.Context, js jetstream.JetStream, topo streams.Topology
 }
 
 func readAll(ctx context.Context, js jetstream.JetStream, name string) ([]*jetstream.RawStreamMsg, error) {
-	s, err := js.Stream(ctx, name)
+	// Every request has its own deadline: a request the cluster drops
+	// while it elects a leader must not use up the test's.
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(rctx, name)
 	if err != nil {
 		return nil, err
 	}
-	info, err := s.Info(ctx)
+	info, err := s.Info(rctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []*jetstream.RawStreamMsg
 	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := s.GetMsg(gctx, seq)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
