@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 60s
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: test test-short bench fuzz fuzz-short lint build run chaos chaos-short
+.PHONY: test test-short bench bench-cluster fuzz fuzz-short lint build run chaos chaos-short
 
 build:
 	$(GO) build ./...
@@ -18,6 +18,11 @@ bench:
 	$(GO) run ./cmd/tenure bench --quick --sync always
 	$(GO) run ./cmd/tenure bench --quick --sync interval
 	$(GO) test -run '^$$' -bench . -benchmem ./projector/ ./events/
+
+## bench-cluster: throughput with 1, 2 and 4 partitions on a local 3-node cluster of real
+## processes (R3 streams), next to raw JetStream on the same cluster (BENCHMARKS.md).
+bench-cluster:
+	$(GO) run ./cmd/tenure bench --cluster
 
 ## fuzz: every fuzz target for FUZZTIME each (crashers land in testdata/fuzz and become regression cases).
 fuzz:

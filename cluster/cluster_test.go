@@ -76,7 +76,7 @@ func TestClusterPartitions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 5 processes; not in -short")
 	}
-	const ttl = 2 * time.Second
+	const ttl = cluster.DefaultLeaderTTL
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

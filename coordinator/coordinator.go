@@ -486,7 +486,7 @@ func (s *session) inputExists(cause uint64) error {
 // verified every decision stored at that moment.
 func (s *session) standby() error {
 	c := s.c
-	try := time.NewTicker(max(c.cfg.LeaderTTL/4, 10*time.Millisecond))
+	try := time.NewTicker(max(c.cfg.LeaderTTL/10, 10*time.Millisecond))
 	defer try.Stop()
 	for !s.acquire() {
 		select {
