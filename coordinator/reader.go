@@ -244,8 +244,12 @@ func (r *reader) stop() {
 	<-r.done
 }
 
-// parseDelivery is parseAckReply that also returns the delivery (consumer)
-// sequence, without allocating either.
+// parseDelivery reads the stream sequence, the delivery (consumer) sequence
+// and the stored time from the reply subject of a message a consumer
+// delivered, without allocating. Both forms are understood:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
+//	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>...]
 func parseDelivery(s string) (seq, dseq uint64, ts int64, ok bool) {
 	const prefix = "$JS.ACK."
 	if !strings.HasPrefix(s, prefix) {
@@ -279,46 +283,6 @@ func parseDelivery(s string) (seq, dseq uint64, ts int64, ok bool) {
 		return 0, 0, 0, false
 	}
 	return seq, dseq, int64(t), true
-}
-
-// parseAckReply reads the stream sequence and the stored time from the
-// reply subject of a message a consumer delivered, without allocating.
-// Both forms are understood:
-//
-//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
-//	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>...]
-func parseAckReply(s string) (seq uint64, ts int64, ok bool) {
-	const prefix = "$JS.ACK."
-	if !strings.HasPrefix(s, prefix) {
-		return 0, 0, false
-	}
-	s = s[len(prefix):]
-	var tok [9]string
-	n := 0
-	for ; n < len(tok); n++ {
-		i := strings.IndexByte(s, '.')
-		if i < 0 {
-			tok[n], s = s, ""
-			n++
-			break
-		}
-		tok[n], s = s[:i], s[i+1:]
-	}
-	var f []string // delivered, sseq, cseq, time, pending
-	switch {
-	case n == 7 && s == "":
-		f = tok[2:7]
-	case n == 9:
-		f = tok[4:9]
-	default:
-		return 0, 0, false
-	}
-	seq, ok1 := parseDigits(f[1])
-	t, ok2 := parseDigits(f[3])
-	if !ok1 || !ok2 || t > 1<<63-1 {
-		return 0, 0, false
-	}
-	return seq, int64(t), true
 }
 
 func parseDigits(s string) (uint64, bool) {
