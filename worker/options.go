@@ -21,7 +21,8 @@ const (
 // Options configures a Worker. Set them with the Option functions.
 type Options struct {
 	// StreamPrefix names the input (<prefix>_IN) and decision (<prefix>_OUT)
-	// streams, as the coordinator's topology does.
+	// streams, as the coordinator's topology does; in a partitioned
+	// deployment, those of every partition (<prefix>_P<k>_IN, _OUT).
 	StreamPrefix string
 	// VerdictTimeout bounds one call: the publish with its retries and the
 	// wait for the verdict. A shorter deadline on the call's ctx wins.
