@@ -166,7 +166,25 @@ func TestClusterPartitions(t *testing.T) {
 		}
 	}
 
-	// Kill the coordinator process that leads partitions.
+	// The two processes share the partitions: the first one up hands
+	// partitions over until each leads two.
+	balanced := time.Now()
+	for {
+		n := map[string]int{}
+		for _, l := range c.Leaders(ctx, js) {
+			n[l]++
+		}
+		if n["c1"] == 2 && n["c2"] == 2 {
+			break
+		}
+		if time.Since(balanced) > 20*ttl {
+			t.Fatalf("partitions not balanced after %v: %v", time.Since(balanced), c.Leaders(ctx, js))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("partitions balanced in %v: %v", time.Since(balanced), c.Leaders(ctx, js))
+
+	// Kill the coordinator process that leads partition 0.
 	leaders := c.Leaders(ctx, js)
 	victim := leaders[0]
 	var victimProc, other *cluster.Proc

@@ -78,6 +78,10 @@ type Config struct {
 	TickSlack        time.Duration    // how long after a deadline to append a tick
 	Logger           *slog.Logger
 	Metrics          Metrics // optional observer of folds and appends (nil: none)
+
+	// yield, set by Group, tells a live coordinator to hand its partition
+	// to another process (it holds more than its share of the partitions).
+	yield func(*Coordinator) bool
 }
 
 func (c Config) withDefaults() Config {
@@ -221,17 +225,27 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			c.log.Error("refusing to go live", "err", err)
 			return err
 		}
-		if err != nil {
+		wait := backoff
+		switch {
+		case errors.Is(err, errYield):
+			// Let another process take the partition before standing by
+			// again (if none does, this one takes it back after the wait).
+			c.log.Info("handed the partition over to balance the partitions between processes")
+			wait = 2 * c.cfg.LeaderTTL
+		case err != nil:
 			c.log.Warn("resynchronising", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, time.Second)
 	}
 }
+
+// errYield ends a live session whose partition is handed to another process.
+var errYield = errors.New("coordinator: partition handed over")
 
 // session is one pass of standby then live, from a fresh projector.
 type session struct {
@@ -672,6 +686,9 @@ func (s *session) runLive() error {
 				return fmt.Errorf("coordinator: leadership lost: %w", err)
 			}
 			s.leaderRev = rev
+			if c.cfg.yield != nil && c.cfg.yield(c) {
+				return errYield
+			}
 		case <-snapTicker.C:
 			s.maybeSnapshot(true)
 		case <-s.ctx.Done():
