@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -483,7 +482,8 @@ func (r *reader) handle(m jetstream.Msg, headers bool) {
 	if r.done {
 		return
 	}
-	seq, ts, pending, ok := parseAckReply(m.Reply())
+	d, ok := streams.ParseAckReply(m.Reply())
+	seq, ts, pending := d.StreamSeq, d.Time, d.Pending
 	if !ok {
 		meta, err := m.Metadata()
 		if err != nil {
@@ -607,65 +607,6 @@ func (r *reader) stop() {
 	if r.cc != nil {
 		r.cc.Stop()
 	}
-}
-
-// parseAckReply reads the stream sequence, the stored time and the number of
-// messages pending from the reply subject of a message a consumer delivered,
-// without allocating (jetstream.Msg.Metadata does the same, with an
-// allocation per message). Both forms are understood:
-//
-//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
-//	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>...]
-func parseAckReply(s string) (seq uint64, ts int64, pending uint64, ok bool) {
-	const prefix = "$JS.ACK."
-	if !strings.HasPrefix(s, prefix) {
-		return 0, 0, 0, false
-	}
-	s = s[len(prefix):]
-	var tok [9]string
-	n := 0
-	for ; n < len(tok); n++ {
-		i := strings.IndexByte(s, '.')
-		if i < 0 {
-			tok[n], s = s, ""
-			n++
-			break
-		}
-		tok[n], s = s[:i], s[i+1:]
-	}
-	var f []string // delivered, sseq, cseq, time, pending
-	switch {
-	case n == 7 && s == "":
-		f = tok[2:7]
-	case n == 9:
-		f = tok[4:9]
-	default:
-		return 0, 0, 0, false
-	}
-	var t, p uint64
-	var ok1, ok2, ok3 bool
-	seq, ok1 = parseDigits(f[1])
-	t, ok2 = parseDigits(f[3])
-	p, ok3 = parseDigits(f[4])
-	if !ok1 || !ok2 || !ok3 || t > 1<<63-1 {
-		return 0, 0, 0, false
-	}
-	return seq, int64(t), p, true
-}
-
-func parseDigits(s string) (uint64, bool) {
-	if s == "" || len(s) > 19 {
-		return 0, false
-	}
-	var v uint64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	return v, true
 }
 
 type inputReader struct{ r *reader }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
 )
 
 // stored is one message read from a stream, in stream order.
@@ -198,8 +199,9 @@ func (r *reader) handle(ctx context.Context, gen int, m jetstream.Msg) {
 	}
 	s := stored{subject: m.Subject(), data: m.Data(), header: m.Headers()}
 	var dseq uint64
-	var ok bool
-	if s.seq, dseq, s.time, ok = parseDelivery(m.Reply()); !ok {
+	if d, ok := streams.ParseAckReply(m.Reply()); ok {
+		s.seq, dseq, s.time = d.StreamSeq, d.ConsumerSeq, d.Time
+	} else {
 		meta, err := m.Metadata()
 		if err != nil {
 			r.dead = true
@@ -242,62 +244,6 @@ func (r *reader) stop() {
 	}
 	r.cancel()
 	<-r.done
-}
-
-// parseDelivery reads the stream sequence, the delivery (consumer) sequence
-// and the stored time from the reply subject of a message a consumer
-// delivered, without allocating. Both forms are understood:
-//
-//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
-//	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>...]
-func parseDelivery(s string) (seq, dseq uint64, ts int64, ok bool) {
-	const prefix = "$JS.ACK."
-	if !strings.HasPrefix(s, prefix) {
-		return 0, 0, 0, false
-	}
-	s = s[len(prefix):]
-	var tok [9]string
-	n := 0
-	for ; n < len(tok); n++ {
-		i := strings.IndexByte(s, '.')
-		if i < 0 {
-			tok[n], s = s, ""
-			n++
-			break
-		}
-		tok[n], s = s[:i], s[i+1:]
-	}
-	var f []string // delivered, sseq, cseq, time, pending
-	switch {
-	case n == 7 && s == "":
-		f = tok[2:7]
-	case n == 9:
-		f = tok[4:9]
-	default:
-		return 0, 0, 0, false
-	}
-	seq, ok1 := parseDigits(f[1])
-	dseq, ok2 := parseDigits(f[2])
-	t, ok3 := parseDigits(f[3])
-	if !ok1 || !ok2 || !ok3 || t > 1<<63-1 {
-		return 0, 0, 0, false
-	}
-	return seq, dseq, int64(t), true
-}
-
-func parseDigits(s string) (uint64, bool) {
-	if s == "" || len(s) > 19 {
-		return 0, false
-	}
-	var v uint64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	return v, true
 }
 
 // decisionIndex reads the Tenure-Cause and Tenure-N headers of a stored decision.
