@@ -22,6 +22,7 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/ui"
 )
 
 // connFlags are the usual NATS connection options, shared by every command
@@ -222,13 +223,9 @@ func defaultReplicas(nc *nats.Conn) int {
 }
 
 // status is what `nats micro info tenure` / `nats micro stats tenure` shows
-// in the endpoint data, and what the status endpoint answers.
-type status struct {
-	coordinator.Stats
-	InputStreamSeq uint64 `json:"input_stream_seq"`
-	Lag            uint64 `json:"lag"` // inputs stored but not folded yet
-	Leader         string `json:"leader"`
-}
+// in the endpoint data, and what the status endpoint answers (the web UI
+// reads the same object).
+type status = ui.CoordinatorStatus
 
 func currentStatus(ctx context.Context, js jetstream.JetStream, c *coordinator.Coordinator) status {
 	st := status{Stats: c.Stats()}

@@ -118,7 +118,7 @@ func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, c *coordinator.
 	}
 	status := func(ctx context.Context) ([]ui.CoordinatorStatus, error) {
 		st := currentStatus(ctx, js, c)
-		return []ui.CoordinatorStatus{{Stats: st.Stats, InputStreamSeq: st.InputStreamSeq, Lag: st.Lag, Leader: st.Leader}}, nil
+		return []ui.CoordinatorStatus{st}, nil
 	}
 	r, err := u.start(ctx, nc, top, status, log)
 	if err != nil {

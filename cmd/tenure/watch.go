@@ -18,6 +18,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/ui"
 )
 
 func defaultURL(c *connFlags) {
@@ -220,35 +221,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer nc.Close()
-	inbox := nc.NewInbox() // honours --inbox-prefix
-	sub, err := nc.SubscribeSync(inbox)
+	// The inbox honours --inbox-prefix.
+	got, err := ui.StatusFromService(nc, *wait)(ctx)
 	if err != nil {
 		return err
-	}
-	if err := nc.PublishRequest("$SRV.STATS.tenure", inbox, nil); err != nil {
-		return err
-	}
-	var got []status
-	deadline := time.Now().Add(*wait)
-	for {
-		m, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			break
-		}
-		var st struct {
-			Endpoints []struct {
-				Data json.RawMessage `json:"data"`
-			} `json:"endpoints"`
-		}
-		if json.Unmarshal(m.Data, &st) != nil {
-			continue
-		}
-		for _, e := range st.Endpoints {
-			var s status
-			if json.Unmarshal(e.Data, &s) == nil && s.ID != "" {
-				got = append(got, s)
-			}
-		}
 	}
 	if len(got) == 0 {
 		return errors.New("no coordinator answered (is `tenure serve` running and reachable?)")
