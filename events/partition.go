@@ -92,9 +92,13 @@ func (p Partition) InputSubject(role Role, actor, job string, verb Verb) string 
 	return p.suffix(InputSubject(role, actor, job, verb))
 }
 
-// DecisionSubject is DecisionSubject with p's partition token appended.
+// DecisionSubject is DecisionSubject with p's partition token appended
+// (built in one allocation: the coordinator calls it for every decision).
 func (p Partition) DecisionSubject(d *Decision) string {
-	return p.suffix(DecisionSubject(d))
+	if p.Count == 0 {
+		return DecisionSubject(d)
+	}
+	return DecisionPrefix + "." + d.Addressee + "." + d.Job.ID + "." + d.Kind.String() + "." + p.Token()
 }
 
 // InputFilter is the subjects of p's input stream: InputFilter when
