@@ -94,6 +94,15 @@ func TestPartitionedCommands(t *testing.T) {
 		t.Errorf("status:\n%s", out)
 	}
 
+	// The web UI refuses a partitioned deployment, saying why.
+	{
+		var out, errOut bytes.Buffer
+		if code := run(ctx, []string{"ui", "--nats-url", url, "--http", "127.0.0.1:0"}, &out, &errOut); code != 1 ||
+			!strings.Contains(errOut.String(), "has 4 partitions") {
+			t.Errorf("tenure ui on a partitioned deployment: exit %d\n%s", code, errOut.String())
+		}
+	}
+
 	// Live watch of new offers, merged from every partition.
 	jobs := make([]string, 8)
 	covered := make([]bool, count)
