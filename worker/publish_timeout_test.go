@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,13 +42,18 @@ func TestLeaseInputsCarryTheirDeadline(t *testing.T) {
 	w := e.worker("w1")
 	ctx := context.Background()
 	renewed := make(chan time.Time, 1)
-	var l *Lease
-	l = acquireEventually(t, w, "j1", WithLeaseDuration(3*time.Second), withBeforeRenew(func() {
-		select {
-		case renewed <- l.Expires():
-		default:
+	// The renew loop may call the hook before acquireEventually has
+	// returned the lease to this goroutine: hand it over atomically.
+	var held atomic.Pointer[Lease]
+	l := acquireEventually(t, w, "j1", WithLeaseDuration(3*time.Second), withBeforeRenew(func() {
+		if l := held.Load(); l != nil {
+			select {
+			case renewed <- l.Expires():
+			default:
+			}
 		}
 	}))
+	held.Store(l)
 	if p := l.input(&events.Input{Job: "j1", Verb: events.VerbProgress}); !p.deadline.Equal(l.Expires()) {
 		t.Fatalf("progress input: deadline %v, want the lease's %v", p.deadline, l.Expires())
 	}
