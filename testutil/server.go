@@ -32,6 +32,12 @@ func Partitions(n uint32) Option {
 	return func(c *streams.EmbeddedConfig) { c.Partitions = n }
 }
 
+// Port listens on port instead of a random free one (a test restarting a
+// server where its clients reconnect).
+func Port(port int) Option {
+	return func(c *streams.EmbeddedConfig) { c.Port = port }
+}
+
 // Logger forwards the server's warnings and errors to l.
 func Logger(l *slog.Logger) Option {
 	return func(c *streams.EmbeddedConfig) { c.Logger = l }
