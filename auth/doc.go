@@ -38,8 +38,8 @@
 //
 // A dispatcher or operator <d> (input role "ops") may publish
 // tenure.in.ops.<d>.>, create, read and delete consumers on TENURE_OUT
-// with any filter (the ops client deletes its short-lived ordered consumer
-// after each call), get decisions by sequence or subject (STREAM.MSG.GET,
+// with any filter (the ops client deletes its short-lived consumer after
+// each call), get decisions by sequence or subject (STREAM.MSG.GET,
 // DIRECT.GET), send requests to the coordinators' "tenure" micro service
 // ($SRV.*, $SRV.*.tenure, $SRV.*.tenure.*, tenure.status.*), and subscribe
 // to _INBOX_<d>.> and tenure.out.>. It has no stream administration:

@@ -21,7 +21,7 @@ const Limits = `What server permissions cannot enforce:
 - Consumer names are one subject token: a worker may pull from, or read the
   info of, any consumer on TENURE_OUT whose name it knows (it gets whatever
   that consumer delivers). Consumer names are not listed to workers and
-  ordered consumers have random names; never give a durable consumer on
+  Tenure's own consumers have random names (tenure_<uuid>); never give a durable consumer on
   TENURE_OUT a guessable name on a server where workers connect.
 - $JS.API.STREAM.INFO.TENURE_OUT (which the SDK needs) accepts a subjects
   filter: a worker can list every decision subject with its message count,
@@ -32,8 +32,10 @@ const Limits = `What server permissions cannot enforce:
   JetStream API do not receive such deliveries), and any number of
   consumers (bound them with account JetStream limits).
 - Dispatchers and operators may delete any consumer on TENURE_OUT (their
-  ordered consumers are cleaned up that way), workers' ordered consumers
-  (which recreate themselves) and durable ones included.
+  own short-lived consumers are cleaned up that way), workers' consumers
+  (which the SDK replaces without a gap) and durable ones included.
+  Workers may not delete consumers: the SDK leaves a consumer it replaced
+  or stopped to the server, which removes it after 5 idle minutes.
 - The coordinator user writes TENURE_OUT: what it writes is trusted (the
   expected-last-sequence fence stops a second writer, not a wrong one);
   replaying the log (tenure audit) is the check.`

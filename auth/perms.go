@@ -140,7 +140,7 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 				api+"CONSUMER.CREATE."+out+".>",
 				api+"CONSUMER.INFO."+out+".*",
 				api+"CONSUMER.MSG.NEXT."+out+".*",
-				// The ops client deletes its short-lived ordered consumer after
+				// The ops client deletes its short-lived consumer after
 				// each call; without this they would linger until their
 				// inactivity threshold (5 minutes).
 				api+"CONSUMER.DELETE."+out+".*",

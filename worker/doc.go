@@ -16,8 +16,9 @@
 // a JetStream publish, learns the input's stream sequence from the PubAck,
 // and returns the coordinator's verdict on it: the decision addressed to
 // this worker (tenure.out.<id>.<job>.<kind>) whose cause is that sequence.
-// The worker reads those decisions with one ordered consumer, created by
-// Connect before anything is published, so that a verdict that overtakes its
+// The worker reads those decisions through one consumer (a follow.Follower,
+// which replaces it without a gap if it is lost), created by Connect before
+// anything is published, so that a verdict that overtakes its
 // PubAck is kept until its caller asks. Offers, cancellation requests and
 // the decisions fired by time (expired, unresolved) arrive on the same
 // consumer.
@@ -46,8 +47,8 @@
 //
 // Nothing changes for the caller: Connect finds out itself whether the
 // deployment is partitioned (streams.Discover; the count is recorded in the
-// streams) and, if it is, follows every partition's decision stream with an
-// ordered consumer of its own (tenure.out.<id>.> matches the partitioned
+// streams) and, if it is, follows every partition's decision stream with a
+// consumer of its own (tenure.out.<id>.> matches the partitioned
 // decision subjects, tenure.out.<id>.<job>.<kind>.<k>). Each input goes to
 // its job's partition, tenure.in.worker.<id>.<job>.<verb>.<k> with k the
 // FNV-32a hash of the job modulo the partition count, and its verdict is

@@ -111,9 +111,9 @@ func TestPartitionedAcquireRenewComplete(t *testing.T) {
 	t.Parallel()
 	e, topos := newPartitionedEnv(t)
 	w := e.worker("w1")
-	if w.part.Count != testPartitions || len(w.ins) != testPartitions || len(w.ccs) != testPartitions {
+	if w.part.Count != testPartitions || len(w.ins) != testPartitions || len(w.fols) != testPartitions {
 		t.Fatalf("worker found %d partitions (%d input streams, %d decision consumers), want %d",
-			w.part.Count, len(w.ins), len(w.ccs), testPartitions)
+			w.part.Count, len(w.ins), len(w.fols), testPartitions)
 	}
 	ctx := context.Background()
 	jobs := jobsOverPartitions(t, "pj", 40)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -33,8 +34,8 @@ type Worker struct {
 
 	ctx    context.Context // cancelled (cause ErrClosed) by Close
 	cancel context.CancelCauseFunc
-	ccs    []jetstream.ConsumeContext // the decision consumer of each partition
-	wg     sync.WaitGroup             // the offer pump and every lease's renew loop
+	fols   []*follow.Follower // the decision reader of each partition
+	wg     sync.WaitGroup     // the offer pump and every lease's renew loop
 	once   sync.Once
 
 	rmu    sync.Mutex    // guards renewQ and renewN
@@ -79,16 +80,17 @@ type waiter struct {
 // it).
 //
 // Before returning it starts reading the decisions addressed to id
-// (tenure.out.<id>.>) with an ordered consumer on the decision stream, from
-// the stream's next sequence on: every verdict of an input published later
-// reaches it, and the ordered consumer resumes after reconnects without a
-// gap. The worker's NATS user needs permission to publish on
+// (tenure.out.<id>.>) on the decision stream, from the stream's next
+// sequence on, through a follow.Follower: every verdict of an input
+// published later reaches it, and a consumer lost (a reconnect, a cluster
+// node killed) is replaced after the last decision read, without a gap and
+// with short, retried creation requests. The worker's NATS user needs permission to publish on
 // tenure.in.worker.<id>.>, to read the decision stream's info and to create
 // consumers on it.
 //
 // Connect also finds out whether the deployment is partitioned
 // (streams.Discover); if it is, it follows every partition's decision
-// stream, one ordered consumer each, and the worker's user needs those
+// stream, one follow.Follower each, and the worker's user needs those
 // permissions on every partition's decision stream.
 func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 	if !events.ValidToken(id) {
@@ -162,40 +164,45 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 	if err != nil {
 		return fmt.Errorf("worker: decision stream %s: %w", out, err)
 	}
-	// DeliverNew, made gapless: an ordered consumer that resets before its
-	// first message starts over from its configured start, and DeliverNew
-	// would then skip what was stored in between. A start sequence does not.
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.AddresseeFilter(w.id)},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    s.CachedInfo().State.LastSeq + 1,
-	})
-	if err != nil {
-		return fmt.Errorf("worker: decision consumer: %w", err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { w.onMsg(part, m) }, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		w.report(fmt.Errorf("worker: decision consumer: %w", err))
-	}))
-	if err != nil {
-		return fmt.Errorf("worker: decision consumer: %w", err)
-	}
-	w.ccs = append(w.ccs, cc)
-	return nil
-}
-
-// stopConsumers stops every decision consumer and waits (a little) until
-// they have stopped.
-func (w *Worker) stopConsumers() {
-	for _, cc := range w.ccs {
-		cc.Stop()
-	}
-	deadline := time.After(5 * time.Second)
-	for _, cc := range w.ccs {
-		select {
-		case <-cc.Closed():
-		case <-deadline:
+	// From the next decision on, with no gap: a follower replaces a lost
+	// consumer after the last decision it handed over (and creates it with
+	// short, retried requests, so that a cluster without a JetStream meta
+	// leader for a few seconds stalls the worker no longer than that).
+	f := follow.Start(w.ctx, w.js, follow.Config{
+		Stream:   out,
+		StartSeq: s.CachedInfo().State.LastSeq + 1,
+		Filters:  []string{events.AddresseeFilter(w.id)},
+		OnError:  w.report,
+		// A worker may not delete consumers (tenure auth init denies it):
+		// the server removes a lost or stopped one after 5 idle minutes.
+		KeepConsumers: true,
+	}, func(_ context.Context, m follow.Msg) {
+		if m.Err != nil {
+			w.report(fmt.Errorf("worker: decision stream %s: %w", out, m.Err))
 			return
 		}
+		w.onMsg(part, m.Subject, m.Data)
+	})
+	w.fols = append(w.fols, f)
+	// Wait for its consumer: a worker not allowed to read its decisions
+	// (or a server that does not answer) fails New, as before.
+	select {
+	case <-f.Ready():
+		return nil
+	case <-ctx.Done():
+		err := f.Err()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("worker: decision consumer on %s: %w", out, err)
+	}
+}
+
+// stopConsumers stops every decision reader and waits until it has
+// stopped.
+func (w *Worker) stopConsumers() {
+	for _, f := range w.fols {
+		f.Stop()
 	}
 }
 
@@ -234,10 +241,10 @@ func (w *Worker) report(err error) {
 
 // onMsg receives each decision addressed to this worker from partition
 // part's decision stream, in stream order.
-func (w *Worker) onMsg(part uint32, m jetstream.Msg) {
-	d, err := events.DecodeDecision(m.Data())
+func (w *Worker) onMsg(part uint32, subject string, data []byte) {
+	d, err := events.DecodeDecision(data)
 	if err != nil {
-		w.report(fmt.Errorf("worker: decision %s: %w", m.Subject(), err))
+		w.report(fmt.Errorf("worker: decision %s: %w", subject, err))
 		return
 	}
 	w.dispatchFrom(part, d)
