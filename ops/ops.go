@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -212,9 +213,7 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 		filter += "." + part.Token()
 		pubOpts = append(pubOpts, jetstream.WithExpectStream(topo.InputStream()))
 	}
-	// (An ordered consumer is created on its first fetch, so DeliverNew
-	// could start after the verdict: start from the stream's next sequence
-	// as read before publishing instead.)
+	// Start from the stream's next sequence as read before publishing.
 	stream, err := c.js.Stream(ctx, topo.DecisionStream())
 	if err != nil {
 		return events.Decision{}, fmt.Errorf("ops: decision stream: %w", streams.Classify(err))
@@ -223,22 +222,28 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 	if err != nil {
 		return events.Decision{}, fmt.Errorf("ops: decision stream: %w", streams.Classify(err))
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    info.State.LastSeq + 1,
+	// A follow.Follower replaces a consumer lost with a cluster node (an
+	// ordered consumer stalls ~10 s when the node was the meta leader), and
+	// its consumer is deleted when it stops: left alone it would linger
+	// until its inactivity threshold (minutes).
+	ch := make(chan follow.Msg, 16)
+	f := follow.Start(ctx, c.js, follow.Config{Stream: topo.DecisionStream(), Filters: []string{filter},
+		StartSeq: info.State.LastSeq + 1, PullAhead: 64}, func(ctx context.Context, m follow.Msg) {
+		select {
+		case ch <- m:
+		case <-ctx.Done():
+		}
 	})
-	if err != nil {
+	defer f.Stop()
+	select {
+	case <-f.Ready():
+	case <-ctx.Done():
+		err := f.Err()
+		if err == nil {
+			err = ctx.Err()
+		}
 		return events.Decision{}, fmt.Errorf("ops: follow decisions: %w", streams.Classify(err))
 	}
-	// One pull iterator, hence one server-side consumer (another only if
-	// the ordered consumer has to reset), deleted on return: left alone it
-	// would linger until its inactivity threshold (minutes).
-	it, err := cons.Messages()
-	if err != nil {
-		return events.Decision{}, fmt.Errorf("ops: follow decisions: %w", streams.Classify(err))
-	}
-	defer c.unfollow(ctx, stream, cons, it)
 	msg := nats.NewMsg(part.InputSubject(events.RoleOps, c.id, in.Job, in.Verb))
 	msg.Data = events.AppendInputBody(nil, in)
 	ack, err := c.js.PublishMsg(ctx, msg, append(pubOpts, jetstream.WithMsgID(c.id+"-"+uuid.NewString()))...)
@@ -246,14 +251,16 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 		return events.Decision{}, fmt.Errorf("ops: publish %s: %w", in.Verb, streams.Classify(err))
 	}
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-				return events.Decision{}, fmt.Errorf("%w for input %d: %v", ErrNoVerdict, ack.Sequence, ctx.Err())
-			}
-			return events.Decision{}, fmt.Errorf("ops: read decisions: %w", err)
+		var m follow.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			return events.Decision{}, fmt.Errorf("%w for input %d: %v", ErrNoVerdict, ack.Sequence, ctx.Err())
 		}
-		d, err := events.DecodeDecision(m.Data())
+		if m.Err != nil {
+			return events.Decision{}, fmt.Errorf("ops: read decisions: %w", m.Err)
+		}
+		d, err := events.DecodeDecision(m.Data)
 		if err != nil || d.Cause != ack.Sequence || d.Kind.Derived() {
 			continue
 		}
@@ -262,19 +269,4 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 		}
 		return d, nil
 	}
-}
-
-// unfollow stops the iterator and deletes the consumer it reads from. The
-// deletion gets its own short deadline: ctx may have ended (no verdict in
-// time). A consumer that cannot be deleted now (connection lost) is removed
-// by the server after its inactivity threshold.
-func (c *Client) unfollow(ctx context.Context, stream jetstream.Stream, cons jetstream.Consumer, it jetstream.MessagesContext) {
-	it.Stop()
-	info := cons.CachedInfo()
-	if info == nil {
-		return
-	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_ = stream.DeleteConsumer(dctx, info.Name)
 }
