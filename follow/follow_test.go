@@ -197,7 +197,7 @@ func TestSurvivesAServerRestart(t *testing.T) {
 	defer f.Stop()
 	c.waitCount(t, 30, 10*time.Second)
 	srv.Shutdown()
-	srv = testutil.StartServerIn(t, dir, testutil.Port(port))
+	testutil.StartServerIn(t, dir, testutil.Port(port))
 	deadline := time.Now().Add(10 * time.Second)
 	for !nc.IsConnected() {
 		if time.Now().After(deadline) {
