@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
@@ -176,3 +177,18 @@ func TestAtomicBatchAppend(t *testing.T) {
 }
 
 func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// An input stream that skips a sequence is ErrInputGap (which Run refuses
+// to go live on), not a transient failure to resynchronise from.
+func TestFoldRefusesAnInputGap(t *testing.T) {
+	s := &session{c: &Coordinator{}, p: projector.New()}
+	body := `{"v":1,"job":"j1","lease_duration_ms":1000}`
+	raw := stored{seq: 1, time: 1, subject: "tenure.in.worker.w1.j1.acquire", data: []byte(body)}
+	if err := s.fold(raw); err != nil {
+		t.Fatal(err)
+	}
+	raw.seq = 3
+	if err := s.fold(raw); !errors.Is(err, ErrInputGap) {
+		t.Fatalf("fold of input 3 after input 1 = %v, want ErrInputGap", err)
+	}
+}

@@ -6,8 +6,8 @@
 //
 // A coordinator is either a warm standby or live. A standby follows both
 // streams and re-derives every stored decision from the stored inputs,
-// byte for byte; a mismatch is ErrDivergence and the coordinator refuses to
-// go live. Leadership is a JetStream KV entry created with Create and renewed
+// byte for byte; a mismatch is ErrDivergence, and a missing input sequence
+// ErrInputGap, and the coordinator refuses to go live. Leadership is a JetStream KV entry created with Create and renewed
 // by compare-and-set; the decision stream's expected-sequence check, not the
 // KV entry, is the fence: an append refused for a wrong last sequence means
 // another writer has authority, and the coordinator stops writing at once
@@ -48,6 +48,12 @@ import (
 // from the stored inputs (or the decision chain has a gap or fork). The
 // coordinator refuses to go live: an operator must audit the log.
 var ErrDivergence = errors.New("coordinator: stored decisions diverge from the fold")
+
+// ErrInputGap means the input stream lacks a sequence: an input was removed
+// from the log (the stream denies deletes and purges, so only by tampering
+// with the server's store). No fold can reproduce the decisions made on it;
+// the coordinator refuses to go live, as for ErrDivergence.
+var ErrInputGap = errors.New("coordinator: the input stream has a gap")
 
 // Defaults of Config.
 const (
@@ -185,8 +191,9 @@ func (c *Coordinator) Stats() Stats {
 	}
 }
 
-// Run creates the topology if needed and coordinates until ctx ends (nil)
-// or the stored decisions diverge from the fold (ErrDivergence). Losing
+// Run creates the topology if needed and coordinates until ctx ends (nil),
+// the stored decisions diverge from the fold (ErrDivergence) or the input
+// stream has a gap (ErrInputGap). Losing
 // authority or a transient JetStream failure makes it resynchronise from the
 // streams and stand by, never exit.
 func (c *Coordinator) Run(ctx context.Context) error {
@@ -221,7 +228,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, ErrDivergence) {
+		if errors.Is(err, ErrDivergence) || errors.Is(err, ErrInputGap) {
 			c.log.Error("refusing to go live", "err", err)
 			return err
 		}
@@ -395,7 +402,7 @@ func (s *session) fold(m stored) error {
 		return m.err
 	}
 	if m.seq != s.p.LastSeq()+1 {
-		return fmt.Errorf("coordinator: input stream jumped from %d to %d", s.p.LastSeq(), m.seq)
+		return fmt.Errorf("%w: after input %d comes input %d", ErrInputGap, s.p.LastSeq(), m.seq)
 	}
 	ds, err := s.p.Step(events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data})
 	if err != nil {

@@ -71,8 +71,8 @@ func (g *Group) Stats() []Stats {
 }
 
 // Run runs every coordinator until ctx ends (nil) or one of them fails for
-// good (ErrDivergence, or a topology it cannot create): then it stops the
-// others and returns that error, naming the partition.
+// good (ErrDivergence, ErrInputGap, or a topology it cannot create): then
+// it stops the others and returns that error, naming the partition.
 func (g *Group) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
