@@ -21,14 +21,22 @@ type Offer struct {
 	w    *Worker
 	ack  *input // the ACK, kept so that a retried Accept resends the same message
 	decl *input // the release of Decline, likewise
+	// localDeadline is AckDeadline on this worker's clock, conservatively:
+	// the time the offer was read plus what was left of the ACK window
+	// when it was decided. It bounds each publish attempt of the ACK and
+	// of Decline (Options.PublishTimeout), as a lease's deadline does.
+	localDeadline time.Time
 }
 
-func newOffer(w *Worker, d events.Decision) Offer {
+// newOffer is the offer of decision d, read at local time now.
+func newOffer(w *Worker, d events.Decision, now time.Time) Offer {
 	return Offer{
 		Job: d.Job.ID, LeaseID: d.Job.LeaseID, Generation: d.Job.Generation,
-		Duration:    time.Duration(d.Job.Duration),
-		AckDeadline: time.Unix(0, d.Job.AckDeadline),
-		Decision:    d, w: w,
+		Duration:      time.Duration(d.Job.Duration),
+		AckDeadline:   time.Unix(0, d.Job.AckDeadline),
+		Decision:      d,
+		w:             w,
+		localDeadline: now.Add(time.Duration(d.Job.AckDeadline - d.At)),
 	}
 }
 
@@ -54,6 +62,7 @@ func (o *Offer) Accept(ctx context.Context, opts ...LeaseOption) (*Lease, error)
 	}
 	if o.ack == nil {
 		o.ack = o.w.newInput(&events.Input{Job: o.Job, Verb: events.VerbAck, LeaseID: o.LeaseID, Generation: o.Generation})
+		o.ack.deadline = o.localDeadline
 	}
 	p := o.ack
 	d, err := o.w.send(ctx, p)
@@ -74,6 +83,7 @@ func (o *Offer) Decline(ctx context.Context) error {
 	}
 	if o.decl == nil {
 		o.decl = o.w.newInput(&events.Input{Job: o.Job, Verb: events.VerbRelease, LeaseID: o.LeaseID, Generation: o.Generation})
+		o.decl.deadline = o.localDeadline
 	}
 	d, err := o.w.send(ctx, o.decl)
 	if err != nil {

@@ -33,7 +33,7 @@ type Options struct {
 	// The inputs of a lease (its renewals, progress, result, release and
 	// cancel ACK, and the acquire asking for it) bound each attempt further
 	// by half the time left before the lease's local deadline (Acquire: the
-	// duration it asks for), but not below MinPublishTimeout (nor above
+	// duration it asks for; an offer's Accept and Decline: its ACK deadline), but not below MinPublishTimeout (nor above
 	// PublishTimeout): an attempt lost in transit (a stream leader change,
 	// a server restart) is retried while the lease can still be saved, and
 	// a renewal's attempt does not wait past the lease. Half leaves as

@@ -74,3 +74,51 @@ func TestLeaseInputsCarryTheirDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An offer's ACK and decline carry its ACK deadline on the local clock (the
+// time the offer was read plus what was left of the ACK window), which
+// bounds their publish attempts as a lease's deadline does.
+func TestOfferInputsCarryTheAckDeadline(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	ctx := context.Background()
+	for _, accept := range []bool{true, false} {
+		job := "j-accept"
+		if !accept {
+			job = "j-decline"
+		}
+		t0 := time.Now()
+		e.ops(job, events.Input{Verb: events.VerbOffer, Holder: "w1"})
+		var o Offer
+		select {
+		case o = <-w.Offers():
+		case <-time.After(5 * time.Second):
+			t.Fatal("no offer")
+		}
+		t1 := time.Now()
+		window := time.Duration(o.Decision.Job.AckDeadline - o.Decision.At)
+		if window <= 0 {
+			t.Fatalf("offer without an ACK window: %+v", o.Decision.Job)
+		}
+		if o.localDeadline.Before(t0.Add(window)) || o.localDeadline.After(t1.Add(window)) {
+			t.Fatalf("local ACK deadline %v not within [%v, %v]", o.localDeadline, t0.Add(window), t1.Add(window))
+		}
+		var p *input
+		if accept {
+			l, err := o.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			p = o.ack
+		} else {
+			if err := o.Decline(ctx); err != nil {
+				t.Fatal(err)
+			}
+			p = o.decl
+		}
+		if !p.deadline.Equal(o.localDeadline) {
+			t.Errorf("accept=%v: input deadline %v, want the offer's %v", accept, p.deadline, o.localDeadline)
+		}
+	}
+}

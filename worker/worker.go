@@ -571,7 +571,7 @@ func (w *Worker) queueOfferLocked(d events.Decision) error {
 		w.offerQ = w.offerQ[1:]
 		err = fmt.Errorf("worker: offer of job %s (lease %s) dropped: offer buffer full", old.Job, old.LeaseID)
 	}
-	w.offerQ = append(w.offerQ, newOffer(w, d))
+	w.offerQ = append(w.offerQ, newOffer(w, d, time.Now()))
 	select {
 	case w.offerS <- struct{}{}:
 	default:
