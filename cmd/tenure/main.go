@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"os"
 	"os/signal"
 	"syscall"
@@ -65,6 +66,10 @@ func main() {
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
 
+// errReported marks an error already printed (the flag package prints its
+// parse errors with the command's usage).
+var errReported = errors.New("reported")
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
@@ -84,6 +89,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.Is(err, errUsage):
+			if !errors.Is(err, errReported) {
+				fmt.Fprintln(stderr, "tenure "+c.name+":", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+			}
 			return 2
 		default:
 			fmt.Fprintln(stderr, "tenure:", err)
@@ -108,7 +116,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w: %v", errUsage, errReported, err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))

@@ -136,10 +136,22 @@ func TestServeEmbedded(t *testing.T) {
 	}
 }
 
+// Every command-line mistake exits 2 and says what is wrong on stderr.
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"nope"}, {"serve", "--sync", "sometimes"}, {"serve", "--log-format", "xml"}, {"serve", "extra"}} {
-		if code := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
-			t.Errorf("tenure %v: exit %d, want 2", args, code)
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{}, "usage: tenure <command>"},
+		{[]string{"nope"}, `unknown command "nope"`},
+		{[]string{"serve", "--sync", "sometimes"}, "tenure serve: --sync must be always or interval"},
+		{[]string{"serve", "--log-format", "xml"}, "xml"},
+		{[]string{"serve", "extra"}, `tenure serve: unexpected argument "extra"`},
+		{[]string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(context.Background(), c.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.says) {
+			t.Errorf("tenure %v: exit %d, want 2 and %q on stderr:\n%s", c.args, code, c.says, stderr.String())
 		}
 	}
 }
