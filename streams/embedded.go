@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -259,4 +261,31 @@ func addInputMapping(srv *server.Server, opts *server.Options, partitions uint32
 		}
 	}
 	return nil
+}
+
+// configPartition finds the partition count of an input partition mapping
+// (events.InputMapping: "{{partition(N,3)}}") in a configuration file.
+var configPartition = regexp.MustCompile(`\{\{\s*partition\(\s*(\d+)\s*,\s*3\s*\)\s*\}\}`)
+
+// ConfigFilePartitions reads the partition count of the input partition
+// mapping (events.InputMapping, as tenure auth init --partitions and
+// tenure cluster up write it) in a nats-server configuration file; found
+// is false when the file has none. A server started for another count
+// than its configuration's would route inputs to the other count's
+// partitions, or, unpartitioned, to partition subjects no stream stores:
+// callers that know the count compare (tenure serve refuses to start).
+func ConfigFilePartitions(path string) (count uint32, found bool, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false, fmt.Errorf("streams: read config %s: %w", path, err)
+	}
+	m := configPartition.FindSubmatch(b)
+	if m == nil {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseUint(string(m[1]), 10, 32)
+	if err != nil {
+		return 0, false, fmt.Errorf("streams: config %s: partition count %s: %w", path, m[1], err)
+	}
+	return uint32(n), true, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
@@ -174,4 +175,38 @@ func (r *recorder) count(l slog.Level) int {
 		}
 	}
 	return n
+}
+
+// ConfigFilePartitions finds the count of the input partition mapping that
+// tenure auth init and tenure cluster up write, and reports a file without
+// one as such.
+func TestConfigFilePartitions(t *testing.T) {
+	dir := t.TempDir()
+	for i, c := range []struct {
+		text  string
+		count uint32
+		found bool
+	}{
+		{"max_payload: 1048576\n", 0, false},
+		{mappingConf(4), 4, true},
+		{mappingConf(1024), 1024, true},
+		{"mappings {\n  \"tenure.in.*.*.*.*\": \"tenure.in.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}.{{ partition( 7 , 3 ) }}\"\n}\n", 7, true},
+	} {
+		p := filepath.Join(dir, fmt.Sprintf("%d.conf", i))
+		if err := os.WriteFile(p, []byte(c.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n, found, err := streams.ConfigFilePartitions(p)
+		if err != nil || n != c.count || found != c.found {
+			t.Errorf("file %d: %d %v %v, want %d %v", i, n, found, err, c.count, c.found)
+		}
+	}
+	if _, _, err := streams.ConfigFilePartitions(filepath.Join(dir, "missing.conf")); err == nil {
+		t.Error("a missing file is no error")
+	}
+}
+
+func mappingConf(partitions uint32) string {
+	src, dst := events.InputMapping(partitions)
+	return fmt.Sprintf("mappings {\n  %q: %q\n}\n", src, dst)
 }

@@ -344,6 +344,16 @@ func TestAuthServePartitioned(t *testing.T) {
 		return []string{"--user", c.User, "--password", c.Password, "--inbox-prefix", c.InboxPrefix}
 	}
 
+	// A configuration generated for another count is refused at start-up.
+	for _, other := range []string{"2", "0"} {
+		var stderr bytes.Buffer
+		args := append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval",
+			"--id", "coord", "--partitions", other, "--server-config", filepath.Join(dir, "server.conf")}, flags(coord)...)
+		if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "is for 4 partitions") {
+			t.Errorf("serve --partitions %s with a 4-partition server.conf: exit %d, want 2 and the counts named:\n%s", other, code, stderr.String())
+		}
+	}
+
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

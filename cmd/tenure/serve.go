@@ -149,6 +149,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("data directory: %w", err)
 		}
+		if *serverConf != "" {
+			// The embedded server's mapping would replace the file's, while
+			// the file's permissions name the other count's streams.
+			n, found, err := streams.ConfigFilePartitions(*serverConf)
+			if err != nil {
+				return err
+			}
+			if found && n != count {
+				return fmt.Errorf("%w: --server-config %s is for %d partitions (its input mapping), --partitions is %d: generate it with tenure auth init --partitions %d, or serve with --partitions %d",
+					errUsage, *serverConf, n, count, count, n)
+			}
+		}
 		srv, err := streams.StartEmbedded(streams.EmbeddedConfig{
 			DataDir: dir, Host: host, Port: port, SyncAlways: *sync == "always",
 			ConfigFile: *serverConf, ServerName: "tenure", Logger: log, Partitions: count,
