@@ -12,9 +12,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
