@@ -119,6 +119,12 @@ func (p Partition) DecisionFilter() string {
 	return DecisionPrefix + ".*.*.*." + p.Token()
 }
 
+// JobDecisionFilter is JobDecisionFilter with p's partition token appended:
+// every decision about job in p's decision stream.
+func (p Partition) JobDecisionFilter(job string) string {
+	return p.suffix(JobDecisionFilter(job))
+}
+
 // InputMapping is the NATS subject mapping (source, destination) that routes
 // a six-token input subject to its partition in a deployment of count
 // partitions.

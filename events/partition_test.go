@@ -30,6 +30,12 @@ func TestPartitionSubjects(t *testing.T) {
 	if p.InputFilter() != "tenure.in.*.*.*.*.3" || p.DecisionFilter() != "tenure.out.*.*.*.3" {
 		t.Errorf("filters %q %q", p.InputFilter(), p.DecisionFilter())
 	}
+	if got := p.JobDecisionFilter("j"); got != "tenure.out.*.j.*.3" {
+		t.Errorf("JobDecisionFilter %q", got)
+	}
+	if got := (Partition{}).JobDecisionFilter("j"); got != JobDecisionFilter("j") {
+		t.Errorf("unpartitioned JobDecisionFilter %q", got)
+	}
 	if s, ok := p.StripInput("tenure.in.worker.w1.j.renew.3"); !ok || s != "tenure.in.worker.w1.j.renew" {
 		t.Errorf("StripInput: %q %v", s, ok)
 	}

@@ -204,13 +204,9 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 	topo := streams.Topology{Partition: part}
 	// Follow the decisions about this job from now on, before publishing,
 	// so the verdict cannot be missed.
-	filter := events.JobDecisionFilter(in.Job)
-	if in.Job == events.NoJob {
-		filter = events.DecisionPrefix + ".*." + events.NoJob + ".*"
-	}
+	filter := part.JobDecisionFilter(in.Job) // a policy (job "-") too
 	var pubOpts []jetstream.PublishOpt
 	if part.Partitioned() {
-		filter += "." + part.Token()
 		pubOpts = append(pubOpts, jetstream.WithExpectStream(topo.InputStream()))
 	}
 	// Start from the stream's next sequence as read before publishing.
