@@ -131,6 +131,8 @@ type Follower struct {
 	gen  int        // the current consumer's generation; callbacks of older ones are ignored
 	next uint64     // the next stream sequence to hand over
 	dseq uint64     // the last delivery sequence of the current consumer
+
+	ccMu sync.Mutex // guards cc and name, set while a handler may hold mu
 	cc   jetstream.ConsumeContext
 	name string // the current consumer's name
 
@@ -198,11 +200,10 @@ func (f *Follower) Replaced() int { return int(f.replaced.Load()) }
 func (f *Follower) run(ctx context.Context) {
 	defer close(f.done)
 	defer func() {
-		f.mu.Lock()
+		f.mu.Lock() // waits for a handler in progress (ctx has ended)
 		f.dead = true
-		cc, name := f.cc, f.name
 		f.mu.Unlock()
-		f.drop(cc, name)
+		f.drop(f.take())
 	}()
 	for {
 		if !f.consume(ctx) {
@@ -215,16 +216,24 @@ func (f *Follower) run(ctx context.Context) {
 		}
 		f.mu.Lock()
 		f.gen++ // from now on the old consumer's callbacks are ignored
-		f.replaced.Add(1)
-		cc, name := f.cc, f.name
-		f.cc, f.name, f.dseq = nil, "", 0
+		f.dseq = 0
 		dead := f.dead
 		f.mu.Unlock()
-		f.drop(cc, name)
+		f.replaced.Add(1)
+		f.drop(f.take())
 		if dead {
 			return
 		}
 	}
+}
+
+// take returns the current consumer and forgets it.
+func (f *Follower) take() (jetstream.ConsumeContext, string) {
+	f.ccMu.Lock()
+	defer f.ccMu.Unlock()
+	cc, name := f.cc, f.name
+	f.cc, f.name = nil, ""
+	return cc, name
 }
 
 // consume creates a consumer starting at f.next, retrying until it exists
@@ -272,9 +281,12 @@ func (f *Follower) consume(ctx context.Context) bool {
 					}
 				}))
 			if err == nil {
-				f.mu.Lock()
+				// Not under f.mu: the handler may already hold it, blocked
+				// until its caller reads, and the caller may be waiting for
+				// Ready.
+				f.ccMu.Lock()
 				f.cc, f.name = cc, cons.CachedInfo().Name
-				f.mu.Unlock()
+				f.ccMu.Unlock()
 				f.errMu.Lock()
 				f.createErr = nil
 				f.errMu.Unlock()

@@ -339,3 +339,38 @@ func TestStopDeletesItsConsumer(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyWhileTheHandlerBlocks: a caller that waits for Ready before it
+// reads what the handler hands over (tenure watch, ops) gets Ready even
+// when the first messages arrive, and block the handler, before the
+// Follower has recorded its consumer (it used to wait for the handler's
+// lock there, and the caller for Ready: a deadlock).
+func TestReadyWhileTheHandlerBlocks(t *testing.T) {
+	srv := testutil.StartServer(t)
+	_, js := testutil.Connect(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	newStream(t, ctx, js)
+	publish(t, ctx, js, 1, 20)
+	for round := range 30 {
+		ch := make(chan follow.Msg) // unbuffered: the first delivery blocks
+		f := follow.Start(ctx, js, follow.Config{Stream: "F"}, func(ctx context.Context, m follow.Msg) {
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+			}
+		})
+		select {
+		case <-f.Ready():
+		case <-time.After(5 * time.Second):
+			f.Stop()
+			t.Fatalf("round %d: not Ready while the handler blocks", round)
+		}
+		for i := 1; i <= 20; i++ {
+			if m := <-ch; m.Seq != uint64(i) {
+				t.Fatalf("round %d: message %d has seq %d", round, i, m.Seq)
+			}
+		}
+		f.Stop()
+	}
+}

@@ -100,14 +100,14 @@ func TestServeEmbedded(t *testing.T) {
 	}
 	out.Reset()
 	if code := run(ctx, []string{"watch", "--nats-url", url, "--all", "--job", "report-42", "-n", "1", "--format", "json"}, &out, &stderr); code != 0 {
-		t.Fatalf("watch exit %d", code)
+		t.Fatalf("watch exit %d:\n%s", code, stderr.String())
 	}
 	if w, err := events.DecodeDecision(bytes.TrimSpace(out.Bytes())); err != nil || w.Kind != events.KindGranted || w.Cause != ack.Sequence {
 		t.Fatalf("watch printed %q (%v)", out.String(), err)
 	}
 	out.Reset()
 	if code := run(ctx, []string{"watch", "--nats-url", url, "--all", "--holder", "w1", "-n", "1"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), "granted") {
-		t.Fatalf("watch table exit %d:\n%s", code, out.String())
+		t.Fatalf("watch table exit %d:\n%s\n%s", code, out.String(), stderr.String())
 	}
 	// Operator commands print the verdict; a refused one exits 1.
 	out.Reset()
