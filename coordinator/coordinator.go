@@ -196,7 +196,16 @@ func (c *Coordinator) Stats() Stats {
 // stream has a gap (ErrInputGap). Losing
 // authority or a transient JetStream failure makes it resynchronise from the
 // streams and stand by, never exit.
+//
+// Each JetStream request Run makes takes at most the client's default
+// timeout (5 s), whatever ctx's deadline: a request the cluster drops (no
+// meta or stream leader yet) is retried instead of waited for until the
+// deadline. ctx ending, deadline included, stops Run.
 func (c *Coordinator) Run(ctx context.Context) error {
+	parent := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	defer cancel()
+	defer context.AfterFunc(parent, cancel)()
 	backoff := 50 * time.Millisecond
 	for {
 		// A cluster that is still electing its leaders or gathering its
