@@ -3,53 +3,15 @@ package follow_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/maknow/tenure/cluster"
 	"github.com/maknow/tenure/follow"
-	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
-
-// freePorts returns n ports free on loopback.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
-// node is one nats-server of a 3-node loopback cluster, in this process.
-type node struct {
-	name, conf, dir string
-	port            int
-	srv             *streams.Embedded
-}
-
-func (n *node) start(t *testing.T) {
-	t.Helper()
-	n.srv = testutil.StartServerIn(t, n.dir, testutil.ConfigFile(n.conf), func(c *streams.EmbeddedConfig) {
-		c.Port, c.ServerName = n.port, n.name
-	})
-}
 
 // TestClusterNodeShutdowns follows an R3 stream on a 3-node cluster while
 // the node that is the JetStream meta leader is shut down, then while the
@@ -62,27 +24,8 @@ func TestClusterNodeShutdowns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster; not in -short")
 	}
-	ports := freePorts(t, 6)
-	root := t.TempDir()
-	var routes []string
-	for i := range 3 {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3+i]))
-	}
-	nodes := make([]*node, 3)
-	for i := range nodes {
-		n := &node{name: fmt.Sprintf("n%d", i+1), dir: filepath.Join(root, fmt.Sprintf("n%d", i+1)), port: ports[i]}
-		n.conf = filepath.Join(root, n.name+".conf")
-		if err := os.WriteFile(n.conf, []byte(cluster.NodeConfig(n.name, ports[i], ports[3+i], n.dir, routes, 0)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = n
-	}
-	// Each blocks until its client port listens, not until the cluster has formed.
-	for _, n := range nodes {
-		n.start(t)
-	}
-	urls := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
-	nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	cl := testutil.StartCluster(t, 3, 0)
+	nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,27 +58,28 @@ func TestClusterNodeShutdowns(t *testing.T) {
 	defer f.Stop()
 	c.waitCount(t, 20, 30*time.Second)
 
-	for round, pick := range []func() *node{
-		func() *node { // the meta leader
-			for _, n := range nodes {
-				if n.srv.Server().JetStreamIsLeader() {
-					return n
+	for round, pick := range []func() int{
+		func() int { // the meta leader
+			for i := range cl.Len() {
+				if cl.Server(i).Server().JetStreamIsLeader() {
+					return i
 				}
 			}
-			return nil
+			return -1
 		},
-		func() *node { // the server of the Follower's consumer
-			for _, n := range nodes {
-				if n.srv.Server().JetStreamIsConsumerLeader("$G", "F", consumerName(t, ctx, js)) {
-					return n
+		func() int { // the server of the Follower's consumer
+			name := consumerName(t, ctx, js)
+			for i := range cl.Len() {
+				if cl.Server(i).Server().JetStreamIsConsumerLeader("$G", "F", name) {
+					return i
 				}
 			}
-			return nil
+			return -1
 		},
 	} {
-		var victim *node
+		var victim int
 		deadline := time.Now().Add(30 * time.Second)
-		for victim = pick(); victim == nil; victim = pick() {
+		for victim = pick(); victim < 0; victim = pick() {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: no node to shut down", round)
 			}
@@ -143,12 +87,12 @@ func TestClusterNodeShutdowns(t *testing.T) {
 		}
 		have := len(c.snapshot())
 		killed := time.Now()
-		victim.srv.Shutdown()
+		cl.Shutdown(victim)
 		publishN(20)
 		c.waitCount(t, have+1, 60*time.Second)
-		t.Logf("round %d: shut down %s; next message handed over after %v", round, victim.name, time.Since(killed).Round(time.Millisecond))
+		t.Logf("round %d: shut down %s; next message handed over after %v", round, cl.Name(victim), time.Since(killed).Round(time.Millisecond))
 		checkRun(t, c.waitCount(t, published, 60*time.Second), 1, 1)
-		victim.start(t)
+		cl.Start(victim)
 	}
 	publishN(20)
 	checkRun(t, c.waitCount(t, published, 60*time.Second), 1, 1)
