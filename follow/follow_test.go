@@ -50,6 +50,20 @@ func (c *collector) waitCount(t *testing.T, n int, within time.Duration) []follo
 	}
 }
 
+// setup starts a server and connects to it; with stream, it creates the
+// stream F (subjects f.>). ctx ends with the test, a minute at the most.
+func setup(t *testing.T, stream bool) (context.Context, jetstream.JetStream) {
+	t.Helper()
+	srv := testutil.StartServer(t)
+	_, js := testutil.Connect(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if stream {
+		newStream(t, ctx, js)
+	}
+	return ctx, js
+}
+
 func newStream(t *testing.T, ctx context.Context, js jetstream.JetStream) {
 	t.Helper()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "F", Subjects: []string{"f.>"}}); err != nil {
@@ -83,11 +97,7 @@ func checkRun(t *testing.T, msgs []follow.Msg, first, step int) {
 }
 
 func TestReadsInOrderFromStartSeq(t *testing.T) {
-	srv := testutil.StartServer(t)
-	_, js := testutil.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	newStream(t, ctx, js)
+	ctx, js := setup(t, true)
 	publish(t, ctx, js, 1, 100)
 
 	var c collector
@@ -118,11 +128,7 @@ func TestReadsInOrderFromStartSeq(t *testing.T) {
 }
 
 func TestFilters(t *testing.T) {
-	srv := testutil.StartServer(t)
-	_, js := testutil.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	newStream(t, ctx, js)
+	ctx, js := setup(t, true)
 	publish(t, ctx, js, 1, 60)
 
 	var c collector
@@ -135,11 +141,7 @@ func TestFilters(t *testing.T) {
 // and again while messages are stored: every message is handed over once,
 // in order, none skipped.
 func TestReplacesALostConsumer(t *testing.T) {
-	srv := testutil.StartServer(t)
-	_, js := testutil.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	newStream(t, ctx, js)
+	ctx, js := setup(t, true)
 	publish(t, ctx, js, 1, 50)
 
 	var c collector
@@ -216,11 +218,7 @@ func TestSurvivesAServerRestart(t *testing.T) {
 // full channel nobody reads) returns when the Follower stops, and Stop
 // returns.
 func TestStopWhileHandlerBlocks(t *testing.T) {
-	srv := testutil.StartServer(t)
-	_, js := testutil.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	newStream(t, ctx, js)
+	ctx, js := setup(t, true)
 	publish(t, ctx, js, 1, 20)
 
 	ch := make(chan follow.Msg, 3)
@@ -255,10 +253,7 @@ func TestStopWhileHandlerBlocks(t *testing.T) {
 // the Follower reports why it has no consumer (once), and reads once the
 // stream is created.
 func TestRetriesCreationUntilTheStreamExists(t *testing.T) {
-	srv := testutil.StartServer(t)
-	_, js := testutil.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, js := setup(t, false)
 
 	var c collector
 	var mu sync.Mutex
@@ -299,11 +294,7 @@ func TestRetriesCreationUntilTheStreamExists(t *testing.T) {
 // TestStopDeletesItsConsumer: Stop deletes the consumer from the server,
 // unless KeepConsumers (for clients not allowed to delete consumers).
 func TestStopDeletesItsConsumer(t *testing.T) {
-	srv := testutil.StartServer(t)
-	_, js := testutil.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	newStream(t, ctx, js)
+	ctx, js := setup(t, true)
 	stream, err := js.Stream(ctx, "F")
 	if err != nil {
 		t.Fatal(err)
@@ -346,11 +337,7 @@ func TestStopDeletesItsConsumer(t *testing.T) {
 // Follower has recorded its consumer (it used to wait for the handler's
 // lock there, and the caller for Ready: a deadlock).
 func TestReadyWhileTheHandlerBlocks(t *testing.T) {
-	srv := testutil.StartServer(t)
-	_, js := testutil.Connect(t, srv.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	newStream(t, ctx, js)
+	ctx, js := setup(t, true)
 	publish(t, ctx, js, 1, 20)
 	for round := range 30 {
 		ch := make(chan follow.Msg) // unbuffered: the first delivery blocks
