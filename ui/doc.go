@@ -24,11 +24,28 @@
 // Every page updates live, without reloading, through server-sent events
 // (/api/events) fed by the read model.
 //
-// The read model follows the decision stream with an ordered consumer from
-// its first decision. Every decision carries the whole projection of its
-// job, so the board is the latest projection per job; a job page reads the
-// job's decisions back from the decision stream by their sequences, and
-// their inputs from the input stream by their causes (direct gets).
+// The read model follows the decision stream from its first decision (a
+// follow.Follower, which replaces a consumer lost with a cluster node).
+// Every decision carries the whole projection of its job, so the board is
+// the latest projection per job; a job page reads the job's decisions back
+// from the decision stream by their sequences, and their inputs from the
+// input stream by their causes (direct gets).
+//
+// A partitioned deployment (Config.Partitions, found by streams.Discover)
+// is followed in every partition: one Follower per partition's decision
+// stream, merged into one board of the jobs of all partitions (a job lives
+// in one partition, so its row is its own partition's latest projection).
+// The model keeps its position in each stream, and a follow that resumes
+// resumes each partition where it stopped; it is caught up when every
+// partition is. Sequences only mean something with their partition: rows,
+// job pages and anomalies carry their partition ("partition" in the JSON,
+// a PART column on the pages), a job page reads the streams of the job's
+// partition, and ?after=SEQ is a sequence of that partition's decision
+// stream. /healthz is ready only when every partition has a live
+// coordinator or warm standby (saying which partitions have none), /metrics
+// labels per-stream metrics with their partition, and an audit audits
+// every partition. Operator actions go through package ops, which
+// publishes to the job's partition.
 //
 // The UI is read-only by default. With Config.Actions (--ui-actions) a job
 // page offers the operator actions of package ops: request a cancellation,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,9 +36,11 @@ const (
 	RoleCatchingUp = "catching_up" // a standby still far behind the decision stream
 )
 
-// CoordinatorHealth is one coordinator in the /healthz answer.
+// CoordinatorHealth is one coordinator in the /healthz answer (in a
+// partitioned deployment, one coordinator of one partition).
 type CoordinatorHealth struct {
 	ID              string `json:"id"`
+	Partition       string `json:"partition,omitempty"` // "2" for partition 2; "" when unpartitioned
 	Role            string `json:"role"`
 	Ready           bool   `json:"ready"`
 	DecisionsBehind uint64 `json:"decisions_behind"` // decisions stored but not verified or appended by it
@@ -45,26 +48,48 @@ type CoordinatorHealth struct {
 	Leader          string `json:"leader,omitempty"`
 }
 
+// PartitionHealth is one partition of a partitioned deployment in the
+// /healthz answer: ready when one of its coordinators is live or a warm
+// standby, saying which.
+type PartitionHealth struct {
+	Partition   uint32 `json:"partition"`
+	Ready       bool   `json:"ready"`
+	Role        string `json:"role,omitempty"`
+	Coordinator string `json:"coordinator,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	DecisionSeq uint64 `json:"decision_stream_seq"` // last sequence of its decision stream
+}
+
 // Health is the /healthz answer: ready (HTTP 200) only when a coordinator is
-// live or a warm standby, saying which; HTTP 503 otherwise, saying why.
+// live or a warm standby, saying which; HTTP 503 otherwise, saying why. In
+// a partitioned deployment it is ready only when every partition is
+// (Partitions says how each one is); Role is then "live" when every
+// partition has a live coordinator, Coordinator the coordinator that makes
+// every partition ready if it is the same one, and Reason names the
+// partitions that are not ready.
 type Health struct {
 	Ready        bool                `json:"ready"`
 	Role         string              `json:"role,omitempty"`        // of the coordinator that makes it ready
 	Coordinator  string              `json:"coordinator,omitempty"` // its id
 	Reason       string              `json:"reason,omitempty"`      // why not ready
 	Coordinators []CoordinatorHealth `json:"coordinators"`
-	DecisionSeq  uint64              `json:"decision_stream_seq"` // last sequence of the decision stream
-	ReadModel    summary             `json:"read_model"`          // the UI's own position
+	DecisionSeq  uint64              `json:"decision_stream_seq"`  // last sequence of the decision stream (partitioned: the sum over partitions)
+	Partitions   []PartitionHealth   `json:"partitions,omitempty"` // partitioned: every partition
+	ReadModel    summary             `json:"read_model"`           // the UI's own position
 }
 
-// health judges the coordinators' status against the decision stream.
+// health judges the coordinators' status against the decision streams.
 func (s *Server) health(ctx context.Context) Health {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	h := Health{Coordinators: []CoordinatorHealth{}, ReadModel: s.model.summary()}
-	if st, err := s.js.Stream(ctx, s.cfg.Topology.DecisionStream()); err == nil {
-		if info, err := st.Info(ctx); err == nil {
-			h.DecisionSeq = info.State.LastSeq
+	seqs := make([]uint64, len(s.topos))
+	for k, t := range s.topos {
+		if st, err := s.js.Stream(ctx, t.DecisionStream()); err == nil {
+			if info, err := st.Info(ctx); err == nil {
+				seqs[k] = info.State.LastSeq
+				h.DecisionSeq += info.State.LastSeq
+			}
 		}
 	}
 	sts, err := s.cfg.Status(ctx)
@@ -77,11 +102,59 @@ func (s *Server) health(ctx context.Context) Health {
 		return h
 	}
 	slices.SortFunc(sts, func(a, b CoordinatorStatus) int { return strings.Compare(a.ID, b.ID) })
-	var live, standby *CoordinatorHealth
+	if s.cfg.Partitions == 0 {
+		p := s.judge(sts, seqs[0], &h.Coordinators)
+		h.Ready, h.Role, h.Coordinator, h.Reason = p.Ready, p.Role, p.Coordinator, p.Reason
+		return h
+	}
+	byPart := make([][]CoordinatorStatus, s.cfg.Partitions)
 	for _, st := range sts {
-		c := CoordinatorHealth{ID: st.ID, InputLag: st.Lag, Leader: st.Leader}
-		if h.DecisionSeq > st.DecisionsStored {
-			c.DecisionsBehind = h.DecisionSeq - st.DecisionsStored
+		if k, err := strconv.ParseUint(st.Partition, 10, 32); err == nil && k < uint64(s.cfg.Partitions) {
+			byPart[k] = append(byPart[k], st)
+		}
+	}
+	h.Ready, h.Role = true, RoleLive
+	var notReady []string
+	for k := range byPart {
+		p := PartitionHealth{Partition: uint32(k), DecisionSeq: seqs[k]}
+		if len(byPart[k]) == 0 {
+			p.Reason = "no coordinator answered"
+		} else {
+			p = s.judge(byPart[k], seqs[k], &h.Coordinators)
+			p.Partition = uint32(k)
+		}
+		h.Partitions = append(h.Partitions, p)
+		switch {
+		case !p.Ready:
+			h.Ready = false
+			notReady = append(notReady, fmt.Sprintf("partition %d: %s", k, p.Reason))
+		case p.Role != RoleLive:
+			h.Role = RoleStandby
+		}
+	}
+	if !h.Ready {
+		h.Role = ""
+		h.Reason = strings.Join(notReady, "; ")
+		return h
+	}
+	h.Coordinator = h.Partitions[0].Coordinator
+	for _, p := range h.Partitions {
+		if p.Coordinator != h.Coordinator {
+			h.Coordinator = ""
+		}
+	}
+	return h
+}
+
+// judge judges the coordinators sts of one decision stream whose last
+// sequence is seq (sorted by id, at least one), appending them to cs.
+func (s *Server) judge(sts []CoordinatorStatus, seq uint64, cs *[]CoordinatorHealth) PartitionHealth {
+	p := PartitionHealth{DecisionSeq: seq}
+	first := len(*cs)
+	for _, st := range sts {
+		c := CoordinatorHealth{ID: st.ID, Partition: st.Partition, InputLag: st.Lag, Leader: st.Leader}
+		if seq > st.DecisionsStored {
+			c.DecisionsBehind = seq - st.DecisionsStored
 		}
 		switch {
 		case st.Live:
@@ -91,10 +164,12 @@ func (s *Server) health(ctx context.Context) Health {
 		default:
 			c.Role = RoleCatchingUp
 		}
-		h.Coordinators = append(h.Coordinators, c)
+		*cs = append(*cs, c)
 	}
-	for i := range h.Coordinators {
-		c := &h.Coordinators[i]
+	mine := (*cs)[first:]
+	var live, standby *CoordinatorHealth
+	for i := range mine {
+		c := &mine[i]
 		if c.Role == RoleLive && live == nil {
 			live = c
 		}
@@ -104,14 +179,14 @@ func (s *Server) health(ctx context.Context) Health {
 	}
 	switch {
 	case live != nil:
-		h.Ready, h.Role, h.Coordinator = true, RoleLive, live.ID
+		p.Ready, p.Role, p.Coordinator = true, RoleLive, live.ID
 	case standby != nil:
-		h.Ready, h.Role, h.Coordinator = true, RoleStandby, standby.ID
+		p.Ready, p.Role, p.Coordinator = true, RoleStandby, standby.ID
 	default:
-		c := h.Coordinators[0]
-		h.Reason = fmt.Sprintf("coordinator %s is catching up: %d decisions behind", c.ID, c.DecisionsBehind)
+		c := mine[0]
+		p.Reason = fmt.Sprintf("coordinator %s is catching up: %d decisions behind", c.ID, c.DecisionsBehind)
 	}
-	return h
+	return p
 }
 
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {

@@ -16,10 +16,11 @@ import (
 )
 
 // HistoryDecision is one stored decision about a job, with what the job
-// page draws and lists. Times are Unix milliseconds.
+// page draws and lists. Times are Unix milliseconds. In a partitioned
+// deployment, Seq and Cause are sequences of the job's partition's streams.
 type HistoryDecision struct {
-	Seq        uint64          `json:"seq"` // decision stream sequence
-	Cause      uint64          `json:"cause"`
+	Seq        uint64          `json:"seq"`   // decision stream sequence
+	Cause      uint64          `json:"cause"` // input stream sequence
 	N          uint16          `json:"n"`
 	Of         uint16          `json:"of"`
 	At         int64           `json:"at"`
@@ -36,8 +37,8 @@ type HistoryDecision struct {
 
 // HistoryInput is a stored input that caused decisions about the job.
 type HistoryInput struct {
-	Seq     uint64 `json:"seq"`
-	At      int64  `json:"at"` // stored time
+	Seq     uint64 `json:"seq"` // input stream sequence (of the job's partition's stream)
+	At      int64  `json:"at"`  // stored time
 	AtText  string `json:"at_text"`
 	Subject string `json:"subject"`
 	Role    string `json:"role"`
@@ -52,7 +53,8 @@ type HistoryInput struct {
 }
 
 // History is a job page's data: the job's row, its decisions and the
-// inputs that caused them.
+// inputs that caused them, read from the streams of the job's partition
+// (Row.Partition) in a partitioned deployment.
 type History struct {
 	Row       Row               `json:"row"`
 	Decisions []HistoryDecision `json:"decisions"`
@@ -92,7 +94,8 @@ func fetch(ctx context.Context, st jetstream.Stream, seqs []uint64) ([]*jetstrea
 }
 
 // history reads job id's decisions after decision sequence after (0: all,
-// at most MaxHistory) and their inputs.
+// at most MaxHistory) and their inputs, from the streams of the job's
+// partition.
 func (s *Server) history(ctx context.Context, id string, after uint64) (*History, bool, error) {
 	row, seqs, skipped, ok := s.model.job(id, s.cfg.MaxHistory)
 	if !ok {
@@ -107,13 +110,14 @@ func (s *Server) history(ctx context.Context, id string, after uint64) (*History
 	if len(seqs) == 0 {
 		return h, true, nil
 	}
-	out, err := s.js.Stream(ctx, s.cfg.Topology.DecisionStream())
+	top := s.topos[events.PartitionOf(id, s.cfg.Partitions)]
+	out, err := s.js.Stream(ctx, top.DecisionStream())
 	if err != nil {
-		return nil, true, fmt.Errorf("ui: decision stream: %w", streams.Classify(err))
+		return nil, true, fmt.Errorf("ui: decision stream %s: %w", top.DecisionStream(), streams.Classify(err))
 	}
-	in, err := s.js.Stream(ctx, s.cfg.Topology.InputStream())
+	in, err := s.js.Stream(ctx, top.InputStream())
 	if err != nil {
-		return nil, true, fmt.Errorf("ui: input stream: %w", streams.Classify(err))
+		return nil, true, fmt.Errorf("ui: input stream %s: %w", top.InputStream(), streams.Classify(err))
 	}
 	msgs, err := fetch(ctx, out, seqs)
 	if err != nil {
@@ -152,11 +156,13 @@ func (s *Server) history(ctx context.Context, id string, after uint64) (*History
 			continue
 		}
 		hi.At, hi.AtText, hi.Subject, hi.Body = ms(m.Time.UnixNano()), events.FormatTime(m.Time.UnixNano()), m.Subject, string(m.Data)
-		if sub, err := events.ParseInputSubject(m.Subject); err == nil || sub.Role != events.RoleNone {
+		// The subject as PROTOCOL.md describes it: without the partition token.
+		subject, _ := top.Partition.StripInput(m.Subject)
+		if sub, err := events.ParseInputSubject(subject); err == nil || sub.Role != events.RoleNone {
 			hi.Role, hi.Actor, hi.Verb = sub.Role.String(), sub.Actor, sub.Verb.String()
 		}
 		var in events.Input
-		if events.DecodeInput(m.Subject, m.Data, &in) == nil {
+		if events.DecodeInput(subject, m.Data, &in) == nil {
 			hi.LeaseID, hi.Generation = in.LeaseID, in.Generation
 			for _, l := range in.Leases {
 				if l.Job == id {

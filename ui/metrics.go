@@ -27,7 +27,13 @@ import (
 //     lag in inputs, snapshot age, lost authority), labelled by coordinator;
 //   - the UI's read model of the decision stream: tenure_decisions_total by
 //     kind and reason, tenure_lease_expiries_total, tenure_active_leases,
-//     tenure_jobs by state, tenure_jobs_blocked.
+//     tenure_jobs by state, tenure_jobs_blocked, tenure_ui_decision_seq.
+//
+// In a partitioned deployment the metrics of one partition's streams carry
+// a "partition" label as well: tenure_coordinator_* and tenure_leader (one
+// coordinator per partition, labelled by coordinator and partition) and
+// tenure_ui_decision_seq (one per partition's decision stream). The counts
+// of jobs and decisions are over every partition.
 //
 // The Go runtime and process collectors are registered too.
 type Metrics struct {
@@ -143,29 +149,41 @@ func (m *Metrics) attach(md *model, status func(context.Context) ([]CoordinatorS
 // coordinators' status.
 type stateCollector Metrics
 
-var (
-	descActive    = prometheus.NewDesc("tenure_active_leases", "Jobs whose current lease is ACTIVE.", nil, nil)
-	descJobs      = prometheus.NewDesc("tenure_jobs", "Jobs by the state of their current lease.", []string{"state"}, nil)
-	descBlocked   = prometheus.NewDesc("tenure_jobs_blocked", "Jobs waiting for an operator: a pending ownership conflict or UNRESOLVED.", nil, nil)
-	descUISeq     = prometheus.NewDesc("tenure_ui_decision_seq", "Decision stream sequence the UI's read model has reached.", nil, nil)
-	descLive      = prometheus.NewDesc("tenure_coordinator_live", "1 if the coordinator holds leadership and appends decisions, 0 if it stands by.", []string{"coordinator"}, nil)
-	descFolded    = prometheus.NewDesc("tenure_coordinator_input_seq", "Sequence of the last input the coordinator folded.", []string{"coordinator"}, nil)
-	descStored    = prometheus.NewDesc("tenure_coordinator_decision_seq", "Sequence of the last decision the coordinator appended or verified.", []string{"coordinator"}, nil)
-	descLagInputs = prometheus.NewDesc("tenure_coordinator_fold_lag_inputs", "Inputs stored but not folded yet by the coordinator.", []string{"coordinator"}, nil)
-	descSnapAge   = prometheus.NewDesc("tenure_coordinator_snapshot_age_seconds", "Age of the coordinator's latest snapshot (absent before the first).", []string{"coordinator"}, nil)
-	descSnapSeq   = prometheus.NewDesc("tenure_coordinator_snapshot_input_seq", "Last input covered by the coordinator's latest snapshot.", []string{"coordinator"}, nil)
-	descLost      = prometheus.NewDesc("tenure_coordinator_lost_authority_total", "Appends refused because another writer had authority.", []string{"coordinator"}, nil)
-	descSessions  = prometheus.NewDesc("tenure_coordinator_sessions_total", "Times the coordinator synchronised from the streams.", []string{"coordinator"}, nil)
-	descLeader    = prometheus.NewDesc("tenure_leader", "The coordinator named by the leadership entry (value 1).", []string{"coordinator"}, nil)
-)
+// coordDescs are the descriptors of the metrics of one coordinator (of
+// one partition, when labelled by partition too).
+type coordDescs struct {
+	live, folded, stored, lagInputs, snapAge, snapSeq, lost, sessions, leader *prometheus.Desc
+}
 
-// Describe implements prometheus.Collector.
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActive, descJobs, descBlocked, descUISeq, descLive, descFolded,
-		descStored, descLagInputs, descSnapAge, descSnapSeq, descLost, descSessions, descLeader} {
-		ch <- d
+func newCoordDescs(labels ...string) coordDescs {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, labels, nil) }
+	return coordDescs{
+		live:      d("tenure_coordinator_live", "1 if the coordinator holds leadership and appends decisions, 0 if it stands by."),
+		folded:    d("tenure_coordinator_input_seq", "Sequence of the last input the coordinator folded."),
+		stored:    d("tenure_coordinator_decision_seq", "Sequence of the last decision the coordinator appended or verified."),
+		lagInputs: d("tenure_coordinator_fold_lag_inputs", "Inputs stored but not folded yet by the coordinator."),
+		snapAge:   d("tenure_coordinator_snapshot_age_seconds", "Age of the coordinator's latest snapshot (absent before the first)."),
+		snapSeq:   d("tenure_coordinator_snapshot_input_seq", "Last input covered by the coordinator's latest snapshot."),
+		lost:      d("tenure_coordinator_lost_authority_total", "Appends refused because another writer had authority."),
+		sessions:  d("tenure_coordinator_sessions_total", "Times the coordinator synchronised from the streams."),
+		leader:    d("tenure_leader", "The coordinator named by the leadership entry (value 1)."),
 	}
 }
+
+var (
+	descActive  = prometheus.NewDesc("tenure_active_leases", "Jobs whose current lease is ACTIVE.", nil, nil)
+	descJobs    = prometheus.NewDesc("tenure_jobs", "Jobs by the state of their current lease.", []string{"state"}, nil)
+	descBlocked = prometheus.NewDesc("tenure_jobs_blocked", "Jobs waiting for an operator: a pending ownership conflict or UNRESOLVED.", nil, nil)
+	descUISeq   = prometheus.NewDesc("tenure_ui_decision_seq", "Decision stream sequence the UI's read model has reached.", nil, nil)
+	descUISeqP  = prometheus.NewDesc("tenure_ui_decision_seq", "Decision stream sequence the UI's read model has reached.", []string{"partition"}, nil)
+	descCoord   = newCoordDescs("coordinator")
+	descCoordP  = newCoordDescs("coordinator", "partition")
+)
+
+// Describe implements prometheus.Collector. It describes nothing: the
+// collector is unchecked, because its label sets depend on the deployment
+// (a partition label when partitioned), which NewMetrics does not know.
+func (c *stateCollector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect implements prometheus.Collector.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -177,14 +195,20 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if md != nil {
 		md.mu.RLock()
-		states, blockedN, pos := md.states, len(md.blocked), md.pos
+		states, blockedN, count := md.states, len(md.blocked), md.count
+		pos, seqs, _ := md.positions()
 		md.mu.RUnlock()
 		gauge(descActive, float64(states[events.StateActive]))
 		for st := events.StateOffered; st <= events.StateRevoked; st++ {
 			gauge(descJobs, float64(states[st]), st.String())
 		}
 		gauge(descBlocked, float64(blockedN))
-		gauge(descUISeq, float64(pos))
+		if count == 0 {
+			gauge(descUISeq, float64(pos))
+		}
+		for k, seq := range seqs {
+			gauge(descUISeqP, float64(seq), events.Partition{Index: uint32(k), Count: count}.Token())
+		}
 	}
 	if status == nil {
 		return
@@ -192,30 +216,41 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sts, _ := status(ctx)
-	leaders, seen := make(map[string]bool), make(map[string]bool)
+	// A coordinator is one series per partition it serves (one when
+	// unpartitioned), the leader one per partition.
+	type key struct{ id, part string }
+	leaders, seen := make(map[key]bool), make(map[key]bool)
 	for _, st := range sts {
-		id := st.ID
-		if seen[id] {
+		k := key{st.ID, st.Partition}
+		if seen[k] {
 			continue
 		}
-		seen[id] = true
+		seen[k] = true
+		d, labels := descCoord, []string{st.ID}
+		if st.Partition != "" {
+			d, labels = descCoordP, []string{st.ID, st.Partition}
+		}
 		live := 0.0
 		if st.Live {
 			live = 1
 		}
-		gauge(descLive, live, id)
-		gauge(descFolded, float64(st.InputsFolded), id)
-		gauge(descStored, float64(st.DecisionsStored), id)
-		gauge(descLagInputs, float64(st.Lag), id)
+		gauge(d.live, live, labels...)
+		gauge(d.folded, float64(st.InputsFolded), labels...)
+		gauge(d.stored, float64(st.DecisionsStored), labels...)
+		gauge(d.lagInputs, float64(st.Lag), labels...)
 		if !st.SnapshotAt.IsZero() {
-			gauge(descSnapAge, time.Since(st.SnapshotAt).Seconds(), id)
-			gauge(descSnapSeq, float64(st.SnapshotSeq), id)
+			gauge(d.snapAge, time.Since(st.SnapshotAt).Seconds(), labels...)
+			gauge(d.snapSeq, float64(st.SnapshotSeq), labels...)
 		}
-		ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(st.LostAuthority), id)
-		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.CounterValue, float64(st.Sessions), id)
-		if st.Leader != "" && !leaders[st.Leader] {
-			leaders[st.Leader] = true
-			gauge(descLeader, 1, st.Leader)
+		ch <- prometheus.MustNewConstMetric(d.lost, prometheus.CounterValue, float64(st.LostAuthority), labels...)
+		ch <- prometheus.MustNewConstMetric(d.sessions, prometheus.CounterValue, float64(st.Sessions), labels...)
+		if l := (key{st.Leader, st.Partition}); st.Leader != "" && !leaders[l] {
+			leaders[l] = true
+			if st.Partition != "" {
+				gauge(d.leader, 1, st.Leader, st.Partition)
+			} else {
+				gauge(d.leader, 1, st.Leader)
+			}
 		}
 	}
 }

@@ -23,19 +23,23 @@ const (
 // decision carries the job's full projection) and where its decisions are.
 type jobEntry struct {
 	job       events.Job
-	seq       uint64 // decision stream sequence of its last decision
+	part      events.Partition // the partition the job belongs to (zero: unpartitioned)
+	seq       uint64           // decision stream sequence of its last decision (in its partition's stream)
 	cause     uint64
 	at        int64 // time of its last decision (Unix ns)
 	kind      events.Kind
 	reason    events.Reason
-	seqs      []uint64 // decision stream sequences of all its decisions, in order
+	seqs      []uint64 // decision stream sequences of all its decisions (in its partition's stream), in order
 	anomalies uint32   // non-accepted verdicts about it, every generation
 }
 
 // Row is one job as the board shows it: the projection of its last
-// decision. Times are Unix milliseconds (0: not set).
+// decision. Times are Unix milliseconds (0: not set). In a partitioned
+// deployment, Partition is the job's partition ("2" for partition 2) and
+// LastSeq, LastCause are sequences of that partition's streams.
 type Row struct {
 	ID              string `json:"id"`
+	Partition       string `json:"partition,omitempty"` // the job's partition; "" when unpartitioned
 	LeaseID         string `json:"lease_id,omitempty"`
 	Generation      uint64 `json:"generation"`
 	Holder          string `json:"holder,omitempty"`
@@ -65,7 +69,7 @@ type Row struct {
 	Conflicts       uint32 `json:"conflicts"`
 	Anomalies       uint32 `json:"anomalies"` // non-accepted verdicts about the job, every generation
 	Decisions       int    `json:"decisions"` // decisions about the job
-	LastSeq         uint64 `json:"last_seq"`  // decision stream sequence of the last one
+	LastSeq         uint64 `json:"last_seq"`  // decision stream sequence of the last one (its partition's)
 	LastCause       uint64 `json:"last_cause"`
 	LastAt          int64  `json:"last_at"`
 	LastKind        string `json:"last_kind"`
@@ -82,7 +86,7 @@ func ms(ns int64) int64 {
 func (e *jobEntry) row() Row {
 	j := &e.job
 	r := Row{
-		ID: j.ID, State: j.State.String(), Anomalies: e.anomalies, Decisions: len(e.seqs),
+		ID: j.ID, Partition: e.part.Token(), State: j.State.String(), Anomalies: e.anomalies, Decisions: len(e.seqs),
 		LastSeq: e.seq, LastCause: e.cause, LastAt: ms(e.at), LastKind: e.kind.String(), LastReason: string(e.reason),
 	}
 	if j.Generation == 0 {
@@ -129,9 +133,12 @@ func isAnomaly(k events.Kind) bool {
 }
 
 // Anomaly is one entry of the anomalies feed. Times are Unix milliseconds.
+// In a partitioned deployment, Seq and Cause are sequences of the streams
+// of Partition, the partition whose decision stream holds the entry.
 type Anomaly struct {
-	N          uint64 `json:"n"`   // position in the feed, from 1
-	Seq        uint64 `json:"seq"` // decision stream sequence
+	N          uint64 `json:"n"`                   // position in the feed, from 1
+	Partition  string `json:"partition,omitempty"` // "" when unpartitioned
+	Seq        uint64 `json:"seq"`                 // decision stream sequence
 	Cause      uint64 `json:"cause"`
 	At         int64  `json:"at"`
 	AtText     string `json:"at_text"` // the authoritative time, RFC 3339
@@ -152,54 +159,76 @@ type observer interface {
 	observe(d *events.Decision)
 }
 
-// model is the UI's read model of the decision stream: the latest
-// projection of every job, the decision sequences of each job, and the
-// anomalies feed. It is safe for concurrent use.
+// model is the UI's read model of the decision streams (one, or one per
+// partition): the latest projection of every job, the decision sequences
+// of each job, and the anomalies feed. It is safe for concurrent use.
 type model struct {
-	mu       sync.RWMutex
-	jobs     map[string]*jobEntry
-	order    []*jobEntry // every job but the newest, in id order
-	tail     []*jobEntry // jobs added since order was last merged
-	states   [16]int     // jobs per events.State
-	blocked  map[string]struct{}
-	pos      uint64 // last decision stream sequence applied
-	posAt    int64  // its time
-	total    uint64 // decisions applied
-	bad      uint64 // undecodable decisions skipped
-	feed     []Anomaly
-	feedCap  int
-	feedN    uint64 // anomalies ever (the N of the latest)
-	changed  map[string]struct{}
-	added    int
-	caughtUp bool
-	obs      observer
+	mu      sync.RWMutex
+	count   uint32 // partitions (0: unpartitioned)
+	jobs    map[string]*jobEntry
+	order   []*jobEntry // every job but the newest, in id order
+	tail    []*jobEntry // jobs added since order was last merged
+	states  [16]int     // jobs per events.State
+	blocked map[string]struct{}
+	parts   []position // per partition (one when unpartitioned)
+	total   uint64     // decisions applied
+	bad     uint64     // undecodable decisions skipped
+	feed    []Anomaly
+	feedCap int
+	feedN   uint64 // anomalies ever (the N of the latest)
+	changed map[string]struct{}
+	added   int
+	obs     observer
 }
 
-func newModel(feedCap int) *model {
+// position is how far the model has read one decision stream.
+type position struct {
+	seq      uint64 // last decision stream sequence applied
+	at       int64  // its time
+	caughtUp bool   // it has reached the end the stream had when its reading began
+}
+
+// newModel returns the model of a deployment of count partitions (0:
+// unpartitioned).
+func newModel(feedCap int, count uint32) *model {
 	if feedCap <= 0 {
 		feedCap = DefaultAnomalyFeed
 	}
 	return &model{
-		jobs: make(map[string]*jobEntry), blocked: make(map[string]struct{}),
-		feedCap: feedCap, changed: make(map[string]struct{}),
+		count: count, jobs: make(map[string]*jobEntry), blocked: make(map[string]struct{}),
+		parts: make([]position, max(count, 1)), feedCap: feedCap, changed: make(map[string]struct{}),
 	}
 }
 
-// apply folds one stored decision (decision stream sequence seq) into the model.
-func (m *model) apply(seq uint64, d *events.Decision) {
+// partition is partition k of the model's deployment (the zero Partition
+// when unpartitioned).
+func (m *model) partition(k uint32) events.Partition {
+	if m.count == 0 {
+		return events.Partition{}
+	}
+	return events.Partition{Index: k, Count: m.count}
+}
+
+// apply folds one stored decision (sequence seq of partition part's
+// decision stream; part 0 when unpartitioned) into the model. A decision
+// about a job of another partition (a rejection with reason
+// wrong_partition) goes to the anomalies feed only: the job's projection is
+// its own partition's.
+func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.pos, m.posAt = seq, d.At
+	p := m.partition(part)
+	m.parts[part].seq, m.parts[part].at = seq, d.At
 	m.total++
 	if m.obs != nil {
 		m.obs.observe(d)
 	}
 	id := d.Job.ID
 	var e *jobEntry
-	if id != events.NoJob && id != "" {
+	if id != events.NoJob && id != "" && (m.count == 0 || events.PartitionOf(id, m.count) == part) {
 		e = m.jobs[id]
 		if e == nil {
-			e = &jobEntry{job: events.Job{ID: id}}
+			e = &jobEntry{job: events.Job{ID: id}, part: p}
 			m.jobs[id] = e
 			m.tail = append(m.tail, e)
 			m.added++
@@ -223,7 +252,7 @@ func (m *model) apply(seq uint64, d *events.Decision) {
 		}
 		m.feedN++
 		a := Anomaly{
-			N: m.feedN, Seq: seq, Cause: d.Cause, At: ms(d.At), AtText: events.FormatTime(d.At),
+			N: m.feedN, Partition: p.Token(), Seq: seq, Cause: d.Cause, At: ms(d.At), AtText: events.FormatTime(d.At),
 			Kind: d.Kind.String(), Reason: string(d.Reason), Detail: d.Detail,
 			Job: id, Generation: d.Job.Generation, Holder: d.Job.Holder, State: d.Job.State.String(),
 			Role: d.Role.String(), Actor: d.Actor, Verb: d.Verb.String(),
@@ -236,25 +265,47 @@ func (m *model) apply(seq uint64, d *events.Decision) {
 	}
 }
 
-// skip records an undecodable decision at seq.
-func (m *model) skip(seq uint64) {
+// skip records an undecodable decision at seq of partition part.
+func (m *model) skip(part uint32, seq uint64) {
 	m.mu.Lock()
-	m.pos = seq
+	m.parts[part].seq = seq
 	m.bad++
 	m.mu.Unlock()
 }
 
-func (m *model) setCaughtUp(v bool) {
+// setCaughtUp records that partition part's decision stream has been read
+// to the end it had when its reading began.
+func (m *model) setCaughtUp(part uint32) {
 	m.mu.Lock()
-	m.caughtUp = v
+	m.parts[part].caughtUp = true
 	m.mu.Unlock()
 }
 
-// position returns the last decision stream sequence applied.
-func (m *model) position() uint64 {
+// position returns the last sequence of partition part's decision stream
+// applied (part 0 when unpartitioned).
+func (m *model) position(part uint32) uint64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.pos
+	return m.parts[part].seq
+}
+
+// positions returns, with the read lock held, the sum of the positions in
+// every decision stream (the position itself when unpartitioned), the
+// position of each partition (nil when unpartitioned), and whether every
+// stream has been caught up with.
+func (m *model) positions() (sum uint64, seqs []uint64, caughtUp bool) {
+	caughtUp = true
+	for _, p := range m.parts {
+		sum += p.seq
+		caughtUp = caughtUp && p.caughtUp
+	}
+	if m.count > 0 {
+		seqs = make([]uint64, len(m.parts))
+		for i, p := range m.parts {
+			seqs[i] = p.seq
+		}
+	}
+	return sum, seqs, caughtUp
 }
 
 // anomalyAt returns feed entry n (1-based) if it is still kept.
@@ -286,11 +337,12 @@ type Page struct {
 	Offset   int            `json:"offset"`
 	Limit    int            `json:"limit"`
 	Rows     []Row          `json:"rows"`
-	Seq      uint64         `json:"seq"`     // the read model's decision stream position
-	Now      int64          `json:"now"`     // the server's clock, Unix ms
-	States   map[string]int `json:"states"`  // jobs per state (all jobs)
-	Blocked  int            `json:"blocked"` // jobs needing an operator
-	Feed     uint64         `json:"feed"`    // anomalies ever recorded (N of the latest)
+	Seq      uint64         `json:"seq"`            // the read model's decision stream position (partitioned: the sum over partitions)
+	Seqs     []uint64       `json:"seqs,omitempty"` // partitioned: its position in each partition's decision stream
+	Now      int64          `json:"now"`            // the server's clock, Unix ms
+	States   map[string]int `json:"states"`         // jobs per state (all jobs)
+	Blocked  int            `json:"blocked"`        // jobs needing an operator
+	Feed     uint64         `json:"feed"`           // anomalies ever recorded (N of the latest)
 	CaughtUp bool           `json:"caught_up"`
 }
 
@@ -353,8 +405,9 @@ func (m *model) page(q Query, now time.Time) Page {
 		m.mu.RLock()
 	}
 	defer m.mu.RUnlock()
-	p := Page{Jobs: len(m.jobs), Offset: q.Offset, Limit: q.Limit, Seq: m.pos, Now: now.UnixMilli(),
-		States: make(map[string]int), Blocked: len(m.blocked), Feed: m.feedN, CaughtUp: m.caughtUp, Rows: []Row{}}
+	p := Page{Jobs: len(m.jobs), Offset: q.Offset, Limit: q.Limit, Now: now.UnixMilli(),
+		States: make(map[string]int), Blocked: len(m.blocked), Feed: m.feedN, Rows: []Row{}}
+	p.Seq, p.Seqs, p.CaughtUp = m.positions()
 	for st, n := range m.states {
 		if n > 0 {
 			p.States[events.State(st).String()] = n
@@ -401,7 +454,7 @@ func (m *model) page(q Query, now time.Time) Page {
 		}
 		return p
 	}
-	key := sortKey(q.Sort)
+	key := sortKey(q.Sort, m.count > 0)
 	top := &topK{max: q.Offset + q.Limit}
 	for _, e := range order {
 		if match(e) {
@@ -427,8 +480,10 @@ func (a keyed) compare(b keyed) int {
 	return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.s, b.s), strings.Compare(a.e.job.ID, b.e.job.ID))
 }
 
-// sortKey returns the key function of an order (default: job id).
-func sortKey(order string) func(e *jobEntry) keyed {
+// sortKey returns the key function of an order (default: job id). In a
+// partitioned deployment, sequences of different partitions do not compare:
+// "updated" orders by the time of the last decision.
+func sortKey(order string, partitioned bool) func(e *jobEntry) keyed {
 	switch order {
 	case "deadline":
 		// Live leases first, the earliest deadline first.
@@ -439,6 +494,9 @@ func sortKey(order string) func(e *jobEntry) keyed {
 			return keyed{n: math.MaxInt64, e: e}
 		}
 	case "updated":
+		if partitioned {
+			return func(e *jobEntry) keyed { return keyed{n: -e.at, e: e} }
+		}
 		return func(e *jobEntry) keyed { return keyed{n: -int64(e.seq), e: e} }
 	case "holder":
 		return func(e *jobEntry) keyed { return keyed{s: e.job.Holder, e: e} }
@@ -629,15 +687,18 @@ func (m *model) feedSince(n uint64, limit int) ([]Anomaly, uint64, int) {
 
 // summary is the model's headline numbers.
 type summary struct {
-	Seq      uint64 `json:"seq"`
-	Jobs     int    `json:"jobs"`
-	Blocked  int    `json:"blocked"`
-	Feed     uint64 `json:"feed"`
-	CaughtUp bool   `json:"caught_up"`
+	Seq      uint64   `json:"seq"`            // partitioned: the sum over partitions
+	Seqs     []uint64 `json:"seqs,omitempty"` // partitioned: per partition
+	Jobs     int      `json:"jobs"`
+	Blocked  int      `json:"blocked"`
+	Feed     uint64   `json:"feed"`
+	CaughtUp bool     `json:"caught_up"`
 }
 
 func (m *model) summary() summary {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return summary{Seq: m.pos, Jobs: len(m.jobs), Blocked: len(m.blocked), Feed: m.feedN, CaughtUp: m.caughtUp}
+	s := summary{Jobs: len(m.jobs), Blocked: len(m.blocked), Feed: m.feedN}
+	s.Seq, s.Seqs, s.CaughtUp = m.positions()
+	return s
 }

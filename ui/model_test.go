@@ -30,24 +30,24 @@ func activeJob(id, holder string, gen uint64, expires int64) events.Job {
 }
 
 func TestModelPage(t *testing.T) {
-	m := newModel(0)
+	m := newModel(0, 0)
 	// Out of id order, so that the model sorts its ids lazily.
-	m.apply(1, decision(1, events.KindGranted, events.ReasonOk, activeJob("c", "w1", 1, 90*sec)))
-	m.apply(2, decision(2, events.KindGranted, events.ReasonOk, activeJob("a", "w2", 1, 50*sec)))
+	m.apply(0, 1, decision(1, events.KindGranted, events.ReasonOk, activeJob("c", "w1", 1, 90*sec)))
+	m.apply(0, 2, decision(2, events.KindGranted, events.ReasonOk, activeJob("a", "w2", 1, 50*sec)))
 	off := activeJob("b", "w1", 1, 0)
 	off.State, off.AckState, off.AckDeadline = events.StateOffered, events.AckPending, 70*sec
-	m.apply(3, decision(3, events.KindOffered, events.ReasonOk, off))
+	m.apply(0, 3, decision(3, events.KindOffered, events.ReasonOk, off))
 	done := activeJob("d", "w3", 2, 40*sec)
 	done.State, done.Result = events.StateCompleted, events.OutcomeSuccess
-	m.apply(4, decision(4, events.KindCompleted, events.ReasonOk, done))
+	m.apply(0, 4, decision(4, events.KindCompleted, events.ReasonOk, done))
 	stale := activeJob("a", "w2", 1, 50*sec)
 	stale.Stale = 1
-	m.apply(5, decision(5, events.KindStale, events.ReasonStaleGeneration, stale))
+	m.apply(0, 5, decision(5, events.KindStale, events.ReasonStaleGeneration, stale))
 	conflict := activeJob("c", "w1", 1, 90*sec)
 	conflict.Conflict, conflict.ConflictWith, conflict.Conflicts = true, "w9", 1
-	m.apply(6, decision(6, events.KindConflict, events.ReasonOwnershipConflict, conflict))
+	m.apply(0, 6, decision(6, events.KindConflict, events.ReasonOwnershipConflict, conflict))
 	// A job-less rejection goes to the feed only.
-	m.apply(7, decision(7, events.KindRejected, events.ReasonBadSubject, events.Job{ID: events.NoJob}))
+	m.apply(0, 7, decision(7, events.KindRejected, events.ReasonBadSubject, events.Job{ID: events.NoJob}))
 
 	ids := func(p Page) []string {
 		var out []string
@@ -95,17 +95,17 @@ func TestModelPage(t *testing.T) {
 		t.Fatalf("anomalies %+v", a)
 	}
 	// Settled: no longer blocked.
-	m.apply(8, decision(8, events.KindResolved, events.ReasonConflictAffirmed, activeJob("c", "w1", 1, 90*sec)))
+	m.apply(0, 8, decision(8, events.KindResolved, events.ReasonConflictAffirmed, activeJob("c", "w1", 1, 90*sec)))
 	if p := m.page(Query{Blocked: true}, now); p.Total != 0 || p.Blocked != 0 {
 		t.Fatalf("after affirm: %+v", p)
 	}
 }
 
 func TestFeedRing(t *testing.T) {
-	m := newModel(5)
+	m := newModel(5, 0)
 	for i := uint64(1); i <= 12; i++ {
 		j := activeJob(fmt.Sprintf("j%d", i%3), "w1", 1, 0)
-		m.apply(i, decision(i, events.KindLate, events.ReasonLateProgress, j))
+		m.apply(0, i, decision(i, events.KindLate, events.ReasonLateProgress, j))
 	}
 	now := time.Now()
 	p := m.anomalies(AnomalyQuery{Limit: 2}, now)
@@ -157,7 +157,7 @@ func TestBoard100kJobs(t *testing.T) {
 			j.Conflict, j.ConflictWith = true, "intruder"
 		}
 		j.ProgressSeq, j.ProgressValue = 1, int64(k%101)
-		s.model.apply(uint64(i+1), decision(uint64(i+1), events.KindGranted, events.ReasonOk, j))
+		s.model.apply(0, uint64(i+1), decision(uint64(i+1), events.KindGranted, events.ReasonOk, j))
 	}
 	t.Logf("read model of %d jobs built in %v", n, time.Since(t0).Round(time.Millisecond))
 	hs := httptest.NewServer(s.Handler())

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/streams"
 )
@@ -34,8 +37,14 @@ const DefaultActor = "ui"
 type Config struct {
 	// Conn is the connection to the NATS server or cluster (required).
 	Conn *nats.Conn
-	// Topology names the streams (streams.Topology{} by default).
+	// Topology names the streams (streams.Topology{} by default); its
+	// Partition is ignored: Partitions says which streams there are.
 	Topology streams.Topology
+	// Partitions is the partition count of the deployment (0:
+	// unpartitioned), as streams.Discover finds it. With N partitions the
+	// UI follows the decision streams of all N and merges them into one
+	// board.
+	Partitions uint32
 	// Status reports the coordinators, for /healthz and /metrics (one
 	// answer serves the requests of a second). Nil asks the "tenure" NATS
 	// micro service (StatusFromService).
@@ -70,6 +79,7 @@ type Config struct {
 // Create it with New and run it with Serve (or Run plus Handler).
 type Server struct {
 	cfg     Config
+	topos   []streams.Topology // every partition's (one when unpartitioned)
 	js      jetstream.JetStream
 	log     *slog.Logger
 	model   *model
@@ -110,11 +120,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	if cfg.Partitions > events.MaxPartitions {
+		return nil, fmt.Errorf("ui: %d partitions: at most %d", cfg.Partitions, events.MaxPartitions)
+	}
+	cfg.Topology.Partition = events.Partition{}
+	if err := cfg.Topology.Validate(); err != nil {
+		return nil, fmt.Errorf("ui: %w", err)
+	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("ui: jetstream: %w", err)
 	}
-	s := &Server{cfg: cfg, js: js, log: cfg.Logger, metrics: cfg.Metrics, done: make(chan struct{})}
+	s := &Server{cfg: cfg, topos: cfg.Topology.Partitions(cfg.Partitions), js: js, log: cfg.Logger, metrics: cfg.Metrics, done: make(chan struct{})}
 	if s.cfg.Status == nil {
 		s.cfg.Status = StatusFromService(cfg.Conn, 300*time.Millisecond)
 	}
@@ -124,7 +141,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("ui: %w", err)
 		}
 	}
-	s.model = newModel(cfg.FeedSize)
+	s.model = newModel(cfg.FeedSize, cfg.Partitions)
 	s.model.obs = s.metrics
 	s.metrics.attach(s.model, s.cfg.Status)
 	s.hub = newHub(s.model, cfg.FlushInterval)
@@ -150,77 +167,117 @@ func (s *Server) cachedStatus(f func(context.Context) ([]CoordinatorStatus, erro
 // /metrics. Pages get live updates only while Run (or Serve) runs.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Run follows the decision stream from its first decision into the read
-// model and pushes changes to the pages, until ctx ends. It waits for the
-// stream to exist and resumes after errors.
+// Run follows the decision stream (every partition's, one follow.Follower
+// each) from its first decision into the read model and pushes changes to
+// the pages, until ctx ends. It waits for the streams to exist and resumes
+// each partition where it stopped after errors.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stop.Do(func() { close(s.done) })
 	var wg sync.WaitGroup
 	wg.Go(func() { s.hub.run(ctx) })
+	for k, t := range s.topos {
+		wg.Go(func() { s.followPartition(ctx, uint32(k), t) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// followPartition reads partition k's decision stream (t's) into the model
+// until ctx ends, from the model's position in it on, starting again after
+// the position when its Follower stops.
+func (s *Server) followPartition(ctx context.Context, k uint32, t streams.Topology) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		before := s.model.position()
-		err := s.follow(ctx)
+		before := s.model.position(k)
+		err := s.follow(ctx, k, t)
 		if ctx.Err() != nil {
-			break
+			return
 		}
-		if s.model.position() > before {
+		if s.model.position(k) > before {
 			backoff = 100 * time.Millisecond
 		}
-		s.log.Debug("ui: following the decision stream again", "err", err, "after", s.model.position())
+		s.log.Debug("ui: following the decision stream again", "stream", t.DecisionStream(), "err", err, "after", s.model.position(k))
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
-	wg.Wait()
-	return nil
 }
 
-// follow reads the decision stream from the model's position on.
-func (s *Server) follow(ctx context.Context) error {
-	st, err := s.js.Stream(ctx, s.cfg.Topology.DecisionStream())
-	if err != nil {
-		return err
+// follow reads partition k's decision stream from the model's position on,
+// until ctx ends (nil) or the Follower stops on an error. The partition is
+// caught up once the model has reached the stream's last sequence as it
+// was when the reading began.
+func (s *Server) follow(ctx context.Context, k uint32, t streams.Topology) error {
+	var target atomic.Uint64
+	target.Store(math.MaxUint64)
+	errc := make(chan error, 1) // why the Follower stopped, if it stopped on its own
+	cfg := follow.Config{
+		Stream: t.DecisionStream(), StartSeq: s.model.position(k) + 1, PullAhead: 4096,
+		OnError: func(err error) { s.log.Debug("ui: following", "err", err) },
 	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
-	if pos := s.model.position(); pos > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, pos+1
-	}
-	cons, err := st.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	if info, err := st.Info(ctx); err == nil && info.State.LastSeq <= s.model.position() {
-		s.model.setCaughtUp(true)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
-	if err != nil {
-		return err
-	}
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() { <-fctx.Done(); it.Stop() }()
-	for {
-		m, err := it.Next()
-		if err != nil {
-			return err
+	f := follow.Start(ctx, s.js, cfg, func(_ context.Context, m follow.Msg) {
+		if m.Err != nil {
+			select {
+			case errc <- m.Err:
+			default:
+			}
+			return
 		}
-		meta, err := m.Metadata()
+		d, err := events.DecodeDecision(m.Data)
 		if err != nil {
-			return err
-		}
-		d, err := events.DecodeDecision(m.Data())
-		if err != nil {
-			s.log.Warn("ui: undecodable decision", "seq", meta.Sequence.Stream, "err", err)
-			s.model.skip(meta.Sequence.Stream)
+			s.log.Warn("ui: undecodable decision", "stream", cfg.Stream, "seq", m.Seq, "err", err)
+			s.model.skip(k, m.Seq)
 		} else {
-			s.model.apply(meta.Sequence.Stream, &d)
+			s.model.apply(k, m.Seq, &d)
 		}
-		if meta.NumPending == 0 {
-			s.model.setCaughtUp(true)
+		if m.Seq >= target.Load() {
+			s.model.setCaughtUp(k)
 		}
+	})
+	defer f.Stop()
+	select {
+	case <-f.Ready():
+	case <-f.Done():
+	}
+	// The end of the stream as the reading began: retried until the
+	// stream answers, as the Follower retries its consumer.
+	for ctx.Err() == nil {
+		st, err := s.js.Stream(ctx, t.DecisionStream())
+		var info *jetstream.StreamInfo
+		if err == nil {
+			info, err = st.Info(ctx)
+		}
+		if err == nil {
+			target.Store(info.State.LastSeq)
+			if s.model.position(k) >= info.State.LastSeq {
+				s.model.setCaughtUp(k)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-f.Done():
+			return stopped(errc)
+		case <-time.After(time.Second):
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-f.Done():
+	}
+	f.Stop()
+	return stopped(errc)
+}
+
+// stopped is why a Follower stopped on its own (errc), or nil.
+func stopped(errc <-chan error) error {
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
 	}
 }
 
@@ -319,13 +376,23 @@ type uiConfig struct {
 	Actor   string `json:"actor,omitempty"`
 	Page    int    `json:"page_size"`
 	MaxPage int    `json:"max_page_size"`
-	Input   string `json:"input_stream"`
-	Output  string `json:"decision_stream"`
+	Input   string `json:"input_stream"`    // partitioned: partition 0's
+	Output  string `json:"decision_stream"` // partitioned: partition 0's
+	// Partitions is the partition count (absent when unpartitioned);
+	// Inputs and Outputs name every partition's streams, in order.
+	Partitions uint32   `json:"partitions,omitempty"`
+	Inputs     []string `json:"input_streams,omitempty"`
+	Outputs    []string `json:"decision_streams,omitempty"`
 }
 
 func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
 	c := uiConfig{Actions: s.cfg.Actions, Page: DefaultPageSize, MaxPage: MaxPageSize,
-		Input: s.cfg.Topology.InputStream(), Output: s.cfg.Topology.DecisionStream()}
+		Input: s.topos[0].InputStream(), Output: s.topos[0].DecisionStream(), Partitions: s.cfg.Partitions}
+	if s.cfg.Partitions > 0 {
+		for _, t := range s.topos {
+			c.Inputs, c.Outputs = append(c.Inputs, t.InputStream()), append(c.Outputs, t.DecisionStream())
+		}
+	}
 	if s.cfg.Actions {
 		c.Actor = s.cfg.ActorID
 	}
@@ -356,7 +423,8 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveJob is GET /api/jobs/{id}: the job page's data; ?after=SEQ for only
-// the decisions after decision stream sequence SEQ.
+// the decisions after decision stream sequence SEQ (of the job's
+// partition's decision stream, in a partitioned deployment).
 func (s *Server) serveJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !events.ValidToken(id) {

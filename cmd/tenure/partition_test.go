@@ -94,14 +94,25 @@ func TestPartitionedCommands(t *testing.T) {
 		t.Errorf("status:\n%s", out)
 	}
 
-	// The web UI refuses a partitioned deployment, saying why.
-	{
-		var out, errOut bytes.Buffer
-		if code := run(ctx, []string{"ui", "--nats-url", url, "--http", "127.0.0.1:0"}, &out, &errOut); code != 1 ||
-			!strings.Contains(errOut.String(), "has 4 partitions") {
-			t.Errorf("tenure ui on a partitioned deployment: exit %d\n%s", code, errOut.String())
+	// The web UI on its own follows every partition (it finds the count
+	// on the server); its board is checked once the jobs are offered.
+	var uiLog syncBuffer
+	uiDone := make(chan int, 1)
+	go func() {
+		uiDone <- run(ctx, []string{"ui", "--nats-url", url, "--http", "127.0.0.1:0"}, &bytes.Buffer{}, &uiLog)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-uiDone:
+			if code != 0 {
+				t.Errorf("ui exited %d:\n%s", code, uiLog.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("ui did not stop")
 		}
-	}
+	}()
+	web := waitLog(t, &uiLog, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
 
 	// Live watch of new offers, merged from every partition.
 	jobs := make([]string, 8)
@@ -198,6 +209,21 @@ func TestPartitionedCommands(t *testing.T) {
 		}
 	}
 	requireRows(live.String())
+	// The web UI's board: every job, with its partition.
+	getJSON(t, web+"/api/jobs?limit=500", func(code int, b map[string]any) bool {
+		rows, _ := b["rows"].([]any)
+		parts := make(map[string]string)
+		for _, r := range rows {
+			r := r.(map[string]any)
+			parts[r["id"].(string)], _ = r["partition"].(string)
+		}
+		for _, job := range jobs {
+			if parts[job] != fmt.Sprint(events.PartitionOf(job, count)) {
+				return false
+			}
+		}
+		return code == 200
+	})
 	// From the start, and one job's decisions (its partition only) as JSON.
 	requireRows(cmd(0, "watch", "--all", "--kind", "offered", "-n", fmt.Sprint(len(jobs))))
 	out = cmd(0, "watch", "--all", "--job", jobs[2], "-n", "2", "--format", "json")

@@ -129,9 +129,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --partitions: at most %d", errUsage, events.MaxPartitions)
 	}
 	count := uint32(*partitions)
-	if count > 0 && webUI.http != "" {
-		return fmt.Errorf("%w: the web UI follows an unpartitioned deployment only; use tenure status, tenure watch and tenure audit, which follow every partition", errUsage)
-	}
 
 	if conn.url == "" {
 		host, portStr, err := net.SplitHostPort(*listen)
@@ -197,6 +194,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer func() { _ = svc.Stop() }()
+		stopUI, err := webUI.startLocal(ctx, nc, g.Coordinators(), streams.Topology{Replicas: *replicas}, count, log)
+		if err != nil {
+			return err
+		}
+		defer stopUI()
 		log.Info("tenure serving: connect workers to "+conn.url, "nats_url", conn.url, "coordinator", *id, "partitions", count,
 			"inputs", "tenure.in.<role>.<actor>.<job>.<verb>[.<partition>]", "decisions", "tenure.out.<addressee>.<job>.<kind>.<partition>")
 		err = g.Run(ctx)
@@ -212,7 +214,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
-	stopUI, err := webUI.startLocal(ctx, nc, c, streams.Topology{Replicas: *replicas}, log)
+	stopUI, err := webUI.startLocal(ctx, nc, []*coordinator.Coordinator{c}, streams.Topology{Replicas: *replicas}, 0, log)
 	if err != nil {
 		return err
 	}

@@ -69,9 +69,10 @@ func (r *uiRun) stop() {
 	}
 }
 
-// start listens on --http and serves the UI until ctx ends or stop; status
+// start listens on --http and serves the UI of the deployment of top with
+// count partitions (0: unpartitioned) until ctx ends or stop; status
 // reports the coordinators. Without --http it does nothing (nil).
-func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, top streams.Topology, status func(context.Context) ([]ui.CoordinatorStatus, error), log *slog.Logger) (*uiRun, error) {
+func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, top streams.Topology, count uint32, status func(context.Context) ([]ui.CoordinatorStatus, error), log *slog.Logger) (*uiRun, error) {
 	if u.http == "" {
 		return nil, nil
 	}
@@ -79,7 +80,7 @@ func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, top streams.Topology
 		u.metrics = ui.NewMetrics()
 	}
 	srv, err := ui.New(ui.Config{
-		Conn: nc, Topology: top, Status: status, Metrics: u.metrics,
+		Conn: nc, Topology: top, Partitions: count, Status: status, Metrics: u.metrics,
 		Actions: u.actions, ActorID: u.as, Logger: log,
 	})
 	if err != nil {
@@ -92,6 +93,9 @@ func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, top streams.Topology
 	mode := "read-only"
 	if u.actions {
 		mode = "operator actions enabled as ops/" + u.as
+	}
+	if count > 0 {
+		log = log.With("partitions", count)
 	}
 	log.Info("web UI on http://"+ln.Addr().String()+"/", "http", ln.Addr().String(), "mode", mode)
 	ctx, cancel := context.WithCancel(ctx)
@@ -107,8 +111,9 @@ func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, top streams.Topology
 }
 
 // startLocal is start for `tenure serve --http`: /healthz and /metrics
-// report the coordinator c of this process, as its status endpoint does.
-func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, c *coordinator.Coordinator, top streams.Topology, log *slog.Logger) (stop func(), err error) {
+// report the coordinators cs of this process (one, or one per partition of
+// a deployment of count partitions), as their status endpoints do.
+func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, cs []*coordinator.Coordinator, top streams.Topology, count uint32, log *slog.Logger) (stop func(), err error) {
 	if u.http == "" {
 		return func() {}, nil
 	}
@@ -117,10 +122,13 @@ func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, c *coordinator.
 		return nil, err
 	}
 	status := func(ctx context.Context) ([]ui.CoordinatorStatus, error) {
-		st := currentStatus(ctx, js, c)
-		return []ui.CoordinatorStatus{st}, nil
+		sts := make([]ui.CoordinatorStatus, 0, len(cs))
+		for _, c := range cs {
+			sts = append(sts, currentStatus(ctx, js, c))
+		}
+		return sts, nil
 	}
-	r, err := u.start(ctx, nc, top, status, log)
+	r, err := u.start(ctx, nc, top, count, status, log)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +143,9 @@ func runUI(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 Serves the web UI (lease board, job pages, anomalies, audit), /healthz and
 /metrics for a running Tenure, reading its streams. The pages are embedded in
-the binary: no external resource is loaded.
+the binary: no external resource is loaded. A partitioned deployment (the
+partition count its streams record) is followed in every partition: one
+board of the jobs of all partitions.
 
 `)
 		fs.PrintDefaults()
@@ -170,15 +180,12 @@ the binary: no external resource is loaded.
 		return err
 	}
 	defer nc.Close()
-	if js, err := jetstream.New(nc); err == nil {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := streams.Discover(dctx, js, streams.Topology{Prefix: *prefix})
-		cancel()
-		if err == nil && n > 0 {
-			return fmt.Errorf("the deployment has %d partitions: the web UI follows an unpartitioned deployment only; use tenure status, tenure watch and tenure audit, which follow every partition", n)
-		}
+	top := streams.Topology{Prefix: *prefix}
+	count, err := discover(ctx, nc, top, log)
+	if err != nil || ctx.Err() != nil {
+		return err
 	}
-	r, err := u.start(ctx, nc, streams.Topology{Prefix: *prefix}, ui.StatusFromService(nc, *statusWait), log)
+	r, err := u.start(ctx, nc, top, count, ui.StatusFromService(nc, *statusWait), log)
 	if err != nil {
 		return err
 	}
@@ -192,4 +199,34 @@ the binary: no external resource is loaded.
 	}
 	r.stop()
 	return r.err
+}
+
+// discover finds the partition count of the deployment of top
+// (streams.Discover), waiting for its streams to exist: `tenure ui` may
+// start before `tenure serve` has created them. It returns ctx's end as nil
+// with count 0.
+func discover(ctx context.Context, nc *nats.Conn, top streams.Topology, log *slog.Logger) (uint32, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: %w", err)
+	}
+	for waited := false; ; waited = true {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := streams.Discover(dctx, js, top)
+		cancel()
+		if err == nil {
+			if waited {
+				log.Info("deployment found", "partitions", n)
+			}
+			return n, nil
+		}
+		if !waited {
+			log.Warn("waiting for the deployment's streams", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case <-time.After(time.Second):
+		}
+	}
 }

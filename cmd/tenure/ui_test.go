@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/maknow/tenure/events"
 )
 
 // waitLog waits for re's first group in a log buffer.
@@ -116,6 +121,89 @@ func TestServeHTTPAndUI(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("did not stop")
 		}
+	}
+}
+
+// `tenure serve --partitions 2 --http` serves the web UI of every
+// partition next to its coordinators: /healthz reports a live coordinator
+// for each partition, the board lists the jobs of both partitions with
+// their partition, a job page reads its own partition's streams, and
+// /metrics labels the coordinators by partition.
+func TestServePartitionedHTTP(t *testing.T) {
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1",
+			"--partitions", "2", "--http", "127.0.0.1:0"}, &bytes.Buffer{}, &stderr)
+	}()
+	natsURL := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	web := waitLog(t, &stderr, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
+	hz := getJSON(t, web+"/healthz", func(code int, b map[string]any) bool { return code == 200 })
+	if parts, _ := hz["partitions"].([]any); hz["role"] != "live" || hz["coordinator"] != "c1" || len(parts) != 2 {
+		t.Fatalf("healthz %v", hz)
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// One job in each partition (events.PartitionOf).
+	jobs := map[string]string{}
+	for i := 0; len(jobs) < 2; i++ {
+		job := fmt.Sprintf("report-%d", i)
+		k := fmt.Sprint(events.PartitionOf(job, 2))
+		if !slices.Contains(slices.Collect(maps.Values(jobs)), k) {
+			jobs[job] = k
+		}
+	}
+	for job := range jobs {
+		// A six-token subject: the server maps it to the job's partition.
+		if _, err := nc.Request("tenure.in.worker.w1."+job+".acquire", []byte(`{"v":1,"lease_ms":30000}`), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	getJSON(t, web+"/api/jobs", func(code int, b map[string]any) bool {
+		rows, _ := b["rows"].([]any)
+		if code != 200 || len(rows) != 2 {
+			return false
+		}
+		for _, r := range rows {
+			r := r.(map[string]any)
+			if r["holder"] != "w1" || r["partition"] != jobs[r["id"].(string)] {
+				return false
+			}
+		}
+		return true
+	})
+	for job, k := range jobs {
+		h := getJSON(t, web+"/api/jobs/"+job, func(code int, b map[string]any) bool { return code == 200 })
+		inputs, _ := h["inputs"].([]any)
+		if len(inputs) != 1 || !strings.HasSuffix(inputs[0].(map[string]any)["subject"].(string), ".acquire."+k) {
+			t.Fatalf("job page of %s (partition %s): %v", job, k, h)
+		}
+	}
+	resp, err := http.Get(web + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`tenure_coordinator_live{coordinator="c1",partition="0"} 1`, `tenure_coordinator_live{coordinator="c1",partition="1"} 1`,
+		`tenure_decisions_total{kind="granted",reason="ok"} 2`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not stop")
 	}
 }
 

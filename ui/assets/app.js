@@ -177,6 +177,7 @@
   function boardRow(r) {
     const tr = h('tr', { 'data-job': r.id, class: r.conflict || r.state === 'UNRESOLVED' ? 'blocked' : '' },
       h('td', {}, jobLink(r.id)),
+      config.partitions ? h('td', { class: 'num part', title: 'partition', text: r.partition || '' }) : null,
       h('td', {}, stateBadge(r.state), r.result ? h('span', { class: 'sub', text: ' ' + r.result }) : null,
         r.cancel_requested ? h('span', { class: 'flag', text: r.cancel_acked ? 'cancel acked' : 'cancel requested' }) : null,
         r.conflict ? h('span', { class: 'flag bad', title: 'conflict with ' + r.conflict_with, text: 'CONFLICT' }) : null),
@@ -226,7 +227,7 @@
       h('div', { class: 'filters' }, stateSel, holderIn, jobIn, h('label', { class: 'check' }, blockedIn, ' needs an operator'), sortSel, sizeSel),
       summary,
       h('div', { class: 'tablewrap' }, h('table', { class: 'board', id: 'board' },
-        h('thead', {}, h('tr', {}, ['Job', 'State', 'Holder', 'Lease', 'Time left', 'Progress'].map((t) => h('th', { text: t })),
+        h('thead', {}, h('tr', {}, (config.partitions ? ['Job', 'Part', 'State', 'Holder', 'Lease', 'Time left', 'Progress'] : ['Job', 'State', 'Holder', 'Lease', 'Time left', 'Progress']).map((t) => h('th', { text: t })),
           h('th', { class: 'num', title: 'stale-generation messages (current lease)', text: 'Stale' }),
           h('th', { class: 'num', title: 'late messages (current lease)', text: 'Late' }),
           h('th', { class: 'num', title: 'duplicate messages (current lease)', text: 'Dup' }),
@@ -270,14 +271,14 @@
       if (q.page > pages && page.total > 0) { q.page = pages; reload(); return; }
       rows.clear();
       tbody.replaceChildren(...page.rows.map((r) => { rows.set(r.id, r); return boardRow(r); }));
-      if (page.rows.length === 0) tbody.append(h('tr', {}, h('td', { colspan: 11, class: 'muted empty', text: page.jobs === 0 ? 'No job yet: the board fills as decisions are stored.' : 'No job matches.' })));
+      if (page.rows.length === 0) tbody.append(h('tr', {}, h('td', { colspan: config.partitions ? 12 : 11, class: 'muted empty', text: page.jobs === 0 ? 'No job yet: the board fills as decisions are stored.' : 'No job matches.' })));
       const st = page.states;
       summary.replaceChildren(
         h('b', { text: page.jobs.toLocaleString() }), ' jobs · ',
         h('span', { class: 'c-active', text: (st.ACTIVE || 0).toLocaleString() + ' active' }), ' · ',
         h('span', { class: 'c-offered', text: (st.OFFERED || 0).toLocaleString() + ' offered' }), ' · ',
         h('span', { class: page.blocked ? 'c-blocked' : '', text: page.blocked + ' need an operator' }), ' · ',
-        h('span', { class: 'muted', text: 'decision ' + page.seq + (page.caught_up ? '' : ' (catching up…)') }));
+        h('span', { class: 'muted', text: (page.seqs ? config.partitions + ' partitions, decisions ' + page.seqs.join(' · ') : 'decision ' + page.seq) + (page.caught_up ? '' : ' (catching up…)') }));
       const from = page.total ? page.offset + 1 : 0;
       const to = page.offset + page.rows.length;
       const go = (n) => () => { q.page = n; reload(); };
@@ -514,6 +515,7 @@
     const bar = h('span', { class: 'bar' }, h('span', { class: 'fill' }));
     bar.firstChild.style.width = Math.max(0, Math.min(100, r.progress_value || 0)) + '%';
     return h('div', { class: 'cards' },
+      config.partitions ? card('Partition', r.partition + ' of ' + config.partitions, 'job-partition') : null,
       card('State', [stateBadge(r.state), r.result ? ' ' + r.result : '', r.conflict ? h('span', { class: 'flag bad', text: ' CONFLICT with ' + r.conflict_with }) : ''], 'job-state'),
       card('Holder', r.holder || '–', 'job-holder'),
       card('Lease', r.generation ? 'g' + r.generation + ' · ' + r.lease_id : '–', 'job-lease'),
@@ -706,6 +708,7 @@
       h('td', {}, kindBadge(a.kind)),
       h('td', { class: 'mono', text: a.reason }),
       h('td', {}, jobLink(a.job)),
+      config.partitions ? h('td', { class: 'num part', title: 'the partition whose streams hold it', text: a.partition || '' }) : null,
       h('td', { class: 'gen', title: "the job's current generation when it was judged", text: a.generation ? 'g' + a.generation : '–' }),
       h('td', { text: a.role + '/' + a.actor + ' ' + a.verb }),
       h('td', { class: 'num', text: '#' + a.cause }),
@@ -729,7 +732,7 @@
       h('h2', {}, 'Live feed ', h('span', { class: 'muted small', text: '(every verdict that was not accepted, newest first)' })),
       h('div', { class: 'filters' }, kindSel), info,
       h('div', { class: 'tablewrap' }, h('table', { class: 'feed', id: 'feed' },
-        h('thead', {}, h('tr', {}, ['At', 'Kind', 'Reason', 'Job', 'Job gen', 'Input', 'Input seq', 'Detail'].map((t) => h('th', { text: t })))), tbody)),
+        h('thead', {}, h('tr', {}, (config.partitions ? ['At', 'Kind', 'Reason', 'Job', 'Part', 'Job gen', 'Input', 'Input seq', 'Detail'] : ['At', 'Kind', 'Reason', 'Job', 'Job gen', 'Input', 'Input seq', 'Detail']).map((t) => h('th', { text: t })))), tbody)),
       more);
     function renderBlocked(rows, total) {
       blockedN = total;
@@ -803,11 +806,21 @@
   // ---------- audit ----------
   function auditResult(res) {
     if (res.error) return h('p', { class: 'error', id: 'audit-error', text: 'the audit could not be carried out: ' + res.error });
-    const r = res.report || {};
     const cnt = (x) => (x && x.count) || 0;
+    // A partitioned deployment: the sums over the partitions' reports.
+    const parts = res.partitions || [];
+    const r = res.report || parts.reduce((t, p) => {
+      const q = p.report || {};
+      const add = (k) => { t[k] = { count: cnt(t[k]) + cnt(q[k]) }; };
+      t.inputs += q.inputs || 0; t.decisions += q.decisions || 0; t.verified += q.verified || 0;
+      ['mismatches', 'missing', 'extra', 'orphans', 'holes', 'chain', 'pending'].forEach(add);
+      if (q.fold_hash !== q.stored_hash || p.error) t.stored_hash = 'different';
+      return t;
+    }, { inputs: 0, decisions: 0, verified: 0, fold_hash: '', stored_hash: '' });
+    const notAudited = parts.filter((p) => p.error).map((p) => p.partition);
     const stat = (label, v, bad) => h('div', { class: 'card' + (bad ? ' badcard' : '') }, h('div', { class: 'label', text: label }), h('div', { class: 'value', text: String(v) }));
     return h('div', { class: 'auditres' },
-      h('p', {}, h('span', { class: 'verdictbig ' + (res.ok ? 'ok' : 'error'), id: 'audit-verdict', text: res.ok ? 'OK: every decision was reproduced' : 'FAILED: ' + res.problems + ' problems' }),
+      h('p', {}, h('span', { class: 'verdictbig ' + (res.ok ? 'ok' : 'error'), id: 'audit-verdict', text: res.ok ? 'OK: every decision was reproduced' + (parts.length ? ' in ' + parts.length + ' partition' + (parts.length > 1 ? 's' : '') : '') : 'FAILED: ' + res.problems + ' problems' + (notAudited.length ? ', partition ' + notAudited.join(', ') + ' not audited' : '') }),
         h('span', { class: 'muted small', text: ' started ' + new Date(res.started_at).toLocaleString() + ', took ' + fmtDur(res.elapsed_ms) + (res.job ? ', job ' + res.job : '') + (res.strict ? ', strict' : '') })),
       h('div', { class: 'cards' },
         stat('Inputs replayed', r.inputs), stat('Decisions read', r.decisions), stat('Verified', r.verified),
