@@ -83,7 +83,7 @@ type Config struct {
 	AppendBatches    int              // atomic batches awaiting their reply
 	TickSlack        time.Duration    // how long after a deadline to append a tick
 	Logger           *slog.Logger
-	Metrics          Metrics // optional observer of folds and appends (nil: none)
+	Metrics          Metrics // optional observer of folds and appends (nil: none); see PartitionMetrics for a Group
 
 	// yield, set by Group, tells a live coordinator to hand its partition
 	// to another process (it holds more than its share of the partitions).

@@ -46,6 +46,9 @@ func NewGroup(cfg Config, count uint32) (*Group, error) {
 	for _, t := range cfg.Topology.Partitions(count) {
 		c := cfg
 		c.Topology = t
+		if pm, ok := cfg.Metrics.(PartitionMetrics); ok && t.Partition.Partitioned() {
+			c.Metrics = pm.ForPartition(t.Partition)
+		}
 		if count > 1 {
 			c.yield = g.yield
 		}

@@ -1,6 +1,10 @@
 package coordinator
 
-import "time"
+import (
+	"time"
+
+	"github.com/maknow/tenure/events"
+)
 
 // Metrics observes the coordinator's work for monitoring (Config.Metrics;
 // nil observes nothing). Its methods are called from the coordinator's loop,
@@ -14,4 +18,13 @@ type Metrics interface {
 	// appended decision, with the time from the publish to the
 	// acknowledgement.
 	DecisionAppended(latency time.Duration)
+}
+
+// PartitionMetrics is a Metrics that tells the partitions of a Group apart:
+// NewGroup gives each partition's coordinator ForPartition(its partition)
+// instead of Config.Metrics itself (whose methods are then called by
+// several coordinators at once).
+type PartitionMetrics interface {
+	Metrics
+	ForPartition(p events.Partition) Metrics
 }

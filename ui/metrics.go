@@ -31,18 +31,23 @@ import (
 //
 // In a partitioned deployment the metrics of one partition's streams carry
 // a "partition" label as well: tenure_coordinator_* and tenure_leader (one
-// coordinator per partition, labelled by coordinator and partition) and
-// tenure_ui_decision_seq (one per partition's decision stream). The counts
-// of jobs and decisions are over every partition.
+// coordinator per partition, labelled by coordinator and partition),
+// tenure_ui_decision_seq (one per partition's decision stream), and the
+// series of this process's coordinators (NewMetricsFor, ForPartition). The
+// counts of jobs and decisions are over every partition.
 //
 // The Go runtime and process collectors are registered too.
 type Metrics struct {
 	reg *prometheus.Registry
 
-	inputsFolded  prometheus.Counter
-	foldLag       prometheus.Gauge
-	appendLatency prometheus.Histogram
-	appended      prometheus.Counter
+	// The coordinator-side series: labelled by partition when partitioned
+	// (ForPartition), without labels otherwise.
+	inputsFolded  *prometheus.CounterVec
+	foldLag       *prometheus.GaugeVec
+	appendLatency *prometheus.HistogramVec
+	appended      *prometheus.CounterVec
+	partitioned   bool
+	base          *coordSeries // unpartitioned: the series of Metrics's own methods
 
 	decisions  *prometheus.CounterVec
 	expiries   prometheus.Counter
@@ -59,29 +64,44 @@ type kindReason struct {
 	reason events.Reason
 }
 
-var _ coordinator.Metrics = (*Metrics)(nil)
+var _ coordinator.PartitionMetrics = (*Metrics)(nil)
 
-// NewMetrics returns the metrics on a new registry.
-func NewMetrics() *Metrics {
+// NewMetrics returns the metrics of an unpartitioned deployment on a new
+// registry.
+func NewMetrics() *Metrics { return NewMetricsFor(0) }
+
+// NewMetricsFor returns the metrics of a deployment of partitions
+// partitions (0: unpartitioned) on a new registry. Partitioned, the series
+// of this process's coordinators (tenure_inputs_folded_total,
+// tenure_fold_lag_seconds, tenure_append_latency_seconds,
+// tenure_decisions_appended_total) carry a "partition" label: give the
+// Metrics to coordinator.NewGroup, which hands each partition's coordinator
+// ForPartition(its partition).
+func NewMetricsFor(partitions uint32) *Metrics {
+	var labels []string
+	if partitions > 0 {
+		labels = []string{"partition"}
+	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		inputsFolded: prometheus.NewCounter(prometheus.CounterOpts{
+		reg:         prometheus.NewRegistry(),
+		partitioned: partitions > 0,
+		inputsFolded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_inputs_folded_total",
 			Help: "Inputs folded by this process's coordinator (standby and live).",
-		}),
-		foldLag: prometheus.NewGauge(prometheus.GaugeOpts{
+		}, labels),
+		foldLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tenure_fold_lag_seconds",
 			Help: "Time from the storage of the last input folded by this process's coordinator to its fold.",
-		}),
-		appendLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, labels),
+		appendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tenure_append_latency_seconds",
 			Help:    "Time from the publish of a decision to its acknowledgement by the decision stream.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50µs .. 6.5s
-		}),
-		appended: prometheus.NewCounter(prometheus.CounterOpts{
+		}, labels),
+		appended: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_decisions_appended_total",
 			Help: "Decisions appended by this process's coordinator and acknowledged by the stream.",
-		}),
+		}, labels),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_decisions_total",
 			Help: "Decisions in the decision stream, by kind and reason (read from the stream by the UI).",
@@ -95,6 +115,9 @@ func NewMetrics() *Metrics {
 			Help: "Pages following live updates (server-sent event streams open).",
 		}),
 		byKind: make(map[kindReason]prometheus.Counter),
+	}
+	if !m.partitioned {
+		m.base = m.series() // exported from the start, at 0
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -110,16 +133,57 @@ func NewMetrics() *Metrics {
 // collectors to it.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// InputFolded implements coordinator.Metrics.
-func (m *Metrics) InputFolded(_ uint64, stored time.Time, _ int) {
-	m.inputsFolded.Inc()
-	m.foldLag.Set(max(time.Since(stored).Seconds(), 0))
+// InputFolded implements coordinator.Metrics (partitioned: with an empty
+// partition label; a Group's coordinators use ForPartition).
+func (m *Metrics) InputFolded(seq uint64, stored time.Time, decisions int) {
+	m.own().InputFolded(seq, stored, decisions)
 }
 
 // DecisionAppended implements coordinator.Metrics.
-func (m *Metrics) DecisionAppended(latency time.Duration) {
-	m.appended.Inc()
-	m.appendLatency.Observe(latency.Seconds())
+func (m *Metrics) DecisionAppended(latency time.Duration) { m.own().DecisionAppended(latency) }
+
+// own is the series of Metrics's own methods.
+func (m *Metrics) own() *coordSeries {
+	if m.partitioned {
+		return m.series("")
+	}
+	return m.base
+}
+
+// ForPartition implements coordinator.PartitionMetrics: the series of
+// partition p's coordinator (without a label when the Metrics are not
+// partitioned).
+func (m *Metrics) ForPartition(p events.Partition) coordinator.Metrics {
+	if !m.partitioned {
+		return m.base
+	}
+	return m.series(p.Token()) // exported from now on, at 0
+}
+
+// coordSeries are the series of one coordinator.
+type coordSeries struct {
+	folded, appended prometheus.Counter
+	lag              prometheus.Gauge
+	latency          prometheus.Observer
+}
+
+func (m *Metrics) series(labels ...string) *coordSeries {
+	return &coordSeries{
+		folded: m.inputsFolded.WithLabelValues(labels...), appended: m.appended.WithLabelValues(labels...),
+		lag: m.foldLag.WithLabelValues(labels...), latency: m.appendLatency.WithLabelValues(labels...),
+	}
+}
+
+// InputFolded implements coordinator.Metrics.
+func (c *coordSeries) InputFolded(_ uint64, stored time.Time, _ int) {
+	c.folded.Inc()
+	c.lag.Set(max(time.Since(stored).Seconds(), 0))
+}
+
+// DecisionAppended implements coordinator.Metrics.
+func (c *coordSeries) DecisionAppended(latency time.Duration) {
+	c.appended.Inc()
+	c.latency.Observe(latency.Seconds())
 }
 
 // observe counts one decision of the stream (called under the model's lock).

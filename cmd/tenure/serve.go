@@ -182,7 +182,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := coordinator.Config{
 		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
-		Metrics: webUI.coordinatorMetrics(),
+		Metrics: webUI.coordinatorMetrics(count),
 	}
 	if count > 0 {
 		g, err := coordinator.NewGroup(cfg, count)

@@ -42,14 +42,15 @@ func (u *uiFlags) check() error {
 	return nil
 }
 
-// coordinatorMetrics returns the observer to give the coordinator of this
-// process: the UI's metrics when the UI runs, none otherwise.
-func (u *uiFlags) coordinatorMetrics() coordinator.Metrics {
+// coordinatorMetrics returns the observer to give the coordinators of this
+// process (of a deployment of count partitions): the UI's metrics when the
+// UI runs, none otherwise.
+func (u *uiFlags) coordinatorMetrics(count uint32) coordinator.Metrics {
 	if u.http == "" {
 		return nil
 	}
 	if u.metrics == nil {
-		u.metrics = ui.NewMetrics()
+		u.metrics = ui.NewMetricsFor(count)
 	}
 	return u.metrics
 }
@@ -77,7 +78,7 @@ func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, top streams.Topology
 		return nil, nil
 	}
 	if u.metrics == nil {
-		u.metrics = ui.NewMetrics()
+		u.metrics = ui.NewMetricsFor(count)
 	}
 	srv, err := ui.New(ui.Config{
 		Conn: nc, Topology: top, Partitions: count, Status: status, Metrics: u.metrics,

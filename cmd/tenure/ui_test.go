@@ -196,6 +196,20 @@ func TestServePartitionedHTTP(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	// Each partition's coordinator feeds series of its own.
+	for _, k := range []string{"0", "1"} {
+		for _, re := range []string{`tenure_inputs_folded_total{partition="` + k + `"} [1-9]`, `tenure_decisions_appended_total{partition="` + k + `"} [1-9]`,
+			`tenure_append_latency_seconds_count{partition="` + k + `"} [1-9]`, `tenure_fold_lag_seconds{partition="` + k + `"} `} {
+			name, value, _ := strings.Cut(re, "} ")
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name+"} ") + value).Match(metrics) {
+				t.Errorf("/metrics lacks %s", re)
+			}
+		}
+	}
+	if regexp.MustCompile(`(?m)^tenure_(inputs_folded_total|fold_lag_seconds|decisions_appended_total) `).Match(metrics) ||
+		strings.Contains(string(metrics), `partition=""`) {
+		t.Errorf("/metrics has coordinator series without their partition:\n%s", metrics)
+	}
 	cancel()
 	select {
 	case code := <-done:
