@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
@@ -416,7 +417,7 @@ const (
 )
 
 // reader reads one stream in order, from a start sequence to an end
-// sequence, through an ordered consumer whose callback hands batches of
+// sequence, through a follow.Follower whose handler hands batches of
 // records over a channel; the batches' memory is recycled.
 type reader struct {
 	ctx     context.Context
@@ -426,12 +427,11 @@ type reader struct {
 	stall   time.Duration
 	ch      chan []record
 	free    chan []record
-	cc      jetstream.ConsumeContext
+	f       *follow.Follower
 	cur     []record
 	i       int
-	hmu     sync.Mutex // serialises callbacks across the consumer's resets
-	batch   []record   // being filled by the callback
-	done    bool       // the callback saw the last record
+	batch   []record // being filled by the handler (one call at a time)
+	done    bool     // the handler saw the last record
 	mu      sync.Mutex
 	err     error
 	lastErr error // last error the consumer reported (it recovers by itself)
@@ -445,60 +445,49 @@ func startReader(ctx context.Context, cfg Config, stream string, from, end uint6
 		close(r.ch)
 		return r, nil
 	}
-	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
-	if from > 1 {
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
-	}
-	cons, err := cfg.JS.OrderedConsumer(ctx, stream, occ)
-	if err != nil {
-		r.cancel()
-		return nil, fmt.Errorf("audit: ordered consumer on %s: %w", stream, streams.Classify(err))
-	}
 	r.batch = make([]record, 0, batchSize)
 	log := cfg.Logger
-	// As the coordinator's readers: a short heartbeat notices a consumer
-	// lost with its server (a cluster node killed) within seconds, and a
-	// pull request that expires after 5 s (not 30) is renewed before the
-	// stall timeout when one sits undelivered after a stream leader change.
-	r.cc, err = cons.Consume(func(m jetstream.Msg) { r.handle(m, headers) },
-		jetstream.PullMaxMessages(pullAhead), jetstream.PullHeartbeat(time.Second), jetstream.PullExpiry(5*time.Second),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	// A follow.Follower, as the coordinator's readers: a short heartbeat
+	// notices a consumer lost with its server (a cluster node killed)
+	// within seconds, and a lost consumer is replaced with short, retried
+	// requests (an ordered consumer stalls ~10 s when the node was the
+	// JetStream meta leader).
+	r.f = follow.Start(r.ctx, cfg.JS, follow.Config{Stream: stream, StartSeq: from, PullAhead: pullAhead,
+		OnError: func(err error) {
 			log.Debug("audit: consumer", "stream", stream, "err", err)
 			r.mu.Lock()
 			r.lastErr = err
 			r.mu.Unlock()
-		}))
-	if err != nil {
-		r.cancel()
-		return nil, fmt.Errorf("audit: read %s: %w", stream, streams.Classify(err))
+		}}, func(ctx context.Context, m follow.Msg) { r.handle(ctx, m, headers) })
+	select {
+	case <-r.f.Ready():
+		return r, nil
+	case <-ctx.Done():
+		r.stop()
+		return nil, fmt.Errorf("audit: read %s: %w", stream, ctx.Err())
+	case <-time.After(r.stall):
+		err := r.f.Err()
+		r.stop()
+		return nil, fmt.Errorf("audit: read %s: no consumer after %v: %w", stream, r.stall, streams.Classify(err))
 	}
-	return r, nil
 }
 
-// handle runs on the consumer's goroutine, one message at a time.
-func (r *reader) handle(m jetstream.Msg, headers bool) {
-	r.hmu.Lock()
-	defer r.hmu.Unlock()
+// handle runs on the follower's goroutine, one message at a time.
+func (r *reader) handle(ctx context.Context, m follow.Msg, headers bool) {
 	if r.done {
 		return
 	}
-	d, ok := streams.ParseAckReply(m.Reply())
-	seq, ts, pending := d.StreamSeq, d.Time, d.Pending
-	if !ok {
-		meta, err := m.Metadata()
-		if err != nil {
-			r.fail(fmt.Errorf("audit: %s: metadata: %w", r.stream, err))
-			return
-		}
-		seq, ts, pending = meta.Sequence.Stream, meta.Timestamp.UnixNano(), meta.NumPending
+	if m.Err != nil { // the follower stops: so does the reading
+		r.fail(fmt.Errorf("audit: %s: %w", r.stream, m.Err))
+		r.done = true
+		close(r.ch)
+		return
 	}
-	rec := record{seq: seq, time: ts, subject: m.Subject(), data: m.Data()}
-	if headers {
-		if h := m.Headers(); h != nil {
-			rec.cause, rec.index = h.Get(events.HeaderCause), h.Get(events.HeaderIndex)
-		}
+	rec := record{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data}
+	if headers && m.Header != nil {
+		rec.cause, rec.index = m.Header.Get(events.HeaderCause), m.Header.Get(events.HeaderIndex)
 	}
-	last := rec.seq >= r.end || pending == 0
+	last := rec.seq >= r.end || m.Pending == 0
 	if rec.seq <= r.end {
 		r.batch = append(r.batch, rec)
 	}
@@ -507,7 +496,7 @@ func (r *reader) handle(m jetstream.Msg, headers bool) {
 	}
 	select {
 	case r.ch <- r.batch:
-	case <-r.ctx.Done():
+	case <-ctx.Done():
 		r.done = true
 		return
 	}
@@ -601,12 +590,10 @@ func (r *reader) next() (*record, bool) {
 	}
 }
 
-// stop ends the reader; a callback blocked on a full channel returns.
+// stop ends the reader; a handler blocked on a full channel returns.
 func (r *reader) stop() {
 	r.cancel()
-	if r.cc != nil {
-		r.cc.Stop()
-	}
+	r.f.Stop() // nil when there was nothing to read
 }
 
 type inputReader struct{ r *reader }

@@ -45,6 +45,10 @@ type Msg struct {
 	Subject string
 	Data    []byte
 	Header  nats.Header
+	// Pending is how many messages (matching the filters) the stream held
+	// after this one when the server delivered it: 0 means the reader had
+	// caught up then.
+	Pending uint64
 	// Err, when set, is why the Follower stopped (a delivered message it
 	// could not place in the stream); the Msg carries nothing else and is
 	// the last one the handler receives.
@@ -365,14 +369,14 @@ func (f *Follower) deliver(ctx context.Context, gen int, m jetstream.Msg) {
 	msg := Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
 	var dseq uint64
 	if d, ok := streams.ParseAckReply(m.Reply()); ok {
-		msg.Seq, dseq, msg.Time = d.StreamSeq, d.ConsumerSeq, d.Time
+		msg.Seq, dseq, msg.Time, msg.Pending = d.StreamSeq, d.ConsumerSeq, d.Time, d.Pending
 	} else if meta, err := m.Metadata(); err != nil {
 		f.dead = true
 		f.handle(ctx, Msg{Err: fmt.Errorf("follow %s: a delivered message without its metadata: %w", f.cfg.Stream, err)})
 		f.wake() // run stops: f.dead
 		return
 	} else {
-		msg.Seq, dseq, msg.Time = meta.Sequence.Stream, meta.Sequence.Consumer, meta.Timestamp.UnixNano()
+		msg.Seq, dseq, msg.Time, msg.Pending = meta.Sequence.Stream, meta.Sequence.Consumer, meta.Timestamp.UnixNano(), meta.NumPending
 	}
 	if dseq != f.dseq+1 || msg.Seq < f.next {
 		// A message skipped (or one already handed over): start again

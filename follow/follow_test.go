@@ -109,7 +109,14 @@ func TestReadsInOrderFromStartSeq(t *testing.T) {
 		t.Fatal("no consumer")
 	}
 	publish(t, ctx, js, 101, 150) // stored after it started: read too
-	checkRun(t, c.waitCount(t, 110, 10*time.Second), 41, 1)
+	got := c.waitCount(t, 110, 10*time.Second)
+	checkRun(t, got, 41, 1)
+	if last := got[len(got)-1]; last.Pending != 0 {
+		t.Errorf("the last message stored has Pending %d", last.Pending)
+	}
+	if first := got[0]; first.Pending == 0 || first.Pending > 109 {
+		t.Errorf("message 41 of 150 has Pending %d", first.Pending)
+	}
 	if got := f.Next(); got != 151 {
 		t.Errorf("Next = %d, want 151", got)
 	}
