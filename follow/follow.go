@@ -153,8 +153,8 @@ type Follower struct {
 
 // Start reads cfg.Stream until ctx ends or Stop, handing every message to
 // handle, with a context that ends when the Follower stops (a handler that
-// blocks must return when it does). It returns at once: the first consumer is created in the
-// background, and retried until it exists.
+// blocks must return when it does). It returns at once: the first consumer
+// is created in the background, and retried until it exists (Ready).
 func Start(ctx context.Context, js jetstream.JetStream, cfg Config, handle func(context.Context, Msg)) *Follower {
 	cfg = cfg.withDefaults()
 	rctx, cancel := context.WithCancel(ctx)
@@ -223,11 +223,11 @@ func (f *Follower) run(ctx context.Context) {
 		f.dseq = 0
 		dead := f.dead
 		f.mu.Unlock()
-		f.replaced.Add(1)
 		f.drop(f.take())
 		if dead {
 			return
 		}
+		f.replaced.Add(1)
 	}
 }
 
