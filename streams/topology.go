@@ -261,16 +261,19 @@ func Open(ctx context.Context, js jetstream.JetStream, t Topology) (*Handles, er
 	}
 	var h Handles
 	var err error
-	if err = transientRetry(ctx, func() (err error) { h.In, err = js.Stream(ctx, t.InputStream()); return err }); err != nil {
+	if err = transientRetry(ctx, func(ctx context.Context) (err error) { h.In, err = js.Stream(ctx, t.InputStream()); return err }); err != nil {
 		return nil, fmt.Errorf("streams: open stream %s: %w", t.InputStream(), Classify(err))
 	}
-	if err = transientRetry(ctx, func() (err error) { h.Out, err = js.Stream(ctx, t.DecisionStream()); return err }); err != nil {
+	if err = transientRetry(ctx, func(ctx context.Context) (err error) { h.Out, err = js.Stream(ctx, t.DecisionStream()); return err }); err != nil {
 		return nil, fmt.Errorf("streams: open stream %s: %w", t.DecisionStream(), Classify(err))
 	}
-	if err = transientRetry(ctx, func() (err error) { h.Leader, err = js.KeyValue(ctx, t.LeaderBucket()); return err }); err != nil {
+	if err = transientRetry(ctx, func(ctx context.Context) (err error) { h.Leader, err = js.KeyValue(ctx, t.LeaderBucket()); return err }); err != nil {
 		return nil, fmt.Errorf("streams: open kv bucket %s: %w", t.LeaderBucket(), Classify(err))
 	}
-	if err = transientRetry(ctx, func() (err error) { h.Snapshots, err = js.ObjectStore(ctx, t.SnapshotBucket()); return err }); err != nil {
+	if err = transientRetry(ctx, func(ctx context.Context) (err error) {
+		h.Snapshots, err = js.ObjectStore(ctx, t.SnapshotBucket())
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("streams: open object store %s: %w", t.SnapshotBucket(), Classify(err))
 	}
 	return &h, nil
@@ -281,13 +284,20 @@ func Open(ctx context.Context, js jetstream.JetStream, t Topology) (*Handles, er
 // while a cluster elects one) before it gives up.
 const OpenRetry = 20 * time.Second
 
+// openAttempt bounds one look-up of Open: a request that a cluster without
+// a leader drops is retried, not waited for until ctx's deadline.
+const openAttempt = 5 * time.Second
+
 // transientRetry runs op until it succeeds, fails otherwise than
-// transiently, OpenRetry has passed, or ctx ends.
-func transientRetry(ctx context.Context, op func() error) error {
+// transiently, OpenRetry has passed, or ctx ends; each attempt gets at most
+// openAttempt.
+func transientRetry(ctx context.Context, op func(context.Context) error) error {
 	deadline := time.Now().Add(OpenRetry)
 	wait := 50 * time.Millisecond
 	for {
-		err := op()
+		actx, cancel := context.WithTimeout(ctx, openAttempt)
+		err := op(actx)
+		cancel()
 		if err == nil || !errors.Is(Classify(err), ErrTransient) || time.Now().Add(wait).After(deadline) {
 			return err
 		}
