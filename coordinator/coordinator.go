@@ -321,6 +321,13 @@ func (c *Coordinator) session(ctx context.Context) error {
 	return err
 }
 
+// snapshotReadTimeout bounds the read of a snapshot of size bytes: 10 s,
+// plus a second for every 4 MiB (a replicated store on slow disks reads
+// tens of MiB per second).
+func snapshotReadTimeout(size uint64) time.Duration {
+	return 10*time.Second + time.Duration(size>>22)*time.Second
+}
+
 // loadSnapshot restores the latest snapshot if its position is consistent
 // with the decision stream; otherwise the session folds from the start.
 func (s *session) loadSnapshot() {
@@ -328,7 +335,22 @@ func (s *session) loadSnapshot() {
 	if c.cfg.SnapshotEvery < 0 {
 		return
 	}
-	obj, err := c.h.Snapshots.Get(s.ctx, snapshotName)
+	// The client bounds a Get without a deadline, the whole read included,
+	// by its default timeout (5 s): too short for a large snapshot on a
+	// replicated store. Look it up with that bound, then read it with one
+	// that grows with its size.
+	ictx, icancel := context.WithTimeout(s.ctx, 5*time.Second)
+	oinfo, err := c.h.Snapshots.GetInfo(ictx, snapshotName)
+	icancel()
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrObjectNotFound) {
+			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
+		}
+		return
+	}
+	gctx, gcancel := context.WithTimeout(s.ctx, snapshotReadTimeout(oinfo.Size))
+	defer gcancel()
+	obj, err := c.h.Snapshots.Get(gctx, snapshotName)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrObjectNotFound) {
 			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
