@@ -84,9 +84,9 @@ type waiter struct {
 // sequence on, through a follow.Follower: every verdict of an input
 // published later reaches it, and a consumer lost (a reconnect, a cluster
 // node killed) is replaced after the last decision read, without a gap and
-// with short, retried creation requests. The worker's NATS user needs permission to publish on
-// tenure.in.worker.<id>.>, to read the decision stream's info and to create
-// consumers on it.
+// with short, retried creation requests. The worker's NATS user needs
+// permission to publish on tenure.in.worker.<id>.>, to read the decision
+// stream's info and to create consumers on it.
 //
 // Connect also finds out whether the deployment is partitioned
 // (streams.Discover); if it is, it follows every partition's decision
@@ -185,7 +185,7 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 	})
 	w.fols = append(w.fols, f)
 	// Wait for its consumer: a worker not allowed to read its decisions
-	// (or a server that does not answer) fails New, as before.
+	// (or a server that does not answer) fails Connect, as before.
 	select {
 	case <-f.Ready():
 		return nil
