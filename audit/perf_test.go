@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/bench"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 )
@@ -45,8 +45,8 @@ func TestAudit1M(t *testing.T) {
 func measureAudit(t *testing.T, n int) {
 	e := newEnv(t, memTopology)
 	t0 := time.Now()
-	decisions := buildLargeLog(t, e, n)
-	t.Logf("built a log of %d inputs and %d decisions in %v", n, decisions, time.Since(t0).Round(time.Millisecond))
+	inputs, decisions := buildLargeLog(t, e, n)
+	t.Logf("built a log of %d inputs and %d decisions in %v", inputs, decisions, time.Since(t0).Round(time.Millisecond))
 
 	// Alternate raw reads and audits, keeping the best of each: the machine
 	// may be busy with other work.
@@ -60,104 +60,31 @@ func measureAudit(t *testing.T, n int) {
 		runtime.GC()
 		r := e.audit(t, audit.Config{})
 		requireClean(t, r)
-		if r.Inputs != uint64(n) || r.Decisions != uint64(decisions) {
+		if r.Inputs != inputs || r.Decisions != decisions {
 			t.Fatalf("audit read %d inputs and %d decisions:\n%s", r.Inputs, r.Decisions, summary(r))
 		}
 		if rep == nil || r.Elapsed < rep.Elapsed {
 			rep = r
 		}
 	}
-	rawRate := float64(n) / raw.Seconds()
-	t.Logf("raw in-order read of both streams (%d + %d messages), best of two: %v, %.0f inputs/s", n, decisions, raw.Round(time.Millisecond), rawRate)
+	rawRate := float64(inputs) / raw.Seconds()
+	t.Logf("raw in-order read of both streams (%d + %d messages), best of two: %v, %.0f inputs/s", inputs, decisions, raw.Round(time.Millisecond), rawRate)
 	t.Logf("audit (replay and verify), best of two: %v, %.0f inputs/s: %.2fx the raw read", rep.Elapsed.Round(time.Millisecond), rep.Rate(), rep.Rate()/rawRate)
 }
 
-func buildLargeLog(t *testing.T, e *env, n int) int {
+// buildLargeLog writes bench.WriteLog's synthetic log of the policy and n
+// inputs to e's streams; it returns the inputs and decisions written.
+func buildLargeLog(t *testing.T, e *env, n int) (inputs, decisions uint64) {
 	t.Helper()
-	ctx := context.Background()
 	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs := max(n/10, 1)
-	var body []byte
-	for i := range n {
-		k, round := i%jobs, i/jobs
-		job := "job-" + strconv.Itoa(k)
-		worker := "w" + strconv.Itoa(k%64)
-		var subject string
-		body = append(body[:0], `{"v":1`...)
-		switch {
-		case i%997 == 996:
-			subject = events.InputSubject(events.RoleCoord, "c1", events.NoJob, events.VerbTick)
-		case round == 0:
-			subject = events.InputSubject(events.RoleWorker, worker, job, events.VerbAcquire)
-			body = append(body, `,"lease_ms":3600000`...)
-		case round%2 == 1:
-			subject = events.InputSubject(events.RoleWorker, worker, job, events.VerbRenew)
-			body = fmt.Appendf(body, `,"lease_id":"L%d","generation":1,"renew_seq":%d`, k+1, round)
-		default:
-			subject = events.InputSubject(events.RoleWorker, worker, job, events.VerbProgress)
-			body = fmt.Appendf(body, `,"lease_id":"L%d","generation":1,"progress_seq":%d,"value":%d`, k+1, round, round%100)
-		}
-		body = append(body, '}')
-		publishAsync(t, js, &nats.Msg{Subject: subject, Data: append([]byte(nil), body...)})
-	}
-	waitAsync(t, js)
-
-	// Read the inputs back in order, fold, append the decisions.
-	cons, err := js.OrderedConsumer(ctx, e.top.InputStream(), jetstream.OrderedConsumerConfig{})
+	inputs, decisions, err = bench.WriteLog(context.Background(), js, e.top, nil, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Stop()
-	p := projector.New()
-	decisions := 0
-	for range n {
-		m, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		meta, err := m.Metadata()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds, err := p.Step(events.Raw{Seq: meta.Sequence.Stream, Time: meta.Timestamp.UnixNano(), Subject: m.Subject(), Body: m.Data()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range ds {
-			d := &ds[i]
-			msg := &nats.Msg{Subject: events.DecisionSubject(d), Data: events.AppendDecision(nil, d), Header: nats.Header{}}
-			msg.Header.Set(events.HeaderCause, strconv.FormatUint(d.Cause, 10))
-			msg.Header.Set(events.HeaderIndex, strconv.Itoa(int(d.N))+"/"+strconv.Itoa(int(d.Of)))
-			publishAsync(t, js, msg)
-			decisions++
-		}
-	}
-	waitAsync(t, js)
-	return decisions
-}
-
-// publishAsync publishes m asynchronously, waiting as long as it takes
-// for room among the outstanding publishes.
-func publishAsync(t *testing.T, js jetstream.JetStream, m *nats.Msg) {
-	if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func waitAsync(t *testing.T, js jetstream.JetStream) {
-	t.Helper()
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(5 * time.Minute):
-		t.Fatal("asynchronous publishes not acknowledged")
-	}
+	return inputs, decisions
 }
 
 // rawRead reads both streams in order, concurrently, through plain ordered

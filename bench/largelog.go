@@ -94,6 +94,24 @@ func (b *runner) buildLog(ctx context.Context, dir string, n int) error {
 	if err != nil {
 		return err
 	}
+	_, _, err = WriteLog(ctx, js, top, h.Snapshots, n)
+	return err
+}
+
+// WriteLog appends a synthetic log to top's streams through js (made with a
+// large WithPublishAsyncMaxPending, e.g. 8192): the default policy, then n
+// worker inputs over n/10 jobs (an acquire each, then alternating renewals
+// and progress reports, a tick every 997 inputs); then it folds the stored
+// inputs (their stored times decide) and appends every decision with the
+// coordinator's headers and fence. With snapshots (non-nil) it also stores
+// the snapshot a coordinator would have taken DefaultSnapshotEvery inputs
+// before the end (or a third of the way from it). It returns the inputs and
+// decisions written. top (unpartitioned) has empty streams. The bench's large log
+// and the audit's throughput test share it.
+func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology, snapshots jetstream.ObjectStore, n int) (inputs, decisions uint64, err error) {
+	if top.Partition.Partitioned() {
+		return 0, 0, fmt.Errorf("bench: WriteLog writes an unpartitioned log, not partition %s", top.Partition)
+	}
 	publish := func(m *nats.Msg) error {
 		_, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
 		return err
@@ -110,7 +128,7 @@ func (b *runner) buildLog(ctx context.Context, dir string, n int) error {
 	}
 	pol := events.Input{Verb: events.VerbPolicy, Policy: events.DefaultPolicy()}
 	if err := publish(&nats.Msg{Subject: events.InputSubject(events.RoleCoord, "c0", events.NoJob, events.VerbPolicy), Data: events.AppendInputBody(nil, &pol)}); err != nil {
-		return err
+		return 0, 0, err
 	}
 	jobs := max(n/10, 1)
 	var body []byte
@@ -136,23 +154,23 @@ func (b *runner) buildLog(ctx context.Context, dir string, n int) error {
 		}
 		body = append(body, '}')
 		if err := publish(&nats.Msg{Subject: subject, Data: append([]byte(nil), body...)}); err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
 	if err := complete(); err != nil {
-		return err
+		return 0, 0, err
 	}
 
 	// Fold the stored inputs (their stored times decide) and append.
-	total := uint64(n + 1)
+	total := uint64(n + 1) // the policy, then n
 	snapAt := total - min(coordinator.DefaultSnapshotEvery, total/3)
 	cons, err := js.OrderedConsumer(ctx, top.InputStream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer it.Stop()
 	p := projector.New()
@@ -162,15 +180,15 @@ func (b *runner) buildLog(ctx context.Context, dir string, n int) error {
 	for p.LastSeq() < total {
 		m, err := it.Next()
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		ds, err := p.Step(events.Raw{Seq: meta.Sequence.Stream, Time: meta.Timestamp.UnixNano(), Subject: m.Subject(), Body: m.Data()})
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		for i := range ds {
 			d := &ds[i]
@@ -180,7 +198,7 @@ func (b *runner) buildLog(ctx context.Context, dir string, n int) error {
 				jetstream.ExpectedLastSeqHeader: {strconv.FormatUint(decSeq, 10)},
 			}}
 			if err := publish(msg); err != nil {
-				return err
+				return 0, 0, err
 			}
 			decSeq++
 		}
@@ -189,17 +207,17 @@ func (b *runner) buildLog(ctx context.Context, dir string, n int) error {
 		}
 	}
 	if err := complete(); err != nil {
-		return err
+		return 0, 0, err
 	}
-	if snap != nil {
+	if snap != nil && snapshots != nil {
 		meta := jetstream.ObjectMeta{Name: audit.SnapshotObject, Headers: nats.Header{}}
 		meta.Headers.Set(audit.HeaderSnapshotInput, strconv.FormatUint(snapAt, 10))
 		meta.Headers.Set(audit.HeaderSnapshotDecision, strconv.FormatUint(snapDec, 10))
-		if _, err := h.Snapshots.Put(ctx, meta, bytes.NewReader(snap)); err != nil {
-			return fmt.Errorf("store the snapshot: %w", err)
+		if _, err := snapshots.Put(ctx, meta, bytes.NewReader(snap)); err != nil {
+			return 0, 0, fmt.Errorf("store the snapshot: %w", err)
 		}
 	}
-	return nil
+	return total, decSeq, nil
 }
 
 // restart is scenario 6: the time from starting a coordinator on the log
