@@ -162,23 +162,7 @@ func TestAuthServe(t *testing.T) {
 			"--id", "coord", "--server-config", filepath.Join(dir, "server.conf")}, flags(coord)...)
 		done <- run(ctx, args, &bytes.Buffer{}, &logs)
 	}()
-	re := regexp.MustCompile(`connect workers to ((?:nats|tls)://127\.0\.0\.1:\d+)`)
-	var url string
-	deadline := time.Now().Add(30 * time.Second)
-	for url == "" {
-		if m := re.FindStringSubmatch(logs.String()); m != nil {
-			url = m[1]
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited with %d:\n%s", code, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connect line in the log:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	url := waitServing(t, &logs, done, regexp.MustCompile(`connect workers to ((?:nats|tls)://127\.0\.0\.1:\d+)`))
 
 	// The dispatcher asks the coordinator's status service (the coordinator
 	// answers on the dispatcher's own inbox: allow_responses).
@@ -187,6 +171,7 @@ func TestAuthServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dnc.Close()
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := dnc.Request("tenure.status.coord", nil, time.Second)
 		if err == nil && strings.Contains(string(resp.Data), `"live":true`) {
@@ -363,23 +348,7 @@ func TestAuthServePartitioned(t *testing.T) {
 			"--id", "coord", "--partitions", fmt.Sprint(count), "--leader-ttl", "1s", "--server-config", filepath.Join(dir, "server.conf")}, flags(coord)...)
 		done <- run(ctx, args, &bytes.Buffer{}, &logs)
 	}()
-	re := regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`)
-	var url string
-	deadline := time.Now().Add(30 * time.Second)
-	for url == "" {
-		if m := re.FindStringSubmatch(logs.String()); m != nil {
-			url = m[1]
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited with %d:\n%s", code, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connect line in the log:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	url := waitServing(t, &logs, done, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
 
 	var mu sync.Mutex
 	var violations []error
@@ -393,6 +362,7 @@ func TestAuthServePartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dnc.Close()
+	deadline := time.Now().Add(30 * time.Second)
 	for k := range count {
 		for {
 			resp, err := dnc.Request(fmt.Sprintf("tenure.status.coord.%d", k), nil, time.Second)

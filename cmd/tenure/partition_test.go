@@ -44,18 +44,8 @@ func TestPartitionedCommands(t *testing.T) {
 			t.Error("serve did not stop")
 		}
 	}()
-	re := regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`)
-	var url string
+	url := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
 	deadline := time.Now().Add(20 * time.Second)
-	for url == "" {
-		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			url = m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connect line in the log:\n%s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)

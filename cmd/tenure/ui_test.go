@@ -22,10 +22,23 @@ import (
 // waitLog waits for re's first group in a log buffer.
 func waitLog(t *testing.T, b *syncBuffer, re *regexp.Regexp) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	return waitServing(t, b, nil, re)
+}
+
+// waitServing is waitLog for a command running in the background that
+// sends its exit status on done (nil: not watched): it fails at once if
+// the command exits first, and waits up to 30 s.
+func waitServing(t *testing.T, b *syncBuffer, done <-chan int, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if m := re.FindStringSubmatch(b.String()); m != nil {
 			return m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exited with %d before %v was logged:\n%s", code, re, b.String())
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no %v in the log:\n%s", re, b.String())
