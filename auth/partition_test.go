@@ -16,6 +16,7 @@ import (
 
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/coordinator/coordtest"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/testutil"
@@ -48,34 +49,8 @@ func newPartEnv(t *testing.T, opts auth.Options, serverMapping bool) *partEnv {
 	srv := testutil.StartServer(t, so...)
 	e := &partEnv{b: b, url: srv.ClientURL()}
 	e.coord = connect(t, b, e.url, "coord", nats.MaxReconnects(-1))
-	g, err := coordinator.NewGroup(coordinator.Config{ID: "coord", Conn: e.coord.nc, LeaderTTL: 600 * time.Millisecond,
-		SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond}, partitions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.g = g
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("coordinators: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("coordinators did not stop")
-		}
-	})
-	waitFor(t, 20*time.Second, "every partition live", func() bool {
-		for _, st := range g.Stats() {
-			if !st.Live {
-				return false
-			}
-		}
-		return true
-	})
+	e.g = coordtest.RunGroup(t, coordinator.Config{ID: "coord", Conn: e.coord.nc, LeaderTTL: 600 * time.Millisecond,
+		SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond}, partitions, 20*time.Second)
 	return e
 }
 

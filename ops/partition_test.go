@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/coordinator/coordtest"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/streams"
@@ -32,36 +33,8 @@ func startPartitioned(t *testing.T) (*ops.Client, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := coordinator.NewGroup(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond}, testPartitions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("coordinator group: %v", err)
-		}
-		nc.Close()
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		live := 0
-		for _, st := range g.Stats() {
-			if st.Live {
-				live++
-			}
-		}
-		if live == testPartitions {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d partitions live", live, testPartitions)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	t.Cleanup(nc.Close) // after the group has stopped (cleanups run last first)
+	coordtest.RunGroup(t, coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond}, testPartitions, 15*time.Second)
 	onc, js := testutil.Connect(t, srv.ClientURL())
 	cl, err := ops.New(onc, "disp")
 	if err != nil {

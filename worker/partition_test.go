@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/coordinator/coordtest"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
@@ -33,28 +34,8 @@ func newPartitionedEnv(t *testing.T) (*env, []streams.Topology) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := coordinator.NewGroup(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond}, testPartitions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("coordinator group: %v", err)
-		}
-		nc.Close()
-	})
-	waitFor(t, 15*time.Second, "every partition live", func() bool {
-		for _, st := range g.Stats() {
-			if !st.Live {
-				return false
-			}
-		}
-		return true
-	})
+	t.Cleanup(nc.Close) // after the group has stopped (cleanups run last first)
+	coordtest.RunGroup(t, coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond}, testPartitions, 15*time.Second)
 	return &env{t: t, srv: srv, js: js}, streams.Topology{}.Partitions(testPartitions)
 }
 

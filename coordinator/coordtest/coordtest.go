@@ -1,0 +1,54 @@
+// Package coordtest runs coordinators for the tests of other packages: a
+// coordinator.Group started, stopped and checked with the test, and waited
+// for until every partition is live.
+package coordtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/maknow/tenure/coordinator"
+)
+
+// RunGroup creates a Group of cfg over count partitions and runs it until
+// the test ends; t.Cleanup stops it and fails the test if Run returned an
+// error or did not stop within 15 s. It returns once every partition has a
+// live coordinator, failing the test after within.
+func RunGroup(t testing.TB, cfg coordinator.Config, count uint32, within time.Duration) *coordinator.Group {
+	t.Helper()
+	g, err := coordinator.NewGroup(cfg, count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("coordinator group: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("coordinator group did not stop")
+		}
+	})
+	deadline := time.Now().Add(within)
+	for {
+		live := 0
+		for _, st := range g.Stats() {
+			if st.Live {
+				live++
+			}
+		}
+		if live == len(g.Coordinators()) {
+			return g
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d partitions live after %v", live, count, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
