@@ -203,10 +203,7 @@ func newModel(feedCap int, count uint32) *model {
 // partition is partition k of the model's deployment (the zero Partition
 // when unpartitioned).
 func (m *model) partition(k uint32) events.Partition {
-	if m.count == 0 {
-		return events.Partition{}
-	}
-	return events.Partition{Index: k, Count: m.count}
+	return events.Partition{Index: k, Count: m.count} // k is 0 when unpartitioned
 }
 
 // apply folds one stored decision (sequence seq of partition part's
@@ -225,7 +222,7 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 	}
 	id := d.Job.ID
 	var e *jobEntry
-	if id != events.NoJob && id != "" && (m.count == 0 || events.PartitionOf(id, m.count) == part) {
+	if id != events.NoJob && id != "" && p.Owns(id) {
 		e = m.jobs[id]
 		if e == nil {
 			e = &jobEntry{job: events.Job{ID: id}, part: p}
