@@ -96,6 +96,7 @@ func decodedHash(t *testing.T, e *env) audit.Hash {
 	var cause uint64
 	var at int64
 	var policy *events.Policy
+	var rules *projector.Rules
 	for _, m := range e.readStream(t, "TENURE_OUT") {
 		d, err := events.DecodeDecision(m.data)
 		if err != nil {
@@ -108,8 +109,20 @@ func decodedHash(t *testing.T, e *env) audit.Hash {
 		if d.Kind == events.KindPolicySet {
 			policy = d.Policy
 		}
+		if d.Kind == events.KindRulesSet {
+			// The key is in the rules input that caused it, never in a decision.
+			var in events.Input
+			for _, m := range e.readStream(t, "TENURE_IN") {
+				if m.seq == d.Cause {
+					if err := events.DecodeInput(m.subject, m.data, &in); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			rules = &projector.Rules{Revision: d.Revision, LeaseKey: in.LeaseKey}
+		}
 	}
-	h, err := projector.RebuildHash(nil, cause, at, policy, maps.Values(jobs))
+	h, err := projector.RebuildHash(nil, cause, at, policy, rules, maps.Values(jobs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func Check(in InputReader, out DecisionReader, st Start, opts Options) *Report {
 // unmatched then are copied (owned).
 type derived struct {
 	key      Key
-	of       uint16
+	of       uint32
 	off, end int // body in the arena
 	subject  string
 	i        int  // index in checker.cur or, when owned, checker.owned
@@ -156,6 +156,7 @@ type checker struct {
 	sCause  uint64
 	sAt     int64
 	sPolicy *events.Policy
+	sRev    uint32 // the revision of the last rules_set decision (0: none)
 
 	latest map[string]events.Decision
 	steps  map[uint64]int // timeline index by input sequence
@@ -503,6 +504,9 @@ func (c *checker) applyStored(d *events.Decision) {
 		p := *d.Policy
 		c.sPolicy = &p
 	}
+	if d.Kind == events.KindRulesSet {
+		c.sRev = d.Revision
+	}
 }
 
 func (c *checker) applyStoredBody(body []byte) {
@@ -533,7 +537,13 @@ func (c *checker) finish() {
 	}
 	rep.FoldHash = c.p.StateHash()
 	policy := c.sPolicy
-	h, err := projector.RebuildHash(c.base, c.sCause, c.sAt, policy, maps.Values(c.jobs))
+	var rules *projector.Rules
+	if c.sRev != 0 {
+		// The revision as the stored decisions say; the key, which no
+		// decision carries, from the input stream (the fold's).
+		rules = &projector.Rules{Revision: c.sRev, LeaseKey: c.p.Rules().LeaseKey}
+	}
+	h, err := projector.RebuildHash(c.base, c.sCause, c.sAt, policy, rules, maps.Values(c.jobs))
 	if err == nil {
 		rep.StoredHash = h
 	}
@@ -579,7 +589,7 @@ func (c *checker) pending(seq uint64) {
 // skey is the key of a stored decision, from its headers (or its body).
 type skey struct {
 	key    Key
-	of     uint16
+	of     uint32
 	ok     bool // key known
 	hdrOK  bool // headers present and valid: key and of come from them
 	hdrErr string
@@ -587,8 +597,8 @@ type skey struct {
 	hdrCause  uint64
 	bodyOK    bool
 	bodyCause uint64
-	bodyN     uint16
-	bodyOf    uint16
+	bodyN     uint32
+	bodyOf    uint32
 }
 
 func parseKey(s *StoredDecision) skey {
@@ -615,19 +625,19 @@ func parseKey(s *StoredDecision) skey {
 	return k
 }
 
-func parseIndex(s string) (n, of uint16, ok bool) {
+func parseIndex(s string) (n, of uint32, ok bool) {
 	a, b, found := strings.Cut(s, "/")
-	n64, err1 := strconv.ParseUint(a, 10, 16)
-	of64, err2 := strconv.ParseUint(b, 10, 16)
+	n64, err1 := strconv.ParseUint(a, 10, 32)
+	of64, err2 := strconv.ParseUint(b, 10, 32)
 	if !found || err1 != nil || err2 != nil || n64 >= of64 {
 		return 0, 0, false
 	}
-	return uint16(n64), uint16(of64), true
+	return uint32(n64), uint32(of64), true
 }
 
 // bodyKey reads cause, n and of from the fixed start of a canonical
 // decision body, without decoding it: {"v":1,"cause":C,"n":N,"of":O,...
-func bodyKey(b []byte) (cause uint64, n, of uint16, ok bool) {
+func bodyKey(b []byte) (cause uint64, n, of uint32, ok bool) {
 	var v uint64
 	if b, ok = cutPrefix(b, `{"v":1,"cause":`); !ok {
 		return
@@ -638,17 +648,17 @@ func bodyKey(b []byte) (cause uint64, n, of uint16, ok bool) {
 	if b, ok = cutPrefix(b, `,"n":`); !ok {
 		return
 	}
-	if v, b, ok = leadingUint(b); !ok || v > 0xffff {
+	if v, b, ok = leadingUint(b); !ok || v > 0xffffffff {
 		return 0, 0, 0, false
 	}
-	n = uint16(v)
+	n = uint32(v)
 	if b, ok = cutPrefix(b, `,"of":`); !ok {
 		return
 	}
-	if v, b, ok = leadingUint(b); !ok || v > 0xffff || len(b) == 0 || b[0] != ',' {
+	if v, b, ok = leadingUint(b); !ok || v > 0xffffffff || len(b) == 0 || b[0] != ',' {
 		return 0, 0, 0, false
 	}
-	return cause, n, uint16(v), true
+	return cause, n, uint32(v), true
 }
 
 func cutPrefix(b []byte, p string) ([]byte, bool) {

@@ -23,7 +23,7 @@ func (h Hash) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
 // strictly.
 type Key struct {
 	Cause uint64 `json:"cause"`
-	N     uint16 `json:"n"`
+	N     uint32 `json:"n"`
 }
 
 // Less orders keys by cause, then index.
@@ -59,8 +59,8 @@ type FieldDiff struct {
 type Mismatch struct {
 	Seq   uint64      `json:"seq"` // decision stream sequence
 	Cause uint64      `json:"cause"`
-	N     uint16      `json:"n"`
-	Of    uint16      `json:"of"` // as derived
+	N     uint32      `json:"n"`
+	Of    uint32      `json:"of"` // as derived
 	Diffs []FieldDiff `json:"diffs"`
 }
 
@@ -96,8 +96,8 @@ func clip(s string, n int) string {
 // the same input).
 type Missing struct {
 	Cause  uint64 `json:"cause"`
-	N      uint16 `json:"n"`
-	Of     uint16 `json:"of"`
+	N      uint32 `json:"n"`
+	Of     uint32 `json:"of"`
 	Kind   string `json:"kind"`
 	Job    string `json:"job"`
 	Before uint64 `json:"before"` // the stored decision found where it was expected
@@ -128,8 +128,8 @@ const (
 type Extra struct {
 	Seq    uint64   `json:"seq"`
 	Cause  uint64   `json:"cause"`
-	N      uint16   `json:"n"`
-	Of     uint16   `json:"of"` // as its header says
+	N      uint32   `json:"n"`
+	Of     uint32   `json:"of"` // as its header says
 	Why    ExtraWhy `json:"why"`
 	Detail string   `json:"detail,omitempty"`
 }
@@ -168,8 +168,8 @@ type Pending struct {
 // Partial is an input whose first Stored decisions of Of are stored.
 type Partial struct {
 	Input  uint64 `json:"input"`
-	Stored uint16 `json:"stored"`
-	Of     uint16 `json:"of"`
+	Stored uint32 `json:"stored"`
+	Of     uint32 `json:"of"`
 }
 
 // BreakKind classifies a break of the chain.

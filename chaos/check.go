@@ -165,7 +165,7 @@ type stored struct {
 func checkChain(l *Log, r *Result) []stored {
 	out := make([]stored, 0, len(l.Decisions))
 	var prevSeq, prevCause uint64
-	var prevN, prevOf uint16
+	var prevN, prevOf uint32
 	for i := range l.Decisions {
 		m := &l.Decisions[i]
 		if m.Seq != prevSeq+1 {
@@ -214,7 +214,7 @@ func checkChain(l *Log, r *Result) []stored {
 
 type key struct {
 	cause uint64
-	n     uint16
+	n     uint32
 }
 
 // checkFold folds the input stream with a fresh projector and requires

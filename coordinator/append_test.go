@@ -109,7 +109,7 @@ func TestAtomicBatchAppend(t *testing.T) {
 	mk := func(cause uint64, n int) []pending {
 		ps := make([]pending, n)
 		for i := range ps {
-			ps[i] = pending{subject: "tenure.out.w1.j" + strconv.Itoa(i) + ".renewed", n: uint16(i), of: uint16(n), cause: cause,
+			ps[i] = pending{subject: "tenure.out.w1.j" + strconv.Itoa(i) + ".renewed", n: uint32(i), of: uint32(n), cause: cause,
 				body: []byte(`{"cause":` + strconv.FormatUint(cause, 10) + `,"n":` + strconv.Itoa(i) + `}`)}
 		}
 		return ps
@@ -170,7 +170,7 @@ func TestAtomicBatchAppend(t *testing.T) {
 		}
 		cause, _ := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
 		n, _ := strconv.Atoi(want[seq-1][2:3])
-		if id := m.Header.Get(jetstream.MsgIDHeader); id != events.DecisionMsgID(cause, uint16(n)) {
+		if id := m.Header.Get(jetstream.MsgIDHeader); id != events.DecisionMsgID(cause, uint32(n)) {
 			t.Errorf("message %d: Msg-Id %q", seq, id)
 		}
 	}

@@ -290,7 +290,7 @@ type session struct {
 
 type pending struct {
 	subject string
-	n, of   uint16
+	n, of   uint32
 	cause   uint64
 	body    []byte
 }

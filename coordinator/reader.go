@@ -64,16 +64,16 @@ func (r *reader) stop() {
 }
 
 // decisionIndex reads the Tenure-Cause and Tenure-N headers of a stored decision.
-func decisionIndex(h nats.Header) (cause uint64, n, of uint16, err error) {
+func decisionIndex(h nats.Header) (cause uint64, n, of uint32, err error) {
 	cause, err = strconv.ParseUint(h.Get(events.HeaderCause), 10, 64)
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("coordinator: decision without a valid %s header", events.HeaderCause)
 	}
 	a, b, ok := strings.Cut(h.Get(events.HeaderIndex), "/")
-	n64, err1 := strconv.ParseUint(a, 10, 16)
-	of64, err2 := strconv.ParseUint(b, 10, 16)
+	n64, err1 := strconv.ParseUint(a, 10, 32)
+	of64, err2 := strconv.ParseUint(b, 10, 32)
 	if !ok || err1 != nil || err2 != nil || n64 >= of64 {
 		return 0, 0, 0, fmt.Errorf("coordinator: decision without a valid %s header", events.HeaderIndex)
 	}
-	return cause, uint16(n64), uint16(of64), nil
+	return cause, uint32(n64), uint32(of64), nil
 }

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -16,7 +17,7 @@ const (
 
 // DecisionMsgID is the deterministic Nats-Msg-Id of decision n of input cause:
 // a retried append of the same decision is deduplicated by the stream.
-func DecisionMsgID(cause uint64, n uint16) string {
+func DecisionMsgID(cause uint64, n uint32) string {
 	b := make([]byte, 0, 24)
 	b = append(b, "d-"...)
 	b = strconv.AppendUint(b, cause, 10)
@@ -127,6 +128,18 @@ func AppendDecision(b []byte, d *Decision) []byte {
 	if d.Policy != nil {
 		b = append(b, `,"policy":`...)
 		b = AppendPolicy(b, d.Policy)
+	}
+	if d.Revision != 0 {
+		b = append(b, `,"rules":{"revision":`...)
+		b = strconv.AppendUint(b, uint64(d.Revision), 10)
+		b = append(b, '}')
+	}
+	if c := d.Checkpoint; c != nil {
+		b = append(b, `,"checkpoint":{"input_seq":`...)
+		b = strconv.AppendUint(b, c.InputSeq, 10)
+		b = append(b, `,"state_hash":"`...)
+		b = hex.AppendEncode(b, c.StateHash[:])
+		b = append(b, `"}`...)
 	}
 	return append(b, '}')
 }
@@ -255,19 +268,30 @@ func appendString(b []byte, s string) []byte {
 
 // wire forms for DecodeDecision.
 type wireDecision struct {
-	V         int         `json:"v"`
-	Cause     uint64      `json:"cause"`
-	N         uint16      `json:"n"`
-	Of        uint16      `json:"of"`
-	At        string      `json:"at"`
-	Kind      string      `json:"kind"`
-	Accepted  bool        `json:"accepted"`
-	Reason    string      `json:"reason"`
-	Detail    string      `json:"detail"`
-	Input     wireIdent   `json:"input"`
-	Addressee string      `json:"addressee"`
-	Job       wireJob     `json:"job"`
-	Policy    *wirePolicy `json:"policy"`
+	V          int             `json:"v"`
+	Cause      uint64          `json:"cause"`
+	N          uint32          `json:"n"`
+	Of         uint32          `json:"of"`
+	At         string          `json:"at"`
+	Kind       string          `json:"kind"`
+	Accepted   bool            `json:"accepted"`
+	Reason     string          `json:"reason"`
+	Detail     string          `json:"detail"`
+	Input      wireIdent       `json:"input"`
+	Addressee  string          `json:"addressee"`
+	Job        wireJob         `json:"job"`
+	Policy     *wirePolicy     `json:"policy"`
+	Rules      *wireRules      `json:"rules"`
+	Checkpoint *wireCheckpoint `json:"checkpoint"`
+}
+
+type wireRules struct {
+	Revision uint32 `json:"revision"`
+}
+
+type wireCheckpoint struct {
+	InputSeq  uint64 `json:"input_seq"`
+	StateHash string `json:"state_hash"`
 }
 
 type wireIdent struct {
@@ -302,11 +326,11 @@ type wireJob struct {
 	LeaseExpired  bool   `json:"lease_expired"`
 	Conflict      bool   `json:"conflict"`
 	ConflictWith  string `json:"conflict_with"`
-	Stale         uint32 `json:"stale"`
-	Late          uint32 `json:"late"`
-	LateProgress  uint32 `json:"late_progress"`
-	Duplicates    uint32 `json:"duplicates"`
-	Conflicts     uint32 `json:"conflicts"`
+	Stale         uint64 `json:"stale"`
+	Late          uint64 `json:"late"`
+	LateProgress  uint64 `json:"late_progress"`
+	Duplicates    uint64 `json:"duplicates"`
+	Conflicts     uint64 `json:"conflicts"`
 }
 
 type wirePolicy struct {
@@ -399,6 +423,19 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 			MaxGenerations: w.Policy.MaxGenerations,
 		}
 	}
+	if w.Rules != nil {
+		if w.Rules.Revision == 0 {
+			return d, bad("rules revision", "0")
+		}
+		d.Revision = w.Rules.Revision
+	}
+	if w.Checkpoint != nil {
+		h, ok := ParseStateHash([]byte(w.Checkpoint.StateHash))
+		if !ok {
+			return d, bad("state_hash", w.Checkpoint.StateHash)
+		}
+		d.Checkpoint = &Checkpoint{InputSeq: w.Checkpoint.InputSeq, StateHash: h}
+	}
 	return d, nil
 }
 
@@ -428,9 +465,9 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 	}
 	d.Cause = r.uint()
 	r.lit(`,"n":`)
-	d.N = uint16(r.uintMax(1<<16 - 1))
+	d.N = uint32(r.uintMax(1<<32 - 1))
 	r.lit(`,"of":`)
-	d.Of = uint16(r.uintMax(1<<16 - 1))
+	d.Of = uint32(r.uintMax(1<<32 - 1))
 	r.lit(`,"at":`)
 	d.At = r.time()
 	r.lit(`,"kind":`)
@@ -510,15 +547,15 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 			j.ConflictWith = r.str()
 		}
 		r.lit(`,"stale":`)
-		j.Stale = uint32(r.uintMax(1<<32 - 1))
+		j.Stale = r.uint()
 		r.lit(`,"late":`)
-		j.Late = uint32(r.uintMax(1<<32 - 1))
+		j.Late = r.uint()
 		r.lit(`,"late_progress":`)
-		j.LateProgress = uint32(r.uintMax(1<<32 - 1))
+		j.LateProgress = r.uint()
 		r.lit(`,"duplicates":`)
-		j.Duplicates = uint32(r.uintMax(1<<32 - 1))
+		j.Duplicates = r.uint()
 		r.lit(`,"conflicts":`)
-		j.Conflicts = uint32(r.uintMax(1<<32 - 1))
+		j.Conflicts = r.uint()
 		r.lit(`}`)
 	}
 	if r.opt(`,"policy":{"min_lease_ms":`) {
@@ -538,6 +575,24 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		p.MaxGenerations = r.uint()
 		r.lit(`}`)
 		d.Policy = p
+	}
+	if r.opt(`,"rules":{"revision":`) {
+		d.Revision = uint32(r.uintMax(1<<32 - 1))
+		if d.Revision == 0 {
+			return false
+		}
+		r.lit(`}`)
+	}
+	if r.opt(`,"checkpoint":{"input_seq":`) {
+		c := &Checkpoint{InputSeq: r.uint()}
+		r.lit(`,"state_hash":`)
+		h, ok := ParseStateHash(r.raw())
+		if !ok {
+			return false
+		}
+		c.StateHash = h
+		r.lit(`}`)
+		d.Checkpoint = c
 	}
 	r.lit(`}`)
 	return r.ok && r.i == len(r.b)
@@ -616,21 +671,26 @@ func (r *decReader) str() string {
 	return string(b)
 }
 
-// uintMax reads a JSON non-negative integer not above max.
+// uintMax reads a JSON non-negative integer not above max (any uint64).
 func (r *decReader) uintMax(max uint64) uint64 {
 	if !r.ok {
 		return 0
 	}
 	j, v := r.i, uint64(0)
-	for j < len(r.b) && r.b[j] >= '0' && r.b[j] <= '9' && j-r.i < 20 {
-		v = v*10 + uint64(r.b[j]-'0')
+	for j < len(r.b) && r.b[j] >= '0' && r.b[j] <= '9' {
+		d := uint64(r.b[j] - '0')
+		if v > (max-d)/10 { // v*10+d would pass max (or overflow)
+			r.ok = false
+			return 0
+		}
+		v = v*10 + d
 		j++
 	}
 	n := j - r.i
-	// No digits, a leading zero, 19 digits or more (possible overflow: left
-	// to encoding/json), or a number that goes on (fraction, exponent).
-	if n == 0 || n > 1 && r.b[r.i] == '0' || n >= 19 || v > max ||
-		j < len(r.b) && (r.b[j] == '.' || r.b[j] == 'e' || r.b[j] == 'E' || r.b[j] >= '0' && r.b[j] <= '9') {
+	// No digits, a leading zero, or a number that goes on (fraction,
+	// exponent).
+	if n == 0 || n > 1 && r.b[r.i] == '0' ||
+		j < len(r.b) && (r.b[j] == '.' || r.b[j] == 'e' || r.b[j] == 'E') {
 		r.ok = false
 		return 0
 	}
@@ -640,7 +700,7 @@ func (r *decReader) uintMax(max uint64) uint64 {
 
 func (r *decReader) uint() uint64 { return r.uintMax(1<<64 - 1) }
 
-// int reads a JSON integer of at most 18 digits, with an optional minus.
+// int reads a JSON integer in the range of int64, with an optional minus.
 func (r *decReader) int() int64 {
 	if !r.ok {
 		return 0
@@ -648,15 +708,13 @@ func (r *decReader) int() int64 {
 	neg := r.i < len(r.b) && r.b[r.i] == '-'
 	if neg {
 		r.i++
-	}
-	v := int64(r.uint())
-	if neg {
+		v := r.uintMax(1 << 63)
 		if v == 0 { // "-0" is left to encoding/json
 			r.ok = false
 		}
-		return -v
+		return int64(-v)
 	}
-	return v
+	return int64(r.uintMax(1<<63 - 1))
 }
 
 func (r *decReader) bool() bool {

@@ -29,9 +29,9 @@ func randomDecision(r *rand.Rand) Decision {
 	}
 	kinds := Kinds()
 	d := Decision{
-		Cause: r.Uint64N(1 << 53), N: uint16(r.IntN(1 << 16)), Of: uint16(r.IntN(1 << 16)), At: tm(),
+		Cause: r.Uint64N(1 << 53), N: r.Uint32(), Of: r.Uint32(), At: tm(),
 		Kind: kinds[r.IntN(len(kinds))], Reason: Reason(tok()), Role: Role(r.IntN(4)), Actor: tok(),
-		Verb: Verb(r.IntN(13)), Addressee: tok(),
+		Verb: Verb(r.IntN(int(verbCount))), Addressee: tok(),
 	}
 	if r.IntN(3) == 0 {
 		d.Detail = texts[r.IntN(len(texts))]
@@ -49,12 +49,22 @@ func randomDecision(r *rand.Rand) Decision {
 		j.IssuedAt, j.ExpiresAt, j.AckDeadline, j.AckedAt, j.RenewAt, j.ProgressAt = tm(), tm(), tm(), tm(), tm(), tm()
 		j.CancelAt, j.CancelBy, j.EndedAt = tm(), tm(), tm()
 		j.RenewSeq, j.ProgressSeq, j.ProgressValue = r.Uint64N(1<<53), r.Uint64N(1<<53), r.Int64N(101)
-		j.Stale, j.Late, j.LateProgress, j.Duplicates, j.Conflicts = r.Uint32(), r.Uint32(), r.Uint32(), r.Uint32(), r.Uint32()
+		j.Stale, j.Late, j.LateProgress, j.Duplicates, j.Conflicts = r.Uint64(), uint64(r.Uint32()), r.Uint64N(100), 1<<64-1, r.Uint64()
 	}
 	if r.IntN(4) == 0 {
 		p := DefaultPolicy()
 		p.MaxGenerations = r.Uint64N(1 << 20)
 		d.Policy = &p
+	}
+	if r.IntN(4) == 0 {
+		d.Revision = 1 + r.Uint32N(1<<32-1)
+	}
+	if r.IntN(4) == 0 {
+		c := &Checkpoint{InputSeq: r.Uint64()}
+		for i := range c.StateHash {
+			c.StateHash[i] = byte(r.Uint32())
+		}
+		d.Checkpoint = c
 	}
 	return d
 }

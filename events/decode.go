@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"strconv"
 	"strings"
@@ -82,8 +83,15 @@ const (
 	fNote
 	fDetail
 	fReason
+	fRevision
+	fLeaseKey
+	fInputSeq
+	fStateHash
 	bodyFieldCount
 )
+
+// bodyFieldSet has a bit per field.
+var _ [32 - bodyFieldCount]struct{}
 
 var bodyFieldNames = [bodyFieldCount]string{
 	fV:               "v",
@@ -110,6 +118,10 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fNote:            "note",
 	fDetail:          "detail",
 	fReason:          "reason",
+	fRevision:        "revision",
+	fLeaseKey:        "lease_key",
+	fInputSeq:        "input_seq",
+	fStateHash:       "state_hash",
 }
 
 // lookupBodyField maps a key to its field without allocating (the compiler turns
@@ -164,6 +176,14 @@ func lookupBodyField(k []byte) bodyField {
 		return fDetail
 	case "reason":
 		return fReason
+	case "revision":
+		return fRevision
+	case "lease_key":
+		return fLeaseKey
+	case "input_seq":
+		return fInputSeq
+	case "state_hash":
+		return fStateHash
 	}
 	return fNone
 }
@@ -198,18 +218,20 @@ var (
 	leaseIDGen   = []bodyField{fLeaseID, fGeneration}
 	policyFields = []bodyField{fMinLeaseMS, fMaxLeaseMS, fDefaultLeaseMS, fAckTimeoutMS, fCancelTimeoutMS, fMaxLifetimeMS, fMaxGenerations}
 	verbSchemas  = [...]*bodySchema{
-		VerbOffer:     newBodySchema("offer", []bodyField{fHolder}, fV, fActor, fJob, fSentAt, fHolder, fLeaseMS, fAckTimeoutMS),
-		VerbAcquire:   newBodySchema("acquire", nil, fV, fActor, fJob, fSentAt, fLeaseMS),
-		VerbAck:       newBodySchema("ack", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
-		VerbRenew:     newBodySchema("renew", []bodyField{fLeaseID, fGeneration, fRenewSeq}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fRenewSeq, fLeaseMS),
-		VerbProgress:  newBodySchema("progress", []bodyField{fLeaseID, fGeneration, fProgressSeq, fValue}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fProgressSeq, fValue, fNote),
-		VerbCancel:    newBodySchema("cancel", nil, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fReason),
-		VerbCancelAck: newBodySchema("cancel_ack", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
-		VerbResult:    newBodySchema("result", []bodyField{fLeaseID, fGeneration, fOutcome}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fOutcome, fDetail),
-		VerbRelease:   newBodySchema("release", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
-		VerbResolve:   newBodySchema("resolve", []bodyField{fAction}, fV, fActor, fJob, fSentAt, fAction, fHolder, fLeaseID, fGeneration, fOutcome, fReason),
-		VerbPolicy:    newBodySchema("policy", policyFields, fV, fActor, fJob, fSentAt, fMinLeaseMS, fMaxLeaseMS, fDefaultLeaseMS, fAckTimeoutMS, fCancelTimeoutMS, fMaxLifetimeMS, fMaxGenerations),
-		VerbTick:      newBodySchema("tick", nil, fV, fActor, fJob, fSentAt),
+		VerbOffer:      newBodySchema("offer", []bodyField{fHolder}, fV, fActor, fJob, fSentAt, fHolder, fLeaseMS, fAckTimeoutMS),
+		VerbAcquire:    newBodySchema("acquire", nil, fV, fActor, fJob, fSentAt, fLeaseMS),
+		VerbAck:        newBodySchema("ack", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
+		VerbRenew:      newBodySchema("renew", []bodyField{fLeaseID, fGeneration, fRenewSeq}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fRenewSeq, fLeaseMS),
+		VerbProgress:   newBodySchema("progress", []bodyField{fLeaseID, fGeneration, fProgressSeq, fValue}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fProgressSeq, fValue, fNote),
+		VerbCancel:     newBodySchema("cancel", nil, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fReason),
+		VerbCancelAck:  newBodySchema("cancel_ack", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
+		VerbResult:     newBodySchema("result", []bodyField{fLeaseID, fGeneration, fOutcome}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fOutcome, fDetail),
+		VerbRelease:    newBodySchema("release", leaseIDGen, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration),
+		VerbResolve:    newBodySchema("resolve", []bodyField{fAction}, fV, fActor, fJob, fSentAt, fAction, fHolder, fLeaseID, fGeneration, fOutcome, fReason),
+		VerbPolicy:     newBodySchema("policy", policyFields, fV, fActor, fJob, fSentAt, fMinLeaseMS, fMaxLeaseMS, fDefaultLeaseMS, fAckTimeoutMS, fCancelTimeoutMS, fMaxLifetimeMS, fMaxGenerations),
+		VerbTick:       newBodySchema("tick", nil, fV, fActor, fJob, fSentAt),
+		VerbRules:      newBodySchema("rules", []bodyField{fRevision, fLeaseKey}, fV, fActor, fJob, fSentAt, fRevision, fLeaseKey),
+		VerbCheckpoint: newBodySchema("checkpoint", []bodyField{fInputSeq, fStateHash}, fV, fActor, fJob, fSentAt, fInputSeq, fStateHash),
 	}
 	batchSchema = newBodySchema("batch renew", nil, fV, fActor, fJob, fSentAt, fLeases)
 	leaseSchema = newBodySchema("lease", nil, fJob, fLeaseID, fGeneration, fRenewSeq, fLeaseMS)
@@ -280,8 +302,15 @@ func validTokenBytes(b []byte) bool {
 // A single renew also fills in.Leases with the one LeaseRef it names, so that
 // single and batch renews can be handled alike.
 func DecodeInput(subject string, body []byte, in *Input) error {
+	return DecodeInputAt(subject, body, CurrentRevision, in)
+}
+
+// DecodeInputAt is DecodeInput under rules revision rev: the subject is
+// parsed by ParseInputSubjectAt. The fold decodes each input under the
+// revision in force.
+func DecodeInputAt(subject string, body []byte, rev uint32, in *Input) error {
 	resetInput(in, RoleNone, "", "", VerbNone)
-	s, err := ParseInputSubject(subject)
+	s, err := ParseInputSubjectAt(subject, rev)
 	in.Role, in.Actor, in.Job, in.Verb = s.Role, s.Actor, s.Job, s.Verb
 	if err != nil {
 		return err
@@ -575,8 +604,75 @@ func (d *inputDecoder) field(f bodyField) bool {
 		ok = d.leases()
 	case fNote, fDetail, fReason:
 		in.Text, ok = d.text()
+	case fRevision:
+		var v uint64
+		v, ok = d.bounded(Revision1, CurrentRevision, ReasonBadValue)
+		in.Revision = uint32(v)
+	case fLeaseKey:
+		ok = d.leaseKey()
+	case fInputSeq:
+		in.CheckpointSeq, ok = d.seq()
+	case fStateHash:
+		ok = d.stateHash()
 	}
 	return ok
+}
+
+// leaseKey reads a lease key: LeaseKeyLen bytes as unpadded base64url.
+func (d *inputDecoder) leaseKey() bool {
+	if !d.str() {
+		return false
+	}
+	if len(d.sv) != base64.RawURLEncoding.EncodedLen(LeaseKeyLen) {
+		return d.failv(ReasonBadValue, "want "+strconv.Itoa(LeaseKeyLen)+" bytes as unpadded base64url")
+	}
+	var key [LeaseKeyLen]byte
+	if n, err := base64.RawURLEncoding.Strict().Decode(key[:], d.sv); err != nil || n != LeaseKeyLen {
+		return d.failv(ReasonBadValue, "want "+strconv.Itoa(LeaseKeyLen)+" bytes as unpadded base64url")
+	}
+	d.in.LeaseKey = key
+	return true
+}
+
+// stateHash reads a state hash: StateHashLen bytes as lower-case hex.
+func (d *inputDecoder) stateHash() bool {
+	if !d.str() {
+		return false
+	}
+	h, ok := ParseStateHash(d.sv)
+	if !ok {
+		return d.failv(ReasonBadValue, "want "+strconv.Itoa(2*StateHashLen)+" lower-case hexadecimal digits")
+	}
+	d.in.StateHash = h
+	return true
+}
+
+// ParseStateHash reads a state hash in its wire form: 64 lower-case
+// hexadecimal digits.
+func ParseStateHash(b []byte) ([StateHashLen]byte, bool) {
+	var h [StateHashLen]byte
+	if len(b) != 2*StateHashLen {
+		return h, false
+	}
+	for i := range h {
+		hi, ok1 := hexDigit(b[2*i])
+		lo, ok2 := hexDigit(b[2*i+1])
+		if !ok1 || !ok2 {
+			return h, false
+		}
+		h[i] = hi<<4 | lo
+	}
+	return h, true
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // value scans the value at d.i. Strings are left in d.sv, numbers in

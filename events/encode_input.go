@@ -1,6 +1,8 @@
 package events
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"strconv"
 	"time"
 )
@@ -24,6 +26,8 @@ import (
 //	policy      min_lease_ms, max_lease_ms, default_lease_ms, ack_timeout_ms,
 //	            cancel_timeout_ms, max_lifetime_ms, max_generations
 //	tick        (nothing)
+//	rules       revision, lease_key
+//	checkpoint  input_seq, state_hash
 //
 // Required fields are always written; optional ones (lease_ms,
 // ack_timeout_ms, the texts, a cancel's lease_id and generation) only when not
@@ -104,6 +108,18 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = appendIntField(dst, "cancel_timeout_ms", p.CancelTimeout/ms)
 		dst = appendIntField(dst, "max_lifetime_ms", p.MaxLifetime/ms)
 		dst = appendUintField(dst, "max_generations", p.MaxGenerations)
+	case VerbRules:
+		dst = appendUintField(dst, "revision", uint64(in.Revision))
+		dst = appendKey(dst, "lease_key")
+		dst = append(dst, '"')
+		dst = base64.RawURLEncoding.AppendEncode(dst, in.LeaseKey[:])
+		dst = append(dst, '"')
+	case VerbCheckpoint:
+		dst = appendUintField(dst, "input_seq", in.CheckpointSeq)
+		dst = appendKey(dst, "state_hash")
+		dst = append(dst, '"')
+		dst = hex.AppendEncode(dst, in.StateHash[:])
+		dst = append(dst, '"')
 	}
 	return append(dst, '}')
 }

@@ -78,6 +78,8 @@ const (
 	ReasonNoLiveLease               Reason = "no_live_lease"               // the job has no live lease to act on
 	ReasonNothingToResolve          Reason = "nothing_to_resolve"          // nothing for this action: affirm needs a conflict, revoke a conflict or a live lease, settle an UNRESOLVED job
 	ReasonAffirmMismatch            Reason = "affirm_mismatch"             // affirm names another lease, generation or holder than the live one
+	ReasonRulesInForce              Reason = "rules_in_force"              // a rules input for a revision at or below the one in force: nothing changes
+	ReasonBadCheckpoint             Reason = "bad_checkpoint"              // a checkpoint names an input sequence that is not before it
 )
 
 var reasonDocs = []struct {
@@ -160,4 +162,6 @@ var reasonDocs = []struct {
 	{ReasonNoLiveLease, "the job has no live lease to act on"},
 	{ReasonNothingToResolve, "nothing for this action: affirm needs a conflict, revoke a conflict or a live lease, settle an UNRESOLVED job"},
 	{ReasonAffirmMismatch, "affirm names another lease, generation or holder than the live one"},
+	{ReasonRulesInForce, "a rules input for a revision at or below the one in force: nothing changes"},
+	{ReasonBadCheckpoint, "a checkpoint names an input sequence that is not before it"},
 }

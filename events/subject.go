@@ -47,6 +47,31 @@ func DecisionSubject(d *Decision) string {
 	return DecisionPrefix + "." + d.Addressee + "." + d.Job.ID + "." + d.Kind.String()
 }
 
+// SubjectActor returns the actor token of an input subject that may be
+// malformed: its fourth token when the subject starts with tenure.in. and
+// that token is a valid token, else "". From rules revision 2 on, the
+// rejection of a subject with too many or too few tokens is addressed to it,
+// so that its sender learns the verdict.
+func SubjectActor(subject string) string {
+	const pre = InputPrefix + "."
+	if !strings.HasPrefix(subject, pre) {
+		return ""
+	}
+	rest := subject[len(pre):]
+	i := strings.IndexByte(rest, '.') // after the role
+	if i < 0 {
+		return ""
+	}
+	rest = rest[i+1:]
+	if j := strings.IndexByte(rest, '.'); j >= 0 {
+		rest = rest[:j]
+	}
+	if !ValidToken(rest) {
+		return ""
+	}
+	return rest
+}
+
 // Subject is a parsed input subject.
 type Subject struct {
 	Role  Role
@@ -59,6 +84,12 @@ type Subject struct {
 // known role, valid actor and job tokens (or NoJob where the verb allows it),
 // a known verb the role may publish.
 func ParseInputSubject(subject string) (Subject, error) {
+	return ParseInputSubjectAt(subject, CurrentRevision)
+}
+
+// ParseInputSubjectAt is ParseInputSubject under rules revision rev: a verb
+// that is no input kind of rev (Verb.Since) is an unknown verb.
+func ParseInputSubjectAt(subject string, rev uint32) (Subject, error) {
 	var tok [6]string
 	rest := subject
 	for i := 0; i < 6; i++ {
@@ -99,6 +130,9 @@ func ParseInputSubject(subject string) (Subject, error) {
 		fail("actor", "invalid actor token")
 	}
 	verb, vok := ParseVerb(tok[5])
+	if vok && verb.Since() > rev {
+		verb, vok = VerbNone, false // not an input kind of this revision
+	}
 	if vok {
 		s.Verb = verb
 	}

@@ -51,9 +51,12 @@ const (
 	VerbResolve
 	VerbPolicy
 	VerbTick
+	VerbRules      // the coordinator sets the rules revision and the lease key (revision 2 on)
+	VerbCheckpoint // the coordinator anchors a snapshot's state hash (revision 2 on)
+	verbCount
 )
 
-var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick"}
+var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick", "rules", "checkpoint"}
 
 func (v Verb) String() string {
 	if int(v) < len(verbNames) {
@@ -86,14 +89,27 @@ func (v Verb) Allowed(r Role) bool {
 			return true
 		}
 	case RoleCoord:
-		return v == VerbTick || v == VerbPolicy
+		return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint
 	}
 	return false
 }
 
 // JobLess reports whether v concerns no single job; its subject carries NoJob.
 // A batch renew also uses NoJob and names its jobs in the body.
-func (v Verb) JobLess() bool { return v == VerbTick || v == VerbPolicy }
+func (v Verb) JobLess() bool {
+	return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint
+}
+
+// Since is the first rules revision in which v is an input kind. Under an
+// earlier revision an input of that verb is what it always was there: a
+// subject with an unknown verb (rejected, bad_subject). VerbRules is known
+// in every revision: it is how a log moves to a later one.
+func (v Verb) Since() uint32 {
+	if v == VerbCheckpoint {
+		return Revision2
+	}
+	return Revision1
+}
 
 // Outcome is a terminal result of a lease.
 type Outcome uint8
@@ -154,6 +170,47 @@ func ParseAction(s string) (Action, bool) {
 	}
 	return ActionNone, false
 }
+
+// Rules revisions. A log's inputs are folded by the rules of the revision in
+// force when each is applied: revision 1 until the log holds a rules input,
+// then the revision it sets (revisions only go up). Every revision folds the
+// same log to the same decisions for ever; a change of the rules is a new
+// revision, never an edit of an old one (PROTOCOL.md §1.1).
+const (
+	// Revision1 is the rules of a log without a rules input: lease ids
+	// L<input sequence>, every due deadline fired before each input,
+	// rejections of a subject with the wrong number of tokens addressed to
+	// NoActor.
+	Revision1 = 1
+	// Revision2 adds the lease key: lease ids L<sequence>-<MAC> that only
+	// readers of the input stream can compute; at most MaxFiredPerInput due
+	// deadlines fired from the deadline queue per input, the rest by the
+	// next inputs, a due deadline of a job an input touches fired before
+	// that input's operation on it; rejections of a malformed subject
+	// addressed to its actor token whenever it is valid; checkpoint inputs.
+	Revision2 = 2
+	// CurrentRevision is the revision a coordinator moves its log to.
+	CurrentRevision = Revision2
+)
+
+// LeaseKeyLen is the length of the lease key of a rules input, in bytes
+// (its wire form is the unpadded base64url encoding: 43 characters).
+const LeaseKeyLen = 32
+
+// StateHashLen is the length of a state hash (SHA-256), in bytes (its wire
+// form is 64 lower-case hexadecimal digits).
+const StateHashLen = 32
+
+// MaxFiredPerInput bounds, from revision 2 on, the due deadlines an input
+// fires from the deadline queue before its own operations (earliest first);
+// more due deadlines fire with the next inputs (the coordinator appends
+// ticks until none is due). MaxDecisionsPerInput is then the most decisions
+// one input can cause: those, plus for each of its at most MaxBatch lease
+// operations the due deadline of the job it touches and its verdict.
+const (
+	MaxFiredPerInput     = 1024
+	MaxDecisionsPerInput = MaxFiredPerInput + 2*MaxBatch
+)
 
 // Limits of the wire format. They are part of protocol version 1.
 const (
@@ -233,6 +290,11 @@ type Input struct {
 	Text         string  // note (progress), detail (result), reason (cancel, resolve)
 	Policy       Policy  // policy
 	Leases       []LeaseRef
+
+	Revision      uint32             // rules: the revision to move to
+	LeaseKey      [LeaseKeyLen]byte  // rules: the key of lease ids
+	CheckpointSeq uint64             // checkpoint: the input sequence the state hash is of
+	StateHash     [StateHashLen]byte // checkpoint: the claimed state hash
 }
 
 // Kind is the closed set of decision kinds.
@@ -255,6 +317,8 @@ const (
 	KindResolved
 	KindPolicySet
 	KindTicked
+	KindRulesSet
+	KindCheckpointed
 	// not accepted verdicts
 	KindDuplicate
 	KindStale
@@ -270,7 +334,7 @@ const (
 )
 
 var kindNames = [...]string{"", "offered", "granted", "acked", "renewed", "progressed", "cancel_requested",
-	"cancel_acked", "completed", "released", "resolved", "policy_set", "ticked",
+	"cancel_acked", "completed", "released", "resolved", "policy_set", "ticked", "rules_set", "checkpointed",
 	"duplicate", "stale", "late", "conflict", "lost_authority", "rejected",
 	"expired", "ack_missed", "unresolved"}
 
@@ -301,7 +365,7 @@ func Kinds() []Kind {
 }
 
 // Accepted reports whether k is an accepted verdict.
-func (k Kind) Accepted() bool { return k >= KindOffered && k <= KindTicked }
+func (k Kind) Accepted() bool { return k >= KindOffered && k <= KindCheckpointed }
 
 // Derived reports whether k is fired by time rather than by an operation.
 func (k Kind) Derived() bool { return k >= KindExpired && k < kindCount }
@@ -411,18 +475,19 @@ type Job struct {
 	EndedAt       int64 // when the lease stopped being live
 	// Evidence counters of the current lease: messages judged while it was
 	// the job's latest lease. They restart at 0 with every new generation.
-	Stale        uint32 // messages rejected for a stale generation
-	Late         uint32 // late messages of any verb: after expiry, after cancel, or out of sequence
-	LateProgress uint32 // the late messages that were progress reports
-	Duplicates   uint32 // duplicate messages
-	Conflicts    uint32 // claims of this lease by another holder (ownership conflicts)
+	// Each counts stored inputs, so none can reach 2^64.
+	Stale        uint64 // messages rejected for a stale generation
+	Late         uint64 // late messages of any verb: after expiry, after cancel, or out of sequence
+	LateProgress uint64 // the late messages that were progress reports
+	Duplicates   uint64 // duplicate messages
+	Conflicts    uint64 // claims of this lease by another holder (ownership conflicts)
 }
 
 // Decision is one entry of the decision stream.
 type Decision struct {
 	Cause  uint64 // input stream sequence that caused it
-	N      uint16 // index among the decisions of that input
-	Of     uint16 // how many decisions that input caused
+	N      uint32 // index among the decisions of that input (below MaxDecisionsPerInput from revision 2 on)
+	Of     uint32 // how many decisions that input caused
 	At     int64  // authoritative time (Unix ns) of the causing input
 	Kind   Kind
 	Reason Reason
@@ -434,9 +499,21 @@ type Decision struct {
 	Verb  Verb
 
 	// Addressee is the actor the decision concerns (NoActor if none).
-	Addressee string
-	Job       Job     // projection after the decision (ID NoJob for job-less ones)
-	Policy    *Policy // the policy in force, on policy_set decisions only
+	Addressee  string
+	Job        Job         // projection after the decision (ID NoJob for job-less ones)
+	Policy     *Policy     // the policy in force, on policy_set decisions only
+	Revision   uint32      // the rules revision in force, on rules_set decisions only
+	Checkpoint *Checkpoint // the anchored state hash, on checkpointed decisions only
+}
+
+// Checkpoint is what a checkpointed decision anchors in the decision stream:
+// the state hash (projector.StateHash) the coordinator claims for the state
+// after input InputSeq. The fold records the claim; an auditor replaying the
+// log checks it, and a coordinator trusts a snapshot only if its hash is
+// anchored so.
+type Checkpoint struct {
+	InputSeq  uint64
+	StateHash [StateHashLen]byte
 }
 
 // Raw is an input as stored in the input stream: its stream sequence, the

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,14 @@ func Describe(d *events.Decision, base int64) string {
 	if d.Policy != nil {
 		b.WriteString(" -> policy ")
 		b.Write(events.AppendPolicy(nil, d.Policy))
+		return b.String()
+	}
+	if d.Revision != 0 {
+		b.WriteString(" -> rules revision=" + strconv.FormatUint(uint64(d.Revision), 10))
+		return b.String()
+	}
+	if c := d.Checkpoint; c != nil {
+		b.WriteString(" -> checkpoint input=" + strconv.FormatUint(c.InputSeq, 10) + " state_hash=" + hex.EncodeToString(c.StateHash[:]))
 		return b.String()
 	}
 	b.WriteString(" -> ")

@@ -14,12 +14,12 @@ func (h deadlines) less(a, b int) bool {
 
 func (h deadlines) swap(a, b int) {
 	h[a], h[b] = h[b], h[a]
-	h[a].heapIdx = int32(a)
-	h[b].heapIdx = int32(b)
+	h[a].heapIdx = a
+	h[b].heapIdx = b
 }
 
 func (h *deadlines) push(j *job) {
-	j.heapIdx = int32(len(*h))
+	j.heapIdx = len(*h)
 	*h = append(*h, j)
 	h.up(len(*h) - 1)
 }

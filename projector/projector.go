@@ -18,8 +18,13 @@
 package projector
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
 
@@ -40,21 +45,29 @@ type Projector struct {
 	heap    deadlines        // live leases by next deadline
 	part    events.Partition // the partition folded; zero when unpartitioned
 
-	in    events.Input      // decode buffer, reused
-	cause uint64            // sequence of the input being applied
-	out   []events.Decision // decisions of the input being applied, reused
+	rev      uint32                   // rules revision in force (events.Revision1 until a rules input)
+	leaseKey [events.LeaseKeyLen]byte // revision 2 on: the key of lease ids
+	leaseMAC hash.Hash                // HMAC-SHA-256 keyed with leaseKey (nil before revision 2)
+
+	in      events.Input      // decode buffer, reused
+	cause   uint64            // sequence of the input being applied
+	subject string            // subject of the input being applied
+	out     []events.Decision // decisions of the input being applied, reused
+	macBuf  []byte            // scratch for lease id MACs
+
+	fireLimit int // tests only (export_test.go): a lower bound than events.MaxFiredPerInput
 }
 
 type job struct {
 	events.Job
-	heapIdx  int32 // index in the deadline heap, -1 when absent
+	heapIdx  int   // index in the deadline heap, -1 when absent
 	deadline int64 // the heap key while present
 }
 
 // New returns a projector with no jobs and the protocol's default policy,
 // for an unpartitioned deployment.
 func New() *Projector {
-	return &Projector{policy: events.DefaultPolicy(), jobs: make(map[string]*job)}
+	return &Projector{policy: events.DefaultPolicy(), jobs: make(map[string]*job), rev: events.Revision1}
 }
 
 // NewPartition returns a projector for one partition of a partitioned
@@ -83,6 +96,15 @@ func (p *Projector) LastSeq() uint64 { return p.lastSeq }
 
 // Policy is the policy in force.
 func (p *Projector) Policy() events.Policy { return p.policy }
+
+// Revision is the rules revision in force (events.Revision1 until the log
+// holds a rules input).
+func (p *Projector) Revision() uint32 { return p.rev }
+
+// Due reports whether a deadline is due that the last input did not fire
+// (from revision 2 on an input fires at most events.MaxFiredPerInput of
+// them): the coordinator then appends a tick at once.
+func (p *Projector) Due() bool { return len(p.heap) > 0 && p.heap[0].deadline <= p.now }
 
 // Len is the number of jobs tracked.
 func (p *Projector) Len() int { return len(p.jobs) }
@@ -115,20 +137,31 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 	}
 	p.out = p.out[:0]
 	p.cause = raw.Seq
+	p.subject = raw.Subject
 	derr := p.decode(raw)
 	if raw.Time > p.now {
 		p.now = raw.Time
 	}
-	p.fire()
+	limit := -1 // revision 1: every due deadline
+	if p.rev >= events.Revision2 {
+		limit = events.MaxFiredPerInput
+		if p.fireLimit > 0 {
+			limit = p.fireLimit
+		}
+	}
+	p.fire(limit)
 	if derr != nil {
 		p.rejectInput(derr)
 	} else {
 		p.apply()
 	}
 	p.lastSeq = raw.Seq
-	n := uint16(len(p.out))
+	// From revision 2 on, len(p.out) <= events.MaxDecisionsPerInput by
+	// construction (TestDecisionsPerInputBound); under revision 1 it is
+	// bounded by the number of jobs, far below 2^32.
+	n := uint32(len(p.out))
 	for i := range p.out {
-		p.out[i].N = uint16(i)
+		p.out[i].N = uint32(i)
 		p.out[i].Of = n
 	}
 	return p.out, nil
@@ -138,13 +171,13 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 // deployments), then subject and body, then the job's partition.
 func (p *Projector) decode(raw events.Raw) error {
 	if !p.part.Partitioned() {
-		return events.DecodeInput(raw.Subject, raw.Body, &p.in)
+		return events.DecodeInputAt(raw.Subject, raw.Body, p.rev, &p.in)
 	}
 	subject, ok := p.part.StripInput(raw.Subject)
 	if i := strings.LastIndexByte(subject, '.'); !ok && i >= 0 {
 		subject = subject[:i] // for the identity the rejection is addressed with
 	}
-	derr := events.DecodeInput(subject, raw.Body, &p.in)
+	derr := events.DecodeInputAt(subject, raw.Body, p.rev, &p.in)
 	switch {
 	case !ok:
 		// Only a stream whose subjects are not this partition's stores
@@ -200,13 +233,18 @@ func (p *Projector) rejectInput(err error) {
 	if !events.ValidToken(p.in.Actor) {
 		p.in.Actor = ""
 	}
+	if p.in.Actor == "" && p.rev >= events.Revision2 {
+		// Too many or too few tokens: the actor token, if valid, still
+		// names the sender (whose permissions bind it to that token).
+		p.in.Actor = events.SubjectActor(p.subject)
+	}
 	jobID := p.in.Job
 	if !events.ValidToken(jobID) {
 		jobID = ""
 	}
 	var j *job
 	if jobID != "" {
-		j = p.jobs[jobID]
+		j = p.lookup(jobID)
 	}
 	d := p.emit(j, events.KindRejected, de.Code, p.in.Actor)
 	if j == nil && jobID != "" {
@@ -261,6 +299,16 @@ func (p *Projector) apply() {
 		d.Policy = &pol
 	case events.VerbTick:
 		p.emit(nil, events.KindTicked, events.ReasonOk, in.Actor)
+	case events.VerbRules:
+		p.rules()
+	case events.VerbCheckpoint:
+		if in.CheckpointSeq >= p.cause {
+			p.emit(nil, events.KindRejected, events.ReasonBadCheckpoint, in.Actor).Detail =
+				"input_seq: " + u64(in.CheckpointSeq) + " is not before the checkpoint (input " + u64(p.cause) + ")"
+			return
+		}
+		p.emit(nil, events.KindCheckpointed, events.ReasonOk, in.Actor).Checkpoint =
+			&events.Checkpoint{InputSeq: in.CheckpointSeq, StateHash: in.StateHash}
 	default:
 		// DecodeInput only returns known verbs; reaching here is a bug in
 		// events, recorded rather than dropped.
@@ -274,7 +322,7 @@ func (p *Projector) apply() {
 // lease, held by this worker, free of any ownership conflict.
 func (p *Projector) claim(jobID, leaseID string, gen uint64) (*job, bool) {
 	holder := p.in.Actor
-	j := p.jobs[jobID]
+	j := p.lookup(jobID)
 	if j == nil || j.Generation == 0 {
 		d := p.emit(nil, events.KindLostAuthority, events.ReasonNoSuchJob, holder)
 		d.Job.ID = jobID
@@ -625,7 +673,7 @@ func (p *Projector) newLease(j *job, holder string, leaseMS int64) *job {
 	}
 	j.Job = events.Job{
 		ID:         j.ID,
-		LeaseID:    "L" + u64(p.cause),
+		LeaseID:    p.leaseID(j.ID),
 		Generation: j.Generation + 1,
 		Holder:     holder,
 		IssuedAt:   p.now,
@@ -636,7 +684,7 @@ func (p *Projector) newLease(j *job, holder string, leaseMS int64) *job {
 
 func (p *Projector) offer() {
 	in := &p.in
-	j := p.jobs[in.Job]
+	j := p.lookup(in.Job)
 	if p.newLeaseBlocked(j, in.LeaseMS) {
 		return
 	}
@@ -654,7 +702,7 @@ func (p *Projector) offer() {
 
 func (p *Projector) acquire() {
 	in := &p.in
-	j := p.jobs[in.Job]
+	j := p.lookup(in.Job)
 	if p.newLeaseBlocked(j, in.LeaseMS) {
 		return
 	}
@@ -669,7 +717,7 @@ func (p *Projector) acquire() {
 
 func (p *Projector) cancel() {
 	in := &p.in
-	j := p.jobs[in.Job]
+	j := p.lookup(in.Job)
 	if j == nil || j.Generation == 0 {
 		d := p.emit(nil, events.KindRejected, events.ReasonNoSuchJob, in.Actor)
 		d.Job.ID = in.Job
@@ -713,7 +761,7 @@ func (p *Projector) cancel() {
 
 func (p *Projector) resolve() {
 	in := &p.in
-	j := p.jobs[in.Job]
+	j := p.lookup(in.Job)
 	if j == nil || j.Generation == 0 {
 		d := p.emit(nil, events.KindRejected, events.ReasonNoSuchJob, in.Actor)
 		d.Job.ID = in.Job
@@ -797,31 +845,106 @@ func (p *Projector) unschedule(j *job) {
 	}
 }
 
-// fire applies every deadline at or before now, earliest first, ties by job id.
-func (p *Projector) fire() {
-	for len(p.heap) > 0 && p.heap[0].deadline <= p.now {
+// fire applies the deadlines at or before now, earliest first, ties by job
+// id: all of them when limit is negative, else at most limit.
+func (p *Projector) fire(limit int) {
+	for n := 0; len(p.heap) > 0 && p.heap[0].deadline <= p.now && n != limit; n++ {
 		j := p.heap[0]
-		t := j.deadline
 		p.heap.remove(0)
-		j.EndedAt = t
-		switch {
-		case j.State == events.StateOffered:
-			j.State = events.StateAckMissed
-			j.AckState = events.AckMissed
-			p.emit(j, events.KindAckMissed, events.ReasonAckDeadlinePassed, j.Holder)
-		case j.CancelReq && t == j.ExpiresAt:
-			j.State = events.StateUnresolved
-			j.LeaseExpired = true
-			p.emit(j, events.KindUnresolved, events.ReasonExpiredCancelUnreconciled, j.Holder)
-		case j.CancelReq:
-			j.State = events.StateUnresolved
-			p.emit(j, events.KindUnresolved, events.ReasonCancelTimeout, j.Holder)
-		default:
-			j.State = events.StateExpired
-			j.LeaseExpired = true
-			p.emit(j, events.KindExpired, events.ReasonLeaseExpired, j.Holder)
-		}
+		p.expire(j)
 	}
+}
+
+// lookup returns job id (nil if unknown). From revision 2 on, a due
+// deadline of the job that an earlier input left unfired (fire's limit) is
+// fired first, so that every operation is judged against the job's state
+// at the input's time.
+func (p *Projector) lookup(id string) *job {
+	j := p.jobs[id]
+	if j != nil && p.rev >= events.Revision2 && j.heapIdx >= 0 && j.deadline <= p.now {
+		p.heap.remove(j.heapIdx)
+		p.expire(j)
+	}
+	return j
+}
+
+// expire applies j's deadline, which has just left the heap.
+func (p *Projector) expire(j *job) {
+	t := j.deadline
+	j.EndedAt = t
+	switch {
+	case j.State == events.StateOffered:
+		j.State = events.StateAckMissed
+		j.AckState = events.AckMissed
+		p.emit(j, events.KindAckMissed, events.ReasonAckDeadlinePassed, j.Holder)
+	case j.CancelReq && t == j.ExpiresAt:
+		j.State = events.StateUnresolved
+		j.LeaseExpired = true
+		p.emit(j, events.KindUnresolved, events.ReasonExpiredCancelUnreconciled, j.Holder)
+	case j.CancelReq:
+		j.State = events.StateUnresolved
+		p.emit(j, events.KindUnresolved, events.ReasonCancelTimeout, j.Holder)
+	default:
+		j.State = events.StateExpired
+		j.LeaseExpired = true
+		p.emit(j, events.KindExpired, events.ReasonLeaseExpired, j.Holder)
+	}
+}
+
+// rules applies a rules input: the log moves to a later revision, whose
+// lease key it sets. Revisions never go back, and a key never changes
+// within a revision.
+func (p *Projector) rules() {
+	in := &p.in
+	if in.Revision <= p.rev {
+		p.emit(nil, events.KindRejected, events.ReasonRulesInForce, in.Actor).Detail =
+			"revision " + strconv.FormatUint(uint64(in.Revision), 10) + " requested, revision " + strconv.FormatUint(uint64(p.rev), 10) + " in force"
+		return
+	}
+	p.setRules(in.Revision, in.LeaseKey)
+	p.emit(nil, events.KindRulesSet, events.ReasonOk, in.Actor).Revision = p.rev
+}
+
+// setRules puts a revision and its lease key in force.
+func (p *Projector) setRules(rev uint32, key [events.LeaseKeyLen]byte) {
+	p.rev, p.leaseKey = rev, key
+	p.leaseMAC = nil
+	if rev >= events.Revision2 {
+		p.leaseMAC = hmac.New(sha256.New, key[:])
+	}
+}
+
+// leaseIDDomain separates the lease id MAC from any other use of the key.
+const leaseIDDomain = "tenure lease id v2\x00"
+
+// leaseID is the id of the lease the input being applied creates for job.
+// Revision 1: L<input sequence>, which anyone can name. From revision 2:
+// L<input sequence>-<tag>, the tag being the first 16 bytes of
+// HMAC-SHA-256(lease key, domain || partition index and count || input
+// sequence || job id), unpadded base64url (22 characters of the token
+// alphabet): only readers of the input stream, where the key is, can
+// compute it, and a replay of the log derives the same ids.
+func (p *Projector) leaseID(jobID string) string {
+	if p.leaseMAC == nil {
+		return "L" + u64(p.cause)
+	}
+	m := p.leaseMAC
+	m.Reset()
+	b := append(p.macBuf[:0], leaseIDDomain...)
+	b = binary.BigEndian.AppendUint32(b, p.part.Index)
+	b = binary.BigEndian.AppendUint32(b, p.part.Count)
+	b = binary.BigEndian.AppendUint64(b, p.cause)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(jobID)))
+	b = append(b, jobID...)
+	m.Write(b)
+	sum := m.Sum(b[:0])
+	id := make([]byte, 0, 1+20+1+22)
+	id = append(id, 'L')
+	id = strconv.AppendUint(id, p.cause, 10)
+	id = append(id, '-')
+	id = base64.RawURLEncoding.AppendEncode(id, sum[:16])
+	p.macBuf = b[:0]
+	return string(id)
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }

@@ -268,9 +268,44 @@ func drawInput(t *rapid.T, w *world) events.Input {
 	return in
 }
 
+// propLeaseKey is the lease key of the revision-2 runs.
+var propLeaseKey = [events.LeaseKeyLen]byte{1, 2, 3}
+
+// TestFoldProperties runs the property test under each rules revision: the
+// reference model fires every due deadline before each input, so under
+// revision 2 with a fire limit of 1 (a deadline carried over to later
+// inputs, or fired when an input touches its job) every verdict must still
+// be the model's.
 func TestFoldProperties(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		rev       uint32
+		fireLimit int
+	}{
+		{"revision1", events.Revision1, 0},
+		{"revision2", events.Revision2, 0},
+		{"revision2-fire1", events.Revision2, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) { foldProperties(t, c.rev, c.fireLimit) })
+	}
+}
+
+func foldProperties(t *testing.T, rev uint32, fireLimit int) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := projector.New()
+		if fireLimit > 0 {
+			projector.SetFireLimit(p, fireLimit)
+		}
+		first := uint64(1)
+		if rev >= events.Revision2 {
+			in := events.Input{Verb: events.VerbRules, Revision: rev, LeaseKey: propLeaseKey}
+			ds, err := p.Step(events.Raw{Seq: 1, Time: testutil.ScenarioBase,
+				Subject: events.InputSubject(events.RoleCoord, "c1", events.NoJob, events.VerbRules), Body: events.AppendInputBody(nil, &in)})
+			if err != nil || len(ds) != 1 || ds[0].Kind != events.KindRulesSet {
+				t.Fatalf("rules input: %v %v", err, describeAll(ds))
+			}
+			first = 2
+		}
 		m := newModel()
 		w := &world{issued: map[string][]issued{}, seq: map[string]uint64{}}
 		now := testutil.ScenarioBase
@@ -282,7 +317,7 @@ func TestFoldProperties(t *testing.T) {
 		}
 		authority := map[string]auth{}
 		steps := rapid.IntRange(1, 80).Draw(t, "steps")
-		for seq := uint64(1); seq <= uint64(steps); seq++ {
+		for seq := first; seq < first+uint64(steps); seq++ {
 			// Time moves by small steps, sometimes by a pause longer than a lease.
 			gap := rapid.SampledFrom([]int64{0, 1, 50, 200, 400, 900, 1500, 3000}).Draw(t, "gap")
 			now += gap * ms

@@ -8,7 +8,9 @@ import (
 
 // RebuildHash returns the StateHash of the state that a sequence of stored
 // decisions describes, without folding any input: the auditor's second
-// opinion on the fold's StateHash.
+// opinion on the fold's StateHash. rules, when not nil, becomes the rules in
+// force (decisions carry the revision, on rules_set, but never the lease
+// key, which is in the input stream).
 //
 // The state starts from base (a Snapshot; nil for the empty state with the
 // default policy). Every job projection jobs yields replaces the job of the
@@ -19,7 +21,7 @@ import (
 // jobs of the decisions an input stream caused, with the cause and time of
 // the last one and the policy of the last policy_set one, give the same hash
 // as the fold of that input stream.
-func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, jobs iter.Seq[events.Job]) ([32]byte, error) {
+func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job]) ([32]byte, error) {
 	q := New()
 	if base != nil {
 		if err := q.Restore(base); err != nil {
@@ -29,6 +31,9 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 	q.lastSeq, q.now = lastSeq, now
 	if policy != nil {
 		q.policy = *policy
+	}
+	if rules != nil {
+		q.setRules(rules.Revision, rules.LeaseKey)
 	}
 	for j := range jobs {
 		if j.Generation == 0 {
@@ -42,3 +47,13 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 	}
 	return q.StateHash(), nil
 }
+
+// Rules are the rules revision in force and its lease key.
+type Rules struct {
+	Revision uint32
+	LeaseKey [events.LeaseKeyLen]byte
+}
+
+// Rules returns the rules in force. The lease key is the secret lease ids
+// are derived from: whoever can read the input stream has it anyway.
+func (p *Projector) Rules() Rules { return Rules{p.rev, p.leaseKey} }

@@ -13,7 +13,14 @@ import (
 )
 
 // snapshotMagic starts every snapshot; the digit is the format version.
-const snapshotMagic = "TNRSNAP1"
+// Format 1 is the state under rules revision 1; format 2 (revision 2 on)
+// adds, right after the magic, the revision (uvarint) and the lease key
+// (events.LeaseKeyLen bytes). A state always encodes in the format of its
+// revision, so the state hash of a revision-1 state never changed.
+const (
+	snapshotMagic  = "TNRSNAP1"
+	snapshotMagic2 = "TNRSNAP2"
+)
 
 // ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
 var ErrBadSnapshot = errors.New("projector: bad snapshot")
@@ -28,7 +35,13 @@ func (p *Projector) Snapshot() []byte {
 	}
 	slices.Sort(ids)
 	b := make([]byte, 0, 64+len(ids)*160)
-	b = append(b, snapshotMagic...)
+	if p.rev >= events.Revision2 {
+		b = append(b, snapshotMagic2...)
+		b = binary.AppendUvarint(b, uint64(p.rev))
+		b = append(b, p.leaseKey[:]...)
+	} else {
+		b = append(b, snapshotMagic...)
+	}
 	b = binary.AppendUvarint(b, p.lastSeq)
 	b = binary.AppendVarint(b, p.now)
 	pol := &p.policy
@@ -67,7 +80,7 @@ func appendJob(b []byte, j *events.Job) []byte {
 		}
 	}
 	b = append(b, byte(j.State), byte(j.AckState), byte(j.Result), flags)
-	for _, v := range []uint64{j.Generation, j.RenewSeq, j.ProgressSeq, uint64(j.Stale), uint64(j.Late), uint64(j.LateProgress), uint64(j.Duplicates), uint64(j.Conflicts)} {
+	for _, v := range []uint64{j.Generation, j.RenewSeq, j.ProgressSeq, j.Stale, j.Late, j.LateProgress, j.Duplicates, j.Conflicts} {
 		b = binary.AppendUvarint(b, v)
 	}
 	for _, v := range []int64{j.IssuedAt, j.Duration, j.ExpiresAt, j.AckDeadline, j.AckedAt, j.RenewAt, j.ProgressValue, j.ProgressAt, j.CancelAt, j.CancelBy, j.EndedAt} {
@@ -137,7 +150,11 @@ func (r *snapReader) bytes(n int, what string) []byte {
 // Restore replaces the projector's state with a snapshot. On error the
 // projector is unchanged.
 func (p *Projector) Restore(snap []byte) error {
-	if len(snap) < len(snapshotMagic)+4 || string(snap[:len(snapshotMagic)]) != snapshotMagic {
+	if len(snap) < len(snapshotMagic)+4 {
+		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
+	}
+	magic := string(snap[:len(snapshotMagic)])
+	if magic != snapshotMagic && magic != snapshotMagic2 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
@@ -147,6 +164,17 @@ func (p *Projector) Restore(snap []byte) error {
 	r := &snapReader{b: body[len(snapshotMagic):]}
 	q := New()
 	q.part = p.part // a snapshot holds one partition's jobs; the receiver names which
+	if magic == snapshotMagic2 {
+		rev := r.uvarint("revision")
+		key := r.bytes(events.LeaseKeyLen, "lease key")
+		if r.err == nil && (rev < events.Revision2 || rev > events.CurrentRevision) {
+			return fmt.Errorf("%w: revision %d in a format 2 snapshot", ErrBadSnapshot, rev)
+		}
+		if r.err != nil {
+			return r.err
+		}
+		q.setRules(uint32(rev), [events.LeaseKeyLen]byte(key))
+	}
 	q.lastSeq = r.uvarint("last sequence")
 	q.now = r.varint("time")
 	pol := &q.policy
@@ -180,11 +208,11 @@ func (p *Projector) Restore(snap []byte) error {
 		j.Generation = r.uvarint("generation")
 		j.RenewSeq = r.uvarint("renew seq")
 		j.ProgressSeq = r.uvarint("progress seq")
-		j.Stale = uint32(r.uvarint("counter"))
-		j.Late = uint32(r.uvarint("counter"))
-		j.LateProgress = uint32(r.uvarint("counter"))
-		j.Duplicates = uint32(r.uvarint("counter"))
-		j.Conflicts = uint32(r.uvarint("counter"))
+		j.Stale = r.uvarint("counter")
+		j.Late = r.uvarint("counter")
+		j.LateProgress = r.uvarint("counter")
+		j.Duplicates = r.uvarint("counter")
+		j.Conflicts = r.uvarint("counter")
 		j.IssuedAt = r.varint("job times")
 		j.Duration = r.varint("job times")
 		j.ExpiresAt = r.varint("job times")
@@ -224,7 +252,7 @@ func (p *Projector) Restore(snap []byte) error {
 		prev = j.ID
 		q.jobs[j.ID] = j
 		if d, live := nextDeadline(j); live {
-			j.deadline, j.heapIdx = d, int32(len(q.heap))
+			j.deadline, j.heapIdx = d, len(q.heap)
 			q.heap = append(q.heap, j)
 		}
 	}

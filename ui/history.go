@@ -21,8 +21,8 @@ import (
 type HistoryDecision struct {
 	Seq        uint64          `json:"seq"`   // decision stream sequence
 	Cause      uint64          `json:"cause"` // input stream sequence
-	N          uint16          `json:"n"`
-	Of         uint16          `json:"of"`
+	N          uint32          `json:"n"`
+	Of         uint32          `json:"of"`
 	At         int64           `json:"at"`
 	Kind       string          `json:"kind"`
 	Accepted   bool            `json:"accepted"`

@@ -30,7 +30,7 @@ type jobEntry struct {
 	kind      events.Kind
 	reason    events.Reason
 	seqs      []uint64 // decision stream sequences of all its decisions (in its partition's stream), in order
-	anomalies uint32   // non-accepted verdicts about it, every generation
+	anomalies uint64   // non-accepted verdicts about it, every generation
 }
 
 // Row is one job as the board shows it: the projection of its last
@@ -62,12 +62,12 @@ type Row struct {
 	LeaseExpired    bool   `json:"lease_expired"`
 	Conflict        bool   `json:"conflict"`
 	ConflictWith    string `json:"conflict_with,omitempty"`
-	Stale           uint32 `json:"stale"`
-	Late            uint32 `json:"late"`
-	LateProgress    uint32 `json:"late_progress"`
-	Duplicates      uint32 `json:"duplicates"`
-	Conflicts       uint32 `json:"conflicts"`
-	Anomalies       uint32 `json:"anomalies"` // non-accepted verdicts about the job, every generation
+	Stale           uint64 `json:"stale"`
+	Late            uint64 `json:"late"`
+	LateProgress    uint64 `json:"late_progress"`
+	Duplicates      uint64 `json:"duplicates"`
+	Conflicts       uint64 `json:"conflicts"`
+	Anomalies       uint64 `json:"anomalies"` // non-accepted verdicts about the job, every generation
 	Decisions       int    `json:"decisions"` // decisions about the job
 	LastSeq         uint64 `json:"last_seq"`  // decision stream sequence of the last one (its partition's)
 	LastCause       uint64 `json:"last_cause"`

@@ -1,0 +1,164 @@
+package projector_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/testutil"
+)
+
+// folder steps a projector through inputs it builds, with increasing
+// sequences, failing the test on a broken contract.
+type folder struct {
+	t   *testing.T
+	p   *projector.Projector
+	seq uint64
+	max int // most decisions of one input so far
+	all []events.Decision
+}
+
+func (f *folder) step(at int64, role events.Role, actor, job string, in events.Input) []events.Decision {
+	f.t.Helper()
+	in.Role, in.Actor, in.Job = role, actor, job
+	f.seq++
+	ds, err := f.p.Step(events.Raw{Seq: f.seq, Time: testutil.ScenarioBase + at,
+		Subject: events.InputSubject(role, actor, job, in.Verb), Body: events.AppendInputBody(nil, &in)})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.max = max(f.max, len(ds))
+	for i := range ds {
+		if int(ds[i].N) != i || int(ds[i].Of) != len(ds) {
+			f.t.Fatalf("input %d: decision %d says %d of %d", f.seq, i, ds[i].N, ds[i].Of)
+		}
+	}
+	f.all = append(f.all, ds...)
+	return ds
+}
+
+// expiries folds, under revision rev, n leases that all expire at +10s, then
+// at +20s a batch renew of the last 256 of them by their holder (every one
+// due), then ticks until no deadline is due. It returns the folder and the
+// number of ticks it took.
+func expiries(t *testing.T, rev uint32, n int) (*folder, int) {
+	f := &folder{t: t, p: projector.New()}
+	if rev >= events.Revision2 {
+		f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: rev, LeaseKey: propLeaseKey})
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		job := fmt.Sprintf("job-%07d", i)
+		ds := f.step(0, events.RoleWorker, "w1", job, events.Input{Verb: events.VerbAcquire, LeaseMS: 10_000})
+		ids[i] = ds[len(ds)-1].Job.LeaseID
+	}
+	var batch []events.LeaseRef
+	for i := n - events.MaxBatch; i < n; i++ {
+		batch = append(batch, events.LeaseRef{Job: fmt.Sprintf("job-%07d", i), LeaseID: ids[i], Generation: 1, RenewSeq: 1})
+	}
+	ds := f.step(20*1e9, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbRenew, Leases: batch})
+	verdicts := 0
+	for _, d := range ds {
+		if !d.Kind.Derived() {
+			verdicts++
+			if d.Kind != events.KindLostAuthority || d.Reason != events.ReasonRenewAfterExpiry {
+				t.Fatalf("renew of a due lease: %s/%s", d.Kind, d.Reason)
+			}
+		}
+	}
+	if verdicts != events.MaxBatch {
+		t.Fatalf("%d verdicts for a batch of %d", verdicts, events.MaxBatch)
+	}
+	ticks := 0
+	for f.p.Due() {
+		f.step(20*1e9, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+		ticks++
+		if ticks > n {
+			t.Fatal("deadlines stay due")
+		}
+	}
+	return f, ticks
+}
+
+// Revision 2 bounds the decisions of one input (events.MaxDecisionsPerInput)
+// however many deadlines fall due at once, carries the rest to later
+// inputs, and still expires every lease exactly once, with the verdicts and
+// final projections of revision 1 (which fires everything at once).
+func TestDecisionsPerInputBound(t *testing.T) {
+	const n = 3000 // more than MaxFiredPerInput + MaxBatch
+	f2, ticks := expiries(t, events.Revision2, n)
+	if f2.max != events.MaxDecisionsPerInput {
+		// The batch renew at +20s fires MaxFiredPerInput deadlines from the
+		// queue, then each of its 256 jobs (not among them) its own
+		// deadline and its verdict: the bound, exactly.
+		t.Fatalf("most decisions of one input: %d, want exactly %d", f2.max, events.MaxDecisionsPerInput)
+	}
+	if want := (n - events.MaxFiredPerInput - events.MaxBatch + events.MaxFiredPerInput - 1) / events.MaxFiredPerInput; ticks != want {
+		t.Fatalf("%d ticks to fire the rest, want %d", ticks, want)
+	}
+	f1, _ := expiries(t, events.Revision1, n)
+	if f1.max != n+events.MaxBatch {
+		t.Fatalf("revision 1: most decisions of one input %d, want %d", f1.max, n+events.MaxBatch)
+	}
+	expired := func(f *folder) map[string]int {
+		m := map[string]int{}
+		for _, d := range f.all {
+			if d.Kind == events.KindExpired {
+				m[d.Job.ID]++
+			}
+		}
+		return m
+	}
+	e1, e2 := expired(f1), expired(f2)
+	if len(e2) != n {
+		t.Fatalf("revision 2 expired %d of %d leases", len(e2), n)
+	}
+	for id, c := range e2 {
+		if c != 1 || e1[id] != 1 {
+			t.Fatalf("job %s expired %d times under revision 2, %d under revision 1", id, c, e1[id])
+		}
+	}
+	for i := range n {
+		id := fmt.Sprintf("job-%07d", i)
+		j1, _ := f1.p.Job(id)
+		j2, _ := f2.p.Job(id)
+		j1.LeaseID, j2.LeaseID = "", ""
+		if j1 != j2 {
+			t.Fatalf("job %s ends\n revision 1 %+v\n revision 2 %+v", id, j1, j2)
+		}
+	}
+}
+
+// 100,000 leases falling due at once (a coordinator restarting after an
+// outage) take ceil(100,000 / MaxFiredPerInput) ticks of at most
+// MaxFiredPerInput+1 decisions each.
+func TestManyDueAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 leases")
+	}
+	const n = 100_000
+	f := &folder{t: t, p: projector.New()}
+	f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision2, LeaseKey: propLeaseKey})
+	for i := range n {
+		f.step(0, events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.Input{Verb: events.VerbAcquire, LeaseMS: 1000})
+	}
+	f.max, f.all = 0, nil
+	ticks := 0
+	for {
+		f.step(2e9, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+		ticks++
+		if !f.p.Due() {
+			break
+		}
+	}
+	if want := (n + events.MaxFiredPerInput - 1) / events.MaxFiredPerInput; ticks != want {
+		t.Fatalf("%d ticks, want %d", ticks, want)
+	}
+	if f.max != events.MaxFiredPerInput+1 {
+		t.Fatalf("most decisions of one tick: %d, want %d", f.max, events.MaxFiredPerInput+1)
+	}
+	if got := len(f.all) - ticks; got != n {
+		t.Fatalf("%d expiries, want %d", got, n)
+	}
+}
