@@ -20,11 +20,14 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
-// Names the coordinator stores its snapshot under (coordinator package).
+// Names the coordinator stores its snapshot under (streams.SnapshotObject
+// and its headers).
 const (
-	SnapshotObject         = "projector"
-	HeaderSnapshotInput    = "Tenure-Input-Seq"
-	HeaderSnapshotDecision = "Tenure-Decision-Seq"
+	SnapshotObject         = streams.SnapshotObject
+	HeaderSnapshotInput    = streams.HeaderSnapshotInput
+	HeaderSnapshotDecision = streams.HeaderSnapshotDecision
+	HeaderSnapshotAnchor   = streams.HeaderSnapshotAnchor
+	HeaderSnapshotHash     = streams.HeaderSnapshotHash
 )
 
 // DefaultStallTimeout is the default of Config.StallTimeout.

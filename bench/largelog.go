@@ -3,6 +3,9 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"sync"
@@ -126,10 +129,19 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 			return ctx.Err()
 		}
 	}
+	// Inputs 1 and 2, as a coordinator begins a log: the rules (a random
+	// lease key) and the default policy.
+	rules := projector.Rules{Revision: events.CurrentRevision}
+	_, _ = rand.Read(rules.LeaseKey[:]) // never fails (crypto/rand)
+	rin := events.Input{Verb: events.VerbRules, Revision: rules.Revision, LeaseKey: rules.LeaseKey}
+	if err := publish(&nats.Msg{Subject: events.InputSubject(events.RoleCoord, "c0", events.NoJob, events.VerbRules), Data: events.AppendInputBody(nil, &rin)}); err != nil {
+		return 0, 0, err
+	}
 	pol := events.Input{Verb: events.VerbPolicy, Policy: events.DefaultPolicy()}
 	if err := publish(&nats.Msg{Subject: events.InputSubject(events.RoleCoord, "c0", events.NoJob, events.VerbPolicy), Data: events.AppendInputBody(nil, &pol)}); err != nil {
 		return 0, 0, err
 	}
+	const first = 3 // the first worker input
 	jobs := max(n/10, 1)
 	var body []byte
 	for i := range n {
@@ -146,11 +158,11 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 			body = append(body, `,"lease_ms":3600000`...)
 		case round%2 == 1:
 			subject = events.InputSubject(events.RoleWorker, w, job, events.VerbRenew)
-			// Lease ids are L<seq of the acquire>: input 1 is the policy.
-			body = fmt.Appendf(body, `,"lease_id":"L%d","generation":1,"renew_seq":%d`, k+2, round)
+			// The lease of job k was created by input first+k.
+			body = fmt.Appendf(body, `,"lease_id":%q,"generation":1,"renew_seq":%d`, projector.LeaseID(rules, events.Partition{}, uint64(first+k), job), round)
 		default:
 			subject = events.InputSubject(events.RoleWorker, w, job, events.VerbProgress)
-			body = fmt.Appendf(body, `,"lease_id":"L%d","generation":1,"progress_seq":%d,"value":%d`, k+2, round, round%100)
+			body = fmt.Appendf(body, `,"lease_id":%q,"generation":1,"progress_seq":%d,"value":%d`, projector.LeaseID(rules, events.Partition{}, uint64(first+k), job), round, round%100)
 		}
 		body = append(body, '}')
 		if err := publish(&nats.Msg{Subject: subject, Data: append([]byte(nil), body...)}); err != nil {
@@ -162,7 +174,7 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 	}
 
 	// Fold the stored inputs (their stored times decide) and append.
-	total := uint64(n + 1) // the policy, then n
+	total := uint64(n + first - 1) // rules and policy, then n
 	snapAt := total - min(coordinator.DefaultSnapshotEvery, total/3)
 	cons, err := js.OrderedConsumer(ctx, top.InputStream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -176,7 +188,8 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 	p := projector.New()
 	var decSeq uint64
 	var snap []byte
-	var snapDec uint64
+	var snapDec, anchor uint64
+	var snapHash [events.StateHashLen]byte
 	for p.LastSeq() < total {
 		m, err := it.Next()
 		if err != nil {
@@ -204,6 +217,17 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 		}
 		if p.LastSeq() == snapAt {
 			snap, snapDec = p.Snapshot(), decSeq
+			snapHash = sha256.Sum256(snap)
+			// The checkpoint claiming its hash comes after the log's
+			// inputs: input total+1, anchored by its decision.
+			cin := events.Input{Verb: events.VerbCheckpoint, CheckpointSeq: snapAt, StateHash: snapHash}
+			if err := publish(&nats.Msg{Subject: events.InputSubject(events.RoleCoord, "c0", events.NoJob, events.VerbCheckpoint), Data: events.AppendInputBody(nil, &cin)}); err != nil {
+				return 0, 0, err
+			}
+			total++
+		}
+		if n := len(ds); snap != nil && n > 0 && ds[n-1].Kind == events.KindCheckpointed {
+			anchor = decSeq
 		}
 	}
 	if err := complete(); err != nil {
@@ -213,6 +237,8 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 		meta := jetstream.ObjectMeta{Name: audit.SnapshotObject, Headers: nats.Header{}}
 		meta.Headers.Set(audit.HeaderSnapshotInput, strconv.FormatUint(snapAt, 10))
 		meta.Headers.Set(audit.HeaderSnapshotDecision, strconv.FormatUint(snapDec, 10))
+		meta.Headers.Set(audit.HeaderSnapshotAnchor, strconv.FormatUint(anchor, 10))
+		meta.Headers.Set(audit.HeaderSnapshotHash, hex.EncodeToString(snapHash[:]))
 		if _, err := snapshots.Put(ctx, meta, bytes.NewReader(snap)); err != nil {
 			return 0, 0, fmt.Errorf("store the snapshot: %w", err)
 		}

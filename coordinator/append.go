@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -103,10 +104,18 @@ type unit struct {
 }
 
 // appender publishes units on one connection and collects their replies.
+//
+// Its inbox is its own, drawn from crypto/rand (not nats.go's NUID-based
+// inboxes, which another client can predict): any client can make the
+// server send a PubAck or an API response to a subject it names, so an
+// inbox that can be named can be aimed at. A reply that is not the stream's
+// answer to the oldest unit (another stream's PubAck, an unknown unit) is
+// dropped and counted (forged), never taken for an append's outcome.
 type appender struct {
 	nc      *nats.Conn
 	stream  string
 	inbox   string // reply subjects are inbox.<unit id>
+	forged  uint64 // replies dropped: not the stream's answer to a unit in flight
 	sub     *nats.Subscription
 	replies chan *nats.Msg
 	batchID string // this appender's batch ids are batchID-<unit id>
@@ -185,7 +194,7 @@ func newAppender(nc *nats.Conn, stream string, maxUnits int, log *slog.Logger) (
 	var r [8]byte
 	_, _ = rand.Read(r[:]) // never fails
 	a := &appender{
-		nc: nc, stream: stream, inbox: nc.NewRespInbox(),
+		nc: nc, stream: stream, inbox: privateInbox(nc),
 		replies: make(chan *nats.Msg, maxUnits+16),
 		batchID: "tb" + hex.EncodeToString(r[:]),
 		hdr:     nats.Header{},
@@ -326,17 +335,39 @@ func parsePubAck(b []byte, r *pubReply) bool {
 	return string(b) == "}"
 }
 
+// errForged is reply's answer to a message that is not the stream's reply
+// to the oldest unit in flight: the caller drops it (appender.forged counts
+// it) and goes on waiting for the real one, which a lost reply turns into
+// an overdue unit.
+var errForged = errors.New("coordinator: not a reply to an append in flight")
+
 // reply matches one reply to its unit, which must be the oldest in flight
 // (the stream answers in order), and returns it. An error means the append
 // was refused or its outcome is unknown: the coordinator must resynchronise
-// (ErrLostAuthority if another writer moved the stream on).
+// (ErrLostAuthority if another writer moved the stream on); errForged means
+// m is no reply of the stream's (dropped, counted).
 //
 // backlog says whether decisions are waiting to be sent (see measure).
 func (a *appender) reply(m *nats.Msg, backlog bool) (unit, error) {
 	idStr := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	id, err := strconv.ParseUint(idStr, 10, 64)
 	if err != nil || len(a.units) == 0 || a.units[0].id != id {
-		return unit{}, fmt.Errorf("coordinator: append reply %s out of order", m.Subject)
+		a.forged++
+		return unit{}, fmt.Errorf("%w: %s (unit %s; oldest in flight %d)", errForged, m.Subject, idStr, a.oldest())
+	}
+	var r pubReply
+	noResponders := len(m.Data) == 0 && m.Header.Get("Status") == "503"
+	if !noResponders && !parsePubAck(m.Data, &r) {
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			a.forged++
+			return unit{}, fmt.Errorf("%w: %s: not a PubAck: %q", errForged, m.Subject, m.Data)
+		}
+	}
+	if !noResponders && r.Stream != a.stream {
+		// Every PubAck and publish error of a stream names it: this one
+		// answers a publish to another stream, aimed at this inbox.
+		a.forged++
+		return unit{}, fmt.Errorf("%w: %s: a reply of stream %q", errForged, m.Subject, r.Stream)
 	}
 	u := a.units[0]
 	a.units = a.units[1:] // a queue: send's appends reallocate once its capacity is used up (compacting it was 2% of the CPU)
@@ -347,24 +378,39 @@ func (a *appender) reply(m *nats.Msg, backlog bool) (unit, error) {
 	fail := func(err error) (unit, error) {
 		return u, fmt.Errorf("coordinator: append decisions %d to %d: %w", u.first, u.last, err)
 	}
-	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+	if noResponders {
 		return fail(streams.Classify(nats.ErrNoResponders))
-	}
-	var r pubReply
-	if !parsePubAck(m.Data, &r) {
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			return fail(fmt.Errorf("bad reply %q: %w", m.Data, err))
-		}
 	}
 	if r.Error != nil {
 		return fail(streams.Classify(r.Error))
 	}
-	if r.Stream != a.stream || r.Seq != u.last || r.Duplicate || u.last > u.first && r.Count != u.last-u.first+1 {
+	if r.Seq != u.last || r.Duplicate || u.last > u.first && r.Count != u.last-u.first+1 {
 		// Stored elsewhere than expected, or deduplicated against a message
 		// someone else stored: whoever it is, this writer is not alone.
 		return fail(fmt.Errorf("%w: reply %s", streams.ErrLostAuthority, m.Data))
 	}
 	return u, nil
+}
+
+// oldest is the id of the oldest unit in flight (0: none).
+func (a *appender) oldest() uint64 {
+	if len(a.units) == 0 {
+		return 0
+	}
+	return a.units[0].id
+}
+
+// privateInbox is a reply subject prefix of nc's that nobody else can
+// name: the connection's inbox prefix (so that the server permissions of
+// its user allow it), then 128 bits of crypto/rand.
+func privateInbox(nc *nats.Conn) string {
+	prefix := nc.Opts.InboxPrefix
+	if prefix == "" {
+		prefix = nats.InboxPrefix[:len(nats.InboxPrefix)-1] // "_INBOX"
+	}
+	var r [16]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
+	return prefix + "." + hex.EncodeToString(r[:])
 }
 
 // overdue reports whether the oldest unit has waited for its reply too long.

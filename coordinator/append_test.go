@@ -5,10 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
@@ -190,5 +193,88 @@ func TestFoldRefusesAnInputGap(t *testing.T) {
 	raw.seq = 3
 	if err := s.fold(raw); !errors.Is(err, ErrInputGap) {
 		t.Fatalf("fold of input 3 after input 1 = %v, want ErrInputGap", err)
+	}
+}
+
+// Replies aimed at the appender's inbox by someone else (a PubAck of the
+// input stream, a JetStream API response, a reply for a unit that is not in
+// flight) are dropped and counted; the stream's own replies still match
+// their units, and the inbox is no NUID that could be predicted.
+func TestAppenderDropsForgedReplies(t *testing.T) {
+	srv := testutil.StartServer(t)
+	nc, js := testutil.Connect(t, srv.ClientURL())
+	attacker, _ := testutil.Connect(t, srv.ClientURL())
+	ctx := context.Background()
+	top := streams.Topology{}
+	if _, err := streams.Ensure(ctx, js, top, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAppender(nc, top.DecisionStream(), 16, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	if err := nc.Flush(); err != nil { // the inbox subscription is registered
+		t.Fatal(err)
+	}
+	if n := nuid.Next(); strings.Contains(a.inbox, n[:12]) || len(a.inbox) != len("_INBOX.")+32 {
+		t.Fatalf("appender inbox %q: want _INBOX.<32 hex digits>, not a NUID (%s...)", a.inbox, n[:12])
+	}
+	// The attacker knows the inbox (the strongest case) and aims at the
+	// reply subject of the unit about to be sent and at others.
+	next := a.inbox + "." + strconv.FormatUint(a.next+1, 10)
+	forge := func() {
+		t.Helper()
+		m := nats.NewMsg(events.InputSubject(events.RoleWorker, "w2", "j", events.VerbAcquire))
+		m.Data, m.Reply = []byte(`{"v":1}`), next
+		if err := attacker.PublishMsg(m); err != nil { // a PubAck of TENURE_IN lands there
+			t.Fatal(err)
+		}
+		if err := attacker.PublishRequest("$JS.API.STREAM.INFO."+top.InputStream(), next, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := attacker.PublishRequest(events.InputSubject(events.RoleWorker, "w2", "j", events.VerbAcquire), a.inbox+".999", []byte(`{"v":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := attacker.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge() // before the unit is sent
+	p := []pending{{subject: "tenure.out.w1.j.granted", n: 0, of: 1, cause: 1, body: []byte(`{}`)}}
+	if err := a.send(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	forge() // while it is in flight
+	var got unit
+	for done := false; !done; {
+		select {
+		case m := <-a.replies:
+			u, err := a.reply(m, false)
+			switch {
+			case errors.Is(err, errForged):
+			case err != nil:
+				t.Fatalf("a forged reply was taken for the append's outcome: %v", err)
+			default:
+				got, done = u, true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reply from the stream")
+		}
+	}
+	if got.first != 1 || got.last != 1 {
+		t.Fatalf("unit %+v, want decision 1", got)
+	}
+	// Let the rest of the forged replies arrive: each is dropped.
+	deadline := time.After(5 * time.Second)
+	for a.forged < 6 {
+		select {
+		case m := <-a.replies:
+			if _, err := a.reply(m, false); !errors.Is(err, errForged) {
+				t.Fatalf("reply after the unit: %v, want errForged", err)
+			}
+		case <-deadline:
+			t.Fatalf("%d forged replies dropped, want 6", a.forged)
+		}
 	}
 }

@@ -29,9 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,9 +63,7 @@ const (
 	DefaultAppendBatches    = 2
 	DefaultTickSlack        = time.Millisecond
 	leaderKey               = "leader"
-	snapshotName            = "projector"
-	headerSnapInput         = "Tenure-Input-Seq"
-	headerSnapDecision      = "Tenure-Decision-Seq"
+	snapshotName            = streams.SnapshotObject
 )
 
 // Config configures a coordinator.
@@ -84,6 +80,12 @@ type Config struct {
 	TickSlack        time.Duration    // how long after a deadline to append a tick
 	Logger           *slog.Logger
 	Metrics          Metrics // optional observer of folds and appends (nil: none); see PartitionMetrics for a Group
+	// LeaseKey is the lease key this coordinator writes into the rules input
+	// when it moves a log to rules revision 2 (PROTOCOL.md §14): nil, the
+	// default, draws one from crypto/rand. Only tests and documentation
+	// examples, which need the same lease ids on every run, set it; a
+	// deployment that sets it makes its lease ids as guessable as the key.
+	LeaseKey *[events.LeaseKeyLen]byte
 
 	// yield, set by Group, tells a live coordinator to hand its partition
 	// to another process (it holds more than its share of the partitions).
@@ -131,6 +133,8 @@ type Coordinator struct {
 	live         atomic.Bool
 	lostAuth     atomic.Uint64 // appends refused for a wrong last sequence
 	sessions     atomic.Uint64 // times the coordinator (re)synchronised
+	snapRefused  atomic.Uint64 // stored snapshots refused (not anchored, or not what the anchor says)
+	drops        *dropCounter  // messages that reached its inboxes without being the server's answer to it
 	snapMu       sync.Mutex
 	snapInputSeq uint64
 	snapAt       time.Time
@@ -147,6 +151,14 @@ type Stats struct {
 	SnapshotAt      time.Time `json:"snapshot_at"`
 	LostAuthority   uint64    `json:"lost_authority"` // appends refused: another writer had authority
 	Sessions        uint64    `json:"sessions"`       // synchronisations from the streams (1 + restarts of the loop)
+	// SnapshotsRefused counts stored snapshots not restored: not anchored
+	// in the decision stream, or not what their anchor says.
+	SnapshotsRefused uint64 `json:"snapshots_refused"`
+	// Dropped counts the messages that reached the coordinator's inboxes
+	// without being the server's answer to it (a delivery of another
+	// stream or consumer, a reply to nothing in flight): dropped, never
+	// folded or taken for an append's outcome.
+	Dropped uint64 `json:"dropped"`
 }
 
 // New checks the configuration.
@@ -174,7 +186,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Topology.Partition.Partitioned() {
 		log = log.With("partition", cfg.Topology.Partition.Index)
 	}
-	return &Coordinator{cfg: cfg, log: log, js: js}, nil
+	return &Coordinator{cfg: cfg, log: log, js: js, drops: newDropCounter(log)}, nil
 }
 
 // Topology is the topology the coordinator folds (its partition included).
@@ -188,6 +200,7 @@ func (c *Coordinator) Stats() Stats {
 		ID: c.cfg.ID, Partition: c.cfg.Topology.Partition.Token(), Live: c.live.Load(), InputsFolded: c.folded.Load(), DecisionsStored: c.appended.Load(),
 		SnapshotSeq: c.snapInputSeq, SnapshotAt: c.snapAt,
 		LostAuthority: c.lostAuth.Load(), Sessions: c.sessions.Load(),
+		SnapshotsRefused: c.snapRefused.Load(), Dropped: c.drops.count.Load(),
 	}
 }
 
@@ -279,8 +292,10 @@ type session struct {
 	acked      uint64    // last decision sequence acknowledged
 	app        *appender // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
 	leaderRev  uint64
-	lastTickAt int64 // the deadline the last tick was appended for
-	ticks      int
+	lastTickAt int64     // the deadline the last tick was appended for
+	ticks      int       // ticks appended for it
+	tickSent   time.Time // when the last tick was appended, zero once it is folded
+	tickSubj   string    // the subject of this coordinator's ticks
 
 	sinceSnap int
 	snapTime  time.Time
@@ -293,11 +308,6 @@ type pending struct {
 	n, of   uint32
 	cause   uint64
 	body    []byte
-}
-
-type snapshot struct {
-	inputSeq, decSeq uint64
-	data             []byte
 }
 
 func (c *Coordinator) session(ctx context.Context) error {
@@ -319,89 +329,6 @@ func (c *Coordinator) session(ctx context.Context) error {
 	err := s.runLive()
 	s.stepDown()
 	return err
-}
-
-// snapshotReadTimeout bounds the read of a snapshot of size bytes: 10 s,
-// plus a second for every 4 MiB (a replicated store on slow disks reads
-// tens of MiB per second).
-func snapshotReadTimeout(size uint64) time.Duration {
-	return 10*time.Second + time.Duration(size>>22)*time.Second
-}
-
-// loadSnapshot restores the latest snapshot if its position is consistent
-// with the decision stream; otherwise the session folds from the start.
-func (s *session) loadSnapshot() {
-	c := s.c
-	if c.cfg.SnapshotEvery < 0 {
-		return
-	}
-	// The client bounds a Get without a deadline, the whole read included,
-	// by its default timeout (5 s): too short for a large snapshot on a
-	// replicated store. Look it up with that bound, then read it with one
-	// that grows with its size.
-	ictx, icancel := context.WithTimeout(s.ctx, 5*time.Second)
-	oinfo, err := c.h.Snapshots.GetInfo(ictx, snapshotName)
-	icancel()
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrObjectNotFound) {
-			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
-		}
-		return
-	}
-	gctx, gcancel := context.WithTimeout(s.ctx, snapshotReadTimeout(oinfo.Size))
-	defer gcancel()
-	obj, err := c.h.Snapshots.Get(gctx, snapshotName)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrObjectNotFound) {
-			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
-		}
-		return
-	}
-	defer obj.Close()
-	info, err := obj.Info()
-	if err != nil {
-		c.log.Warn("snapshot unreadable, folding from the start", "err", err)
-		return
-	}
-	inSeq, err1 := strconv.ParseUint(info.Headers.Get(headerSnapInput), 10, 64)
-	decSeq, err2 := strconv.ParseUint(info.Headers.Get(headerSnapDecision), 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		c.log.Warn("snapshot unreadable, folding from the start", "err", err)
-		return
-	}
-	// The decision at decSeq must be the last one of input inSeq.
-	m, err := c.h.Out.GetMsg(s.ctx, decSeq)
-	if err != nil {
-		c.log.Warn("snapshot position not in the decision stream, folding from the start", "decision_seq", decSeq, "err", err)
-		return
-	}
-	cause, n, of, err := decisionIndex(m.Header)
-	if err != nil || cause != inSeq || n+1 != of {
-		c.log.Warn("snapshot position does not match the decision stream, folding from the start", "input_seq", inSeq, "decision_seq", decSeq)
-		return
-	}
-	// perf: the streams after the snapshot are read (into the readers'
-	// buffers) while the snapshot is read and restored; if it does not
-	// restore, the readers are stopped and the session starts them again
-	// from the start.
-	if err := s.startReaders(inSeq+1, decSeq+1); err != nil {
-		c.log.Debug("readers not started ahead of the snapshot", "err", err)
-	}
-	data, err := io.ReadAll(obj)
-	p := projector.NewPartition(c.cfg.Topology.Partition)
-	if err == nil {
-		err = p.Restore(data)
-	}
-	if err != nil || p.LastSeq() != inSeq {
-		s.in.stop()
-		s.out.stop()
-		s.in, s.out = nil, nil
-		c.log.Warn("snapshot does not restore, folding from the start", "err", err)
-		return
-	}
-	s.p, s.decSeq, s.acked = p, decSeq, decSeq
-	c.setSnapshot(inSeq, info.ModTime)
-	c.log.Info("restored snapshot", "input_seq", inSeq, "decision_seq", decSeq, "jobs", p.Len())
 }
 
 // startReaders starts the input and decision readers at these sequences
@@ -439,6 +366,14 @@ func (s *session) fold(m stored) error {
 	if err != nil {
 		return err
 	}
+	if s.app != nil {
+		// Live: the first of these decisions gets the sequence after the
+		// ones derived so far.
+		s.anchored(ds, s.sentSeq+uint64(len(s.pend))+1)
+		if m.subject == s.tickSubj {
+			s.tickSent = time.Time{} // folded: the next one may leave
+		}
+	}
 	for i := range ds {
 		d := &ds[i]
 		if cap(s.arena)-len(s.arena) < arenaChunk/64 {
@@ -459,7 +394,9 @@ func (s *session) fold(m stored) error {
 		// decisions are not in the stream yet.
 		s.c.folded.Store(m.seq)
 	}
-	s.sinceSnap++
+	if n := len(ds); n == 0 || ds[n-1].Verb != events.VerbCheckpoint {
+		s.sinceSnap++ // checkpoints do not count, or each would call for the next
+	}
 	if mt := s.c.cfg.Metrics; mt != nil {
 		mt.InputFolded(m.seq, time.Unix(0, m.time), len(ds))
 	}
@@ -635,7 +572,8 @@ func (s *session) runLive() error {
 	if err := s.flush(); err != nil {
 		return err
 	}
-	if err := s.ensurePolicy(); err != nil {
+	s.tickSubj = c.cfg.Topology.Partition.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbTick)
+	if err := s.ensureRules(); err != nil {
 		return err
 	}
 	c.live.Store(true)
@@ -691,6 +629,12 @@ func (s *session) runLive() error {
 			if err := s.flush(); err != nil {
 				return err
 			}
+			if s.p.Due() && s.tickSent.IsZero() {
+				// Deadlines the fold's per-input limit left due
+				// (events.MaxFiredPerInput): the next tick at once.
+				d, _ := s.p.NextDeadline()
+				s.appendTick(d)
+			}
 			s.maybeSnapshot(false)
 		case m := <-s.app.replies:
 			if err := s.acknowledged(m); err != nil {
@@ -707,6 +651,8 @@ func (s *session) runLive() error {
 		case <-tick.C:
 			armedFor = -1
 			if d, ok := s.p.NextDeadline(); ok && d <= time.Now().UnixNano() {
+				// A tick still in flight is retried with the backoff below
+				// (its append may have been lost).
 				s.appendTick(d)
 				// Retry unless the tick's stored timestamp passes d, backing
 				// off (20 ms doubling to 1 s) so that a stalled input reader
@@ -792,6 +738,10 @@ func (s *session) resetArena() {
 func (s *session) acknowledged(m *nats.Msg) error {
 	c := s.c
 	u, err := s.app.reply(m, len(s.pend) >= batchMin)
+	if errors.Is(err, errForged) {
+		c.drops.drop("append reply", err)
+		return nil
+	}
 	if err != nil {
 		if errors.Is(err, streams.ErrLostAuthority) {
 			c.lostAuth.Add(1)
@@ -819,83 +769,12 @@ func (s *session) appendTick(d int64) {
 	} else {
 		s.lastTickAt, s.ticks = d, 0
 	}
-	msg := &nats.Msg{
-		Subject: c.cfg.Topology.Partition.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbTick),
-		Data:    []byte(`{"v":1}`),
-	}
-	id := "tick-" + c.cfg.ID + "-" + strconv.FormatInt(d, 10) + "-" + strconv.Itoa(s.ticks)
-	if _, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(id)); err != nil {
+	msg := &nats.Msg{Subject: s.tickSubj, Data: []byte(`{"v":1}`)}
+	// An unpredictable id: a publisher that stored a tick's id first would
+	// make the stream drop the tick as a duplicate, delaying the deadline.
+	if _, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(randomID("tick-"+c.cfg.ID))); err != nil {
 		c.log.Warn("tick not appended", "err", err)
-	}
-}
-
-// ensurePolicy appends the default policy when the log is empty, fenced so
-// that two coordinators starting together append it once.
-func (s *session) ensurePolicy() error {
-	if s.p.LastSeq() != 0 {
-		return nil
-	}
-	info, err := s.c.h.In.Info(s.ctx)
-	if err != nil {
-		return fmt.Errorf("coordinator: input stream info: %w", streams.Classify(err))
-	}
-	if info.State.LastSeq != 0 {
-		return nil
-	}
-	pol := events.DefaultPolicy()
-	in := events.Input{Verb: events.VerbPolicy, Policy: pol}
-	msg := &nats.Msg{
-		Subject: s.c.cfg.Topology.Partition.InputSubject(events.RoleCoord, s.c.cfg.ID, events.NoJob, events.VerbPolicy),
-		Data:    events.AppendInputBody(nil, &in),
-	}
-	_, err = s.c.js.PublishMsg(s.ctx, msg, jetstream.WithExpectLastSequence(0))
-	if err != nil && !errors.Is(streams.Classify(err), streams.ErrLostAuthority) {
-		return fmt.Errorf("coordinator: append default policy: %w", err)
-	}
-	return nil
-}
-
-// maybeSnapshot takes a snapshot when one is due and hands it to the writer
-// once every decision it covers is acknowledged.
-func (s *session) maybeSnapshot(timer bool) {
-	c := s.c
-	if c.cfg.SnapshotEvery < 0 {
 		return
 	}
-	if s.snapWait == nil && s.sinceSnap > 0 &&
-		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && time.Since(s.snapTime) >= c.cfg.SnapshotInterval) {
-		s.snapWait = &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, data: s.p.Snapshot()}
-		s.sinceSnap = 0
-		s.snapTime = time.Now()
-	}
-	if s.snapWait != nil && s.acked >= s.snapWait.decSeq {
-		select {
-		case s.snapCh <- *s.snapWait:
-		default: // the writer is busy with the previous one: skip this one
-		}
-		s.snapWait = nil
-	}
-}
-
-// snapshotWriter stores snapshots handed over by the live loop.
-func (s *session) snapshotWriter(ctx context.Context) {
-	c := s.c
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case snap := <-s.snapCh:
-			meta := jetstream.ObjectMeta{Name: snapshotName, Headers: nats.Header{}}
-			meta.Headers.Set(headerSnapInput, strconv.FormatUint(snap.inputSeq, 10))
-			meta.Headers.Set(headerSnapDecision, strconv.FormatUint(snap.decSeq, 10))
-			if _, err := c.h.Snapshots.Put(ctx, meta, bytes.NewReader(snap.data)); err != nil {
-				if ctx.Err() == nil {
-					c.log.Warn("snapshot not stored", "input_seq", snap.inputSeq, "err", err)
-				}
-				continue
-			}
-			c.setSnapshot(snap.inputSeq, time.Now())
-			c.log.Debug("snapshot stored", "input_seq", snap.inputSeq, "bytes", len(snap.data))
-		}
-	}
+	s.tickSent = time.Now()
 }

@@ -4,19 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/maknow/tenure/coordinator"
-	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/projector"
-	"github.com/nats-io/nats.go"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/testutil"
 )
 
@@ -157,9 +159,9 @@ func TestEmbeddedServerRestart(t *testing.T) {
 		t.Fatalf("decision stream shrank from %d to %d", before, after)
 	}
 	r = startCoordinator(t, srv.ClientURL(), "c1")
-	// j0's lease id is L<its acquire's sequence> (the default policy may
-	// be stored before or after it).
-	seq := publish(t, js, events.RoleWorker, "w1", "j0", events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":"L%d","generation":1,"renew_seq":1}`, seqs[0]))
+	// j0's lease, as its grant named it before the restart.
+	lease := verdict(decisionsFor(t, js, seqs[0])).Job.LeaseID
+	seq := publish(t, js, events.RoleWorker, "w1", "j0", events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"renew_seq":1}`, lease))
 	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindRenewed {
 		t.Fatalf("renewal after server restart: %s/%s", v.Kind, v.Reason)
 	}
@@ -254,6 +256,34 @@ func TestCrashAtRandomPoints(t *testing.T) {
 	// some of them stale or duplicated.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The workload learns lease ids as a worker does, from the granted
+	// decisions (they are unguessable); until it knows one, it names a
+	// lease that does not exist.
+	var idMu sync.Mutex
+	leaseIDs := map[string]string{}
+	granted, err := js.OrderedConsumer(ctx, "TENURE_OUT", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"tenure.out.w1.*.granted"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcc, err := granted.Consume(func(m jetstream.Msg) {
+		if d, err := events.DecodeDecision(m.Data()); err == nil {
+			idMu.Lock()
+			leaseIDs[d.Job.ID] = d.Job.LeaseID
+			idMu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gcc.Stop()
+	leaseOf := func(job string) string {
+		idMu.Lock()
+		defer idMu.Unlock()
+		if id, ok := leaseIDs[job]; ok {
+			return id
+		}
+		return "L0"
+	}
 	produced := make(chan int, 1)
 	go func() {
 		n := 0
@@ -266,9 +296,9 @@ func TestCrashAtRandomPoints(t *testing.T) {
 			case 0:
 				verb, body = events.VerbAcquire, `{"v":1,"lease_ms":300}`
 			case 1, 2:
-				verb, body = events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":"L%d","generation":1,"renew_seq":%d}`, max(1, i-i%4-7), i)
+				verb, body = events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"renew_seq":%d}`, leaseOf(job), i)
 			case 3:
-				verb, body = events.VerbProgress, fmt.Sprintf(`{"v":1,"lease_id":"L%d","generation":1,"progress_seq":%d,"value":5}`, max(1, i-i%4-7), i)
+				verb, body = events.VerbProgress, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"progress_seq":%d,"value":5}`, leaseOf(job), i)
 			}
 			if _, err := js.Publish(ctx, events.InputSubject(events.RoleWorker, "w1", job, verb), []byte(body)); err != nil {
 				return

@@ -5,7 +5,7 @@ package coordinator_test
 // described in its last section ("How the examples in this document are
 // tested"). In short:
 //
-//   - ```json stored-input=1           the body the coordinator appends as input 1 on an empty log;
+//   - ```json stored-input=<n>         the bodies the coordinator appends as inputs 1 (rules) and 2 (policy) on an empty log;
 //   - ```json example=<name> [seq=<n>] [msg-id=<id>] subject=<subject after "tenure.in.">
 //     an input body, published exactly as written (the block's lines joined
 //     by "\n"), in document order; the next non-blank line after the block is
@@ -21,6 +21,10 @@ package coordinator_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +42,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/testutil"
 )
@@ -408,35 +413,47 @@ func publishExample(t *testing.T, nc *nats.Conn, js jetstream.JetStream, ex *doc
 func TestProtocolExamples(t *testing.T) {
 	doc := readProtocolDoc(t)
 	examples := doc.examples(t)
-	var input1 *docBlock
+	stored := map[string]*docBlock{}
 	for i := range doc.blocks {
-		if b := &doc.blocks[i]; b.lang == "json" && b.attrs["stored-input"] == "1" {
-			input1 = b
+		if b := &doc.blocks[i]; b.lang == "json" && b.attrs["stored-input"] != "" {
+			stored[b.attrs["stored-input"]] = b
 		}
 	}
-	if input1 == nil {
-		t.Fatalf("%s: no ```json stored-input=1 block", protocolDoc)
+	if stored["1"] == nil || stored["2"] == nil {
+		t.Fatalf("%s: want ```json stored-input=1 and stored-input=2 blocks", protocolDoc)
+	}
+	// The lease key of the story, which the rules input (input 1) carries.
+	var rules events.Input
+	if err := events.DecodeInput("tenure.in.coord.c1._.rules", []byte(stored["1"].body), &rules); err != nil {
+		t.Fatalf("%s:%d: stored input 1: %v", protocolDoc, stored["1"].line, err)
 	}
 
 	srv, nc, js := newServer(t)
 	log := followDecisions(t, js)
-	r := startCoordinator(t, srv.ClientURL(), "c1")
+	r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.LeaseKey = &rules.LeaseKey })
 
-	// On an empty log the coordinator appends the default policy as input 1.
-	if ds, _ := log.decisionsOf(t, 1); verdict(ds).Kind != events.KindPolicySet {
-		t.Fatalf("input 1: %s/%s, want the coordinator's policy_set", verdict(ds).Kind, verdict(ds).Reason)
+	// On an empty log the coordinator appends the rules as input 1 and the
+	// default policy as input 2.
+	if ds, _ := log.decisionsOf(t, 1); verdict(ds).Kind != events.KindRulesSet {
+		t.Fatalf("input 1: %s/%s, want the coordinator's rules_set", verdict(ds).Kind, verdict(ds).Reason)
+	}
+	if ds, _ := log.decisionsOf(t, 2); verdict(ds).Kind != events.KindPolicySet {
+		t.Fatalf("input 2: %s/%s, want the coordinator's policy_set", verdict(ds).Kind, verdict(ds).Reason)
 	}
 	ctx := context.Background()
 	in, err := js.Stream(ctx, "TENURE_IN")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := in.GetMsg(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "tenure.in.coord.c1._.policy"; m.Subject != want || string(m.Data) != input1.body {
-		t.Fatalf("%s:%d: input 1 is documented as\n %s\nthe coordinator stored on %s\n %s", protocolDoc, input1.line, input1.body, m.Subject, m.Data)
+	for seq, verb := range map[uint64]string{1: "rules", 2: "policy"} {
+		m, err := in.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := stored[strconv.FormatUint(seq, 10)]
+		if want := "tenure.in.coord.c1._." + verb; m.Subject != want || string(m.Data) != b.body {
+			t.Fatalf("%s:%d: input %d is documented as\n %s\nthe coordinator stored on %s\n %s", protocolDoc, b.line, seq, b.body, m.Subject, m.Data)
+		}
 	}
 
 	for i := range examples {
@@ -469,8 +486,8 @@ func TestProtocolExamples(t *testing.T) {
 			if d.Role == events.RoleWorker && d.Addressee != d.Actor {
 				t.Errorf("%s: verdict addressed to %s, not to the worker %s", where, d.Addressee, d.Actor)
 			}
-			if (d.Kind == events.KindGranted || d.Kind == events.KindOffered) && d.Job.LeaseID != "L"+strconv.FormatUint(a.Seq, 10) {
-				t.Errorf("%s: lease id %s, want L%d", where, d.Job.LeaseID, a.Seq)
+			if want := docLeaseID(rules.LeaseKey, a.Seq, d.Job.ID); (d.Kind == events.KindGranted || d.Kind == events.KindOffered) && d.Job.LeaseID != want {
+				t.Errorf("%s: lease id %s, §14 says %s", where, d.Job.LeaseID, want)
 			}
 		}
 		if !slices.Equal(got, ex.expect) {
@@ -616,4 +633,19 @@ func TestProtocolPermissions(t *testing.T) {
 			t.Fatalf("input %d on %s was stored despite the permissions", in.seq, in.subject)
 		}
 	}
+}
+
+// docLeaseID is the lease id PROTOCOL.md §14 derives for the lease created
+// by input seq for job (unpartitioned), written from the document, apart
+// from the projector's code.
+func docLeaseID(key [events.LeaseKeyLen]byte, seq uint64, job string) string {
+	msg := []byte("tenure lease id v2\x00")
+	msg = binary.BigEndian.AppendUint32(msg, 0) // partition index
+	msg = binary.BigEndian.AppendUint32(msg, 0) // partition count
+	msg = binary.BigEndian.AppendUint64(msg, seq)
+	msg = binary.BigEndian.AppendUint32(msg, uint32(len(job)))
+	msg = append(msg, job...)
+	mac := hmac.New(sha256.New, key[:])
+	mac.Write(msg)
+	return "L" + strconv.FormatUint(seq, 10) + "-" + base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:16])
 }

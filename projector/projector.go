@@ -928,23 +928,40 @@ func (p *Projector) leaseID(jobID string) string {
 	if p.leaseMAC == nil {
 		return "L" + u64(p.cause)
 	}
-	m := p.leaseMAC
+	id, buf := appendLeaseID(nil, p.macBuf[:0], p.leaseMAC, p.part, p.cause, jobID)
+	p.macBuf = buf[:0]
+	return string(id)
+}
+
+// LeaseID is the id of the lease that input seq creates for job under
+// rules (for partition part; the zero Partition when unpartitioned), as
+// the fold derives it: what an auditor, a test or a tool that reads the
+// input stream (where the lease key is) computes without folding.
+func LeaseID(rules Rules, part events.Partition, seq uint64, job string) string {
+	if rules.Revision < events.Revision2 {
+		return "L" + u64(seq)
+	}
+	id, _ := appendLeaseID(nil, nil, hmac.New(sha256.New, rules.LeaseKey[:]), part, seq, job)
+	return string(id)
+}
+
+// appendLeaseID appends the revision-2 lease id to dst, with m keyed by
+// the lease key and buf as scratch (both returned extended).
+func appendLeaseID(dst, buf []byte, m hash.Hash, part events.Partition, seq uint64, job string) ([]byte, []byte) {
 	m.Reset()
-	b := append(p.macBuf[:0], leaseIDDomain...)
-	b = binary.BigEndian.AppendUint32(b, p.part.Index)
-	b = binary.BigEndian.AppendUint32(b, p.part.Count)
-	b = binary.BigEndian.AppendUint64(b, p.cause)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(jobID)))
-	b = append(b, jobID...)
+	b := append(buf, leaseIDDomain...)
+	b = binary.BigEndian.AppendUint32(b, part.Index)
+	b = binary.BigEndian.AppendUint32(b, part.Count)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(job)))
+	b = append(b, job...)
 	m.Write(b)
 	sum := m.Sum(b[:0])
-	id := make([]byte, 0, 1+20+1+22)
-	id = append(id, 'L')
-	id = strconv.AppendUint(id, p.cause, 10)
-	id = append(id, '-')
-	id = base64.RawURLEncoding.AppendEncode(id, sum[:16])
-	p.macBuf = b[:0]
-	return string(id)
+	dst = append(dst, 'L')
+	dst = strconv.AppendUint(dst, seq, 10)
+	dst = append(dst, '-')
+	dst = base64.RawURLEncoding.AppendEncode(dst, sum[:16])
+	return dst, b
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }

@@ -1,0 +1,281 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
+)
+
+// Snapshots are checked, not trusted (PROTOCOL.md §9.3). The live
+// coordinator, when a snapshot is due, encodes the projector's state after
+// input S, takes its SHA-256 H (projector.StateHash: the hash of the
+// canonical encoding), and appends a checkpoint input claiming (S, H). The
+// fold records the claim in a checkpointed decision, at decision sequence
+// A of the fenced decision stream. Once A is acknowledged, the snapshot is
+// stored with S, the sequence of the last decision of input S, A and H in
+// its headers. A coordinator restoring it requires that decision A is a
+// checkpointed decision claiming (S, H) and that the bytes it read hash to
+// H; anything else (a snapshot rewritten with a valid CRC, one of an older
+// Tenure without an anchor) is refused, with the reason logged, and the
+// coordinator folds from the start. An auditor checks every claim against
+// its own replay (package audit).
+
+// Snapshot object headers (streams.HeaderSnapshotInput and the others).
+const (
+	headerSnapInput    = streams.HeaderSnapshotInput    // S: the last input the state covers
+	headerSnapDecision = streams.HeaderSnapshotDecision // the last decision of input S
+	headerSnapAnchor   = streams.HeaderSnapshotAnchor   // A: the checkpointed decision anchoring the hash
+	headerSnapHash     = streams.HeaderSnapshotHash     // H: 64 hex digits
+)
+
+// checkpointTimeout bounds the wait for the checkpointed decision of a
+// snapshot taken: if it does not come (the checkpoint input was lost), the
+// snapshot is dropped and the next one is taken when due.
+const checkpointTimeout = 30 * time.Second
+
+type snapshot struct {
+	inputSeq, decSeq uint64
+	anchorSeq        uint64 // 0 until the checkpointed decision is derived
+	hash             [events.StateHashLen]byte
+	data             []byte
+	sent             time.Time // when the checkpoint input was appended
+}
+
+// snapshotReadTimeout bounds the read of a snapshot of size bytes: 10 s,
+// plus a second for every 4 MiB (a replicated store on slow disks reads
+// tens of MiB per second).
+func snapshotReadTimeout(size uint64) time.Duration {
+	return 10*time.Second + time.Duration(size>>22)*time.Second
+}
+
+// loadSnapshot restores the latest snapshot if its anchor checks out;
+// otherwise the session folds from the start.
+func (s *session) loadSnapshot() {
+	c := s.c
+	if c.cfg.SnapshotEvery < 0 {
+		return
+	}
+	// The client bounds a Get without a deadline, the whole read included,
+	// by its default timeout (5 s): too short for a large snapshot on a
+	// replicated store. Look it up with that bound, then read it with one
+	// that grows with its size.
+	ictx, icancel := context.WithTimeout(s.ctx, 5*time.Second)
+	oinfo, err := c.h.Snapshots.GetInfo(ictx, snapshotName)
+	icancel()
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrObjectNotFound) {
+			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
+		}
+		return
+	}
+	pos, err := s.checkAnchor(oinfo.Headers)
+	if err != nil {
+		c.snapRefused.Add(1)
+		c.log.Warn("snapshot refused, folding from the start", "err", err)
+		return
+	}
+	gctx, gcancel := context.WithTimeout(s.ctx, snapshotReadTimeout(oinfo.Size))
+	defer gcancel()
+	obj, err := c.h.Snapshots.Get(gctx, snapshotName)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrObjectNotFound) {
+			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
+		}
+		return
+	}
+	defer obj.Close()
+	info, err := obj.Info()
+	if err != nil {
+		c.log.Warn("snapshot unreadable, folding from the start", "err", err)
+		return
+	}
+	if info.NUID != oinfo.NUID {
+		c.log.Warn("snapshot replaced while being read, folding from the start")
+		return
+	}
+	// perf: the streams after the snapshot are read (into the readers'
+	// buffers) while the snapshot is read and restored; if it does not
+	// restore, the readers are stopped and the session starts them again
+	// from the start.
+	if err := s.startReaders(pos.inputSeq+1, pos.decSeq+1); err != nil {
+		c.log.Debug("readers not started ahead of the snapshot", "err", err)
+	}
+	data, err := io.ReadAll(obj)
+	p := projector.NewPartition(c.cfg.Topology.Partition)
+	if err == nil && sha256.Sum256(data) != pos.hash {
+		c.snapRefused.Add(1)
+		err = fmt.Errorf("%w: its bytes do not hash to the state hash anchored at decision %d", ErrSnapshotRefused, pos.anchorSeq)
+	}
+	if err == nil {
+		err = p.Restore(data)
+	}
+	if err == nil && p.LastSeq() != pos.inputSeq {
+		err = fmt.Errorf("%w: it holds the state after input %d, its headers say %d", ErrSnapshotRefused, p.LastSeq(), pos.inputSeq)
+	}
+	if err != nil {
+		s.in.stop()
+		s.out.stop()
+		s.in, s.out = nil, nil
+		c.log.Warn("snapshot refused, folding from the start", "err", err)
+		return
+	}
+	s.p, s.decSeq, s.acked = p, pos.decSeq, pos.decSeq
+	c.setSnapshot(pos.inputSeq, info.ModTime)
+	c.log.Info("restored snapshot", "input_seq", pos.inputSeq, "decision_seq", pos.decSeq, "anchor_seq", pos.anchorSeq, "jobs", p.Len())
+}
+
+// ErrSnapshotRefused is the reason a stored snapshot is not restored: it is
+// not anchored in the decision stream, or not what its anchor says. The
+// coordinator then folds from the start (it is logged, not returned).
+var ErrSnapshotRefused = errors.New("coordinator: snapshot refused")
+
+// checkAnchor reads a snapshot's position from its headers and checks it
+// against the decision stream: the decision at its decision sequence is the
+// last one of its input, and the decision at its anchor sequence is a
+// checkpointed decision claiming its input sequence and state hash.
+func (s *session) checkAnchor(h nats.Header) (snapshot, error) {
+	var pos snapshot
+	refuse := func(format string, args ...any) (snapshot, error) {
+		return pos, fmt.Errorf("%w: %s", ErrSnapshotRefused, fmt.Sprintf(format, args...))
+	}
+	var err1, err2 error
+	pos.inputSeq, err1 = strconv.ParseUint(h.Get(headerSnapInput), 10, 64)
+	pos.decSeq, err2 = strconv.ParseUint(h.Get(headerSnapDecision), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return refuse("unreadable position: %v", err)
+	}
+	if h.Get(headerSnapAnchor) == "" {
+		return refuse("no state hash anchored in the decision stream (a snapshot of an older Tenure, or not Tenure's)")
+	}
+	anchor, err := strconv.ParseUint(h.Get(headerSnapAnchor), 10, 64)
+	hash, ok := events.ParseStateHash([]byte(h.Get(headerSnapHash)))
+	if err != nil || !ok {
+		return refuse("unreadable anchor %q or state hash %q", h.Get(headerSnapAnchor), h.Get(headerSnapHash))
+	}
+	pos.anchorSeq, pos.hash = anchor, hash
+	// The decision at decSeq must be the last one of input inputSeq.
+	m, err := s.c.h.Out.GetMsg(s.ctx, pos.decSeq)
+	if err != nil {
+		return refuse("its position, decision %d, is not in the decision stream: %v", pos.decSeq, err)
+	}
+	cause, n, of, err := decisionIndex(m.Header)
+	if err != nil || cause != pos.inputSeq || n+1 != of {
+		return refuse("its position does not match the decision stream (decision %d is not the last of input %d)", pos.decSeq, pos.inputSeq)
+	}
+	m, err = s.c.h.Out.GetMsg(s.ctx, anchor)
+	if err != nil {
+		return refuse("its anchor, decision %d, is not in the decision stream: %v", anchor, err)
+	}
+	d, err := events.DecodeDecision(m.Data)
+	switch {
+	case err != nil:
+		return refuse("its anchor, decision %d, does not decode: %v", anchor, err)
+	case d.Kind != events.KindCheckpointed || d.Checkpoint == nil:
+		return refuse("its anchor, decision %d, is a %s decision, not a checkpointed one", anchor, d.Kind)
+	case d.Checkpoint.InputSeq != pos.inputSeq || d.Checkpoint.StateHash != hash:
+		return refuse("its anchor, decision %d, claims input %d with state hash %x; the snapshot says input %d with %x",
+			anchor, d.Checkpoint.InputSeq, d.Checkpoint.StateHash, pos.inputSeq, hash)
+	}
+	return pos, nil
+}
+
+// maybeSnapshot takes a snapshot when one is due, appends the checkpoint
+// input anchoring its state hash, and hands the snapshot to the writer
+// once its checkpointed decision is acknowledged.
+func (s *session) maybeSnapshot(timer bool) {
+	c := s.c
+	if c.cfg.SnapshotEvery < 0 || s.p.Revision() < events.Revision2 {
+		return
+	}
+	if w := s.snapWait; w != nil && w.anchorSeq == 0 && time.Since(w.sent) > checkpointTimeout {
+		c.log.Warn("no checkpointed decision for the snapshot taken; taking another when due", "input_seq", w.inputSeq)
+		s.snapWait = nil
+	}
+	if s.snapWait == nil && s.sinceSnap > 0 &&
+		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && time.Since(s.snapTime) >= c.cfg.SnapshotInterval) {
+		data := s.p.Snapshot()
+		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, hash: sha256.Sum256(data), data: data, sent: time.Now()}
+		s.sinceSnap = 0
+		s.snapTime = snap.sent
+		if s.appendCheckpoint(snap) {
+			s.snapWait = snap
+		}
+	}
+	if w := s.snapWait; w != nil && w.anchorSeq != 0 && s.acked >= w.anchorSeq {
+		select {
+		case s.snapCh <- *w:
+		default: // the writer is busy with the previous one: skip this one
+		}
+		s.snapWait = nil
+	}
+}
+
+// appendCheckpoint appends the checkpoint input claiming snap's state hash.
+func (s *session) appendCheckpoint(snap *snapshot) bool {
+	c := s.c
+	in := events.Input{Verb: events.VerbCheckpoint, CheckpointSeq: snap.inputSeq, StateHash: snap.hash}
+	msg := &nats.Msg{
+		Subject: c.cfg.Topology.Partition.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbCheckpoint),
+		Data:    events.AppendInputBody(nil, &in),
+	}
+	if _, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(randomID("checkpoint-"+c.cfg.ID))); err != nil {
+		c.log.Warn("checkpoint not appended", "input_seq", snap.inputSeq, "err", err)
+		return false
+	}
+	return true
+}
+
+// anchored is called for each input folded live, with the decision
+// sequence its first decision gets: if it is the checkpoint of the
+// snapshot waiting, the snapshot learns its anchor.
+func (s *session) anchored(ds []events.Decision, first uint64) {
+	w := s.snapWait
+	if w == nil || w.anchorSeq != 0 {
+		return
+	}
+	for i := range ds {
+		d := &ds[i]
+		if d.Kind == events.KindCheckpointed && d.Actor == s.c.cfg.ID && d.Checkpoint.InputSeq == w.inputSeq && d.Checkpoint.StateHash == w.hash {
+			w.anchorSeq = first + uint64(i)
+			return
+		}
+	}
+}
+
+// snapshotWriter stores snapshots handed over by the live loop.
+func (s *session) snapshotWriter(ctx context.Context) {
+	c := s.c
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case snap := <-s.snapCh:
+			meta := jetstream.ObjectMeta{Name: snapshotName, Headers: nats.Header{}}
+			meta.Headers.Set(headerSnapInput, strconv.FormatUint(snap.inputSeq, 10))
+			meta.Headers.Set(headerSnapDecision, strconv.FormatUint(snap.decSeq, 10))
+			meta.Headers.Set(headerSnapAnchor, strconv.FormatUint(snap.anchorSeq, 10))
+			meta.Headers.Set(headerSnapHash, hex.EncodeToString(snap.hash[:]))
+			if _, err := c.h.Snapshots.Put(ctx, meta, bytes.NewReader(snap.data)); err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("snapshot not stored", "input_seq", snap.inputSeq, "err", err)
+				}
+				continue
+			}
+			c.setSnapshot(snap.inputSeq, time.Now())
+			c.log.Debug("snapshot stored", "input_seq", snap.inputSeq, "anchor_seq", snap.anchorSeq, "bytes", len(snap.data))
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package coordinator_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
+)
+
+// storedSnapshot reads the coordinator's stored snapshot: its bytes and
+// headers.
+func storedSnapshot(t *testing.T, js jetstream.JetStream) ([]byte, nats.Header) {
+	t.Helper()
+	ctx := context.Background()
+	obs, err := js.ObjectStore(ctx, streams.Topology{}.SnapshotBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(ctx, streams.SnapshotObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := obs.GetBytes(ctx, streams.SnapshotObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, info.Headers
+}
+
+func putSnapshot(t *testing.T, js jetstream.JetStream, data []byte, h nats.Header) {
+	t.Helper()
+	ctx := context.Background()
+	obs, err := js.ObjectStore(ctx, streams.Topology{}.SnapshotBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: streams.SnapshotObject, Headers: h}, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A snapshot is checked, not trusted (issue "Nothing bricks a deployment"):
+// one rewritten with a valid checksum but another state (holder w2 changed
+// to w1) is refused by a restarting coordinator, whatever its headers
+// claim, and so is one without an anchor in the decision stream (as an
+// older Tenure stored them); the coordinator folds from the start, so w2
+// keeps its lease and w1 cannot renew it. Before snapshots were anchored,
+// the tampered one was restored and w1's renewal was accepted.
+func TestTamperedSnapshotRefused(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		tamper func(h nats.Header, fake []byte)
+	}{
+		// The fake state under the real headers: its bytes do not hash to
+		// the anchored hash.
+		{"bytes", func(h nats.Header, fake []byte) {}},
+		// Headers claiming the fake state's hash: the anchor decision
+		// claims another.
+		{"hash", func(h nats.Header, fake []byte) {
+			sum := sha256.Sum256(fake)
+			h.Set(streams.HeaderSnapshotHash, hex.EncodeToString(sum[:]))
+		}},
+		// No anchor at all: a snapshot of an older Tenure.
+		{"no-anchor", func(h nats.Header, fake []byte) {
+			h.Del(streams.HeaderSnapshotAnchor)
+			h.Del(streams.HeaderSnapshotHash)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv, _, js := newServer(t)
+			snapEvery := func(c *coordinator.Config) { c.SnapshotEvery = 2; c.SnapshotInterval = time.Hour }
+			r := startCoordinator(t, srv.ClientURL(), "c1", snapEvery)
+			acq := publish(t, js, events.RoleWorker, "w2", "job", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+			lease := verdict(decisionsFor(t, js, acq)).Job.LeaseID
+			for i := range 3 {
+				publish(t, js, events.RoleWorker, "w3", fmt.Sprintf("other-%d", i), events.VerbAcquire, `{"v":1}`)
+			}
+			waitFor(t, 10*time.Second, "a snapshot after the acquire", func() bool { return r.c.Stats().SnapshotSeq > acq })
+			waitCaughtUp(t, js, r)
+			r.stop()
+
+			// The fake state: the same log up to the snapshot, with the
+			// acquire made by w1 instead of w2 (same lease id: it does
+			// not depend on the holder), encoded with a valid checksum.
+			data, h := storedSnapshot(t, js)
+			var real projector.Projector
+			if err := real.Restore(data); err != nil {
+				t.Fatal(err)
+			}
+			fake := projector.New()
+			for _, m := range readStream(t, js, "TENURE_IN") {
+				if m.seq > real.LastSeq() {
+					break
+				}
+				if m.seq == acq {
+					m.subject = strings.Replace(m.subject, ".w2.", ".w1.", 1)
+				}
+				if _, err := fake.Step(events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if j, _ := fake.Job("job"); j.Holder != "w1" || j.LeaseID != lease {
+				t.Fatalf("fake state: %+v", j)
+			}
+			fakeBytes := fake.Snapshot()
+			if err := new(projector.Projector).Restore(fakeBytes); err != nil {
+				t.Fatalf("the fake snapshot has a valid checksum: %v", err)
+			}
+			c.tamper(h, fakeBytes)
+			putSnapshot(t, js, fakeBytes, h)
+
+			r = startCoordinator(t, srv.ClientURL(), "c1", snapEvery)
+			waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+			mine := publish(t, js, events.RoleWorker, "w2", "job", events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"renew_seq":1}`, lease))
+			if v := verdict(decisionsFor(t, js, mine)); v.Kind != events.KindRenewed {
+				t.Fatalf("w2 renewing its own lease: %s/%s", v.Kind, v.Reason)
+			}
+			theirs := publish(t, js, events.RoleWorker, "w1", "job", events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"renew_seq":2}`, lease))
+			if v := verdict(decisionsFor(t, js, theirs)); v.Kind == events.KindRenewed {
+				t.Fatalf("w1 renewed w2's lease: the tampered snapshot was trusted")
+			}
+			if st := r.c.Stats(); st.SnapshotsRefused != 1 {
+				t.Errorf("%d snapshots refused, want 1 (stats %+v)", st.SnapshotsRefused, st)
+			}
+			waitCaughtUp(t, js, r)
+			checkChain(t, js)
+		})
+	}
+}

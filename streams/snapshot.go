@@ -1,0 +1,20 @@
+package streams
+
+// The coordinator's snapshot in the topology's object store (SnapshotBucket):
+// one object, replaced by each new snapshot, whose headers say where it
+// stands in the log and where its state hash is anchored (PROTOCOL.md §19).
+// The coordinator writes it; the coordinator and the auditor read it.
+const (
+	// SnapshotObject is the object's name.
+	SnapshotObject = "projector"
+	// HeaderSnapshotInput is S: the last input the state covers.
+	HeaderSnapshotInput = "Tenure-Input-Seq"
+	// HeaderSnapshotDecision is the decision sequence of the last decision of input S.
+	HeaderSnapshotDecision = "Tenure-Decision-Seq"
+	// HeaderSnapshotAnchor is A: the decision sequence of the checkpointed
+	// decision that claims (S, HeaderSnapshotHash).
+	HeaderSnapshotAnchor = "Tenure-Anchor-Seq"
+	// HeaderSnapshotHash is H: the state hash (SHA-256 of the object's
+	// bytes), 64 lower-case hexadecimal digits.
+	HeaderSnapshotHash = "Tenure-State-Hash"
+)
