@@ -19,7 +19,9 @@ import (
 //   - an empty log gets the rules input as input 1 and the default policy as
 //     input 2, each fenced on the input stream's last sequence, so that two
 //     coordinators starting together append them once and every lease is
-//     granted under the lease key;
+//     granted under the lease key (if another input was stored first, the
+//     rules follow it unfenced: the inputs before them are judged by
+//     revision 1);
 //   - a log of an older revision gets a rules input after its last input:
 //     the inputs before it keep the rules they were judged by.
 //
@@ -54,7 +56,13 @@ func (s *session) ensureRules() error {
 	}
 	ack, err := c.js.PublishMsg(s.ctx, rules, jetstream.WithExpectLastSequence(0))
 	if errors.Is(streams.Classify(err), streams.ErrLostAuthority) {
-		return nil // another coordinator began the log
+		// An input came first: another coordinator's rules (then this
+		// second one is rejected, rules_in_force), or anyone's input,
+		// which must not keep the log at revision 1.
+		if _, err := c.js.PublishMsg(s.ctx, rules, jetstream.WithMsgID(randomID("rules-"+c.cfg.ID))); err != nil {
+			return fmt.Errorf("coordinator: append rules: %w", err)
+		}
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("coordinator: append rules: %w", err)

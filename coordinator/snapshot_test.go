@@ -140,3 +140,26 @@ func TestTamperedSnapshotRefused(t *testing.T) {
 		})
 	}
 }
+
+// An input stored before the coordinator ever ran (seq 1) cannot keep the
+// log at rules revision 1: the coordinator's fenced rules input fails and
+// it appends them after it. The early lease keeps its revision-1 id; every
+// later one is keyed.
+func TestRulesAfterAnEarlyInput(t *testing.T) {
+	srv, _, js := newServer(t)
+	early := publish(t, js, events.RoleWorker, "w1", "early", events.VerbAcquire, `{"v":1}`)
+	if early != 1 {
+		t.Fatalf("early input stored as %d", early)
+	}
+	r := startCoordinator(t, srv.ClientURL(), "c1")
+	if v := verdict(decisionsFor(t, js, early)); v.Job.LeaseID != "L1" {
+		t.Fatalf("early lease %q, want the revision-1 id L1", v.Job.LeaseID)
+	}
+	later := publish(t, js, events.RoleWorker, "w1", "later", events.VerbAcquire, `{"v":1}`)
+	v := verdict(decisionsFor(t, js, later))
+	if want := fmt.Sprintf("L%d-", later); !strings.HasPrefix(v.Job.LeaseID, want) || len(v.Job.LeaseID) != len(want)+22 {
+		t.Fatalf("later lease %q, want a keyed id %s<22 characters>", v.Job.LeaseID, want)
+	}
+	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
