@@ -135,6 +135,7 @@ type Coordinator struct {
 	sessions     atomic.Uint64 // times the coordinator (re)synchronised
 	snapRefused  atomic.Uint64 // stored snapshots refused (not anchored, or not what the anchor says)
 	drops        *dropCounter  // messages that reached its inboxes without being the server's answer to it
+	state        atomic.Pointer[state]
 	snapMu       sync.Mutex
 	snapInputSeq uint64
 	snapAt       time.Time
@@ -142,9 +143,14 @@ type Coordinator struct {
 
 // Stats is a point-in-time view of a coordinator, safe to read from any goroutine.
 type Stats struct {
-	ID              string    `json:"id"`
-	Partition       string    `json:"partition,omitempty"` // "2" for partition 2 of a partitioned deployment
-	Live            bool      `json:"live"`
+	ID        string `json:"id"`
+	Partition string `json:"partition,omitempty"` // "2" for partition 2 of a partitioned deployment
+	Live      bool   `json:"live"`
+	// State is StateStarting, StateStandby, StateLive or StateRefused;
+	// Reason says why it is not live (who leads, the error it
+	// resynchronises after, or why it refuses and what to do), "" when live.
+	State           string    `json:"state"`
+	Reason          string    `json:"reason,omitempty"`
 	InputsFolded    uint64    `json:"inputs_folded"`    // sequence of the last input folded (live: folded and its decisions stored)
 	DecisionsStored uint64    `json:"decisions_stored"` // last decision sequence acknowledged
 	SnapshotSeq     uint64    `json:"snapshot_input_seq"`
@@ -196,8 +202,10 @@ func (c *Coordinator) Topology() streams.Topology { return c.cfg.Topology }
 func (c *Coordinator) Stats() Stats {
 	c.snapMu.Lock()
 	defer c.snapMu.Unlock()
+	st := c.currentState()
 	return Stats{
-		ID: c.cfg.ID, Partition: c.cfg.Topology.Partition.Token(), Live: c.live.Load(), InputsFolded: c.folded.Load(), DecisionsStored: c.appended.Load(),
+		ID: c.cfg.ID, Partition: c.cfg.Topology.Partition.Token(), Live: c.live.Load(), State: st.name, Reason: st.reason,
+		InputsFolded: c.folded.Load(), DecisionsStored: c.appended.Load(),
 		SnapshotSeq: c.snapInputSeq, SnapshotAt: c.snapAt,
 		LostAuthority: c.lostAuth.Load(), Sessions: c.sessions.Load(),
 		SnapshotsRefused: c.snapRefused.Load(), Dropped: c.drops.count.Load(),
@@ -233,8 +241,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		}
 		var mismatch *streams.ConfigMismatchError
 		if errors.As(err, &mismatch) {
+			c.setState(StateRefused, refusal(err))
+			c.log.Error("refusing to go live", "err", err, "what_to_do", Remedy(err))
 			return err
 		}
+		c.setState(StateStarting, "topology not ready: "+err.Error())
 		c.log.Warn("topology not ready, retrying", "err", err)
 		select {
 		case <-ctx.Done():
@@ -251,7 +262,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			return nil
 		}
 		if errors.Is(err, ErrDivergence) || errors.Is(err, ErrInputGap) {
-			c.log.Error("refusing to go live", "err", err)
+			c.setState(StateRefused, refusal(err))
+			c.log.Error("refusing to go live", "err", err, "what_to_do", Remedy(err))
 			return err
 		}
 		wait := backoff
@@ -259,9 +271,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		case errors.Is(err, errYield):
 			// Let another process take the partition before standing by
 			// again (if none does, this one takes it back after the wait).
+			c.setState(StateStandby, "handed the partition to another process to balance the partitions")
 			c.log.Info("handed the partition over to balance the partitions between processes")
 			wait = 2 * c.cfg.LeaderTTL
 		case err != nil:
+			c.setState(StateStandby, "resynchronising after: "+err.Error())
 			c.log.Warn("resynchronising", "err", err)
 		}
 		select {
@@ -314,6 +328,9 @@ func (c *Coordinator) session(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.sessions.Add(1)
+	if st := c.currentState(); st.name == StateStarting || st.name == StateLive {
+		c.setState(StateStandby, "verifying the stored decisions before taking leadership")
+	}
 	s := &session{c: c, ctx: ctx, p: projector.NewPartition(c.cfg.Topology.Partition), snapTime: time.Now()}
 	s.loadSnapshot() // may start the readers (perf: reading overlaps the restore)
 	c.folded.Store(s.p.LastSeq())
@@ -484,6 +501,7 @@ func (s *session) standby() error {
 				return err
 			}
 		case <-try.C:
+			s.noteReaderErrs()
 		case <-s.ctx.Done():
 			return s.ctx.Err()
 		}
@@ -498,12 +516,25 @@ func (s *session) standby() error {
 			if err := s.verify(sd); err != nil {
 				return err
 			}
+		case <-try.C:
+			s.noteReaderErrs()
 		case <-s.ctx.Done():
 			return s.ctx.Err()
 		}
 	}
 	s.out.stop()
 	return nil
+}
+
+// noteReaderErrs puts a reader that cannot create its consumer (server
+// permissions, a consumer limit, a stream that does not answer) in the
+// coordinator's state: it is why it stays in standby.
+func (s *session) noteReaderErrs() {
+	for _, r := range []*reader{s.in, s.out} {
+		if err := r.f.Err(); err != nil {
+			s.c.setState(StateStandby, "cannot read the streams: "+err.Error())
+		}
+	}
 }
 
 // acquire tries to take the leadership entry.
@@ -517,6 +548,8 @@ func (s *session) acquire() bool {
 		e, gerr := kv.Get(s.ctx, leaderKey)
 		if gerr == nil && string(e.Value()) == s.c.cfg.ID {
 			rev, err = kv.Update(s.ctx, leaderKey, []byte(s.c.cfg.ID), e.Revision())
+		} else if gerr == nil {
+			s.c.setState(StateStandby, "coordinator "+string(e.Value())+" holds leadership; following and verifying its decisions")
 		}
 	}
 	if err != nil {
@@ -577,6 +610,7 @@ func (s *session) runLive() error {
 		return err
 	}
 	c.live.Store(true)
+	c.setState(StateLive, "")
 	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
 	renew := time.NewTicker(c.cfg.LeaderTTL / 3)
 	defer renew.Stop()

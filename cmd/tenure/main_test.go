@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
 )
 
 // syncBuffer is a bytes.Buffer safe for the logger and the test at once.
@@ -163,5 +164,60 @@ func TestDemo(t *testing.T) {
 	}
 	if strings.Contains(s, "FAIL") {
 		t.Errorf("a scenario failed:\n%s", s)
+	}
+}
+
+// A coordinator that will not go live says why and what to do, in its log
+// and in tenure status, and serve keeps answering status until it is
+// stopped (exit 1): here the decision stream holds a decision that no fold
+// of the input stream derives.
+func TestServeRefusalExplained(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: dir, Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := streams.Ensure(ctx, js, streams.Topology{}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "tenure.out.w1.j1.granted", []byte(`{"v":1,"cause":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	srv.Shutdown()
+
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data", dir, "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1"}, &bytes.Buffer{}, &stderr)
+	}()
+	url := waitServing(t, &stderr, done, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	waitServing(t, &stderr, done, regexp.MustCompile(`(refusing to go live)`))
+	if !strings.Contains(stderr.String(), "tenure audit") {
+		t.Errorf("the log does not say what to do:\n%s", stderr.String())
+	}
+	var out bytes.Buffer
+	if code := run(ctx, []string{"status", "--nats-url", url}, &out, &stderr); code != 0 {
+		t.Fatalf("status exit %d:\n%s\n%s", code, out.String(), stderr.String())
+	}
+	if !regexp.MustCompile(`c1\s+refused`).MatchString(out.String()) || !strings.Contains(out.String(), "What to do") || !strings.Contains(out.String(), "tenure audit") {
+		t.Fatalf("status does not explain the refusal:\n%s", out.String())
+	}
+	t.Logf("tenure status:\n%s", out.String())
+	cancel()
+	select {
+	case code := <-done:
+		if code != 1 {
+			t.Fatalf("serve exited %d after a refusal, want 1", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
 	}
 }

@@ -202,8 +202,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("tenure serving: connect workers to "+conn.url, "nats_url", conn.url, "coordinator", *id, "partitions", count,
 			"inputs", "tenure.in.<role>.<actor>.<job>.<verb>[.<partition>]", "decisions", "tenure.out.<addressee>.<job>.<kind>.<partition>")
 		err = g.Run(ctx)
-		log.Info("tenure stopped")
-		return err
+		return stopped(ctx, err, log)
 	}
 	c, err := coordinator.New(cfg)
 	if err != nil {
@@ -222,6 +221,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("tenure serving: connect workers to "+conn.url, "nats_url", conn.url, "coordinator", *id,
 		"inputs", "tenure.in.<role>.<actor>.<job>.<verb>", "decisions", "tenure.out.<addressee>.<job>.<kind>")
 	err = c.Run(ctx)
+	return stopped(ctx, err, log)
+}
+
+// stopped ends serve after the coordinators' Run returned err. A coordinator
+// that refuses to go live (a log it cannot reproduce, a stream it cannot
+// use) has logged why and what to do; serve then keeps its embedded server,
+// status service and web UI up, so that `tenure status`, `tenure audit` and
+// the board can show the operator the same, until it is stopped (exit 1).
+func stopped(ctx context.Context, err error, log *slog.Logger) error {
+	if err != nil && ctx.Err() == nil && coordinator.Remedy(err) != "" {
+		log.Error("not live: serving status and audits only until stopped (Ctrl-C); `tenure status` shows why", "err", err)
+		<-ctx.Done()
+	}
 	log.Info("tenure stopped")
 	return err
 }

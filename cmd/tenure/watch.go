@@ -240,14 +240,25 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	if partitioned {
-		fmt.Fprintln(tw, "COORDINATOR\tPARTITION\tROLE\tFOLDED\tSTORED\tLAG\tLEADER\tSNAPSHOT\tLOST-AUTHORITY")
+		fmt.Fprintln(tw, "COORDINATOR\tPARTITION\tSTATE\tFOLDED\tSTORED\tLAG\tLEADER\tSNAPSHOT\tLOST-AUTHORITY")
 	} else {
-		fmt.Fprintln(tw, "COORDINATOR\tROLE\tFOLDED\tSTORED\tLAG\tLEADER\tSNAPSHOT\tLOST-AUTHORITY")
+		fmt.Fprintln(tw, "COORDINATOR\tSTATE\tFOLDED\tSTORED\tLAG\tLEADER\tSNAPSHOT\tLOST-AUTHORITY")
 	}
+	var reasons []string
 	for _, s := range got {
-		role := "standby"
-		if s.Live {
+		role := s.State
+		switch {
+		case s.Live:
 			role = "live"
+		case role == "":
+			role = "standby" // a coordinator of an older Tenure
+		}
+		if s.Reason != "" {
+			who := s.ID
+			if s.Partition != "" {
+				who += " partition " + s.Partition
+			}
+			reasons = append(reasons, who+" ("+role+"): "+s.Reason)
 		}
 		snap := "-"
 		if s.SnapshotSeq > 0 {
@@ -261,6 +272,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range reasons {
+		fmt.Fprintln(stdout, r)
 	}
 	if partitioned {
 		reportLeaderless(ctx, nc, got, stdout)
