@@ -19,7 +19,7 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
-// Snapshots are checked, not trusted (PROTOCOL.md §9.3). The live
+// Snapshots are checked, not trusted (PROTOCOL.md §19). The live
 // coordinator, when a snapshot is due, encodes the projector's state after
 // input S, takes its SHA-256 H (projector.StateHash: the hash of the
 // canonical encoding), and appends a checkpoint input claiming (S, H). The
@@ -58,7 +58,7 @@ type snapshot struct {
 // plus a second for every 4 MiB (a replicated store on slow disks reads
 // tens of MiB per second).
 func snapshotReadTimeout(size uint64) time.Duration {
-	return 10*time.Second + time.Duration(size>>22)*time.Second
+	return 10*time.Second + time.Duration(min(size>>22, 3600))*time.Second // at most an hour more: no overflow
 }
 
 // loadSnapshot restores the latest snapshot if its anchor checks out;

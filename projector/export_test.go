@@ -1,7 +1,18 @@
 package projector
 
+import "github.com/maknow/tenure/events"
+
 // SetFireLimit lowers, for tests, the number of due deadlines an input
 // fires from the deadline queue under revision 2 (events.MaxFiredPerInput),
 // so that a few jobs exercise what a million would: deadlines carried over
 // to later inputs, and fired first by the inputs that touch their jobs.
 func SetFireLimit(p *Projector, n int) { p.fireLimit = n }
+
+// SetJob replaces the projection of an existing job, for tests that need a
+// state no log of the tests' size reaches (counters at their limit, or a
+// state no fold produces, to check that Restore refuses it).
+func SetJob(p *Projector, j events.Job) {
+	if cur := p.jobs[j.ID]; cur != nil {
+		cur.Job = j
+	}
+}

@@ -330,7 +330,7 @@ func (p *Projector) claim(jobID, leaseID string, gen uint64) (*job, bool) {
 	}
 	switch {
 	case gen < j.Generation:
-		j.Stale++
+		inc(&j.Stale)
 		kind := events.KindStale
 		if p.in.Verb == events.VerbRenew {
 			kind = events.KindLostAuthority // seed 004: a renewal's answer is lost authority
@@ -347,7 +347,7 @@ func (p *Projector) claim(jobID, leaseID string, gen uint64) (*job, bool) {
 	case holder != j.Holder:
 		// Another holder claims this very lease and generation (seed 000 §12).
 		if j.State.Live() {
-			j.Conflicts++
+			inc(&j.Conflicts)
 			if !j.Conflict {
 				j.Conflict = true
 				j.ConflictWith = strings.Clone(holder)
@@ -372,21 +372,21 @@ func (p *Projector) ended(j *job) {
 }
 
 func (p *Projector) late(j *job, reason events.Reason) {
-	j.Late++
+	inc(&j.Late)
 	if p.in.Verb == events.VerbProgress {
-		j.LateProgress++
+		inc(&j.LateProgress)
 	}
 	p.emit(j, events.KindLate, reason, p.in.Actor)
 }
 
 func (p *Projector) duplicate(j *job, reason events.Reason) {
-	j.Duplicates++
+	inc(&j.Duplicates)
 	p.emit(j, events.KindDuplicate, reason, p.in.Actor)
 }
 
 // lifetimeCap bounds an expiry by the lease's maximum lifetime.
 func (p *Projector) lifetimeCap(j *job, exp int64) (int64, events.Reason) {
-	if limit := j.IssuedAt + p.policy.MaxLifetime; exp > limit {
+	if limit := addTime(j.IssuedAt, p.policy.MaxLifetime); exp > limit {
 		return limit, events.ReasonCappedByLifetime
 	}
 	return exp, events.ReasonOk
@@ -404,14 +404,14 @@ func (p *Projector) ack() {
 	case j.AckState == events.AckAcked && j.State == events.StateActive:
 		p.duplicate(j, events.ReasonDuplicateAck)
 	case j.AckState == events.AckAcked && j.LeaseExpired:
-		j.Late++
+		inc(&j.Late)
 		p.emit(j, events.KindLostAuthority, events.ReasonLeaseExpired, in.Actor)
 	case j.State == events.StateOffered:
 		j.State = events.StateActive
 		j.AckState = events.AckAcked
 		j.AckedAt = p.now
 		var reason events.Reason
-		j.ExpiresAt, reason = p.lifetimeCap(j, p.now+j.Duration)
+		j.ExpiresAt, reason = p.lifetimeCap(j, addTime(p.now, j.Duration))
 		p.schedule(j)
 		p.emit(j, events.KindAcked, reason, in.Actor)
 	case j.State == events.StateAckMissed:
@@ -433,12 +433,12 @@ func (p *Projector) renew(r *events.LeaseRef) {
 		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
 		return
 	case events.StateExpired:
-		j.Late++
+		inc(&j.Late)
 		p.emit(j, events.KindLostAuthority, events.ReasonRenewAfterExpiry, in.Actor)
 		return
 	case events.StateUnresolved:
 		if j.LeaseExpired {
-			j.Late++
+			inc(&j.Late)
 			p.emit(j, events.KindLostAuthority, events.ReasonRenewAfterExpiry, in.Actor)
 		} else {
 			p.emit(j, events.KindLostAuthority, events.ReasonCancelRequested, in.Actor)
@@ -471,7 +471,7 @@ func (p *Projector) renew(r *events.LeaseRef) {
 	}
 	j.Duration = dur
 	var reason events.Reason
-	j.ExpiresAt, reason = p.lifetimeCap(j, p.now+dur)
+	j.ExpiresAt, reason = p.lifetimeCap(j, addTime(p.now, dur))
 	j.RenewSeq = r.RenewSeq
 	j.RenewAt = p.now
 	p.schedule(j)
@@ -695,7 +695,7 @@ func (p *Projector) offer() {
 	if in.AckTimeoutMS != 0 {
 		ackTimeout = in.AckTimeoutMS * 1e6
 	}
-	j.AckDeadline = p.now + ackTimeout
+	j.AckDeadline = addTime(p.now, ackTimeout)
 	p.schedule(j)
 	p.emit(j, events.KindOffered, events.ReasonOk, j.Holder)
 }
@@ -710,7 +710,7 @@ func (p *Projector) acquire() {
 	j.State = events.StateActive
 	j.AckState = events.AckAcquired
 	var reason events.Reason
-	j.ExpiresAt, reason = p.lifetimeCap(j, p.now+j.Duration)
+	j.ExpiresAt, reason = p.lifetimeCap(j, addTime(p.now, j.Duration))
 	p.schedule(j)
 	p.emit(j, events.KindGranted, reason, in.Actor)
 }
@@ -726,7 +726,7 @@ func (p *Projector) cancel() {
 	if in.Generation != 0 {
 		switch {
 		case in.Generation < j.Generation:
-			j.Stale++
+			inc(&j.Stale)
 			p.emit(j, events.KindStale, events.ReasonStaleGeneration, in.Actor)
 			return
 		case in.Generation > j.Generation:
@@ -751,7 +751,7 @@ func (p *Projector) cancel() {
 	case j.State == events.StateActive:
 		j.CancelReq = true
 		j.CancelAt = p.now
-		j.CancelBy = p.now + p.policy.CancelTimeout
+		j.CancelBy = addTime(p.now, p.policy.CancelTimeout)
 		p.schedule(j)
 		p.emit(j, events.KindCancelRequested, events.ReasonOk, j.Holder)
 	default:
@@ -965,3 +965,26 @@ func appendLeaseID(dst, buf []byte, m hash.Hash, part events.Partition, seq uint
 }
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// MaxTime is the latest time the fold can represent (Unix ns; in April
+// 2262). A deadline past it is MaxTime: a lease granted near the end of
+// int64 time expires then rather than wrapping into the past.
+const MaxTime = int64(1<<63 - 1)
+
+// addTime is t + d for a duration d >= 0 (the decoder and the policy allow
+// no other), saturating at MaxTime.
+func addTime(t, d int64) int64 {
+	if t > MaxTime-d {
+		return MaxTime
+	}
+	return t + d
+}
+
+// inc adds one to an evidence counter, saturating: each counts stored
+// inputs (a batch renew counts at most MaxBatch per input), so no log can
+// reach 2^64-1, but a restored snapshot could claim it.
+func inc(c *uint64) {
+	if *c != 1<<64-1 {
+		*c++
+	}
+}

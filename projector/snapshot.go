@@ -182,6 +182,9 @@ func (p *Projector) Restore(snap []byte) error {
 		*f = r.varint("policy")
 	}
 	pol.MaxGenerations = r.uvarint("policy")
+	if r.err == nil && !validPolicy(pol) {
+		return fmt.Errorf("%w: policy out of range: %+v", ErrBadSnapshot, *pol)
+	}
 	n := r.uvarint("job count")
 	if n > uint64(len(r.b)/minJobBytes) {
 		return fmt.Errorf("%w: job count %d", ErrBadSnapshot, n)
@@ -249,6 +252,9 @@ func (p *Projector) Restore(snap []byte) error {
 		if !q.part.Owns(j.ID) {
 			return fmt.Errorf("%w: job %q is not in %s", ErrBadSnapshot, j.ID, q.part)
 		}
+		if why := invalidJob(&j.Job); why != "" {
+			return fmt.Errorf("%w: job %q: %s", ErrBadSnapshot, j.ID, why)
+		}
 		prev = j.ID
 		q.jobs[j.ID] = j
 		if d, live := nextDeadline(j); live {
@@ -270,4 +276,43 @@ func (p *Projector) Restore(snap []byte) error {
 // restarts and restores.
 func (p *Projector) StateHash() [32]byte {
 	return sha256.Sum256(p.Snapshot())
+}
+
+// validPolicy reports whether a restored policy is one the decoder accepts
+// (every duration 1 ms to 30 days, max_generations 1 to 2^20, the limits in
+// order) or the default.
+func validPolicy(p *events.Policy) bool {
+	const lo, hi = events.MinDurationMS * 1e6, events.MaxDurationMS * 1e6
+	for _, d := range []int64{p.MinLease, p.MaxLease, p.DefaultLease, p.AckTimeout, p.CancelTimeout, p.MaxLifetime} {
+		if d < lo || d > hi {
+			return false
+		}
+	}
+	return p.MaxGenerations >= 1 && p.MaxGenerations <= events.MaxGenerations &&
+		p.MinLease <= p.DefaultLease && p.DefaultLease <= p.MaxLease && p.MaxLease <= p.MaxLifetime
+}
+
+// invalidJob says why a restored job is not one the fold can produce ("" if
+// it is): enums in their closed sets, counters of inputs within the
+// protocol's ranges, so that no later input can overflow them.
+func invalidJob(j *events.Job) string {
+	switch {
+	case j.State.String() == "?", j.AckState.String() == "?", j.Result.String() == "?":
+		return "state, ACK state or result out of range"
+	case j.Generation > events.MaxGenerations:
+		return "generation above the protocol's max_generations"
+	case j.Generation == 0 && j.State != events.StateNone:
+		return "a lease state without a lease"
+	case j.Generation > 0 && (!events.ValidToken(j.LeaseID) || !events.ValidToken(j.Holder)):
+		return "lease id or holder not a valid token"
+	case j.ConflictWith != "" && !events.ValidToken(j.ConflictWith):
+		return "conflict holder not a valid token"
+	case j.RenewSeq > events.MaxSeq || j.ProgressSeq > events.MaxSeq:
+		return "a sequence above 2^53-1"
+	case j.ProgressValue < 0 || j.ProgressValue > events.MaxProgress:
+		return "progress value out of range"
+	case j.Duration < 0 || j.Duration > events.MaxDurationMS*1e6:
+		return "lease duration out of range"
+	}
+	return ""
 }

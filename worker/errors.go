@@ -50,6 +50,12 @@ var (
 	ErrLeaseEnded = errors.New("worker: lease ended")
 	// ErrClosed means the Worker was closed.
 	ErrClosed = errors.New("worker: closed")
+	// ErrSequenceExhausted means a lease's renew or progress sequence
+	// reached the protocol's largest, 2^53-1 (events.MaxSeq): the SDK sends
+	// no renewal or report it would have to number past it (at a renewal a
+	// millisecond, that is 285,000 years). A renewal that cannot be sent
+	// ends the lease's authority, wrapping ErrLostAuthority too.
+	ErrSequenceExhausted = errors.New("worker: sequence exhausted")
 )
 
 // VerdictError is a verdict of the coordinator that did not accept the

@@ -146,6 +146,10 @@ func (l *Lease) Progress(ctx context.Context, value int) error {
 	l.progressMu.Lock()
 	defer l.progressMu.Unlock()
 	l.mu.Lock()
+	if l.progressSeq >= events.MaxSeq {
+		l.mu.Unlock()
+		return fmt.Errorf("worker: progress %s: %w", l.token, ErrSequenceExhausted)
+	}
 	l.progressSeq++
 	seq := l.progressSeq
 	l.mu.Unlock()
@@ -361,6 +365,12 @@ func (l *Lease) Renew(ctx context.Context) error {
 func (l *Lease) renew() error {
 	l.mu.Lock()
 	if l.pendingSeq == 0 {
+		if l.renewSeq >= events.MaxSeq {
+			l.mu.Unlock()
+			err := fmt.Errorf("worker: renew %s: %w (%w)", l.token, ErrSequenceExhausted, ErrLostAuthority)
+			l.lose(err) // it cannot be renewed again: authority ends at its expiry
+			return err
+		}
 		l.renewSeq++
 		l.pendingSeq, l.pendingT0 = l.renewSeq, time.Time{}
 	}

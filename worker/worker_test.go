@@ -612,3 +612,37 @@ func TestReconnectNoGap(t *testing.T) {
 		t.Fatal("the connection never reconnected")
 	}
 }
+
+// A lease whose renew or progress sequence has reached the protocol's
+// largest (events.MaxSeq) sends nothing it would have to number past it:
+// Progress fails with ErrSequenceExhausted, and a renewal ends the lease's
+// authority (its context's cause matches ErrSequenceExhausted and
+// ErrLostAuthority); nothing is published.
+func TestSequencesExhausted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.worker("w1")
+	ctx := context.Background()
+	l, err := w.Acquire(ctx, "j1", WithLeaseDuration(30*time.Second)) // no automatic renewal during the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.caughtUp()
+	before := len(e.readStream("TENURE_IN"))
+	l.mu.Lock()
+	l.progressSeq, l.renewSeq = events.MaxSeq, events.MaxSeq
+	l.mu.Unlock()
+	if err := l.Progress(ctx, 10); !errors.Is(err, ErrSequenceExhausted) {
+		t.Fatalf("Progress past MaxSeq: %v, want ErrSequenceExhausted", err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, ErrSequenceExhausted) {
+		t.Fatalf("Renew past MaxSeq: %v, want ErrSequenceExhausted", err)
+	}
+	<-l.Context().Done()
+	if cause := context.Cause(l.Context()); !errors.Is(cause, ErrSequenceExhausted) || !errors.Is(cause, ErrLostAuthority) {
+		t.Fatalf("lease context cause %v", cause)
+	}
+	if after := len(e.readStream("TENURE_IN")); after != before {
+		t.Fatalf("%d inputs published past the limit", after-before)
+	}
+}
