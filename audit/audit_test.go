@@ -62,7 +62,22 @@ func TestGoldenScenariosAuditClean(t *testing.T) {
 			runCoordinator(t, srv.ClientURL(), js)
 
 			rep := e.audit(t, audit.Config{})
-			requireClean(t, rep)
+			if filepath.Base(path) == "rev2_checkpoint.txt" {
+				// Its input 3 claims a made-up state hash for input 2:
+				// the fold records the claim; the audit checks it.
+				only(t, rep, "checkpoints")
+				c := rep.Checkpoints.Mismatches.Items[0]
+				if rep.Problems() != 1 || c.Input != 3 || c.InputSeq != 2 || c.Actor != "c1" ||
+					c.Claimed.String() != "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff" || rep.Verified != rep.Decisions {
+					t.Fatalf("the made-up claim: %+v:\n%s", c, summary(rep))
+				}
+			} else {
+				requireClean(t, rep)
+			}
+			// The coordinator's own checkpoints (it snapshots after every input).
+			if rep.Checkpoints.Verified == 0 {
+				t.Fatalf("no checkpoint claim verified:\n%s", summary(rep))
+			}
 			if rep.Inputs < uint64(n) || rep.Decisions < uint64(n) {
 				t.Fatalf("replayed %d inputs and %d decisions for %d published inputs", rep.Inputs, rep.Decisions, n)
 			}
@@ -73,7 +88,7 @@ func TestGoldenScenariosAuditClean(t *testing.T) {
 			from := rep.Snapshot.InputSeq + 1
 			rep2 := e.audit(t, audit.Config{From: from})
 			requireClean(t, rep2)
-			if !rep2.Snapshot.Used || rep2.From != from {
+			if !rep2.Snapshot.Used || rep2.From != from || rep2.Checkpoints.Verified == 0 {
 				t.Fatalf("--from %d did not start from the snapshot: %+v, from %d", from, rep2.Snapshot, rep2.From)
 			}
 			if rep2.StoredHash != rep.StoredHash || rep2.FoldHash != rep.FoldHash {
@@ -504,6 +519,7 @@ func only(t *testing.T, r *audit.Report, classes ...string) {
 	counts := map[string]int{
 		"mismatches": r.Mismatches.Count, "missing": r.Missing.Count, "extra": r.Extra.Count,
 		"orphans": r.Orphans.Count, "holes": r.Holes.Count, "chain": r.Chain.Count,
+		"checkpoints": r.Checkpoints.Mismatches.Count,
 	}
 	for name, n := range counts {
 		want := 0

@@ -213,6 +213,9 @@ func requireClean(t testing.TB, r *audit.Report) {
 	if r.Verified != r.Decisions {
 		t.Fatalf("verified %d of %d decisions:\n%s", r.Verified, r.Decisions, summary(r))
 	}
+	if cp := r.Checkpoints; cp.Mismatches.Count != 0 || cp.Verified+uint64(cp.Unchecked.Count) != cp.Claims {
+		t.Fatalf("checkpoint claims: %+v:\n%s", cp, summary(r))
+	}
 }
 
 // treeState describes every file under dir: path, size, modification time
