@@ -88,7 +88,7 @@ func TestGoldenScenariosAuditClean(t *testing.T) {
 			from := rep.Snapshot.InputSeq + 1
 			rep2 := e.audit(t, audit.Config{From: from})
 			requireClean(t, rep2)
-			if !rep2.Snapshot.Used || rep2.From != from || rep2.Checkpoints.Verified == 0 {
+			if !rep2.Snapshot.Used || !rep2.Snapshot.Anchored || rep2.From != from || rep2.Checkpoints.Verified == 0 {
 				t.Fatalf("--from %d did not start from the snapshot: %+v, from %d", from, rep2.Snapshot, rep2.From)
 			}
 			if rep2.StoredHash != rep.StoredHash || rep2.FoldHash != rep.FoldHash {
@@ -620,8 +620,6 @@ func TestGapInDecisionStream(t *testing.T) {
 func TestSnapshot(t *testing.T) {
 	e := newEnv(t, memTopology)
 	inputs := publishWorkload(t, e, -1, input{})
-	ds := derive(t, inputs)
-	e.appendDecisions(t, ds)
 	fold := func(n int, mod func(raw *events.Raw)) []byte {
 		p := projector.New()
 		for _, x := range inputs[:n] {
@@ -636,6 +634,15 @@ func TestSnapshot(t *testing.T) {
 		return p.Snapshot()
 	}
 	good := fold(5, nil) // inputs 1..5; decision 6 is the last of input 5
+	// Inputs 10 (rules) and 11 (a checkpoint claiming good's hash for
+	// input 5), decisions 11 and 12: the checkpointed decision anchors it.
+	inputs = e.anchor(t, 5, good)
+	ds := derive(t, inputs)
+	e.appendDecisions(t, ds)
+	const anchor = 12
+	if ds[anchor-1].d.Kind != events.KindCheckpointed {
+		t.Fatalf("decision %d: %s", anchor, ds[anchor-1].d.Kind)
+	}
 
 	t.Run("none", func(t *testing.T) {
 		r := e.audit(t, audit.Config{From: 6})
@@ -644,12 +651,12 @@ func TestSnapshot(t *testing.T) {
 			t.Fatalf("from %d, snapshot %+v", r.From, r.Snapshot)
 		}
 	})
-	e.putSnapshot(t, good, "5", "6")
+	e.putAnchoredSnapshot(t, good, "5", "6", anchor)
 	t.Run("used", func(t *testing.T) {
 		r := e.audit(t, audit.Config{From: 6})
 		requireClean(t, r)
-		if !r.Snapshot.Used || r.From != 6 || r.Inputs != 4 || r.Decisions != 4 {
-			t.Fatalf("snapshot %+v, from %d, inputs %d, decisions %d", r.Snapshot, r.From, r.Inputs, r.Decisions)
+		if !r.Snapshot.Used || !r.Snapshot.Anchored || r.From != 6 || r.Inputs != 6 || r.Decisions != 6 || r.Checkpoints.Verified != 1 {
+			t.Fatalf("snapshot %+v, from %d, inputs %d, decisions %d, checkpoints %+v", r.Snapshot, r.From, r.Inputs, r.Decisions, r.Checkpoints)
 		}
 		full := e.audit(t, audit.Config{})
 		if full.FoldHash != r.FoldHash || full.StoredHash != r.StoredHash {
@@ -659,8 +666,8 @@ func TestSnapshot(t *testing.T) {
 	t.Run("compared on a full replay", func(t *testing.T) {
 		r := e.audit(t, audit.Config{})
 		requireClean(t, r)
-		if !r.Snapshot.Verified || r.Snapshot.Used {
-			t.Fatalf("snapshot %+v", r.Snapshot)
+		if !r.Snapshot.Verified || !r.Snapshot.Anchored || r.Snapshot.Used || r.Checkpoints.Verified != 1 {
+			t.Fatalf("snapshot %+v, checkpoints %+v", r.Snapshot, r.Checkpoints)
 		}
 	})
 	t.Run("newer than --from", func(t *testing.T) {

@@ -156,9 +156,10 @@ type checker struct {
 	lastSeq  uint64 // its decision sequence
 	prevDec  uint64 // last decision sequence read
 
-	snap     *SnapshotCheck
-	snapData []byte
-	suffix   string // ".<k>", the partition token of decision subjects ("" unpartitioned)
+	snap         *SnapshotCheck
+	snapData     []byte
+	snapCompared bool   // the fold reached the snapshot's input and compared
+	suffix       string // ".<k>", the partition token of decision subjects ("" unpartitioned)
 
 	// Checkpoint claims: the claimed inputs, sorted and distinct, the
 	// next one to hash, and the fold's state hash after each one hashed.
@@ -312,10 +313,11 @@ func (c *checker) foldNext() bool {
 		c.track(raw, ds)
 	}
 	if c.snapData != nil && raw.Seq == c.snap.InputSeq {
+		c.snapCompared = true
 		if bytes.Equal(c.p.Snapshot(), c.snapData) {
 			c.snap.Verified = true
-		} else if c.snap.Problem == "" {
-			c.snap.Problem = fmt.Sprintf("the fold's state after input %d differs from the stored snapshot", raw.Seq)
+		} else {
+			c.snap.addProblem(fmt.Sprintf("the fold's state after input %d differs from the stored snapshot", raw.Seq))
 		}
 	}
 	return true
@@ -614,8 +616,8 @@ func (c *checker) finish() {
 	if err == nil {
 		rep.StoredHash = h
 	}
-	if c.snap != nil && c.snapData != nil && !c.snap.Verified && c.snap.Problem == "" {
-		c.snap.Note = fmt.Sprintf("not compared: the audit did not replay input %d", c.snap.InputSeq)
+	if c.snap != nil && c.snapData != nil && !c.snapCompared {
+		c.snap.addNote(fmt.Sprintf("not compared: the audit did not replay input %d", c.snap.InputSeq))
 	}
 	// The inputs nobody decided yet.
 	for {

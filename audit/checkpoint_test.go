@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
@@ -176,7 +178,7 @@ func TestCheckpointClaimsChecked(t *testing.T) {
 		t.Fatalf("no %q in the summary:\n%s", want, summary(r))
 	}
 	snapAt := r.Snapshot.InputSeq
-	if !r.Snapshot.Verified || snapAt <= 4 {
+	if !r.Snapshot.Anchored || !r.Snapshot.Verified || snapAt <= 4 {
 		t.Fatalf("snapshot %+v", r.Snapshot)
 	}
 	// From the stored snapshot: the claim anchoring it comes after it,
@@ -252,4 +254,116 @@ func TestCheckpointClaimsChecked(t *testing.T) {
 	if s := summary(r2); !strings.Contains(s, fmt.Sprintf("  note: checkpoint at input %d (c9) claims state hash %x for input 4: not checked", forged, wrong)) {
 		t.Fatalf("summary:\n%s", s)
 	}
+}
+
+// --from checks the snapshot it starts from as a coordinator does (issue
+// "Nothing bricks a deployment"): a snapshot rewritten with a valid
+// checksum but another state (the acquire of job j1 made by w2 instead of
+// w1), under its original headers or under headers claiming the fake
+// state's hash, is a finding with the reason, and the audit replays from
+// the first input, where the log is otherwise clean. A snapshot without an
+// anchor is not used either, but is no finding. The genuine snapshot is
+// used.
+func TestFromChecksSnapshotAnchor(t *testing.T) {
+	e := newEnv(t, memTopology)
+	co := startCoord(t, e, 3)
+	acq := acquires(t, co, 2)
+	co.stop()
+
+	ctx := context.Background()
+	info, err := e.h.Snapshots.GetInfo(ctx, audit.SnapshotObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := e.h.Snapshots.GetBytes(ctx, audit.SnapshotObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := info.Headers
+	var snap projector.Projector
+	if err := snap.Restore(data); err != nil {
+		t.Fatal(err)
+	}
+	s := snap.LastSeq()
+	if s <= acq[1] {
+		t.Fatalf("the snapshot covers input %d, not the acquire of j1 (input %d)", s, acq[1])
+	}
+	fake := stateAfter(t, e, s, func(raw *events.Raw) {
+		if raw.Seq == acq[1] {
+			raw.Subject = strings.Replace(raw.Subject, ".w1.", ".w2.", 1)
+		}
+	})
+	if err := new(projector.Projector).Restore(fake); err != nil || bytes.Equal(fake, data) {
+		t.Fatalf("the fake state restores (%v) and differs from the real one", err)
+	}
+	fakeSum := sha256.Sum256(fake)
+	from := s + 1
+
+	// The genuine snapshot, anchored: used.
+	r := e.audit(t, audit.Config{From: from})
+	requireClean(t, r)
+	if sc := r.Snapshot; !sc.Used || !sc.Anchored || sc.AnchorSeq == 0 || r.From != from ||
+		!strings.Contains(summary(r), fmt.Sprintf("snapshot (input %d, decision %d, anchor %d, %d bytes): its anchor and position checked, audit started after it", s, sc.DecisionSeq, sc.AnchorSeq, len(data))) {
+		t.Fatalf("genuine snapshot: %+v:\n%s", sc, summary(r))
+	}
+	anchor := r.Snapshot.AnchorSeq
+
+	put := func(t *testing.T, data []byte, mod func(h nats.Header)) {
+		t.Helper()
+		h := nats.Header{}
+		for k, v := range headers {
+			h[k] = append([]string(nil), v...)
+		}
+		mod(h)
+		if _, err := e.h.Snapshots.Put(ctx, jetstream.ObjectMeta{Name: audit.SnapshotObject, Headers: h}, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		headers func(h nats.Header)
+		problem string
+	}{
+		// The fake state under the real headers: its bytes do not hash to
+		// the anchored hash.
+		{"bytes", func(nats.Header) {}, fmt.Sprintf("its bytes do not hash to the state hash anchored at decision %d (they hash to %x", anchor, fakeSum)},
+		// Headers claiming the fake state's hash: the anchor claims another.
+		{"hash", func(h nats.Header) { h.Set(audit.HeaderSnapshotHash, hex.EncodeToString(fakeSum[:])) },
+			fmt.Sprintf("its anchor, decision %d, claims input %d with state hash %x; the snapshot says input %d with %x", anchor, s, sha256.Sum256(data), s, fakeSum)},
+		// An anchor that is no checkpointed decision.
+		{"anchor", func(h nats.Header) { h.Set(audit.HeaderSnapshotAnchor, "1") },
+			"its anchor, decision 1, is a rules_set decision, not a checkpointed one"}, // the coordinator's rules input is input 1
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			put(t, fake, c.headers)
+			for _, from := range []uint64{0, from} {
+				r := e.audit(t, audit.Config{From: from})
+				only(t, r)
+				sc := r.Snapshot
+				if r.OK() || r.Problems() != 1 || sc.Used || sc.Anchored || sc.Verified || r.From != 1 || !strings.Contains(sc.Problem, c.problem) ||
+					!strings.Contains(sc.Problem, fmt.Sprintf("the fold's state after input %d differs from the stored snapshot", s)) ||
+					r.Checkpoints.Verified != r.Checkpoints.Claims || r.Verified != r.Decisions {
+					t.Fatalf("from %d: snapshot %+v:\n%s", from, sc, summary(r))
+				}
+				if want := "not used: replaying from the first input"; from > 1 && !strings.Contains(sc.Note, want) {
+					t.Fatalf("from %d: note %q, want %q", from, sc.Note, want)
+				}
+				if !strings.Contains(summary(r), "PROBLEM: "+c.problem) {
+					t.Fatalf("from %d: summary:\n%s", from, summary(r))
+				}
+			}
+		})
+	}
+	t.Run("no anchor", func(t *testing.T) {
+		put(t, data, func(h nats.Header) {
+			h.Del(audit.HeaderSnapshotAnchor)
+			h.Del(audit.HeaderSnapshotHash)
+		})
+		r := e.audit(t, audit.Config{From: from})
+		requireClean(t, r)
+		if sc := r.Snapshot; sc.Used || sc.Anchored || !sc.Verified || sc.Problem != "" || r.From != 1 ||
+			!strings.Contains(sc.Note, "no state hash anchored in the decision stream") || !strings.Contains(sc.Note, "not used: replaying from the first input") {
+			t.Fatalf("unanchored snapshot: %+v", sc)
+		}
+	})
 }

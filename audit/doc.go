@@ -34,6 +34,18 @@
 // (Report.Checkpoints.Mismatches); one about an input before the audit's
 // start cannot be checked, and is a note (Unchecked).
 //
+// The stored snapshot is checked as a coordinator checks it before
+// restoring it (streams.SnapshotAnchor): the decision at its anchor
+// sequence is a checkpointed decision claiming exactly its input and state
+// hash, and its bytes hash to that state hash; and it restores, holds the
+// input its headers say, and its decision sequence is that input's last
+// decision. With Config.From the audit starts from it only if it checks
+// out; one that does not is a finding, and the audit replays from the
+// first input. One without an anchor (stored by an older Tenure, which a
+// coordinator refuses) is not used either, and is a note. On a full replay
+// the snapshot is also compared, byte for byte, with the fold's state
+// after its input.
+//
 // Finally the audit compares two state hashes: the fold's
 // projector.StateHash and one rebuilt, with projector.RebuildHash, from the
 // stored decisions alone (the job projections they carry, the cause and time

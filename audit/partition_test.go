@@ -171,7 +171,7 @@ func TestPartitionedAuditClean(t *testing.T) {
 		if rep.Inputs == 0 || rep.Verified == 0 {
 			t.Fatalf("partition %d: nothing audited:\n%s", k, summary(rep))
 		}
-		if rep.Snapshot == nil || !rep.Snapshot.Verified {
+		if rep.Snapshot == nil || !rep.Snapshot.Verified || !rep.Snapshot.Anchored {
 			t.Fatalf("partition %d: snapshot not verified: %+v", k, rep.Snapshot)
 		}
 		// The partition's checkpoints (tenure.in.coord.c1._.checkpoint.<k>)

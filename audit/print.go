@@ -17,25 +17,34 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
-// WriteSummary writes a human summary of r: what was replayed, the count of
-// every class of findings with up to list items each (list < 0: all that r
-// holds), the checkpoint claims (those the replay does not bear out,
-// "checkpoint at input C (actor) claims state hash H for input S; the
-// replay gives H'", and those not checked, as notes), both hashes, the
-// rate and the verdict on the last line.
+// WriteSummary writes a human summary of r: what was replayed, the stored
+// snapshot (checked against its anchor, used, compared with the fold, or
+// why not), the count of every class of findings with up to list items
+// each (list < 0: all that r holds), the checkpoint claims (those the
+// replay does not bear out, "checkpoint at input C (actor) claims state
+// hash H for input S; the replay gives H'", and those not checked, as
+// notes), both hashes, the rate and the verdict on the last line.
 func WriteSummary(w io.Writer, r *Report, list int) error {
 	bw := bufio.NewWriter(w)
 	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
 	p("%-12s %d replayed (%d..%d; the input stream ends at %d)\n", "inputs:", r.Inputs, r.From, r.LastInput, r.InputEnd)
 	p("%-12s %d read (the decision stream ends at %d), %d verified\n", "decisions:", r.Decisions, r.DecisionEnd, r.Verified)
 	if s := r.Snapshot; s != nil {
+		head := fmt.Sprintf("snapshot (input %d, decision %d, %d bytes)", s.InputSeq, s.DecisionSeq, s.Size)
+		if s.AnchorSeq != 0 {
+			head = fmt.Sprintf("snapshot (input %d, decision %d, anchor %d, %d bytes)", s.InputSeq, s.DecisionSeq, s.AnchorSeq, s.Size)
+		}
 		switch {
 		case s.Problem != "":
-			p("snapshot (input %d, decision %d, %d bytes): PROBLEM: %s\n", s.InputSeq, s.DecisionSeq, s.Size, s.Problem)
+			p("%s: PROBLEM: %s\n", head, s.Problem)
 		case s.Used:
-			p("snapshot (input %d, decision %d, %d bytes): checked, audit started after it\n", s.InputSeq, s.DecisionSeq, s.Size)
+			p("%s: its anchor and position checked, audit started after it\n", head)
+		case s.Verified && s.Anchored:
+			p("%s: its anchor checked, equal to the fold's state\n", head)
 		case s.Verified:
-			p("snapshot (input %d, decision %d, %d bytes): equal to the fold's state\n", s.InputSeq, s.DecisionSeq, s.Size)
+			p("%s: equal to the fold's state\n", head)
+		case s.Anchored:
+			p("%s: its anchor checked\n", head)
 		}
 		if s.Note != "" {
 			p("snapshot: %s\n", s.Note)

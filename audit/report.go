@@ -198,15 +198,42 @@ type Break struct {
 type SnapshotCheck struct {
 	InputSeq    uint64 `json:"input_seq"`    // Tenure-Input-Seq: the last input it covers
 	DecisionSeq uint64 `json:"decision_seq"` // Tenure-Decision-Seq: the last decision of that input
-	Size        int    `json:"size"`
+	// AnchorSeq and StateHash are its Tenure-Anchor-Seq and
+	// Tenure-State-Hash headers (zero: none, a snapshot of an older Tenure).
+	AnchorSeq uint64 `json:"anchor_seq,omitempty"`
+	StateHash Hash   `json:"state_hash,omitzero"`
+	Size      int    `json:"size"`
+	// Anchored: it checks out as a coordinator checks it before restoring
+	// it (PROTOCOL.md §19): decision AnchorSeq is a checkpointed decision
+	// claiming exactly (InputSeq, StateHash), and its bytes hash to
+	// StateHash. Only an anchored snapshot is used (Config.From).
+	Anchored bool `json:"anchored"`
 	// Used: the audit started from it (Config.From).
 	Used bool `json:"used"`
 	// Verified: the fold reached its input and produced these very bytes.
 	Verified bool `json:"verified"`
-	// Problem says why it does not check out ("" if it does).
+	// Problem says why it does not check out ("" if it does): a finding.
 	Problem string `json:"problem,omitempty"`
-	// Note says why it was not used or not compared, if so.
+	// Note says why it was not used or not compared, if so, and that it
+	// is not anchored (no finding: a coordinator refuses it and folds from
+	// the first input).
 	Note string `json:"note,omitempty"`
+}
+
+// addNote appends a note to s.Note.
+func (s *SnapshotCheck) addNote(note string) {
+	if s.Note != "" {
+		s.Note += "; "
+	}
+	s.Note += note
+}
+
+// addProblem appends a problem to s.Problem.
+func (s *SnapshotCheck) addProblem(problem string) {
+	if s.Problem != "" {
+		s.Problem += "; "
+	}
+	s.Problem += problem
 }
 
 // CheckpointClaim is a claim of a checkpoint input, as the fold recorded it

@@ -42,10 +42,12 @@ type Config struct {
 	// audited on its own: Topology.Partition names the one to audit.
 	Topology streams.Topology
 	// From, when above 1, starts the audit from the stored snapshot instead
-	// of the first input, once the snapshot checks out, provided it covers
-	// inputs before From (the audit then starts right after it). Otherwise,
-	// or if there is no usable snapshot, the audit replays from the first
-	// input and says why in Report.Snapshot.
+	// of the first input, once the snapshot checks out (against its anchor
+	// in the decision stream, as a coordinator checks it, and its
+	// position), provided it covers inputs before From (the audit then
+	// starts right after it). Otherwise, or if there is no usable
+	// snapshot, the audit replays from the first input and says why in
+	// Report.Snapshot (a snapshot that does not check out is a finding).
 	From uint64
 	// Options say what to collect besides the verdicts.
 	Options
@@ -299,8 +301,15 @@ func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info
 }
 
 // checkSnapshot checks the snapshot readSnapshot read; when it checks out
-// and from asks for it, st starts from it. A snapshot that does not check
-// out is a finding, not an error.
+// and from asks for it, st starts from it. It checks it as a coordinator
+// does before restoring it (streams.SnapshotAnchor: the decision at its
+// anchor claims exactly its input and state hash, and its bytes hash to
+// it), and more: it restores, it holds the input its headers say, and its
+// decision sequence is the last decision of that input. Only a snapshot
+// that checks out is used; one that does not is a finding (not an error)
+// and the audit replays from the first input, comparing the fold with it
+// when it gets there. One without an anchor (stored by an older Tenure) is
+// not used either, but only noted.
 func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot, from uint64, st *Start) error {
 	if snap.info == nil {
 		if from > 1 {
@@ -309,6 +318,7 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		return nil
 	}
 	info, data := snap.info, snap.data
+	anchor, anchorErr := streams.ParseSnapshotHeaders(info.Headers)
 	if snap.note != "" || snap.problem != "" {
 		sc := &SnapshotCheck{Size: int(info.Size), Problem: snap.problem, Note: snap.note + ": not compared with the fold"}
 		if from > 1 {
@@ -319,6 +329,9 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		}
 		sc.InputSeq, _ = strconv.ParseUint(info.Headers.Get(HeaderSnapshotInput), 10, 64)
 		sc.DecisionSeq, _ = strconv.ParseUint(info.Headers.Get(HeaderSnapshotDecision), 10, 64)
+		if anchorErr == nil {
+			sc.AnchorSeq, sc.StateHash = anchor.AnchorSeq, anchor.Hash
+		}
 		st.Snapshot = sc
 		return nil
 	}
@@ -344,12 +357,37 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		sc.Problem = problem
 		return nil
 	}
+	// Its anchor in the decision stream, and its bytes against it.
+	var ae *streams.AnchorError
+	switch {
+	case errors.Is(anchorErr, streams.ErrSnapshotUnanchored):
+		sc.addNote(anchorErr.Error() + ": a coordinator does not restore it")
+	case anchorErr != nil:
+		sc.Problem = anchorErr.Error()
+	default:
+		sc.AnchorSeq, sc.StateHash = anchor.AnchorSeq, anchor.Hash
+		err := anchor.CheckAnchor(ctx, h.Out)
+		if err == nil {
+			err = anchor.CheckBytes(data)
+		}
+		switch {
+		case err == nil:
+			sc.Anchored = true
+		case errors.As(err, &ae):
+			sc.Problem = ae.Error()
+		default:
+			return fmt.Errorf("audit: %w", streams.Classify(err))
+		}
+	}
 	switch {
 	case from <= 1:
 		// Full replay: Check compares the fold with the snapshot's bytes.
 		st.SnapshotData = data
+	case !sc.Anchored:
+		sc.addNote("not used: replaying from the first input")
+		st.SnapshotData = data
 	case inSeq >= from:
-		sc.Note = fmt.Sprintf("the snapshot covers input %d, not before %d: replaying from the first input", inSeq, from)
+		sc.addNote(fmt.Sprintf("the snapshot covers input %d, not before %d: replaying from the first input", inSeq, from))
 		st.SnapshotData = data
 	default:
 		sc.Used = true

@@ -179,7 +179,8 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatalf("report file: %+v (%v)", rep, err)
 	}
 
-	// From the stored snapshot (inputs 1..3, decision 3).
+	// A stored snapshot (inputs 1..3, decision 3) of an older Tenure,
+	// without an anchor: not used, noted, and compared with the fold.
 	p := projector.New()
 	for _, m := range e.inputs[:3] {
 		if _, err := p.Step(events.Raw{Seq: m.Sequence, Time: m.Time.UnixNano(), Subject: m.Subject, Body: m.Data}); err != nil {
@@ -193,7 +194,9 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ = runAuditCmd("--nats-url", e.url, "--from", "4")
-	if code != 0 || !strings.Contains(out, "checked, audit started after it") || !strings.Contains(out, "2 replayed (4..5;") {
+	if code != 0 || !strings.Contains(out, "snapshot (input 3, decision 3, ") || !strings.Contains(out, "equal to the fold's state") ||
+		!strings.Contains(out, "snapshot: no state hash anchored in the decision stream") ||
+		!strings.Contains(out, "not used: replaying from the first input") || !strings.Contains(out, "5 replayed (1..5;") {
 		t.Fatalf("--from 4: exit %d\n%s", code, out)
 	}
 
