@@ -62,7 +62,22 @@ func TestGoldenScenariosAuditClean(t *testing.T) {
 			runCoordinator(t, srv.ClientURL(), js)
 
 			rep := e.audit(t, audit.Config{})
-			requireClean(t, rep)
+			if filepath.Base(path) == "rev2_checkpoint.txt" {
+				// Its input 3 claims a made-up state hash for input 2:
+				// the fold records the claim; the audit checks it.
+				only(t, rep, "checkpoints")
+				c := rep.Checkpoints.Mismatches.Items[0]
+				if rep.Problems() != 1 || c.Input != 3 || c.InputSeq != 2 || c.Actor != "c1" ||
+					c.Claimed.String() != "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff" || rep.Verified != rep.Decisions {
+					t.Fatalf("the made-up claim: %+v:\n%s", c, summary(rep))
+				}
+			} else {
+				requireClean(t, rep)
+			}
+			// The coordinator's own checkpoints (it snapshots after every input).
+			if rep.Checkpoints.Verified == 0 {
+				t.Fatalf("no checkpoint claim verified:\n%s", summary(rep))
+			}
 			if rep.Inputs < uint64(n) || rep.Decisions < uint64(n) {
 				t.Fatalf("replayed %d inputs and %d decisions for %d published inputs", rep.Inputs, rep.Decisions, n)
 			}
@@ -73,7 +88,7 @@ func TestGoldenScenariosAuditClean(t *testing.T) {
 			from := rep.Snapshot.InputSeq + 1
 			rep2 := e.audit(t, audit.Config{From: from})
 			requireClean(t, rep2)
-			if !rep2.Snapshot.Used || rep2.From != from {
+			if !rep2.Snapshot.Used || !rep2.Snapshot.Anchored || rep2.From != from || rep2.Checkpoints.Verified == 0 {
 				t.Fatalf("--from %d did not start from the snapshot: %+v, from %d", from, rep2.Snapshot, rep2.From)
 			}
 			if rep2.StoredHash != rep.StoredHash || rep2.FoldHash != rep.FoldHash {
@@ -504,6 +519,7 @@ func only(t *testing.T, r *audit.Report, classes ...string) {
 	counts := map[string]int{
 		"mismatches": r.Mismatches.Count, "missing": r.Missing.Count, "extra": r.Extra.Count,
 		"orphans": r.Orphans.Count, "holes": r.Holes.Count, "chain": r.Chain.Count,
+		"checkpoints": r.Checkpoints.Mismatches.Count,
 	}
 	for name, n := range counts {
 		want := 0
@@ -604,8 +620,6 @@ func TestGapInDecisionStream(t *testing.T) {
 func TestSnapshot(t *testing.T) {
 	e := newEnv(t, memTopology)
 	inputs := publishWorkload(t, e, -1, input{})
-	ds := derive(t, inputs)
-	e.appendDecisions(t, ds)
 	fold := func(n int, mod func(raw *events.Raw)) []byte {
 		p := projector.New()
 		for _, x := range inputs[:n] {
@@ -620,6 +634,15 @@ func TestSnapshot(t *testing.T) {
 		return p.Snapshot()
 	}
 	good := fold(5, nil) // inputs 1..5; decision 6 is the last of input 5
+	// Inputs 10 (rules) and 11 (a checkpoint claiming good's hash for
+	// input 5), decisions 11 and 12: the checkpointed decision anchors it.
+	inputs = e.anchor(t, 5, good)
+	ds := derive(t, inputs)
+	e.appendDecisions(t, ds)
+	const anchor = 12
+	if ds[anchor-1].d.Kind != events.KindCheckpointed {
+		t.Fatalf("decision %d: %s", anchor, ds[anchor-1].d.Kind)
+	}
 
 	t.Run("none", func(t *testing.T) {
 		r := e.audit(t, audit.Config{From: 6})
@@ -628,12 +651,12 @@ func TestSnapshot(t *testing.T) {
 			t.Fatalf("from %d, snapshot %+v", r.From, r.Snapshot)
 		}
 	})
-	e.putSnapshot(t, good, "5", "6")
+	e.putAnchoredSnapshot(t, good, "5", "6", anchor)
 	t.Run("used", func(t *testing.T) {
 		r := e.audit(t, audit.Config{From: 6})
 		requireClean(t, r)
-		if !r.Snapshot.Used || r.From != 6 || r.Inputs != 4 || r.Decisions != 4 {
-			t.Fatalf("snapshot %+v, from %d, inputs %d, decisions %d", r.Snapshot, r.From, r.Inputs, r.Decisions)
+		if !r.Snapshot.Used || !r.Snapshot.Anchored || r.From != 6 || r.Inputs != 6 || r.Decisions != 6 || r.Checkpoints.Verified != 1 {
+			t.Fatalf("snapshot %+v, from %d, inputs %d, decisions %d, checkpoints %+v", r.Snapshot, r.From, r.Inputs, r.Decisions, r.Checkpoints)
 		}
 		full := e.audit(t, audit.Config{})
 		if full.FoldHash != r.FoldHash || full.StoredHash != r.StoredHash {
@@ -643,8 +666,8 @@ func TestSnapshot(t *testing.T) {
 	t.Run("compared on a full replay", func(t *testing.T) {
 		r := e.audit(t, audit.Config{})
 		requireClean(t, r)
-		if !r.Snapshot.Verified || r.Snapshot.Used {
-			t.Fatalf("snapshot %+v", r.Snapshot)
+		if !r.Snapshot.Verified || !r.Snapshot.Anchored || r.Snapshot.Used || r.Checkpoints.Verified != 1 {
+			t.Fatalf("snapshot %+v, checkpoints %+v", r.Snapshot, r.Checkpoints)
 		}
 	})
 	t.Run("newer than --from", func(t *testing.T) {

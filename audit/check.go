@@ -60,6 +60,15 @@ type Start struct {
 	// hold (zero: unpartitioned): the fold is projector.NewPartition's,
 	// and stored decision subjects end in its token. It must be Valid.
 	Partition events.Partition
+	// Claimed are the input sequences whose state the checkpoint inputs
+	// to be read claim a hash of, in any order (duplicates allowed). A
+	// claim comes after its input, so they are read ahead: Run reads the
+	// checkpoint inputs first, through a filtered consumer. Check hashes
+	// the fold's state after each of them once, and checks every claim
+	// the fold records (a checkpointed decision) against it; a claim about
+	// an input not listed here, or before the start, is not checked, and
+	// noted (Report.Checkpoints).
+	Claimed []uint64
 }
 
 // Options say what an audit collects besides the verdicts.
@@ -147,9 +156,17 @@ type checker struct {
 	lastSeq  uint64 // its decision sequence
 	prevDec  uint64 // last decision sequence read
 
-	snap     *SnapshotCheck
-	snapData []byte
-	suffix   string // ".<k>", the partition token of decision subjects ("" unpartitioned)
+	snap         *SnapshotCheck
+	snapData     []byte
+	snapCompared bool   // the fold reached the snapshot's input and compared
+	suffix       string // ".<k>", the partition token of decision subjects ("" unpartitioned)
+
+	// Checkpoint claims: the claimed inputs, sorted and distinct, the
+	// next one to hash, and the fold's state hash after each one hashed.
+	claimed  []uint64
+	claimAt  int
+	claimFor map[uint64]Hash
+	start    uint64 // the last input before the audit's start (the fold's LastSeq then)
 
 	// The state the stored decisions describe.
 	jobs    map[string]events.Job
@@ -177,7 +194,12 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 		c.p = projector.NewPartition(st.Partition)
 	}
 	c.lastInput = c.p.LastSeq()
+	c.start = c.lastInput
 	c.rep.From = c.lastInput + 1
+	if len(st.Claimed) > 0 {
+		c.claimed = slices.Compact(slices.Sorted(slices.Values(st.Claimed)))
+		c.claimFor = make(map[uint64]Hash)
+	}
 	c.rep.LastInput = c.lastInput
 	c.sCause, c.sAt = c.p.LastSeq(), c.p.Now()
 	if st.LastDecision != 0 {
@@ -265,6 +287,7 @@ func (c *checker) foldNext() bool {
 			d.i, d.owned = len(c.owned)-1, true
 		}
 	}
+	c.hashClaimed(raw.Seq)
 	ds, err := c.p.Step(raw)
 	if err != nil { // cannot happen: readInput keeps sequences increasing
 		c.rep.Chain.add(c.max, Break{Stream: "input", Seq: raw.Seq, Prev: c.p.LastSeq(), Kind: BreakGap, Detail: err.Error()})
@@ -282,18 +305,64 @@ func (c *checker) foldNext() bool {
 		if c.latest != nil && d.Job.ID != events.NoJob {
 			c.latest[d.Job.ID] = *d
 		}
+		if d.Kind == events.KindCheckpointed && d.Checkpoint != nil {
+			c.checkClaim(d)
+		}
 	}
 	if c.steps != nil {
 		c.track(raw, ds)
 	}
 	if c.snapData != nil && raw.Seq == c.snap.InputSeq {
+		c.snapCompared = true
 		if bytes.Equal(c.p.Snapshot(), c.snapData) {
 			c.snap.Verified = true
-		} else if c.snap.Problem == "" {
-			c.snap.Problem = fmt.Sprintf("the fold's state after input %d differs from the stored snapshot", raw.Seq)
+		} else {
+			c.snap.addProblem(fmt.Sprintf("the fold's state after input %d differs from the stored snapshot", raw.Seq))
 		}
 	}
 	return true
+}
+
+// hashClaimed takes the fold's state hash for every claimed input before
+// next, the input about to be folded, that the fold has reached: the state
+// after input S is the state before the first input after S (S itself when
+// the input stream holds it). One StateHash (O(jobs)) per distinct claimed
+// input, however many claims name it.
+func (c *checker) hashClaimed(next uint64) {
+	var h Hash
+	hashed := false
+	for ; c.claimAt < len(c.claimed) && c.claimed[c.claimAt] < next; c.claimAt++ {
+		s := c.claimed[c.claimAt]
+		if s < c.p.LastSeq() {
+			continue // before the audit's start: not replayed
+		}
+		if !hashed {
+			h, hashed = c.p.StateHash(), true
+		}
+		c.claimFor[s] = h
+	}
+}
+
+// checkClaim checks the claim of a checkpointed decision of the fold
+// against the fold's state hash after the input it names.
+func (c *checker) checkClaim(d *events.Decision) {
+	cp := d.Checkpoint
+	c.rep.Checkpoints.Claims++
+	claim := CheckpointClaim{Input: d.Cause, Actor: d.Actor, InputSeq: cp.InputSeq, Claimed: cp.StateHash}
+	h, ok := c.claimFor[cp.InputSeq]
+	switch {
+	case ok && h == Hash(cp.StateHash):
+		c.rep.Checkpoints.Verified++
+	case ok:
+		claim.Replayed = h
+		c.rep.Checkpoints.Mismatches.add(c.max, claim)
+	case cp.InputSeq < c.start:
+		claim.Note = fmt.Sprintf("not checked: the audit did not replay input %d (it starts after input %d)", cp.InputSeq, c.start)
+		c.rep.Checkpoints.Unchecked.add(c.max, claim)
+	default:
+		claim.Note = fmt.Sprintf("not checked: input %d was not among the claims read ahead", cp.InputSeq)
+		c.rep.Checkpoints.Unchecked.add(c.max, claim)
+	}
 }
 
 // track records raw in the timeline of Options.Job if it concerns the job.
@@ -547,8 +616,8 @@ func (c *checker) finish() {
 	if err == nil {
 		rep.StoredHash = h
 	}
-	if c.snap != nil && c.snapData != nil && !c.snap.Verified && c.snap.Problem == "" {
-		c.snap.Note = fmt.Sprintf("not compared: the audit did not replay input %d", c.snap.InputSeq)
+	if c.snap != nil && c.snapData != nil && !c.snapCompared {
+		c.snap.addNote(fmt.Sprintf("not compared: the audit did not replay input %d", c.snap.InputSeq))
 	}
 	// The inputs nobody decided yet.
 	for {

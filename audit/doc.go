@@ -24,6 +24,28 @@
 // any stored verdict are holes. Sequence jumps in either stream and
 // malformed decision headers are breaks of the chain.
 //
+// Every checkpoint claim is checked (PROTOCOL.md §19): a checkpoint input
+// claims that the state after an earlier input S hashes to H, and the fold
+// records the claim, without judging it, in a checkpointed decision (the
+// anchor a coordinator requires before it trusts a snapshot). The audit
+// reads the checkpoint inputs ahead, hashes its own state after every
+// claimed input once, and checks every claim its fold records against it:
+// a claim the replay does not bear out is a finding
+// (Report.Checkpoints.Mismatches); one about an input before the audit's
+// start cannot be checked, and is a note (Unchecked).
+//
+// The stored snapshot is checked as a coordinator checks it before
+// restoring it (streams.SnapshotAnchor): the decision at its anchor
+// sequence is a checkpointed decision claiming exactly its input and state
+// hash, and its bytes hash to that state hash; and it restores, holds the
+// input its headers say, and its decision sequence is that input's last
+// decision. With Config.From the audit starts from it only if it checks
+// out; one that does not is a finding, and the audit replays from the
+// first input. One without an anchor (stored by an older Tenure, which a
+// coordinator refuses) is not used either, and is a note. On a full replay
+// the snapshot is also compared, byte for byte, with the fold's state
+// after its input.
+//
 // Finally the audit compares two state hashes: the fold's
 // projector.StateHash and one rebuilt, with projector.RebuildHash, from the
 // stored decisions alone (the job projections they carry, the cause and time
@@ -32,8 +54,9 @@
 //
 // The package is pure where it can be: Check is the whole comparison over
 // two readers and does no I/O; Run opens the streams read-only
-// (streams.Open: nothing is created, nothing is published) and feeds Check
-// through two ordered consumers read concurrently in batches; OpenDataDir
+// (streams.Open: nothing is created, nothing is published), reads the
+// checkpoint inputs ahead through a filtered consumer, and feeds Check
+// through two consumers read concurrently in batches; OpenDataDir
 // serves a copy of a stopped data directory from a throw-away embedded
 // server, so that the original is never touched. WriteSummary and
 // WriteTimeline render what a Report holds; projector.WriteMatrix renders

@@ -186,12 +186,42 @@ func (e *env) audit(t testing.TB, cfg audit.Config) *audit.Report {
 	return rep
 }
 
-// putSnapshot stores a snapshot object as the coordinator does.
+// putSnapshot stores a snapshot object as an older Tenure did: without an
+// anchor.
 func (e *env) putSnapshot(t testing.TB, data []byte, inputSeq, decisionSeq string) {
 	t.Helper()
 	meta := jetstream.ObjectMeta{Name: audit.SnapshotObject, Headers: nats.Header{}}
 	meta.Headers.Set(audit.HeaderSnapshotInput, inputSeq)
 	meta.Headers.Set(audit.HeaderSnapshotDecision, decisionSeq)
+	if _, err := e.h.Snapshots.Put(context.Background(), meta, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// anchor appends to e's revision-1 log the rules input moving it to
+// revision 2 and a checkpoint input claiming that the state after input s
+// hashes to the hash of data, as a coordinator does before it stores a
+// snapshot (PROTOCOL.md §19), and returns the stored inputs.
+func (e *env) anchor(t testing.TB, s uint64, data []byte) []stored {
+	t.Helper()
+	sum := sha256.Sum256(data)
+	e.publish(t,
+		in("coord.c1._.rules", `{"v":1,"revision":2,"lease_key":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"}`),
+		in("coord.c1._.checkpoint", fmt.Sprintf(`{"v":1,"input_seq":%d,"state_hash":"%x"}`, s, sum)))
+	return e.readStream(t, e.top.InputStream())
+}
+
+// putAnchoredSnapshot stores a snapshot object as the coordinator does,
+// anchored at decision anchorSeq (the checkpointed decision claiming its
+// state hash).
+func (e *env) putAnchoredSnapshot(t testing.TB, data []byte, inputSeq, decisionSeq string, anchorSeq uint64) {
+	t.Helper()
+	sum := sha256.Sum256(data)
+	meta := jetstream.ObjectMeta{Name: audit.SnapshotObject, Headers: nats.Header{}}
+	meta.Headers.Set(audit.HeaderSnapshotInput, inputSeq)
+	meta.Headers.Set(audit.HeaderSnapshotDecision, decisionSeq)
+	meta.Headers.Set(audit.HeaderSnapshotAnchor, strconv.FormatUint(anchorSeq, 10))
+	meta.Headers.Set(audit.HeaderSnapshotHash, fmt.Sprintf("%x", sum))
 	if _, err := e.h.Snapshots.Put(context.Background(), meta, bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +242,9 @@ func requireClean(t testing.TB, r *audit.Report) {
 	}
 	if r.Verified != r.Decisions {
 		t.Fatalf("verified %d of %d decisions:\n%s", r.Verified, r.Decisions, summary(r))
+	}
+	if cp := r.Checkpoints; cp.Mismatches.Count != 0 || cp.Verified+uint64(cp.Unchecked.Count) != cp.Claims {
+		t.Fatalf("checkpoint claims: %+v:\n%s", cp, summary(r))
 	}
 }
 

@@ -171,8 +171,13 @@ func TestPartitionedAuditClean(t *testing.T) {
 		if rep.Inputs == 0 || rep.Verified == 0 {
 			t.Fatalf("partition %d: nothing audited:\n%s", k, summary(rep))
 		}
-		if rep.Snapshot == nil || !rep.Snapshot.Verified {
+		if rep.Snapshot == nil || !rep.Snapshot.Verified || !rep.Snapshot.Anchored {
 			t.Fatalf("partition %d: snapshot not verified: %+v", k, rep.Snapshot)
+		}
+		// The partition's checkpoints (tenure.in.coord.c1._.checkpoint.<k>)
+		// are read ahead and their claims checked.
+		if rep.Checkpoints.Claims == 0 || rep.Checkpoints.Verified != rep.Checkpoints.Claims {
+			t.Fatalf("partition %d: checkpoints %+v", k, rep.Checkpoints)
 		}
 		for _, l := range rep.Latest {
 			if !rep.Partition.Owns(l.Job.ID) && l.Reason != events.ReasonWrongPartition {
@@ -187,7 +192,7 @@ func TestPartitionedAuditClean(t *testing.T) {
 		from := rep.Snapshot.InputSeq + 1
 		rep2 := d.audit(t, k, audit.Config{From: from})
 		requireClean(t, rep2)
-		if !rep2.Snapshot.Used || rep2.From != from || rep2.FoldHash != rep.FoldHash || rep2.StoredHash != rep.StoredHash {
+		if !rep2.Snapshot.Used || rep2.From != from || rep2.FoldHash != rep.FoldHash || rep2.StoredHash != rep.StoredHash || rep2.Checkpoints.Verified == 0 {
 			t.Fatalf("partition %d from the snapshot (input %d): %+v, from %d", k, from-1, rep2.Snapshot, rep2.From)
 		}
 	}

@@ -17,22 +17,34 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
-// WriteSummary writes a human summary of r: what was replayed, the count of
-// every class of findings with up to list items each (list < 0: all that r
-// holds), both hashes, the rate and the verdict on the last line.
+// WriteSummary writes a human summary of r: what was replayed, the stored
+// snapshot (checked against its anchor, used, compared with the fold, or
+// why not), the count of every class of findings with up to list items
+// each (list < 0: all that r holds), the checkpoint claims (those the
+// replay does not bear out, "checkpoint at input C (actor) claims state
+// hash H for input S; the replay gives H'", and those not checked, as
+// notes), both hashes, the rate and the verdict on the last line.
 func WriteSummary(w io.Writer, r *Report, list int) error {
 	bw := bufio.NewWriter(w)
 	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
 	p("%-12s %d replayed (%d..%d; the input stream ends at %d)\n", "inputs:", r.Inputs, r.From, r.LastInput, r.InputEnd)
 	p("%-12s %d read (the decision stream ends at %d), %d verified\n", "decisions:", r.Decisions, r.DecisionEnd, r.Verified)
 	if s := r.Snapshot; s != nil {
+		head := fmt.Sprintf("snapshot (input %d, decision %d, %d bytes)", s.InputSeq, s.DecisionSeq, s.Size)
+		if s.AnchorSeq != 0 {
+			head = fmt.Sprintf("snapshot (input %d, decision %d, anchor %d, %d bytes)", s.InputSeq, s.DecisionSeq, s.AnchorSeq, s.Size)
+		}
 		switch {
 		case s.Problem != "":
-			p("snapshot (input %d, decision %d, %d bytes): PROBLEM: %s\n", s.InputSeq, s.DecisionSeq, s.Size, s.Problem)
+			p("%s: PROBLEM: %s\n", head, s.Problem)
 		case s.Used:
-			p("snapshot (input %d, decision %d, %d bytes): checked, audit started after it\n", s.InputSeq, s.DecisionSeq, s.Size)
+			p("%s: its anchor and position checked, audit started after it\n", head)
+		case s.Verified && s.Anchored:
+			p("%s: its anchor checked, equal to the fold's state\n", head)
 		case s.Verified:
-			p("snapshot (input %d, decision %d, %d bytes): equal to the fold's state\n", s.InputSeq, s.DecisionSeq, s.Size)
+			p("%s: equal to the fold's state\n", head)
+		case s.Anchored:
+			p("%s: its anchor checked\n", head)
 		}
 		if s.Note != "" {
 			p("snapshot: %s\n", s.Note)
@@ -78,6 +90,33 @@ func WriteSummary(w io.Writer, r *Report, list int) error {
 		b := r.Chain.Items[i]
 		return fmt.Sprintf("%s stream at %d: %s: %s", b.Stream, b.Seq, b.Kind, b.Detail)
 	})
+	cp := &r.Checkpoints
+	p("%-12s %d (%d claims, %d verified", "checkpoints:", cp.Mismatches.Count, cp.Claims, cp.Verified)
+	if cp.Unchecked.Count > 0 {
+		p(", %d not checked", cp.Unchecked.Count)
+	}
+	p(")\n")
+	n := len(cp.Mismatches.Items)
+	if list >= 0 {
+		n = min(n, list)
+	}
+	for _, c := range cp.Mismatches.Items[:n] {
+		p("  checkpoint at input %d (%s) claims state hash %s for input %d; the replay gives %s\n",
+			c.Input, c.Actor, c.Claimed, c.InputSeq, c.Replayed)
+	}
+	if cp.Mismatches.Count > n {
+		p("  ... %d more\n", cp.Mismatches.Count-n)
+	}
+	n = len(cp.Unchecked.Items)
+	if list >= 0 {
+		n = min(n, list)
+	}
+	for _, c := range cp.Unchecked.Items[:n] {
+		p("  note: checkpoint at input %d (%s) claims state hash %s for input %d: %s\n", c.Input, c.Actor, c.Claimed, c.InputSeq, c.Note)
+	}
+	if cp.Unchecked.Count > n {
+		p("  ... %d more not checked\n", cp.Unchecked.Count-n)
+	}
 	switch pe := r.Pending; {
 	case pe.Count == 0 && pe.Partial == nil:
 		p("%-12s 0\n", "pending:")

@@ -198,15 +198,72 @@ type Break struct {
 type SnapshotCheck struct {
 	InputSeq    uint64 `json:"input_seq"`    // Tenure-Input-Seq: the last input it covers
 	DecisionSeq uint64 `json:"decision_seq"` // Tenure-Decision-Seq: the last decision of that input
-	Size        int    `json:"size"`
+	// AnchorSeq and StateHash are its Tenure-Anchor-Seq and
+	// Tenure-State-Hash headers (zero: none, a snapshot of an older Tenure).
+	AnchorSeq uint64 `json:"anchor_seq,omitempty"`
+	StateHash Hash   `json:"state_hash,omitzero"`
+	Size      int    `json:"size"`
+	// Anchored: it checks out as a coordinator checks it before restoring
+	// it (PROTOCOL.md §19): decision AnchorSeq is a checkpointed decision
+	// claiming exactly (InputSeq, StateHash), and its bytes hash to
+	// StateHash. Only an anchored snapshot is used (Config.From).
+	Anchored bool `json:"anchored"`
 	// Used: the audit started from it (Config.From).
 	Used bool `json:"used"`
 	// Verified: the fold reached its input and produced these very bytes.
 	Verified bool `json:"verified"`
-	// Problem says why it does not check out ("" if it does).
+	// Problem says why it does not check out ("" if it does): a finding.
 	Problem string `json:"problem,omitempty"`
-	// Note says why it was not used or not compared, if so.
+	// Note says why it was not used or not compared, if so, and that it
+	// is not anchored (no finding: a coordinator refuses it and folds from
+	// the first input).
 	Note string `json:"note,omitempty"`
+}
+
+// addNote appends a note to s.Note.
+func (s *SnapshotCheck) addNote(note string) {
+	if s.Note != "" {
+		s.Note += "; "
+	}
+	s.Note += note
+}
+
+// addProblem appends a problem to s.Problem.
+func (s *SnapshotCheck) addProblem(problem string) {
+	if s.Problem != "" {
+		s.Problem += "; "
+	}
+	s.Problem += problem
+}
+
+// CheckpointClaim is a claim of a checkpoint input, as the fold recorded it
+// in a checkpointed decision: the state after input InputSeq hashes to
+// Claimed (PROTOCOL.md §6.16, §19).
+type CheckpointClaim struct {
+	Input    uint64 `json:"input"`     // the checkpoint input
+	Actor    string `json:"actor"`     // the coordinator that claimed it
+	InputSeq uint64 `json:"input_seq"` // the input the claimed state is after
+	Claimed  Hash   `json:"claimed"`
+	// Replayed is the hash of the fold's state after InputSeq (zero when
+	// not checked).
+	Replayed Hash `json:"replayed,omitzero"`
+	// Note says why the claim was not checked ("" when it was).
+	Note string `json:"note,omitempty"`
+}
+
+// Checkpoints is what the audit found about the checkpoint claims the fold
+// recorded: every one is checked against the replay's own state hash.
+type Checkpoints struct {
+	Claims   uint64 `json:"claims"`   // checkpointed decisions the fold derived
+	Verified uint64 `json:"verified"` // claims the replay bears out
+	// Mismatches are the claims whose state hash is not the replay's: a
+	// finding each (a coordinator would trust a snapshot that such a
+	// claim anchors and whose bytes hash to it, which is not the log's
+	// state).
+	Mismatches List[CheckpointClaim] `json:"mismatches"`
+	// Unchecked are the claims about an input the audit did not replay
+	// (before its start, with Config.From): notes, not findings.
+	Unchecked List[CheckpointClaim] `json:"unchecked"`
 }
 
 // Progress is handed to Options.Progress during a long audit.
@@ -250,6 +307,9 @@ type Report struct {
 	Chain      List[Break]    `json:"chain"`
 	Pending    Pending        `json:"pending"`
 	Snapshot   *SnapshotCheck `json:"snapshot,omitempty"`
+	// Checkpoints are the checkpoint claims the fold recorded, checked
+	// against the replay.
+	Checkpoints Checkpoints `json:"checkpoints"`
 	// Lockdown is why the streams' configuration would let history be
 	// rewritten ("" when they are locked down: streams.Handles.Verify).
 	Lockdown string `json:"lockdown,omitempty"`
@@ -279,12 +339,14 @@ type Report struct {
 func (r *Report) HashesEqual() bool { return r.FoldHash == r.StoredHash }
 
 // Problems counts the findings that mean the log is not reproduced: every
-// mismatch, missing, extra and orphan decision, hole, chain break, a
-// snapshot that does not check out, streams that are not locked down, and
-// unequal hashes (unless the tail is partial, which makes them differ by
-// design). Pending inputs count only when Strict.
+// mismatch, missing, extra and orphan decision, hole, chain break,
+// checkpoint claim the replay does not bear out, a snapshot that does not
+// check out, streams that are not locked down, and unequal hashes (unless
+// the tail is partial, which makes them differ by design). Pending inputs
+// count only when Strict.
 func (r *Report) Problems() int {
 	n := r.Mismatches.Count + r.Missing.Count + r.Extra.Count + r.Orphans.Count + r.Holes.Count + r.Chain.Count
+	n += r.Checkpoints.Mismatches.Count
 	if r.Snapshot != nil && r.Snapshot.Problem != "" {
 		n++
 	}

@@ -42,10 +42,12 @@ type Config struct {
 	// audited on its own: Topology.Partition names the one to audit.
 	Topology streams.Topology
 	// From, when above 1, starts the audit from the stored snapshot instead
-	// of the first input, once the snapshot checks out, provided it covers
-	// inputs before From (the audit then starts right after it). Otherwise,
-	// or if there is no usable snapshot, the audit replays from the first
-	// input and says why in Report.Snapshot.
+	// of the first input, once the snapshot checks out (against its anchor
+	// in the decision stream, as a coordinator checks it, and its
+	// position), provided it covers inputs before From (the audit then
+	// starts right after it). Otherwise, or if there is no usable
+	// snapshot, the audit replays from the first input and says why in
+	// Report.Snapshot (a snapshot that does not check out is a finding).
 	From uint64
 	// Options say what to collect besides the verdicts.
 	Options
@@ -59,15 +61,16 @@ type Config struct {
 // Run audits the log: it opens the topology read-only (streams.Open), reads
 // the stored snapshot, takes the last sequences of the decision stream and
 // then of the input stream (so that every decision it reads has its cause
-// within the inputs it reads), checks the snapshot, reads both streams
-// concurrently through ordered consumers and hands them to Check. It never
-// writes to the streams or buckets: the only things it creates on the
-// server are ephemeral ordered consumers (in memory, removed when idle; the
-// snapshot's is deleted once read). A snapshot replaced by a coordinator
-// while the audit reads it is no error: the audit then replays from the
-// first input, says so in Report.Snapshot.Note and logs it (Warn). An
-// error means the audit could not be carried out; a log that is not
-// reproduced is a Report whose OK is false.
+// within the inputs it reads), checks the snapshot, reads the checkpoint
+// inputs to be replayed (Start.Claimed), reads both streams concurrently
+// and hands them to Check. It never writes to the streams or buckets: the
+// only things it creates on the server are ephemeral consumers (in memory,
+// removed when idle; the snapshot's is deleted once read). A snapshot
+// replaced by a coordinator while the audit reads it is no error: the
+// audit then replays from the first input, says so in
+// Report.Snapshot.Note and logs it (Warn). An error means the audit could
+// not be carried out; a log that is not reproduced is a Report whose OK is
+// false.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	t0 := time.Now()
 	if cfg.JS == nil {
@@ -109,12 +112,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if st.Projector != nil {
 		inFrom, outFrom = st.Projector.LastSeq()+1, st.LastDecision+1
 	}
-	ins, err := startReader(ctx, cfg, cfg.Topology.InputStream(), inFrom, st.InputEnd, false)
+	// The checkpoint claims first: each comes after the input it claims
+	// the state hash of, which the fold must hash when it gets there.
+	if st.Claimed, err = readClaims(ctx, cfg, h, inFrom, st.InputEnd); err != nil {
+		return nil, err
+	}
+	ins, err := startReader(ctx, cfg, cfg.Topology.InputStream(), "", inFrom, st.InputEnd, false)
 	if err != nil {
 		return nil, err
 	}
 	defer ins.stop()
-	outs, err := startReader(ctx, cfg, cfg.Topology.DecisionStream(), outFrom, st.DecisionEnd, true)
+	outs, err := startReader(ctx, cfg, cfg.Topology.DecisionStream(), "", outFrom, st.DecisionEnd, true)
 	if err != nil {
 		return nil, err
 	}
@@ -293,8 +301,15 @@ func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info
 }
 
 // checkSnapshot checks the snapshot readSnapshot read; when it checks out
-// and from asks for it, st starts from it. A snapshot that does not check
-// out is a finding, not an error.
+// and from asks for it, st starts from it. It checks it as a coordinator
+// does before restoring it (streams.SnapshotAnchor: the decision at its
+// anchor claims exactly its input and state hash, and its bytes hash to
+// it), and more: it restores, it holds the input its headers say, and its
+// decision sequence is the last decision of that input. Only a snapshot
+// that checks out is used; one that does not is a finding (not an error)
+// and the audit replays from the first input, comparing the fold with it
+// when it gets there. One without an anchor (stored by an older Tenure) is
+// not used either, but only noted.
 func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot, from uint64, st *Start) error {
 	if snap.info == nil {
 		if from > 1 {
@@ -303,6 +318,7 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		return nil
 	}
 	info, data := snap.info, snap.data
+	anchor, anchorErr := streams.ParseSnapshotHeaders(info.Headers)
 	if snap.note != "" || snap.problem != "" {
 		sc := &SnapshotCheck{Size: int(info.Size), Problem: snap.problem, Note: snap.note + ": not compared with the fold"}
 		if from > 1 {
@@ -313,6 +329,9 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		}
 		sc.InputSeq, _ = strconv.ParseUint(info.Headers.Get(HeaderSnapshotInput), 10, 64)
 		sc.DecisionSeq, _ = strconv.ParseUint(info.Headers.Get(HeaderSnapshotDecision), 10, 64)
+		if anchorErr == nil {
+			sc.AnchorSeq, sc.StateHash = anchor.AnchorSeq, anchor.Hash
+		}
 		st.Snapshot = sc
 		return nil
 	}
@@ -338,12 +357,37 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		sc.Problem = problem
 		return nil
 	}
+	// Its anchor in the decision stream, and its bytes against it.
+	var ae *streams.AnchorError
+	switch {
+	case errors.Is(anchorErr, streams.ErrSnapshotUnanchored):
+		sc.addNote(anchorErr.Error() + ": a coordinator does not restore it")
+	case anchorErr != nil:
+		sc.Problem = anchorErr.Error()
+	default:
+		sc.AnchorSeq, sc.StateHash = anchor.AnchorSeq, anchor.Hash
+		err := anchor.CheckAnchor(ctx, h.Out)
+		if err == nil {
+			err = anchor.CheckBytes(data)
+		}
+		switch {
+		case err == nil:
+			sc.Anchored = true
+		case errors.As(err, &ae):
+			sc.Problem = ae.Error()
+		default:
+			return fmt.Errorf("audit: %w", streams.Classify(err))
+		}
+	}
 	switch {
 	case from <= 1:
 		// Full replay: Check compares the fold with the snapshot's bytes.
 		st.SnapshotData = data
+	case !sc.Anchored:
+		sc.addNote("not used: replaying from the first input")
+		st.SnapshotData = data
 	case inSeq >= from:
-		sc.Note = fmt.Sprintf("the snapshot covers input %d, not before %d: replaying from the first input", inSeq, from)
+		sc.addNote(fmt.Sprintf("the snapshot covers input %d, not before %d: replaying from the first input", inSeq, from))
 		st.SnapshotData = data
 	default:
 		sc.Used = true
@@ -351,6 +395,54 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		st.LastDecision, st.Last = decSeq, last
 	}
 	return nil
+}
+
+// readClaims reads the checkpoint inputs from input from to input end
+// (PROTOCOL.md §6.16) and returns the inputs whose state they claim a hash
+// of, for Check to hash when the fold gets there (Start.Claimed). It reads
+// only those inputs: one look-up of the first (none: nothing to read),
+// then a consumer filtered to the checkpoint subjects of the partition
+// from it. A checkpoint that does not decode, or names an input not before
+// it, is left out: the fold rejects it, and no claim is recorded.
+func readClaims(ctx context.Context, cfg Config, h *streams.Handles, from, end uint64) ([]uint64, error) {
+	if from > end {
+		return nil, nil
+	}
+	part := cfg.Topology.Partition
+	filter := part.InputSubject(events.RoleCoord, "*", events.NoJob, events.VerbCheckpoint)
+	first, err := h.In.GetMsg(ctx, from, jetstream.WithGetMsgSubject(filter))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: look up the first checkpoint input: %w", streams.Classify(err))
+	}
+	if first.Sequence > end {
+		return nil, nil
+	}
+	r, err := startReader(ctx, cfg, cfg.Topology.InputStream(), filter, first.Sequence, end, false)
+	if err != nil {
+		return nil, err
+	}
+	defer r.stop()
+	var claimed []uint64
+	var in events.Input
+	for {
+		m, ok := r.next()
+		if !ok {
+			break
+		}
+		subject, ok := part.StripInput(m.subject)
+		if !ok || events.DecodeInput(subject, m.data, &in) != nil || in.Verb != events.VerbCheckpoint || in.CheckpointSeq >= m.seq {
+			continue
+		}
+		claimed = append(claimed, in.CheckpointSeq)
+	}
+	if err := r.failure(); err != nil {
+		return nil, err
+	}
+	cfg.Logger.Debug("audit: checkpoint claims read ahead", "claims", len(claimed), "from", first.Sequence, "to", end)
+	return claimed, nil
 }
 
 // checkSnapshotPosition checks that the snapshot restored into p covers
@@ -440,7 +532,9 @@ type reader struct {
 	lastErr error // last error the consumer reported (it recovers by itself)
 }
 
-func startReader(ctx context.Context, cfg Config, stream string, from, end uint64, headers bool) (*reader, error) {
+// startReader starts reading stream from sequence from to end, only the
+// subjects matching filter when it is not "".
+func startReader(ctx context.Context, cfg Config, stream, filter string, from, end uint64, headers bool) (*reader, error) {
 	r := &reader{stream: stream, end: end, stall: cfg.StallTimeout,
 		ch: make(chan []record, batchesAhead), free: make(chan []record, batchesAhead+2)}
 	r.ctx, r.cancel = context.WithCancel(ctx)
@@ -455,7 +549,11 @@ func startReader(ctx context.Context, cfg Config, stream string, from, end uint6
 	// within seconds, and a lost consumer is replaced with short, retried
 	// requests (an ordered consumer stalls ~10 s when the node was the
 	// JetStream meta leader).
-	r.f = follow.Start(r.ctx, cfg.JS, follow.Config{Stream: stream, StartSeq: from, PullAhead: pullAhead,
+	var filters []string
+	if filter != "" {
+		filters = []string{filter}
+	}
+	r.f = follow.Start(r.ctx, cfg.JS, follow.Config{Stream: stream, StartSeq: from, Filters: filters, PullAhead: pullAhead,
 		OnError: func(err error) {
 			log.Debug("audit: consumer", "stream", stream, "err", err)
 			r.mu.Lock()

@@ -30,14 +30,15 @@ import (
 func TestSnapshotReplacedWhileRead(t *testing.T) {
 	e := newEnv(t, memTopology)
 	inputs := publishWorkload(t, e, -1, input{})
-	e.appendDecisions(t, derive(t, inputs))
 	p := projector.New()
 	for _, x := range inputs[:5] {
 		if _, err := p.Step(events.Raw{Seq: x.seq, Time: x.time, Subject: x.subject, Body: x.data}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	good := p.Snapshot() // inputs 1..5; decision 6 is the last of input 5
+	good := p.Snapshot()          // inputs 1..5; decision 6 is the last of input 5
+	inputs = e.anchor(t, 5, good) // anchored at decision 12
+	e.appendDecisions(t, derive(t, inputs))
 	// The version being read: 40 chunks of 128 KiB, more than the reader
 	// asks for at once, so that a replacement after the first chunks
 	// purges chunks it has not received. (Its content does not matter: it
@@ -60,7 +61,7 @@ func TestSnapshotReplacedWhileRead(t *testing.T) {
 			restore := audit.SetSnapshotChunkHook(func(n int) {
 				if n == c.at && !stored {
 					stored = true
-					e.putSnapshot(t, good, "5", "6")
+					e.putAnchoredSnapshot(t, good, "5", "6", 12)
 				}
 			})
 			var logs bytes.Buffer

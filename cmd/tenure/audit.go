@@ -35,6 +35,19 @@ Audits a running system (--nats-url) or a copy of a stopped data directory
 (--data). Exit status: 0 when everything was reproduced, 1 otherwise, 2 for
 usage errors.
 
+Every checkpoint claim (a coordinator's "the state after input S hashes to
+H", which anchors its snapshots) is checked against the replay's own state
+after S: one that does not match is a finding, "checkpoint at input C
+(actor) claims state hash H for input S; the replay gives H'"; one about
+an input before the audit's start (--from) is a note. The stored snapshot is checked
+as a coordinator checks it before restoring it: the decision at its anchor
+claims exactly its input and state hash, and its bytes hash to it. --from
+starts from it only if it checks out; one that does not is a finding (the
+audit then replays from the first input), one without an anchor (an older
+Tenure's) a note. The JSON report (--report) has "checkpoints": {"claims",
+"verified", "mismatches", "unchecked"} and, in "snapshot", "anchor_seq",
+"state_hash" and "anchored".
+
 A partitioned deployment (found on the server: the partition count its
 streams record) is audited partition by partition, each with its own
 streams, fold and report, headed with the partition; a last line sums up
@@ -53,7 +66,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	data := fs.String("data", "", "audit a stopped data directory (of tenure serve --data); it is copied first and never touched")
 	serverConf := fs.String("server-config", "", "with --data: nats-server configuration file (accounts, authorization) to serve the copy with")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "stream and bucket name prefix of the topology")
-	from := fs.Uint64("from", 0, "start at input `SEQ` from the stored snapshot, once it checks out (0: replay from the first input); partitioned: in every partition, SEQ of its own input stream")
+	from := fs.Uint64("from", 0, "start at input `SEQ` from the stored snapshot, once it checks out against its anchor (0: replay from the first input); partitioned: in every partition, SEQ of its own input stream")
 	job := fs.String("job", "", "print the evidence matrix of job `ID`: every row of its history; partitioned: audit only the job's partition")
 	matrix := fs.Bool("matrix", false, "print the evidence matrix of every job: its latest row")
 	format := fs.String("format", "table", "evidence matrix format: table, csv or json (json lines); with csv and json the summary goes to stderr")

@@ -179,7 +179,8 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatalf("report file: %+v (%v)", rep, err)
 	}
 
-	// From the stored snapshot (inputs 1..3, decision 3).
+	// A stored snapshot (inputs 1..3, decision 3) of an older Tenure,
+	// without an anchor: not used, noted, and compared with the fold.
 	p := projector.New()
 	for _, m := range e.inputs[:3] {
 		if _, err := p.Step(events.Raw{Seq: m.Sequence, Time: m.Time.UnixNano(), Subject: m.Subject, Body: m.Data}); err != nil {
@@ -193,7 +194,9 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ = runAuditCmd("--nats-url", e.url, "--from", "4")
-	if code != 0 || !strings.Contains(out, "checked, audit started after it") || !strings.Contains(out, "2 replayed (4..5;") {
+	if code != 0 || !strings.Contains(out, "snapshot (input 3, decision 3, ") || !strings.Contains(out, "equal to the fold's state") ||
+		!strings.Contains(out, "snapshot: no state hash anchored in the decision stream") ||
+		!strings.Contains(out, "not used: replaying from the first input") || !strings.Contains(out, "5 replayed (1..5;") {
 		t.Fatalf("--from 4: exit %d\n%s", code, out)
 	}
 
@@ -213,6 +216,172 @@ func TestAuditCommand(t *testing.T) {
 	code, out, errOut = runAuditCmd("--nats-url", e.url)
 	if code != 1 || !strings.Contains(out, "decision 6 (5.0): duplicate") || !strings.Contains(errOut, "tenure: audit: the log is not reproduced") {
 		t.Fatalf("tampered log: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// tenure audit checks the checkpoint claims of a log decided by a real
+// coordinator (a snapshot due every two inputs), and --from the snapshot
+// it starts from. The genuine snapshot is used; a claim forged by a
+// coordinator-role publisher is a finding, printed with both hashes (a
+// note from a snapshot after the input it names); a snapshot rewritten
+// with another state is a PROBLEM, and the audit replays from the first
+// input. Exit status 1 for findings.
+func TestAuditCheckpoints(t *testing.T) {
+	srv := testutil.StartServer(t)
+	ctx := context.Background()
+	url := srv.ClientURL()
+	_, js := testutil.Connect(t, url)
+	h, err := streams.Ensure(ctx, js, streams.Topology{}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 5 * time.Second, SnapshotEvery: 2, SnapshotInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	stop := func() {
+		if cancel != nil {
+			cancel()
+			cancel = nil
+			if err := <-done; err != nil {
+				t.Errorf("coordinator: %v", err)
+			}
+		}
+	}
+	defer stop()
+	// settle waits until every input is decided and the stored snapshot is
+	// the one c1's last checkpoint claims, three polls in a row (a
+	// checkpoint is appended right after the input that made it due).
+	settled := func() bool {
+		ii, err1 := h.In.Info(ctx)
+		oi, err2 := h.Out.Info(ctx)
+		st := c.Stats()
+		if err1 != nil || err2 != nil || !st.Live || st.InputsFolded != ii.State.LastSeq || st.DecisionsStored != oi.State.LastSeq {
+			return false
+		}
+		var last uint64
+		for seq := uint64(1); seq <= oi.State.LastSeq; seq++ {
+			m, err := h.Out.GetMsg(ctx, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, err := events.DecodeDecision(m.Data); err == nil && d.Kind == events.KindCheckpointed && d.Actor == "c1" {
+				last = d.Checkpoint.InputSeq
+			}
+		}
+		return last == st.SnapshotSeq
+	}
+	settle := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for stable := 0; stable < 3; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the coordinator did not settle: %+v", c.Stats())
+			}
+			if settled() {
+				stable++
+			} else {
+				stable = 0
+			}
+		}
+	}
+	settle()
+	for i := range 6 {
+		if _, err := js.Publish(ctx, fmt.Sprintf("tenure.in.worker.w1.j%d.acquire", i), []byte(`{"v":1,"lease_ms":600000}`)); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			settle()
+		}
+	}
+
+	file := filepath.Join(t.TempDir(), "report.json")
+	code, out, errOut := runAuditCmd("--nats-url", url, "--report", file)
+	var rep struct {
+		Snapshot struct {
+			InputSeq uint64 `json:"input_seq"`
+			Anchored bool   `json:"anchored"`
+		}
+		Checkpoints struct {
+			Claims, Verified int
+			Mismatches       struct{ Count int }
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || json.Unmarshal(b, &rep) != nil {
+		t.Fatalf("report file: %v", err)
+	}
+	claims := rep.Checkpoints.Claims
+	if cp := rep.Checkpoints; code != 0 || claims < 3 || cp.Verified != claims || cp.Mismatches.Count != 0 || !rep.Snapshot.Anchored ||
+		!strings.Contains(out, fmt.Sprintf("checkpoints: 0 (%d claims, %d verified)\n", claims, claims)) {
+		t.Fatalf("clean log: exit %d, report %+v\n%s\n%s", code, rep, out, errOut)
+	}
+	s := rep.Snapshot.InputSeq
+	if s <= 3 {
+		t.Fatalf("the snapshot covers input %d", s)
+	}
+	from := strconv.FormatUint(s+1, 10)
+	code, out, _ = runAuditCmd("--nats-url", url, "--from", from)
+	if code != 0 || !strings.Contains(out, "its anchor and position checked, audit started after it") || !strings.Contains(out, "replayed ("+from+"..") {
+		t.Fatalf("--from %s: exit %d\n%s", from, code, out)
+	}
+
+	// A forged claim, recorded by the fold as every claim is.
+	const made = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+	ack, err := js.Publish(ctx, "tenure.in.coord.c9._.checkpoint", []byte(`{"v":1,"input_seq":3,"state_hash":"`+made+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle()
+	stop()
+	code, out, _ = runAuditCmd("--nats-url", url)
+	line := fmt.Sprintf("  checkpoint at input %d (c9) claims state hash %s for input 3; the replay gives ", ack.Sequence, made)
+	if code != 1 || !strings.Contains(out, fmt.Sprintf("checkpoints: 1 (%d claims, %d verified)\n", claims+1, claims)) ||
+		!strings.Contains(out, line) || !strings.Contains(out, "FAILED: 1 problems") {
+		t.Fatalf("forged claim: exit %d\n%s", code, out)
+	}
+	code, out, _ = runAuditCmd("--nats-url", url, "--from", from)
+	note := fmt.Sprintf("  note: checkpoint at input %d (c9) claims state hash %s for input 3: not checked: the audit did not replay input 3", ack.Sequence, made)
+	if code != 0 || !strings.Contains(out, note) || !strings.Contains(out, "audit started after it") {
+		t.Fatalf("forged claim, --from %s: exit %d\n%s", from, code, out)
+	}
+
+	// The snapshot rewritten with another state (w2 holds j0), under its
+	// own headers.
+	info, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := projector.New()
+	for seq := uint64(1); seq <= s; seq++ {
+		m, err := h.In.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := events.Raw{Seq: seq, Time: m.Time.UnixNano(), Subject: strings.Replace(m.Subject, ".w1.j0.", ".w2.j0.", 1), Body: m.Data}
+		if _, err := fake.Step(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j, _ := fake.Job("j0"); j.Holder != "w2" {
+		t.Fatalf("fake state: %+v", j)
+	}
+	if _, err := h.Snapshots.Put(ctx, jetstream.ObjectMeta{Name: streams.SnapshotObject, Headers: info.Headers}, bytes.NewReader(fake.Snapshot())); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runAuditCmd("--nats-url", url, "--from", from)
+	problem := "PROBLEM: its bytes do not hash to the state hash anchored at decision " + info.Headers.Get(streams.HeaderSnapshotAnchor)
+	if code != 1 || !strings.Contains(out, problem) || !strings.Contains(out, "snapshot: not used: replaying from the first input") ||
+		!strings.Contains(out, " replayed (1..") || !strings.Contains(out, line) ||
+		!strings.Contains(out, "FAILED: 2 problems") || !strings.Contains(errOut, "the log is not reproduced") {
+		t.Fatalf("--from %s, tampered snapshot: exit %d\n%s\n%s", from, code, out, errOut)
 	}
 }
 

@@ -1,0 +1,116 @@
+package streams
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+)
+
+// A snapshot is checked, not trusted (PROTOCOL.md §19, step 4): whoever
+// restores it (a coordinator) or starts an audit from it (tenure audit
+// --from) first requires that the decision at its anchor sequence is a
+// checkpointed decision claiming exactly its input sequence and state hash,
+// and that its bytes hash to that state hash. The decision stream is fenced
+// (only the single writer appends to it); the object store is not.
+
+// SnapshotAnchor is what a stored snapshot's headers say: where it stands
+// in the log and where its state hash is anchored.
+type SnapshotAnchor struct {
+	InputSeq    uint64                    // S (HeaderSnapshotInput): the last input it covers
+	DecisionSeq uint64                    // HeaderSnapshotDecision: the last decision of input S
+	AnchorSeq   uint64                    // A (HeaderSnapshotAnchor): the checkpointed decision claiming (S, Hash)
+	Hash        [events.StateHashLen]byte // H (HeaderSnapshotHash): the state hash of its bytes
+}
+
+// ErrSnapshotUnanchored is the error of ParseSnapshotHeaders for a
+// snapshot without anchor headers: one stored by an older Tenure (or not by
+// Tenure). Its position is still read.
+var ErrSnapshotUnanchored = errors.New("no state hash anchored in the decision stream (a snapshot of an older Tenure, or not Tenure's)")
+
+// AnchorError is why a snapshot does not check out against its anchor:
+// unreadable headers, an anchor that is not a checkpointed decision
+// claiming the snapshot's input and hash, bytes that do not hash to it. It
+// is a finding about the snapshot, not a failure to read it.
+type AnchorError struct {
+	Reason string
+}
+
+// Error returns the reason.
+func (e *AnchorError) Error() string { return e.Reason }
+
+func anchorErr(format string, args ...any) error {
+	return &AnchorError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// ParseSnapshotHeaders reads a snapshot object's headers. Without the
+// anchor headers (HeaderSnapshotAnchor and HeaderSnapshotHash both absent)
+// it returns the position (InputSeq, DecisionSeq) and
+// ErrSnapshotUnanchored; headers that do not parse are an *AnchorError.
+func ParseSnapshotHeaders(h nats.Header) (SnapshotAnchor, error) {
+	var a SnapshotAnchor
+	var err1, err2 error
+	a.InputSeq, err1 = strconv.ParseUint(h.Get(HeaderSnapshotInput), 10, 64)
+	a.DecisionSeq, err2 = strconv.ParseUint(h.Get(HeaderSnapshotDecision), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return a, anchorErr("unreadable position (%s %q, %s %q)", HeaderSnapshotInput, h.Get(HeaderSnapshotInput),
+			HeaderSnapshotDecision, h.Get(HeaderSnapshotDecision))
+	}
+	if h.Get(HeaderSnapshotAnchor) == "" && h.Get(HeaderSnapshotHash) == "" {
+		return a, ErrSnapshotUnanchored
+	}
+	anchor, err := strconv.ParseUint(h.Get(HeaderSnapshotAnchor), 10, 64)
+	hash, ok := events.ParseStateHash([]byte(h.Get(HeaderSnapshotHash)))
+	if err != nil || anchor == 0 || !ok {
+		return a, anchorErr("unreadable anchor %q or state hash %q", h.Get(HeaderSnapshotAnchor), h.Get(HeaderSnapshotHash))
+	}
+	a.AnchorSeq, a.Hash = anchor, hash
+	return a, nil
+}
+
+// MsgGetter reads a stream's message by sequence (jetstream.Stream does).
+type MsgGetter interface {
+	GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)
+}
+
+// CheckAnchor reads decision a.AnchorSeq from the decision stream out and
+// checks that it is a checkpointed decision claiming exactly (a.InputSeq,
+// a.Hash). A decision that does not, or none at that sequence, is an
+// *AnchorError; any other error reading it is returned wrapped (the check
+// could not be made).
+func (a SnapshotAnchor) CheckAnchor(ctx context.Context, out MsgGetter) error {
+	m, err := out.GetMsg(ctx, a.AnchorSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return anchorErr("its anchor, decision %d, is not in the decision stream", a.AnchorSeq)
+	}
+	if err != nil {
+		return fmt.Errorf("read the snapshot's anchor, decision %d: %w", a.AnchorSeq, err)
+	}
+	d, err := events.DecodeDecision(m.Data)
+	switch {
+	case err != nil:
+		return anchorErr("its anchor, decision %d, does not decode: %v", a.AnchorSeq, err)
+	case d.Kind != events.KindCheckpointed || d.Checkpoint == nil:
+		return anchorErr("its anchor, decision %d, is a %s decision, not a checkpointed one", a.AnchorSeq, d.Kind)
+	case d.Checkpoint.InputSeq != a.InputSeq || d.Checkpoint.StateHash != a.Hash:
+		return anchorErr("its anchor, decision %d, claims input %d with state hash %x; the snapshot says input %d with %x",
+			a.AnchorSeq, d.Checkpoint.InputSeq, d.Checkpoint.StateHash, a.InputSeq, a.Hash)
+	}
+	return nil
+}
+
+// CheckBytes checks that data, the snapshot's bytes as read, hash to
+// a.Hash (an *AnchorError if not).
+func (a SnapshotAnchor) CheckBytes(data []byte) error {
+	if sha256.Sum256(data) != a.Hash {
+		return anchorErr("its bytes do not hash to the state hash anchored at decision %d (they hash to %x, the anchor says %x)",
+			a.AnchorSeq, sha256.Sum256(data), a.Hash)
+	}
+	return nil
+}
