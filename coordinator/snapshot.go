@@ -110,20 +110,22 @@ func (s *session) loadSnapshot() {
 	// buffers) while the snapshot is read and restored; if it does not
 	// restore, the readers are stopped and the session starts them again
 	// from the start.
-	if err := s.startReaders(pos.inputSeq+1, pos.decSeq+1); err != nil {
+	if err := s.startReaders(pos.InputSeq+1, pos.DecisionSeq+1); err != nil {
 		c.log.Debug("readers not started ahead of the snapshot", "err", err)
 	}
 	data, err := io.ReadAll(obj)
 	p := projector.NewPartition(c.cfg.Topology.Partition)
-	if err == nil && sha256.Sum256(data) != pos.hash {
-		c.snapRefused.Add(1)
-		err = fmt.Errorf("%w: its bytes do not hash to the state hash anchored at decision %d", ErrSnapshotRefused, pos.anchorSeq)
+	if err == nil {
+		if err = pos.CheckBytes(data); err != nil {
+			c.snapRefused.Add(1)
+			err = fmt.Errorf("%w: %w", ErrSnapshotRefused, err)
+		}
 	}
 	if err == nil {
 		err = p.Restore(data)
 	}
-	if err == nil && p.LastSeq() != pos.inputSeq {
-		err = fmt.Errorf("%w: it holds the state after input %d, its headers say %d", ErrSnapshotRefused, p.LastSeq(), pos.inputSeq)
+	if err == nil && p.LastSeq() != pos.InputSeq {
+		err = fmt.Errorf("%w: it holds the state after input %d, its headers say %d", ErrSnapshotRefused, p.LastSeq(), pos.InputSeq)
 	}
 	if err != nil {
 		s.in.stop()
@@ -132,9 +134,9 @@ func (s *session) loadSnapshot() {
 		c.log.Warn("snapshot refused, folding from the start", "err", err)
 		return
 	}
-	s.p, s.decSeq, s.acked = p, pos.decSeq, pos.decSeq
-	c.setSnapshot(pos.inputSeq, info.ModTime)
-	c.log.Info("restored snapshot", "input_seq", pos.inputSeq, "decision_seq", pos.decSeq, "anchor_seq", pos.anchorSeq, "jobs", p.Len())
+	s.p, s.decSeq, s.acked = p, pos.DecisionSeq, pos.DecisionSeq
+	c.setSnapshot(pos.InputSeq, info.ModTime)
+	c.log.Info("restored snapshot", "input_seq", pos.InputSeq, "decision_seq", pos.DecisionSeq, "anchor_seq", pos.AnchorSeq, "jobs", p.Len())
 }
 
 // ErrSnapshotRefused is the reason a stored snapshot is not restored: it is
@@ -143,53 +145,31 @@ func (s *session) loadSnapshot() {
 var ErrSnapshotRefused = errors.New("coordinator: snapshot refused")
 
 // checkAnchor reads a snapshot's position from its headers and checks it
-// against the decision stream: the decision at its decision sequence is the
-// last one of its input, and the decision at its anchor sequence is a
-// checkpointed decision claiming its input sequence and state hash.
-func (s *session) checkAnchor(h nats.Header) (snapshot, error) {
-	var pos snapshot
-	refuse := func(format string, args ...any) (snapshot, error) {
-		return pos, fmt.Errorf("%w: %s", ErrSnapshotRefused, fmt.Sprintf(format, args...))
+// against the decision stream (streams.SnapshotAnchor): the decision at its
+// decision sequence is the last one of its input, and the decision at its
+// anchor sequence is a checkpointed decision claiming its input sequence
+// and state hash.
+func (s *session) checkAnchor(h nats.Header) (streams.SnapshotAnchor, error) {
+	a, err := streams.ParseSnapshotHeaders(h)
+	refuse := func(err error) (streams.SnapshotAnchor, error) {
+		return a, fmt.Errorf("%w: %w", ErrSnapshotRefused, err)
 	}
-	var err1, err2 error
-	pos.inputSeq, err1 = strconv.ParseUint(h.Get(headerSnapInput), 10, 64)
-	pos.decSeq, err2 = strconv.ParseUint(h.Get(headerSnapDecision), 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return refuse("unreadable position: %v", err)
-	}
-	if h.Get(headerSnapAnchor) == "" {
-		return refuse("no state hash anchored in the decision stream (a snapshot of an older Tenure, or not Tenure's)")
-	}
-	anchor, err := strconv.ParseUint(h.Get(headerSnapAnchor), 10, 64)
-	hash, ok := events.ParseStateHash([]byte(h.Get(headerSnapHash)))
-	if err != nil || !ok {
-		return refuse("unreadable anchor %q or state hash %q", h.Get(headerSnapAnchor), h.Get(headerSnapHash))
-	}
-	pos.anchorSeq, pos.hash = anchor, hash
-	// The decision at decSeq must be the last one of input inputSeq.
-	m, err := s.c.h.Out.GetMsg(s.ctx, pos.decSeq)
 	if err != nil {
-		return refuse("its position, decision %d, is not in the decision stream: %v", pos.decSeq, err)
+		return refuse(err)
+	}
+	// The decision at DecisionSeq must be the last one of input InputSeq.
+	m, err := s.c.h.Out.GetMsg(s.ctx, a.DecisionSeq)
+	if err != nil {
+		return refuse(fmt.Errorf("its position, decision %d, is not in the decision stream: %w", a.DecisionSeq, err))
 	}
 	cause, n, of, err := decisionIndex(m.Header)
-	if err != nil || cause != pos.inputSeq || n+1 != of {
-		return refuse("its position does not match the decision stream (decision %d is not the last of input %d)", pos.decSeq, pos.inputSeq)
+	if err != nil || cause != a.InputSeq || n+1 != of {
+		return refuse(fmt.Errorf("its position does not match the decision stream (decision %d is not the last of input %d)", a.DecisionSeq, a.InputSeq))
 	}
-	m, err = s.c.h.Out.GetMsg(s.ctx, anchor)
-	if err != nil {
-		return refuse("its anchor, decision %d, is not in the decision stream: %v", anchor, err)
+	if err := a.CheckAnchor(s.ctx, s.c.h.Out); err != nil {
+		return refuse(err)
 	}
-	d, err := events.DecodeDecision(m.Data)
-	switch {
-	case err != nil:
-		return refuse("its anchor, decision %d, does not decode: %v", anchor, err)
-	case d.Kind != events.KindCheckpointed || d.Checkpoint == nil:
-		return refuse("its anchor, decision %d, is a %s decision, not a checkpointed one", anchor, d.Kind)
-	case d.Checkpoint.InputSeq != pos.inputSeq || d.Checkpoint.StateHash != hash:
-		return refuse("its anchor, decision %d, claims input %d with state hash %x; the snapshot says input %d with %x",
-			anchor, d.Checkpoint.InputSeq, d.Checkpoint.StateHash, pos.inputSeq, hash)
-	}
-	return pos, nil
+	return a, nil
 }
 
 // maybeSnapshot takes a snapshot when one is due, appends the checkpoint
