@@ -37,6 +37,9 @@ type Holder struct {
 	Host string `json:"host"`
 	// Started is when it took the lock.
 	Started time.Time `json:"started"`
+	// Parent is the process that took the lock (LockDir) and passed it
+	// to this one (InheritLock), nil if none did. Both hold the lock.
+	Parent *Holder `json:"parent,omitempty"`
 }
 
 // Known reports whether the lock file held a readable holder record.
@@ -59,6 +62,11 @@ func (h Holder) String() string {
 	}
 	if !h.Started.IsZero() {
 		b.WriteString(", since " + h.Started.UTC().Format(time.RFC3339))
+	}
+	if p := h.Parent; p != nil && p.Known() {
+		p := *p
+		p.Parent = nil
+		b.WriteString(", sharing it with its parent " + p.String())
 	}
 	return b.String()
 }
@@ -159,8 +167,9 @@ func CheckDir(dir string) error {
 	return checkDir(abs)
 }
 
-// selfRecord is this process's holder record.
-func selfRecord() []byte {
+// selfRecord is this process's holder record, with parent if it is not
+// nil.
+func selfRecord(parent *Holder) []byte {
 	host, _ := os.Hostname()
 	cmd := strings.Join(os.Args, " ")
 	if len(cmd) > maxHolderCommand {
@@ -170,7 +179,10 @@ func selfRecord() []byte {
 		}
 		cmd += "..."
 	}
-	b, _ := json.Marshal(Holder{PID: os.Getpid(), Command: cmd, Host: host, Started: time.Now().UTC().Truncate(time.Millisecond)})
+	if parent != nil {
+		parent.Parent = nil
+	}
+	b, _ := json.Marshal(Holder{PID: os.Getpid(), Command: cmd, Host: host, Started: time.Now().UTC().Truncate(time.Millisecond), Parent: parent})
 	return append(b, '\n')
 }
 
@@ -200,9 +212,9 @@ func readHolder(f *os.File) Holder {
 }
 
 // writeHolder replaces the record of an open, locked lock file with
-// this process's.
-func writeHolder(f *os.File) error {
-	rec := selfRecord()
+// this process's (and parent's, when it inherited the lock).
+func writeHolder(f *os.File, parent *Holder) error {
+	rec := selfRecord(parent)
 	if err := f.Truncate(0); err != nil {
 		return err
 	}

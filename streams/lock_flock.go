@@ -38,7 +38,7 @@ func lockDir(dir string) (*DirLock, error) {
 		}
 		return nil, fmt.Errorf("streams: lock %s: flock %s: %w", dir, path, err)
 	}
-	if err := writeHolder(f); err != nil {
+	if err := writeHolder(f, nil); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("streams: lock %s: write %s: %w", dir, path, err)
 	}
@@ -70,7 +70,18 @@ func inheritLock(dir string, f *os.File) (*DirLock, error) {
 		}
 		return nil, fmt.Errorf("streams: inherit the lock of %s: flock: %w", dir, err)
 	}
-	if err := writeHolder(f); err != nil {
+	// The record names the process that took the lock, or a child it
+	// passed the lock to before (a node restarted): the parent is the
+	// first.
+	var parent *Holder
+	h := readHolder(f)
+	if h.Parent != nil {
+		h = *h.Parent
+	}
+	if h.Known() && h.PID != os.Getpid() {
+		parent = &h
+	}
+	if err := writeHolder(f, parent); err != nil {
 		return nil, fmt.Errorf("streams: inherit the lock of %s: write %s: %w", dir, path, err)
 	}
 	return &DirLock{dir: dir, f: f}, nil

@@ -29,7 +29,7 @@ func lockDir(dir string) (*DirLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streams: lock %s: %w", dir, err)
 	}
-	if err := writeHolder(f); err != nil {
+	if err := writeHolder(f, nil); err != nil {
 		f.Close()
 		os.Remove(path)
 		return nil, fmt.Errorf("streams: lock %s: write %s: %w", dir, path, err)

@@ -222,7 +222,17 @@ func TestInheritLock(t *testing.T) {
 	}
 	h := startHelper(t, "inherit", dir, l.File())
 	_, err = streams.LockDir(dir)
-	requireLocked(t, err, dir, h.cmd.Process.Pid)
+	le := requireLocked(t, err, dir, h.cmd.Process.Pid)
+	if p := le.Holder.Parent; p == nil || p.PID != os.Getpid() || !strings.Contains(err.Error(), ", sharing it with its parent pid "+strconv.Itoa(os.Getpid())+" (") {
+		t.Errorf("the child's record does not name its parent: %v", err)
+	}
+	// A second child (a node restarted) names the parent, not the first.
+	h.kill()
+	h = startHelper(t, "inherit", dir, l.File())
+	_, err = streams.LockDir(dir)
+	if le = requireLocked(t, err, dir, h.cmd.Process.Pid); le.Holder.Parent == nil || le.Holder.Parent.PID != os.Getpid() || le.Holder.Parent.Parent != nil {
+		t.Errorf("the second child's record: %+v", le.Holder)
+	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
