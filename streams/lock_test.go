@@ -39,7 +39,7 @@ func TestLockHelperProcess(t *testing.T) {
 	case "lock":
 		l, err = streams.LockDir(dir)
 	case "try":
-		l, err = streams.LockDir(dir)
+		_, err := streams.LockDir(dir)
 		fmt.Println(err)
 		os.Exit(0)
 	case "inherit":
@@ -212,8 +212,9 @@ func TestLockDirOtherProcess(t *testing.T) {
 }
 
 // A child process given the lock file shares the lock: InheritLock
-// takes it over and records the child, the lock outlives the parent's
-// Close while the child runs, and goes when the child goes.
+// takes it over and records the child with its parent (a restarted
+// child too), the lock outlives the parent's Close while the child runs,
+// and goes when the child goes.
 func TestInheritLock(t *testing.T) {
 	dir := t.TempDir()
 	l, err := streams.LockDir(dir)
