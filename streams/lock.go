@@ -173,11 +173,8 @@ func selfRecord(parent *Holder) []byte {
 	host, _ := os.Hostname()
 	cmd := strings.Join(os.Args, " ")
 	if len(cmd) > maxHolderCommand {
-		cmd = cmd[:maxHolderCommand]
-		for !utf8.ValidString(cmd) {
-			cmd = cmd[:len(cmd)-1]
-		}
-		cmd += "..."
+		// Cut, dropping the rune cut in two.
+		cmd = strings.ToValidUTF8(cmd[:maxHolderCommand], "") + "..."
 	}
 	if parent != nil {
 		parent.Parent = nil
