@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -767,7 +768,7 @@ func TestJobEvidence(t *testing.T) {
 }
 
 // An audit of a copy of a stopped data directory leaves the original
-// untouched.
+// untouched; the directory of a running server is refused.
 func TestDataDir(t *testing.T) {
 	dir := t.TempDir()
 	srv := testutil.StartServerIn(t, dir)
@@ -779,6 +780,9 @@ func TestDataDir(t *testing.T) {
 	e := &env{srv: srv, nc: nc, js: js, h: h}
 	inputs := publishWorkload(t, e, -1, input{})
 	e.appendDecisions(t, derive(t, inputs))
+	if _, err := audit.OpenDataDir(dir, audit.DataDirConfig{TempDir: t.TempDir()}); !errors.As(err, new(*streams.LockedError)) {
+		t.Fatalf("OpenDataDir of a running server's directory: %v, want a *streams.LockedError", err)
+	}
 	nc.Close()
 	srv.Shutdown()
 	before := treeState(t, dir)

@@ -37,12 +37,17 @@ type DataDirConfig struct {
 // OpenDataDir copies the data directory src (the --data directory of
 // `tenure serve`: it holds jetstream/) to a new temporary directory and
 // starts an embedded server on the copy. Close stops the server and removes
-// the copy. The directory should belong to a stopped server: a copy taken
-// while a server writes to it may be inconsistent.
+// the copy. The directory must belong to a stopped server, since a copy
+// taken while a server writes to it may be inconsistent: when a process
+// holds its lock (streams.LockDir), OpenDataDir returns the
+// *streams.LockedError naming it (streams.CheckDir, which writes nothing).
 func OpenDataDir(src string, cfg DataDirConfig) (*DataDir, error) {
 	fi, err := os.Stat(filepath.Join(src, "jetstream"))
 	if err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("audit: %s is not a Tenure data directory (no jetstream/ in it)", src)
+	}
+	if err := streams.CheckDir(src); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	tmp, err := os.MkdirTemp(cfg.TempDir, "tenure-audit-*")
 	if err != nil {

@@ -92,6 +92,7 @@ type env struct {
 	rep     *Report
 	er      *EnvReport
 	servers []*natsServer
+	locks   []*streams.DirLock // of the servers' stores
 	urls    string
 	coords  []*proc
 	ids     []string
@@ -137,11 +138,20 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[2*i+1]))
 	}
 	e.urls = strings.Join(urls, ",")
+	// Every store is locked before any server starts, and each server
+	// shares its store's lock (file descriptor 3) while it runs.
+	for i := range nodes {
+		l, err := streams.LockDir(filepath.Join(dir, fmt.Sprintf("n%d-store", i+1)))
+		if err != nil {
+			return e, fmt.Errorf("chaos: %w", err)
+		}
+		e.locks = append(e.locks, l)
+	}
 	for i := range nodes {
 		s := &natsServer{name: fmt.Sprintf("n%d", i+1), port: ports[2*i], route: ports[2*i+1]}
 		conf := filepath.Join(dir, s.name+".conf")
 		text := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
-			s.name, s.port, filepath.Join(dir, s.name+"-store"))
+			s.name, s.port, e.locks[i].Dir())
 		if nodes > 1 {
 			text += fmt.Sprintf("cluster {\n  name: chaos\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", s.route, strings.Join(routes, ", "))
 		}
@@ -149,7 +159,7 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 			return e, err
 		}
 		s.p = &proc{name: name + "/" + s.name, path: cfg.NatsServer, args: func() []string { return []string{"-c", conf} },
-			logPath: filepath.Join(dir, s.name+".log")}
+			logPath: filepath.Join(dir, s.name+".log"), files: []*os.File{e.locks[i].File()}}
 		e.servers = append(e.servers, s)
 		if err := s.p.start(); err != nil {
 			return e, err
@@ -559,6 +569,9 @@ func (e *env) close() {
 	}
 	for _, s := range e.servers {
 		s.p.close()
+	}
+	for _, l := range e.locks {
+		_ = l.Close()
 	}
 }
 

@@ -20,7 +20,8 @@ type proc struct {
 	path    string
 	args    func() []string // evaluated at each start
 	logPath string
-	restart bool // restart after an unexpected exit
+	restart bool       // restart after an unexpected exit
+	files   []*os.File // the child's file descriptors 3, 4, ...
 
 	mu         sync.Mutex
 	cmd        *exec.Cmd
@@ -48,6 +49,7 @@ func (p *proc) startLocked() error {
 	}
 	cmd := exec.Command(p.path, p.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = p.files
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -17,7 +17,7 @@ import (
 type Config struct {
 	Tenure     string // the tenure binary: coordinators (tenure serve) and workers (tenure chaos worker)
 	NatsServer string // the nats-server binary
-	Dir        string // run directory: stores, logs, journals (must exist)
+	Dir        string // run directory: stores, logs, journals (must exist; locked for the run, streams.LockDir)
 	Seed       uint64
 
 	// Schedules of the single-server environment.
@@ -70,6 +70,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("chaos: %w", err)
 		}
 	}
+	// One run per directory: a second one would start servers on the
+	// stores of the first.
+	lock, err := streams.LockDir(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	defer lock.Close()
 	rng := newLockedRand(cfg.Seed)
 	rep := newReport(&cfg)
 	fmt.Fprintf(cfg.Out, "chaos: seed %d, lease %v (cluster %v), %d workers, run directory %s\n", cfg.Seed, cfg.Lease, cfg.ClusterLease, cfg.Workers, cfg.Dir)

@@ -11,6 +11,14 @@
 // default needs nothing but Go). Either way each node is a separate
 // process with its own store, killed and restarted like any server.
 //
+// The cluster directory and every node's store are locked
+// (streams.LockDir) before anything is written or started, and stay
+// locked until Close: one cluster per directory, and no other process on
+// a node's store. Each node shares its store's lock as its file
+// descriptor 3 (`tenure cluster node --store-lock-fd 3` takes it over),
+// so the lock lasts as long as the node even if `tenure cluster up` is
+// killed.
+//
 // In production, point Tenure at your own cluster instead (README.md,
 // "Running on a NATS cluster"): the mapping below goes into the server
 // configuration of every node, and each `tenure serve` runs with
@@ -106,22 +114,34 @@ type Cluster struct {
 	urls         []string
 	Nodes        []*Proc // node i+1 ("n1", ...)
 	Coordinators []*Proc // coordinator i+1 ("c1", ...)
+
+	locks []*streams.DirLock // Dir's, then each node store's
 }
 
 // Up starts the nodes, waits until JetStream answers on the cluster, then
 // starts the coordinators and waits until every partition has a live one.
 // On error it stops whatever it started.
+//
+// Before it writes or starts anything, Up locks Dir and every node's store
+// directory (streams.LockDir), and it holds the locks until Close: a
+// second Up on the same Dir, or a `tenure serve --data` on a node's store,
+// is refused with a *streams.LockedError. Each node process shares the
+// lock of its store (streams.DirLock.File, InheritLock), so that a node
+// that outlives a killed `tenure cluster up` still keeps its store to
+// itself.
 func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	c := &Cluster{cfg: cfg}
+	if err := c.lock(); err != nil {
 		return nil, err
 	}
 	var ports []int
 	if cfg.BasePort == 0 {
 		if ports, err = freePorts(2 * cfg.Nodes); err != nil {
+			c.Close()
 			return nil, err
 		}
 	} else {
@@ -129,7 +149,6 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 			ports = append(ports, cfg.BasePort+i, cfg.BasePort+100+i)
 		}
 	}
-	c := &Cluster{cfg: cfg}
 	var routes []string
 	for i := range cfg.Nodes {
 		c.urls = append(c.urls, "nats://127.0.0.1:"+strconv.Itoa(ports[2*i]))
@@ -137,14 +156,18 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for i := range cfg.Nodes {
 		name := "n" + strconv.Itoa(i+1)
-		store := filepath.Join(cfg.Dir, name+"-store")
+		store := c.storeDir(i)
 		conf := filepath.Join(cfg.Dir, name+".conf")
 		if err := os.WriteFile(conf, []byte(NodeConfig(name, ports[2*i], ports[2*i+1], store, routes, cfg.Partitions)), 0o644); err != nil {
+			c.Close()
 			return nil, err
 		}
-		p := &Proc{Name: name, path: cfg.NatsServer, args: []string{"-c", conf}, logPath: filepath.Join(cfg.Dir, name+".log")}
+		// The node's store lock is its file descriptor 3.
+		lock := c.locks[1+i].File()
+		p := &Proc{Name: name, path: cfg.NatsServer, args: []string{"-c", conf}, logPath: filepath.Join(cfg.Dir, name+".log"),
+			files: []*os.File{lock}}
 		if cfg.NatsServer == "" {
-			p.path, p.args = cfg.Tenure, []string{"cluster", "node", "--config", conf, "--store", store}
+			p.path, p.args = cfg.Tenure, []string{"cluster", "node", "--config", conf, "--store", store, "--store-lock-fd", "3"}
 		}
 		c.Nodes = append(c.Nodes, p)
 		if err := p.Start(); err != nil {
@@ -179,6 +202,37 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// lock takes the locks of the cluster directory and of every node's
+// store, or none.
+func (c *Cluster) lock() error {
+	dirs := []string{c.cfg.Dir}
+	for i := range c.cfg.Nodes {
+		dirs = append(dirs, c.storeDir(i))
+	}
+	for _, d := range dirs {
+		l, err := streams.LockDir(d)
+		if err != nil {
+			c.unlock()
+			return fmt.Errorf("cluster: %w", err)
+		}
+		c.locks = append(c.locks, l)
+	}
+	return nil
+}
+
+// unlock releases the locks, the nodes' stores first.
+func (c *Cluster) unlock() {
+	for i := len(c.locks) - 1; i >= 0; i-- {
+		_ = c.locks[i].Close()
+	}
+	c.locks = nil
+}
+
+// storeDir is the store directory of node i (from 0).
+func (c *Cluster) storeDir(i int) string {
+	return filepath.Join(c.cfg.Dir, "n"+strconv.Itoa(i+1)+"-store")
+}
+
 // NodeConfig is the nats-server configuration of one node: loopback
 // listeners, JetStream storing in store with every write fsynced before
 // it is acknowledged, routes to every node, and (partitions > 0) the input
@@ -210,7 +264,8 @@ func (c *Cluster) Dir() string { return c.cfg.Dir }
 // Partitions is the deployment's partition count.
 func (c *Cluster) Partitions() uint32 { return c.cfg.Partitions }
 
-// Close stops the coordinators, then the nodes.
+// Close stops the coordinators, then the nodes, then releases the locks
+// of the nodes' stores and of the cluster directory.
 func (c *Cluster) Close() {
 	for _, p := range c.Coordinators {
 		p.Stop(10 * time.Second)
@@ -218,6 +273,7 @@ func (c *Cluster) Close() {
 	for _, p := range c.Nodes {
 		p.Stop(30 * time.Second)
 	}
+	c.unlock()
 }
 
 // waitJetStream waits until JetStream answers an account info request

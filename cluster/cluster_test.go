@@ -3,11 +3,14 @@ package cluster_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +57,108 @@ func TestNodeConfig(t *testing.T) {
 			t.Errorf("node config lacks %q:\n%s", want, got)
 		}
 	}
+}
+
+// TestUpRefusesDirInUse: while a cluster runs, a second Up on its
+// directory is refused with a *streams.LockedError naming this process
+// before it writes or starts anything, and so is `tenure cluster up
+// --dir` (exit 1, one line saying what to do); a `tenure serve` on a
+// node's store is refused naming the node, which shares the lock of its
+// store with this process: the lock stays while the node is down, and
+// the node starts again under it. Close releases every lock.
+func TestUpRefusesDirInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a node and a coordinator process; not in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, err := cluster.Up(ctx, cluster.Config{Dir: dir, Tenure: tenureBin, Nodes: 1, Coordinators: 1, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	store := filepath.Join(dir, "n1-store")
+	conf, err := os.ReadFile(filepath.Join(dir, "n1.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func() []string {
+		ents, _ := os.ReadDir(dir)
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	files := names()
+
+	_, err = cluster.Up(ctx, cluster.Config{Dir: dir, Tenure: tenureBin, Nodes: 2, Coordinators: 1, Partitions: 1, BasePort: 14900})
+	var le *streams.LockedError
+	if !errors.As(err, &le) || le.Dir != dir || le.Holder.PID != os.Getpid() {
+		t.Fatalf("second Up: %v, want a *LockedError naming %s and this process", err, dir)
+	}
+	out, err := exec.CommandContext(ctx, tenureBin, "cluster", "up", "--dir", dir, "--nodes", "2", "--port", "0").CombinedOutput()
+	want := "tenure: " + dir + " is in use by pid " + strconv.Itoa(os.Getpid()) + " ("
+	if code := exitCode(err); code != 1 || !strings.HasPrefix(string(out), want) ||
+		!strings.HasSuffix(string(out), ": stop that process, or give this cluster another --dir\n") || strings.Count(string(out), "\n") != 1 {
+		t.Errorf("tenure cluster up on a directory in use: exit %d\n%s", code, out)
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, "n1.conf")); !bytes.Equal(now, conf) || !slices.Equal(names(), files) {
+		t.Errorf("the refused cluster wrote into %s: %v, was %v", dir, names(), files)
+	}
+
+	// The node holds its store's lock, shared with this process.
+	serve := func() string {
+		out, err := exec.CommandContext(ctx, tenureBin, "serve", "--data", store, "--listen", "127.0.0.1:-1").CombinedOutput()
+		if code := exitCode(err); code != 1 {
+			t.Fatalf("serve on a node's store: exit %d\n%s", code, out)
+		}
+		return string(out)
+	}
+	node := c.Nodes[0].Pid()
+	if out := serve(); !strings.Contains(out, "tenure: data directory "+store+" is in use by pid "+strconv.Itoa(node)+" (") ||
+		!strings.Contains(out, "cluster node --config") || !strings.Contains(out, "sharing it with its parent pid "+strconv.Itoa(os.Getpid())) {
+		t.Errorf("serve on n1's store: %s", out)
+	}
+	c.Nodes[0].Kill()
+	if out := serve(); !strings.Contains(out, "sharing it with its parent pid "+strconv.Itoa(os.Getpid())) {
+		t.Errorf("serve on the store of a dead node: %s", out)
+	}
+	if err := c.Nodes[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(c.Nodes[0].LogPath())
+		if strings.Count(string(b), "node ready") == 2 {
+			break
+		}
+		if !c.Nodes[0].Running() || time.Now().After(deadline) {
+			t.Fatalf("the node did not start again under the lock:\n%s", tail(b, 2000))
+		}
+	}
+	if err := c.WaitLeaders(ctx, time.Minute); err != nil {
+		t.Fatalf("after the node's restart: %v", err)
+	}
+
+	c.Close()
+	for _, d := range []string{dir, store} {
+		if err := streams.CheckDir(d); err != nil {
+			t.Errorf("after Close: %v", err)
+		}
+	}
+}
+
+// exitCode is the exit status of a command's error (0 for nil).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }
 
 // acked is an input the cluster acknowledged.

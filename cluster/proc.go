@@ -19,6 +19,7 @@ type Proc struct {
 	path    string
 	args    []string
 	logPath string
+	files   []*os.File // the child's file descriptors 3, 4, ...
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -39,6 +40,7 @@ func (p *Proc) Start() error {
 	}
 	cmd := exec.Command(p.path, p.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = p.files
 	// Its own process group: a Ctrl-C in the terminal reaches `tenure
 	// cluster up`, which stops its children in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

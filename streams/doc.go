@@ -18,6 +18,15 @@
 // for; it never loosens or tightens an existing stream itself. Open only looks
 // things up and is what read-only tools such as auditors use.
 //
+// One process per data directory (DESIGN.md §7): LockDir takes an
+// exclusive lock on a directory, an flock(2) on its lock file
+// (LockFileName) that the kernel drops when the holder dies, and writes
+// the holder (pid, command line, host, time) into the file; a second
+// locker gets a *LockedError naming it. StartEmbedded locks its DataDir
+// before anything touches it and Shutdown releases it; a process that
+// starts nats-server processes of its own locks their store directories
+// and hands each lock to its child (DirLock.File, InheritLock).
+//
 // Classify turns JetStream API errors into errors that match ErrLostAuthority,
 // ErrStreamNotFound, ErrNoLeader, ErrNoResponders and ErrTransient with
 // errors.Is, by API error code and sentinel identity, never by message text.

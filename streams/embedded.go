@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
@@ -32,8 +33,15 @@ const (
 // override the file.
 type EmbeddedConfig struct {
 	// DataDir is required. The JetStream store lives in DataDir/jetstream; it
-	// overrides any store_dir of ConfigFile.
+	// overrides any store_dir of ConfigFile. StartEmbedded locks DataDir
+	// (LockDir) before anything else touches it, and creates it (mode
+	// 0700) if it is missing.
 	DataDir string
+	// Lock is the lock of DataDir when the caller has taken it already
+	// (InheritLock in a child process its parent passed the lock to); nil:
+	// StartEmbedded takes it. Either way the Embedded owns it: Shutdown, or
+	// a failed start, releases it.
+	Lock *DirLock
 	// Host to listen on for clients, default DefaultHost ("127.0.0.1").
 	Host string
 	// Port to listen on for clients, default DefaultPort (4222); -1 picks a
@@ -72,16 +80,64 @@ type EmbeddedConfig struct {
 // Embedded is a running in-process nats-server with JetStream enabled.
 type Embedded struct {
 	srv  *server.Server
+	lock *DirLock
 	once sync.Once
 }
 
 // StartEmbedded starts a nats-server in this process and waits until it
 // accepts connections with JetStream enabled. The server installs no signal
 // handlers; the caller owns it and must call Shutdown.
+//
+// The first thing it does is to lock DataDir: when another process (or
+// another Embedded of this one) holds the lock, it returns the
+// *LockedError of LockDir, having created and changed nothing.
 func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.DataDir == "" {
+		if cfg.Lock != nil {
+			_ = cfg.Lock.Close()
+		}
 		return nil, errors.New("streams: start embedded server: DataDir is required")
 	}
+	lock, err := lockDataDir(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e, err := startEmbedded(cfg, lock.Dir())
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	e.lock = lock
+	return e, nil
+}
+
+// lockDataDir is cfg.Lock, checked to be the lock of cfg.DataDir, or the
+// lock it takes on cfg.DataDir.
+func lockDataDir(cfg EmbeddedConfig) (*DirLock, error) {
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("streams: start embedded server: %w", err)
+	}
+	if cfg.Lock != nil {
+		a, aerr := os.Stat(cfg.Lock.Dir())
+		b, berr := os.Stat(dir)
+		if aerr != nil || berr != nil || !os.SameFile(a, b) {
+			_ = cfg.Lock.Close()
+			return nil, fmt.Errorf("streams: start embedded server: Lock is the lock of %s, not of DataDir %s", cfg.Lock.Dir(), dir)
+		}
+		return cfg.Lock, nil
+	}
+	// DIR/jetstream is the store of data directory DIR: as a data
+	// directory of its own, it would get a second store inside the first.
+	if filepath.Base(dir) == "jetstream" {
+		if _, err := os.Lstat(filepath.Join(filepath.Dir(dir), LockFileName)); err == nil {
+			return nil, fmt.Errorf("streams: start embedded server: %s is the JetStream store of the data directory %s, not a data directory: use %s", dir, filepath.Dir(dir), filepath.Dir(dir))
+		}
+	}
+	return LockDir(dir)
+}
+
+func startEmbedded(cfg EmbeddedConfig, dataDir string) (*Embedded, error) {
 	opts := &server.Options{}
 	if cfg.ConfigFile != "" {
 		var err error
@@ -105,7 +161,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		opts.ServerName = cfg.ServerName
 	}
 	opts.JetStream = true
-	opts.StoreDir = cfg.DataDir
+	opts.StoreDir = dataDir
 	if cfg.SyncAlways {
 		opts.SyncAlways = true
 	}
@@ -189,12 +245,16 @@ func (e *Embedded) Port() int {
 // Server is the underlying nats-server, for what this package does not wrap.
 func (e *Embedded) Server() *server.Server { return e.srv }
 
-// Shutdown stops the server gracefully (flushing the JetStream store) and
-// waits until it has stopped. It may be called more than once.
+// Shutdown stops the server gracefully (flushing the JetStream store),
+// waits until it has stopped, then releases the lock of the data
+// directory. It may be called more than once.
 func (e *Embedded) Shutdown() {
 	e.once.Do(func() {
 		e.srv.Shutdown()
 		e.srv.WaitForShutdown()
+		if e.lock != nil {
+			_ = e.lock.Close()
+		}
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -209,4 +210,84 @@ func TestConfigFilePartitions(t *testing.T) {
 func mappingConf(partitions uint32) string {
 	src, dst := events.InputMapping(partitions)
 	return fmt.Sprintf("mappings {\n  %q: %q\n}\n", src, dst)
+}
+
+// treeOf lists every file under dir with its size and modification time.
+func treeOf(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v %d %d\n", path, info.Mode(), info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// A second server on a data directory in use is refused with a
+// *LockedError before it touches the store, even on the same port (where
+// it used to recover the store, then fail to bind); the first keeps
+// serving; after its Shutdown the directory can be served again.
+func TestStartEmbeddedLocksDataDir(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	srv := testutil.StartServerIn(t, dir, testutil.SyncAlways())
+	_, js := testutil.Connect(t, srv.ClientURL())
+	if _, err := streams.Ensure(ctx, js, streams.Topology{}, leaderTTL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "tenure.in.worker.w1.j1.progress", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	before := treeOf(t, dir)
+
+	for _, port := range []int{-1, srv.Port()} {
+		_, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: dir, Port: port, ReadyTimeout: 10 * time.Second})
+		var le *streams.LockedError
+		if !errors.As(err, &le) {
+			t.Fatalf("second server on port %d: %v, want a *LockedError", port, err)
+		}
+		if le.Holder.PID != os.Getpid() || !strings.Contains(err.Error(), dir) {
+			t.Errorf("second server: %v", err)
+		}
+	}
+	// The store's own directory is no data directory.
+	if _, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: filepath.Join(dir, "jetstream"), Port: -1}); err == nil ||
+		!strings.Contains(err.Error(), "is the JetStream store of the data directory") {
+		t.Errorf("a server on DIR/jetstream: %v", err)
+	}
+	// A lock of another directory is not DataDir's.
+	other, err := streams.LockDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: dir, Port: -1, Lock: other}); err == nil || errors.As(err, new(*streams.LockedError)) {
+		t.Errorf("a server with another directory's lock: %v", err)
+	}
+	if after := treeOf(t, dir); after != before {
+		t.Errorf("the refused servers changed the data directory:\n%s\n%s", before, after)
+	}
+	if _, err := js.Publish(ctx, "tenure.in.worker.w1.j1.progress", []byte("2")); err != nil {
+		t.Fatalf("the first server stopped serving: %v", err)
+	}
+
+	srv.Shutdown()
+	srv = testutil.StartServerIn(t, dir)
+	_, js = testutil.Connect(t, srv.ClientURL())
+	h, err := streams.Open(ctx, js, streams.Topology{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := h.In.Info(ctx); err != nil || info.State.Msgs != 2 {
+		t.Fatalf("after restart: %+v %v, want the 2 inputs", info, err)
+	}
 }

@@ -112,7 +112,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	if *data != "" {
 		d, err := audit.OpenDataDir(*data, audit.DataDirConfig{ConfigFile: *serverConf, Logger: log})
 		if err != nil {
-			return err
+			return dataDirInUse(err, "audit the running deployment with --nats-url instead")
 		}
 		defer func() {
 			if err := d.Close(); err != nil {

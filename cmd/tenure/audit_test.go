@@ -385,11 +385,21 @@ func TestAuditCheckpoints(t *testing.T) {
 	}
 }
 
-// --data audits a copy of a stopped data directory and leaves it as it was.
+// --data audits a copy of a stopped data directory and leaves it as it
+// was; the directory of a running server is refused, naming it.
 func TestAuditDataDir(t *testing.T) {
 	dir := t.TempDir()
 	srv := testutil.StartServerIn(t, dir)
 	newAuditEnv(t, srv, streams.Topology{})
+	running := auditTree(t, dir)
+	code, _, errOut := runAuditCmd("--data", dir)
+	if want := "tenure: data directory " + dir + " is in use by pid " + strconv.Itoa(os.Getpid()) + " ("; code != 1 || !strings.HasPrefix(errOut, want) ||
+		!strings.HasSuffix(errOut, ": stop that process, or audit the running deployment with --nats-url instead\n") {
+		t.Errorf("--data of a running server: exit %d\n%s", code, errOut)
+	}
+	if after := auditTree(t, dir); after != running {
+		t.Fatalf("the refused audit changed the data directory:\n%s\n%s", running, after)
+	}
 	srv.Shutdown()
 	before := auditTree(t, dir)
 

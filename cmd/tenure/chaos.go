@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/chaos"
+	"github.com/maknow/tenure/streams"
 )
 
 // errChaosFailed is the error of a chaos run whose checks failed: exit
@@ -105,7 +106,10 @@ passed. make chaos-short and make chaos build the binaries and run it.
 		cfg.Dir = abs
 	}
 	rep, err := chaos.Run(ctx, cfg)
+	var le *streams.LockedError
 	switch {
+	case errors.As(err, &le):
+		return fmt.Errorf("%s is in use by %s: stop that process, or give this run another --dir", le.Dir, le.Holder)
 	case err != nil:
 		fmt.Fprintf(stderr, "tenure chaos: run directory kept: %s\n", cfg.Dir)
 		return err

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -66,6 +68,10 @@ for a production cluster.
 		BasePort: *port, NatsServer: *natsServer, LeaderTTL: *leaderTTL, Logger: log,
 	})
 	if err != nil {
+		var le *streams.LockedError
+		if errors.As(err, &le) {
+			return fmt.Errorf("%s is in use by %s: stop that process, or give this cluster another --dir", le.Dir, le.Holder)
+		}
 		return err
 	}
 	defer c.Close()
@@ -85,6 +91,7 @@ func runClusterNode(ctx context.Context, args []string, stderr io.Writer) error 
 	fs := newFlags("cluster node", stderr)
 	conf := fs.String("config", "", "nats-server configuration file (required)")
 	store := fs.String("store", "", "JetStream store directory (required)")
+	lockFD := fs.Int("store-lock-fd", -1, "file descriptor of the store's lock file, locked by the parent process (tenure cluster up); default: lock the store here")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -95,10 +102,19 @@ func runClusterNode(ctx context.Context, args []string, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	var lock *streams.DirLock
+	if *lockFD >= 0 {
+		if *lockFD < 3 {
+			return fmt.Errorf("%w: --store-lock-fd %d is stdin, stdout or stderr", errUsage, *lockFD)
+		}
+		if lock, err = streams.InheritLock(*store, os.NewFile(uintptr(*lockFD), "store lock")); err != nil {
+			return dataDirInUse(err, "give the node another --store")
+		}
+	}
 	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: *store, ConfigFile: *conf, SyncAlways: true,
-		Logger: log, LogNotices: true, ReadyTimeout: 2 * time.Minute})
+		Logger: log, LogNotices: true, ReadyTimeout: 2 * time.Minute, Lock: lock})
 	if err != nil {
-		return err
+		return dataDirInUse(err, "give the node another --store")
 	}
 	log.Info("node ready", "url", srv.ClientURL())
 	<-ctx.Done()

@@ -48,7 +48,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: dir, Port: -1, SyncAlways: true, ServerName: "tenure-demo"})
 		if err != nil {
-			return err
+			return dataDirInUse(err, "give the demo another --data directory")
 		}
 		defer srv.Shutdown()
 		conn.url = srv.ClientURL()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -143,9 +144,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("data directory: %w", err)
-		}
 		if *serverConf != "" {
 			// The embedded server's mapping would replace the file's, while
 			// the file's permissions name the other count's streams.
@@ -163,7 +161,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			ConfigFile: *serverConf, ServerName: "tenure", Logger: log, Partitions: count,
 		})
 		if err != nil {
-			return err
+			return dataDirInUse(err, "serve with another --data directory")
 		}
 		defer srv.Shutdown()
 		conn.url = srv.ClientURL()
@@ -236,6 +234,17 @@ func stopped(ctx context.Context, err error, log *slog.Logger) error {
 	}
 	log.Info("tenure stopped")
 	return err
+}
+
+// dataDirInUse turns the *streams.LockedError of a data directory that
+// another process holds into one line saying what to do (stop the
+// holder, or what instead); other errors are returned as they are.
+func dataDirInUse(err error, instead string) error {
+	var le *streams.LockedError
+	if !errors.As(err, &le) {
+		return err
+	}
+	return fmt.Errorf("data directory %s is in use by %s: stop that process, or %s", le.Dir, le.Holder, instead)
 }
 
 // defaultReplicas is 3 on a cluster of at least three servers (as far as
