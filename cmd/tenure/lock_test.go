@@ -20,17 +20,6 @@ import (
 	"github.com/maknow/tenure/events"
 )
 
-// buildTenure builds the tenure binary into a temporary directory.
-func buildTenure(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tenure")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // tenureProc is a tenure process started by a test.
 type tenureProc struct {
 	cmd    *exec.Cmd
@@ -168,7 +157,7 @@ func TestServeRefusesDataDirInUse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs three serve processes; not in -short")
 	}
-	bin := buildTenure(t)
+	bin := tenureBinary(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	first, url := serveProc(t, bin, dir, "c1")
 	if d := acquire(t, url, "w1", "j1"); d.Kind != events.KindGranted {

@@ -26,6 +26,15 @@ var (
 	binErr  error
 )
 
+// TestMain removes the binary tenureBinary built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
 // tenureBinary builds the tenure command once per test binary, for tests
 // that run it as a process of its own (to SIGKILL it).
 func tenureBinary(t *testing.T) string {
