@@ -50,9 +50,10 @@
 // Deleted, 409 Leadership Change) only makes the Follower look its
 // consumer up. Everything else is dropped: never handed over, never taken
 // for a lost consumer, counted (Dropped) and reported to Config.OnDrop.
-// Consumer names are random (128 bits from crypto/rand); each consumer
-// carries a random token in its metadata, which the Follower checks in the
-// server's answer to its creation.
+// Consumer names are random (128 bits from crypto/rand) unless
+// Config.Names confines them; each consumer carries a random token in its
+// metadata, which the Follower checks in the server's answer to its
+// creation and before it deletes a consumer it believes its own.
 package follow
 
 import (
@@ -119,11 +120,26 @@ type Config struct {
 	Retry         time.Duration
 	// KeepConsumers leaves a replaced or stopped consumer on the server,
 	// which removes it after InactiveThreshold, instead of deleting it: for
-	// a client not allowed to delete consumers (a Tenure worker is not).
+	// a client not allowed to delete consumers. It does not apply with
+	// Names.
 	KeepConsumers bool
 	// InactiveThreshold is how long the server keeps a consumer nobody
 	// reads. Zero is DefaultInactiveThreshold.
 	InactiveThreshold time.Duration
+	// Names, when set, are the only consumer names the Follower may use
+	// (a client whose permissions allow it a few consumer names of its
+	// own, so that it cannot create consumers without bound). It creates
+	// its consumer under the first name of the list not in use; when it
+	// replaces or stops its consumer, it deletes it (whatever
+	// KeepConsumers says: the client must be allowed to delete its own
+	// names) and, on a replacement, creates it again under the same name.
+	// When every name is in use, the creation fails with ErrNamesInUse
+	// (Err, OnError) and is retried after Retry, doubling up to
+	// MaxNamesBackoff. So at most len(Names) Followers with the same names
+	// read at once, and the consumer of a process that crashed holds its
+	// name until the server removes it, InactiveThreshold after its last
+	// request.
+	Names []string
 	// OnError, if set, is told of every error of a consumer (from the
 	// Follower's goroutine; it must not block): why one was replaced, the
 	// first of a streak of failed creations. The Follower handles them
@@ -147,6 +163,9 @@ const (
 	DefaultRetry         = 100 * time.Millisecond
 	// DefaultInactiveThreshold is nats.go's ordered consumers' own.
 	DefaultInactiveThreshold = 5 * time.Minute
+	// MaxNamesBackoff bounds the wait between creations that failed
+	// because every one of Config.Names was in use.
+	MaxNamesBackoff = 5 * time.Second
 )
 
 // Reasons given to Config.OnDrop, short enough for a metric label.
@@ -168,8 +187,12 @@ const (
 	DropUnexpectedStatus = "unexpected_status"
 )
 
+// ErrNamesInUse is why a Follower with Config.Names has no consumer: every
+// one of the names is in use.
+var ErrNamesInUse = errors.New("every consumer name allowed is in use")
+
 // metaToken is the consumer metadata key of the random token that tells a
-// Follower its own consumer.
+// Follower its own consumers from others of the same name.
 const metaToken = "tenure_follow"
 
 // largeRoom is what a request for one large message asks for beyond the
@@ -224,6 +247,8 @@ type Follower struct {
 	reqID  uint64         // the last request id
 	gen    uint64         // the last session's
 	used   []string       // the names of this Follower's recent consumers
+	prev   *session       // with Names: the replaced consumer, deleted before its name is used again
+	prefer int            // with Names: the index of the name to try first
 
 	// Copies for Next, Replaced and Dropped, which must not wait for a
 	// handler that blocks.
@@ -387,11 +412,15 @@ func (f *Follower) run(ctx context.Context) {
 	for {
 		s := f.create(ctx)
 		if s == nil {
+			if f.prev != nil {
+				go f.deleteIfOurs(f.prev.name, f.prev.token)
+			}
 			return
 		}
 		err := f.follow(ctx, s, conn, tick.C)
-		f.end(s)
-		if ctx.Err() != nil {
+		stopping := ctx.Err() != nil
+		f.end(s, stopping)
+		if stopping {
 			return
 		}
 		if h := f.cfg.OnError; h != nil {
@@ -404,8 +433,9 @@ func (f *Follower) run(ctx context.Context) {
 // create creates a consumer starting at f.next, retrying until it exists
 // or ctx ends (nil).
 func (f *Follower) create(ctx context.Context) *session {
+	backoff := f.cfg.Retry
 	for {
-		s, err := f.createNamed(ctx, "tenure_"+randomHex())
+		s, err := f.tryCreate(ctx)
 		if err == nil {
 			f.errMu.Lock()
 			f.createErr = nil
@@ -425,7 +455,13 @@ func (f *Follower) create(ctx context.Context) *session {
 		if h := f.cfg.OnError; h != nil && first {
 			h(err)
 		}
-		t := time.NewTimer(f.cfg.Retry)
+		wait := f.cfg.Retry
+		if errors.Is(err, ErrNamesInUse) {
+			wait, backoff = backoff, min(2*backoff, MaxNamesBackoff)
+		} else {
+			backoff = f.cfg.Retry
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -433,6 +469,37 @@ func (f *Follower) create(ctx context.Context) *session {
 		case <-t.C:
 		}
 	}
+}
+
+// tryCreate makes one attempt at creating a consumer (with Names, one per
+// name until one is free).
+func (f *Follower) tryCreate(ctx context.Context) (*session, error) {
+	names := f.cfg.Names
+	if len(names) == 0 {
+		return f.createNamed(ctx, "tenure_"+randomHex())
+	}
+	for i := range names {
+		k := (f.prefer + i) % len(names)
+		name := names[k]
+		if p := f.prev; p != nil && p.name == name {
+			// The consumer this one replaces: gone, or deleted now.
+			if err := f.deleteIfOursCtx(ctx, p.name, p.token); err != nil {
+				return nil, err
+			}
+			f.prev = nil
+		}
+		s, err := f.createNamed(ctx, name)
+		if err == nil {
+			f.prefer = k
+			return s, nil
+		}
+		var apiErr *jetstream.APIError
+		if !errors.Is(err, jetstream.ErrConsumerExists) && (!errors.As(err, &apiErr) ||
+			(apiErr.ErrorCode != jetstream.JSErrCodeConsumerExists && apiErr.ErrorCode != jetstream.JSErrCodeConsumerNameExists)) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w (%s)", ErrNamesInUse, strings.Join(names, ", "))
 }
 
 // createNamed creates the consumer name, starting at f.next.
@@ -447,7 +514,10 @@ func (f *Follower) createNamed(ctx context.Context, name string) (*session, erro
 		Replicas:          1,
 		MemoryStorage:     true,
 		// Tells this consumer from another of the same name (in the
-		// answer to this request, in a look-up).
+		// answer to this request, in a look-up, before a deletion). And
+		// a creation of an existing consumer with the same configuration
+		// succeeds: the token makes every configuration unique, so that
+		// two Followers with the same Names never share a consumer.
 		Metadata: map[string]string{metaToken: token},
 	}
 	if len(f.cfg.Filters) == 1 {
@@ -519,8 +589,10 @@ func randomHex() string {
 
 // end forgets session s: unsubscribes its requests, and deletes its
 // consumer unless KeepConsumers (in the background: the server may be
-// unreachable; its inactivity threshold removes it then).
-func (f *Follower) end(s *session) {
+// unreachable; its inactivity threshold removes it then). With Names, a
+// replaced consumer is deleted before its name is used again, a stopped
+// one in the background.
+func (f *Follower) end(s *session, stopping bool) {
 	for len(s.reqs) > 0 {
 		f.retire(s, s.reqs[0])
 	}
@@ -530,13 +602,48 @@ func (f *Follower) end(s *session) {
 		_ = f.process(context.Background(), s, <-f.ch)
 	}
 	f.observe(nil)
-	if !f.cfg.KeepConsumers {
+	switch {
+	case len(f.cfg.Names) > 0 && stopping:
+		go f.deleteIfOurs(s.name, s.token)
+	case len(f.cfg.Names) > 0:
+		f.prev = s
+	case !f.cfg.KeepConsumers:
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = f.js.DeleteConsumer(ctx, f.cfg.Stream, s.name)
 		}()
 	}
+}
+
+// deleteIfOurs deletes consumer name if it is still the one with token (in
+// the background, bounded).
+func (f *Follower) deleteIfOurs(name, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = f.deleteIfOursCtx(ctx, name, token)
+}
+
+// deleteIfOursCtx deletes consumer name if it exists and is the one with
+// token: another process with the same Names may have taken the name since
+// the consumer was lost. nil means the name is no longer held by it.
+func (f *Follower) deleteIfOursCtx(ctx context.Context, name, token string) error {
+	cctx, cancel := context.WithTimeout(ctx, f.cfg.CreateTimeout)
+	defer cancel()
+	cons, err := f.js.Consumer(cctx, f.cfg.Stream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up consumer %s before deleting it: %w", name, err)
+	}
+	if cons.CachedInfo().Config.Metadata[metaToken] != token {
+		return nil // not ours: its creation will find the name in use
+	}
+	if err := f.js.DeleteConsumer(cctx, f.cfg.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("deleting consumer %s: %w", name, err)
+	}
+	return nil
 }
 
 // follow reads through session s until its consumer must be replaced (the
