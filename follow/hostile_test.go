@@ -188,6 +188,9 @@ func TestForgedDeliveriesAreDropped(t *testing.T) {
 	want := []string{follow.DropOtherConsumer, follow.DropOtherStream, follow.DropNoAckReply,
 		follow.DropStatusMismatch, follow.DropUnexpectedStatus}
 	waitFor(t, 10*time.Second, "every kind of forgery dropped", func() bool {
+		if n := f.Replaced(); n != 0 {
+			t.Fatalf("the Follower replaced its consumer during the attack (dropped %v)", d.get())
+		}
 		got := d.get()
 		for _, r := range want {
 			if got[r] == 0 {

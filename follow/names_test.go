@@ -3,7 +3,9 @@ package follow_test
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,15 +132,15 @@ func TestNames(t *testing.T) {
 	waitFor(t, 5*time.Second, "the consumers deleted", func() bool { return len(consumerNames(t, ctx, js)) == 0 })
 }
 
-// TestNamesNotOurs: a Follower whose consumer was lost (with its server's
-// restart) does not delete the consumer of the same name another client
-// created meanwhile: it moves on to its next name.
+// TestNamesNotOurs: a Follower whose consumer is deleted, and whose name
+// another client takes before the Follower hears of it, does not delete
+// that client's consumer: it moves on to its next name.
 func TestNamesNotOurs(t *testing.T) {
-	dir := t.TempDir()
-	srv := testutil.StartServerIn(t, dir)
-	port := srv.Port()
-	// A Follower slow to reconnect, so that the other client is first.
-	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(2*time.Second), nats.ReconnectJitter(0, 0))
+	srv := testutil.StartServer(t)
+	// The Follower connects through a proxy the test can pause, so that
+	// the other client is first.
+	p := startProxy(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	nc, err := nats.Connect("nats://"+p.addr(), nats.Name("follower"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +149,11 @@ func TestNamesNotOurs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, ojs := testutil.Connect(t, srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	newStream(t, ctx, js)
-	publish(t, ctx, js, 1, 20)
+	newStream(t, ctx, ojs)
+	publish(t, ctx, ojs, 1, 20)
 	names := []string{"w1-a", "w1-b"}
 	var c collector
 	f := follow.Start(ctx, js, follow.Config{Stream: "F", Names: names, Heartbeat: 500 * time.Millisecond}, c.handle)
@@ -160,17 +163,15 @@ func TestNamesNotOurs(t *testing.T) {
 		t.Fatalf("consumer %q, want the first name", got)
 	}
 
-	srv.Shutdown()
-	srv = testutil.StartServerIn(t, dir, testutil.Port(port))
-	_, ojs := testutil.Connect(t, srv.ClientURL())
-	retry(t, ctx, "the other client's w1-a", func(ctx context.Context) error {
-		_, err := ojs.CreateConsumer(ctx, "F", jetstream.ConsumerConfig{Name: "w1-a", AckPolicy: jetstream.AckNonePolicy,
-			DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: time.Minute})
-		return err
-	})
-	if nc.IsConnected() {
-		t.Fatal("the Follower reconnected before the other client created its consumer")
+	p.pause()
+	if err := ojs.DeleteConsumer(ctx, "F", "w1-a"); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := ojs.CreateConsumer(ctx, "F", jetstream.ConsumerConfig{Name: "w1-a", AckPolicy: jetstream.AckNonePolicy,
+		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	p.resume()
 	publish(t, ctx, ojs, 21, 40)
 	checkRun(t, c.waitCount(t, 40, 20*time.Second), 1, 1)
 	if got := f.ConsumerName(); got != "w1-b" {
@@ -180,3 +181,61 @@ func TestNamesNotOurs(t *testing.T) {
 		t.Errorf("consumers %v, want the other client's w1-a and the Follower's w1-b", got)
 	}
 }
+
+// proxy forwards TCP connections to a server, and can hold what they
+// carry (both ways) for a while.
+type proxy struct {
+	ln   net.Listener
+	gate sync.RWMutex // write-locked while paused
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
+			go p.copy(c, s)
+			go p.copy(s, c)
+		}
+	}()
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) copy(dst, src net.Conn) {
+	defer func() { _ = dst.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.gate.RLock()
+			_, werr := dst.Write(buf[:n])
+			p.gate.RUnlock()
+			if werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) pause()  { p.gate.Lock() }
+func (p *proxy) resume() { p.gate.Unlock() }
