@@ -39,17 +39,21 @@
 // takes its NUIDs from a process-wide generator whose output is
 // predictable), and the request id counts the Follower's requests. It
 // subscribes to each request's reply subject while the request is
-// outstanding, and only then. A message that arrives there is handed over
-// only if its reply subject is a $JS.ACK subject naming the Follower's
-// stream and its current consumer (streams.ParseAckReply), and the request
-// still expects one; a status message is honoured only if it is
-// consistent with its request (a heartbeat names the consumer's last
-// delivery, a timeout or end of a request the messages and bytes the
-// request had left, a "no responders" the request's own subject), and a
-// status that could end or lose the consumer without proof (409 Consumer
-// Deleted, 409 Leadership Change) only makes the Follower look its
-// consumer up. Everything else is dropped: never handed over, never taken
+// outstanding, and only then (all into one channel, so in the order they
+// arrive: the server delivers a message under its own subject, so the
+// subscription it came through is what ties it to its request). A message
+// that arrives there is handed over only if its reply subject is a $JS.ACK
+// subject naming the Follower's stream and its current consumer
+// (streams.ParseAckReply), and the request still expects one; a status
+// message is honoured only if it is consistent with its request (a
+// heartbeat names the consumer's last delivery, a timeout or end of a
+// request the messages and bytes the request had left, a "no responders"
+// the request's own subject), and a status that could end or lose the
+// consumer without proof (409 Consumer Deleted, 409 Leadership Change)
+// only makes the Follower look its consumer up. Everything else is dropped: never handed over, never taken
 // for a lost consumer, counted (Dropped) and reported to Config.OnDrop.
+// (A client that knows the consumer's name and may pull from it can still
+// make it deliver out of turn; the Follower sees the gap and replaces it.)
 // Consumer names are random (128 bits from crypto/rand) unless
 // Config.Names confines them; each consumer carries a random token in its
 // metadata, which the Follower checks in the server's answer to its
@@ -663,6 +667,13 @@ func (f *Follower) follow(ctx context.Context, s *session, conn <-chan nats.Stat
 		case m := <-f.ch:
 			if err := f.process(ctx, s, m); err != nil {
 				return err
+			}
+			// What else came in, without a select per message (the
+			// other cases wait: a tick, a reconnection, a look-up).
+			for i := 0; i < 256 && len(f.ch) > 0; i++ {
+				if err := f.process(ctx, s, <-f.ch); err != nil {
+					return err
+				}
 			}
 		case <-tick:
 			if len(f.ch) > 0 {
