@@ -5,6 +5,13 @@ import "strings"
 // Delivery is what the reply subject of a message a JetStream consumer
 // delivered says about it.
 type Delivery struct {
+	// Stream and Consumer name the stream the message was delivered from
+	// and the consumer that delivered it (substrings of the reply subject:
+	// no copy). A reader accepts a delivery only when they name its own
+	// stream and consumer: anyone allowed to create a consumer can make the
+	// server deliver messages of its choosing to any subject it can name.
+	Stream      string
+	Consumer    string
 	StreamSeq   uint64 // the message's sequence in its stream
 	ConsumerSeq uint64 // the delivery sequence of the consumer
 	Time        int64  // the stored timestamp, Unix ns
@@ -18,6 +25,10 @@ type Delivery struct {
 //
 //	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
 //	$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>...]
+//
+// The second form (nats-server's js_ack_fc_v2 format, the domain "_" when
+// there is none) names the account by a hash; ParseAckReply does not check
+// it.
 func ParseAckReply(s string) (Delivery, bool) {
 	const prefix = "$JS.ACK."
 	if !strings.HasPrefix(s, prefix) {
@@ -35,13 +46,16 @@ func ParseAckReply(s string) (Delivery, bool) {
 		}
 		tok[n], s = s[:i], s[i+1:]
 	}
-	var f []string // delivered, sseq, cseq, time, pending
+	var names, f []string // stream, consumer; delivered, sseq, cseq, time, pending
 	switch {
 	case n == 7 && s == "":
-		f = tok[2:7]
+		names, f = tok[0:2], tok[2:7]
 	case n == 9:
-		f = tok[4:9]
+		names, f = tok[2:4], tok[4:9]
 	default:
+		return Delivery{}, false
+	}
+	if names[0] == "" || names[1] == "" {
 		return Delivery{}, false
 	}
 	seq, ok1 := parseDigits(f[1])
@@ -51,7 +65,7 @@ func ParseAckReply(s string) (Delivery, bool) {
 	if !ok1 || !ok2 || !ok3 || !ok4 || t > 1<<63-1 {
 		return Delivery{}, false
 	}
-	return Delivery{StreamSeq: seq, ConsumerSeq: cseq, Time: int64(t), Pending: p}, true
+	return Delivery{Stream: names[0], Consumer: names[1], StreamSeq: seq, ConsumerSeq: cseq, Time: int64(t), Pending: p}, true
 }
 
 func parseDigits(s string) (uint64, bool) {
