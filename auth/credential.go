@@ -24,9 +24,18 @@ type Credential struct {
 	NKeyPublic   string `json:"nkey_public,omitempty"`
 	// InboxPrefix is the only reply inbox the user may subscribe to.
 	InboxPrefix string `json:"inbox_prefix"`
-	TLSCAFile   string `json:"tls_ca_file,omitempty"`
-	TLSCertFile string `json:"tls_cert_file,omitempty"`
-	TLSKeyFile  string `json:"tls_key_file,omitempty"`
+	// Account is the NATS account of the user: the deployment's
+	// (DeploymentAccount) for coordinators, dispatchers and operators, one
+	// of its own (WorkerAccount) for a worker.
+	Account string `json:"account"`
+	// JetStreamAPIPrefix, for a worker, is the prefix under which its
+	// account reaches the deployment's JetStream API
+	// (jetstream.NewWithAPIPrefix; nats --js-api-prefix); "" for the others,
+	// who use $JS.API. The worker SDK finds it by itself.
+	JetStreamAPIPrefix string `json:"js_api_prefix,omitempty"`
+	TLSCAFile          string `json:"tls_ca_file,omitempty"`
+	TLSCertFile        string `json:"tls_cert_file,omitempty"`
+	TLSKeyFile         string `json:"tls_key_file,omitempty"`
 	// Permissions are the user's server permissions, for reference.
 	Permissions Permissions `json:"permissions"`
 }
@@ -56,13 +65,14 @@ func (c Credential) ConnectConfig() streams.ConnectConfig {
 }
 
 // Connect connects to url (c.URL if empty) as this actor, with its inbox
-// prefix, through streams.Connect; extra options are applied last.
+// prefix followed by a random token (streams.PrivateInboxPrefix), through
+// streams.Connect; extra options are applied last.
 func (c Credential) Connect(url string, extra ...nats.Option) (*nats.Conn, error) {
 	cfg := c.ConnectConfig()
 	if url != "" {
 		cfg.URL = url
 	}
-	return streams.Connect(cfg, append([]nats.Option{nats.CustomInboxPrefix(c.InboxPrefix)}, extra...)...)
+	return streams.Connect(cfg, append([]nats.Option{nats.CustomInboxPrefix(streams.PrivateInboxPrefix(c.InboxPrefix))}, extra...)...)
 }
 
 // Flags are the tenure command-line connection flags of this actor (with

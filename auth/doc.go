@@ -22,19 +22,36 @@
 // JetStream API subject was checked against nats-server v2.15.2
 // (server/jetstream_api.go).
 //
-// A worker <w> may publish
+// # Accounts
 //
-//	tenure.in.worker.<w>.>                             its inputs (a JetStream publish needs no API call)
-//	$JS.API.STREAM.INFO.TENURE_OUT                     the decision stream's last sequence
-//	$JS.API.CONSUMER.CREATE.TENURE_OUT.*.tenure.out.<w>.>   a consumer filtered to its own decisions only
-//	$JS.API.CONSUMER.INFO.TENURE_OUT.*
-//	$JS.API.CONSUMER.MSG.NEXT.TENURE_OUT.*              pull from it
+// The generated server.conf has one NATS account for the deployment
+// (DeploymentAccount, "TENURE": JetStream, the streams and buckets, the
+// coordinators, dispatchers and operators) and one account per worker
+// (WorkerAccount, "TENURE_W_<w>"), so that nothing a worker does can use
+// up what others need: each worker's account has limits of its own
+// (WorkerLimits: connections, subscriptions, payload), and imports from the
+// deployment's account only the services of WorkerImports, which the
+// deployment's account exports (Exports).
 //
-// and subscribe to its own reply inbox _INBOX_<w>.> and to tenure.out.<w>.>.
-// Everything else is refused, and these are denied explicitly as well:
-// tenure.out.>, $JS.API.STREAM.DELETE.*, $JS.API.STREAM.PURGE.*,
-// $JS.API.STREAM.UPDATE.*, $JS.API.STREAM.MSG.DELETE.* and
-// $JS.API.CONSUMER.DELETE.*.*.
+// A worker <w>, in its own account, may publish
+//
+//	tenure.in.worker.<w>.>                                              its inputs (imported: PubAcks come back)
+//	JS.TENURE.API.STREAM.INFO.TENURE_OUT                                the decision stream's last sequence
+//	JS.TENURE.API.CONSUMER.CREATE.TENURE_OUT.tw_<w>_<i>.tenure.out.<w>.>  its consumers, filtered to its own decisions only
+//	JS.TENURE.API.CONSUMER.INFO.TENURE_OUT.tw_<w>_<i>
+//	JS.TENURE.API.CONSUMER.DELETE.TENURE_OUT.tw_<w>_<i>
+//	JS.TENURE.API.CONSUMER.MSG.NEXT.TENURE_OUT.tw_<w>_<i>                 pull from them
+//
+// for i from 0 to events.WorkerConsumers-1, and subscribe to its own reply
+// inbox _INBOX_<w>.> only. Its account imports those JetStream API subjects
+// of the deployment's account under the worker API prefix JS.TENURE.API
+// (streams.Topology.WorkerAPIPrefix; the worker SDK finds it, a bare
+// client uses jetstream.NewWithAPIPrefix or nats --js-api-prefix): in an
+// account without JetStream the plain $JS.API subjects answer "JetStream
+// not enabled for account". It cannot subscribe to decisions (their reply
+// subjects are the coordinator's append inboxes), use another consumer
+// name (a stream's consumers are a shared resource), read or pull another
+// consumer, get messages, or administer anything.
 //
 // A dispatcher or operator <d> (input role "ops") may publish
 // tenure.in.ops.<d>.>, create, read and delete consumers on TENURE_OUT
@@ -74,9 +91,9 @@
 // per-partition status endpoints. The publish subjects do not change:
 // tenure.in.<role>.<id>.> covers the seven-token partition form, and
 // tenure.out.> stays the coordinator's. The generated server.conf also
-// carries the input mapping (a top-level mappings block, which applies to
-// the global account the authorization users belong to), so that six-token
-// inputs are stored in their job's partition on a standalone server.
+// carries the input mapping, in every account (mappings are per account),
+// so that six-token inputs are stored in their job's partition on a
+// standalone server.
 // streams.StartEmbedded with Partitions adds the same mapping again, which
 // replaces the file's: the two never conflict, and with different counts the
 // embedded server's wins.
@@ -87,18 +104,18 @@
 // that it cannot read another client's replies (PubAcks, JetStream API
 // answers, pulled messages). A client must therefore connect with that
 // prefix: nats.CustomInboxPrefix("_INBOX_w1") in Go (Credential.Connect
-// does it), --inbox-prefix _INBOX_w1 with the nats CLI and the tenure
-// commands. A client that keeps the default _INBOX prefix gets no replies.
+// does it, adding a random token: streams.PrivateInboxPrefix), --inbox-prefix
+// _INBOX_w1 with the nats CLI and the tenure commands (which add the token
+// too). A client that keeps the default _INBOX prefix gets no replies.
 //
-// # What permissions cannot enforce
+// # The threat model
 //
-// Server permissions filter subjects, not message contents or consumer
-// configurations. What they leave open is spelled out in Limits (which
-// `tenure auth init` prints): Nats-Msg-Id values (the worker SDK resends an
-// input whose first attempt collides with another publisher's id), message
-// bodies (the fold checks identity claims), consumers whose name is known,
-// the subjects listed by stream info, push consumers' deliver subjects, and
-// the content of what the coordinator writes.
+// Limits (which `tenure auth init` prints) says what the server enforces,
+// what Tenure itself enforces, and what remains: publish rates,
+// Nats-Msg-Id values (the worker SDK resends an input whose first attempt
+// collides with another publisher's id), the subjects listed by stream info,
+// push consumers' deliver subjects, and the content of what the coordinator
+// writes (which the audit checks).
 //
 // # Files
 //

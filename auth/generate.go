@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
 )
 
 // DefaultURL is the server URL written into credentials when Options.URL is
@@ -85,6 +86,41 @@ type Options struct {
 	// Now is the start of the certificates' validity (less an hour of
 	// slack), default time.Now().
 	Now time.Time
+	// WorkerLimits bound what each worker's account may take of the server;
+	// zero fields take DefaultWorkerLimits'.
+	WorkerLimits WorkerLimits
+}
+
+// WorkerLimits are the limits of each worker's account (nats-server account
+// limits): one worker can exhaust only its own.
+type WorkerLimits struct {
+	// MaxConnections is how many connections the worker may have open.
+	MaxConnections int
+	// MaxSubscriptions is how many subscriptions, over all its connections.
+	MaxSubscriptions int
+	// MaxPayload is the largest message (headers included) it may publish,
+	// in bytes: the server refuses a larger one (the client library first,
+	// since the server announces it), so no worker can flood the input
+	// stream, or the coordinator reading it, with huge bodies.
+	MaxPayload int
+}
+
+// DefaultWorkerLimits: 16 connections, 1,024 subscriptions, and the largest
+// input body (events.MaxInputBytes, 64 KiB) plus 4 KiB of headers.
+var DefaultWorkerLimits = WorkerLimits{MaxConnections: 16, MaxSubscriptions: 1024, MaxPayload: events.MaxInputBytes + 4<<10}
+
+func (l WorkerLimits) withDefaults() WorkerLimits {
+	d := DefaultWorkerLimits
+	if l.MaxConnections == 0 {
+		l.MaxConnections = d.MaxConnections
+	}
+	if l.MaxSubscriptions == 0 {
+		l.MaxSubscriptions = d.MaxSubscriptions
+	}
+	if l.MaxPayload == 0 {
+		l.MaxPayload = d.MaxPayload
+	}
+	return l
 }
 
 // File is one generated file, Name relative to the bundle's Dir.
@@ -149,6 +185,10 @@ func Generate(opts Options) (*Bundle, error) {
 	if opts.Now.IsZero() {
 		opts.Now = time.Now()
 	}
+	lim := opts.WorkerLimits.withDefaults()
+	if lim.MaxConnections < 1 || lim.MaxSubscriptions < 1 || lim.MaxPayload < 1024 {
+		return nil, fmt.Errorf("auth: worker limits %+v: want at least one connection, one subscription and 1024 bytes of payload", lim)
+	}
 
 	b := &Bundle{Dir: dir, TLS: opts.TLS, TLSVerify: opts.TLSVerify, Partitions: opts.Partitions}
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -175,7 +215,13 @@ func Generate(opts Options) (*Bundle, error) {
 			return nil, err
 		}
 		c := Credential{Name: a.Name, Role: a.Role, URL: opts.URL, InboxPrefix: InboxPrefix(a.Name), Permissions: perms}
-		u := confUser{perms: perms}
+		u := confUser{name: a.Name, worker: a.Role == RoleWorker, perms: perms}
+		if u.worker {
+			c.Account = WorkerAccount(a.Name, opts.StreamPrefix)
+			c.JetStreamAPIPrefix = streams.Topology{Prefix: opts.StreamPrefix}.WorkerAPIPrefix()
+		} else {
+			c.Account = DeploymentAccount(opts.StreamPrefix)
+		}
 		if opts.NKeys {
 			kp, err := nkeys.CreateUser()
 			if err != nil {
@@ -224,7 +270,7 @@ func Generate(opts Options) (*Bundle, error) {
 	if opts.TLS {
 		conf = confTLS{on: true, cert: path(ServerCertFile), key: path(ServerKeyFile), ca: path(CAFile), verify: opts.TLSVerify}
 	}
-	b.Files = append(b.Files, File{ServerConfigFile, renderConfig(users, conf, opts.Partitions, opts.Now)})
+	b.Files = append(b.Files, File{ServerConfigFile, renderConfig(users, opts.StreamPrefix, lim, conf, opts.Partitions, opts.Now)})
 	b.Files = append(b.Files, tlsFiles...)
 	b.Files = append(b.Files, actorFiles...)
 	return b, nil

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
 
@@ -225,7 +226,22 @@ func TestPermissionSubjectsAreServerAPI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range slices.Concat(p.PublishAllow, p.PublishDeny) {
+			subjects := slices.Concat(p.PublishAllow, p.PublishDeny)
+			if a.Role == auth.RoleWorker {
+				// A worker's account imports them under its API prefix.
+				wp := streams.Topology{Prefix: prefix}.WorkerAPIPrefix() + "."
+				for i, s := range subjects {
+					if rest, ok := strings.CutPrefix(s, wp); ok {
+						subjects[i] = "$JS.API." + rest
+					} else if strings.HasPrefix(s, "$JS.API.") {
+						t.Errorf("%s: %s outside its API prefix %s", a.Name, s, wp)
+					}
+				}
+				for _, im := range auth.WorkerImports(a.Name, prefix, 0) {
+					subjects = append(subjects, im.Subject)
+				}
+			}
+			for _, s := range subjects {
 				if !strings.HasPrefix(s, "$JS.API.") {
 					continue
 				}
@@ -234,10 +250,16 @@ func TestPermissionSubjectsAreServerAPI(t *testing.T) {
 				}
 			}
 		}
+		for _, e := range auth.Exports("", 4) {
+			if strings.HasPrefix(e.Subject, "$JS.API.") && !slices.ContainsFunc(api, func(pat string) bool { return subset(e.Subject, pat) }) {
+				t.Errorf("export %s is no JetStream API subject of the server", e.Subject)
+			}
+		}
 	}
 	// And the prefix is applied.
 	p, _ := auth.PermissionsFor(auth.Actor{Name: "w1", Role: auth.RoleWorker}, "ACME")
-	if !slices.Contains(p.PublishAllow, "$JS.API.STREAM.INFO.ACME_OUT") {
+	if !slices.Contains(p.PublishAllow, "JS.ACME.API.STREAM.INFO.ACME_OUT") ||
+		!slices.Contains(p.PublishAllow, "JS.ACME.API.CONSUMER.CREATE.ACME_OUT.tw_w1_3.tenure.out.w1.>") {
 		t.Errorf("prefix ACME: %v", p.PublishAllow)
 	}
 }

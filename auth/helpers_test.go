@@ -137,6 +137,9 @@ func connect(t testing.TB, b *auth.Bundle, url, name string, extra ...nats.Optio
 	}
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
+	if c.JetStreamAPIPrefix != "" {
+		js, err = jetstream.NewWithAPIPrefix(nc, c.JetStreamAPIPrefix) // a worker: in an account of its own
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

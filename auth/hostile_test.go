@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -63,18 +64,23 @@ func verdict(t *testing.T, sub *nats.Subscription, seq uint64) events.Decision {
 }
 
 // A worker user can speak only for itself, only as a worker, cannot write
-// or administer the streams, and cannot read another worker's decisions.
+// or administer the streams, and cannot read another worker's decisions. It
+// lives in an account of its own: the deployment's subjects it can reach at
+// all are its own inputs and, under the worker API prefix, its few consumers
+// on the decision stream; no core subscription to decisions (where the
+// coordinator's reply inboxes would show), no other consumer name, no
+// message bigger than the largest input.
 func TestWorkerConfinement(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, auth.Options{})
 	ctx := context.Background()
 	w1 := connect(t, e.b, e.url, "w1")
 	w2 := connect(t, e.b, e.url, "w2")
-	mine, err := w1.nc.SubscribeSync("tenure.out.w1.>")
-	if err != nil {
-		t.Fatal(err)
+	const api = "JS.TENURE.API."
+	if c, _ := e.b.Credential("w1"); c.JetStreamAPIPrefix+"." != api || c.Account != "TENURE_W_w1" {
+		t.Fatalf("w1's credential: account %q, API prefix %q", c.Account, c.JetStreamAPIPrefix)
 	}
-	_ = w1.nc.Flush()
+	mine := ownConsumer(t, w1, "w1", 0)
 	// w2 holds a lease: there are decisions addressed to w2.
 	a2, err := w2.js.Publish(ctx, "tenure.in.worker.w2.conf-2.acquire", []byte(`{"v":1,"lease_ms":600000}`))
 	if err != nil {
@@ -84,7 +90,7 @@ func TestWorkerConfinement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := verdict(t, mine, a1.Sequence); d.Kind != events.KindGranted {
+	if d := mine.verdict(t, a1.Sequence); d.Kind != events.KindGranted {
 		t.Fatalf("w1 acquire: %s/%s", d.Kind, d.Reason)
 	}
 	e.caughtUp(t)
@@ -111,7 +117,7 @@ func TestWorkerConfinement(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := verdict(t, mine, ack.Sequence)
+		d := mine.verdict(t, ack.Sequence)
 		if d.Kind != events.KindRejected || d.Reason != events.ReasonIdentityMismatch {
 			t.Fatalf("body claiming w2 on w1's subject: %s/%s, want rejected/identity_mismatch", d.Kind, d.Reason)
 		}
@@ -119,33 +125,31 @@ func TestWorkerConfinement(t *testing.T) {
 
 	t.Run("decision stream", func(t *testing.T) {
 		refused(t, w1, "w1", "tenure.out.w1.conf-1.granted", "tenure.out.w2.conf-2.expired")
+		// Not even its own decisions as core messages: their reply subjects
+		// are the coordinator's append inboxes.
+		refusedSub(t, w1, "w1", "tenure.out.w1.>", "tenure.out.w1.conf-1.granted")
 	})
 
 	t.Run("stream and consumer administration", func(t *testing.T) {
-		refused(t, w1, "w1",
-			"$JS.API.STREAM.DELETE.TENURE_IN",
-			"$JS.API.STREAM.DELETE.TENURE_OUT",
-			"$JS.API.STREAM.PURGE.TENURE_IN",
-			"$JS.API.STREAM.PURGE.TENURE_OUT",
-			"$JS.API.STREAM.MSG.DELETE.TENURE_IN",
-			"$JS.API.STREAM.MSG.DELETE.TENURE_OUT",
-			"$JS.API.STREAM.UPDATE.TENURE_IN",
-			"$JS.API.STREAM.CREATE.EVIL",
-			"$JS.API.STREAM.DELETE.KV_TENURE_LEADER",
-			"$JS.API.CONSUMER.DELETE.TENURE_OUT.anything",
-			"$JS.API.CONSUMER.NAMES.TENURE_OUT",
-			"$JS.API.CONSUMER.LIST.TENURE_OUT",
-			"$JS.API.STREAM.NAMES",
-			"$KV.TENURE_LEADER.leader",
-			"$O.TENURE_SNAPSHOTS.M.projector",
-		)
+		var subjects []string
+		for _, p := range []string{"$JS.API.", api} {
+			for _, s := range []string{
+				"STREAM.DELETE.TENURE_IN", "STREAM.DELETE.TENURE_OUT", "STREAM.PURGE.TENURE_IN", "STREAM.PURGE.TENURE_OUT",
+				"STREAM.MSG.DELETE.TENURE_IN", "STREAM.MSG.DELETE.TENURE_OUT", "STREAM.UPDATE.TENURE_IN", "STREAM.CREATE.EVIL",
+				"STREAM.DELETE.KV_TENURE_LEADER", "CONSUMER.DELETE.TENURE_OUT.anything", "CONSUMER.DELETE.TENURE_OUT.tw_w2_0",
+				"CONSUMER.NAMES.TENURE_OUT", "CONSUMER.LIST.TENURE_OUT", "STREAM.NAMES", "INFO",
+			} {
+				subjects = append(subjects, p+s)
+			}
+		}
+		refused(t, w1, "w1", append(subjects, "$KV.TENURE_LEADER.leader", "$O.TENURE_SNAPSHOTS.M.projector")...)
 		// Through the JetStream client: an error, and nothing removed.
 		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
 		if err := w1.js.DeleteStream(dctx, "TENURE_IN"); err == nil {
 			t.Fatal("w1 deleted TENURE_IN")
 		}
-		w1.errs.expectViolation(t, "w1 DeleteStream", "$JS.API.STREAM.DELETE.TENURE_IN")
+		w1.errs.expectViolation(t, "w1 DeleteStream", api+"STREAM.DELETE.TENURE_IN")
 	})
 
 	t.Run("other workers' decisions", func(t *testing.T) {
@@ -156,6 +160,9 @@ func TestWorkerConfinement(t *testing.T) {
 			{FilterSubject: "tenure.out.*.conf-2.*"},
 			{FilterSubjects: []string{"tenure.out.w1.>", "tenure.out.w2.>"}},
 			{}, // no filter: the whole stream
+			{Name: "tw_w2_0", FilterSubject: "tenure.out.w2.>"}, // another worker's name
+			{Name: "tw_w1_9", FilterSubject: "tenure.out.w1.>"}, // a name beyond its own
+			{Name: "mine", FilterSubject: "tenure.out.w1.>"},    // any other name
 		} {
 			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 			_, err := w1.js.CreateConsumer(cctx, "TENURE_OUT", cfg)
@@ -163,24 +170,23 @@ func TestWorkerConfinement(t *testing.T) {
 			if err == nil {
 				t.Fatalf("w1 created a consumer %+v", cfg)
 			}
-			w1.errs.expectViolation(t, "w1 consumer", "$JS.API.CONSUMER.CREATE.TENURE_OUT.")
+			w1.errs.expectViolation(t, "w1 consumer", api+"CONSUMER.CREATE.TENURE_OUT")
 		}
-		refused(t, w1, "w1",
-			"$JS.API.CONSUMER.CREATE.TENURE_OUT",
-			"$JS.API.CONSUMER.DURABLE.CREATE.TENURE_OUT.mine",
-			"$JS.API.STREAM.MSG.GET.TENURE_OUT",
-			"$JS.API.DIRECT.GET.TENURE_OUT",
-			"$JS.API.DIRECT.GET.TENURE_OUT.tenure.out.w2.conf-2.granted",
-			"$JS.API.STREAM.INFO.TENURE_IN",
-		)
+		var subjects []string
+		for _, p := range []string{"$JS.API.", api} {
+			subjects = append(subjects, p+"CONSUMER.CREATE.TENURE_OUT", p+"CONSUMER.DURABLE.CREATE.TENURE_OUT.mine",
+				p+"STREAM.MSG.GET.TENURE_OUT", p+"DIRECT.GET.TENURE_OUT", p+"DIRECT.GET.TENURE_OUT.tenure.out.w2.conf-2.granted",
+				p+"STREAM.INFO.TENURE_IN", p+"CONSUMER.MSG.NEXT.TENURE_OUT.tw_w2_0", p+"CONSUMER.INFO.TENURE_OUT.tw_w2_0")
+		}
+		refused(t, w1, "w1", subjects...)
 		// The filter in the API subject must be the consumer's only filter:
 		// the server refuses a consumer that claims w1's filter in its
 		// subject but asks for w2's decisions in its configuration.
 		for _, body := range []string{
-			`{"stream_name":"TENURE_OUT","config":{"name":"sneaky","filter_subject":"tenure.out.w2.>","ack_policy":"none"}}`,
-			`{"stream_name":"TENURE_OUT","config":{"name":"sneaky","filter_subjects":["tenure.out.w1.>","tenure.out.w2.>"],"ack_policy":"none"}}`,
+			`{"stream_name":"TENURE_OUT","config":{"name":"tw_w1_1","filter_subject":"tenure.out.w2.>","ack_policy":"none"}}`,
+			`{"stream_name":"TENURE_OUT","config":{"name":"tw_w1_1","filter_subjects":["tenure.out.w1.>","tenure.out.w2.>"],"ack_policy":"none"}}`,
 		} {
-			resp, err := w1.nc.Request("$JS.API.CONSUMER.CREATE.TENURE_OUT.sneaky.tenure.out.w1.>", []byte(body), 5*time.Second)
+			resp, err := w1.nc.Request(api+"CONSUMER.CREATE.TENURE_OUT.tw_w1_1.tenure.out.w1.>", []byte(body), 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,17 +199,16 @@ func TestWorkerConfinement(t *testing.T) {
 				t.Fatalf("sneaky consumer %s: %s, want an error", body, resp.Data)
 			}
 		}
-		// Its own decisions it can read with a consumer.
-		cons, err := w1.js.OrderedConsumer(ctx, "TENURE_OUT", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"tenure.out.w1.>"}})
-		if err != nil {
-			t.Fatal(err)
+	})
+
+	t.Run("payload", func(t *testing.T) {
+		// The server announces the account's limit; the client refuses
+		// bigger messages itself, and none reaches the stream.
+		if got, want := w1.nc.MaxPayload(), int64(auth.DefaultWorkerLimits.MaxPayload); got != want {
+			t.Fatalf("w1's max payload %d, want %d", got, want)
 		}
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatalf("w1 reading its own decisions: %v", err)
-		}
-		if !strings.HasPrefix(m.Subject(), "tenure.out.w1.") {
-			t.Fatalf("w1's consumer delivered %s", m.Subject())
+		if err := w1.nc.Publish("tenure.in.worker.w1.conf-9.acquire", make([]byte, auth.DefaultWorkerLimits.MaxPayload+1)); !errors.Is(err, nats.ErrMaxPayload) {
+			t.Fatalf("publish of %d bytes: %v, want nats.ErrMaxPayload", auth.DefaultWorkerLimits.MaxPayload+1, err)
 		}
 	})
 
@@ -225,6 +230,43 @@ func TestWorkerConfinement(t *testing.T) {
 		t.Errorf("decision stream: %d decisions (besides the coordinator's own) from %d, want %d from 1", n, out[0].seq, before+1)
 	}
 	e.coord.errs.noViolations(t, "coordinator")
+}
+
+// workerReader is one of a worker's own consumers on the decision stream.
+type workerReader struct {
+	cons jetstream.Consumer
+}
+
+// ownConsumer creates consumer slot i of worker name (its permissions allow
+// no other), filtered to its decisions, through its connection.
+func ownConsumer(t *testing.T, c *client, name string, i int) *workerReader {
+	t.Helper()
+	cons, err := c.js.CreateConsumer(context.Background(), "TENURE_OUT", jetstream.ConsumerConfig{
+		Name: events.WorkerConsumerName(name, i), FilterSubject: events.AddresseeFilter(name),
+		AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("%s's consumer %d: %v", name, i, err)
+	}
+	return &workerReader{cons: cons}
+}
+
+// verdict reads until the verdict of input seq.
+func (r *workerReader) verdict(t *testing.T, seq uint64) events.Decision {
+	t.Helper()
+	for {
+		m, err := r.cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("verdict of input %d: %v", seq, err)
+		}
+		d, err := events.DecodeDecision(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Cause == seq && !d.Kind.Derived() {
+			return d
+		}
+	}
 }
 
 // A dispatcher publishes only as itself in the ops role, reads every

@@ -1,41 +1,71 @@
 package auth
 
-// Limits says what the generated server permissions cannot enforce, as
-// observed with nats-server v2.15.2 (auth/limits_test.go pins each point).
-// `tenure auth init` prints it.
-const Limits = `What server permissions cannot enforce:
-- Nats-Msg-Id: the server cannot restrict header values, and the duplicate
-  window of TENURE_IN is stream-wide. A worker can publish, on its own
-  subject, a message with another publisher's future Nats-Msg-Id. Ids must be
-  unguessable (the SDK's are "<id>-<random UUID>"), and the first attempt of
-  an input that comes back "duplicate" is a collision: the Go SDK resends it
-  under a fresh id (a bare client must do the same). The coordinator's tick
-  ids are predictable (tick-<coordinator>-<deadline>-<attempt>): a worker can
-  pre-publish them for a deadline it knows, which delays derived decisions
-  (expired, ack_missed, unresolved) until the next stored input, but cannot
-  change them, since inputs are judged by their stored time.
-- Message bodies: a body naming another actor is refused by the fold
-  (identity_mismatch), not by the server; oversize bodies (up to the server's
-  max_payload) are stored and rejected (too_large); publish rates are not
-  limited.
-- Consumer names are one subject token: a worker may pull from, or read the
-  info of, any consumer on TENURE_OUT whose name it knows (it gets whatever
-  that consumer delivers). Consumer names are not listed to workers and
-  Tenure's own consumers have random names (tenure_<uuid>); never give a durable consumer on
-  TENURE_OUT a guessable name on a server where workers connect.
-- $JS.API.STREAM.INFO.TENURE_OUT (which the SDK needs) accepts a subjects
-  filter: a worker can list every decision subject with its message count,
-  that is the addressees, job ids and decision kinds of all (never a body).
-- A consumer's configuration is in the request body: a worker can create
-  push consumers, on its own decisions only, delivering to any subject
-  outside tenure.out.> that a core client subscribes to (streams and the
-  JetStream API do not receive such deliveries), and any number of
-  consumers (bound them with account JetStream limits).
-- Dispatchers and operators may delete any consumer on TENURE_OUT (their
-  own short-lived consumers are cleaned up that way), workers' consumers
-  (which the SDK replaces without a gap) and durable ones included.
-  Workers may not delete consumers: the SDK leaves a consumer it replaced
-  or stopped to the server, which removes it after 5 idle minutes.
+// Limits is the threat model of a deployment configured by Generate: what
+// the server enforces, what Tenure itself enforces, and what remains, as
+// observed with nats-server v2.15.2 (auth/limits_test.go and
+// auth/attack_test.go pin each point). `tenure auth init` prints it.
+const Limits = `What the server enforces (each worker is in an account of its own):
+- A worker publishes only its own inputs (tenure.in.worker.<id>.>) and
+  reaches, under the worker API prefix (JS.TENURE.API), only the info of
+  the decision streams and its own four consumers on each (names
+  tw_<id>_0..3, filtered to tenure.out.<id>.>): create, read, pull,
+  delete. No other consumer name, no other filter, no stream
+  administration, no message get, no core subscription to decisions (whose
+  reply subjects would show the coordinator's inboxes), nothing of another
+  worker's account.
+- Each worker's account has limits of its own: connections (16),
+  subscriptions (1,024) and payload (64 KiB of body + 4 KiB of headers:
+  the client refuses a bigger message, the server disconnects one that
+  sends it), so one worker exhausts only its own.
+- Dispatchers, operators and coordinators share the deployment's account,
+  with the permissions of their role.
+
+What Tenure enforces:
+- Identity is the subject's: a body naming another actor is rejected
+  (identity_mismatch).
+- Lease ids are unguessable (rules revision 2): a worker cannot name, and
+  so cannot claim or freeze, a lease it was not told.
+- Its readers accept only what the server delivered to their own consumer
+  (the stream and consumer named in each delivery's ack reply), on inboxes
+  of 128 random bits; anything else aimed at them is dropped and counted
+  (tenure status: dropped). The coordinator's append replies likewise.
+- The coordinator's own inputs (ticks, rules, checkpoints) carry
+  unpredictable Nats-Msg-Ids: nobody can store one first to make the stream
+  drop it.
+- The coordinator folds in bounded slices (leadership, replies and ticks are
+  served between them) and reads inputs with pull requests bounded by bytes:
+  a flood is folded or rejected, never a resynchronisation loop.
+
+What remains:
+- Publish rates are not limited: a worker can fill the input stream (and
+  the disk) and delay every verdict behind its inputs. Inputs are judged by
+  their stored time, so an honest renewal stored on time is still on time,
+  but an SDK that learns no verdict before its lease would end stops the
+  work. Watch the inputs per actor; revoke the worker's credential.
+- Nats-Msg-Id: the duplicate window of TENURE_IN is stream-wide; a worker
+  can store, on its own subject, a message with another publisher's future
+  Nats-Msg-Id. Ids must be unguessable (the SDK's are "<id>-<random
+  UUID>"), and the first attempt of an input that comes back "duplicate" is
+  a collision: the Go SDK resends it under a fresh id (a bare client must
+  do the same).
+- Stream info (which the SDK needs) accepts a subjects filter: a worker can
+  list every decision subject with its message count, that is the
+  addressees, job ids and decision kinds of all (never a body).
+- A consumer's configuration is in the request body: a worker can make one
+  of its own consumers push its own decisions to any subject of the
+  deployment's account outside tenure.out.> (the server refuses a cycle).
+  Streams and the JetStream API ignore such deliveries; core subscribers
+  get them: Tenure's inboxes cannot be named and drop them, and the status
+  endpoint ignores them and answers from a cache at most once a second.
+- Four consumers per worker on each decision stream, on a stream limited
+  to 100,000 consumers (streams.DecisionMaxConsumers; an older deployment's
+  stream has the server's default of 1,000: raise it with nats stream edit
+  --max-consumers). The consumer of a worker process that died holds its
+  name for 30 seconds.
+- Dispatchers and operators are trusted with the deployment's account: they
+  may delete any consumer on TENURE_OUT (workers' included, which the SDK
+  recreates without a gap), read every decision, and share connection and
+  subscription limits with the coordinators (none).
 - The coordinator user writes TENURE_OUT: what it writes is trusted (the
   expected-last-sequence fence stops a second writer, not a wrong one);
   replaying the log (tenure audit) is the check.`

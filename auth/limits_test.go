@@ -10,9 +10,10 @@ import (
 
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
 )
 
-// What subject permissions cannot prevent (auth.Limits). These tests pin the
+// The threat model's server side (auth.Limits). These tests pin the
 // behaviour of nats-server v2.15.2 that the documentation describes: if one
 // of them fails, the server changed and the documentation must follow.
 func TestLimits(t *testing.T) {
@@ -48,31 +49,43 @@ func TestLimits(t *testing.T) {
 		}
 	})
 
-	t.Run("pull from a consumer whose name is known", func(t *testing.T) {
-		// $JS.API.CONSUMER.MSG.NEXT.TENURE_OUT.<name>: the name is one
-		// token, so permissions cannot tie it to the worker. A worker that
-		// knows the name of another user's consumer can pull from it.
+	t.Run("no consumer but its own", func(t *testing.T) {
+		// A dispatcher's durable consumer on every decision: its name is
+		// known, but w1's account imports only its own consumer names.
 		if _, err := disp.js.CreateConsumer(ctx, "TENURE_OUT", jetstream.ConsumerConfig{
 			Durable: "dashboard", FilterSubject: "tenure.out.>", AckPolicy: jetstream.AckNonePolicy,
 		}); err != nil {
 			t.Fatal(err)
 		}
-		// The client's Consumer handle needs CONSUMER.INFO (allowed).
-		cons, err := w1.js.Consumer(ctx, "TENURE_OUT", "dashboard")
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := w1.js.Consumer(cctx, "TENURE_OUT", "dashboard"); err == nil {
+			t.Fatal("w1 reached the dispatcher's consumer")
+		}
+		w1.errs.expectViolation(t, "w1 consumer info of dashboard", "JS.TENURE.API.CONSUMER.INFO.TENURE_OUT.dashboard")
+		refused(t, w1, "w1", "JS.TENURE.API.CONSUMER.MSG.NEXT.TENURE_OUT.dashboard", "$JS.API.CONSUMER.MSG.NEXT.TENURE_OUT.dashboard")
+		// The stream has room for every worker's four.
+		s, err := disp.js.Stream(ctx, "TENURE_OUT")
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch, err := cons.Fetch(10, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			t.Fatal(err)
+		if got := s.CachedInfo().Config.MaxConsumers; got != streams.DecisionMaxConsumers {
+			t.Fatalf("TENURE_OUT max consumers %d, want %d", got, streams.DecisionMaxConsumers)
 		}
-		var seen []string
-		for m := range batch.Messages() {
-			seen = append(seen, m.Subject())
+	})
+
+	t.Run("connections per worker", func(t *testing.T) {
+		// w1 has one connection already; its account allows 16.
+		for range auth.DefaultWorkerLimits.MaxConnections - 1 {
+			connect(t, e.b, e.url, "w1")
 		}
-		if !strings.Contains(strings.Join(seen, " "), "tenure.out.w2.secret-job.granted") {
-			t.Fatalf("w1 pulled %v", seen)
+		c, _ := e.b.Credential("w1")
+		if nc, err := c.Connect(e.url); err == nil {
+			nc.Close()
+			t.Fatalf("connection %d of w1 accepted", auth.DefaultWorkerLimits.MaxConnections+1)
 		}
+		// Another worker's account is not affected.
+		connect(t, e.b, e.url, "w2")
 	})
 
 	t.Run("push consumer delivers own decisions to core subscribers", func(t *testing.T) {
@@ -85,13 +98,13 @@ func TestLimits(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if _, err := w1.js.CreateConsumer(cctx, "TENURE_OUT", jetstream.ConsumerConfig{
-			Name: "relay1", FilterSubject: "tenure.out.w1.>", DeliverSubject: "tenure.out.w2.secret-job.revoked",
+			Name: "tw_w1_1", FilterSubject: "tenure.out.w1.>", DeliverSubject: "tenure.out.w2.secret-job.revoked",
 			AckPolicy: jetstream.AckNonePolicy,
 		}); err == nil || !strings.Contains(err.Error(), "cycle") {
 			t.Fatalf("deliver subject on tenure.out: %v, want the cycle error", err)
 		}
 		if _, err := w1.js.CreateConsumer(cctx, "TENURE_OUT", jetstream.ConsumerConfig{
-			Name: "relay2", FilterSubject: "tenure.out.w1.>", DeliverSubject: "tenure.in.worker.w2.secret-job.release",
+			Name: "tw_w1_2", FilterSubject: "tenure.out.w1.>", DeliverSubject: "tenure.in.worker.w2.secret-job.release",
 			AckPolicy: jetstream.AckNonePolicy,
 		}); err != nil {
 			t.Fatal(err)
@@ -103,7 +116,7 @@ func TestLimits(t *testing.T) {
 		}
 		_ = coord.nc.Flush()
 		if _, err := w1.js.CreateConsumer(cctx, "TENURE_OUT", jetstream.ConsumerConfig{
-			Name: "relay3", FilterSubject: "tenure.out.w1.>", DeliverSubject: "$SRV.STATS.tenure",
+			Name: "tw_w1_3", FilterSubject: "tenure.out.w1.>", DeliverSubject: "$SRV.STATS.tenure",
 			AckPolicy: jetstream.AckNonePolicy,
 		}); err != nil {
 			t.Fatal(err)

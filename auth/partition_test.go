@@ -82,25 +82,31 @@ func TestPartitionedPermissions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		api := "$JS.API."
+		if a.Role == auth.RoleWorker {
+			api = "JS.ACME.API." // in an account of its own
+		}
 		for _, s := range slices.Concat(p.PublishAllow, p.PublishDeny) {
-			if strings.HasPrefix(s, "$JS.API.") && !slices.ContainsFunc(serverAPI(), func(pat string) bool { return subset(s, pat) }) {
+			if rest, ok := strings.CutPrefix(s, api); ok && !slices.ContainsFunc(serverAPI(), func(pat string) bool { return subset("$JS.API."+rest, pat) }) {
 				t.Errorf("%s: %s is no JetStream API subject of the server", a.Name, s)
 			}
-			if strings.Contains(s, "TENURE") || strings.Contains(s, "ACME_OUT") && s != "$JS.API.STREAM.INFO.ACME_OUT" {
+			if strings.Contains(s, "TENURE") || strings.Contains(s, "ACME_OUT") && s != api+"STREAM.INFO.ACME_OUT" {
 				t.Errorf("%s: %s names an unpartitioned stream or the default prefix", a.Name, s)
 			}
 		}
 		for k := range partitions {
 			out := fmt.Sprintf("ACME_P%d_OUT", k)
-			if !slices.Contains(p.PublishAllow, "$JS.API.STREAM.INFO."+out) {
+			if !slices.Contains(p.PublishAllow, api+"STREAM.INFO."+out) {
 				t.Errorf("%s: no stream info on %s", a.Name, out)
 			}
 		}
 		switch a.Role {
 		case auth.RoleWorker:
-			want := "$JS.API.CONSUMER.CREATE.ACME_P3_OUT.*.tenure.out." + a.Name + ".>"
-			if !slices.Contains(p.PublishAllow, want) {
-				t.Errorf("%s: no %s in %v", a.Name, want, p.PublishAllow)
+			for i := range events.WorkerConsumers {
+				want := api + "CONSUMER.CREATE.ACME_P3_OUT." + events.WorkerConsumerName(a.Name, i) + ".tenure.out." + a.Name + ".>"
+				if !slices.Contains(p.PublishAllow, want) {
+					t.Errorf("%s: no %s in %v", a.Name, want, p.PublishAllow)
+				}
 			}
 		case auth.RoleCoordinator:
 			for _, s := range []string{"$JS.API.STREAM.CREATE.ACME_P3_IN", "$KV.ACME_P3_LEADER.>", "$O.ACME_P3_SNAPSHOTS.>", "$JS.API.STREAM.PURGE.OBJ_ACME_P3_SNAPSHOTS"} {
@@ -312,7 +318,7 @@ func TestPartitionedConfinement(t *testing.T) {
 			FilterSubject: "tenure.out.w2.>", AckPolicy: jetstream.AckNonePolicy}); err == nil {
 			t.Fatal("w1 created a consumer on w2's decisions")
 		}
-		w1.errs.expectViolation(t, "w1 consumer on tenure.out.w2.>", "$JS.API.CONSUMER.CREATE.TENURE_P1_OUT.")
+		w1.errs.expectViolation(t, "w1 consumer on tenure.out.w2.>", "JS.TENURE.API.CONSUMER.CREATE.TENURE_P1_OUT.")
 		// The SDK's way, an ordered consumer: refused the same way.
 		s, err := w1.js.Stream(ctx, "TENURE_P1_OUT")
 		if err != nil {
@@ -325,20 +331,20 @@ func TestPartitionedConfinement(t *testing.T) {
 				t.Fatalf("w1 read w2's decision %s", m.Subject())
 			}
 		}
-		w1.errs.expectViolation(t, "w1 ordered consumer on tenure.out.w2.>", "$JS.API.CONSUMER.CREATE.TENURE_P1_OUT.")
+		w1.errs.expectViolation(t, "w1 ordered consumer on tenure.out.w2.>", "JS.TENURE.API.CONSUMER.CREATE.TENURE_P1_OUT.")
 		// Its own filter in the subject, w2's in the body: the server refuses.
 		req, _ := json.Marshal(map[string]any{"stream_name": "TENURE_P1_OUT", "config": map[string]any{
-			"name": "sneaky", "filter_subject": "tenure.out.w2.>", "deliver_policy": "all", "ack_policy": "none",
+			"name": "tw_w1_2", "filter_subject": "tenure.out.w2.>", "deliver_policy": "all", "ack_policy": "none",
 		}})
-		resp, err := w1.nc.Request("$JS.API.CONSUMER.CREATE.TENURE_P1_OUT.sneaky.tenure.out.w1.>", req, 5*time.Second)
+		resp, err := w1.nc.Request("JS.TENURE.API.CONSUMER.CREATE.TENURE_P1_OUT.tw_w1_2.tenure.out.w1.>", req, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(string(resp.Data), `"error"`) {
 			t.Fatalf("consumer with w2's filter created: %s", resp.Data)
 		}
-		// A core subscription to w2's decisions is refused too.
-		refusedSub(t, w1, "w1", "tenure.out.w2.>", "tenure.out.*.*.*.1")
+		// A core subscription to decisions is refused too (its own included).
+		refusedSub(t, w1, "w1", "tenure.out.w2.>", "tenure.out.*.*.*.1", "tenure.out.w1.>")
 	})
 	t.Run("administer streams", func(t *testing.T) {
 		adm := []string{"$JS.API.STREAM.DELETE.TENURE_P1_IN", "$JS.API.STREAM.PURGE.TENURE_P1_IN",
@@ -347,7 +353,10 @@ func TestPartitionedConfinement(t *testing.T) {
 		refused(t, w1, "w1", adm...)
 		refused(t, disp, "disp", adm...)
 		refused(t, e.coord, "coord", adm...)
-		refused(t, w1, "w1", "$JS.API.CONSUMER.DELETE.TENURE_P1_OUT.x")
+		for _, a := range adm {
+			refused(t, w1, "w1", strings.Replace(a, "$JS.API.", "JS.TENURE.API.", 1))
+		}
+		refused(t, w1, "w1", "$JS.API.CONSUMER.DELETE.TENURE_P1_OUT.x", "JS.TENURE.API.CONSUMER.DELETE.TENURE_P1_OUT.x")
 		// A roll-up by publishing is refused by the input stream itself.
 		m := nats.NewMsg("tenure.in.worker.w1." + job + ".renew.1")
 		m.Header.Set(jetstream.MsgRollup, "all")

@@ -114,22 +114,16 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 	}
 	switch role {
 	case events.RoleWorker:
+		// In an account of its own (WorkerAccount): it publishes its inputs
+		// and the JetStream API subjects its account imports, under the
+		// worker API prefix, and nothing else exists there.
 		p.PublishAllow = []string{events.ActorInputFilter(role, a.Name)}
-		discover()
-		for _, t := range topos {
-			out := t.DecisionStream()
-			p.PublishAllow = append(p.PublishAllow,
-				api+"STREAM.INFO."+out,
-				// The server checks that the filter in the subject is the
-				// consumer's only filter (JSConsumerCreateFilterSubjectMismatch,
-				// JSConsumerMultipleFiltersNotAllowed).
-				api+"CONSUMER.CREATE."+out+".*."+events.AddresseeFilter(a.Name),
-				api+"CONSUMER.INFO."+out+".*",
-				api+"CONSUMER.MSG.NEXT."+out+".*",
-			)
+		for _, im := range WorkerImports(a.Name, prefix, partitions) {
+			if im.To != "" {
+				p.PublishAllow = append(p.PublishAllow, im.To)
+			}
 		}
-		p.PublishDeny = append([]string{events.DecisionFilter}, noAdmin...)
-		p.SubscribeAllow = []string{inbox, events.AddresseeFilter(a.Name)}
+		p.SubscribeAllow = []string{inbox}
 	case events.RoleOps:
 		p.PublishAllow = []string{events.ActorInputFilter(role, a.Name)}
 		discover()
@@ -212,4 +206,92 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 		p.AllowResponses = true
 	}
 	return p, nil
+}
+
+// WorkerAccount is the name of the NATS account of worker name:
+// "<stream prefix>_W_<name>". Each worker has an account of its own, with
+// limits of its own (WorkerLimits), which imports from the deployment's
+// account (DeploymentAccount) only what WorkerImports lists.
+func WorkerAccount(name, prefix string) string { return DeploymentAccount(prefix) + "_W_" + name }
+
+// DeploymentAccount is the name of the NATS account of the deployment's
+// streams, coordinators, dispatchers and operators: the stream prefix,
+// "TENURE" by default.
+func DeploymentAccount(prefix string) string {
+	if prefix == "" {
+		return streams.DefaultPrefix
+	}
+	return prefix
+}
+
+// Export is a service the deployment's account exports to the workers'
+// accounts. Stream marks a service that answers with a stream of messages
+// (a pull request's deliveries).
+type Export struct {
+	Subject string
+	Stream  bool
+}
+
+// Import is a service a worker's account imports from the deployment's
+// account: Subject there, To in the worker's account ("" for the same
+// subject).
+type Import struct {
+	Subject, To string
+}
+
+// Exports are the services of the deployment's account that workers'
+// accounts import from (WorkerImports narrows each to one worker), for a
+// deployment of partitions partitions with stream prefix prefix.
+func Exports(prefix string, partitions uint32) []Export {
+	const api = "$JS.API."
+	base := streams.Topology{Prefix: prefix}
+	ex := []Export{{Subject: events.InputPrefix + "." + events.RoleWorker.String() + ".>"}}
+	if partitions > 0 {
+		ex = append(ex, Export{Subject: api + "STREAM.INFO." + base.DecisionStream()})
+	}
+	for _, t := range base.Partitions(partitions) {
+		out := t.DecisionStream()
+		ex = append(ex,
+			Export{Subject: api + "STREAM.INFO." + out},
+			Export{Subject: api + "CONSUMER.CREATE." + out + ".>"},
+			Export{Subject: api + "CONSUMER.INFO." + out + ".*"},
+			Export{Subject: api + "CONSUMER.DELETE." + out + ".*"},
+			Export{Subject: api + "CONSUMER.MSG.NEXT." + out + ".*", Stream: true},
+		)
+	}
+	return ex
+}
+
+// WorkerImports are the services worker name's account imports: its own
+// inputs (tenure.in.worker.<name>.>, PubAcks included), and, under the
+// worker API prefix (streams.Topology.WorkerAPIPrefix, JS.TENURE.API by
+// default), the info of the decision streams and, for each of its
+// events.WorkerConsumers consumer names on each decision stream, consumer
+// creation filtered to its own decisions, consumer info, deletion and pull
+// requests. Nothing else of the deployment's account is reachable from it:
+// no core subscription to decisions (which would show the coordinator's
+// reply inboxes), no other consumer name (a stream's consumers are a shared
+// resource), no input of another actor.
+func WorkerImports(name, prefix string, partitions uint32) []Import {
+	const api = "$JS.API."
+	base := streams.Topology{Prefix: prefix}
+	local := base.WorkerAPIPrefix() + "."
+	im := []Import{{Subject: events.ActorInputFilter(events.RoleWorker, name)}}
+	apiImport := func(sub string) Import { return Import{Subject: api + sub, To: local + sub} }
+	if partitions > 0 {
+		im = append(im, apiImport("STREAM.INFO."+base.DecisionStream()))
+	}
+	for _, t := range base.Partitions(partitions) {
+		out := t.DecisionStream()
+		im = append(im, apiImport("STREAM.INFO."+out))
+		for _, c := range events.WorkerConsumerNames(name) {
+			im = append(im,
+				apiImport("CONSUMER.CREATE."+out+"."+c+"."+events.AddresseeFilter(name)),
+				apiImport("CONSUMER.INFO."+out+"."+c),
+				apiImport("CONSUMER.DELETE."+out+"."+c),
+				apiImport("CONSUMER.MSG.NEXT."+out+"."+c),
+			)
+		}
+	}
+	return im
 }

@@ -134,6 +134,7 @@ type Coordinator struct {
 	lostAuth     atomic.Uint64 // appends refused for a wrong last sequence
 	sessions     atomic.Uint64 // times the coordinator (re)synchronised
 	snapRefused  atomic.Uint64 // stored snapshots refused (not anchored, or not what the anchor says)
+	wentLive     atomic.Uint64 // sessions that went live
 	drops        *dropCounter  // messages that reached its inboxes without being the server's answer to it
 	state        atomic.Pointer[state]
 	snapMu       sync.Mutex
@@ -256,8 +257,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	}
 	backoff = 50 * time.Millisecond
 	for {
+		sessions := c.wentLive.Load()
 		err := c.session(ctx)
 		c.live.Store(false)
+		if c.wentLive.Load() != sessions {
+			backoff = 50 * time.Millisecond // it was live: a new failure, not a streak
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -286,6 +291,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		backoff = min(2*backoff, time.Second)
 	}
 }
+
+// foldSlice bounds the time the live loop folds inputs before it serves its
+// other cases (leadership renewal, append replies, ticks): a tenth of the
+// default leadership lifetime's renewal period.
+const foldSlice = 100 * time.Millisecond
 
 // errYield ends a live session whose partition is handed to another process.
 var errYield = errors.New("coordinator: partition handed over")
@@ -352,11 +362,11 @@ func (c *Coordinator) session(ctx context.Context) error {
 // (both or neither).
 func (s *session) startReaders(inFrom, outFrom uint64) error {
 	c := s.c
-	in, err := startReader(s.ctx, c.js, c.cfg.Topology.InputStream(), inFrom, 4096)
+	in, err := startReader(s.ctx, c.js, c.cfg.Topology.InputStream(), inFrom, 4096, c.drops)
 	if err != nil {
 		return err
 	}
-	out, err := startReader(s.ctx, c.js, c.cfg.Topology.DecisionStream(), outFrom, 4096)
+	out, err := startReader(s.ctx, c.js, c.cfg.Topology.DecisionStream(), outFrom, 4096, c.drops)
 	if err != nil {
 		in.stop()
 		return err
@@ -610,6 +620,7 @@ func (s *session) runLive() error {
 		return err
 	}
 	c.live.Store(true)
+	c.wentLive.Add(1)
 	c.setState(StateLive, "")
 	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
 	renew := time.NewTicker(c.cfg.LeaderTTL / 3)
@@ -647,9 +658,12 @@ func (s *session) runLive() error {
 				return err
 			}
 			// Fold what else has arrived, up to a batch, so that its
-			// decisions leave together.
+			// decisions leave together; for at most foldSlice, so that
+			// leadership renewal, replies and ticks are served even when
+			// every input is slow to decode (a flood of the largest bodies).
+			sliceEnd := time.Now().Add(foldSlice)
 		more:
-			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) {
+			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) && time.Now().Before(sliceEnd) {
 				select {
 				case m := <-s.in.ch:
 					if err := s.fold(m); err != nil {

@@ -568,15 +568,9 @@ func TestProtocolPermissions(t *testing.T) {
 		t.Fatalf("connect as w1: %v", err)
 	}
 	defer w1.Close()
-	mine, err := w1.SubscribeSync("tenure.out.w1.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w1.Flush(); err != nil {
-		t.Fatal(err)
-	}
-
-	// w1 takes part: PubAck on its own inbox, verdict on its own subject.
+	// w1 takes part: PubAck on its own inbox; its verdict through its own
+	// consumer, created and pulled under the worker API prefix with bare
+	// requests, as §4 says.
 	reply, err := w1.Request("tenure.in.worker.w1.perm-1.acquire", []byte(`{"v":1,"lease_ms":600000}`), 10*time.Second)
 	if err != nil {
 		t.Fatalf("w1 acquire: %v", err)
@@ -585,10 +579,26 @@ func TestProtocolPermissions(t *testing.T) {
 	if err := json.Unmarshal(reply.Data, &a); err != nil || a.Seq == 0 || a.Error != nil {
 		t.Fatalf("w1 acquire: reply %s (%v), want a PubAck", reply.Data, err)
 	}
+	create := `{"stream_name":"TENURE_OUT","config":{"name":"tw_w1_0","filter_subject":"tenure.out.w1.>","deliver_policy":"by_start_sequence","opt_start_seq":1,"ack_policy":"none","inactive_threshold":30000000000}}`
+	resp, err := w1.Request("JS.TENURE.API.CONSUMER.CREATE.TENURE_OUT.tw_w1_0.tenure.out.w1.>", []byte(create), 10*time.Second)
+	if err != nil || strings.Contains(string(resp.Data), `"error"`) {
+		t.Fatalf("w1 creating its consumer: %v %s", err, resp.Data)
+	}
+	inbox := "_INBOX_w1.pull"
+	mine, err := w1.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.PublishRequest("JS.TENURE.API.CONSUMER.MSG.NEXT.TENURE_OUT.tw_w1_0", inbox, []byte(`{"batch":100,"expires":5000000000}`)); err != nil {
+		t.Fatal(err)
+	}
 	for {
 		m, err := mine.NextMsg(10 * time.Second)
 		if err != nil {
 			t.Fatalf("w1's verdict for input %d: %v", a.Seq, err)
+		}
+		if !strings.HasPrefix(m.Reply, "$JS.ACK.TENURE_OUT.tw_w1_0.") {
+			t.Fatalf("a delivery of %s with reply %q", m.Subject, m.Reply)
 		}
 		d, err := events.DecodeDecision(m.Data)
 		if err != nil {
@@ -620,11 +630,17 @@ func TestProtocolPermissions(t *testing.T) {
 	}
 	_ = w1.Flush()
 	expectViolation("w1 publishing as w2")
-	if _, err := w1.SubscribeSync("tenure.out.w2.>"); err != nil {
-		t.Fatal(err)
+	for _, subj := range []string{"tenure.out.w2.>", "tenure.out.w1.>"} {
+		if _, err := w1.SubscribeSync(subj); err != nil {
+			t.Fatal(err)
+		}
+		_ = w1.Flush()
+		expectViolation("w1 subscribing to " + subj)
 	}
-	_ = w1.Flush()
-	expectViolation("w1 subscribing to w2's decisions")
+	// Another consumer name: its account imports none, nothing answers.
+	if _, err := w1.Request("JS.TENURE.API.CONSUMER.CREATE.TENURE_OUT.other.tenure.out.w1.>", []byte(create), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("w1 creating a consumer of another name: %v, want no responders", err)
+	}
 
 	waitCaughtUp(t, js, r)
 	inputs, _ := checkChain(t, js)

@@ -44,9 +44,12 @@ type reader struct {
 }
 
 // startReader reads stream from startSeq onward until ctx ends or stop.
-func startReader(ctx context.Context, js jetstream.JetStream, stream string, startSeq uint64, buf int) (*reader, error) {
+func startReader(ctx context.Context, js jetstream.JetStream, stream string, startSeq uint64, buf int, drops *dropCounter) (*reader, error) {
 	ch := make(chan stored, buf)
-	f := follow.Start(ctx, js, follow.Config{Stream: stream, StartSeq: startSeq, PullAhead: readerPullAhead}, func(ctx context.Context, m follow.Msg) {
+	f := follow.Start(ctx, js, follow.Config{Stream: stream, StartSeq: startSeq, PullAhead: readerPullAhead,
+		OnDrop: func(reason, subject string) {
+			drops.drop("reader of "+stream, fmt.Errorf("%s on %s", reason, subject))
+		}}, func(ctx context.Context, m follow.Msg) {
 		s := stored{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data, header: m.Header, err: m.Err}
 		select {
 		case ch <- s:

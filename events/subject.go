@@ -1,6 +1,9 @@
 package events
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // ValidToken reports whether s may be used as an actor, job, holder or lease
 // id: 1 to MaxTokenLen characters of [A-Za-z0-9_-]. The single "_" is
@@ -38,6 +41,29 @@ func ActorInputFilter(role Role, actor string) string {
 
 // AddresseeFilter matches every decision addressed to actor.
 func AddresseeFilter(actor string) string { return DecisionPrefix + "." + actor + ".>" }
+
+// WorkerConsumers is how many consumers a worker may hold on each decision
+// stream, under the names WorkerConsumerName gives: the permissions `tenure
+// auth init` writes let a worker create, read, pull from and delete
+// consumers of exactly these names, filtered to its own decisions, so that
+// no worker can create more (a stream's consumers are a shared resource) or
+// touch another's (PROTOCOL.md §4).
+const WorkerConsumers = 4
+
+// WorkerConsumerName is the name of consumer i (0 <= i < WorkerConsumers)
+// of worker actor on a decision stream: "tw_<actor>_<i>".
+func WorkerConsumerName(actor string, i int) string {
+	return "tw_" + actor + "_" + strconv.Itoa(i)
+}
+
+// WorkerConsumerNames are the WorkerConsumers names of actor's consumers.
+func WorkerConsumerNames(actor string) []string {
+	names := make([]string, WorkerConsumers)
+	for i := range names {
+		names[i] = WorkerConsumerName(actor, i)
+	}
+	return names
+}
 
 // JobDecisionFilter matches every decision about job.
 func JobDecisionFilter(job string) string { return DecisionPrefix + ".*." + job + ".*" }

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -104,4 +106,22 @@ func (cfg ConnectConfig) options() ([]nats.Option, error) {
 		return nil, errors.New("TLSCertFile and TLSKeyFile must be set together")
 	}
 	return opts, nil
+}
+
+// PrivateInboxPrefix returns base (nats' default "_INBOX" when empty)
+// followed by a token of 128 random bits: an inbox prefix for
+// nats.CustomInboxPrefix under which the connection's inboxes (nats.go's
+// NewInbox, the request/response and PubAck inboxes) cannot be predicted,
+// even by someone who learns a NUID of this process (nats.go's inboxes end
+// in one, and the NUID generator is process-wide, shared with an embedded
+// nats-server). Any client can make the server send a PubAck or an API
+// response to a subject it names: an inbox that cannot be named cannot be
+// aimed at. Server permissions on base.> still allow it.
+func PrivateInboxPrefix(base string) string {
+	if base == "" {
+		base = "_INBOX"
+	}
+	var r [16]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
+	return base + "." + hex.EncodeToString(r[:])
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
@@ -59,4 +60,32 @@ func EnsureAll(ctx context.Context, js jetstream.JetStream, t Topology, count ui
 		hs = append(hs, h)
 	}
 	return hs, nil
+}
+
+// WorkerJetStream returns the JetStream context a worker reaches the
+// deployment's streams with: through the worker API prefix
+// (Topology.WorkerAPIPrefix) when the worker's account imports it (tenure
+// auth init puts every worker in an account of its own), otherwise, when
+// nothing answers there (no server permissions, or a worker in the
+// deployment's own account), through the plain $JS.API.
+func WorkerJetStream(ctx context.Context, nc *nats.Conn, t Topology, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+	t.Partition = events.Partition{}
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	pjs, err := jetstream.NewWithAPIPrefix(nc, t.WorkerAPIPrefix(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("streams: jetstream: %w", err)
+	}
+	// The unpartitioned decision stream's info is imported in both
+	// layouts (a partitioned deployment's workers look it up first).
+	_, err = pjs.Stream(ctx, t.DecisionStream())
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		js, err := jetstream.New(nc, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("streams: jetstream: %w", err)
+		}
+		return js, nil
+	}
+	return pjs, nil
 }

@@ -130,6 +130,15 @@ func (t Topology) DecisionStream() string { return t.base() + "_OUT" }
 // default (its stream is "KV_TENURE_LEADER").
 func (t Topology) LeaderBucket() string { return t.base() + "_LEADER" }
 
+// WorkerAPIPrefix is the JetStream API prefix of a worker in an account of
+// its own (tenure auth init): "JS.<Prefix>.API" ("JS.TENURE.API" by
+// default). Its account imports the few JetStream API subjects it needs from
+// the deployment's account under this prefix (a JetStream client made with
+// jetstream.NewWithAPIPrefix uses it); the worker's own account has no
+// JetStream, so the plain $JS.API subjects answer "JetStream not enabled
+// for account" there. It is the same for every partition.
+func (t Topology) WorkerAPIPrefix() string { return "JS." + t.withDefaults().Prefix + ".API" }
+
 // SnapshotBucket is the name of the snapshot Object Store bucket,
 // "TENURE_SNAPSHOTS" by default (its stream is "OBJ_TENURE_SNAPSHOTS").
 func (t Topology) SnapshotBucket() string { return t.base() + "_SNAPSHOTS" }
@@ -146,8 +155,21 @@ func (t Topology) DecisionConfig() jetstream.StreamConfig {
 	cfg := t.lockedDown(t.DecisionStream(), t.Partition.DecisionFilter(),
 		"Tenure decisions: append-only, written by the coordinator only")
 	cfg.AllowAtomicPublish = true
+	// Every worker may hold events.WorkerConsumers consumers on it: the
+	// server's default of 1,000 consumers per stream would turn away
+	// workers of a large deployment. (Each worker is bounded by its
+	// permissions; this bounds the whole.)
+	cfg.MaxConsumers = DecisionMaxConsumers
 	return cfg
 }
+
+// DecisionMaxConsumers is the consumer limit of the decision streams
+// Ensure creates (nats-server's default is 1,000 per stream): room for
+// events.WorkerConsumers consumers of each of 20,000 workers, and the
+// readers of the coordinators, dispatchers, operators and auditors. An
+// existing stream keeps its own (raise it with nats stream edit
+// --max-consumers).
+const DecisionMaxConsumers = 100_000
 
 // lockedDown is the configuration both streams share: limits retention with
 // no limit at all, discard new, and every setting that lets a publisher or an

@@ -17,6 +17,11 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
+// workerInactive is the inactivity threshold of a worker's decision
+// consumers: a consumer whose process died holds one of the worker's few
+// consumer names (events.WorkerConsumers) that long.
+const workerInactive = 30 * time.Second
+
 // stashSize bounds the decisions addressed to this worker that no waiter or
 // lease has claimed yet (a verdict that overtook its PubAck, a cancel request
 // that overtook its lease's registration). It holds the verdicts of every
@@ -110,12 +115,14 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("worker: jetstream: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.VerdictTimeout)
 	defer cancel()
+	// A worker in an account of its own (tenure auth init) reaches the
+	// deployment's JetStream API under the worker prefix.
+	js, err := streams.WorkerJetStream(ctx, nc, streams.Topology{Prefix: o.StreamPrefix})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	count, err := streams.Discover(ctx, js, streams.Topology{Prefix: o.StreamPrefix})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -173,9 +180,15 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 		StartSeq: s.CachedInfo().State.LastSeq + 1,
 		Filters:  []string{events.AddresseeFilter(w.id)},
 		OnError:  w.report,
-		// A worker may not delete consumers (tenure auth init denies it):
-		// the server removes a lost or stopped one after 5 idle minutes.
-		KeepConsumers: true,
+		OnDrop: func(reason, subject string) {
+			w.report(fmt.Errorf("worker: decision stream %s: dropped a message no consumer of this worker sent (%s) on %s", out, reason, subject))
+		},
+		// A worker may hold only the consumers of its own few names on a
+		// decision stream (tenure auth init allows no others), and may
+		// delete them; the consumer of a process that died frees its name
+		// after workerInactive.
+		Names:             events.WorkerConsumerNames(w.id),
+		InactiveThreshold: workerInactive,
 	}, func(_ context.Context, m follow.Msg) {
 		if m.Err != nil {
 			w.report(fmt.Errorf("worker: decision stream %s: %w", out, m.Err))
@@ -490,8 +503,9 @@ func retryable(err error) bool {
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		// No JetStream leader for the stream (yet): 10008, 10009.
-		return apiErr.ErrorCode == 10008 || apiErr.ErrorCode == 10009
+		// No JetStream leader for the stream (yet): 10008, 10009; the
+		// stream's ingest queue is full (too many requests, 429): 10167.
+		return apiErr.ErrorCode == 10008 || apiErr.ErrorCode == 10009 || apiErr.ErrorCode == 10167
 	}
 	return false
 }

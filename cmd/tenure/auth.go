@@ -183,7 +183,7 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 	p("")
 	p("Every file is mode 0600; keep the directory private and give each actor only its own files.")
 	p("")
-	p("  %-34s nats-server authorization: one user per actor, bound to its subjects", auth.ServerConfigFile)
+	p("  %-34s nats-server accounts: the deployment's, and one per worker; one user per actor, bound to its subjects", auth.ServerConfigFile)
 	if b.Partitions > 0 {
 		p("  %-34s for %d partitions: permissions on every partition's streams and buckets, and the", "", b.Partitions)
 		p("  %-34s input mapping (mappings block) that every server of the deployment needs", "")
@@ -226,7 +226,17 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 		} else {
 			p("%s: %s", c.Role, c.Name)
 		}
-		p("  publish allow:   %s", strings.Join(firstPartition(c.Permissions.PublishAllow, prefix), " "))
+		allow := firstPartition(c.Permissions.PublishAllow, prefix)
+		if c.Role == auth.RoleWorker {
+			lim := auth.DefaultWorkerLimits
+			p("  account:         %s, of its own (limits: %d connections, %d subscriptions, messages of %d bytes)",
+				c.Account, lim.MaxConnections, lim.MaxSubscriptions, lim.MaxPayload)
+			p("  JetStream API:   under %s (jetstream.NewWithAPIPrefix; nats --js-api-prefix), its own consumers only", c.JetStreamAPIPrefix)
+			allow = collapseConsumerNames(allow, c.Name)
+		} else if c.Account != "" {
+			p("  account:         %s", c.Account)
+		}
+		p("  publish allow:   %s", strings.Join(allow, " "))
 		if len(c.Permissions.PublishDeny) > 0 {
 			p("  publish deny:    %s", strings.Join(firstPartition(c.Permissions.PublishDeny, prefix), " "))
 		}
@@ -295,8 +305,8 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 		p("  nc, err := cred.Connect(\"\") // URL, user/password or nkey, inbox prefix, TLS")
 		p("  w, err := worker.Connect(nc, %q)", c.Name)
 		p("or with any NATS client: user %s and its password (or nkey %s), inbox prefix %s, TLS files as in the credential;", c.Name, c.Name+auth.NKeySuffix, c.InboxPrefix)
-		p("with the nats CLI: nats --server %s %s --inbox-prefix %s%s req tenure.in.worker.%s.JOB.acquire '{\"v\":1}'",
-			c.URL, secret(c), c.InboxPrefix, tlsFlags(c), c.Name)
+		p("with the nats CLI: nats --server %s %s --inbox-prefix %s --js-api-prefix %s%s req tenure.in.worker.%s.JOB.acquire '{\"v\":1}'",
+			c.URL, secret(c), c.InboxPrefix, c.JetStreamAPIPrefix, tlsFlags(c), c.Name)
 		p("(and likewise for the other workers)")
 		p("")
 		break
@@ -305,6 +315,23 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 	p("password, nkey and certificate (restart the server with the new server.conf and redistribute).")
 	p("")
 	p(auth.Limits)
+}
+
+// collapseConsumerNames writes a worker's consumer names tw_<name>_0 ...
+// tw_<name>_3 in subjects once, as tw_<name>_{0..3}.
+func collapseConsumerNames(subjects []string, name string) []string {
+	re := regexp.MustCompile(regexp.QuoteMeta(events.WorkerConsumerName(name, 0)[:len(events.WorkerConsumerName(name, 0))-1]) + `[0-9]+`)
+	all := fmt.Sprintf("%s{0..%d}", events.WorkerConsumerName(name, 0)[:len(events.WorkerConsumerName(name, 0))-1], events.WorkerConsumers-1)
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range subjects {
+		s = re.ReplaceAllLiteralString(s, all)
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // firstPartition leaves out of subjects those that name the streams or

@@ -103,8 +103,10 @@ func TestAuthInitFiles(t *testing.T) {
 	for _, s := range []string{
 		"tenure serve --server-config " + filepath.Join(dir, "server.conf") + " --id coord --nkey " + filepath.Join(dir, "coord.nk") + " --inbox-prefix _INBOX_coord --tlsca ",
 		"tenure offer --as disp ",
-		"subscribe allow: _INBOX_w1.> tenure.out.w1.>",
-		"What server permissions cannot enforce",
+		"subscribe allow: _INBOX_w1.>\n",
+		"account:         TENURE_W_w1, of its own",
+		"JS.TENURE.API.CONSUMER.CREATE.TENURE_OUT.tw_w1_{0..3}.tenure.out.w1.>",
+		"What the server enforces",
 	} {
 		if !strings.Contains(stdout, s) {
 			t.Errorf("summary without %q:\n%s", s, stdout)

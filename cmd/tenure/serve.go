@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lmittmann/tint"
@@ -51,11 +52,11 @@ func (c *connFlags) connect(name string) (*nats.Conn, error) {
 	}, c.inboxOption()...)
 }
 
+// inboxOption is the connection's inbox prefix: --inbox-prefix (or nats'
+// default) followed by a random token, so that no other client can aim
+// replies at this one's inboxes (streams.PrivateInboxPrefix).
 func (c *connFlags) inboxOption() []nats.Option {
-	if c.inbox == "" {
-		return nil
-	}
-	return []nats.Option{nats.CustomInboxPrefix(c.inbox)}
+	return []nats.Option{nats.CustomInboxPrefix(streams.PrivateInboxPrefix(c.inbox))}
 }
 
 // newLogger returns coloured text logs on a terminal (tint), JSON otherwise
@@ -291,10 +292,27 @@ func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string) (
 	if err != nil {
 		return nil, err
 	}
+	// Each status costs two JetStream requests: it is computed at most once
+	// a second per coordinator, however many requests come (anyone who can
+	// reach the subjects, a push consumer delivering to them included).
+	type cached struct {
+		at time.Time
+		st status
+	}
+	var mu sync.Mutex
+	cache := map[*coordinator.Coordinator]cached{}
 	stats := func(c *coordinator.Coordinator) any {
+		mu.Lock()
+		defer mu.Unlock()
+		if e, ok := cache[c]; ok && time.Since(e.at) < time.Second {
+			e.st.Stats = c.Stats() // cheap: always current
+			return e.st
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		return currentStatus(ctx, js, c)
+		st := currentStatus(ctx, js, c)
+		cache[c] = cached{time.Now(), st}
+		return st
 	}
 	byName := make(map[string]*coordinator.Coordinator, len(cs))
 	for _, c := range cs {
@@ -321,6 +339,9 @@ func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string) (
 			subject += "." + p.Token()
 		}
 		err = svc.AddEndpoint(statusEndpoint(c), micro.HandlerFunc(func(r micro.Request) {
+			if strings.HasPrefix(r.Reply(), "$JS.ACK.") {
+				return // a consumer's delivery aimed at the endpoint, not a request
+			}
 			b, _ := json.Marshal(stats(c))
 			_ = r.Respond(b)
 		}), micro.WithEndpointSubject(subject))
