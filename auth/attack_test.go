@@ -324,21 +324,24 @@ func TestAttackConsumersExhausted(t *testing.T) {
 //
 // The floods, 250 MiB of 1 MiB bodies and 1,500 bodies of 64 KiB (94 MiB),
 // are about the smallest that break the code of the issue reliably on two
-// cores under the race detector; the environment variables FLOOD_BIG and
-// FLOOD_SMALL set other counts. Not parallel: it would take the CPU and
-// the disk from the other tests.
+// cores under the race detector (with honest leases of 3 s and 5 s); the
+// environment variables FLOOD_BIG and FLOOD_SMALL set other counts. Not
+// parallel: it would take the CPU and the disk from the other tests.
 func TestAttackPayloadFlood(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		n    int
-		size int // 0: the server's max_payload
+		name  string
+		n     int
+		size  int           // 0: the server's max_payload
+		lease time.Duration // of the honest leases
 	}{
-		{"1MiB bodies", floodCount(t, "FLOOD_BIG", 250), 0},
-		{"64KiB bodies", floodCount(t, "FLOOD_SMALL", 1500), events.MaxInputBytes},
+		{"1MiB bodies", floodCount(t, "FLOOD_BIG", 250), 0, defaultHonestLease},
+		// Bodies the protocol allows are stored and folded: the honest
+		// verdicts queued behind them wait for them, hence longer leases.
+		{"64KiB bodies", floodCount(t, "FLOOD_SMALL", 1500), events.MaxInputBytes, 5 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newAttackEnv(t)
-			h := e.startHonest(t, honestConfig{})
+			h := e.startHonest(t, honestConfig{Lease: c.lease})
 			a := e.attacker(t)
 			size := c.size
 			if size == 0 {
