@@ -154,7 +154,24 @@ type env struct {
 	url   string
 	coord *client // the coordinator's own connection
 	c     *coordinator.Coordinator
+	run   *coordRun // the current coordinator's Run
 	stop  func()
+}
+
+// coordRun is one run of a coordinator's Run.
+type coordRun struct {
+	done chan struct{} // closed when Run has returned
+	err  error         // what it returned, once done is closed
+}
+
+// exited reports whether Run has returned, and what it returned.
+func (r *coordRun) exited() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
 }
 
 func newEnv(t *testing.T, opts auth.Options) *env {
@@ -168,6 +185,14 @@ func newEnv(t *testing.T, opts auth.Options) *env {
 
 func (e *env) startCoordinator(t *testing.T, cfg coordinator.Config) {
 	t.Helper()
+	e.launchCoordinator(t, cfg)
+	waitFor(t, 20*time.Second, "coordinator live", func() bool { return e.c.Stats().Live })
+}
+
+// launchCoordinator starts a coordinator, as startCoordinator, without
+// waiting for it to go live.
+func (e *env) launchCoordinator(t *testing.T, cfg coordinator.Config) {
+	t.Helper()
 	e.coord = connect(t, e.b, e.url, "coord", nats.MaxReconnects(-1))
 	cfg.ID, cfg.Conn = "coord", e.coord.nc
 	if cfg.LeaderTTL == 0 {
@@ -178,26 +203,26 @@ func (e *env) startCoordinator(t *testing.T, cfg coordinator.Config) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	e.c = c
+	conn := e.coord.nc
+	run := &coordRun{done: make(chan struct{})}
+	go func() { run.err = c.Run(ctx); close(run.done) }()
+	e.c, e.run = c, run
 	var once sync.Once
 	e.stop = func() {
 		once.Do(func() {
 			cancel()
 			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("coordinator: %v", err)
+			case <-run.done:
+				if run.err != nil {
+					t.Errorf("coordinator: %v", run.err)
 				}
 			case <-time.After(15 * time.Second):
 				t.Errorf("coordinator did not stop")
 			}
-			e.coord.nc.Close()
+			conn.Close()
 		})
 	}
 	t.Cleanup(e.stop)
-	waitFor(t, 20*time.Second, "coordinator live", func() bool { return c.Stats().Live })
 }
 
 // caughtUp waits until the coordinator has folded every stored input and
