@@ -35,6 +35,7 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
+	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 	"github.com/maknow/tenure/worker"
 )
@@ -872,9 +873,14 @@ func (a *attacker) verdict(t testing.TB, tail, body string) events.Decision {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := a.js.OrderedConsumer(ctx, "TENURE_OUT", jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.AddresseeFilter("w2")},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy, OptStartSeq: s.CachedInfo().State.LastSeq + 1,
+	// Its own consumer, under the one of its names it keeps for this (a
+	// worker may use no other names); made anew from the stream's end.
+	name := events.WorkerConsumerName("w2", events.WorkerConsumers-1)
+	_ = a.js.DeleteConsumer(ctx, "TENURE_OUT", name)
+	cons, err := a.js.CreateConsumer(ctx, "TENURE_OUT", jetstream.ConsumerConfig{
+		Name: name, FilterSubject: events.AddresseeFilter("w2"), AckPolicy: jetstream.AckNonePolicy,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: s.CachedInfo().State.LastSeq + 1,
+		InactiveThreshold: time.Minute,
 	})
 	if err != nil {
 		t.Fatalf("w2 reading its decisions: %v", err)
@@ -955,11 +961,22 @@ func coordinatorInbox(sub string) bool {
 func (a *attacker) hogConsumers(n int) (int, map[string]int) {
 	var mu sync.Mutex
 	made, errs := 0, map[string]int{}
-	sem := make(chan struct{}, 32)
+	// Every way a worker could ask: its own consumer names first, then made
+	// up ones, through the plain JetStream API and under its account's
+	// worker API prefix; many at once, since refused requests get no answer
+	// (a permissions violation) and wait for their timeout.
+	sem := make(chan struct{}, 256)
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
 		name := a.name("hog")
-		subject := "$JS.API.CONSUMER.CREATE.TENURE_OUT." + name + "." + events.AddresseeFilter("w2")
+		if i < events.WorkerConsumers {
+			name = events.WorkerConsumerName("w2", i)
+		}
+		api := "$JS.API."
+		if i%2 == 0 || i < events.WorkerConsumers {
+			api = streams.Topology{}.WorkerAPIPrefix() + "."
+		}
+		subject := api + "CONSUMER.CREATE.TENURE_OUT." + name + "." + events.AddresseeFilter("w2")
 		body := fmt.Sprintf(`{"stream_name":"TENURE_OUT","action":"create","config":{"name":%q,"filter_subject":%q,`+
 			`"deliver_policy":"new","ack_policy":"none","inactive_threshold":%d,"mem_storage":true,"num_replicas":1}}`,
 			name, events.AddresseeFilter("w2"), time.Hour.Nanoseconds())
@@ -967,7 +984,7 @@ func (a *attacker) hogConsumers(n int) (int, map[string]int) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			resp, err := a.nc.Request(subject, []byte(body), 10*time.Second)
+			resp, err := a.nc.Request(subject, []byte(body), 2*time.Second)
 			var r struct {
 				Error *struct {
 					Description string `json:"description"`

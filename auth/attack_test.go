@@ -289,6 +289,9 @@ func TestAttackConsumersExhausted(t *testing.T) {
 	t0 := time.Now()
 	made, refused := a.hogConsumers(1100)
 	t.Logf("w2 created %d consumers on TENURE_OUT in %v; refused: %v", made, time.Since(t0).Round(time.Millisecond), refused)
+	if made > events.WorkerConsumers {
+		t.Errorf("w2 created %d consumers, more than the %d names a worker has", made, events.WorkerConsumers)
+	}
 
 	if err := h.join(t, "w3"); err != nil {
 		t.Errorf("w3 cannot connect after w2's consumers: %v", err)
