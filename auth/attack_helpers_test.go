@@ -707,6 +707,7 @@ type attacker struct {
 	*client
 	e     *attackEnv
 	names atomic.Int64
+	slot  int // the consumer name pushConsumer used last (its goroutine only)
 }
 
 func (e *attackEnv) attacker(t *testing.T) *attacker {
@@ -778,8 +779,13 @@ func (a *attacker) inflate(t testing.TB, n int) uint64 {
 // consumers filtered to tenure.out.w2.>; their deliver subject is in the
 // request body, which permissions do not see.
 func (a *attacker) pushConsumer(ctx context.Context, deliver string, from uint64) error {
+	// Only its own consumer names reach the decision stream (the last is
+	// kept for verdict): made anew under the next one each time.
+	a.slot = (a.slot + 1) % (events.WorkerConsumers - 1)
+	name := events.WorkerConsumerName("w2", a.slot)
+	_ = a.js.DeleteConsumer(ctx, "TENURE_OUT", name)
 	cfg := jetstream.ConsumerConfig{
-		Name: a.name("relay"), FilterSubject: events.AddresseeFilter("w2"),
+		Name: name, FilterSubject: events.AddresseeFilter("w2"),
 		DeliverSubject: deliver, DeliverPolicy: jetstream.DeliverLastPolicy,
 		AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: time.Minute, MemoryStorage: true,
 	}

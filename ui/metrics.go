@@ -217,6 +217,7 @@ type stateCollector Metrics
 // one partition, when labelled by partition too).
 type coordDescs struct {
 	live, folded, stored, lagInputs, snapAge, snapSeq, lost, sessions, leader *prometheus.Desc
+	dropped, snapRefused                                                      *prometheus.Desc
 }
 
 func newCoordDescs(labels ...string) coordDescs {
@@ -231,6 +232,10 @@ func newCoordDescs(labels ...string) coordDescs {
 		lost:      d("tenure_coordinator_lost_authority_total", "Appends refused because another writer had authority."),
 		sessions:  d("tenure_coordinator_sessions_total", "Times the coordinator synchronised from the streams."),
 		leader:    d("tenure_leader", "The coordinator named by the leadership entry (value 1)."),
+		dropped: d("tenure_coordinator_dropped_total",
+			"Messages that reached the coordinator's inboxes without being the server's answer to it (a delivery of another stream or consumer, a reply to no append): dropped, never folded."),
+		snapRefused: d("tenure_coordinator_snapshots_refused_total",
+			"Stored snapshots the coordinator refused: not anchored in the decision stream, or not what their anchor says."),
 	}
 }
 
@@ -308,6 +313,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(d.lost, prometheus.CounterValue, float64(st.LostAuthority), labels...)
 		ch <- prometheus.MustNewConstMetric(d.sessions, prometheus.CounterValue, float64(st.Sessions), labels...)
+		ch <- prometheus.MustNewConstMetric(d.dropped, prometheus.CounterValue, float64(st.Dropped), labels...)
+		ch <- prometheus.MustNewConstMetric(d.snapRefused, prometheus.CounterValue, float64(st.SnapshotsRefused), labels...)
 		if l := (key{st.Leader, st.Partition}); st.Leader != "" && !leaders[l] {
 			leaders[l] = true
 			if st.Partition != "" {

@@ -121,6 +121,8 @@ func TestAPI(t *testing.T) {
 		`tenure_coordinator_live{coordinator="c1"} 1`,
 		`tenure_coordinator_fold_lag_inputs{coordinator="c1"}`,
 		`tenure_leader{coordinator="c1"} 1`,
+		`tenure_coordinator_dropped_total{coordinator="c1"} 0`,
+		`tenure_coordinator_snapshots_refused_total{coordinator="c1"} 0`,
 		"go_goroutines ",
 		"# TYPE tenure_append_latency_seconds histogram",
 	} {
