@@ -150,11 +150,13 @@ type Config struct {
 	// itself; this is for logging.
 	OnError func(error)
 	// OnDrop, if set, is told of every message the Follower dropped (see
-	// Dropped), with one of the Drop reasons and the message's subject, on
-	// the Follower's goroutine (it must not block): for logs and metrics.
-	// Deliveries and statuses that a consumer or request the Follower gave
-	// up sends after it did (a replacement, a reconnection) are expected,
-	// and discarded without a report.
+	// Dropped), with one of the Drop reasons and the subject the message
+	// came with (a delivery's own subject; for a status or a response, the
+	// request's reply subject), on the Follower's goroutine (it must not
+	// block): for logs and metrics. Deliveries and statuses that a
+	// consumer or request of this Follower sends after the Follower gave
+	// it up (a replacement, a reconnection) are expected, and discarded
+	// without a report.
 	OnDrop func(reason, subject string)
 }
 
