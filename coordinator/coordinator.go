@@ -90,6 +90,9 @@ type Config struct {
 	// yield, set by Group, tells a live coordinator to hand its partition
 	// to another process (it holds more than its share of the partitions).
 	yield func(*Coordinator) bool
+	// caughtUp, set by tests, runs after each decision verified while a
+	// session that holds leadership catches up (to make catching up slow).
+	caughtUp func()
 }
 
 func (c Config) withDefaults() Config {
@@ -520,19 +523,47 @@ func (s *session) standby() error {
 	if err != nil {
 		return fmt.Errorf("coordinator: decision stream info: %w", streams.Classify(err))
 	}
+	// Catching up on a long log (a cold restart after a million inputs) can
+	// take longer than the leadership entry lives: it is renewed meanwhile,
+	// or the first renewal once live would find it gone and the coordinator
+	// would resynchronise for ever.
+	renew := time.NewTicker(max(c.cfg.LeaderTTL/3, 10*time.Millisecond))
+	defer renew.Stop()
 	for s.decSeq < info.State.LastSeq {
 		select {
 		case sd := <-s.out.ch:
 			if err := s.verify(sd); err != nil {
 				return err
 			}
+			if c.cfg.caughtUp != nil {
+				c.cfg.caughtUp()
+			}
 		case <-try.C:
 			s.noteReaderErrs()
+		case <-renew.C:
+			if err := s.renewLeadership(); err != nil {
+				return err
+			}
 		case <-s.ctx.Done():
 			return s.ctx.Err()
 		}
 	}
 	s.out.stop()
+	return nil
+}
+
+// renewLeadership extends the leadership entry this session holds, bounded
+// well below the TTL so that a slow renewal does not stall the session.
+func (s *session) renewLeadership() error {
+	c := s.c
+	uctx, ucancel := context.WithTimeout(s.ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
+	rev, err := c.h.Leader.Update(uctx, leaderKey, []byte(c.cfg.ID), s.leaderRev)
+	ucancel()
+	if err != nil {
+		s.leaderRev = 0
+		return fmt.Errorf("coordinator: leadership lost: %w", err)
+	}
+	s.leaderRev = rev
 	return nil
 }
 
@@ -709,15 +740,9 @@ func (s *session) runLive() error {
 				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
 			}
 		case <-renew.C:
-			// Bounded well below the TTL: a slow renewal must not stall the loop.
-			uctx, ucancel := context.WithTimeout(s.ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
-			rev, err := c.h.Leader.Update(uctx, leaderKey, []byte(c.cfg.ID), s.leaderRev)
-			ucancel()
-			if err != nil {
-				s.leaderRev = 0
-				return fmt.Errorf("coordinator: leadership lost: %w", err)
+			if err := s.renewLeadership(); err != nil {
+				return err
 			}
-			s.leaderRev = rev
 			if c.cfg.yield != nil && c.cfg.yield(c) {
 				return errYield
 			}

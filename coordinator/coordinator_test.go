@@ -410,3 +410,38 @@ func TestRefusesExtraDecisions(t *testing.T) {
 		})
 	}
 }
+
+// A coordinator that takes leadership and then needs longer than the
+// leadership entry lives to verify the stored decisions (a cold restart
+// after a million inputs) renews the entry while it catches up. Before the
+// fix, the entry expired during catch-up, the first renewal once live
+// failed ("wrong last sequence: 0"), and the coordinator resynchronised,
+// caught up past the TTL again and never stayed live.
+func TestLongCatchUpKeepsLeadership(t *testing.T) {
+	srv, _, js := newServer(t)
+	a := startCoordinator(t, srv.ClientURL(), "ca", func(c *coordinator.Config) { c.SnapshotEvery = -1 })
+	waitFor(t, 10*time.Second, "a live", func() bool { return a.c.Stats().Live })
+	for i := range 40 {
+		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+	}
+	waitCaughtUp(t, js, a)
+	a.stop()
+
+	// 40+ decisions at 50 ms each: about 2 s of catching up, over three
+	// TTLs of 600 ms.
+	b := startCoordinator(t, srv.ClientURL(), "cb", func(c *coordinator.Config) {
+		c.SnapshotEvery = -1
+		coordinator.SetCatchUpHook(c, func() { time.Sleep(50 * time.Millisecond) })
+	})
+	waitFor(t, 20*time.Second, "b live", func() bool { return b.c.Stats().Live })
+	time.Sleep(2 * time.Second) // several renewals
+	st := b.c.Stats()
+	if !st.Live || st.Sessions != 1 {
+		t.Fatalf("after catching up for longer than the leadership TTL: live %v, %d sessions (%s); want live in its first session", st.Live, st.Sessions, st.Reason)
+	}
+	seq := publish(t, js, events.RoleWorker, "w1", "after", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+	waitCaughtUp(t, js, b)
+	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindGranted {
+		t.Fatalf("input after the catch-up: %+v, want granted", v)
+	}
+}
