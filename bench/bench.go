@@ -38,8 +38,9 @@ type Config struct {
 	// of the memory scenario.
 	ProfileDir string
 	// Trace, with ProfileDir, also writes an execution trace of the first
-	// two seconds of each measured pipeline window (<phase>.trace) and a
-	// goroutine dump one second in (<phase>.goroutines).
+	// two seconds of each measured pipeline window and of each storm
+	// (<phase>.trace), and a goroutine dump one second into each pipeline
+	// window (<phase>.goroutines).
 	Trace bool
 	// CoordinatorLog, if set, receives the coordinators' logs (their debug
 	// level tells when the appender changes its way of appending).

@@ -375,7 +375,8 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 		return nil, err
 	}
 	live := time.Now()
-	stop := b.profile("storm-" + label)
+	stopProfile, stopTrace := b.profile("storm-"+label), b.trace("storm-"+label)
+	stop := func() { stopTrace(); stopProfile() }
 	c0 := cpuTime()
 	s.RestartS = live.Sub(t0).Seconds()
 	// The fewest decisions the storm can take: n expiries, and the ticked

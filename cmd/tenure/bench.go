@@ -33,7 +33,7 @@ restarts). Progress goes to stderr. See BENCHMARKS.md.
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	dir := fs.String("dir", "", "where the servers' temporary data directories go (default: the system's)")
 	profile := fs.String("profile", "", "write CPU and allocation profiles of every measured phase into `DIR`")
-	trace := fs.Bool("trace", false, "with --profile: also execution traces and goroutine dumps of the pipeline runs")
+	trace := fs.Bool("trace", false, "with --profile: also execution traces of the pipeline runs and the storms, goroutine dumps of the pipeline runs")
 	debug := fs.Bool("debug", false, "the coordinators' debug logs on stderr (how the appender appends)")
 	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, rtt, expiry, replay, fold, memory, storm (default: all)")
 	storm := fs.String("storm", "", "comma-separated lease counts of the expiry storms, e.g. `100000,1000000` (default: that; 100000 with --quick)")
