@@ -43,6 +43,8 @@ type Storm struct {
 	Ticks        float64 `json:"ticks"`                   // inputs whose decisions include expiries
 	Cores        float64 `json:"cores"`                   // the process's CPU time over the storm, per wall-clock second
 	GrantsPerS   float64 `json:"grants_per_s"`            // the setup: grants stored per second by the first coordinator (interval mode)
+	PerAppend    float64 `json:"decisions_per_append"`    // the coordinator's appends during the storm: decisions per append (atomic batch or single) on average
+	SteadyPerS   float64 `json:"steady_per_s"`            // expiries stored per second from the 10th to the 90th percentile of the storm (without its start and end)
 }
 
 // StormLabel names a storm of n leases in the JSON keys: "100k" for
@@ -375,6 +377,7 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 		return nil, err
 	}
 	live := time.Now()
+	co.m.take()
 	stopProfile, stopTrace := b.profile("storm-"+label), b.trace("storm-"+label)
 	stop := func() { stopTrace(); stopProfile() }
 	c0 := cpuTime()
@@ -401,6 +404,8 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 	}
 	s.Cores = (cpuTime() - c0).Seconds() / time.Since(live).Seconds()
 	stop()
+	decisions, appends, lat, _ := co.m.take()
+	s.PerAppend = ratio(float64(decisions), float64(appends))
 
 	// Read the storm back, headers only (the subject names the job and
 	// the kind; Tenure-N the count), until every lease has expired.
@@ -416,7 +421,7 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 	top := streams.Topology{}
 	times := make([]uint8, n)
 	var expired, others int
-	var first, lastAt time.Time
+	var first, lastAt, at10, at50, at90 time.Time
 	var firstSeq uint64
 	var maxOf uint32
 	causes := map[string]bool{}
@@ -449,6 +454,15 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 			first, firstSeq = meta.Timestamp, meta.Sequence.Stream
 		}
 		lastAt = meta.Timestamp
+		if expired == max(n/10, 1) {
+			at10 = lastAt
+		}
+		if expired == n/2 {
+			at50 = lastAt
+		}
+		if expired == n-n/10 {
+			at90 = lastAt
+		}
 		causes[m.Headers().Get(events.HeaderCause)] = true
 	}
 	// Until every lease has expired (want is the fewest decisions the
@@ -484,11 +498,17 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 	s.Seconds = lastAt.Sub(live).Seconds()
 	s.FirstS = first.Sub(live).Seconds()
 	s.PerS = ratio(float64(n), s.Seconds)
+	if n >= 10 {
+		s.SteadyPerS = ratio(float64(n-n/10-max(n/10, 1)), at90.Sub(at10).Seconds())
+	}
 	if once == n && expired == n && others == 0 && maxOf <= events.MaxDecisionsPerInput {
 		s.OK = 1
 	}
 	b.logf("  restart to live %.2f s; %d expiries stored %.2f s after live (the first after %.1f ms): %.0f/s, %.2f cores busy",
 		s.RestartS, expired, s.Seconds, s.FirstS*1000, s.PerS, s.Cores)
+	b.logf("    10%%, 50%%, 90%% of the expiries stored after %.2f, %.2f, %.2f s: %.0f/s from 10%% to 90%%",
+		at10.Sub(live).Seconds(), at50.Sub(live).Seconds(), at90.Sub(live).Seconds(), s.SteadyPerS)
+	b.logf("    coordinator: %d decisions in %d appends (%.0f per append on average, %v each)", decisions, appends, s.PerAppend, lat.Round(10*time.Microsecond))
 	b.logf("  %d of %d jobs expired exactly once (%d expiries in all, %d of other jobs) by %d inputs; at most %d decisions per input (limit %d)",
 		once, n, expired, others, len(causes), maxOf, events.MaxDecisionsPerInput)
 	out, err := js.Stream(ctx, top.DecisionStream())
@@ -513,6 +533,7 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 // fsync). Each way stores n messages, or what it stores in
 // StormRawWindow.
 func (b *runner) stormRaw(ctx context.Context, n int, body []byte, s *Storm) error {
+	name := "storm-" + StormLabel(n)
 	subject := func(i int) string { return "raw.out.w" + itoa(i%16) + ".storm-" + itoa(i) + ".expired" }
 	setup := func(name string) (*streams.Embedded, *nats.Conn, error) {
 		srv, err := b.startServer(b.newDir("storm-raw-"+name), false)
@@ -554,6 +575,7 @@ func (b *runner) stormRaw(ctx context.Context, n int, body []byte, s *Storm) err
 		srv.Shutdown()
 		return err
 	}
+	stopProfile, stopTrace := b.profile(name+"-raw-async"), b.trace(name+"-raw-async")
 	t0 := time.Now()
 	sent := 0
 	for ; sent < n && (sent%1024 != 0 || time.Since(t0) < b.cfg.StormRawWindow); sent++ {
@@ -574,6 +596,8 @@ func (b *runner) stormRaw(ctx context.Context, n int, body []byte, s *Storm) err
 		err = e
 	}
 	s.RawAsyncPerS = float64(sent) / time.Since(t0).Seconds()
+	stopTrace()
+	stopProfile()
 	nc.Close()
 	srv.Shutdown()
 	if err != nil {
@@ -589,7 +613,10 @@ func (b *runner) stormRaw(ctx context.Context, n int, body []byte, s *Storm) err
 	}
 	defer srv.Shutdown()
 	defer nc.Close()
+	stopProfile, stopTrace = b.profile(name+"-raw-batch"), b.trace(name+"-raw-batch")
 	stored, rate, err := rawBatches(ctx, nc, n, body, subject, b.cfg.StormRawWindow)
+	stopTrace()
+	stopProfile()
 	if err != nil {
 		return fmt.Errorf("atomic batches: %w", err)
 	}
