@@ -38,15 +38,16 @@ type Config struct {
 	// of the memory scenario.
 	ProfileDir string
 	// Trace, with ProfileDir, also writes an execution trace of the first
-	// two seconds of each measured pipeline window (<phase>.trace) and a
-	// goroutine dump one second in (<phase>.goroutines).
+	// two seconds of each measured pipeline window and of each storm
+	// (<phase>.trace), and a goroutine dump one second into each pipeline
+	// window (<phase>.goroutines).
 	Trace bool
 	// CoordinatorLog, if set, receives the coordinators' logs (their debug
 	// level tells when the appender changes its way of appending).
 	CoordinatorLog *slog.Logger
 	// Only, when not empty, runs only these scenarios: "pipeline", "rtt",
 	// "expiry", "replay" (with "restart": both use the large log), "fold",
-	// "memory".
+	// "memory", "storm".
 	Only []string
 
 	PipelineWorkers  int           // scenario 1: SDK workers
@@ -58,6 +59,8 @@ type Config struct {
 	LogInputs        int           // scenarios 3 and 6: inputs in the large log
 	FoldDuration     time.Duration // scenario 4
 	MemJobs          int           // scenario 5
+	StormSizes       []int         // scenario 7: leases due at once, one storm per size (default 100,000 and 1,000,000; quick: 100,000)
+	StormRawWindow   time.Duration // scenario 7: the most each way of the raw baseline publishes for
 }
 
 func (c Config) withDefaults() Config {
@@ -89,7 +92,32 @@ func (c Config) withDefaults() Config {
 	def(&c.LogInputs, 1_000_000, 300_000)
 	defD(&c.FoldDuration, 3*time.Second, time.Second)
 	def(&c.MemJobs, 1_000_000, 1_000_000)
+	if c.StormSizes == nil {
+		c.StormSizes = []int{100_000, 1_000_000}
+		if c.Quick {
+			c.StormSizes = []int{100_000}
+		}
+	}
+	defD(&c.StormRawWindow, 15*time.Second, 4*time.Second)
 	return c
+}
+
+// check reports a configuration Run cannot run.
+func (c Config) check() error {
+	if c.Sync != SyncAlways && c.Sync != SyncInterval {
+		return fmt.Errorf("bench: sync mode %q: want %s or %s", c.Sync, SyncAlways, SyncInterval)
+	}
+	labels := map[string]bool{}
+	for _, n := range c.StormSizes {
+		if n <= 0 {
+			return fmt.Errorf("bench: storm of %d leases: want a positive count", n)
+		}
+		if labels[StormLabel(n)] {
+			return fmt.Errorf("bench: two storms of %d leases", n)
+		}
+		labels[StormLabel(n)] = true
+	}
+	return nil
 }
 
 func (c Config) runs(name string) bool {
@@ -106,7 +134,8 @@ func (c Config) runs(name string) bool {
 
 // Result holds the figures of one run. The JSON keys are the contract of
 // `tenure bench --json`: every value is a number except sync_mode. A figure
-// of a scenario that was not run is 0.
+// of a scenario that was not run is 0, except the storms', whose keys are
+// there only for the sizes that ran (MarshalJSON).
 type Result struct {
 	SyncMode string `json:"sync_mode"`
 
@@ -162,6 +191,9 @@ type Result struct {
 	RestartColdS          float64 `json:"restart_cold_s"`
 	RestartSnapshotInputs float64 `json:"restart_snapshot_inputs_after"` // inputs folded after the snapshot
 
+	// 7. Expiry storms, one per size (their JSON keys: see Storm).
+	Storms []Storm `json:"-"`
+
 	// The machine while it ran.
 	CPUs     float64 `json:"cpus"`
 	LoadAvg1 float64 `json:"load_avg_1m"` // at the start of the run
@@ -172,8 +204,8 @@ type Result struct {
 // Run runs the scenarios of cfg and returns their figures.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
-	if cfg.Sync != SyncAlways && cfg.Sync != SyncInterval {
-		return nil, fmt.Errorf("bench: sync mode %q: want %s or %s", cfg.Sync, SyncAlways, SyncInterval)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	if cfg.Dir == "" {
 		cfg.Dir = os.TempDir()
@@ -203,6 +235,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		{"rtt", b.rtt},
 		{"expiry", b.expiry},
 		{"replay", b.largeLog},
+		{"storm", b.storm},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

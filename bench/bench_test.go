@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/testutil"
 )
 
@@ -22,6 +23,7 @@ func tiny(t *testing.T, sync string) Config {
 		PipelineWarmup: 100 * time.Millisecond, PipelineDuration: 300 * time.Millisecond,
 		RTTSamples: 20, ExpirySamples: 4, LogInputs: 3000,
 		FoldDuration: 50 * time.Millisecond, MemJobs: 20000,
+		StormSizes: []int{3000}, StormRawWindow: 500 * time.Millisecond,
 	}
 }
 
@@ -59,11 +61,23 @@ func TestRunTiny(t *testing.T) {
 	for _, k := range []string{"baseline_pipeline_per_s", "tenure_pipeline_per_s", "pipeline_ratio",
 		"baseline_rtt_p50_us", "baseline_rtt_p99_us", "tenure_rtt_p50_us", "tenure_rtt_p99_us",
 		"baseline_replay_per_s", "audit_replay_per_s", "replay_ratio", "fold_per_s", "bytes_per_job",
-		"restart_snapshot_s", "restart_cold_s", "expiry_p50_ms", "expiry_p99_ms"} {
+		"restart_snapshot_s", "restart_cold_s", "expiry_p50_ms", "expiry_p99_ms",
+		"storm_3k_leases", "storm_3k_s", "storm_3k_per_s", "storm_3k_raw_per_s", "storm_3k_ratio",
+		"storm_3k_raw_async_per_s", "storm_3k_raw_batch_per_s", "storm_3k_first_s", "storm_3k_restart_s",
+		"storm_3k_expired", "storm_3k_ok", "storm_3k_max_decisions_per_input", "storm_3k_ticks", "storm_3k_grants_per_s",
+		"storm_3k_cores", "storm_3k_decisions_per_append", "storm_3k_steady_per_s", "storm_3k_sessions", "storm_3k_restart_inputs"} {
 		v, ok := m[k].(float64)
 		if !ok || !(v > 0) {
 			t.Errorf("%s = %v, want a positive number", k, m[k])
 		}
+	}
+	// Every one of the storm's 3,000 leases expired exactly once, fired by
+	// ticks of at most MaxFiredPerInput expiries each.
+	if m["storm_3k_expired"] != 3000.0 || m["storm_3k_ok"] != 1.0 {
+		t.Errorf("storm: %v jobs expired exactly once, ok %v; want 3000 and 1", m["storm_3k_expired"], m["storm_3k_ok"])
+	}
+	if d := m["storm_3k_max_decisions_per_input"]; d != float64(events.MaxFiredPerInput+1) {
+		t.Errorf("storm: at most %v decisions per input, want %d (a tick firing %d)", d, events.MaxFiredPerInput+1, events.MaxFiredPerInput)
 	}
 	if m["sync_mode"] != SyncAlways {
 		t.Errorf("sync_mode = %v", m["sync_mode"])
@@ -77,7 +91,7 @@ func TestRunTiny(t *testing.T) {
 	if err := WriteTable(&table, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1 pipeline", "2 round trip p50", "3 replay", "4 fold", "5 resident bytes", "6 restart", "pipeline_ratio >= 0.8"} {
+	for _, want := range []string{"1 pipeline", "2 round trip p50", "3 replay", "4 fold", "5 resident bytes", "6 restart", "7 expiry storm, 3k leases", "pipeline_ratio >= 0.8", "storm_3k_ok = 1"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -97,6 +111,35 @@ func TestRunOnly(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), Config{Sync: "sometimes"}); err == nil {
 		t.Fatal("a bad sync mode was accepted")
+	}
+	for _, sizes := range [][]int{{0}, {3000, 3000}, {1000, -1}} {
+		if _, err := Run(context.Background(), Config{Only: []string{"storm"}, StormSizes: sizes}); err == nil {
+			t.Errorf("storm sizes %v accepted", sizes)
+		}
+	}
+}
+
+// A storm's figures are keys of the flat JSON object, named by its size.
+func TestStormJSON(t *testing.T) {
+	for n, want := range map[int]string{100_000: "100k", 1_000_000: "1m", 3000: "3k", 2500: "2500", 1_500_000: "1500k"} {
+		if got := StormLabel(n); got != want {
+			t.Errorf("StormLabel(%d) = %q, want %q", n, got, want)
+		}
+	}
+	var b bytes.Buffer
+	r := &Result{SyncMode: SyncAlways, FoldPerS: 1, Storms: []Storm{{Leases: 100_000, Seconds: 2.5, PerS: 40_000}, {Leases: 1_000_000, OK: 1}}}
+	if err := WriteJSON(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatalf("%v: %s", err, b.String())
+	}
+	if m["storm_100k_s"] != 2.5 || m["storm_100k_per_s"] != 40_000.0 || m["storm_1m_ok"] != 1.0 || m["storm_1m_s"] != 0.0 || m["fold_per_s"] != 1.0 {
+		t.Errorf("%s", b.String())
+	}
+	if _, ok := m["storms"]; ok {
+		t.Errorf("the storms are also a nested key: %s", b.String())
 	}
 }
 

@@ -29,6 +29,15 @@
 //  5. Resident bytes per tracked job with 1,000,000 jobs in the projection.
 //  6. Cold restart of the coordinator over the N-input log, from its stored
 //     snapshot and without one.
+//  7. Expiry storms (issue "Nothing bricks a deployment"): N leases (100,000
+//     and 1,000,000) granted by a live coordinator, which stops; the server
+//     restarts in the run's sync mode and every lease falls due; a new
+//     coordinator finds them all due at its first tick. Tenure: the time
+//     from it being live to the last expired decision stored, and that each
+//     lease expired exactly once. Baseline: one publisher storing N
+//     messages of an expired decision's size into a fresh stream with the
+//     decision stream's configuration, asynchronously and in atomic
+//     batches (the better of the two counts).
 //
 // Run returns a Result; WriteTable and WriteJSON print it.
 package bench

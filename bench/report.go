@@ -34,6 +34,18 @@ func (r *Result) Targets() []Target {
 	add(r.FoldPerS > 0, "fold_per_s >= 500,000", r.FoldPerS >= 500_000, r.FoldPerS, "%.0f")
 	add(r.MemJobs > 0, "bytes_per_job <= 1024", r.BytesPerJob <= 1024, r.BytesPerJob, "%.0f")
 	add(r.RestartSnapshotS > 0, "restart_snapshot_s <= 3", r.RestartSnapshotS <= 3, r.RestartSnapshotS, "%.2f s")
+	for _, s := range r.Storms {
+		l := StormLabel(int(s.Leases))
+		add(true, "storm_"+l+"_ok = 1 (each lease expired once)", s.OK == 1, s.Expired, "%.0f jobs")
+		if r.SyncMode != SyncAlways {
+			continue
+		}
+		if s.Leases == 1_000_000 {
+			add(true, "sync always: storm_1m_s < 30", s.Seconds < 30, s.Seconds, "%.1f s")
+		} else {
+			add(true, "sync always: storm_"+l+"_per_s >= 33,334 (1m in 30 s)", s.PerS >= stormPace, s.PerS, "%.0f/s")
+		}
+	}
 	return t
 }
 
@@ -79,6 +91,11 @@ func WriteTable(w io.Writer, r *Result) error {
 	row("  live heap bytes per job", 0, r.HeapBytesPerJob, "%.0f", 0)
 	row("6 restart from snapshot (s)", 0, r.RestartSnapshotS, "%.2f", 0)
 	row("  restart without snapshot (s)", 0, r.RestartColdS, "%.2f", 0)
+	for _, s := range r.Storms {
+		row(fmt.Sprintf("7 expiry storm, %s leases (per s)", StormLabel(int(s.Leases))), s.RawPerS, s.PerS, "%.0f", s.Ratio)
+		row("  live to the last expiry stored (s)", ratio(s.Leases, s.RawPerS), s.Seconds, "%.2f", ratio(ratio(s.Leases, s.RawPerS), s.Seconds))
+		row("  restart, start to live (s)", 0, s.RestartS, "%.2f", 0)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -88,6 +105,10 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	if r.PipelineInflight > 0 {
 		fmt.Fprintf(w, "pipeline: %.0f units in flight in both; %.0f batch renew inputs/s; SDK renewals refused: %.0f\n", r.PipelineInflight, r.TenureInputsPerS, r.TenureRenewErrors)
+	}
+	for _, s := range r.Storms {
+		fmt.Fprintf(w, "storm of %.0f: %.0f jobs expired exactly once (ok %v) by %.0f inputs, at most %.0f decisions per input; %.2f cores busy; raw: async %.0f/s, atomic batches %.0f/s\n",
+			s.Leases, s.Expired, s.OK == 1, s.Ticks, s.MaxDecisions, s.Cores, s.RawAsyncPerS, s.RawBatchPerS)
 	}
 	fmt.Fprintf(w, "machine: %.0f CPUs, load average %.2f at the start, %.2f at the end; %.0f s\n", r.CPUs, r.LoadAvg1, r.LoadEnd1, r.Seconds)
 	for _, t := range r.Targets() {

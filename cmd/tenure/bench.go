@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +22,8 @@ Runs, in one process and one run, a raw JetStream baseline and Tenure on the
 same embedded nats-server configuration, and prints both with their ratio:
 the pipeline, one-at-a-time round trips and expiry latency, the replay of a
 log (tenure audit), the fold alone, memory per job, and the coordinator's
-restart. Progress goes to stderr. See BENCHMARKS.md.
+restart, and expiry storms (N leases due at once when a coordinator
+restarts). Progress goes to stderr. See BENCHMARKS.md.
 
 `)
 		fs.PrintDefaults()
@@ -31,9 +33,10 @@ restart. Progress goes to stderr. See BENCHMARKS.md.
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	dir := fs.String("dir", "", "where the servers' temporary data directories go (default: the system's)")
 	profile := fs.String("profile", "", "write CPU and allocation profiles of every measured phase into `DIR`")
-	trace := fs.Bool("trace", false, "with --profile: also execution traces and goroutine dumps of the pipeline runs")
+	trace := fs.Bool("trace", false, "with --profile: also execution traces of the pipeline runs and the storms, goroutine dumps of the pipeline runs")
 	debug := fs.Bool("debug", false, "the coordinators' debug logs on stderr (how the appender appends)")
-	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, rtt, expiry, replay, fold, memory (default: all)")
+	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, rtt, expiry, replay, fold, memory, storm (default: all)")
+	storm := fs.String("storm", "", "comma-separated lease counts of the expiry storms, e.g. `100000,1000000` (default: that; 100000 with --quick)")
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	clusterMode := fs.Bool("cluster", false, "instead: throughput with 1, 2 and 4 partitions on a local 3-node cluster of real processes (R3 streams), next to raw JetStream on the same cluster")
 	natsServer := fs.String("nats-server", "", "with --cluster: a nats-server binary for the nodes (default: this binary's embedded server)")
@@ -76,11 +79,20 @@ restart. Progress goes to stderr. See BENCHMARKS.md.
 	if *only != "" {
 		for _, s := range strings.Split(*only, ",") {
 			switch s = strings.TrimSpace(s); s {
-			case "pipeline", "rtt", "expiry", "replay", "restart", "fold", "memory":
+			case "pipeline", "rtt", "expiry", "replay", "restart", "fold", "memory", "storm":
 				cfg.Only = append(cfg.Only, s)
 			default:
 				return fmt.Errorf("%w: --only: unknown scenario %q", errUsage, s)
 			}
+		}
+	}
+	if *storm != "" {
+		for _, s := range strings.Split(*storm, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("%w: --storm: %q is not a positive lease count", errUsage, s)
+			}
+			cfg.StormSizes = append(cfg.StormSizes, n)
 		}
 	}
 	res, err := bench.Run(ctx, cfg)

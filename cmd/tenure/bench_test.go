@@ -16,6 +16,8 @@ func TestBenchUsage(t *testing.T) {
 	}{
 		{[]string{"bench", "--sync", "sometimes"}, 2, ""},
 		{[]string{"bench", "--only", "everything"}, 2, ""},
+		{[]string{"bench", "--storm", "many"}, 2, "--storm"},
+		{[]string{"bench", "--storm", "100000,0"}, 2, "--storm"},
 		{[]string{"bench", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"bench", "extra"}, 2, ""},
 		{[]string{"bench", "-h"}, 0, "-quick"},
