@@ -45,24 +45,6 @@ func refusedSub(t *testing.T, c *client, who string, subjects ...string) {
 	}
 }
 
-// verdict waits on sub for the verdict of input seq.
-func verdict(t *testing.T, sub *nats.Subscription, seq uint64) events.Decision {
-	t.Helper()
-	for {
-		m, err := sub.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("verdict of input %d: %v", seq, err)
-		}
-		d, err := events.DecodeDecision(m.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Cause == seq && !d.Kind.Derived() {
-			return d
-		}
-	}
-}
-
 // A worker user can speak only for itself, only as a worker, cannot write
 // or administer the streams, and cannot read another worker's decisions. It
 // lives in an account of its own: the deployment's subjects it can reach at
