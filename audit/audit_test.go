@@ -292,6 +292,40 @@ func TestTampering(t *testing.T) {
 			},
 		},
 		{
+			// The content is reproduced; the chain value of decision 6
+			// names another history: a break at 6 and, since the chain goes
+			// on from the stored value, at 7 (chained from the right one).
+			name: "chain value altered",
+			tamper: func(ds []decision) []decision {
+				ds[5].chain = func(right events.Chain) string { right[31] ^= 1; return right.String() }
+				return ds
+			},
+			check: func(t *testing.T, r *audit.Report) {
+				onlyCounts(t, r, map[string]int{"chain": 2}, false)
+				for i, seq := range []uint64{6, 7} {
+					if b := r.Chain.Items[i]; b.Kind != audit.BreakLink || b.Seq != seq || !strings.Contains(b.Detail, "the chain breaks") {
+						t.Fatalf("chain %+v", b)
+					}
+				}
+				if r.Verified != 10 {
+					t.Fatalf("verified %d, want 10", r.Verified)
+				}
+			},
+		},
+		{
+			name: "chain value dropped",
+			tamper: func(ds []decision) []decision {
+				ds[5].chain = func(events.Chain) string { return "" }
+				return ds
+			},
+			check: func(t *testing.T, r *audit.Report) {
+				only(t, r, "chain")
+				if b := r.Chain.Items[0]; b.Kind != audit.BreakLink || b.Seq != 6 || !strings.Contains(b.Detail, "no Tenure-Chain header") {
+					t.Fatalf("chain %+v", b)
+				}
+			},
+		},
+		{
 			name: "one decision of two removed",
 			tamper: func(ds []decision) []decision {
 				return slices.Delete(ds, 5, 6)
@@ -517,21 +551,28 @@ func TestTampering(t *testing.T) {
 // "hash", unequal hashes) are present, each with one item.
 func only(t *testing.T, r *audit.Report, classes ...string) {
 	t.Helper()
+	want := map[string]int{}
+	for _, c := range classes {
+		want[c] = 1
+	}
+	onlyCounts(t, r, want, slices.Contains(classes, "hash"))
+}
+
+// onlyCounts fails unless r's findings are exactly want's counts, and its
+// hashes differ only if hash.
+func onlyCounts(t *testing.T, r *audit.Report, want map[string]int, hash bool) {
+	t.Helper()
 	counts := map[string]int{
 		"mismatches": r.Mismatches.Count, "missing": r.Missing.Count, "extra": r.Extra.Count,
 		"orphans": r.Orphans.Count, "holes": r.Holes.Count, "chain": r.Chain.Count,
 		"checkpoints": r.Checkpoints.Mismatches.Count,
 	}
 	for name, n := range counts {
-		want := 0
-		if slices.Contains(classes, name) {
-			want = 1
-		}
-		if n != want {
-			t.Fatalf("%s: %d, want %d:\n%s", name, n, want, summary(r))
+		if n != want[name] {
+			t.Fatalf("%s: %d, want %d:\n%s", name, n, want[name], summary(r))
 		}
 	}
-	if want := !slices.Contains(classes, "hash"); r.HashesEqual() != want && r.Pending.Partial == nil {
+	if want := !hash; r.HashesEqual() != want && r.Pending.Partial == nil {
 		t.Fatalf("hashes equal: %v, want %v:\n%s", r.HashesEqual(), want, summary(r))
 	}
 }
@@ -604,8 +645,13 @@ func TestGapInDecisionStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.audit(t, audit.Config{})
-	only(t, r, "chain", "missing")
+	// Decision 7's chain value commits to decision 6, which is gone: a
+	// gap and a broken link.
+	onlyCounts(t, r, map[string]int{"chain": 2, "missing": 1}, false)
 	if b := r.Chain.Items[0]; b.Stream != "decision" || b.Kind != audit.BreakGap || b.Seq != 7 || b.Prev != 5 {
+		t.Fatalf("chain %+v", b)
+	}
+	if b := r.Chain.Items[1]; b.Kind != audit.BreakLink || b.Seq != 7 || !strings.Contains(b.Detail, "the chain breaks") {
 		t.Fatalf("chain %+v", b)
 	}
 	if m := r.Missing.Items[0]; m.Cause != 5 || m.N != 1 || m.Before != 7 {

@@ -20,6 +20,7 @@ type StoredDecision struct {
 	Body    []byte
 	Cause   string // the Tenure-Cause header ("" if absent)
 	Index   string // the Tenure-N header, "n/of" ("" if absent)
+	Chain   string // the Tenure-Chain header ("" if absent)
 }
 
 // InputReader yields the stored inputs in stream order; false at the end.
@@ -47,6 +48,12 @@ type Start struct {
 	// before the first one read (0: reading from the first), and Last its key.
 	LastDecision uint64
 	Last         Key
+	// Chain is the chain value (events.HeaderChain) of decision
+	// LastDecision: the zero value, C(0), when reading from the first
+	// decision; ChainUnknown says it is not known (the first decision read
+	// that carries one is taken as it is, and noted).
+	Chain        events.Chain
+	ChainUnknown bool
 	// InputEnd and DecisionEnd are the streams' last sequences: a decision
 	// naming a cause beyond InputEnd names no input.
 	InputEnd, DecisionEnd uint64
@@ -175,6 +182,17 @@ type checker struct {
 	sPolicy *events.Policy
 	sRev    uint32 // the revision of the last rules_set decision (0: none)
 
+	// The decision chain: chain is the value of decision prevDec (as
+	// computed, or as stored after a break, so that each break is found
+	// once, where it is); every decision must carry its value once one
+	// has (chainSeen) or once the fold has moved to rules revision 2
+	// (from input rulesSeq on).
+	chainer      *events.Chainer
+	chain        events.Chain
+	chainUnknown bool
+	chainSeen    bool
+	rulesSeq     uint64
+
 	latest map[string]events.Decision
 	steps  map[uint64]int // timeline index by input sequence
 }
@@ -206,6 +224,10 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 		c.last, c.hasLast, c.lastSeq = st.Last, true, st.LastDecision
 	}
 	c.prevDec = st.LastDecision
+	c.chainer, c.chain, c.chainUnknown = events.NewChainer(), st.Chain, st.ChainUnknown
+	if c.p.Revision() >= events.Revision2 {
+		c.rulesSeq = c.p.LastSeq() + 1 // a snapshot at revision 2: every decision read
+	}
 	if opts.Matrix {
 		c.latest = make(map[string]events.Decision)
 	}
@@ -295,6 +317,9 @@ func (c *checker) foldNext() bool {
 	}
 	c.rep.Inputs++
 	c.rep.LastInput = raw.Seq
+	if c.rulesSeq == 0 && c.p.Revision() >= events.Revision2 {
+		c.rulesSeq = raw.Seq
+	}
 	c.rep.Derived += uint64(len(ds))
 	c.cur = ds
 	for i := range ds {
@@ -435,6 +460,44 @@ func (c *checker) decision(s *StoredDecision) {
 		c.applyStored(c.dec(d))
 	} else {
 		c.applyStoredBody(s.Body)
+	}
+	c.link(s, &k) // after judge, which folds up to the decision's cause
+}
+
+// link checks s's chain value against the one the decisions before it
+// give (PROTOCOL.md §20).
+func (c *checker) link(s *StoredDecision, k *skey) {
+	var cause uint64
+	var n, of uint32
+	if k.hdrOK {
+		cause, n, of = k.hdrCause, k.key.N, k.of
+	}
+	want := c.chainer.Next(c.chain, s.Seq, cause, n, of, s.Subject, s.Body)
+	c.chain = want
+	c.rep.ChainSeq, c.rep.ChainHead = s.Seq, want
+	brk := func(format string, args ...any) {
+		c.rep.Chain.add(c.max, Break{Stream: "decision", Seq: s.Seq, Prev: s.Seq - 1, Kind: BreakLink, Detail: fmt.Sprintf(format, args...)})
+	}
+	if s.Chain == "" {
+		if c.chainSeen || c.rulesSeq != 0 && cause >= c.rulesSeq {
+			brk("no %s header (every decision at rules revision 2 carries one)", events.HeaderChain)
+		}
+		return
+	}
+	got, ok := events.ParseChain(s.Chain)
+	if !ok {
+		brk("unreadable %s header %q", events.HeaderChain, s.Chain)
+		return
+	}
+	c.chainSeen = true
+	if c.chainUnknown {
+		c.chainUnknown = false
+		c.chain, c.rep.ChainHead = got, got
+		return
+	}
+	if got != want {
+		brk("the chain breaks: the %s header is %s, the decisions before it give %s (the log before it was changed or lost decisions)", events.HeaderChain, got, want)
+		c.chain, c.rep.ChainHead = got, got
 	}
 }
 

@@ -354,6 +354,20 @@ func TestFromChecksSnapshotAnchor(t *testing.T) {
 			}
 		})
 	}
+	// The genuine state and anchor under another chain value: the chain
+	// after it would continue from a value the log does not hold.
+	t.Run("chain", func(t *testing.T) {
+		put(t, data, func(h nats.Header) {
+			h.Set(audit.HeaderSnapshotChain, strings.Repeat("ab", 32))
+		})
+		r := e.audit(t, audit.Config{From: from})
+		only(t, r)
+		sc := r.Snapshot
+		if r.Problems() != 1 || sc.Used || r.From != 1 || !strings.Contains(sc.Problem, fmt.Sprintf("decision %d, its position, has chain value", sc.DecisionSeq)) ||
+			!strings.Contains(sc.Problem, "the snapshot says "+strings.Repeat("ab", 32)) {
+			t.Fatalf("snapshot with another chain value: %+v:\n%s", sc, summary(r))
+		}
+	})
 	t.Run("no anchor", func(t *testing.T) {
 		put(t, data, func(h nats.Header) {
 			h.Del(audit.HeaderSnapshotAnchor)

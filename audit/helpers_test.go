@@ -111,6 +111,10 @@ type decision struct {
 	index   string // Tenure-N
 	msgID   string
 	d       events.Decision
+	// chain, when set, gives the Tenure-Chain header from the right value
+	// ("": none); appendDecisions chains the next decision from the right
+	// value regardless.
+	chain func(right events.Chain) string
 }
 
 // derive folds stored inputs (skipping those in skip) and returns the
@@ -159,17 +163,61 @@ func (d decision) msg() *nats.Msg {
 func (e *env) appendDecisions(t testing.TB, ds []decision) []uint64 {
 	t.Helper()
 	var seqs []uint64
+	prev, last := e.chainHead(t)
 	for _, d := range ds {
-		ack, err := e.js.PublishMsg(context.Background(), d.msg())
+		m := d.msg()
+		// Chained as the coordinator chains (PROTOCOL.md §20), after the
+		// decisions the stream holds.
+		cause, n, of := headerIndex(m.Header)
+		prev = events.NextChain(prev, last+1, cause, n, of, d.subject, d.body)
+		m.Header.Set(events.HeaderChain, prev.String())
+		if d.chain != nil {
+			m.Header.Del(events.HeaderChain)
+			if v := d.chain(prev); v != "" {
+				m.Header.Set(events.HeaderChain, v)
+			}
+		}
+		ack, err := e.js.PublishMsg(context.Background(), m)
 		if err != nil {
 			t.Fatalf("append decision %s: %v", d.subject, err)
 		}
 		if ack.Duplicate {
 			t.Fatalf("decision %s deduplicated", d.subject)
 		}
+		if ack.Sequence != last+1 {
+			t.Fatalf("decision %s stored at %d, want %d", d.subject, ack.Sequence, last+1)
+		}
+		last = ack.Sequence
 		seqs = append(seqs, ack.Sequence)
 	}
 	return seqs
+}
+
+// chainHead returns the chain value of the decision stream's last decision
+// and its sequence, computed over every stored decision.
+func (e *env) chainHead(t testing.TB) (events.Chain, uint64) {
+	t.Helper()
+	var c events.Chain
+	var last uint64
+	for _, m := range e.readStream(t, e.top.DecisionStream()) {
+		cause, n, of := headerIndex(m.header)
+		c, last = events.NextChain(c, m.seq, cause, n, of, m.subject, m.data), m.seq
+	}
+	return c, last
+}
+
+// headerIndex reads the Tenure-Cause and Tenure-N headers as the chain
+// hashes them (zero when they do not parse).
+func headerIndex(h nats.Header) (cause uint64, n, of uint32) {
+	c, err1 := strconv.ParseUint(h.Get(events.HeaderCause), 10, 64)
+	var n64, of64 uint64
+	a, b, _ := strings.Cut(h.Get(events.HeaderIndex), "/")
+	n64, err2 := strconv.ParseUint(a, 10, 32)
+	of64, err3 := strconv.ParseUint(b, 10, 32)
+	if err1 != nil || err2 != nil || err3 != nil || n64 >= of64 {
+		return 0, 0, 0
+	}
+	return c, uint32(n64), uint32(of64)
 }
 
 // audit runs an audit and fails the test on error.
@@ -222,6 +270,12 @@ func (e *env) putAnchoredSnapshot(t testing.TB, data []byte, inputSeq, decisionS
 	meta.Headers.Set(audit.HeaderSnapshotDecision, decisionSeq)
 	meta.Headers.Set(audit.HeaderSnapshotAnchor, strconv.FormatUint(anchorSeq, 10))
 	meta.Headers.Set(audit.HeaderSnapshotHash, fmt.Sprintf("%x", sum))
+	// The chain value of its decision, as stored (none if it is not).
+	if seq, err := strconv.ParseUint(decisionSeq, 10, 64); err == nil {
+		if m, err := e.h.Out.GetMsg(context.Background(), seq); err == nil {
+			meta.Headers.Set(audit.HeaderSnapshotChain, m.Header.Get(events.HeaderChain))
+		}
+	}
 	if _, err := e.h.Snapshots.Put(context.Background(), meta, bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}

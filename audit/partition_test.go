@@ -281,13 +281,17 @@ func TestPartitionedAuditTampering(t *testing.T) {
 		audits = append(audits, audit.PartitionAudit{Partition: rep.Partition, Report: rep})
 		switch k {
 		case 2:
-			only(t, rep, "extra")
+			only(t, rep, "extra", "chain")
 			x := rep.Extra.Items[0]
 			if x.Seq != ack.Sequence || strconv.FormatUint(x.Cause, 10) != last.Header.Get(events.HeaderCause) || x.Why != audit.ExtraDuplicate {
 				t.Fatalf("partition 2: extra %+v", x)
 			}
+			// Appended behind the coordinator's back, it carries no chain value.
+			if b := rep.Chain.Items[0]; rep.Chain.Count != 1 || b.Kind != audit.BreakLink || b.Seq != ack.Sequence {
+				t.Fatalf("partition 2: chain %+v", rep.Chain.Items)
+			}
 		case 3:
-			only(t, rep, "mismatches")
+			only(t, rep, "mismatches", "chain") // the forged decision carries no chain value
 			m := rep.Mismatches.Items[0]
 			if m.Seq != fAck.Sequence || m.Cause != inAck.Sequence || !strings.Contains(m.Summary(), "kind granted≠rejected, reason ok≠wrong_partition") {
 				t.Fatalf("partition 3: mismatch %+v", m)
@@ -298,8 +302,9 @@ func TestPartitionedAuditTampering(t *testing.T) {
 	}
 	tot := audit.Sum(audits)
 	// The stored snapshot of partition 2, when it covers its last input,
-	// is followed by the foreign decision: one more problem there.
-	want := 2
+	// is followed by the foreign decision: one more problem there. Each
+	// forged decision also breaks its partition's chain.
+	want := 4
 	if sn := audits[2].Report.Snapshot; sn != nil && sn.Problem != "" {
 		if !strings.Contains(sn.Problem, fmt.Sprintf("decision %d after the snapshot's position", ack.Sequence)) {
 			t.Fatalf("partition 2: snapshot %+v", sn)

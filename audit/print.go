@@ -141,6 +141,9 @@ func WriteSummary(w io.Writer, r *Report, list int) error {
 		}
 	}
 	p("fold hash:   %s\nstored hash: %s (%s)\n", r.FoldHash, r.StoredHash, eq)
+	if r.ChainSeq != 0 {
+		p("chain head:  %s (decision %d)\n", r.ChainHead, r.ChainSeq)
+	}
 	p("elapsed:     %v (%.0f inputs/s)\n", r.Elapsed.Round(time.Millisecond), r.Rate())
 	if r.OK() {
 		p("result:      OK: every decision was reproduced\n")

@@ -183,6 +183,10 @@ const (
 	// BreakIndex: a decision's Tenure-Cause / Tenure-N headers are missing
 	// or malformed ("n/of" with n < of).
 	BreakIndex BreakKind = "index"
+	// BreakLink: a decision's chain value (Tenure-Chain, PROTOCOL.md §20)
+	// is missing where one is required, unreadable, or not the value the
+	// decisions before it give.
+	BreakLink BreakKind = "link"
 )
 
 // Break is a break of the chain, visible without the fold.
@@ -298,6 +302,11 @@ type Report struct {
 	Derived     uint64 `json:"derived"`      // decisions the fold derived
 	Decisions   uint64 `json:"decisions"`    // stored decisions read
 	Verified    uint64 `json:"verified"`     // stored decisions reproduced byte for byte
+	// ChainHead is the chain value of decision ChainSeq, the last one read
+	// (as stored after a break): what a signed chain head or a receipt of
+	// that decision must name.
+	ChainSeq  uint64       `json:"chain_seq"`
+	ChainHead events.Chain `json:"chain_head"`
 
 	Mismatches List[Mismatch] `json:"mismatches"`
 	Missing    List[Missing]  `json:"missing"`

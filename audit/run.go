@@ -27,6 +27,7 @@ const (
 	HeaderSnapshotInput    = streams.HeaderSnapshotInput
 	HeaderSnapshotDecision = streams.HeaderSnapshotDecision
 	HeaderSnapshotAnchor   = streams.HeaderSnapshotAnchor
+	HeaderSnapshotChain    = streams.HeaderSnapshotChain
 	HeaderSnapshotHash     = streams.HeaderSnapshotHash
 )
 
@@ -370,6 +371,13 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		if err == nil {
 			err = anchor.CheckBytes(data)
 		}
+		if err == nil {
+			// The chain continues after it from the log's own value.
+			var m *jetstream.RawStreamMsg
+			if m, err = h.Out.GetMsg(ctx, decSeq); err == nil {
+				err = anchor.CheckChain(m.Header)
+			}
+		}
 		switch {
 		case err == nil:
 			sc.Anchored = true
@@ -393,6 +401,7 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		sc.Used = true
 		st.Projector, st.Base = p, data
 		st.LastDecision, st.Last = decSeq, last
+		st.Chain = anchor.Chain
 	}
 	return nil
 }
@@ -464,7 +473,7 @@ func checkSnapshotPosition(ctx context.Context, h *streams.Handles, p *projector
 			return StoredDecision{}, err
 		}
 		return StoredDecision{Seq: seq, Subject: m.Subject, Body: m.Data,
-			Cause: m.Header.Get(events.HeaderCause), Index: m.Header.Get(events.HeaderIndex)}, nil
+			Cause: m.Header.Get(events.HeaderCause), Index: m.Header.Get(events.HeaderIndex), Chain: m.Header.Get(events.HeaderChain)}, nil
 	}
 	s, err := get(decSeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -503,6 +512,7 @@ type record struct {
 	subject      string
 	data         []byte
 	cause, index string
+	chain        string
 }
 
 const (
@@ -587,6 +597,7 @@ func (r *reader) handle(ctx context.Context, m follow.Msg, headers bool) {
 	rec := record{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data}
 	if headers && m.Header != nil {
 		rec.cause, rec.index = m.Header.Get(events.HeaderCause), m.Header.Get(events.HeaderIndex)
+		rec.chain = m.Header.Get(events.HeaderChain)
 	}
 	last := rec.seq >= r.end || m.Pending == 0
 	if rec.seq <= r.end {
@@ -714,5 +725,5 @@ func (a decisionReader) NextDecision() (StoredDecision, bool) {
 	if !ok {
 		return StoredDecision{}, false
 	}
-	return StoredDecision{Seq: m.seq, Subject: m.subject, Body: m.data, Cause: m.cause, Index: m.index}, true
+	return StoredDecision{Seq: m.seq, Subject: m.subject, Body: m.data, Cause: m.cause, Index: m.index, Chain: m.chain}, true
 }

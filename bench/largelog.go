@@ -187,6 +187,8 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 	defer it.Stop()
 	p := projector.New()
 	var decSeq uint64
+	var chain, snapChain events.Chain
+	chainer := events.NewChainer()
 	var snap []byte
 	var snapDec, anchor uint64
 	var snapHash [events.StateHashLen]byte
@@ -205,9 +207,12 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 		}
 		for i := range ds {
 			d := &ds[i]
-			msg := &nats.Msg{Subject: events.DecisionSubject(d), Data: events.AppendDecision(nil, d), Header: nats.Header{
+			subj, body := events.DecisionSubject(d), events.AppendDecision(nil, d)
+			chain = chainer.Next(chain, decSeq+1, d.Cause, d.N, d.Of, subj, body)
+			msg := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{
 				events.HeaderCause:              {strconv.FormatUint(d.Cause, 10)},
 				events.HeaderIndex:              {strconv.Itoa(int(d.N)) + "/" + strconv.Itoa(int(d.Of))},
+				events.HeaderChain:              {chain.String()},
 				jetstream.ExpectedLastSeqHeader: {strconv.FormatUint(decSeq, 10)},
 			}}
 			if err := publish(msg); err != nil {
@@ -216,7 +221,7 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 			decSeq++
 		}
 		if p.LastSeq() == snapAt {
-			snap, snapDec = p.Snapshot(), decSeq
+			snap, snapDec, snapChain = p.Snapshot(), decSeq, chain
 			snapHash = sha256.Sum256(snap)
 			// The checkpoint claiming its hash comes after the log's
 			// inputs: input total+1, anchored by its decision.
@@ -239,6 +244,7 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 		meta.Headers.Set(audit.HeaderSnapshotDecision, strconv.FormatUint(snapDec, 10))
 		meta.Headers.Set(audit.HeaderSnapshotAnchor, strconv.FormatUint(anchor, 10))
 		meta.Headers.Set(audit.HeaderSnapshotHash, hex.EncodeToString(snapHash[:]))
+		meta.Headers.Set(audit.HeaderSnapshotChain, snapChain.String())
 		if _, err := snapshots.Put(ctx, meta, bytes.NewReader(snap)); err != nil {
 			return 0, 0, fmt.Errorf("store the snapshot: %w", err)
 		}

@@ -123,7 +123,7 @@ type appender struct {
 	units   []unit // awaiting their reply, oldest first
 	batches int    // the units in flight that are batches
 	hdr     nats.Header
-	hdrVals [7][1]string // the values of hdr's keys, reused
+	hdrVals [8][1]string // the values of hdr's keys, reused
 	msg     nats.Msg     // the message being published, reused
 	log     *slog.Logger
 	// The way of appending under backlog, and its measurement.
@@ -240,6 +240,7 @@ func (a *appender) send(ps []pending, after uint64) error {
 		set(0, events.HeaderCause, strconv.FormatUint(p.cause, 10))
 		set(1, events.HeaderIndex, strconv.Itoa(int(p.n))+"/"+strconv.Itoa(int(p.of)))
 		set(2, headerMsgID, events.DecisionMsgID(p.cause, p.n))
+		set(7, events.HeaderChain, p.chain.String())
 		if i == 0 {
 			set(3, headerExpectSeq, strconv.FormatUint(after, 10))
 		}

@@ -313,6 +313,13 @@ type session struct {
 	pend  []pending // derived decisions not yet matched or appended
 	arena []byte    // the bodies of pend, reset when pend empties
 
+	// The decision chain (events.HeaderChain): head is the chain value of
+	// decision headSeq, the last one derived (or, before any is, the last
+	// one verified or restored).
+	head    events.Chain
+	headSeq uint64
+	chainer *events.Chainer
+
 	decSeq     uint64    // last decision sequence verified, or derived while live
 	inKnown    uint64    // the input stream is known to hold inputs up to this sequence
 	sentSeq    uint64    // live: last decision sequence published (decSeq - len(pend))
@@ -335,6 +342,9 @@ type pending struct {
 	n, of   uint32
 	cause   uint64
 	body    []byte
+	seq     uint64       // its decision sequence
+	chain   events.Chain // its chain value
+	chained bool         // derived at rules revision 2 or later: the stored decision must carry its chain value
 }
 
 func (c *Coordinator) session(ctx context.Context) error {
@@ -346,6 +356,7 @@ func (c *Coordinator) session(ctx context.Context) error {
 	}
 	s := &session{c: c, ctx: ctx, p: projector.NewPartition(c.cfg.Topology.Partition), snapTime: time.Now()}
 	s.loadSnapshot() // may start the readers (perf: reading overlaps the restore)
+	s.headSeq = s.decSeq
 	c.folded.Store(s.p.LastSeq())
 	defer func() { s.out.stop(); s.in.stop() }()
 	if s.in == nil {
@@ -413,10 +424,18 @@ func (s *session) fold(m stored) error {
 		}
 		start := len(s.arena)
 		s.arena = events.AppendDecision(s.arena, d)
-		s.pend = append(s.pend, pending{
+		pd := pending{
 			subject: s.c.cfg.Topology.Partition.DecisionSubject(d), n: d.N, of: d.Of, cause: d.Cause,
-			body: s.arena[start:len(s.arena):len(s.arena)],
-		})
+			body:    s.arena[start:len(s.arena):len(s.arena)],
+			seq:     s.headSeq + 1,
+			chained: s.p.Revision() >= events.Revision2,
+		}
+		if s.chainer == nil {
+			s.chainer = events.NewChainer()
+		}
+		pd.chain = s.chainer.Next(s.head, pd.seq, pd.cause, pd.n, pd.of, pd.subject, pd.body)
+		s.head, s.headSeq = pd.chain, pd.seq
+		s.pend = append(s.pend, pd)
 	}
 	if s.app == nil {
 		// Live, an input counts as folded once its decisions are stored
@@ -469,9 +488,12 @@ func (s *session) verify(sd stored) error {
 		}
 	}
 	want := s.pend[0]
-	if sd.subject != want.subject || !bytes.Equal(sd.data, want.body) || cause != want.cause || n != want.n || of != want.of {
+	if sd.subject != want.subject || !bytes.Equal(sd.data, want.body) || cause != want.cause || n != want.n || of != want.of || sd.seq != want.seq {
 		return fmt.Errorf("%w: decision %d (cause input %d, %d/%d):\n stored  %s %s (headers %d, %d/%d)\n derived %s %s",
 			ErrDivergence, sd.seq, want.cause, want.n, want.of, sd.subject, sd.data, cause, n, of, want.subject, want.body)
+	}
+	if err := checkChain(sd.seq, sd.header, want.chain, want.chained); err != nil {
+		return err
 	}
 	s.pend = s.pend[1:]
 	if len(s.pend) == 0 {
@@ -498,6 +520,29 @@ func (s *session) inputExists(cause uint64) error {
 		return fmt.Errorf("%w: a stored decision names input %d; the input stream ends at %d", ErrDivergence, cause, info.State.LastSeq)
 	}
 	s.inKnown = info.State.LastSeq
+	return nil
+}
+
+// checkChain checks a stored decision's chain header against want, its
+// chain value computed from the decisions before it: a value that differs
+// (the log before it changed, or lost a decision) or, when required, none
+// at all is a divergence.
+func checkChain(seq uint64, h nats.Header, want events.Chain, required bool) error {
+	v := h.Get(events.HeaderChain)
+	if v == "" {
+		if required {
+			return fmt.Errorf("%w: decision %d carries no %s header (every decision at rules revision 2 does)", ErrDivergence, seq, events.HeaderChain)
+		}
+		return nil
+	}
+	got, ok := events.ParseChain(v)
+	if !ok {
+		return fmt.Errorf("%w: decision %d: unreadable %s header %q", ErrDivergence, seq, events.HeaderChain, v)
+	}
+	if got != want {
+		return fmt.Errorf("%w: decision %d: the chain breaks: its %s header is %s, the decisions before it give %s (the log before it was changed or lost decisions)",
+			ErrDivergence, seq, events.HeaderChain, got, want)
+	}
 	return nil
 }
 

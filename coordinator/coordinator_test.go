@@ -445,3 +445,75 @@ func TestLongCatchUpKeepsLeadership(t *testing.T) {
 		t.Fatalf("input after the catch-up: %+v, want granted", v)
 	}
 }
+
+// A stored decision that is exactly what the fold derives but whose chain
+// value (PROTOCOL.md §20) is not the one the decisions before it give, or
+// is missing, is a divergence: the coordinator refuses to go live and
+// writes nothing. With the right value it goes live (the decision is
+// otherwise correct). Before the chain, the first two went live too.
+func TestChainBreakRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		chain func(right events.Chain) string
+		want  string // "" : goes live
+	}{
+		{"right value", func(right events.Chain) string { return right.String() }, ""},
+		{"another history", func(right events.Chain) string { right[0] ^= 1; return right.String() }, "the chain breaks"},
+		{"no value", func(events.Chain) string { return "" }, "carries no Tenure-Chain header"},
+		{"unreadable", func(right events.Chain) string { return strings.ToUpper(right.String()) }, "unreadable Tenure-Chain header"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _, js := newServer(t)
+			r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery = -1 })
+			publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+			waitCaughtUp(t, js, r)
+			r.stop()
+			// An input stored while no coordinator runs, and its decision
+			// appended by someone else: right in content.
+			publish(t, js, events.RoleWorker, "w1", "j2", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+			ins, out := readStream(t, js, "TENURE_IN"), readStream(t, js, "TENURE_OUT")
+			want := foldStoredIn(t, events.Partition{}, ins)
+			if len(want) != len(out)+1 {
+				t.Fatalf("the fold gives %d decisions, %d are stored: want one more", len(want), len(out))
+			}
+			last := out[len(out)-1]
+			prev, ok := events.ParseChain(last.header.Get(events.HeaderChain))
+			if !ok {
+				t.Fatalf("decision %d carries no chain value", last.seq)
+			}
+			d := want[len(want)-1]
+			cause := ins[len(ins)-1].seq
+			right := events.NextChain(prev, last.seq+1, cause, 0, 1, d.subject, d.data)
+			m := nats.NewMsg(d.subject)
+			m.Data = d.data
+			m.Header.Set(events.HeaderCause, fmt.Sprint(cause))
+			m.Header.Set(events.HeaderIndex, "0/1")
+			if v := tc.chain(right); v != "" {
+				m.Header.Set(events.HeaderChain, v)
+			}
+			if _, err := js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery = -1 })
+				waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+				checkChain(t, js)
+				return
+			}
+			nc, _ := testutil.Connect(t, srv.ClientURL())
+			c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond, SnapshotEvery: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = c.Run(ctx)
+			if !errors.Is(err, coordinator.ErrDivergence) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), fmt.Sprintf("decision %d", last.seq+1)) {
+				t.Fatalf("Run returned %v, want ErrDivergence (%s) naming decision %d", err, tc.want, last.seq+1)
+			}
+			if got := readStream(t, js, "TENURE_OUT"); len(got) != len(out)+1 {
+				t.Fatalf("the coordinator wrote to a diverging log: %d decisions, want %d", len(got), len(out)+1)
+			}
+		})
+	}
+}

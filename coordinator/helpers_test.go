@@ -112,6 +112,7 @@ func checkChainOf(t testing.TB, js jetstream.JetStream, topo streams.Topology) (
 		}
 		t.Fatalf("decision stream holds %d decisions, the fold of %d inputs gives %d", len(decisions), len(inputs), len(want))
 	}
+	var chain events.Chain
 	for i := range want {
 		d := decisions[i]
 		if d.seq != uint64(i+1) {
@@ -126,6 +127,11 @@ func checkChainOf(t testing.TB, js jetstream.JetStream, topo streams.Topology) (
 		}
 		if got := d.header.Get(events.HeaderCause); got != fmt.Sprint(dd.Cause) {
 			t.Fatalf("decision %d: cause header %q, body says %d", i+1, got, dd.Cause)
+		}
+		// Its chain value commits to it and every decision before it.
+		chain = events.NextChain(chain, d.seq, dd.Cause, dd.N, dd.Of, d.subject, d.data)
+		if got := d.header.Get(events.HeaderChain); got != chain.String() {
+			t.Fatalf("decision %d: chain header %q, want %s", i+1, got, chain)
 		}
 	}
 	return inputs, decisions

@@ -39,6 +39,7 @@ const (
 	headerSnapDecision = streams.HeaderSnapshotDecision // the last decision of input S
 	headerSnapAnchor   = streams.HeaderSnapshotAnchor   // A: the checkpointed decision anchoring the hash
 	headerSnapHash     = streams.HeaderSnapshotHash     // H: 64 hex digits
+	headerSnapChain    = streams.HeaderSnapshotChain    // the chain value of the decision at headerSnapDecision
 )
 
 // checkpointTimeout bounds the wait for the checkpointed decision of a
@@ -50,6 +51,7 @@ type snapshot struct {
 	inputSeq, decSeq uint64
 	anchorSeq        uint64 // 0 until the checkpointed decision is derived
 	hash             [events.StateHashLen]byte
+	chain            events.Chain // of decision decSeq
 	data             []byte
 	sent             time.Time // when the checkpoint input was appended
 }
@@ -134,7 +136,7 @@ func (s *session) loadSnapshot() {
 		c.log.Warn("snapshot refused, folding from the start", "err", err)
 		return
 	}
-	s.p, s.decSeq, s.acked = p, pos.DecisionSeq, pos.DecisionSeq
+	s.p, s.decSeq, s.acked, s.head = p, pos.DecisionSeq, pos.DecisionSeq, pos.Chain
 	c.setSnapshot(pos.InputSeq, info.ModTime)
 	c.log.Info("restored snapshot", "input_seq", pos.InputSeq, "decision_seq", pos.DecisionSeq, "anchor_seq", pos.AnchorSeq, "jobs", p.Len())
 }
@@ -166,6 +168,9 @@ func (s *session) checkAnchor(h nats.Header) (streams.SnapshotAnchor, error) {
 	if err != nil || cause != a.InputSeq || n+1 != of {
 		return refuse(fmt.Errorf("its position does not match the decision stream (decision %d is not the last of input %d)", a.DecisionSeq, a.InputSeq))
 	}
+	if err := a.CheckChain(m.Header); err != nil {
+		return refuse(err)
+	}
 	if err := a.CheckAnchor(s.ctx, s.c.h.Out); err != nil {
 		return refuse(err)
 	}
@@ -184,10 +189,10 @@ func (s *session) maybeSnapshot(timer bool) {
 		c.log.Warn("no checkpointed decision for the snapshot taken; taking another when due", "input_seq", w.inputSeq)
 		s.snapWait = nil
 	}
-	if s.snapWait == nil && s.sinceSnap > 0 &&
+	if s.snapWait == nil && s.sinceSnap > 0 && s.headSeq == s.decSeq &&
 		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && time.Since(s.snapTime) >= c.cfg.SnapshotInterval) {
 		data := s.p.Snapshot()
-		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, hash: sha256.Sum256(data), data: data, sent: time.Now()}
+		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head, hash: sha256.Sum256(data), data: data, sent: time.Now()}
 		s.sinceSnap = 0
 		s.snapTime = snap.sent
 		if s.appendCheckpoint(snap) {
@@ -248,6 +253,7 @@ func (s *session) snapshotWriter(ctx context.Context) {
 			meta.Headers.Set(headerSnapDecision, strconv.FormatUint(snap.decSeq, 10))
 			meta.Headers.Set(headerSnapAnchor, strconv.FormatUint(snap.anchorSeq, 10))
 			meta.Headers.Set(headerSnapHash, hex.EncodeToString(snap.hash[:]))
+			meta.Headers.Set(headerSnapChain, snap.chain.String())
 			if _, err := c.h.Snapshots.Put(ctx, meta, bytes.NewReader(snap.data)); err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("snapshot not stored", "input_seq", snap.inputSeq, "err", err)

@@ -141,6 +141,58 @@ func TestTamperedSnapshotRefused(t *testing.T) {
 	}
 }
 
+// A snapshot names the chain value of the decision at its position
+// (PROTOCOL.md §20); a coordinator restores it only if that decision
+// carries the same value, and continues the chain from it. The snapshot
+// untouched is restored; with another chain value (its bytes and anchor
+// intact) or none, it is refused and the coordinator folds from the start.
+func TestSnapshotChainChecked(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		tamper  func(h nats.Header)
+		refused uint64
+	}{
+		{"untouched", func(nats.Header) {}, 0},
+		{"other value", func(h nats.Header) {
+			v := []byte(h.Get(streams.HeaderSnapshotChain))
+			if v[0] == '0' {
+				v[0] = '1'
+			} else {
+				v[0] = '0'
+			}
+			h.Set(streams.HeaderSnapshotChain, string(v))
+		}, 1},
+		{"none", func(h nats.Header) { h.Del(streams.HeaderSnapshotChain) }, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv, _, js := newServer(t)
+			snapEvery := func(c *coordinator.Config) { c.SnapshotEvery = 2; c.SnapshotInterval = time.Hour }
+			r := startCoordinator(t, srv.ClientURL(), "c1", snapEvery)
+			for i := range 4 {
+				publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j-%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+			}
+			waitFor(t, 10*time.Second, "a snapshot", func() bool { return r.c.Stats().SnapshotSeq > 0 })
+			waitCaughtUp(t, js, r)
+			r.stop()
+			data, h := storedSnapshot(t, js)
+			c.tamper(h)
+			putSnapshot(t, js, data, h)
+
+			// No snapshot of its own: SnapshotSeq is the restored one's.
+			r = startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery = 1000; c.SnapshotInterval = time.Hour })
+			waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+			if st := r.c.Stats(); st.SnapshotsRefused != c.refused || (c.refused == 0) != (st.SnapshotSeq != 0) {
+				t.Fatalf("%d snapshots refused, want %d; restored the snapshot of input %d", st.SnapshotsRefused, c.refused, st.SnapshotSeq)
+			}
+			// The chain continues from the right value either way.
+			publish(t, js, events.RoleWorker, "w1", "after", events.VerbAcquire, `{"v":1}`)
+			waitCaughtUp(t, js, r)
+			checkChain(t, js)
+		})
+	}
+}
+
 // An input stored before the coordinator ever ran (seq 1) cannot keep the
 // log at rules revision 1: the coordinator's fenced rules input fails and
 // it appends them after it. The early lease keeps its revision-1 id; every

@@ -27,6 +27,7 @@ type SnapshotAnchor struct {
 	DecisionSeq uint64                    // HeaderSnapshotDecision: the last decision of input S
 	AnchorSeq   uint64                    // A (HeaderSnapshotAnchor): the checkpointed decision claiming (S, Hash)
 	Hash        [events.StateHashLen]byte // H (HeaderSnapshotHash): the state hash of its bytes
+	Chain       events.Chain              // HeaderSnapshotChain: the chain value of decision DecisionSeq
 }
 
 // ErrSnapshotUnanchored is the error of ParseSnapshotHeaders for a
@@ -71,7 +72,30 @@ func ParseSnapshotHeaders(h nats.Header) (SnapshotAnchor, error) {
 		return a, anchorErr("unreadable anchor %q or state hash %q", h.Get(HeaderSnapshotAnchor), h.Get(HeaderSnapshotHash))
 	}
 	a.AnchorSeq, a.Hash = anchor, hash
+	chain, ok := events.ParseChain(h.Get(HeaderSnapshotChain))
+	if !ok {
+		return a, anchorErr("unreadable or missing chain value %s %q", HeaderSnapshotChain, h.Get(HeaderSnapshotChain))
+	}
+	a.Chain = chain
 	return a, nil
+}
+
+// CheckChain checks that h, the headers of the stored decision at
+// a.DecisionSeq, carry the snapshot's chain value (an *AnchorError if not):
+// the decision chain after the snapshot continues from the log's own value,
+// not from one the object store says.
+func (a SnapshotAnchor) CheckChain(h nats.Header) error {
+	v := h.Get(events.HeaderChain)
+	got, ok := events.ParseChain(v)
+	switch {
+	case v == "":
+		return anchorErr("decision %d, its position, carries no %s header", a.DecisionSeq, events.HeaderChain)
+	case !ok:
+		return anchorErr("decision %d, its position, has an unreadable %s header %q", a.DecisionSeq, events.HeaderChain, v)
+	case got != a.Chain:
+		return anchorErr("decision %d, its position, has chain value %s; the snapshot says %s", a.DecisionSeq, got, a.Chain)
+	}
+	return nil
 }
 
 // MsgGetter reads a stream's message by sequence (jetstream.Stream does).

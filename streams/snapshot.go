@@ -17,4 +17,8 @@ const (
 	// HeaderSnapshotHash is H: the state hash (SHA-256 of the object's
 	// bytes), 64 lower-case hexadecimal digits.
 	HeaderSnapshotHash = "Tenure-State-Hash"
+	// HeaderSnapshotChain is the chain value (events.HeaderChain) of the
+	// decision at HeaderSnapshotDecision, 64 lower-case hexadecimal digits:
+	// where the decision chain continues from after the snapshot.
+	HeaderSnapshotChain = "Tenure-Decision-Chain"
 )

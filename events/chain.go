@@ -1,0 +1,97 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"hash"
+)
+
+// The decision chain (PROTOCOL.md §20). Every stored decision carries, in
+// its HeaderChain header, the chain value
+//
+//	C(0) = 32 zero bytes
+//	C(i) = SHA-256("tenure chain v1\x00" || C(i-1) || BE64 i || BE64 cause ||
+//	               BE32 n || BE32 of || BE32 len(subject) || subject ||
+//	               BE32 len(body) || body)
+//
+// of decision i (its stream sequence), its Tenure-Cause and Tenure-N
+// headers, its subject and its body as stored. C(i) commits to every
+// decision up to i: whoever keeps one chain value (a worker's receipt, a
+// signed chain head) can later prove that the log was changed or lost
+// decisions at or before i, even when the log still replays cleanly.
+//
+// The value is defined for every decision from the first, including the
+// decisions of a log older than the chain (before its rules input, PROTOCOL
+// §1.1), which carry no header: every decision derived at rules revision 2
+// or later must carry it.
+
+// HeaderChain carries a decision's chain value: ChainLen bytes as 64
+// lower-case hexadecimal digits.
+const HeaderChain = "Tenure-Chain"
+
+// ChainLen is the length of a chain value (SHA-256), in bytes.
+const ChainLen = 32
+
+// Chain is a chain value: C(i) of decision i.
+type Chain [ChainLen]byte
+
+// chainDomain separates chain values from every other SHA-256 in Tenure.
+const chainDomain = "tenure chain v1\x00"
+
+// Chainer computes successive chain values with one reused hash state.
+// Its zero value is not ready: use NewChainer.
+type Chainer struct {
+	h   hash.Hash
+	buf [8]byte
+	sum []byte
+}
+
+// NewChainer returns a Chainer.
+func NewChainer() *Chainer { return &Chainer{h: sha256.New(), sum: make([]byte, 0, ChainLen)} }
+
+// Next returns C(seq) from prev = C(seq-1) and decision seq's stored content.
+func (c *Chainer) Next(prev Chain, seq, cause uint64, n, of uint32, subject string, body []byte) Chain {
+	h := c.h
+	h.Reset()
+	h.Write([]byte(chainDomain))
+	h.Write(prev[:])
+	b := c.buf[:]
+	binary.BigEndian.PutUint64(b, seq)
+	h.Write(b)
+	binary.BigEndian.PutUint64(b, cause)
+	h.Write(b)
+	binary.BigEndian.PutUint32(b, n)
+	binary.BigEndian.PutUint32(b[4:], of)
+	h.Write(b)
+	binary.BigEndian.PutUint32(b, uint32(len(subject)))
+	h.Write(b[:4])
+	h.Write([]byte(subject))
+	binary.BigEndian.PutUint32(b, uint32(len(body)))
+	h.Write(b[:4])
+	h.Write(body)
+	var out Chain
+	copy(out[:], h.Sum(c.sum[:0]))
+	return out
+}
+
+// NextChain is Next with a hash state of its own.
+func NextChain(prev Chain, seq, cause uint64, n, of uint32, subject string, body []byte) Chain {
+	return NewChainer().Next(prev, seq, cause, n, of, subject, body)
+}
+
+// String returns the 64 lower-case hexadecimal digits of the header.
+func (c Chain) String() string { return hex.EncodeToString(c[:]) }
+
+// IsZero reports whether c is C(0).
+func (c Chain) IsZero() bool { return c == Chain{} }
+
+// ParseChain reads a chain value as the header carries it.
+func ParseChain(s string) (Chain, bool) {
+	var c Chain
+	h, ok := ParseStateHash([]byte(s))
+	if !ok {
+		return c, false
+	}
+	return Chain(h), true
+}

@@ -1,0 +1,75 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"strings"
+	"testing"
+)
+
+// The chain value is the SHA-256 of exactly the bytes PROTOCOL.md §20
+// lists, built here independently of Chainer.
+func TestChainValue(t *testing.T) {
+	var prev Chain
+	for i := range prev {
+		prev[i] = byte(i)
+	}
+	subject, body := "tenure.out.worker.w1.j1", []byte(`{"v":1,"kind":"granted"}`)
+	var b []byte
+	b = append(b, "tenure chain v1\x00"...)
+	b = append(b, prev[:]...)
+	b = binary.BigEndian.AppendUint64(b, 7)
+	b = binary.BigEndian.AppendUint64(b, 5)
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = binary.BigEndian.AppendUint32(b, 2)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(subject)))
+	b = append(b, subject...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+	b = append(b, body...)
+	want := Chain(sha256.Sum256(b))
+	if got := NextChain(prev, 7, 5, 1, 2, subject, body); got != want {
+		t.Fatalf("chain %s, want %s", got, want)
+	}
+	// One Chainer reused gives the same values.
+	c := NewChainer()
+	for range 3 {
+		if got := c.Next(prev, 7, 5, 1, 2, subject, body); got != want {
+			t.Fatalf("reused chainer: %s, want %s", got, want)
+		}
+	}
+	// Every field counts.
+	for name, got := range map[string]Chain{
+		"prev":    NextChain(Chain{}, 7, 5, 1, 2, subject, body),
+		"seq":     NextChain(prev, 8, 5, 1, 2, subject, body),
+		"cause":   NextChain(prev, 7, 6, 1, 2, subject, body),
+		"n":       NextChain(prev, 7, 5, 0, 2, subject, body),
+		"of":      NextChain(prev, 7, 5, 1, 3, subject, body),
+		"subject": NextChain(prev, 7, 5, 1, 2, subject+"x", body),
+		"body":    NextChain(prev, 7, 5, 1, 2, subject, append([]byte(nil), body[:len(body)-1]...)),
+		// Lengths are framed: moving a byte from subject to body differs.
+		"framing": NextChain(prev, 7, 5, 1, 2, subject[:len(subject)-1], append([]byte{subject[len(subject)-1]}, body...)),
+	} {
+		if got == want {
+			t.Errorf("changing %s leaves the chain value unchanged", name)
+		}
+	}
+}
+
+func TestParseChain(t *testing.T) {
+	c := NextChain(Chain{}, 1, 1, 0, 1, "s", nil)
+	s := c.String()
+	if len(s) != 64 || strings.ToLower(s) != s {
+		t.Fatalf("String %q: want 64 lower-case hex digits", s)
+	}
+	if got, ok := ParseChain(s); !ok || got != c {
+		t.Fatalf("ParseChain(%q) = %s, %v", s, got, ok)
+	}
+	for _, bad := range []string{"", s[:63], s + "0", strings.ToUpper(s), "g" + s[1:]} {
+		if _, ok := ParseChain(bad); ok {
+			t.Errorf("ParseChain(%q) accepted", bad)
+		}
+	}
+	if !(Chain{}).IsZero() || c.IsZero() {
+		t.Fatal("IsZero")
+	}
+}
