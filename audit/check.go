@@ -92,6 +92,11 @@ type Options struct {
 	MaxListed int
 	// Progress, when set, is called every few thousand messages.
 	Progress func(Progress)
+	// Witnesses are receipts and signed chain heads to check against the
+	// log (Report.Witnesses): each must be borne out by the input or
+	// decision it names. They need the whole log: one before the audit's
+	// start is a finding.
+	Witnesses []Witness
 }
 
 // DefaultMaxListed is the default of Options.MaxListed.
@@ -174,6 +179,7 @@ type checker struct {
 	claimAt  int
 	claimFor map[uint64]Hash
 	start    uint64 // the last input before the audit's start (the fold's LastSeq then)
+	startDec uint64 // the last decision before it
 
 	// The state the stored decisions describe.
 	jobs    map[string]events.Job
@@ -192,6 +198,8 @@ type checker struct {
 	chainUnknown bool
 	chainSeen    bool
 	rulesSeq     uint64
+
+	wit *witnesses // Options.Witnesses by sequence (nil: none)
 
 	latest map[string]events.Decision
 	steps  map[uint64]int // timeline index by input sequence
@@ -223,8 +231,10 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 	if st.LastDecision != 0 {
 		c.last, c.hasLast, c.lastSeq = st.Last, true, st.LastDecision
 	}
-	c.prevDec = st.LastDecision
+	c.prevDec, c.startDec = st.LastDecision, st.LastDecision
 	c.chainer, c.chain, c.chainUnknown = events.NewChainer(), st.Chain, st.ChainUnknown
+	c.wit = newWitnesses(opts.Witnesses)
+	c.rep.Witnesses.Given = len(opts.Witnesses)
 	if c.p.Revision() >= events.Revision2 {
 		c.rulesSeq = c.p.LastSeq() + 1 // a snapshot at revision 2: every decision read
 	}
@@ -276,6 +286,7 @@ func (c *checker) readInput() (events.Raw, bool) {
 	}
 	c.lastInput = raw.Seq
 	c.inRead++
+	c.witnessInput(&raw)
 	if c.opts.Progress != nil && c.inRead%progressEvery == 0 {
 		c.progress()
 	}
@@ -474,6 +485,7 @@ func (c *checker) link(s *StoredDecision, k *skey) {
 	}
 	want := c.chainer.Next(c.chain, s.Seq, cause, n, of, s.Subject, s.Body)
 	c.chain = want
+	c.witnessDecision(s, cause, want)
 	c.rep.ChainSeq, c.rep.ChainHead = s.Seq, want
 	brk := func(format string, args ...any) {
 		c.rep.Chain.add(c.max, Break{Stream: "decision", Seq: s.Seq, Prev: s.Seq - 1, Kind: BreakLink, Detail: fmt.Sprintf(format, args...)})
@@ -653,6 +665,7 @@ func (c *checker) applyStoredBody(body []byte) {
 // finish classifies the tail and computes the hashes.
 func (c *checker) finish() {
 	rep := c.rep
+	defer c.witnessesLeft() // after the tail's inputs are read
 	// What the fold derived beyond the last stored decision: the tail.
 	if c.qh < len(c.q) {
 		first := c.q[c.qh]

@@ -90,6 +90,19 @@ func WriteSummary(w io.Writer, r *Report, list int) error {
 		b := r.Chain.Items[i]
 		return fmt.Sprintf("%s stream at %d: %s: %s", b.Stream, b.Seq, b.Kind, b.Detail)
 	})
+	if w := &r.Witnesses; w.Given > 0 {
+		p("%-12s %d (%d given, %d confirmed)\n", "witnesses:", w.Findings.Count, w.Given, w.Confirmed)
+		n := len(w.Findings.Items)
+		if list >= 0 {
+			n = min(n, list)
+		}
+		for _, f := range w.Findings.Items[:n] {
+			p("  %s: %s\n", f.Origin, f.Problem)
+		}
+		if w.Findings.Count > n {
+			p("  ... %d more\n", w.Findings.Count-n)
+		}
+	}
 	cp := &r.Checkpoints
 	p("%-12s %d (%d claims, %d verified", "checkpoints:", cp.Mismatches.Count, cp.Claims, cp.Verified)
 	if cp.Unchecked.Count > 0 {

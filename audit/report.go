@@ -316,6 +316,8 @@ type Report struct {
 	Chain      List[Break]    `json:"chain"`
 	Pending    Pending        `json:"pending"`
 	Snapshot   *SnapshotCheck `json:"snapshot,omitempty"`
+	// Witnesses are the receipts and chain heads checked (Options.Witnesses).
+	Witnesses Witnesses `json:"witnesses"`
 	// Checkpoints are the checkpoint claims the fold recorded, checked
 	// against the replay.
 	Checkpoints Checkpoints `json:"checkpoints"`
@@ -356,6 +358,7 @@ func (r *Report) HashesEqual() bool { return r.FoldHash == r.StoredHash }
 func (r *Report) Problems() int {
 	n := r.Mismatches.Count + r.Missing.Count + r.Extra.Count + r.Orphans.Count + r.Holes.Count + r.Chain.Count
 	n += r.Checkpoints.Mismatches.Count
+	n += r.Witnesses.Findings.Count
 	if r.Snapshot != nil && r.Snapshot.Problem != "" {
 		n++
 	}

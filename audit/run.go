@@ -73,6 +73,9 @@ type Config struct {
 // not be carried out; a log that is not reproduced is a Report whose OK is
 // false.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if len(cfg.Witnesses) > 0 && cfg.From > 1 {
+		return nil, errors.New("audit: witnesses (receipts, chain heads) are checked against the whole log: audit from the first input")
+	}
 	t0 := time.Now()
 	if cfg.JS == nil {
 		return nil, errors.New("audit: no JetStream context")
