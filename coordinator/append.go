@@ -337,9 +337,9 @@ func parsePubAck(b []byte, r *pubReply) bool {
 }
 
 // errForged is reply's answer to a message that is not the stream's reply
-// to the oldest unit in flight: the caller drops it (appender.forged counts
-// it) and goes on waiting for the real one, which a lost reply turns into
-// an overdue unit.
+// to a unit in flight: the caller drops it (appender.forged counts it) and
+// goes on waiting for the real one, which a lost reply turns into an
+// overdue unit (or, once the stream answers a later unit, an error).
 var errForged = errors.New("coordinator: not a reply to an append in flight")
 
 // reply matches one reply to its unit, which must be the oldest in flight
@@ -352,7 +352,7 @@ var errForged = errors.New("coordinator: not a reply to an append in flight")
 func (a *appender) reply(m *nats.Msg, backlog bool) (unit, error) {
 	idStr := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	id, err := strconv.ParseUint(idStr, 10, 64)
-	if err != nil || len(a.units) == 0 || a.units[0].id != id {
+	if err != nil || len(a.units) == 0 || id < a.units[0].id || id > a.units[len(a.units)-1].id {
 		a.forged++
 		return unit{}, fmt.Errorf("%w: %s (unit %s; oldest in flight %d)", errForged, m.Subject, idStr, a.oldest())
 	}
@@ -369,6 +369,16 @@ func (a *appender) reply(m *nats.Msg, backlog bool) (unit, error) {
 		// answers a publish to another stream, aimed at this inbox.
 		a.forged++
 		return unit{}, fmt.Errorf("%w: %s: a reply of stream %q", errForged, m.Subject, r.Stream)
+	}
+	if id != a.units[0].id {
+		// The stream's answer to a later unit (the inbox is this
+		// appender's own: no other account can name it): the oldest's
+		// reply was lost (a stream leader change, a reconnect). Waiting
+		// for it would stall every append until it is overdue;
+		// resynchronising finds out from the stream what was stored.
+		u := a.units[0]
+		return u, fmt.Errorf("coordinator: append decisions %d to %d: their reply was lost (the stream answered unit %d first): %w",
+			u.first, u.last, id, streams.ErrTransient)
 	}
 	u := a.units[0]
 	a.units = a.units[1:] // a queue: send's appends reallocate once its capacity is used up (compacting it was 2% of the CPU)

@@ -296,3 +296,27 @@ func TestSnapshotReadTimeout(t *testing.T) {
 		}
 	}
 }
+
+// The stream's reply to a later unit means the oldest unit's reply was
+// lost (a stream leader change): reply says so at once (a transient error:
+// the session resynchronises) instead of dropping the later replies as
+// forged and stalling every append until the oldest is overdue (10 s), as
+// it did. A reply to no unit in flight is still dropped.
+func TestLostReplyDetected(t *testing.T) {
+	a := &appender{stream: "TENURE_OUT", inbox: "_INBOX.x", now: time.Now, log: slog.New(slog.DiscardHandler)}
+	a.units = []unit{{id: 7, first: 10, last: 10}, {id: 8, first: 11, last: 12}, {id: 9, first: 13, last: 13}}
+	a.batches = 1
+	for _, id := range []string{"6", "10", "x"} {
+		if _, err := a.reply(&nats.Msg{Subject: a.inbox + "." + id, Data: []byte(`{"stream":"TENURE_OUT","seq":13}`)}, false); !errors.Is(err, errForged) {
+			t.Fatalf("reply to unit %s: %v, want errForged", id, err)
+		}
+	}
+	// Another stream's reply to a unit in flight: forged, dropped.
+	if _, err := a.reply(&nats.Msg{Subject: a.inbox + ".8", Data: []byte(`{"stream":"OTHER","seq":12,"batch":"b","count":2}`)}, false); !errors.Is(err, errForged) {
+		t.Fatalf("another stream's reply: %v, want errForged", err)
+	}
+	u, err := a.reply(&nats.Msg{Subject: a.inbox + ".8", Data: []byte(`{"stream":"TENURE_OUT","seq":12,"batch":"b","count":2}`)}, false)
+	if !errors.Is(err, streams.ErrTransient) || errors.Is(err, errForged) || !strings.Contains(err.Error(), "decisions 10 to 10: their reply was lost") || u.id != 7 {
+		t.Fatalf("reply to unit 8 while 7 waits: unit %+v, %v; want unit 7's reply lost (transient)", u, err)
+	}
+}
