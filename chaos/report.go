@@ -200,8 +200,8 @@ func (r *Report) write(w io.Writer) {
 			continue
 		}
 		st := e.Final.Result.Stats
-		fmt.Fprintf(w, "    inputs       attempted %d, acknowledged %d, stored %d (clients %d, ticks %d, policy %d), folded %d, lost %d, phantom %d\n",
-			st.Attempted, st.Acked, st.Stored, st.StoredClient, st.Ticks, st.Policies, st.Folded, e.Lost, e.Phantom)
+		fmt.Fprintf(w, "    inputs       attempted %d, acknowledged %d, stored %d (clients %d; coordinators: %s), folded %d, lost %d, phantom %d\n",
+			st.Attempted, st.Acked, st.Stored, st.StoredClient, counts(st.Coordinator), st.Folded, e.Lost, e.Phantom)
 		fmt.Fprintf(w, "                 stored without a PubAck read by the client %d, one Msg-Id stored twice %d\n", st.StoredUnacked, st.DedupFailures)
 		fmt.Fprintf(w, "    decisions    %d: %s\n", st.Decisions, counts(st.Kinds))
 		fmt.Fprintf(w, "    rejections   %s\n", counts(st.Rejections))
