@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 )
@@ -97,6 +98,7 @@ type env struct {
 	coords  []*proc
 	ids     []string
 	workers []*proc
+	auth    *envAuth   // the generated credentials and server configuration
 	nc      *nats.Conn // the orchestrator's own connection: reads, status, stepdowns
 	js      jetstream.JetStream
 	opsNC   *nats.Conn
@@ -138,6 +140,13 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[2*i+1]))
 	}
 	e.urls = strings.Join(urls, ",")
+	actors := []auth.Actor{{Name: "c1", Role: auth.RoleCoordinator}, {Name: "c2", Role: auth.RoleCoordinator}, {Name: "disp", Role: auth.RoleDispatcher}}
+	for i := range cfg.Workers {
+		actors = append(actors, auth.Actor{Name: fmt.Sprintf("w%d", i+1), Role: auth.RoleWorker})
+	}
+	if e.auth, err = newEnvAuth(dir, e.urls, actors); err != nil {
+		return e, err
+	}
 	// Every store is locked before any server starts, and each server
 	// shares its store's lock (file descriptor 3) while it runs.
 	for i := range nodes {
@@ -155,6 +164,7 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		if nodes > 1 {
 			text += fmt.Sprintf("cluster {\n  name: chaos\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", s.route, strings.Join(routes, ", "))
 		}
+		text += "\n" + e.auth.accounts
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			return e, err
 		}
@@ -166,11 +176,11 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		}
 	}
 	for _, s := range e.servers {
-		if err := waitServer(ctx, url(s.port), 90*time.Second); err != nil {
+		if err := waitServer(ctx, url(s.port), 90*time.Second, e.auth.adminOption()); err != nil {
 			return e, fmt.Errorf("chaos: %s/%s: %w", name, s.name, err)
 		}
 	}
-	e.nc, err = nats.Connect(e.urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Name("chaos-orchestrator"))
+	e.nc, err = nats.Connect(e.urls, e.auth.adminOption(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Name("chaos-orchestrator"))
 	if err != nil {
 		return e, err
 	}
@@ -189,9 +199,9 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 				// Snapshots every few inputs or never, so that restarts go
 				// through both paths.
 				every := []string{"-1", "300", "2000"}[rng.IntN(3)]
-				return []string{"serve", "--nats-url", e.urls, "--id", id, "--leader-ttl", "1s",
+				return append([]string{"serve", "--id", id, "--leader-ttl", "1s",
 					"--replicas", strconv.Itoa(replicas), "--snapshot-every", every, "--snapshot-interval", "2s",
-					"--log-format", "json"}
+					"--log-format", "json"}, e.auth.credential(id).Flags()...)
 			}}
 		e.coords = append(e.coords, c)
 		if err := c.start(); err != nil {
@@ -212,7 +222,7 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		seed := rng.Uint64()
 		w := &proc{name: name + "/" + id, path: cfg.Tenure, restart: true, logPath: filepath.Join(dir, id+".log"),
 			args: func() []string {
-				return []string{"chaos", "worker", "--nats-url", e.urls, "--id", id, "--journal", journalPath(dir, id),
+				return []string{"chaos", "worker", "--nats-url", e.urls, "--credential", e.auth.credentialPath(id), "--id", id, "--journal", journalPath(dir, id),
 					"--control", e.control, "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10)}
 			}}
 		e.workers = append(e.workers, w)
@@ -226,12 +236,13 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	return e, nil
 }
 
-// waitServer waits until the server at u answers JetStream requests.
-func waitServer(ctx context.Context, u string, timeout time.Duration) error {
+// waitServer waits until the server at u answers JetStream requests (on a
+// connection with the options opts).
+func waitServer(ctx context.Context, u string, timeout time.Duration, opts ...nats.Option) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		nc, err := nats.Connect(u, nats.Timeout(time.Second), nats.NoReconnect())
+		nc, err := nats.Connect(u, append([]nats.Option{nats.Timeout(time.Second), nats.NoReconnect()}, opts...)...)
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			c, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -298,7 +309,7 @@ func (e *env) heal(ctx context.Context) error {
 		}
 	}
 	for _, s := range e.servers {
-		if err := waitServer(ctx, url(s.port), 90*time.Second); err != nil {
+		if err := waitServer(ctx, url(s.port), 90*time.Second, e.auth.adminOption()); err != nil {
 			return err
 		}
 	}
@@ -370,7 +381,7 @@ func (e *env) startDispatcher() error {
 		return err
 	}
 	e.opsJ = j
-	e.opsNC, err = nats.Connect(e.urls, NewTap(j).Option(), nats.MaxReconnects(-1),
+	e.opsNC, _, err = connectCredential(e.auth.credentialPath("disp"), e.urls, NewTap(j).Option(), nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond), nats.Name("chaos-dispatcher"))
 	if err != nil {
 		return err

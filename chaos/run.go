@@ -173,7 +173,8 @@ func runEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, name
 func (e *env) auditCLI(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, e.cfg.Tenure, "audit", "--nats-url", e.urls, "--progress", "none").CombinedOutput()
+	args := append([]string{"audit", "--nats-url", e.urls, "--progress", "none"}, e.auth.adminFlags()...)
+	out, err := exec.CommandContext(ctx, e.cfg.Tenure, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("tenure audit: %w\n%s", err, out)
 	}
@@ -392,7 +393,7 @@ func (e *env) inject(ctx context.Context, kind string) (string, error) {
 		}
 		rep.fault("cluster node restart")
 		t := time.Now()
-		if err := waitServer(ctx, url(s.port), 90*time.Second); err != nil {
+		if err := waitServer(ctx, url(s.port), 90*time.Second, e.auth.adminOption()); err != nil {
 			return "", err
 		}
 		up := time.Since(t)

@@ -129,6 +129,7 @@ func runChaosWorker(ctx context.Context, args []string, stderr io.Writer) error 
 	fs := newFlags("chaos worker", stderr)
 	var cfg chaos.WorkerConfig
 	fs.StringVar(&cfg.URL, "nats-url", "", "NATS server URLs, comma-separated")
+	fs.StringVar(&cfg.Credential, "credential", "", "credential file of the worker (tenure auth init: <id>.creds.json)")
 	fs.StringVar(&cfg.ID, "id", "", "worker id")
 	fs.StringVar(&cfg.Journal, "journal", "", "journal file: every input sent and PubAck received, from the wire")
 	fs.StringVar(&cfg.Control, "control", "", "control file the orchestrator writes (the current batch of jobs)")
@@ -139,8 +140,8 @@ func runChaosWorker(ctx context.Context, args []string, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if cfg.URL == "" || cfg.ID == "" || cfg.Journal == "" || cfg.Control == "" {
-		return fmt.Errorf("%w: --nats-url, --id, --journal and --control are required", errUsage)
+	if cfg.URL == "" && cfg.Credential == "" || cfg.ID == "" || cfg.Journal == "" || cfg.Control == "" {
+		return fmt.Errorf("%w: --nats-url or --credential, --id, --journal and --control are required", errUsage)
 	}
 	log, err := newLogger(stderr, "json", *logLevel)
 	if err != nil {
