@@ -43,6 +43,10 @@ type Clients struct {
 	// PubAcks journaled before it (Unix ns): the later ones may name inputs
 	// stored after the streams were read.
 	AckedBefore int64
+	// Hostile are the hostile workers (their journals are among Entries),
+	// Attacks their records (checkHostile).
+	Hostile []string
+	Attacks []AttackRecord
 }
 
 // MaxListed bounds the findings listed per check (all are counted).
@@ -83,6 +87,8 @@ type Result struct {
 	// inconsistencies, and decisions that differ from the fold of the
 	// input stream (the comparison of the coordinator tests' checkChain).
 	Gaps Findings
+	// Hostile: what the hostile workers' inputs achieved (checkHostile).
+	Hostile HostileResult
 	// Jobs is every job's end state, for Liveness.
 	Jobs map[string]*JobEnd
 	// Stats counts what the log holds.
@@ -91,7 +97,7 @@ type Result struct {
 
 // OK reports whether every check passed.
 func (r *Result) OK() bool {
-	return r.Lost.Count+r.Phantom.Count+r.DoubleHolders.Count+r.StaleEffects.Count+r.Gaps.Count == 0
+	return r.Lost.Count+r.Phantom.Count+r.DoubleHolders.Count+r.StaleEffects.Count+r.Gaps.Count+r.Hostile.Findings.Count == 0
 }
 
 // Stats are counts over the log and the journals.
@@ -128,6 +134,7 @@ func Check(l *Log, c *Clients) *Result {
 	checkFold(l, ds, r)
 	checkAuthority(ds, byInput, r)
 	checkClients(l, c, byInput, r)
+	checkHostile(l, ds, byInput, c, r)
 	return r
 }
 
