@@ -92,7 +92,13 @@ type HostileStats struct {
 	// time from a lease's expires_at to the storing of its expiry.
 	OwnLeases, OwnExpired int
 	MaxExpiryDelay        time.Duration
-	ByType                map[string]*AttackTotals // the records, by attack type
+	// The other actors' leases that expired, and of those, how many
+	// expired during an attack or within a second after it, by attack
+	// type: what the attacks cost the honest side (a flood delays the
+	// verdicts stored behind it; PROTOCOL.md §4.1).
+	OthersExpired int
+	ExpiredNear   map[string]int
+	ByType        map[string]*AttackTotals // the records, by attack type
 }
 
 // AttackTotals sums the records of one attack type.
@@ -135,7 +141,7 @@ func sameLease(a, b events.Job) bool {
 // hostile workers' records.
 func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r *Result) {
 	h := &r.Hostile
-	h.Stats.Verdicts, h.Stats.Counters, h.Stats.ByType = make(map[string]int), make(map[string]int), make(map[string]*AttackTotals)
+	h.Stats.Verdicts, h.Stats.Counters, h.Stats.ByType, h.Stats.ExpiredNear = make(map[string]int), make(map[string]int), make(map[string]*AttackTotals), make(map[string]int)
 	hostile := make(map[string]bool)
 	for _, id := range c.Hostile {
 		hostile[id] = true
@@ -226,6 +232,14 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 		}
 		if d.Kind == events.KindExpired && hostile[j.Holder] {
 			expired[j.LeaseID] = s.m.Time
+		} else if d.Kind == events.KindExpired {
+			h.Stats.OthersExpired++
+			for _, a := range c.Attacks {
+				if s.m.Time >= a.At && s.m.Time <= a.At+a.Dur+int64(time.Second) {
+					h.Stats.ExpiredNear[a.Type]++
+					break
+				}
+			}
 		}
 		if !hos && !d.Kind.Derived() || j.Holder != "" && !hostile[j.Holder] {
 			others[j.ID] = true

@@ -59,7 +59,8 @@ func finalLine(t *testing.T, r *Result) string {
 func TestHostileClean(t *testing.T) {
 	s := hostileStory(t)
 	r := Check(s.log(s.fold()), hostileClients(s, AttackRecord{Hostile: "h1", Type: AttackTickIDs,
-		Leases: []OwnLease{{Job: "h1-own-1", LeaseID: "L22", ExpiresAt: storedAt(s, 22) + int64(200*time.Millisecond)}}}))
+		Leases: []OwnLease{{Job: "h1-own-1", LeaseID: "L22", ExpiresAt: storedAt(s, 22) + int64(200*time.Millisecond)}}},
+		AttackRecord{Hostile: "h1", Type: AttackFlood, At: storedAt(s, 23), Dur: int64(10 * time.Millisecond)})) // j3's expiry follows it
 	wantClean(t, r)
 	h := r.Hostile
 	if !h.OK() {
@@ -74,6 +75,9 @@ func TestHostileClean(t *testing.T) {
 	}
 	if st.OwnLeases != 1 || st.OwnExpired != 1 || st.MaxExpiryDelay <= 0 {
 		t.Errorf("own leases %d, expired %d, delay %v", st.OwnLeases, st.OwnExpired, st.MaxExpiryDelay)
+	}
+	if st.OthersExpired != 2 || st.ExpiredNear[AttackFlood] != 1 || len(st.ExpiredNear) != 1 {
+		t.Errorf("others' leases expired %d, near attacks %v", st.OthersExpired, st.ExpiredNear)
 	}
 	if st.ByType[AttackTickIDs].Attacks != 2 || len(st.ByType) != len(AttackTypes) {
 		t.Errorf("by type %v", st.ByType)

@@ -43,6 +43,7 @@ type EnvReport struct {
 	Lost, Phantom, DoubleHolders, StaleEffects, Gaps int
 	Liveness, AuditFailures                          int
 	Hostiles                                         int   // hostile workers
+	AttackRounds                                     int   // rounds of attacks opened
 	Hostile                                          int   // hostile findings, worst round
 	AuditCLI                                         error // `tenure audit` run as a process at the end
 	Stops                                            []stopped
@@ -279,8 +280,11 @@ func (r *Report) write(w io.Writer) {
 		audit = "FAIL"
 	}
 	hostileWord := "ok"
-	if hostile > 0 {
+	switch {
+	case hostile > 0:
 		hostileWord = fmt.Sprintf("FAIL(%d)", hostile)
+	case !slices.ContainsFunc(r.Envs, func(e *EnvReport) bool { return e.Hostiles > 0 }):
+		hostileWord = "off" // no hostile worker ran: nothing was tried
 	}
 	fmt.Fprintf(w, "chaos: schedules=%d lost=%d phantom=%d double_holders=%d stale_effects=%d gaps=%d audit=%s hostile=%s\n",
 		r.Schedules, lost, phantom, double, stale, gaps, audit, hostileWord)
@@ -371,7 +375,7 @@ func writeHostile(w io.Writer, e *EnvReport) {
 		n += t.Attacks
 	}
 	fmt.Fprintf(w, "    hostile      %d hostile worker(s), each with the credentials of a worker: %d attacks in %d rounds, %d hostile inputs stored; findings: worst round %d",
-		e.Hostiles, n, e.Rounds-1, st.Inputs, e.Hostile)
+		e.Hostiles, n, e.AttackRounds, st.Inputs, e.Hostile)
 	if m := e.missingAttacks(); len(m) > 0 {
 		fmt.Fprintf(w, "; NOT RUN: %s", strings.Join(m, ", "))
 	}
@@ -410,8 +414,14 @@ func writeHostile(w io.Writer, e *EnvReport) {
 		}
 	}
 	fmt.Fprintf(w, "    hostile verdicts %s\n", truncate(counts(st.Verdicts), 400))
-	fmt.Fprintf(w, "    on others'   %d verdicts of hostile inputs on jobs of other actors: %d accepted or changing a lease; evidence counters they raised: %s\n",
-		st.OnOthers, h.Findings.Count, counts(st.Counters))
+	fmt.Fprintf(w, "    on others'   %d verdicts of hostile inputs on jobs of other actors; evidence counters of their leases raised: %s; hostile findings: %d\n",
+		st.OnOthers, counts(st.Counters), h.Findings.Count)
+	near := 0
+	for _, n := range st.ExpiredNear {
+		near += n
+	}
+	fmt.Fprintf(w, "    cost         %d leases of other actors expired, %d of them during an attack or within 1 s after it (%s)\n",
+		st.OthersExpired, near, counts(st.ExpiredNear))
 }
 
 // truncate cuts s to n bytes, with an ellipsis.
