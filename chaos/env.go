@@ -98,12 +98,18 @@ type env struct {
 	coords  []*proc
 	ids     []string
 	workers []*proc
-	auth    *envAuth   // the generated credentials and server configuration
-	nc      *nats.Conn // the orchestrator's own connection: reads, status, stepdowns
-	js      jetstream.JetStream
-	opsNC   *nats.Conn
-	opsJ    *Journal
-	control string
+	// The hostile workers (tenure chaos hostile), their ids and control
+	// file, and the round of attacks last opened.
+	hostiles   []*proc
+	hostileIDs []string
+	hostileCtl string
+	round      int
+	auth       *envAuth   // the generated credentials and server configuration
+	nc         *nats.Conn // the orchestrator's own connection: reads, status, stepdowns
+	js         jetstream.JetStream
+	opsNC      *nats.Conn
+	opsJ       *Journal
+	control    string
 
 	mu      sync.Mutex
 	batches []*batch
@@ -144,6 +150,11 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	for i := range cfg.Workers {
 		actors = append(actors, auth.Actor{Name: fmt.Sprintf("w%d", i+1), Role: auth.RoleWorker})
 	}
+	for i := range cfg.Hostile {
+		e.hostileIDs = append(e.hostileIDs, fmt.Sprintf("h%d", i+1))
+		actors = append(actors, auth.Actor{Name: e.hostileIDs[i], Role: auth.RoleWorker})
+	}
+	e.er.Hostiles = len(e.hostileIDs)
 	if e.auth, err = newEnvAuth(dir, e.urls, actors); err != nil {
 		return e, err
 	}
@@ -230,10 +241,59 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 			return e, err
 		}
 	}
+	e.hostileCtl = filepath.Join(dir, "hostile.json")
+	for _, id := range e.hostileIDs {
+		seed := rng.Uint64()
+		h := &proc{name: name + "/" + id, path: cfg.Tenure, restart: true, logPath: filepath.Join(dir, id+".log"),
+			args: func() []string {
+				return []string{"chaos", "hostile", "--credential", e.auth.credentialPath(id), "--id", id, "--journal", journalPath(dir, id),
+					"--control", e.hostileCtl, "--records", recordsPath(dir, id), "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10)}
+			}}
+		e.hostiles = append(e.hostiles, h)
+		if err := h.start(); err != nil {
+			return e, err
+		}
+	}
 	if err := e.startDispatcher(); err != nil {
 		return e, err
 	}
 	return e, nil
+}
+
+// recordsPath is the attack records file of hostile worker id in dir.
+func recordsPath(dir, id string) string { return filepath.Join(dir, "attacks-"+id+".ndjson") }
+
+// openRound opens the next round of the hostile workers' attacks: they
+// start them at random points of the next window.
+func (e *env) openRound() {
+	if len(e.hostiles) == 0 {
+		return
+	}
+	e.round++
+	window := max(1500*time.Millisecond, e.lease+500*time.Millisecond)
+	if err := writeJSON(e.hostileCtl, HostileControl{Round: e.round, Until: time.Now().Add(window).UnixNano()}); err != nil {
+		e.rep.problem(fmt.Sprintf("%s: hostile control file: %v", e.name, err))
+	}
+}
+
+// awaitRound waits until every hostile worker has finished the round's
+// attacks (20 s at most, then a note), so that the faults and the attacks
+// are over when the liveness clock starts.
+func (e *env) awaitRound(ctx context.Context) {
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range e.hostileIDs {
+		for {
+			var d HostileDone
+			if readJSON(recordsPath(e.dir, id)+".done", &d) == nil && d.Round >= e.round {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				e.rep.problem(fmt.Sprintf("%s: hostile worker %s had not finished round %d after 20 s", e.name, id, e.round))
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // waitServer waits until the server at u answers JetStream requests (on a
@@ -318,7 +378,7 @@ func (e *env) heal(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, w := range e.workers {
+	for _, w := range slices.Concat(e.workers, e.hostiles) {
 		if err := w.start(); err != nil {
 			return err
 		}
@@ -497,7 +557,11 @@ func (e *env) check(ctx context.Context, final, full bool) (*Check1, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Clients{Entries: entries, Coordinators: e.ids}
+	recs, err := ReadAttackRecords(e.dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Clients{Entries: entries, Coordinators: e.ids, Hostile: e.hostileIDs, Attacks: recs}
 	if !final {
 		c.AckedBefore = t0
 	}
@@ -563,7 +627,7 @@ func (e *env) close() {
 		e.dispStop()
 		<-e.dispDone
 	}
-	for _, w := range e.workers {
+	for _, w := range slices.Concat(e.workers, e.hostiles) {
 		w.close()
 	}
 	if e.opsNC != nil {
@@ -586,15 +650,15 @@ func (e *env) close() {
 	}
 }
 
-// stopWorkers stops the dispatcher and the workers (SIGTERM), so that the
-// journals are complete.
+// stopWorkers stops the dispatcher, the workers and the hostile workers
+// (SIGTERM), so that the journals are complete.
 func (e *env) stopWorkers() {
 	if e.dispStop != nil {
 		e.dispStop()
 		<-e.dispDone
 		e.dispStop = nil
 	}
-	for _, w := range e.workers {
+	for _, w := range slices.Concat(e.workers, e.hostiles) {
 		w.close()
 	}
 }
