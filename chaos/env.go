@@ -155,6 +155,10 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		actors = append(actors, auth.Actor{Name: e.hostileIDs[i], Role: auth.RoleWorker})
 	}
 	e.er.Hostiles = len(e.hostileIDs)
+	e.er.Attacks = cfg.Attacks
+	if e.er.Attacks == nil {
+		e.er.Attacks = AttackTypes
+	}
 	if e.auth, err = newEnvAuth(dir, e.urls, actors); err != nil {
 		return e, err
 	}
@@ -247,7 +251,8 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		h := &proc{name: name + "/" + id, path: cfg.Tenure, restart: true, logPath: filepath.Join(dir, id+".log"),
 			args: func() []string {
 				return []string{"chaos", "hostile", "--credential", e.auth.credentialPath(id), "--id", id, "--journal", journalPath(dir, id),
-					"--control", e.hostileCtl, "--records", recordsPath(dir, id), "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10)}
+					"--control", e.hostileCtl, "--records", recordsPath(dir, id), "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10),
+					"--attacks", strings.Join(e.er.Attacks, ",")}
 			}}
 		e.hostiles = append(e.hostiles, h)
 		if err := h.start(); err != nil {

@@ -38,6 +38,7 @@ type HostileConfig struct {
 	Control    string        // the orchestrator's rounds (HostileControl), polled
 	Records    string        // its AttackRecords, JSON lines; Records+".done" holds the last round done (HostileDone)
 	Lease      time.Duration // lease duration of its own leases
+	Attacks    []string      // the attack types it makes (nil: AttackTypes)
 	Seed       uint64
 	Logger     *slog.Logger
 }
@@ -92,6 +93,14 @@ func RunHostile(ctx context.Context, cfg HostileConfig) error {
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = time.Second
+	}
+	if len(cfg.Attacks) == 0 {
+		cfg.Attacks = AttackTypes
+	}
+	for _, a := range cfg.Attacks {
+		if !slices.Contains(AttackTypes, a) {
+			return fmt.Errorf("chaos: hostile %s: unknown attack %q (known: %s)", cfg.ID, a, strings.Join(AttackTypes, ", "))
+		}
 	}
 	j, err := OpenJournal(cfg.Journal)
 	if err != nil {
@@ -186,7 +195,7 @@ func (h *hostile) round(ctx context.Context, c HostileControl) {
 	var types []string
 	for range n {
 		if len(h.deck) == 0 {
-			h.deck = slices.Clone(AttackTypes)
+			h.deck = slices.Clone(h.cfg.Attacks)
 			h.rng.Shuffle(len(h.deck), func(i, j int) { h.deck[i], h.deck[j] = h.deck[j], h.deck[i] })
 		}
 		types, h.deck = append(types, h.deck[0]), h.deck[1:]

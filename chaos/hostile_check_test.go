@@ -48,7 +48,7 @@ func hostileClients(s *story, recs ...AttackRecord) *Clients {
 // its last line.
 func finalLine(t *testing.T, r *Result) string {
 	t.Helper()
-	er := &EnvReport{Name: "single", Hostiles: 1, Final: &Check1{Result: r, Log: &Log{}, AuditErr: errors.New("not run")}}
+	er := &EnvReport{Name: "single", Hostiles: 1, Attacks: AttackTypes, Final: &Check1{Result: r, Log: &Log{}, AuditErr: errors.New("not run")}}
 	er.noteRound(er.Final)
 	var b bytes.Buffer
 	(&Report{Envs: []*EnvReport{er}, ByKind: map[string]int{}, Faults: map[string]int{}}).write(&b)

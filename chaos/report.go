@@ -42,10 +42,11 @@ type EnvReport struct {
 	Rounds                                           int
 	Lost, Phantom, DoubleHolders, StaleEffects, Gaps int
 	Liveness, AuditFailures                          int
-	Hostiles                                         int   // hostile workers
-	AttackRounds                                     int   // rounds of attacks opened
-	Hostile                                          int   // hostile findings, worst round
-	AuditCLI                                         error // `tenure audit` run as a process at the end
+	Hostiles                                         int      // hostile workers
+	AttackRounds                                     int      // rounds of attacks opened
+	Attacks                                          []string // the attack types they make
+	Hostile                                          int      // hostile findings, worst round
+	AuditCLI                                         error    // `tenure audit` run as a process at the end
 	Stops                                            []stopped
 	Exits                                            []string       // unexpected process exits
 	CoordLog                                         map[string]int // coordinator log events
@@ -159,7 +160,7 @@ func (er *EnvReport) missingAttacks() []string {
 		return nil
 	}
 	var out []string
-	for _, t := range AttackTypes {
+	for _, t := range er.Attacks {
 		if er.Final == nil || er.Final.Result.Hostile.Stats.ByType[t] == nil {
 			out = append(out, t)
 		}
@@ -383,7 +384,11 @@ func writeHostile(w io.Writer, e *EnvReport) {
 	for _, typ := range AttackTypes {
 		t := st.ByType[typ]
 		if t == nil {
-			fmt.Fprintf(w, "      %-16s not run\n", typ)
+			if slices.Contains(e.Attacks, typ) {
+				fmt.Fprintf(w, "      %-16s NOT RUN\n", typ)
+			} else {
+				fmt.Fprintf(w, "      %-16s not asked for (--attacks)\n", typ)
+			}
 			continue
 		}
 		fmt.Fprintf(w, "      %-16s %d attacks: %d sent, %d stored, %d refused by the server or the client, %d without an answer",

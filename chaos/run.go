@@ -37,7 +37,10 @@ type Config struct {
 	Lease, ClusterLease time.Duration
 	Workers             int // worker processes per environment
 	Hostile             int // hostile worker processes per environment (tenure chaos hostile)
-	Jobs                int // jobs per batch (one batch per schedule)
+	// Attacks are the attack types the hostile workers make (nil: all of
+	// AttackTypes), e.g. to measure what one of them costs.
+	Attacks []string
+	Jobs    int // jobs per batch (one batch per schedule)
 
 	Out io.Writer // the report
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -64,6 +65,7 @@ and run it.
 	serverKills := fs.Int("server-kills", -1, "nats-server SIGKILL schedules (-1: the profile's)")
 	clusterRounds := fs.Int("cluster-rounds", -1, "3-node cluster rounds: stepdowns, then each node killed (-1: the profile's)")
 	hostiles := fs.Int("hostile", -1, "hostile worker processes per environment, attacking during every schedule (-1: the profile's)")
+	attacks := fs.String("attacks", "", "the hostile workers' attack types, comma-separated (default: all of "+strings.Join(chaos.AttackTypes, ", ")+")")
 	lease := fs.Duration("lease", 0, "lease duration of the workers (0: the profile's)")
 	clusterLease := fs.Duration("cluster-lease", 0, "lease duration of the workers in the cluster (0: the profile's)")
 	if err := parse(fs, args); err != nil {
@@ -86,6 +88,14 @@ and run it.
 	}
 	if *lease > 0 {
 		cfg.Lease = *lease
+	}
+	if *attacks != "" {
+		for _, a := range strings.Split(*attacks, ",") {
+			if !slices.Contains(chaos.AttackTypes, a) {
+				return fmt.Errorf("%w: --attacks: unknown attack %q (known: %s)", errUsage, a, strings.Join(chaos.AttackTypes, ", "))
+			}
+			cfg.Attacks = append(cfg.Attacks, a)
+		}
 	}
 	if *clusterLease > 0 {
 		cfg.ClusterLease = *clusterLease
@@ -171,10 +181,14 @@ func runChaosHostile(ctx context.Context, args []string, stderr io.Writer) error
 	fs.StringVar(&cfg.Control, "control", "", "control file the orchestrator writes (the rounds of attacks)")
 	fs.StringVar(&cfg.Records, "records", "", "file of its attack records (JSON lines)")
 	fs.DurationVar(&cfg.Lease, "lease", time.Second, "lease duration of its own leases")
+	attacks := fs.String("attacks", "", "attack types, comma-separated (default: all)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *attacks != "" {
+		cfg.Attacks = strings.Split(*attacks, ",")
 	}
 	if cfg.Credential == "" || cfg.ID == "" || cfg.Journal == "" || cfg.Control == "" || cfg.Records == "" {
 		return fmt.Errorf("%w: --credential, --id, --journal, --control and --records are required", errUsage)
