@@ -505,12 +505,17 @@ func (h *hostile) probe(ctx context.Context, rec *AttackRecord) {
 	h.await(ctx, rec, []jetstream.PubAckFuture{f})
 }
 
-// generation is a generation to claim: most jobs are at their first.
+// generation is a generation to claim, 1 to 3: mostly 1, where most jobs
+// are.
 func (h *hostile) generation() int {
-	if g := h.rng.IntN(10); g >= 7 {
-		return g - 5 // 2 or 3 (4: 10%)
+	switch g := h.rng.IntN(20); {
+	case g < 14:
+		return 1
+	case g < 17:
+		return 2
+	default:
+		return 3
 	}
-	return 1
 }
 
 // leaseGuess claims other workers' jobs under guessed lease ids: a batch
