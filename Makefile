@@ -33,11 +33,12 @@ fuzz:
 fuzz-short:
 	$(MAKE) fuzz FUZZTIME=20000x
 
-## chaos: fault injection against real processes on loopback (chaos/): coordinators SIGKILLed at
-## random points, a worker SIGSTOPped past its lease, the nats-server killed, a 3-node cluster's
-## stream leaders stepped down and its nodes killed one at a time; the streams are checked after
-## every schedule and the run ends with the line `chaos: schedules=N lost=0 ...`. chaos-short is
-## the few-minute version CI runs. CHAOSFLAGS adds flags, e.g. CHAOSFLAGS='--seed 42 --keep'.
+## chaos: fault injection against real processes on loopback (chaos/), each with its own
+## credentials of `tenure auth init`: coordinators SIGKILLed at random points, a worker SIGSTOPped
+## past its lease, the nats-server killed, a 3-node cluster's stream leaders stepped down and its
+## nodes killed one at a time, while a hostile worker attacks; the streams are checked after every
+## schedule and the run ends with the line `chaos: schedules=N lost=0 ... hostile=ok`. chaos-short
+## is the few-minute version CI runs. CHAOSFLAGS adds flags, e.g. CHAOSFLAGS='--seed 42 --keep'.
 CHAOSFLAGS ?=
 chaos_run = bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
 	$(GO) build -o "$$bin/tenure" ./cmd/tenure && \

@@ -43,6 +43,10 @@ type Clients struct {
 	// PubAcks journaled before it (Unix ns): the later ones may name inputs
 	// stored after the streams were read.
 	AckedBefore int64
+	// Hostile are the hostile workers (their journals are among Entries),
+	// Attacks their records (checkHostile).
+	Hostile []string
+	Attacks []AttackRecord
 }
 
 // MaxListed bounds the findings listed per check (all are counted).
@@ -67,7 +71,7 @@ type Result struct {
 	// does not hold, or holds with another subject, Msg-Id or body.
 	Lost Findings
 	// Phantom: stored inputs that no client sent: not in any journal (same
-	// Msg-Id, subject and body), and not a coordinator's tick or policy.
+	// Msg-Id, subject and body), and not an input a coordinator appends.
 	Phantom Findings
 	// DoubleHolders: from the decision stream alone, two lease generations
 	// of one job whose authority intervals overlap, or one generation whose
@@ -83,6 +87,8 @@ type Result struct {
 	// inconsistencies, and decisions that differ from the fold of the
 	// input stream (the comparison of the coordinator tests' checkChain).
 	Gaps Findings
+	// Hostile: what the hostile workers' inputs achieved (checkHostile).
+	Hostile HostileResult
 	// Jobs is every job's end state, for Liveness.
 	Jobs map[string]*JobEnd
 	// Stats counts what the log holds.
@@ -91,20 +97,19 @@ type Result struct {
 
 // OK reports whether every check passed.
 func (r *Result) OK() bool {
-	return r.Lost.Count+r.Phantom.Count+r.DoubleHolders.Count+r.StaleEffects.Count+r.Gaps.Count == 0
+	return r.Lost.Count+r.Phantom.Count+r.DoubleHolders.Count+r.StaleEffects.Count+r.Gaps.Count+r.Hostile.Findings.Count == 0
 }
 
 // Stats are counts over the log and the journals.
 type Stats struct {
-	Attempted      int // distinct client inputs sent (by Msg-Id)
-	Acked          int // distinct client inputs acknowledged by the input stream
-	Stored         int // inputs in the input stream
-	StoredClient   int // of which clients' (workers', dispatchers')
-	StoredUnacked  int // clients' stored inputs whose PubAck they never read
-	Ticks          int // coordinators' tick inputs
-	Policies       int // coordinators' policy inputs
-	Folded         int // inputs with their decisions stored
-	DedupFailures  int // one Msg-Id stored twice
+	Attempted      int            // distinct client inputs sent (by Msg-Id)
+	Acked          int            // distinct client inputs acknowledged by the input stream
+	Stored         int            // inputs in the input stream
+	StoredClient   int            // of which clients' (workers', dispatchers')
+	StoredUnacked  int            // clients' stored inputs whose PubAck they never read
+	Coordinator    map[string]int // coordinators' inputs, by verb (tick, rules, policy, checkpoint)
+	Folded         int            // inputs with their decisions stored
+	DedupFailures  int            // one Msg-Id stored twice
 	Decisions      int
 	Kinds          map[string]int // decisions by kind
 	Rejections     map[string]int // verdicts not accepted, by "kind/reason"
@@ -123,12 +128,13 @@ type JobEnd struct {
 // Check runs every check on the log and the clients' journals. It does no
 // I/O.
 func Check(l *Log, c *Clients) *Result {
-	r := &Result{Jobs: make(map[string]*JobEnd), Stats: Stats{Kinds: make(map[string]int), Rejections: make(map[string]int), Ops: make(map[string]int)}}
+	r := &Result{Jobs: make(map[string]*JobEnd), Stats: Stats{Kinds: make(map[string]int), Rejections: make(map[string]int), Ops: make(map[string]int), Coordinator: make(map[string]int)}}
 	byInput := checkInputSeqs(l, r)
 	ds := checkChain(l, r)
 	checkFold(l, ds, r)
 	checkAuthority(ds, byInput, r)
 	checkClients(l, c, byInput, r)
+	checkHostile(l, ds, byInput, c, r)
 	return r
 }
 
@@ -471,8 +477,8 @@ func checkClients(l *Log, c *Clients, inputs map[uint64]*Message, r *Result) {
 	for _, id := range c.Coordinators {
 		coords[id] = true
 	}
-	policy := events.AppendInputBody(nil, &events.Input{Verb: events.VerbPolicy, Policy: events.DefaultPolicy()})
 	seen := make(map[string]bool)
+	var in events.Input
 	for i := range l.Inputs {
 		m := &l.Inputs[i]
 		id := m.Header.Get(nats.MsgIdHdr)
@@ -481,15 +487,12 @@ func checkClients(l *Log, c *Clients, inputs map[uint64]*Message, r *Result) {
 		}
 		seen[id] = true
 		if s, err := events.ParseInputSubject(m.Subject); err == nil && s.Role == events.RoleCoord {
-			switch {
-			case !coords[s.Actor]:
+			if !coords[s.Actor] {
 				r.Phantom.add("input %d (%s): no such coordinator", m.Seq, m.Subject)
-			case s.Verb == events.VerbTick && string(m.Data) == `{"v":1}` && strings.HasPrefix(id, "tick-"+s.Actor+"-"):
-				r.Stats.Ticks++
-			case s.Verb == events.VerbPolicy && m.Seq == 1 && bytes.Equal(m.Data, policy):
-				r.Stats.Policies++
-			default:
-				r.Phantom.add("input %d (%s, Msg-Id %q): not a tick or the default policy of its coordinator", m.Seq, m.Subject, id)
+			} else if what := coordinatorInput(m, id, s.Actor, &in); what != "" {
+				r.Phantom.add("input %d (%s, Msg-Id %q): %s", m.Seq, m.Subject, id, what)
+			} else {
+				r.Stats.Coordinator[s.Verb.String()]++
 			}
 			continue
 		}
@@ -511,6 +514,44 @@ func checkClients(l *Log, c *Clients, inputs map[uint64]*Message, r *Result) {
 			r.Stats.StoredUnacked++
 		}
 	}
+}
+
+// defaultPolicy is the body of the default policy a coordinator appends to
+// an empty log.
+var defaultPolicy = events.AppendInputBody(nil, &events.Input{Verb: events.VerbPolicy, Policy: events.DefaultPolicy()})
+
+// coordinatorInput says what is wrong with input m (Msg-Id id) as an input
+// of coordinator actor, "" if nothing: what a coordinator appends is a tick,
+// the rules input and the default policy that open an empty log (input 1
+// and 2, fenced, without a Msg-Id; rules later carry one), or a checkpoint,
+// each with its body and its Msg-Id "<verb>-<coordinator>-<random>"
+// (coordinator/genesis.go, PROTOCOL.md §14).
+func coordinatorInput(m *Message, id, actor string, in *events.Input) string {
+	if err := events.DecodeInput(m.Subject, m.Data, in); err != nil {
+		return fmt.Sprintf("does not decode: %v", err)
+	}
+	ours := func(verb events.Verb) bool { return strings.HasPrefix(id, verb.String()+"-"+actor+"-") }
+	switch in.Verb {
+	case events.VerbTick:
+		if string(m.Data) == `{"v":1}` && ours(in.Verb) {
+			return ""
+		}
+	case events.VerbRules:
+		if in.Revision == events.CurrentRevision && (id == "" && m.Seq == 1 || ours(in.Verb)) {
+			return ""
+		}
+	case events.VerbPolicy:
+		// The default policy follows the rules (input 2), or opens a log of
+		// rules revision 1 (input 1).
+		if id == "" && m.Seq <= 2 && bytes.Equal(m.Data, defaultPolicy) {
+			return ""
+		}
+	case events.VerbCheckpoint:
+		if ours(in.Verb) {
+			return ""
+		}
+	}
+	return "not an input a coordinator appends (tick, rules, default policy, checkpoint) with its Msg-Id"
 }
 
 // Liveness returns the jobs whose id starts with prefix, whose lease was

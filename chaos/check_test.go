@@ -140,7 +140,7 @@ func TestCheckCleanLog(t *testing.T) {
 		t.Fatal("not OK")
 	}
 	st := r.Stats
-	if st.Stored != 16 || st.StoredClient != 14 || st.Ticks != 1 || st.Policies != 1 || st.Folded != 16 || st.Attempted != 14 || st.Acked != 14 {
+	if st.Stored != 16 || st.StoredClient != 14 || st.Coordinator["tick"] != 1 || st.Coordinator["policy"] != 1 || st.Folded != 16 || st.Attempted != 14 || st.Acked != 14 {
 		t.Errorf("stats %+v", st)
 	}
 	if st.Kinds["expired"] != 1 || st.Rejections["lost_authority/stale_generation"] != 1 || st.Rejections["stale/stale_generation"] != 1 || st.MaxGeneration != 2 {
@@ -337,5 +337,40 @@ func TestCheckPhantom(t *testing.T) {
 	}
 	if r.Lost.Count+r.Gaps.Count+r.DoubleHolders.Count+r.StaleEffects.Count != 0 {
 		t.Errorf("other findings: %+v", r)
+	}
+}
+
+// What coordinators append is theirs: the rules and default policy opening
+// an empty log (inputs 1 and 2, fenced, without a Msg-Id), ticks, later
+// rules and checkpoints with their "<verb>-<coordinator>-<random>" ids.
+// Anything else on a coordinator's subjects is a phantom.
+func TestCheckCoordinatorInputs(t *testing.T) {
+	s := &story{t: t, now: testutil.ScenarioBase}
+	rules := func() string {
+		in := events.Input{Verb: events.VerbRules, Revision: events.CurrentRevision}
+		in.LeaseKey[0] = 7
+		return string(events.AppendInputBody(nil, &in))
+	}
+	checkpoint := string(events.AppendInputBody(nil, &events.Input{Verb: events.VerbCheckpoint, CheckpointSeq: 3}))
+	s.store("coord.c1._.rules", rules(), "", false)
+	s.store("coord.c1._.policy", string(defaultPolicy), "", false)
+	s.in(time.Second, "worker.w1.j1.acquire", `{"v":1,"lease_ms":1000}`)
+	s.store("coord.c2._.checkpoint", checkpoint, "checkpoint-c2-0123456789abcdef0123456789abcdef", false)
+	s.now += int64(2 * time.Second)
+	s.store("coord.c1._.tick", `{"v":1}`, "tick-c1-0123456789abcdef0123456789abcdef", false)
+	s.store("coord.c2._.rules", rules(), "rules-c2-0123456789abcdef0123456789abcdef", false)
+	r := Check(s.log(s.fold()), s.clients())
+	wantClean(t, r)
+	if c := r.Stats.Coordinator; c["rules"] != 2 || c["policy"] != 1 || c["tick"] != 1 || c["checkpoint"] != 1 {
+		t.Errorf("coordinator inputs %v", c)
+	}
+	s.store("coord.c1._.rules", rules(), "", false)                                       // no Msg-Id after input 1
+	s.store("coord.c1._.policy", string(defaultPolicy), "", false)                        // the default policy, later
+	s.store("coord.c1._.checkpoint", checkpoint, "checkpoint-c2-0123456789abcdef", false) // another coordinator's id
+	s.store("coord.c1._.tick", `{"v":1}`, "c1-1", false)                                  // not a tick id
+	s.store("coord.c1._.tick", `{"v":1,"sent_at":"2026-01-01T00:00:00Z"}`, "tick-c1-1", false)
+	r = Check(s.log(s.fold()), s.clients())
+	if r.Phantom.Count != 5 {
+		t.Errorf("phantom: %d, want 5: %q", r.Phantom.Count, r.Phantom.Items)
 	}
 }

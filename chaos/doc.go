@@ -3,14 +3,20 @@
 //
 // Run (what `tenure chaos`, `make chaos` and `make chaos-short` call) starts
 // nats-server processes (one server, or a 3-node cluster with replicated
-// streams), two `tenure serve` coordinators, worker processes (`tenure chaos
-// worker`: RunWorker, the worker SDK on a journaled connection) and a
-// dispatcher that offers and cancels jobs. Then it runs seeded schedules of
-// faults: coordinators SIGKILLed at random points and restarted, a worker
-// that holds leases SIGSTOPped for longer than its lease and resumed, the
-// nats-server SIGKILLed and restarted on its store, and in the cluster the
-// stream leaders stepped down and the nodes SIGKILLed one at a time. Workers
-// keep acquiring, renewing, progressing and completing throughout.
+// streams) running the accounts `tenure auth init` generates, two `tenure
+// serve` coordinators, worker processes (`tenure chaos worker`: RunWorker,
+// the worker SDK on a journaled connection), a hostile worker (`tenure
+// chaos hostile`: RunHostile) and a dispatcher that offers and cancels jobs,
+// each connected with its own credentials (auth.go). Then it runs seeded
+// schedules of faults: coordinators SIGKILLed at random points and
+// restarted, a worker that holds leases SIGSTOPped for longer than its
+// lease and resumed, the nats-server SIGKILLed and restarted on its store,
+// and in the cluster the stream leaders stepped down and the nodes
+// SIGKILLed one at a time. Workers keep acquiring, renewing, progressing
+// and completing throughout; during every schedule's faults the hostile
+// worker, holding nothing but a worker's credentials, attacks (AttackTypes:
+// the bad inputs of its catalogue, claims under guessed lease ids, consumer
+// hogging, forged deliveries, predictable tick ids, floods).
 //
 // Every client's connection dials through a Tap, which journals from the
 // wire every input the client sent and every PubAck it received. After
@@ -21,6 +27,10 @@
 // a gapless decision chain equal to the fold of the input stream; the
 // audit package must reproduce everything, and Liveness requires every job
 // not cancelled to have ended within two lease durations after the faults
-// stopped. The checks are pure functions of the streams and the journals,
-// so they are tested on synthetic logs.
+// stopped. The hostile checks (HostileResult) require that no hostile input
+// was accepted on, or changed, another actor's lease, that only holders,
+// time and operators ended leases, and that every case of the catalogue got
+// its verdict or was refused by the server. The checks are pure functions
+// of the streams, the journals and the hostile workers' records, so they
+// are tested on synthetic logs.
 package chaos

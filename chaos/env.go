@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 )
@@ -97,11 +98,18 @@ type env struct {
 	coords  []*proc
 	ids     []string
 	workers []*proc
-	nc      *nats.Conn // the orchestrator's own connection: reads, status, stepdowns
-	js      jetstream.JetStream
-	opsNC   *nats.Conn
-	opsJ    *Journal
-	control string
+	// The hostile workers (tenure chaos hostile), their ids and control
+	// file, and the round of attacks last opened.
+	hostiles   []*proc
+	hostileIDs []string
+	hostileCtl string
+	round      int
+	auth       *envAuth   // the generated credentials and server configuration
+	nc         *nats.Conn // the orchestrator's own connection: reads, status, stepdowns
+	js         jetstream.JetStream
+	opsNC      *nats.Conn
+	opsJ       *Journal
+	control    string
 
 	mu      sync.Mutex
 	batches []*batch
@@ -138,6 +146,22 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[2*i+1]))
 	}
 	e.urls = strings.Join(urls, ",")
+	actors := []auth.Actor{{Name: "c1", Role: auth.RoleCoordinator}, {Name: "c2", Role: auth.RoleCoordinator}, {Name: "disp", Role: auth.RoleDispatcher}}
+	for i := range cfg.Workers {
+		actors = append(actors, auth.Actor{Name: fmt.Sprintf("w%d", i+1), Role: auth.RoleWorker})
+	}
+	for i := range cfg.Hostile {
+		e.hostileIDs = append(e.hostileIDs, fmt.Sprintf("h%d", i+1))
+		actors = append(actors, auth.Actor{Name: e.hostileIDs[i], Role: auth.RoleWorker})
+	}
+	e.er.Hostiles = len(e.hostileIDs)
+	e.er.Attacks = cfg.Attacks
+	if e.er.Attacks == nil {
+		e.er.Attacks = AttackTypes
+	}
+	if e.auth, err = newEnvAuth(dir, e.urls, actors); err != nil {
+		return e, err
+	}
 	// Every store is locked before any server starts, and each server
 	// shares its store's lock (file descriptor 3) while it runs.
 	for i := range nodes {
@@ -155,6 +179,7 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		if nodes > 1 {
 			text += fmt.Sprintf("cluster {\n  name: chaos\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", s.route, strings.Join(routes, ", "))
 		}
+		text += "\n" + e.auth.accounts
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			return e, err
 		}
@@ -166,11 +191,11 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		}
 	}
 	for _, s := range e.servers {
-		if err := waitServer(ctx, url(s.port), 90*time.Second); err != nil {
+		if err := waitServer(ctx, url(s.port), 90*time.Second, e.auth.adminOption()); err != nil {
 			return e, fmt.Errorf("chaos: %s/%s: %w", name, s.name, err)
 		}
 	}
-	e.nc, err = nats.Connect(e.urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Name("chaos-orchestrator"))
+	e.nc, err = nats.Connect(e.urls, e.auth.adminOption(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Name("chaos-orchestrator"))
 	if err != nil {
 		return e, err
 	}
@@ -189,9 +214,9 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 				// Snapshots every few inputs or never, so that restarts go
 				// through both paths.
 				every := []string{"-1", "300", "2000"}[rng.IntN(3)]
-				return []string{"serve", "--nats-url", e.urls, "--id", id, "--leader-ttl", "1s",
+				return append([]string{"serve", "--id", id, "--leader-ttl", "1s",
 					"--replicas", strconv.Itoa(replicas), "--snapshot-every", every, "--snapshot-interval", "2s",
-					"--log-format", "json"}
+					"--log-format", "json"}, e.auth.credential(id).Flags()...)
 			}}
 		e.coords = append(e.coords, c)
 		if err := c.start(); err != nil {
@@ -212,11 +237,25 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		seed := rng.Uint64()
 		w := &proc{name: name + "/" + id, path: cfg.Tenure, restart: true, logPath: filepath.Join(dir, id+".log"),
 			args: func() []string {
-				return []string{"chaos", "worker", "--nats-url", e.urls, "--id", id, "--journal", journalPath(dir, id),
+				return []string{"chaos", "worker", "--nats-url", e.urls, "--credential", e.auth.credentialPath(id), "--id", id, "--journal", journalPath(dir, id),
 					"--control", e.control, "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10)}
 			}}
 		e.workers = append(e.workers, w)
 		if err := w.start(); err != nil {
+			return e, err
+		}
+	}
+	e.hostileCtl = filepath.Join(dir, "hostile.json")
+	for _, id := range e.hostileIDs {
+		seed := rng.Uint64()
+		h := &proc{name: name + "/" + id, path: cfg.Tenure, restart: true, logPath: filepath.Join(dir, id+".log"),
+			args: func() []string {
+				return []string{"chaos", "hostile", "--credential", e.auth.credentialPath(id), "--id", id, "--journal", journalPath(dir, id),
+					"--control", e.hostileCtl, "--records", recordsPath(dir, id), "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10),
+					"--attacks", strings.Join(e.er.Attacks, ",")}
+			}}
+		e.hostiles = append(e.hostiles, h)
+		if err := h.start(); err != nil {
 			return e, err
 		}
 	}
@@ -226,12 +265,49 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	return e, nil
 }
 
-// waitServer waits until the server at u answers JetStream requests.
-func waitServer(ctx context.Context, u string, timeout time.Duration) error {
+// recordsPath is the attack records file of hostile worker id in dir.
+func recordsPath(dir, id string) string { return filepath.Join(dir, "attacks-"+id+".ndjson") }
+
+// openRound opens the next round of the hostile workers' attacks: they
+// start them at random points of the next window.
+func (e *env) openRound() {
+	if len(e.hostiles) == 0 {
+		return
+	}
+	e.round++
+	window := max(1500*time.Millisecond, e.lease+500*time.Millisecond)
+	if err := writeJSON(e.hostileCtl, HostileControl{Round: e.round, Until: time.Now().Add(window).UnixNano()}); err != nil {
+		e.rep.problem(fmt.Sprintf("%s: hostile control file: %v", e.name, err))
+	}
+}
+
+// awaitRound waits until every hostile worker has finished the round's
+// attacks (20 s at most, then a note), so that the faults and the attacks
+// are over when the liveness clock starts.
+func (e *env) awaitRound(ctx context.Context) {
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range e.hostileIDs {
+		for {
+			var d HostileDone
+			if readJSON(recordsPath(e.dir, id)+".done", &d) == nil && d.Round >= e.round {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				e.rep.problem(fmt.Sprintf("%s: hostile worker %s had not finished round %d after 20 s", e.name, id, e.round))
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// waitServer waits until the server at u answers JetStream requests (on a
+// connection with the options opts).
+func waitServer(ctx context.Context, u string, timeout time.Duration, opts ...nats.Option) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		nc, err := nats.Connect(u, nats.Timeout(time.Second), nats.NoReconnect())
+		nc, err := nats.Connect(u, append([]nats.Option{nats.Timeout(time.Second), nats.NoReconnect()}, opts...)...)
 		if err == nil {
 			js, _ := jetstream.New(nc)
 			c, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -298,7 +374,7 @@ func (e *env) heal(ctx context.Context) error {
 		}
 	}
 	for _, s := range e.servers {
-		if err := waitServer(ctx, url(s.port), 90*time.Second); err != nil {
+		if err := waitServer(ctx, url(s.port), 90*time.Second, e.auth.adminOption()); err != nil {
 			return err
 		}
 	}
@@ -307,7 +383,7 @@ func (e *env) heal(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, w := range e.workers {
+	for _, w := range slices.Concat(e.workers, e.hostiles) {
 		if err := w.start(); err != nil {
 			return err
 		}
@@ -370,7 +446,7 @@ func (e *env) startDispatcher() error {
 		return err
 	}
 	e.opsJ = j
-	e.opsNC, err = nats.Connect(e.urls, NewTap(j).Option(), nats.MaxReconnects(-1),
+	e.opsNC, _, err = connectCredential(e.auth.credentialPath("disp"), e.urls, NewTap(j).Option(), nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond), nats.Name("chaos-dispatcher"))
 	if err != nil {
 		return err
@@ -486,7 +562,11 @@ func (e *env) check(ctx context.Context, final, full bool) (*Check1, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Clients{Entries: entries, Coordinators: e.ids}
+	recs, err := ReadAttackRecords(e.dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Clients{Entries: entries, Coordinators: e.ids, Hostile: e.hostileIDs, Attacks: recs}
 	if !final {
 		c.AckedBefore = t0
 	}
@@ -552,7 +632,7 @@ func (e *env) close() {
 		e.dispStop()
 		<-e.dispDone
 	}
-	for _, w := range e.workers {
+	for _, w := range slices.Concat(e.workers, e.hostiles) {
 		w.close()
 	}
 	if e.opsNC != nil {
@@ -575,15 +655,15 @@ func (e *env) close() {
 	}
 }
 
-// stopWorkers stops the dispatcher and the workers (SIGTERM), so that the
-// journals are complete.
+// stopWorkers stops the dispatcher, the workers and the hostile workers
+// (SIGTERM), so that the journals are complete.
 func (e *env) stopWorkers() {
 	if e.dispStop != nil {
 		e.dispStop()
 		<-e.dispDone
 		e.dispStop = nil
 	}
-	for _, w := range e.workers {
+	for _, w := range slices.Concat(e.workers, e.hostiles) {
 		w.close()
 	}
 }

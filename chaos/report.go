@@ -42,7 +42,11 @@ type EnvReport struct {
 	Rounds                                           int
 	Lost, Phantom, DoubleHolders, StaleEffects, Gaps int
 	Liveness, AuditFailures                          int
-	AuditCLI                                         error // `tenure audit` run as a process at the end
+	Hostiles                                         int      // hostile workers
+	AttackRounds                                     int      // rounds of attacks opened
+	Attacks                                          []string // the attack types they make
+	Hostile                                          int      // hostile findings, worst round
+	AuditCLI                                         error    // `tenure audit` run as a process at the end
 	Stops                                            []stopped
 	Exits                                            []string       // unexpected process exits
 	CoordLog                                         map[string]int // coordinator log events
@@ -83,6 +87,7 @@ func (er *EnvReport) noteRound(c *Check1) {
 	er.StaleEffects = max(er.StaleEffects, r.StaleEffects.Count)
 	er.Gaps = max(er.Gaps, r.Gaps.Count)
 	er.Liveness = max(er.Liveness, c.Liveness.Count)
+	er.Hostile = max(er.Hostile, r.Hostile.Findings.Count)
 	if !c.AuditOK() {
 		er.AuditFailures++
 	}
@@ -140,7 +145,7 @@ func (r *Report) OK() bool {
 		return false
 	}
 	for _, e := range r.Envs {
-		if e.Final == nil || !e.Final.OK() || e.Lost+e.Phantom+e.DoubleHolders+e.StaleEffects+e.Gaps+e.Liveness+e.AuditFailures > 0 ||
+		if e.Final == nil || !e.Final.OK() || e.Lost+e.Phantom+e.DoubleHolders+e.StaleEffects+e.Gaps+e.Liveness+e.AuditFailures+e.hostileFailures() > 0 ||
 			e.AuditCLI != nil || len(e.Panics) > 0 || e.CoordLog["refused to go live (divergence)"] > 0 {
 			return false
 		}
@@ -148,10 +153,31 @@ func (r *Report) OK() bool {
 	return true
 }
 
+// missingAttacks are the attack types the hostile workers of the
+// environment never ran (none when it has no hostile worker).
+func (er *EnvReport) missingAttacks() []string {
+	if er.Hostiles == 0 {
+		return nil
+	}
+	var out []string
+	for _, t := range er.Attacks {
+		if er.Final == nil || er.Final.Result.Hostile.Stats.ByType[t] == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// hostileFailures counts the hostile findings of the worst round and the
+// attack types not run: hostile=ok means every attack was made and none
+// achieved anything.
+func (er *EnvReport) hostileFailures() int { return er.Hostile + len(er.missingAttacks()) }
+
 // Totals of the final line.
-func (r *Report) totals() (lost, phantom, double, stale, gaps, live int, auditOK bool) {
+func (r *Report) totals() (lost, phantom, double, stale, gaps, live, hostile int, auditOK bool) {
 	auditOK = true
 	for _, e := range r.Envs {
+		hostile += e.hostileFailures()
 		lost += e.Lost
 		phantom += e.Phantom
 		double += e.DoubleHolders
@@ -200,8 +226,8 @@ func (r *Report) write(w io.Writer) {
 			continue
 		}
 		st := e.Final.Result.Stats
-		fmt.Fprintf(w, "    inputs       attempted %d, acknowledged %d, stored %d (clients %d, ticks %d, policy %d), folded %d, lost %d, phantom %d\n",
-			st.Attempted, st.Acked, st.Stored, st.StoredClient, st.Ticks, st.Policies, st.Folded, e.Lost, e.Phantom)
+		fmt.Fprintf(w, "    inputs       attempted %d, acknowledged %d, stored %d (clients %d; coordinators: %s), folded %d, lost %d, phantom %d\n",
+			st.Attempted, st.Acked, st.Stored, st.StoredClient, counts(st.Coordinator), st.Folded, e.Lost, e.Phantom)
 		fmt.Fprintf(w, "                 stored without a PubAck read by the client %d, one Msg-Id stored twice %d\n", st.StoredUnacked, st.DedupFailures)
 		fmt.Fprintf(w, "    decisions    %d: %s\n", st.Decisions, counts(st.Kinds))
 		fmt.Fprintf(w, "    rejections   %s\n", counts(st.Rejections))
@@ -228,8 +254,9 @@ func (r *Report) write(w io.Writer) {
 		fmt.Fprintf(w, "    jobs         %d (%s), cancellation requested on %d\n", len(e.Final.Result.Jobs), counts(ends), cancelled)
 		fmt.Fprintf(w, "    liveness     after each of %d checks, every job not cancelled ended within 2 lease durations (%v) after the faults stopped: %s\n",
 			e.Rounds, 2*e.Lease, verdictWord(e.Liveness == 0))
-		fmt.Fprintf(w, "    checks       worst of %d rounds: lost %d, phantom %d, double holders %d, stale effects %d, gaps %d, audit failures %d, liveness %d\n",
-			e.Rounds, e.Lost, e.Phantom, e.DoubleHolders, e.StaleEffects, e.Gaps, e.AuditFailures, e.Liveness)
+		writeHostile(w, e)
+		fmt.Fprintf(w, "    checks       worst of %d rounds: lost %d, phantom %d, double holders %d, stale effects %d, gaps %d, audit failures %d, liveness %d, hostile %d\n",
+			e.Rounds, e.Lost, e.Phantom, e.DoubleHolders, e.StaleEffects, e.Gaps, e.AuditFailures, e.Liveness, e.Hostile)
 		if a := e.Final.Audit; a != nil {
 			fmt.Fprintf(w, "    audit        %d inputs replayed, %d decisions verified, %d problems; tenure audit (process): %s\n",
 				a.Inputs, a.Verified, a.Problems(), errWord(e.AuditCLI))
@@ -247,14 +274,21 @@ func (r *Report) write(w io.Writer) {
 	for _, f := range r.failed {
 		fmt.Fprintf(w, "  FAILED after %s\n", f)
 	}
-	lost, phantom, double, stale, gaps, live, auditOK := r.totals()
+	lost, phantom, double, stale, gaps, live, hostile, auditOK := r.totals()
 	fmt.Fprintf(w, "chaos: liveness=%s\n", verdictWord(live == 0))
 	audit := "ok"
 	if !auditOK {
 		audit = "FAIL"
 	}
-	fmt.Fprintf(w, "chaos: schedules=%d lost=%d phantom=%d double_holders=%d stale_effects=%d gaps=%d audit=%s\n",
-		r.Schedules, lost, phantom, double, stale, gaps, audit)
+	hostileWord := "ok"
+	switch {
+	case hostile > 0:
+		hostileWord = fmt.Sprintf("FAIL(%d)", hostile)
+	case !slices.ContainsFunc(r.Envs, func(e *EnvReport) bool { return e.Hostiles > 0 }):
+		hostileWord = "off" // no hostile worker ran: nothing was tried
+	}
+	fmt.Fprintf(w, "chaos: schedules=%d lost=%d phantom=%d double_holders=%d stale_effects=%d gaps=%d audit=%s hostile=%s\n",
+		r.Schedules, lost, phantom, double, stale, gaps, audit, hostileWord)
 }
 
 func errWord(err error) string {
@@ -271,7 +305,8 @@ func findingLines(c *Check1) []string {
 	for _, f := range []struct {
 		name string
 		f    Findings
-	}{{"lost", r.Lost}, {"phantom", r.Phantom}, {"double holder", r.DoubleHolders}, {"stale effect", r.StaleEffects}, {"gap", r.Gaps}, {"liveness", c.Liveness}} {
+	}{{"lost", r.Lost}, {"phantom", r.Phantom}, {"double holder", r.DoubleHolders}, {"stale effect", r.StaleEffects}, {"gap", r.Gaps}, {"liveness", c.Liveness},
+		{"hostile", r.Hostile.Findings}} {
 		for _, it := range f.f.Items {
 			out = append(out, f.name+": "+it)
 		}
@@ -325,4 +360,79 @@ func describeStop(s stopped, l *Log) string {
 		parts = []string{"no lease held when stopped"}
 	}
 	return fmt.Sprintf("%s stopped %v: %s", s.worker, s.d.Round(time.Millisecond), strings.Join(parts, "; "))
+}
+
+// writeHostile writes the hostile section of an environment: the attacks
+// by type and what they got, the verdicts of the hostile inputs, and what
+// they did to the jobs of others.
+func writeHostile(w io.Writer, e *EnvReport) {
+	if e.Hostiles == 0 {
+		return
+	}
+	h := e.Final.Result.Hostile
+	st := h.Stats
+	n := 0
+	for _, t := range st.ByType {
+		n += t.Attacks
+	}
+	fmt.Fprintf(w, "    hostile      %d hostile worker(s), each with the credentials of a worker: %d attacks in %d rounds, %d hostile inputs stored; findings: worst round %d",
+		e.Hostiles, n, e.AttackRounds, st.Inputs, e.Hostile)
+	if m := e.missingAttacks(); len(m) > 0 {
+		fmt.Fprintf(w, "; NOT RUN: %s", strings.Join(m, ", "))
+	}
+	fmt.Fprintln(w)
+	for _, typ := range AttackTypes {
+		t := st.ByType[typ]
+		if t == nil {
+			if slices.Contains(e.Attacks, typ) {
+				fmt.Fprintf(w, "      %-16s NOT RUN\n", typ)
+			} else {
+				fmt.Fprintf(w, "      %-16s not asked for (--attacks)\n", typ)
+			}
+			continue
+		}
+		fmt.Fprintf(w, "      %-16s %d attacks: %d sent, %d stored, %d refused by the server or the client, %d without an answer",
+			typ, t.Attacks, t.Published, t.Stored, t.Refused, t.Unanswered)
+		switch typ {
+		case AttackBadInput:
+			fmt.Fprintf(w, "; catalogue cases %d: %d judged as the catalogue says, %d refused by the server as they must be, %d not stored, %d not folded yet",
+				st.Cases, st.CasesAsExpected, st.CasesRefused, st.CasesNotStored, st.CasesPending)
+		case AttackLeaseGuess:
+			fmt.Fprintf(w, "; on %d jobs of other workers", len(t.Targets))
+		case AttackConsumerHog:
+			fmt.Fprintf(w, "; %d consumers created (its own names only), %d messages pulled", t.Consumers, t.Pulled)
+		case AttackForgedDelivery:
+			fmt.Fprintf(w, "; %d push consumers created, aimed at %d subjects of the deployment", t.Consumers, len(t.Targets))
+		case AttackTickIDs:
+			delay := "-"
+			if st.OwnExpired > 0 {
+				delay = st.MaxExpiryDelay.Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(w, "; %d leases of its own, %d expired, the latest expiry stored %s after its expires_at", st.OwnLeases, st.OwnExpired, delay)
+		}
+		fmt.Fprintln(w)
+		if len(t.Errors) > 0 {
+			fmt.Fprintf(w, "      %-16s answers: %s\n", "", truncate(counts(t.Errors), 300))
+		}
+		if typ == AttackForgedDelivery && len(t.Targets) > 0 {
+			fmt.Fprintf(w, "      %-16s aimed at: %s\n", "", truncate(counts(t.Targets), 300))
+		}
+	}
+	fmt.Fprintf(w, "    hostile verdicts %s\n", truncate(counts(st.Verdicts), 400))
+	fmt.Fprintf(w, "    on others'   %d verdicts of hostile inputs on jobs of other actors; evidence counters of their leases raised: %s; hostile findings: %d\n",
+		st.OnOthers, counts(st.Counters), h.Findings.Count)
+	near := 0
+	for _, n := range st.ExpiredNear {
+		near += n
+	}
+	fmt.Fprintf(w, "    cost         %d leases of other actors expired, %d of them during an attack or within 1 s after it (%s)\n",
+		st.OthersExpired, near, counts(st.ExpiredNear))
+}
+
+// truncate cuts s to n bytes, with an ellipsis.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

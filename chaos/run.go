@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +36,11 @@ type Config struct {
 	// jobs to end within two of them.
 	Lease, ClusterLease time.Duration
 	Workers             int // worker processes per environment
-	Jobs                int // jobs per batch (one batch per schedule)
+	Hostile             int // hostile worker processes per environment (tenure chaos hostile)
+	// Attacks are the attack types the hostile workers make (nil: all of
+	// AttackTypes), e.g. to measure what one of them costs.
+	Attacks []string
+	Jobs    int // jobs per batch (one batch per schedule)
 
 	Out io.Writer // the report
 }
@@ -44,9 +49,9 @@ type Config struct {
 // what `make chaos` runs.
 var Profiles = map[string]Config{
 	"short": {CoordinatorKills: 50, WorkerStops: 1, ServerKills: 1, ClusterRounds: 1,
-		Lease: 600 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 3, Jobs: 24},
+		Lease: 600 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 3, Hostile: 1, Jobs: 24},
 	"long": {CoordinatorKills: 200, WorkerStops: 6, ServerKills: 6, ClusterRounds: 3,
-		Lease: 800 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 4, Jobs: 32},
+		Lease: 800 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 4, Hostile: 1, Jobs: 32},
 }
 
 // Schedule kinds.
@@ -156,10 +161,11 @@ func runEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, name
 		return err
 	}
 	e.er.Final = c
+	e.er.AttackRounds = e.round
 	e.er.noteRound(c)
 	e.er.AuditCLI = e.auditCLI(ctx)
 	e.er.readCoordinatorLogs(e.dir, e.ids)
-	for _, p := range append(append([]*proc{}, e.coords...), e.workers...) {
+	for _, p := range slices.Concat(e.coords, e.workers, e.hostiles) {
 		e.er.Exits = append(e.er.Exits, p.exits()...)
 	}
 	for _, s := range e.servers {
@@ -173,7 +179,8 @@ func runEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, name
 func (e *env) auditCLI(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, e.cfg.Tenure, "audit", "--nats-url", e.urls, "--progress", "none").CombinedOutput()
+	args := append([]string{"audit", "--nats-url", e.urls, "--progress", "none"}, e.auth.adminFlags()...)
+	out, err := exec.CommandContext(ctx, e.cfg.Tenure, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("tenure audit: %w\n%s", err, out)
 	}
@@ -191,6 +198,7 @@ func (e *env) schedule(ctx context.Context, kind string) error {
 	} else {
 		rep.ByKind[kind]++
 	}
+	e.openRound() // the hostile workers attack while the faults are injected
 	desc, err := e.inject(ctx, kind)
 	if err != nil {
 		return fmt.Errorf("chaos: %s %s: %w", e.name, kind, err)
@@ -198,6 +206,7 @@ func (e *env) schedule(ctx context.Context, kind string) error {
 	if err := e.heal(ctx); err != nil {
 		return fmt.Errorf("chaos: %s %s: heal: %w", e.name, kind, err)
 	}
+	e.awaitRound(ctx)
 	stop := time.Now()
 	e.nextBatch(stop.UnixNano())
 	time.Sleep(time.Until(stop.Add(2*e.lease + 100*time.Millisecond)))
@@ -392,7 +401,7 @@ func (e *env) inject(ctx context.Context, kind string) (string, error) {
 		}
 		rep.fault("cluster node restart")
 		t := time.Now()
-		if err := waitServer(ctx, url(s.port), 90*time.Second); err != nil {
+		if err := waitServer(ctx, url(s.port), 90*time.Second, e.auth.adminOption()); err != nil {
 			return "", err
 		}
 		up := time.Since(t)

@@ -51,14 +51,18 @@ func readControl(path string) (Control, error) {
 
 // WorkerConfig configures a chaos worker process (RunWorker).
 type WorkerConfig struct {
-	URL     string        // NATS server URLs, comma-separated
-	ID      string        // worker id
-	Journal string        // journal file: every input sent and PubAck received
-	Control string        // control file to poll
-	Lease   time.Duration // lease duration asked for
-	Slots   int           // leases acquired and worked on at once (offers come on top)
-	Seed    uint64
-	Logger  *slog.Logger
+	URL string // NATS server URLs, comma-separated
+	// Credential is the worker's credential file (auth.Credential, from
+	// tenure auth init): its user, inbox prefix and, when URL is empty,
+	// its URL. Empty: connect without authentication.
+	Credential string
+	ID         string        // worker id
+	Journal    string        // journal file: every input sent and PubAck received
+	Control    string        // control file to poll
+	Lease      time.Duration // lease duration asked for
+	Slots      int           // leases acquired and worked on at once (offers come on top)
+	Seed       uint64
+	Logger     *slog.Logger
 }
 
 // RunWorker is the body of a chaos worker process: with the worker SDK, on
@@ -82,9 +86,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	defer j.Close()
 	tap := NewTap(j)
-	nc, err := nats.Connect(cfg.URL, tap.Option(), nats.Name("chaos-worker-"+cfg.ID),
-		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true),
-		nats.ReconnectBufSize(8<<20))
+	opts := []nats.Option{tap.Option(), nats.Name("chaos-worker-" + cfg.ID),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.RetryOnFailedConnect(true),
+		nats.ReconnectBufSize(8 << 20)}
+	var nc *nats.Conn
+	if cfg.Credential != "" {
+		nc, _, err = connectCredential(cfg.Credential, cfg.URL, opts...)
+	} else {
+		nc, err = nats.Connect(cfg.URL, opts...)
+	}
 	if err != nil {
 		return fmt.Errorf("chaos: worker %s: connect: %w", cfg.ID, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -23,19 +24,27 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "worker" {
 		return runChaosWorker(ctx, args[1:], stderr)
 	}
+	if len(args) > 0 && args[0] == "hostile" {
+		return runChaosHostile(ctx, args[1:], stderr)
+	}
 	fs := newFlags("chaos", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: tenure chaos --nats-server PATH [flags]
 
-Fault injection against real processes on loopback: nats-server processes,
-two coordinators (this binary's serve), worker processes (this binary's
-hidden "chaos worker") and a dispatcher. Coordinators are SIGKILLed at random
-points and restarted, a worker is SIGSTOPped for longer than its lease, the
-nats-server is SIGKILLed and restarted, and in a 3-node cluster the stream
-leaders step down and the nodes are SIGKILLed one at a time. After every
-schedule the streams are checked (lost and phantom inputs, double holders,
-stale effects, gaps, audit, liveness). Exit status 0 only if every check
-passed. make chaos-short and make chaos build the binaries and run it.
+Fault injection against real processes on loopback: nats-server processes
+running the accounts of tenure auth init, two coordinators (this binary's
+serve), worker processes (this binary's hidden "chaos worker"), a hostile
+worker (the hidden "chaos hostile") and a dispatcher, each with its own
+credentials. Coordinators are SIGKILLed at random points and restarted, a
+worker is SIGSTOPped for longer than its lease, the nats-server is SIGKILLed
+and restarted, and in a 3-node cluster the stream leaders step down and the
+nodes are SIGKILLed one at a time; during each schedule the hostile worker
+attacks (bad inputs, guessed lease ids, consumer hogging, forged
+deliveries, predictable tick ids, floods). After every schedule the streams
+are checked (lost and phantom inputs, double holders, stale effects, gaps,
+audit, liveness, and what the hostile inputs achieved). Exit status 0 only
+if every check passed. make chaos-short and make chaos build the binaries
+and run it.
 
 `)
 		fs.PrintDefaults()
@@ -55,6 +64,8 @@ passed. make chaos-short and make chaos build the binaries and run it.
 	workerStops := fs.Int("worker-stops", -1, "worker SIGSTOP schedules (-1: the profile's)")
 	serverKills := fs.Int("server-kills", -1, "nats-server SIGKILL schedules (-1: the profile's)")
 	clusterRounds := fs.Int("cluster-rounds", -1, "3-node cluster rounds: stepdowns, then each node killed (-1: the profile's)")
+	hostiles := fs.Int("hostile", -1, "hostile worker processes per environment, attacking during every schedule (-1: the profile's)")
+	attacks := fs.String("attacks", "", "the hostile workers' attack types, comma-separated (default: all of "+strings.Join(chaos.AttackTypes, ", ")+")")
 	lease := fs.Duration("lease", 0, "lease duration of the workers (0: the profile's)")
 	clusterLease := fs.Duration("cluster-lease", 0, "lease duration of the workers in the cluster (0: the profile's)")
 	if err := parse(fs, args); err != nil {
@@ -70,13 +81,21 @@ passed. make chaos-short and make chaos build the binaries and run it.
 	for _, o := range []struct {
 		v   int
 		dst *int
-	}{{*coordKills, &cfg.CoordinatorKills}, {*workerStops, &cfg.WorkerStops}, {*serverKills, &cfg.ServerKills}, {*clusterRounds, &cfg.ClusterRounds}} {
+	}{{*coordKills, &cfg.CoordinatorKills}, {*workerStops, &cfg.WorkerStops}, {*serverKills, &cfg.ServerKills}, {*clusterRounds, &cfg.ClusterRounds}, {*hostiles, &cfg.Hostile}} {
 		if o.v >= 0 {
 			*o.dst = o.v
 		}
 	}
 	if *lease > 0 {
 		cfg.Lease = *lease
+	}
+	if *attacks != "" {
+		for _, a := range strings.Split(*attacks, ",") {
+			if !slices.Contains(chaos.AttackTypes, a) {
+				return fmt.Errorf("%w: --attacks: unknown attack %q (known: %s)", errUsage, a, strings.Join(chaos.AttackTypes, ", "))
+			}
+			cfg.Attacks = append(cfg.Attacks, a)
+		}
 	}
 	if *clusterLease > 0 {
 		cfg.ClusterLease = *clusterLease
@@ -129,6 +148,7 @@ func runChaosWorker(ctx context.Context, args []string, stderr io.Writer) error 
 	fs := newFlags("chaos worker", stderr)
 	var cfg chaos.WorkerConfig
 	fs.StringVar(&cfg.URL, "nats-url", "", "NATS server URLs, comma-separated")
+	fs.StringVar(&cfg.Credential, "credential", "", "credential file of the worker (tenure auth init: <id>.creds.json)")
 	fs.StringVar(&cfg.ID, "id", "", "worker id")
 	fs.StringVar(&cfg.Journal, "journal", "", "journal file: every input sent and PubAck received, from the wire")
 	fs.StringVar(&cfg.Control, "control", "", "control file the orchestrator writes (the current batch of jobs)")
@@ -139,8 +159,8 @@ func runChaosWorker(ctx context.Context, args []string, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if cfg.URL == "" || cfg.ID == "" || cfg.Journal == "" || cfg.Control == "" {
-		return fmt.Errorf("%w: --nats-url, --id, --journal and --control are required", errUsage)
+	if cfg.URL == "" && cfg.Credential == "" || cfg.ID == "" || cfg.Journal == "" || cfg.Control == "" {
+		return fmt.Errorf("%w: --nats-url or --credential, --id, --journal and --control are required", errUsage)
 	}
 	log, err := newLogger(stderr, "json", *logLevel)
 	if err != nil {
@@ -148,4 +168,35 @@ func runChaosWorker(ctx context.Context, args []string, stderr io.Writer) error 
 	}
 	cfg.Logger = log
 	return chaos.RunWorker(ctx, cfg)
+}
+
+// runChaosHostile is the hostile worker process of a chaos run.
+func runChaosHostile(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("chaos hostile", stderr)
+	var cfg chaos.HostileConfig
+	fs.StringVar(&cfg.Credential, "credential", "", "credential file of the hostile worker (tenure auth init: <id>.creds.json)")
+	fs.StringVar(&cfg.URL, "nats-url", "", "NATS server URLs, comma-separated (default: the credential's)")
+	fs.StringVar(&cfg.ID, "id", "", "its worker id (the credential's name)")
+	fs.StringVar(&cfg.Journal, "journal", "", "journal file: every input sent and PubAck received, from the wire")
+	fs.StringVar(&cfg.Control, "control", "", "control file the orchestrator writes (the rounds of attacks)")
+	fs.StringVar(&cfg.Records, "records", "", "file of its attack records (JSON lines)")
+	fs.DurationVar(&cfg.Lease, "lease", time.Second, "lease duration of its own leases")
+	attacks := fs.String("attacks", "", "attack types, comma-separated (default: all)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *attacks != "" {
+		cfg.Attacks = strings.Split(*attacks, ",")
+	}
+	if cfg.Credential == "" || cfg.ID == "" || cfg.Journal == "" || cfg.Control == "" || cfg.Records == "" {
+		return fmt.Errorf("%w: --credential, --id, --journal, --control and --records are required", errUsage)
+	}
+	log, err := newLogger(stderr, "json", *logLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	return chaos.RunHostile(ctx, cfg)
 }

@@ -1,0 +1,167 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/worker"
+)
+
+// The hostile worker end to end, on a real server running the generated
+// accounts with a real coordinator: three rounds of attacks (every attack
+// type) while an honest worker holds a lease of the chaos dispatcher's
+// naming; then the checks of a chaos run, on the streams, the journals and
+// the records, find nothing, every attack type ran and was aimed at the
+// honest job, and the honest lease was never lost.
+func TestChaosHostileRounds(t *testing.T) {
+	dir := t.TempDir()
+	a, err := newEnvAuth(dir, auth.DefaultURL, []auth.Actor{
+		{Name: "c1", Role: auth.RoleCoordinator}, {Name: "w1", Role: auth.RoleWorker}, {Name: "h1", Role: auth.RoleWorker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(conf, []byte(a.accounts), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := testutil.StartServer(t, testutil.ConfigFile(conf)).ClientURL()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	cnc, _, err := connectCredential(a.credentialPath("c1"), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cnc.Close()
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: cnc, LeaderTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	waitUntil(t, 20*time.Second, "the coordinator live", func() bool { return c.Stats().Live })
+
+	// The honest worker, journaled like the chaos workers.
+	j, err := OpenJournal(journalPath(dir, "w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	wnc, _, err := connectCredential(a.credentialPath("w1"), url, NewTap(j).Option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wnc.Close()
+	w, err := worker.Connect(wnc, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := w.Acquire(ctx, "s-b1-j0", worker.WithLeaseDuration(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hctx, hstop := context.WithCancel(ctx)
+	control, records := filepath.Join(dir, "hostile.json"), recordsPath(dir, "h1")
+	hran := make(chan error, 1)
+	go func() {
+		hran <- RunHostile(hctx, HostileConfig{Credential: a.credentialPath("h1"), URL: url, ID: "h1", Journal: journalPath(dir, "h1"),
+			Control: control, Records: records, Lease: 300 * time.Millisecond, Seed: 1})
+	}()
+	for round := 1; round <= 3; round++ {
+		if err := writeJSON(control, HostileControl{Round: round, Until: time.Now().Add(600 * time.Millisecond).UnixNano()}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 60*time.Second, "the round's attacks", func() bool {
+			var d HostileDone
+			return readJSON(records+".done", &d) == nil && d.Round >= round
+		})
+	}
+	hstop()
+	if err := <-hran; err != nil {
+		t.Errorf("RunHostile: %v", err)
+	}
+	if err := lease.Context().Err(); err != nil {
+		t.Errorf("the honest lease was lost: %v", context.Cause(lease.Context()))
+	}
+	if err := lease.Complete(ctx, events.OutcomeSuccess, ""); err != nil {
+		t.Errorf("the honest lease's result: %v", err)
+	}
+	_ = w.Close()
+
+	// The checks of a chaos run, as the orchestrator reads the streams.
+	anc, err := nats.Connect(url, a.adminOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anc.Close()
+	js, err := jetstream.New(anc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := streams.Topology{}
+	waitUntil(t, 20*time.Second, "the coordinator to catch up", func() bool {
+		in, err1 := js.Stream(ctx, top.InputStream())
+		out, err2 := js.Stream(ctx, top.DecisionStream())
+		st := c.Stats()
+		return err1 == nil && err2 == nil && st.InputsFolded == in.CachedInfo().State.LastSeq && st.DecisionsStored == out.CachedInfo().State.LastSeq
+	})
+	l, err := ReadLog(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := NewJournals(dir).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ReadAttackRecords(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Check(l, &Clients{Entries: entries, Coordinators: []string{"c1"}, Hostile: []string{"h1"}, Attacks: recs})
+	wantClean(t, r)
+	h := r.Hostile
+	if !h.OK() {
+		t.Errorf("hostile findings: %q", h.Findings.Items)
+	}
+	st := h.Stats
+	for _, typ := range AttackTypes {
+		if st.ByType[typ] == nil {
+			t.Errorf("attack %s not run", typ)
+		}
+	}
+	if st.Inputs == 0 || st.OnOthers == 0 || st.Cases == 0 || st.CasesAsExpected+st.CasesRefused+st.CasesNotStored != st.Cases || st.OwnLeases == 0 {
+		t.Errorf("hostile stats: %+v", st)
+	}
+	if hog := st.ByType[AttackConsumerHog]; hog != nil && (hog.Consumers == 0 || hog.Refused == 0) {
+		t.Errorf("consumer hogging: %d consumers created, %d refused: the server should have let it make its own and refused the others", hog.Consumers, hog.Refused)
+	}
+	t.Logf("%d attacks, %d hostile inputs stored, %d on the honest job; catalogue cases %d (%d as expected, %d refused by the server, %d not stored); verdicts %v",
+		len(recs), st.Inputs, st.OnOthers, st.Cases, st.CasesAsExpected, st.CasesRefused, st.CasesNotStored, st.Verdicts)
+	cancel()
+	if err := <-ran; err != nil && ctx.Err() == nil {
+		t.Errorf("coordinator: %v", err)
+	}
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
