@@ -31,6 +31,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
+	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -62,18 +63,32 @@ func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
 
 // Client publishes operator inputs as one ops actor.
 type Client struct {
-	id      string
-	js      jetstream.JetStream
-	timeout time.Duration
+	id       string
+	js       jetstream.JetStream
+	timeout  time.Duration
+	receipts receipt.Sink
+	onErr    func(error)
 
 	pmu   sync.Mutex
 	count uint32 // the deployment's partition count (0: unpartitioned), once known
 	known bool
 }
 
+// Option configures a Client.
+type Option func(*Client)
+
+// WithReceipts keeps a receipt (package receipt, PROTOCOL.md §20.2) of
+// every input this client had acknowledged and of every verdict it
+// received, with its chain value.
+func WithReceipts(s receipt.Sink) Option { return func(c *Client) { c.receipts = s } }
+
+// WithErrorHandler receives the errors that do not fail a call: a receipt
+// not kept. Without one they are lost.
+func WithErrorHandler(h func(error)) Option { return func(c *Client) { c.onErr = h } }
+
 // New returns a client that acts as ops actor id (a token; server
 // permissions should let it publish only on tenure.in.ops.<id>.>).
-func New(nc *nats.Conn, id string) (*Client, error) {
+func New(nc *nats.Conn, id string, opts ...Option) (*Client, error) {
 	if !events.ValidToken(id) {
 		return nil, fmt.Errorf("ops: invalid id %q", id)
 	}
@@ -81,7 +96,21 @@ func New(nc *nats.Conn, id string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{id: id, js: js, timeout: 10 * time.Second}, nil
+	c := &Client{id: id, js: js, timeout: 10 * time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// keep hands a receipt to the sink, if any.
+func (c *Client) keep(r receipt.Receipt) {
+	if c.receipts == nil {
+		return
+	}
+	if err := c.receipts.Keep(r); err != nil && c.onErr != nil {
+		c.onErr(fmt.Errorf("ops: receipt of %s %d not kept: %w", r.Stream, r.Seq, err))
+	}
 }
 
 // Offer offers job to holder. leaseMS and ackTimeoutMS of 0 take the policy's defaults.
@@ -246,6 +275,7 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 	if err != nil {
 		return events.Decision{}, fmt.Errorf("ops: publish %s: %w", in.Verb, streams.Classify(err))
 	}
+	c.keep(receipt.Input(ack.Stream, ack.Sequence, msg.Subject, msg.Data, "ops "+c.id))
 	for {
 		var m follow.Msg
 		select {
@@ -260,6 +290,7 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 		if err != nil || d.Cause != ack.Sequence || d.Kind.Derived() {
 			continue
 		}
+		c.keep(receipt.Decision(topo.DecisionStream(), m.Seq, d.Cause, m.Header.Get(events.HeaderChain), "ops "+c.id))
 		if !d.Kind.Accepted() {
 			return d, &RejectedError{Decision: d}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
+	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
@@ -224,4 +225,57 @@ func TestConsumersDeleted(t *testing.T) {
 		t.Fatalf("concurrent offer: %v", err)
 	}
 	requireConsumers(t, js, base, "8 concurrent offers")
+}
+
+// With receipts on, the client keeps a receipt of its input as stored and
+// of its verdict with the chain value stored on it; a sink that fails is
+// reported, and the call still returns its verdict.
+func TestReceipts(t *testing.T) {
+	_, js := startTenureJS(t)
+	var got []receipt.Receipt
+	var errs []error
+	fail := false
+	keep := receipt.Func(func(r receipt.Receipt) error {
+		if fail {
+			return errors.New("disk full")
+		}
+		got = append(got, r)
+		return nil
+	})
+	cl, err := ops.New(js.Conn(), "disp2", ops.WithReceipts(keep), ops.WithErrorHandler(func(err error) { errs = append(errs, err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := cl.Offer(ctx, "job-r", "w1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Kind != receipt.KindInput || got[0].Seq != d.Cause || got[1].Kind != receipt.KindDecision || got[1].Cause != d.Cause {
+		t.Fatalf("receipts %+v for verdict %+v", got, d)
+	}
+	in, err := js.Stream(ctx, "TENURE_IN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := in.GetMsg(ctx, got[0].Seq)
+	if err != nil || m.Subject != got[0].Subject || receipt.Input("TENURE_IN", m.Sequence, m.Subject, m.Data, "ops disp2") != got[0] {
+		t.Fatalf("input receipt %+v, stored %v %v", got[0], m, err)
+	}
+	out, err := js.Stream(ctx, "TENURE_OUT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, err := out.GetMsg(ctx, got[1].Seq)
+	if err != nil || got[1].Stream != "TENURE_OUT" || got[1].Chain != dm.Header.Get(events.HeaderChain) || got[1].Chain == "" {
+		t.Fatalf("decision receipt %+v, stored %v %v", got[1], dm, err)
+	}
+	fail = true
+	if _, err := cl.Offer(ctx, "job-r2", "w1", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 2 {
+		t.Fatalf("errors reported: %v, want the two receipts not kept", errs)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/maknow/tenure/receipt"
 )
 
 // Defaults of Options and LeaseOptions.
@@ -48,8 +50,15 @@ type Options struct {
 	// nobody accepts lapses at its ACK deadline anyway.
 	OfferBuffer int
 	// ErrorHandler receives asynchronous errors: the decision consumer's,
-	// undecodable decisions, dropped offers. Nil ignores them.
+	// undecodable decisions, dropped offers, receipts not kept. Nil
+	// ignores them.
 	ErrorHandler func(error)
+	// Receipts, when set, keeps a receipt (package receipt, PROTOCOL.md
+	// §20.2) of every input whose append the input stream acknowledged
+	// and of every decision addressed to this worker it received, with
+	// its chain value: `tenure audit --receipts` later proves with them
+	// that the log still holds what the worker was told.
+	Receipts receipt.Sink
 }
 
 // publishTimeout is the timeout of one publish attempt made at now of an
@@ -105,6 +114,15 @@ func WithOfferBuffer(n int) Option {
 			return fmt.Errorf("offer buffer %d: want >= 1", n)
 		}
 		o.OfferBuffer = n
+		return nil
+	}
+}
+
+// WithReceipts sets Options.Receipts: for instance receipt.OpenFile's
+// File (JSON lines), or a receipt.Func.
+func WithReceipts(s receipt.Sink) Option {
+	return func(o *Options) error {
+		o.Receipts = s
 		return nil
 	}
 }

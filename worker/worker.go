@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
+	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -194,6 +196,10 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 			w.report(fmt.Errorf("worker: decision stream %s: %w", out, m.Err))
 			return
 		}
+		if r := w.opts.Receipts; r != nil {
+			cause, _ := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
+			w.keep(r, receipt.Decision(out, m.Seq, cause, m.Header.Get(events.HeaderChain), "worker "+w.id))
+		}
 		w.onMsg(part, m.Subject, m.Data)
 	})
 	w.fols = append(w.fols, f)
@@ -244,6 +250,13 @@ func (w *Worker) Close() error {
 		w.wg.Wait()
 	})
 	return nil
+}
+
+// keep hands a receipt to the sink, reporting a failure.
+func (w *Worker) keep(s receipt.Sink, r receipt.Receipt) {
+	if err := s.Keep(r); err != nil {
+		w.report(fmt.Errorf("worker: receipt of %s %d not kept: %w", r.Stream, r.Seq, err))
+	}
 }
 
 func (w *Worker) report(err error) {
@@ -474,6 +487,9 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 			continue
 		}
 		if err == nil {
+			if r := w.opts.Receipts; r != nil {
+				w.keep(r, receipt.Input(in, ack.Sequence, msg.Subject, msg.Data, "worker "+w.id))
+			}
 			return ack.Sequence, nil
 		}
 		if !retryable(err) {

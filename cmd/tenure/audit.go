@@ -77,6 +77,8 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	progress := fs.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, log lines otherwise), bar, log or none")
 	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var receiptFiles files
+	fs.Var(&receiptFiles, "receipts", "check the receipts in `FILE` (JSON lines: worker.WithReceipts, tenure watch --receipts, ...) against the log: an input or decision missing or different is a finding; repeatable")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -91,6 +93,12 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 		return fmt.Errorf("%w: --timeline needs --job", errUsage)
 	case *list < -1:
 		return fmt.Errorf("%w: --list must be -1 or more", errUsage)
+	case len(receiptFiles) > 0 && (*from > 1 || *job != ""):
+		return fmt.Errorf("%w: --receipts checks the whole log: not with --from or --job", errUsage)
+	}
+	var wits witnessSet
+	if err := wits.addReceipts(receiptFiles); err != nil {
+		return err
 	}
 	mf := projector.Format(*format)
 	if mf != projector.FormatTable && mf != projector.FormatCSV && mf != projector.FormatJSON {
@@ -146,6 +154,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	} else {
 		maxListed = max(maxListed, *list)
 	}
+	wits.strays(topos)
 	var audits []audit.PartitionAudit
 	for _, t := range topos {
 		plog := log
@@ -158,6 +167,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 			JS: js, Topology: t, From: *from, Logger: plog,
 			Options: audit.Options{
 				Job: *job, Matrix: *matrix, Strict: *strict, MaxListed: maxListed, Progress: prog.update,
+				Witnesses: wits.forTopology(t),
 			},
 		})
 		prog.finish()
@@ -202,15 +212,16 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 			fmt.Fprintln(stdout)
 		}
 	}
+	witnessErr := wits.report(summaryOut)
 	if count == 0 {
 		rep := reps[0]
 		if err := audit.WriteSummary(summaryOut, rep, *list); err != nil {
 			return err
 		}
 		if !rep.OK() {
-			return fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems())
+			return fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems()+len(wits.problems))
 		}
-		return nil
+		return witnessErr
 	}
 	// A partitioned deployment: a report per partition, headed with it,
 	// then one line over all of them; the exit status is the worst.
@@ -243,7 +254,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 		}
 		return fmt.Errorf("%w: %d problems in partition %s", errAuditFailed, t.Problems, strings.Join(failed, ", "))
 	}
-	return nil
+	return witnessErr
 }
 
 // writeAuditReport writes the reports as JSON: the Report itself for an

@@ -37,6 +37,8 @@ func TestAuditUsageErrors(t *testing.T) {
 		{"audit", "--bogus"},
 		{"audit", "extra"},
 		{"audit", "--log-format", "xml"},
+		{"audit", "--receipts", "r.jsonl", "--from", "5"},
+		{"audit", "--receipts", "r.jsonl", "--job", "j1"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {

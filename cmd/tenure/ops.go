@@ -6,25 +6,29 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/receipt"
 )
 
 // opsCommand holds what every operator command shares: the connection, the
 // ops identity, and how to print the verdict.
 type opsCommand struct {
-	conn   connFlags
-	as     string
-	asJSON bool
+	conn     connFlags
+	as       string
+	asJSON   bool
+	receipts string
 }
 
 func (o *opsCommand) register(fs *flag.FlagSet) {
 	o.conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
 	fs.StringVar(&o.as, "as", "cli", "ops identity (actor token) to publish as")
 	fs.BoolVar(&o.asJSON, "json", false, "print the verdict decision as JSON")
+	fs.StringVar(&o.receipts, "receipts", "", "append receipts of the input and its verdict to `FILE`, for tenure audit --receipts")
 }
 
 // run connects, calls f, and prints the verdict; a verdict that is not
@@ -48,11 +52,31 @@ func (o *opsCommand) runAll(ctx context.Context, stdout io.Writer, f func(contex
 		return err
 	}
 	defer nc.Close()
-	c, err := ops.New(nc, o.as)
+	var opts []ops.Option
+	var keepErr error
+	var keepMu sync.Mutex // SetPolicyAll asks the partitions at once
+	if o.receipts != "" {
+		rf, err := receipt.OpenFile(o.receipts)
+		if err != nil {
+			return err
+		}
+		defer rf.Close()
+		opts = append(opts, ops.WithReceipts(rf), ops.WithErrorHandler(func(err error) {
+			keepMu.Lock()
+			keepErr = errors.Join(keepErr, err)
+			keepMu.Unlock()
+		}))
+	}
+	c, err := ops.New(nc, o.as, opts...)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	ds, err := f(ctx, c)
+	keepMu.Lock()
+	if err == nil {
+		err = keepErr // the verdict was accepted, but its receipt is lost
+	}
+	keepMu.Unlock()
 	var rej *ops.RejectedError
 	if err != nil && !errors.As(err, &rej) && len(ds) <= 1 {
 		return err

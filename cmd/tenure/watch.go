@@ -18,6 +18,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
+	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/ui"
 )
@@ -43,8 +44,18 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	format := fs.String("format", "table", "table or json (one decision per line, as stored)")
 	all := fs.Bool("all", false, "start from the first decision instead of new ones")
 	limit := fs.Int("n", 0, "stop after this many decisions (0: until interrupted)")
+	receipts := fs.String("receipts", "", "append a receipt (stream, sequence, chain value) of every decision printed to `FILE`, for tenure audit --receipts")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	var keep receipt.Sink
+	if *receipts != "" {
+		f, err := receipt.OpenFile(*receipts)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		keep = f
 	}
 	if *format != "table" && *format != "json" {
 		return fmt.Errorf("%w: --format must be table or json", errUsage)
@@ -149,6 +160,12 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if *holder != "" && d.Addressee != *holder && d.Job.Holder != *holder {
 			continue
+		}
+		if keep != nil {
+			stream := streams.Topology{Partition: w.part}.DecisionStream()
+			if err := keep.Keep(receipt.Decision(stream, m.Seq, d.Cause, m.Header.Get(events.HeaderChain), "tenure watch")); err != nil {
+				return fmt.Errorf("watch: %w", err)
+			}
 		}
 		switch {
 		case *format == "json":
