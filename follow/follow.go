@@ -103,13 +103,15 @@ type Config struct {
 	StartSeq uint64   // the first stream sequence to read (0 is 1)
 	Filters  []string // subjects to read (none: all)
 	// PullAhead is how many messages the consumer is asked for ahead of
-	// what the handler has taken: two pull requests of half of it each at
-	// the most, and a new one when one ends. Zero is DefaultPullAhead.
+	// what the handler has taken: one pull request for all of them, then
+	// another for what the handler took whenever it has taken more than
+	// half (as nats.go's Consume does), up to four outstanding. Zero is
+	// DefaultPullAhead.
 	PullAhead int
-	// PullBytes bounds the bytes asked for ahead of the handler, split
-	// between the two requests as their max_bytes (counted as the server
-	// counts them: subject, ack reply, headers and body). A message larger
-	// than a request's share is then asked for alone, with room for the
+	// PullBytes bounds the bytes asked for ahead of the handler, likewise
+	// (the requests' max_bytes, counted as the server counts them:
+	// subject, ack reply, headers and body). A message larger than a
+	// request's max_bytes is then asked for alone, with room for the
 	// largest message the server accepts (its max_payload plus room for
 	// the subject and ack reply; without a bound if even that is refused),
 	// so a large message is never a stall. Zero is DefaultPullBytes.
@@ -285,8 +287,8 @@ type session struct {
 	dseq     uint64 // the delivery sequence of the last message handed over
 	reqs     []*request
 
-	batch    int // messages a request asks for
-	bytes    int // its max_bytes
+	batch    int // the most messages a request asks for
+	bytes    int // the largest max_bytes of a request
 	largeMax int // the max_bytes of a request for one large message
 	expires  time.Duration
 	hb       time.Duration
@@ -551,8 +553,8 @@ func (f *Follower) createNamed(ctx context.Context, name string) (*session, erro
 	s := &session{gen: f.gen, cons: cons, name: name, token: token,
 		inbox:    inboxPrefix(f.nc) + "." + randomHex(),
 		nextSubj: f.api + "CONSUMER.MSG.NEXT." + f.cfg.Stream + "." + name,
-		batch:    (f.cfg.PullAhead + 1) / 2,
-		bytes:    (f.cfg.PullBytes + 1) / 2,
+		batch:    f.cfg.PullAhead,
+		bytes:    f.cfg.PullBytes,
 		largeMax: int(f.nc.MaxPayload()) + largeRoom,
 		expires:  max(5*time.Second, 2*f.cfg.Heartbeat),
 		hb:       f.cfg.Heartbeat,
@@ -796,8 +798,8 @@ func (f *Follower) process(ctx context.Context, s *session, m *nats.Msg) error {
 			s.unbounded = false
 		}
 		f.retire(s, r)
-		f.fill(s)
 	}
+	f.fill(s)
 	return nil
 }
 
@@ -903,24 +905,37 @@ func (f *Follower) check(ctx context.Context, s *session) {
 	}()
 }
 
-// fill sends requests until two are outstanding or PullAhead messages are
-// asked for.
+// maxRequests bounds the outstanding requests of a consumer.
+const maxRequests = 4
+
+// fill tops the outstanding requests up to PullAhead messages and
+// PullBytes bytes once half of either is spent, as nats.go's Consume does
+// with its own: the server serves its outstanding requests in turn, one
+// message each, so requests of a fixed size, each renewed when it ends,
+// would end together (after a burst: a worker's verdicts) and leave the
+// server nothing to deliver to until the next ones arrive.
 func (f *Follower) fill(s *session) {
-	for len(s.reqs) < 2 {
-		ahead, large := 0, false
+	for len(s.reqs) < maxRequests {
+		aheadN, aheadB, large := 0, 0, false
 		for _, r := range s.reqs {
-			ahead += r.n
+			aheadN += r.n
+			aheadB += r.b
 			large = large || r.large
 		}
-		budget := f.cfg.PullAhead - ahead
-		if budget <= 0 {
-			return
-		}
-		n, maxBytes, asLarge := min(s.batch, budget), s.bytes, false
-		if s.needLarge && !large {
-			n, maxBytes, asLarge = 1, s.largeMax, true
+		var n, maxBytes int
+		asLarge := s.needLarge && !large && aheadN < f.cfg.PullAhead
+		switch {
+		case asLarge:
+			n, maxBytes = 1, s.largeMax
 			if s.unbounded {
 				maxBytes = 0
+			}
+		case len(s.reqs) > 0 && 2*aheadN > f.cfg.PullAhead && 2*aheadB > f.cfg.PullBytes:
+			return // more than half of both still asked for
+		default:
+			n, maxBytes = min(s.batch, f.cfg.PullAhead-aheadN), min(s.bytes, f.cfg.PullBytes-aheadB)
+			if n <= 0 || maxBytes <= 0 {
+				return
 			}
 		}
 		if !f.pull(s, n, maxBytes, asLarge) {
