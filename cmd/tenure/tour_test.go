@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// natsCLIVersion is the nats CLI the README's tour is written for.
+const natsCLIVersion = "v0.5.0"
+
+var (
+	natsOnce sync.Once
+	natsPath string
+	natsErr  error
+)
+
+// natsCLI returns the nats CLI: the one on PATH, or one installed with go
+// install into the user's cache directory (once per machine; it needs the
+// Go module proxy, as the module downloads of the tests do).
+func natsCLI(t *testing.T) string {
+	t.Helper()
+	natsOnce.Do(func() {
+		if p, err := exec.LookPath("nats"); err == nil {
+			natsPath = p
+			return
+		}
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		bin := filepath.Join(cache, "tenure-test-tools", "natscli-"+natsCLIVersion)
+		natsPath = filepath.Join(bin, "nats")
+		if _, err := os.Stat(natsPath); err == nil {
+			return
+		}
+		cmd := exec.Command("go", "install", "github.com/nats-io/natscli/nats@"+natsCLIVersion)
+		cmd.Env = append(os.Environ(), "GOBIN="+bin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			natsErr = fmt.Errorf("install the nats CLI (go install github.com/nats-io/natscli/nats@%s): %v\n%s", natsCLIVersion, err, out)
+		}
+	})
+	if natsErr != nil {
+		t.Fatal(natsErr)
+	}
+	return natsPath
+}
+
+// readmeBlock returns the lines of the first ```sh block after heading in
+// README.md.
+func readmeBlock(t *testing.T, heading, after string) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, heading)
+	if i < 0 {
+		t.Fatalf("README.md has no %q", heading)
+	}
+	s = s[i:]
+	if after != "" {
+		j := strings.Index(s, after)
+		if j < 0 {
+			t.Fatalf("README.md has no %q after %q", after, heading)
+		}
+		s = s[j:]
+	}
+	start := strings.Index(s, "```sh\n")
+	if start < 0 {
+		t.Fatalf("no sh block after %q", heading)
+	}
+	s = s[start+len("```sh\n"):]
+	return strings.Split(s[:strings.Index(s, "```")], "\n")
+}
+
+// shellWords splits a command line as sh would for the README's commands:
+// words separated by spaces, single- or double-quoted strings (no escapes),
+// a trailing comment or &.
+func shellWords(line string) (words []string, background bool) {
+	var cur strings.Builder
+	in := false
+	var quoted byte // the quote character of a quoted string being read
+	flush := func() {
+		if in {
+			words = append(words, cur.String())
+			cur.Reset()
+			in = false
+		}
+	}
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quoted != 0 && c == quoted:
+			quoted = 0
+		case quoted != 0:
+			cur.WriteByte(c)
+		case c == '\'' || c == '"':
+			quoted, in = c, true
+		case c == ' ' || c == '\t':
+			flush()
+		case c == '#':
+			flush()
+			return words, background
+		case c == '&':
+			flush()
+			background = true
+		default:
+			cur.WriteByte(c)
+			in = true
+		}
+	}
+	flush()
+	return words, background
+}
+
+// The README's short tour, as written, against a real tenure serve and
+// with the nats CLI: a client Tenure did not write. The lease id of the
+// README is an example ("copy yours from the verdict"): the test copies the
+// one it was granted. Then the dispatcher and operator commands, each
+// printing its verdict.
+func TestReadmeTour(t *testing.T) {
+	natsBin := natsCLI(t)
+	port := freePort(t)
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	p := startServe(t, t.TempDir(), port, "--sync", "interval")
+	waitServing(t, p.log, p.done, regexp.MustCompile(`(INF live|msg=live) `))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var subOut syncBuffer
+	example := regexp.MustCompile(`L3-[A-Za-z0-9_-]{22}`)
+	var lease string
+	var ran int
+	for _, line := range readmeBlock(t, "## A short tour", "") {
+		words, bg := shellWords(line)
+		if len(words) == 0 {
+			continue
+		}
+		if words[0] != "nats" {
+			t.Fatalf("the tour runs %q: only nats commands are expected", line)
+		}
+		for i, w := range words {
+			if lease != "" {
+				words[i] = example.ReplaceAllString(w, lease)
+			}
+		}
+		args := append([]string{"--server", url}, words[1:]...)
+		cmd := exec.CommandContext(ctx, natsBin, args...)
+		if bg {
+			cmd.Stdout, cmd.Stderr = &subOut, &subOut
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			// The subscription is made before the next command.
+			waitFor(t, 10*time.Second, "nats sub to subscribe", func() bool { return strings.Contains(subOut.String(), "Subscribing on") })
+			continue
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, out)
+		}
+		ran++
+		switch words[len(words)-2] {
+		case "tenure.in.worker.w1.report-42.acquire":
+			// -> PubAck {"stream":"TENURE_IN","seq":3}; the verdict "granted" names the lease_id
+			if !strings.Contains(string(out), `{"stream":"TENURE_IN","seq":3}`) {
+				t.Fatalf("%s: want the PubAck of input 3, as the README says:\n%s", line, out)
+			}
+			var m []string
+			waitFor(t, 10*time.Second, "the granted verdict", func() bool {
+				m = regexp.MustCompile(`tenure\.out\.w1\.report-42\.granted[\s\S]*?"lease_id":"(L3-[A-Za-z0-9_-]{22})","generation":1`).FindStringSubmatch(subOut.String())
+				return m != nil
+			})
+			lease = m[1]
+		case "tenure.in.worker.w1.report-42.renew":
+			if !strings.Contains(string(out), `{"stream":"TENURE_IN","seq":4}`) {
+				t.Fatalf("%s: want the PubAck of input 4:\n%s", line, out)
+			}
+			waitFor(t, 10*time.Second, "the renewed verdict", func() bool {
+				return strings.Contains(subOut.String(), "tenure.out.w1.report-42.renewed")
+			})
+		default:
+			t.Fatalf("the tour runs %q: the test does not know what it should print", line)
+		}
+	}
+	if ran != 2 || lease == "" {
+		t.Fatalf("ran %d commands of the tour (lease %q), want the acquire and the renewal", ran, lease)
+	}
+
+	// The dispatcher and operator commands: each prints a verdict (exit 0,
+	// or 1 if refused); watch is given -n so that it returns.
+	for _, line := range readmeBlock(t, "## A short tour", "The dispatcher and operator side") {
+		words, _ := shellWords(line)
+		if len(words) == 0 {
+			continue
+		}
+		if len(words) < 4 || strings.Join(words[:3], " ") != "go run ./cmd/tenure" {
+			t.Fatalf("the operator block runs %q: want go run ./cmd/tenure commands", line)
+		}
+		args := append(words[3:], "--nats-url", url)
+		if words[3] == "watch" {
+			args = append(args, "--all", "-n", "1")
+		}
+		var out, errOut bytes.Buffer
+		code := run(ctx, args, &out, &errOut)
+		t.Logf("%s -> exit %d:\n%s", line, code, out.String())
+		switch {
+		case code != 0 && code != 1:
+			t.Fatalf("%s: exit %d\n%s%s", line, code, out.String(), errOut.String())
+		case words[3] == "status" && !strings.Contains(out.String(), "live"):
+			t.Fatalf("%s: no live coordinator:\n%s", line, out.String())
+		case words[3] == "watch" && !strings.Contains(out.String(), "export-9"):
+			t.Fatalf("%s: no decision about export-9:\n%s", line, out.String())
+		case out.Len() == 0:
+			t.Fatalf("%s: printed nothing (exit %d)\n%s", line, code, errOut.String())
+		}
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
