@@ -24,7 +24,10 @@ What Tenure enforces:
 - Identity is the subject's: a body naming another actor is rejected
   (identity_mismatch).
 - Lease ids are unguessable (rules revision 2): a worker cannot name, and
-  so cannot claim or freeze, a lease it was not told.
+  so cannot claim or freeze, a lease it was not told. (A claim of an older
+  generation is judged stale before its lease id is checked: any worker
+  can raise the stale evidence counter of another job's live lease; the
+  lease itself is unchanged.)
 - Its readers accept only what the server delivered to their own consumer
   (the stream and consumer named in each delivery's ack reply), on inboxes
   of 128 random bits; anything else aimed at them is dropped and counted
