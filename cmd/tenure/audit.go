@@ -77,6 +77,8 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	progress := fs.String("progress", "auto", "progress on stderr: auto (a bar on a terminal, log lines otherwise), bar, log or none")
 	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var hw auditHeads
+	hw.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -140,6 +142,9 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	if count > 0 && *job != "" {
 		topos = topos[events.PartitionOf(*job, count) : events.PartitionOf(*job, count)+1]
 	}
+	if err := hw.load(top.Partitions(count), topos); err != nil {
+		return err
+	}
 	maxListed := audit.DefaultMaxListed
 	if *list < 0 {
 		maxListed = -1
@@ -158,6 +163,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 			JS: js, Topology: t, From: *from, Logger: plog,
 			Options: audit.Options{
 				Job: *job, Matrix: *matrix, Strict: *strict, MaxListed: maxListed, Progress: prog.update,
+				Witnesses: hw.of(t),
 			},
 		})
 		prog.finish()
@@ -208,9 +214,9 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 			return err
 		}
 		if !rep.OK() {
-			return fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems())
+			return hw.report(summaryOut, fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems()))
 		}
-		return nil
+		return hw.report(summaryOut, nil)
 	}
 	// A partitioned deployment: a report per partition, headed with it,
 	// then one line over all of them; the exit status is the worst.
@@ -234,16 +240,16 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 		return err
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return hw.report(summaryOut, err)
 	}
 	if t := audit.Sum(audits); !t.AllOK() {
 		var failed []string
 		for _, i := range t.Failed {
 			failed = append(failed, audits[i].Partition.Token())
 		}
-		return fmt.Errorf("%w: %d problems in partition %s", errAuditFailed, t.Problems, strings.Join(failed, ", "))
+		return hw.report(summaryOut, fmt.Errorf("%w: %d problems in partition %s", errAuditFailed, t.Problems, strings.Join(failed, ", ")))
 	}
-	return nil
+	return hw.report(summaryOut, nil)
 }
 
 // writeAuditReport writes the reports as JSON: the Report itself for an

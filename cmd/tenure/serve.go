@@ -114,6 +114,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var webUI uiFlags
 	webUI.register(fs, "", "also serve the web UI, /healthz and /metrics on this address, e.g. 127.0.0.1:8080 (default: none)")
+	var headFlags serveHeadFlags
+	headFlags.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -129,6 +131,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *partitions > events.MaxPartitions {
 		return fmt.Errorf("%w: --partitions: at most %d", errUsage, events.MaxPartitions)
+	}
+	if !headFlags.off && headFlags.interval <= 0 {
+		return fmt.Errorf("%w: --head-interval must be positive", errUsage)
 	}
 	count := uint32(*partitions)
 
@@ -168,6 +173,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		conn.url = srv.ClientURL()
 		log.Info("embedded nats-server ready", "data", dir, "sync", *sync)
 	}
+	headSigner, err := headFlags.signer(*data, log)
+	if err != nil {
+		return err
+	}
 	nc, err := conn.connect("tenure-coordinator-" + *id)
 	if err != nil {
 		return err
@@ -181,7 +190,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := coordinator.Config{
 		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
-		Metrics: webUI.coordinatorMetrics(count),
+		Metrics: webUI.coordinatorMetrics(count), HeadSigner: headSigner, HeadInterval: headFlags.interval,
 	}
 	if count > 0 {
 		g, err := coordinator.NewGroup(cfg, count)
