@@ -342,3 +342,20 @@ func shortKey(k string) string {
 	}
 	return k
 }
+
+// printHeads prints, under `tenure status`'s table, the last chain head of
+// each coordinator that published one.
+func printHeads(w io.Writer, got []status) {
+	for _, s := range got {
+		h := s.Head
+		if h == nil {
+			continue
+		}
+		who := s.ID
+		if s.Partition != "" {
+			who += " partition " + s.Partition
+		}
+		fmt.Fprintf(w, "head %s: decision %d of %s, chain %s…, key %s, %s ago\n",
+			who, h.Seq, h.Stream, h.Chain.String()[:16], h.Key, time.Since(h.At).Round(time.Second))
+	}
+}

@@ -378,6 +378,18 @@ func TestServeHeads(t *testing.T) {
 		t.Fatalf("no head kept\n%s", stderr.String())
 	}
 	waitLog(t, &errOther, regexpNotKept)
+	// tenure status shows the last head, as does its JSON.
+	var st, stErr bytes.Buffer
+	if code := run(context.Background(), []string{"status", "--nats-url", url}, &st, &stErr); code != 0 ||
+		!regexp.MustCompile(`head c1: decision \d+ of TENURE_OUT, chain [0-9a-f]{16}…, key `+pub+`, \d+s ago`).MatchString(st.String()) {
+		t.Errorf("status: exit %d\n%s\n%s", code, st.String(), stErr.String())
+	}
+	st.Reset()
+	var sj struct{ Head *heads.Head }
+	if code := run(context.Background(), []string{"status", "--nats-url", url, "--json"}, &st, &stErr); code != 0 ||
+		json.Unmarshal(st.Bytes(), &sj) != nil || sj.Head == nil || heads.Verify(*sj.Head) != nil {
+		t.Errorf("status --json: exit %d\n%s\n%s", code, st.String(), stErr.String())
+	}
 	cancel()
 	if code := <-otherDone; code != 0 {
 		t.Errorf("tenure heads --key other: exit %d", code)
