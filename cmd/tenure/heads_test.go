@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,9 @@ import (
 
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/heads"
+	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
 
@@ -450,5 +453,108 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Each head goes to the audit of its stream's partition; a head of a
+// stream the deployment lacks is unusable; with --job, heads of the other
+// partitions are counted, not checked.
+func TestAuditHeadsPartitions(t *testing.T) {
+	kp, _ := nkeys.CreateServer()
+	var lines []string
+	for i, stream := range []string{"TENURE_P0_OUT", "TENURE_P1_OUT", "TENURE_P1_OUT", "TENURE_OUT", "OTHER_P0_OUT"} {
+		h, err := heads.Sign(kp, heads.Head{Stream: stream, Seq: uint64(i + 1), InputSeq: 1, At: time.Now(), Coordinator: "c1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := h.MarshalJSON()
+		lines = append(lines, string(b))
+	}
+	file := filepath.Join(t.TempDir(), "heads.jsonl")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	all := streams.Topology{}.Partitions(2)
+	for _, c := range []struct {
+		topos           []streams.Topology
+		p0, p1, skipped int
+	}{
+		{all, 1, 2, 0},
+		{all[1:], 0, 2, 1}, // --job of a job in partition 1
+	} {
+		a := auditHeads{files: fileList{file}}
+		if err := a.load(all, c.topos); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.of(all[0])) != c.p0 || len(a.of(all[1])) != c.p1 || a.skipped != c.skipped || a.read != 5 || len(a.problems) != 2 {
+			t.Fatalf("p0 %d p1 %d skipped %d read %d problems %q", len(a.of(all[0])), len(a.of(all[1])), a.skipped, a.read, a.problems)
+		}
+		if w := a.of(all[1]); w[1].Seq != 3 || w[1].Origin != file+":3 (head of c1, key "+shortKey(mustPublic(t, kp))+")" || w[1].Kind != audit.WitnessDecision {
+			t.Fatalf("witness %+v", w[1])
+		}
+		if !strings.Contains(a.problems[0], file+":4: a head of decision stream TENURE_OUT, which this deployment does not have") {
+			t.Errorf("problems %q", a.problems)
+		}
+	}
+}
+
+func mustPublic(t *testing.T, kp nkeys.KeyPair) string {
+	t.Helper()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// On a partitioned deployment each head is checked by its partition's
+// audit and reported in its section.
+func TestAuditHeadsPartitioned(t *testing.T) {
+	const count = 2
+	srv := testutil.StartServer(t, testutil.Partitions(count))
+	js, _ := partitionedDeployment(t, srv, count)
+	kp, _ := nkeys.CreateServer()
+	var lines []string
+	sign := func(h heads.Head) {
+		h.At, h.Coordinator = time.Now(), "c1"
+		s, err := heads.Sign(kp, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := s.MarshalJSON()
+		lines = append(lines, string(b))
+	}
+	for _, topo := range (streams.Topology{}).Partitions(count) {
+		s, err := js.Stream(context.Background(), topo.DecisionStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, seq := range []uint64{2, s.CachedInfo().State.LastSeq} {
+			m, err := s.GetMsg(context.Background(), seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chain, ok := events.ParseChain(m.Header.Get(events.HeaderChain))
+			cause, err := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
+			if !ok || err != nil {
+				t.Fatalf("decision %d of %s: headers %v", seq, topo.DecisionStream(), m.Header)
+			}
+			if topo.Partition.Index == 1 && seq == 2 {
+				chain[0] ^= 1 // a head the log does not bear out
+			}
+			sign(heads.Head{Stream: topo.DecisionStream(), Seq: seq, Chain: chain, InputSeq: cause})
+		}
+	}
+	file := filepath.Join(t.TempDir(), "heads.jsonl")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runAuditCmd("--nats-url", srv.ClientURL(), "--heads", file)
+	sections, _ := partitionSections(t, out)
+	if code != 1 || !strings.Contains(sections["0"], "witnesses:   0 (2 given, 2 confirmed)") ||
+		!strings.Contains(sections["1"], "witnesses:   1 (2 given, 1 confirmed)") ||
+		!strings.Contains(sections["1"], file+":3 (head of c1, key ") || !strings.Contains(sections["1"], "decision 2 has chain value") ||
+		!strings.Contains(out, "heads:       4 read from 1 files, 0 unusable") {
+		t.Fatalf("audit --heads, partitioned: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
