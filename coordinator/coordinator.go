@@ -22,6 +22,12 @@
 // while verifying the stored decisions, append whatever decisions of the
 // last input are missing, then go live. Nothing is lost or appended twice,
 // whatever the crash point.
+//
+// Signed chain heads: with Config.HeadSigner, the live coordinator publishes
+// periodically, as core NATS messages on Topology.HeadSubject(), a signed
+// head (package heads) of the last decision the stream acknowledged, so
+// that auditors can keep the chain outside NATS (PROTOCOL.md §20.3). The
+// fold knows nothing of it.
 package coordinator
 
 import (
