@@ -40,19 +40,27 @@ type serveHeadFlags struct {
 }
 
 func (f *serveHeadFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.key, "head-key", "", "`FILE` of the nkey seed that signs the chain heads, created (mode 0600) if missing (default: "+headKeyFile+" in the --data directory)")
+	fs.StringVar(&f.key, "head-key", "", "`FILE` of the nkey seed that signs the chain heads, created (mode 0600) if missing (default: "+headKeyFile+" in the --data directory; with --nats-url and no --data, none: no heads)")
 	fs.DurationVar(&f.interval, "head-interval", coordinator.DefaultHeadInterval, "how often the live coordinator publishes a signed chain head (when decisions were stored, and every minute regardless)")
 	fs.BoolVar(&f.off, "no-heads", false, "publish no signed chain heads")
 }
 
 // signer loads or creates the head key (nil with --no-heads) and logs its
-// public key, which auditors pass to tenure audit --head-key.
-func (f *serveHeadFlags) signer(dataDir string, log *slog.Logger) (nkeys.KeyPair, error) {
+// public key, which auditors pass to tenure audit --head-key. hasData says
+// whether serve has a data directory of its own (it runs the embedded
+// server, or --data was given): a coordinator connected to another server
+// without one makes no key in the working directory, and signs no heads
+// unless given --head-key.
+func (f *serveHeadFlags) signer(dataDir string, hasData bool, log *slog.Logger) (nkeys.KeyPair, error) {
 	if f.off {
 		log.Info("no signed chain heads (--no-heads)")
 		return nil, nil
 	}
 	path := f.key
+	if path == "" && !hasData {
+		log.Warn("no signed chain heads: connected to a server with no --data directory for the key; sign them with --head-key FILE (or --data DIR)")
+		return nil, nil
+	}
 	if path == "" {
 		dir, err := filepath.Abs(dataDir)
 		if err != nil {

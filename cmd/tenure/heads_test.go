@@ -301,20 +301,29 @@ func TestAuditHeads(t *testing.T) {
 }
 
 var (
-	regexpKeeping = regexp.MustCompile(`tenure heads: (keeping) the heads`)
-	regexpNotKept = regexp.MustCompile(`tenure heads: (not kept): tenure.heads: signed by key`)
-	regexpHeadKey = regexp.MustCompile(`signing chain heads head_key=(N[A-Z0-9]+)`)
-	regexpNoHeads = regexp.MustCompile(`(no signed chain heads)`)
-	regexpServing = regexp.MustCompile(`(connect workers to) nats://`)
+	regexpKeeping  = regexp.MustCompile(`tenure heads: (keeping) the heads`)
+	regexpNotKept  = regexp.MustCompile(`tenure heads: (not kept): tenure.heads: signed by key`)
+	regexpHeadKey  = regexp.MustCompile(`signing chain heads head_key=(N[A-Z0-9]+)`)
+	regexpNoHeads  = regexp.MustCompile(`(no signed chain heads) \(--no-heads\)`)
+	regexpNoKeyDir = regexp.MustCompile(`(no signed chain heads): connected to a server with no --data`)
+	regexpServing  = regexp.MustCompile(`(connect workers to) nats://`)
 )
 
-// serveInProcess runs tenure serve in this process until the returned stop.
+// serveInProcess runs tenure serve on data and port in this process until
+// the returned stop.
 func serveInProcess(t *testing.T, data string, port int, args ...string) (*syncBuffer, func()) {
+	t.Helper()
+	return serveArgs(t, append([]string{"--data", data, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, args...)...)
+}
+
+// serveArgs runs tenure serve --id c1 with args in this process until the
+// returned stop.
+func serveArgs(t *testing.T, args ...string) (*syncBuffer, func()) {
 	t.Helper()
 	log := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	args = append([]string{"serve", "--data", data, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--id", "c1"}, args...)
+	args = append([]string{"serve", "--id", "c1"}, args...)
 	go func() { done <- run(ctx, args, io.Discard, log) }()
 	waitServing(t, log, done, regexpServing)
 	stopped := false
@@ -414,6 +423,25 @@ func TestServeHeads(t *testing.T) {
 		t.Errorf("--no-heads made a key: %v", err)
 	}
 	stop()
+	// Connected to another server: a key only with --head-key or --data,
+	// never one made in the working directory.
+	remote := testutil.StartServer(t)
+	log, stop = serveArgs(t, "--nats-url", remote.ClientURL())
+	waitLog(t, log, regexpNoKeyDir)
+	stop()
+	if _, err := os.Stat("tenure-data"); !os.IsNotExist(err) {
+		t.Errorf("serve --nats-url made ./tenure-data: %v", err)
+	}
+	remoteKey := filepath.Join(dir, "remote.nk")
+	log, stop = serveArgs(t, "--nats-url", remote.ClientURL(), "--head-key", remoteKey)
+	if got := waitLog(t, log, regexpHeadKey); got == pub || got == "" {
+		t.Errorf("--head-key %s: key %q", remoteKey, got)
+	}
+	stop()
+	if fi, err := os.Stat(remoteKey); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("--head-key file: %v", err)
+	}
+
 	if err := os.Chmod(filepath.Join(data, "head.nk"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	count := uint32(*partitions)
 
-	if conn.url == "" {
+	embedded := conn.url == ""
+	if embedded {
 		host, portStr, err := net.SplitHostPort(*listen)
 		if err != nil {
 			return fmt.Errorf("%w: --listen: %v", errUsage, err)
@@ -173,7 +174,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		conn.url = srv.ClientURL()
 		log.Info("embedded nats-server ready", "data", dir, "sync", *sync)
 	}
-	headSigner, err := headFlags.signer(*data, log)
+	dataSet := false
+	fs.Visit(func(f *flag.Flag) { dataSet = dataSet || f.Name == "data" })
+	headSigner, err := headFlags.signer(*data, embedded || dataSet, log)
 	if err != nil {
 		return err
 	}
