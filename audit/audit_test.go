@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -831,11 +833,18 @@ func TestDataDir(t *testing.T) {
 	}
 	nc.Close()
 	srv.Shutdown()
+	// A coordinator's head key beside the store is a secret: not copied.
+	if err := os.WriteFile(filepath.Join(dir, "head.nk"), []byte("SN...\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	before := treeState(t, dir)
 
 	d, err := audit.OpenDataDir(dir, audit.DataDirConfig{TempDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Dir, "data", "head.nk")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the head key was copied: %v", err)
 	}
 	nc2, js2 := testutil.Connect(t, d.Server.ClientURL())
 	rep, err := audit.Run(context.Background(), audit.Config{JS: js2})

@@ -34,8 +34,8 @@ type DataDirConfig struct {
 	Logger *slog.Logger
 }
 
-// OpenDataDir copies the data directory src (the --data directory of
-// `tenure serve`: it holds jetstream/) to a new temporary directory and
+// OpenDataDir copies the store of the data directory src (the --data
+// directory of `tenure serve`: its jetstream/) to a new temporary directory and
 // starts an embedded server on the copy. Close stops the server and removes
 // the copy. The directory must belong to a stopped server, since a copy
 // taken while a server writes to it may be inconsistent: when a process
@@ -53,8 +53,10 @@ func OpenDataDir(src string, cfg DataDirConfig) (*DataDir, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: temporary directory: %w", err)
 	}
+	// Only the store: not the lock, nor the coordinator's head key
+	// (head.nk), which a copy would leave readable by anyone.
 	dir := filepath.Join(tmp, "data")
-	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+	if err := os.CopyFS(filepath.Join(dir, "jetstream"), os.DirFS(filepath.Join(src, "jetstream"))); err != nil {
 		_ = os.RemoveAll(tmp)
 		return nil, fmt.Errorf("audit: copy %s: %w", src, err)
 	}

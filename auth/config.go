@@ -27,8 +27,9 @@ type confTLS struct {
 
 // renderConfig writes the nats-server configuration: an accounts block
 // with the deployment's account (its streams: JetStream enabled; the
-// coordinators, dispatchers and operators; the exports of Exports) and one
-// account per worker (WorkerAccount: the imports of WorkerImports and the
+// coordinators, dispatchers and operators; the service exports of Exports
+// and the stream exports of HeadStreams) and one account per worker
+// (WorkerAccount: the imports of WorkerImports and HeadStreams and the
 // limits lim), with partitions the input partition mapping in every
 // account, and with TLS a tls block. Every string is double-quoted, so that
 // "$" in subjects and bcrypt hashes is never taken for a variable.
@@ -69,6 +70,9 @@ func renderConfig(users []confUser, prefix string, lim WorkerLimits, tls confTLS
 			fmt.Fprintf(&b, "      { service: %s }\n", quote(e.Subject))
 		}
 	}
+	for _, sub := range HeadStreams() {
+		fmt.Fprintf(&b, "      { stream: %s }\n", quote(sub))
+	}
 	b.WriteString("    ]\n")
 	b.WriteString(mapping)
 	b.WriteString("  }\n")
@@ -87,6 +91,9 @@ func renderConfig(users []confUser, prefix string, lim WorkerLimits, tls confTLS
 			} else {
 				fmt.Fprintf(&b, "      { service: { account: %s, subject: %s } }\n", quote(dep), quote(im.Subject))
 			}
+		}
+		for _, sub := range HeadStreams() {
+			fmt.Fprintf(&b, "      { stream: { account: %s, subject: %s } }\n", quote(dep), quote(sub))
 		}
 		b.WriteString("    ]\n")
 		fmt.Fprintf(&b, "    limits: { max_connections: %d, max_subscriptions: %d, max_payload: %d }\n", lim.MaxConnections, lim.MaxSubscriptions, lim.MaxPayload)

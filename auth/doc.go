@@ -43,7 +43,10 @@
 //	JS.TENURE.API.CONSUMER.MSG.NEXT.TENURE_OUT.tw_<w>_<i>                 pull from them
 //
 // for i from 0 to events.WorkerConsumers-1, and subscribe to its own reply
-// inbox _INBOX_<w>.> only. Its account imports those JetStream API subjects
+// inbox _INBOX_<w>.> and to the coordinators' signed chain heads,
+// tenure.heads and tenure.heads.* (PROTOCOL.md §20.3), which its account
+// imports as streams (HeadStreams: messages flow one way, to the worker,
+// so that it can keep heads as witnesses; it cannot publish them). Its account imports those JetStream API subjects
 // of the deployment's account under the worker API prefix JS.TENURE.API
 // (streams.Topology.WorkerAPIPrefix; the worker SDK finds it, a bare
 // client uses jetstream.NewWithAPIPrefix or nats --js-api-prefix): in an
@@ -59,12 +62,14 @@
 // each call), get decisions by sequence or subject (STREAM.MSG.GET,
 // DIRECT.GET), send requests to the coordinators' "tenure" micro service
 // ($SRV.*, $SRV.*.tenure, $SRV.*.tenure.*, tenure.status.*), and subscribe
-// to _INBOX_<d>.> and tenure.out.>. It has no stream administration:
-// STREAM.DELETE, PURGE, UPDATE and MSG.DELETE are denied, and so is
-// publishing on tenure.out.>.
+// to _INBOX_<d>.>, tenure.out.> and the chain heads tenure.heads and
+// tenure.heads.* (an auditor's `tenure heads`). It has no stream
+// administration: STREAM.DELETE, PURGE, UPDATE and MSG.DELETE are denied,
+// and so is publishing on tenure.out.>, tenure.heads and tenure.heads.*.
 //
 // A coordinator <c> may publish tenure.in.coord.<c>.> (ticks, the default
-// policy) and tenure.out.> (decisions); use the JetStream API on its four
+// policy), tenure.out.> (decisions) and tenure.heads (its signed chain
+// heads; tenure.heads.<k> for each partition k when partitioned); use the JetStream API on its four
 // streams only (create, info, message get, direct get, consumers with their
 // acks and flow control); update, purge and delete messages only on the
 // KV_TENURE_LEADER and OBJ_TENURE_SNAPSHOTS streams (replacing a snapshot

@@ -10,9 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/heads"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
@@ -179,8 +181,49 @@ func newEnv(t *testing.T, opts auth.Options) *env {
 	b := generate(t, opts)
 	srv := testutil.StartServer(t, testutil.ConfigFile(b.ServerConfigPath()))
 	e := &env{b: b, srv: srv, url: srv.ClientURL()}
-	e.startCoordinator(t, coordinator.Config{SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond})
+	e.startCoordinator(t, coordinator.Config{SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond,
+		HeadSigner: headSigner(t), HeadInterval: 20 * time.Millisecond})
 	return e
+}
+
+// headSigner is a new key for the coordinator's chain heads.
+func headSigner(t testing.TB) nkeys.KeyPair {
+	t.Helper()
+	kp, err := nkeys.CreateServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// receivesHead subscribes c to subject, runs trigger (which makes the
+// coordinator store decisions), and waits for a signed chain head there:
+// the subscription is allowed and the head reaches the account.
+func receivesHead(t *testing.T, c *client, who, subject string, trigger func()) heads.Head {
+	t.Helper()
+	c.errs.reset()
+	sub, err := c.nc.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	trigger()
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("%s: no chain head on %s: %v", who, subject, err)
+	}
+	h, err := heads.Parse(m.Data)
+	if err == nil {
+		err = heads.Verify(h)
+	}
+	if err != nil {
+		t.Fatalf("%s: head on %s: %v", who, subject, err)
+	}
+	c.errs.noViolations(t, who)
+	return h
 }
 
 func (e *env) startCoordinator(t *testing.T, cfg coordinator.Config) {

@@ -183,6 +183,19 @@ func TestWorkerConfinement(t *testing.T) {
 		}
 	})
 
+	t.Run("chain heads", func(t *testing.T) {
+		// Its account imports them: it can keep them, not publish them.
+		h := receivesHead(t, w1, "w1", "tenure.heads", func() {
+			if _, err := w1.js.Publish(ctx, "tenure.in.worker.w1.conf-4.acquire", []byte(`{"v":1,"lease_ms":600000}`)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if h.Stream != "TENURE_OUT" || h.Coordinator != "coord" {
+			t.Errorf("head %+v", h)
+		}
+		refused(t, w1, "w1", "tenure.heads", "tenure.heads.0")
+	})
+
 	t.Run("payload", func(t *testing.T) {
 		// The server announces the account's limit; the client refuses
 		// bigger messages itself, and none reaches the stream.
@@ -208,7 +221,7 @@ func TestWorkerConfinement(t *testing.T) {
 		t.Errorf("%d inputs on w2's subjects, want its one acquire", w2Inputs)
 	}
 	out := e.read(t, "TENURE_OUT")
-	if n := notCoord(t, out); out[0].seq != 1 || n != before+1 { // + the identity_mismatch verdict
+	if n := notCoord(t, out); out[0].seq != 1 || n != before+2 { // + the identity_mismatch verdict, the acquire of conf-4
 		t.Errorf("decision stream: %d decisions (besides the coordinator's own) from %d, want %d from 1", n, out[0].seq, before+1)
 	}
 	e.coord.errs.noViolations(t, "coordinator")
@@ -273,6 +286,13 @@ func TestDispatcherConfinement(t *testing.T) {
 		"$KV.TENURE_LEADER.leader",
 	)
 	refusedSub(t, d, "disp", "tenure.in.>", "_INBOX_w1.>", "_INBOX.>", "$SRV.PING")
+	// The chain heads: an auditor's to keep, not to publish.
+	receivesHead(t, d, "disp", "tenure.heads", func() {
+		if _, err := d.js.Publish(context.Background(), "tenure.in.ops.disp.job-h.offer", []byte(`{"v":1,"holder":"w1","lease_ms":60000,"ack_ms":60000}`)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	refused(t, d, "disp", "tenure.heads", "tenure.heads.1")
 	// Allowed: every decision, live.
 	d.errs.reset()
 	if _, err := d.nc.SubscribeSync("tenure.out.>"); err != nil {

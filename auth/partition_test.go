@@ -50,7 +50,8 @@ func newPartEnv(t *testing.T, opts auth.Options, serverMapping bool) *partEnv {
 	e := &partEnv{b: b, url: srv.ClientURL()}
 	e.coord = connect(t, b, e.url, "coord", nats.MaxReconnects(-1))
 	e.g = coordtest.RunGroup(t, coordinator.Config{ID: "coord", Conn: e.coord.nc, LeaderTTL: 600 * time.Millisecond,
-		SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond}, partitions, 20*time.Second)
+		SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond, HeadSigner: headSigner(t), HeadInterval: 20 * time.Millisecond},
+		partitions, 20*time.Second)
 	return e
 }
 
@@ -345,6 +346,23 @@ func TestPartitionedConfinement(t *testing.T) {
 		}
 		// A core subscription to decisions is refused too (its own included).
 		refusedSub(t, w1, "w1", "tenure.out.w2.>", "tenure.out.*.*.*.1", "tenure.out.w1.>")
+	})
+	t.Run("chain heads", func(t *testing.T) {
+		// Each partition's on its own subject, naming its own stream; a
+		// worker and a dispatcher receive them and cannot publish them.
+		for i, c := range []*client{w1, disp} {
+			who := []string{"w1", "disp"}[i]
+			h := receivesHead(t, c, who, "tenure.heads.2", func() {
+				if _, err := w1.js.Publish(ctx, "tenure.in.worker.w1."+jobIn("heads-"+who, 2)+".acquire", []byte(`{"v":1,"lease_ms":60000}`)); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if h.Stream != "TENURE_P2_OUT" {
+				t.Errorf("%s: head of %s, want TENURE_P2_OUT", who, h.Stream)
+			}
+			refused(t, c, who, "tenure.heads", "tenure.heads.2")
+		}
+		e.coord.errs.noViolations(t, "coord")
 	})
 	t.Run("administer streams", func(t *testing.T) {
 		adm := []string{"$JS.API.STREAM.DELETE.TENURE_P1_IN", "$JS.API.STREAM.PURGE.TENURE_P1_IN",

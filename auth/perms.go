@@ -123,7 +123,9 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 				p.PublishAllow = append(p.PublishAllow, im.To)
 			}
 		}
-		p.SubscribeAllow = []string{inbox}
+		// The chain heads, which its account imports as a stream
+		// (HeadStreams), to keep as witnesses; it cannot publish them.
+		p.SubscribeAllow = append([]string{inbox}, streams.HeadFilters()...)
 	case events.RoleOps:
 		p.PublishAllow = []string{events.ActorInputFilter(role, a.Name)}
 		discover()
@@ -151,7 +153,8 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 			p.PublishAllow = append(p.PublishAllow, StatusSubjectPrefix+".*.*")
 		}
 		p.PublishDeny = append([]string{events.DecisionFilter}, noAdmin[:4]...)
-		p.SubscribeAllow = []string{inbox, events.DecisionFilter}
+		p.PublishDeny = append(p.PublishDeny, streams.HeadFilters()...) // the coordinators' signed chain heads
+		p.SubscribeAllow = append([]string{inbox, events.DecisionFilter}, streams.HeadFilters()...)
 	case events.RoleCoord:
 		p.PublishAllow = []string{
 			events.ActorInputFilter(role, a.Name),
@@ -186,7 +189,8 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 					api+"STREAM.MSG.DELETE."+s,
 				)
 			}
-			p.PublishAllow = append(p.PublishAllow, "$KV."+kvBucket+".>", "$O."+objBucket+".>")
+			p.PublishAllow = append(p.PublishAllow, "$KV."+kvBucket+".>", "$O."+objBucket+".>",
+				t.HeadSubject()) // its signed chain heads (PROTOCOL.md §20.3)
 		}
 		p.PublishDeny = []string{api + "STREAM.DELETE.*"}
 		for _, t := range topos {
@@ -261,6 +265,14 @@ func Exports(prefix string, partitions uint32) []Export {
 	}
 	return ex
 }
+
+// HeadStreams are the subjects the deployment's account exports to every
+// worker's account as streams (messages flowing one way, to the worker):
+// the coordinators' signed chain heads (streams.HeadFilters), which a
+// worker may keep as witnesses of the log (PROTOCOL.md §20.3). Nothing a
+// worker's account publishes reaches the deployment's account through
+// them.
+func HeadStreams() []string { return streams.HeadFilters() }
 
 // WorkerImports are the services worker name's account imports: its own
 // inputs (tenure.in.worker.<name>.>, PubAcks included), and, under the

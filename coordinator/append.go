@@ -98,8 +98,9 @@ const (
 // unit is one append awaiting its reply.
 type unit struct {
 	id          uint64
-	first, last uint64 // the decision sequences it carries
-	cause       uint64 // the input that caused its last decision
+	first, last uint64       // the decision sequences it carries
+	cause       uint64       // the input that caused its last decision
+	chain       events.Chain // the chain value of its last decision
 	sent        time.Time
 }
 
@@ -264,7 +265,8 @@ func (a *appender) send(ps []pending, after uint64) error {
 	if batch != "" {
 		a.batches++
 	}
-	a.units = append(a.units, unit{id: id, first: after + 1, last: after + uint64(len(ps)), cause: ps[len(ps)-1].cause, sent: time.Now()})
+	last := &ps[len(ps)-1]
+	a.units = append(a.units, unit{id: id, first: after + 1, last: after + uint64(len(ps)), cause: last.cause, chain: last.chain, sent: time.Now()})
 	return nil
 }
 

@@ -22,6 +22,12 @@
 // while verifying the stored decisions, append whatever decisions of the
 // last input are missing, then go live. Nothing is lost or appended twice,
 // whatever the crash point.
+//
+// Signed chain heads: with Config.HeadSigner, the live coordinator publishes
+// periodically, as core NATS messages on Topology.HeadSubject(), a signed
+// head (package heads) of the last decision the stream acknowledged, so
+// that auditors can keep the chain outside NATS (PROTOCOL.md §20.3). The
+// fold knows nothing of it.
 package coordinator
 
 import (
@@ -36,8 +42,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/heads"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
@@ -62,6 +70,7 @@ const (
 	DefaultAppendBatch      = maxAtomicBatch
 	DefaultAppendBatches    = 2
 	DefaultTickSlack        = time.Millisecond
+	DefaultHeadInterval     = 5 * time.Second
 	leaderKey               = "leader"
 	snapshotName            = streams.SnapshotObject
 )
@@ -86,6 +95,14 @@ type Config struct {
 	// examples, which need the same lease ids on every run, set it; a
 	// deployment that sets it makes its lease ids as guessable as the key.
 	LeaseKey *[events.LeaseKeyLen]byte
+	// HeadSigner, if not nil, signs the chain heads the coordinator
+	// publishes while live (package heads, PROTOCOL.md §20.3) on
+	// Topology.HeadSubject(): every HeadInterval (default
+	// DefaultHeadInterval), a head of the last decision the stream
+	// acknowledged, if it moved since the last head or HeadRefresh has
+	// passed. It must be a server nkey with its seed (heads.CheckSigner).
+	HeadSigner   nkeys.KeyPair
+	HeadInterval time.Duration
 
 	// yield, set by Group, tells a live coordinator to hand its partition
 	// to another process (it holds more than its share of the partitions).
@@ -118,6 +135,9 @@ func (c Config) withDefaults() Config {
 	if c.TickSlack == 0 {
 		c.TickSlack = DefaultTickSlack
 	}
+	if c.HeadInterval == 0 {
+		c.HeadInterval = DefaultHeadInterval
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -140,6 +160,7 @@ type Coordinator struct {
 	wentLive     atomic.Uint64 // sessions that went live
 	drops        *dropCounter  // messages that reached its inboxes without being the server's answer to it
 	state        atomic.Pointer[state]
+	lastHead     atomic.Pointer[heads.Head] // the last chain head published
 	snapMu       sync.Mutex
 	snapInputSeq uint64
 	snapAt       time.Time
@@ -169,6 +190,10 @@ type Stats struct {
 	// stream or consumer, a reply to nothing in flight): dropped, never
 	// folded or taken for an append's outcome.
 	Dropped uint64 `json:"dropped"`
+	// Head is the last chain head this coordinator published (nil: none
+	// yet, or no Config.HeadSigner): a head of a past live phase once it
+	// stands by.
+	Head *heads.Head `json:"head,omitempty"`
 }
 
 // New checks the configuration.
@@ -185,6 +210,14 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.LeaderTTL < 0 {
 		return nil, fmt.Errorf("coordinator: negative leader TTL %v", cfg.LeaderTTL)
+	}
+	if cfg.HeadSigner != nil {
+		if _, err := heads.CheckSigner(cfg.HeadSigner); err != nil {
+			return nil, fmt.Errorf("coordinator: head signer: %w", err)
+		}
+	}
+	if cfg.HeadInterval < 0 {
+		return nil, fmt.Errorf("coordinator: negative head interval %v", cfg.HeadInterval)
 	}
 	js, err := jetstream.New(cfg.Conn,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxInflight),
@@ -213,6 +246,7 @@ func (c *Coordinator) Stats() Stats {
 		SnapshotSeq: c.snapInputSeq, SnapshotAt: c.snapAt,
 		LostAuthority: c.lostAuth.Load(), Sessions: c.sessions.Load(),
 		SnapshotsRefused: c.snapRefused.Load(), Dropped: c.drops.count.Load(),
+		Head: c.lastHead.Load(),
 	}
 }
 
@@ -330,6 +364,14 @@ type session struct {
 	ticks      int       // ticks appended for it
 	tickSent   time.Time // when the last tick was appended, zero once it is folded
 	tickSubj   string    // the subject of this coordinator's ticks
+
+	// Chain heads (heads.go): the chain value of decision acked and the
+	// input it answers; the decision of the last head published in this
+	// session (0: none) and when.
+	ackedChain  events.Chain
+	ackedCause  uint64
+	lastHeadSeq uint64
+	lastHeadAt  time.Time
 
 	sinceSnap int
 	snapTime  time.Time
@@ -500,7 +542,7 @@ func (s *session) verify(sd stored) error {
 		s.resetArena()
 	}
 	s.decSeq = sd.seq
-	s.acked = sd.seq
+	s.acked, s.ackedChain, s.ackedCause = sd.seq, want.chain, cause
 	s.c.appended.Store(sd.seq)
 	return nil
 }
@@ -708,6 +750,12 @@ func (s *session) runLive() error {
 	defer snapTicker.Stop()
 	overdue := time.NewTicker(time.Second)
 	defer overdue.Stop()
+	var headC <-chan time.Time // nil: no heads
+	if c.cfg.HeadSigner != nil {
+		t := time.NewTicker(c.cfg.HeadInterval)
+		defer t.Stop()
+		headC = t.C
+	}
 	// The snapshot writer lives as long as this live phase.
 	s.snapCh = make(chan snapshot, 1)
 	wctx, wcancel := context.WithCancel(s.ctx)
@@ -793,6 +841,8 @@ func (s *session) runLive() error {
 			}
 		case <-snapTicker.C:
 			s.maybeSnapshot(true)
+		case now := <-headC:
+			s.publishHead(now)
 		case <-s.ctx.Done():
 			return nil
 		}
@@ -873,7 +923,7 @@ func (s *session) acknowledged(m *nats.Msg) error {
 			mt.DecisionAppended(lat)
 		}
 	}
-	s.acked = u.last
+	s.acked, s.ackedChain, s.ackedCause = u.last, u.chain, u.cause
 	c.appended.Store(s.acked)
 	c.folded.Store(u.cause)
 	return nil

@@ -137,6 +137,7 @@ func (s *session) loadSnapshot() {
 		return
 	}
 	s.p, s.decSeq, s.acked, s.head = p, pos.DecisionSeq, pos.DecisionSeq, pos.Chain
+	s.ackedChain, s.ackedCause = pos.Chain, pos.InputSeq // checkAnchor: decision DecisionSeq answers input InputSeq
 	c.setSnapshot(pos.InputSeq, info.ModTime)
 	c.log.Info("restored snapshot", "input_seq", pos.InputSeq, "decision_seq", pos.DecisionSeq, "anchor_seq", pos.AnchorSeq, "jobs", p.Len())
 }

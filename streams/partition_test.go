@@ -29,7 +29,10 @@ func TestPartitionedTopologyNames(t *testing.T) {
 	if c := p2.InputConfig(); !slices.Equal(c.Subjects, []string{"tenure.in.*.*.*.*.2"}) || c.Metadata[streams.MetaPartitions] != "4" || c.Metadata[streams.MetaPartition] != "2" {
 		t.Errorf("partition 2 input config: subjects %v metadata %v", c.Subjects, c.Metadata)
 	}
-	if one := (streams.Topology{}).Partitions(0); len(one) != 1 || one[0].InputStream() != "TENURE_IN" {
+	if got := p2.HeadSubject(); got != "tenure.heads.2" {
+		t.Errorf("partition 2 head subject = %q", got)
+	}
+	if one := (streams.Topology{}).Partitions(0); len(one) != 1 || one[0].InputStream() != "TENURE_IN" || one[0].HeadSubject() != "tenure.heads" {
 		t.Errorf("Partitions(0) = %v", one)
 	}
 }

@@ -139,6 +139,27 @@ func (t Topology) LeaderBucket() string { return t.base() + "_LEADER" }
 // for account" there. It is the same for every partition.
 func (t Topology) WorkerAPIPrefix() string { return "JS." + t.withDefaults().Prefix + ".API" }
 
+// HeadSubjectPrefix is the subject of an unpartitioned deployment's signed
+// chain heads; partition k's are HeadSubjectPrefix.<k> (HeadSubject).
+// HeadFilters match both.
+const HeadSubjectPrefix = "tenure.heads"
+
+// HeadFilters are the subject filters of every deployment's chain heads:
+// tenure.heads and tenure.heads.* (an auditor subscribes to both).
+func HeadFilters() []string { return []string{HeadSubjectPrefix, HeadSubjectPrefix + ".*"} }
+
+// HeadSubject is the core NATS subject on which the live coordinator of
+// this topology publishes its signed chain heads (package heads,
+// PROTOCOL.md §20.3): "tenure.heads", or "tenure.heads.<k>" for partition
+// k, whose heads name its own decision stream. Like the input and
+// decision subjects, it does not depend on Prefix.
+func (t Topology) HeadSubject() string {
+	if t.Partition.Partitioned() {
+		return HeadSubjectPrefix + "." + t.Partition.Token()
+	}
+	return HeadSubjectPrefix
+}
+
 // SnapshotBucket is the name of the snapshot Object Store bucket,
 // "TENURE_SNAPSHOTS" by default (its stream is "OBJ_TENURE_SNAPSHOTS").
 func (t Topology) SnapshotBucket() string { return t.base() + "_SNAPSHOTS" }

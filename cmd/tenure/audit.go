@@ -79,6 +79,8 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var receiptFiles files
 	fs.Var(&receiptFiles, "receipts", "check the receipts in `FILE` (JSON lines: worker.WithReceipts, tenure watch --receipts, ...) against the log: an input or decision missing or different is a finding; repeatable")
+	var hw auditHeads
+	hw.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -148,6 +150,9 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	if count > 0 && *job != "" {
 		topos = topos[events.PartitionOf(*job, count) : events.PartitionOf(*job, count)+1]
 	}
+	if err := hw.load(top.Partitions(count), topos); err != nil {
+		return err
+	}
 	maxListed := audit.DefaultMaxListed
 	if *list < 0 {
 		maxListed = -1
@@ -167,7 +172,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 			JS: js, Topology: t, From: *from, Logger: plog,
 			Options: audit.Options{
 				Job: *job, Matrix: *matrix, Strict: *strict, MaxListed: maxListed, Progress: prog.update,
-				Witnesses: wits.forTopology(t),
+				Witnesses: append(wits.forTopology(t), hw.of(t)...),
 			},
 		})
 		prog.finish()
@@ -219,9 +224,9 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 			return err
 		}
 		if !rep.OK() {
-			return fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems()+len(wits.problems))
+			return hw.report(summaryOut, fmt.Errorf("%w: %d problems", errAuditFailed, rep.Problems()+len(wits.problems)))
 		}
-		return witnessErr
+		return hw.report(summaryOut, witnessErr)
 	}
 	// A partitioned deployment: a report per partition, headed with it,
 	// then one line over all of them; the exit status is the worst.
@@ -245,16 +250,16 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 		return err
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return hw.report(summaryOut, err)
 	}
 	if t := audit.Sum(audits); !t.AllOK() {
 		var failed []string
 		for _, i := range t.Failed {
 			failed = append(failed, audits[i].Partition.Token())
 		}
-		return fmt.Errorf("%w: %d problems in partition %s", errAuditFailed, t.Problems, strings.Join(failed, ", "))
+		return hw.report(summaryOut, fmt.Errorf("%w: %d problems in partition %s", errAuditFailed, t.Problems, strings.Join(failed, ", ")))
 	}
-	return witnessErr
+	return hw.report(summaryOut, witnessErr)
 }
 
 // writeAuditReport writes the reports as JSON: the Report itself for an

@@ -103,7 +103,7 @@ func TestAuthInitFiles(t *testing.T) {
 	for _, s := range []string{
 		"tenure serve --server-config " + filepath.Join(dir, "server.conf") + " --id coord --nkey " + filepath.Join(dir, "coord.nk") + " --inbox-prefix _INBOX_coord --tlsca ",
 		"tenure offer --as disp ",
-		"subscribe allow: _INBOX_w1.>\n",
+		"subscribe allow: _INBOX_w1.> tenure.heads tenure.heads.*\n", // and the chain heads its account imports
 		"account:         TENURE_W_w1, of its own",
 		"JS.TENURE.API.CONSUMER.CREATE.TENURE_OUT.tw_w1_{0..3}.tenure.out.w1.>",
 		"What the server enforces",

@@ -114,6 +114,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var webUI uiFlags
 	webUI.register(fs, "", "also serve the web UI, /healthz and /metrics on this address, e.g. 127.0.0.1:8080 (default: none)")
+	var headFlags serveHeadFlags
+	headFlags.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -130,9 +132,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *partitions > events.MaxPartitions {
 		return fmt.Errorf("%w: --partitions: at most %d", errUsage, events.MaxPartitions)
 	}
+	if !headFlags.off && headFlags.interval <= 0 {
+		return fmt.Errorf("%w: --head-interval must be positive", errUsage)
+	}
 	count := uint32(*partitions)
 
-	if conn.url == "" {
+	embedded := conn.url == ""
+	if embedded {
 		host, portStr, err := net.SplitHostPort(*listen)
 		if err != nil {
 			return fmt.Errorf("%w: --listen: %v", errUsage, err)
@@ -168,6 +174,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		conn.url = srv.ClientURL()
 		log.Info("embedded nats-server ready", "data", dir, "sync", *sync)
 	}
+	dataSet := false
+	fs.Visit(func(f *flag.Flag) { dataSet = dataSet || f.Name == "data" })
+	headSigner, err := headFlags.signer(*data, embedded || dataSet, log)
+	if err != nil {
+		return err
+	}
 	nc, err := conn.connect("tenure-coordinator-" + *id)
 	if err != nil {
 		return err
@@ -181,7 +193,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := coordinator.Config{
 		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
-		Metrics: webUI.coordinatorMetrics(count),
+		Metrics: webUI.coordinatorMetrics(count), HeadSigner: headSigner, HeadInterval: headFlags.interval,
 	}
 	if count > 0 {
 		g, err := coordinator.NewGroup(cfg, count)

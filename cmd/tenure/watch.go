@@ -293,6 +293,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, r := range reasons {
 		fmt.Fprintln(stdout, r)
 	}
+	printHeads(stdout, got)
 	if partitioned {
 		reportLeaderless(ctx, nc, got, stdout)
 	}

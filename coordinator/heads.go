@@ -1,0 +1,45 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/maknow/tenure/heads"
+)
+
+// HeadRefresh is the longest a live coordinator with a Config.HeadSigner
+// goes without publishing a chain head, even when no decision was
+// acknowledged meanwhile: an auditor keeping heads sees that it is alive.
+const HeadRefresh = time.Minute
+
+// publishHead publishes a signed chain head (PROTOCOL.md §20.3) of the
+// last decision the stream acknowledged, when it moved since the last head
+// of this session or that head is HeadRefresh old. It is a core NATS
+// publish, which buffers: it never waits on the server. A head that cannot
+// be signed or published is logged and tried again at the next tick.
+func (s *session) publishHead(now time.Time) {
+	c := s.c
+	if s.acked == 0 {
+		return // no decision yet: nothing to sign
+	}
+	if s.acked == s.lastHeadSeq && now.Sub(s.lastHeadAt)+c.cfg.HeadInterval/2 < HeadRefresh {
+		return
+	}
+	h, err := heads.Sign(c.cfg.HeadSigner, heads.Head{
+		Stream: c.cfg.Topology.DecisionStream(), Seq: s.acked, Chain: s.ackedChain, InputSeq: s.ackedCause,
+		At: now, Coordinator: c.cfg.ID,
+	})
+	if err != nil {
+		c.log.Warn("chain head not signed", "decision_seq", s.acked, "err", err)
+		return
+	}
+	b, err := h.MarshalJSON()
+	if err == nil {
+		err = c.cfg.Conn.Publish(c.cfg.Topology.HeadSubject(), b)
+	}
+	if err != nil {
+		c.log.Warn("chain head not published", "decision_seq", s.acked, "err", err)
+		return
+	}
+	s.lastHeadSeq, s.lastHeadAt = s.acked, now
+	c.lastHead.Store(&h)
+}
