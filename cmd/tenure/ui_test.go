@@ -83,7 +83,8 @@ func TestServeHTTPAndUI(t *testing.T) {
 	}()
 	natsURL := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
 	web := waitLog(t, &stderr, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
-	hz := getJSON(t, web+"/healthz", func(code int, b map[string]any) bool { return code == 200 })
+	// Ready (200) comes before the coordinator has gone live: wait for live.
+	hz := getJSON(t, web+"/healthz", func(code int, b map[string]any) bool { return code == 200 && b["role"] == "live" })
 	if hz["role"] != "live" || hz["coordinator"] != "c1" {
 		t.Fatalf("healthz %v", hz)
 	}
@@ -153,7 +154,8 @@ func TestServePartitionedHTTP(t *testing.T) {
 	}()
 	natsURL := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
 	web := waitLog(t, &stderr, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
-	hz := getJSON(t, web+"/healthz", func(code int, b map[string]any) bool { return code == 200 })
+	// Ready (200) comes before the coordinator has gone live: wait for live.
+	hz := getJSON(t, web+"/healthz", func(code int, b map[string]any) bool { return code == 200 && b["role"] == "live" })
 	if parts, _ := hz["partitions"].([]any); hz["role"] != "live" || hz["coordinator"] != "c1" || len(parts) != 2 {
 		t.Fatalf("healthz %v", hz)
 	}
