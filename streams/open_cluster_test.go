@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -43,15 +44,75 @@ func TestOpenWaitsOutALeaderlessCluster(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	cl.Shutdown(1)
-	cl.Shutdown(2) // node 1 alone: no quorum
+	// The node that stays up must lead nothing: a raft leader that has lost
+	// its peers can go on answering look-ups (in CI one answered for over a
+	// minute), and then Open rightly succeeds. So keep a node that is not
+	// the meta leader and move every stream's leadership off it first.
+	keep := 0
+	for i := range cl.Len() {
+		if !cl.Server(i).Server().JetStreamIsLeader() {
+			keep = i
+			break
+		}
+	}
+	assets := []string{top.InputStream(), top.DecisionStream(), "KV_" + top.LeaderBucket(), "OBJ_" + top.SnapshotBucket()}
+	for _, name := range assets {
+		moved := time.Now().Add(time.Minute)
+		for {
+			lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
+			var leader string
+			s, err := js.Stream(lctx, name)
+			if err == nil {
+				var info *jetstream.StreamInfo
+				if info, err = s.Info(lctx); err == nil && info.Cluster != nil {
+					leader = info.Cluster.Leader
+				}
+			}
+			lcancel()
+			if leader != "" && leader != cl.Name(keep) {
+				break
+			}
+			if time.Now().After(moved) {
+				t.Fatalf("stream %s: leader %q, want one other than %s (%v)", name, leader, cl.Name(keep), err)
+			}
+			if leader == cl.Name(keep) {
+				_, _ = nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+name, nil, 2*time.Second)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	kc, err := nats.Connect(cl.Server(keep).ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	kjs, _ := jetstream.New(kc)
+	for i := range cl.Len() {
+		if i != keep {
+			cl.Shutdown(i) // the kept node alone: no quorum
+		}
+	}
+	// Check that the cluster refuses the first look-up Open makes.
+	refused := time.Now().Add(time.Minute)
+	for {
+		lctx, lcancel := context.WithTimeout(ctx, time.Second)
+		_, err := kjs.Stream(lctx, top.InputStream())
+		lcancel()
+		if err != nil && errors.Is(streams.Classify(err), streams.ErrTransient) {
+			break
+		}
+		if time.Now().After(refused) {
+			t.Fatalf("the input stream still answers a minute after the quorum was lost: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	type result struct {
 		err error
 		at  time.Time
 	}
 	done := make(chan result, 1)
 	go func() {
-		_, err := streams.Open(ctx, js, top)
+		_, err := streams.Open(ctx, kjs, top)
 		done <- result{err, time.Now()}
 	}()
 	time.Sleep(3 * time.Second)
@@ -61,8 +122,11 @@ func TestOpenWaitsOutALeaderlessCluster(t *testing.T) {
 	default:
 	}
 	back := time.Now()
-	cl.Start(1)
-	cl.Start(2)
+	for i := range cl.Len() {
+		if i != keep {
+			cl.Start(i)
+		}
+	}
 	select {
 	case r := <-done:
 		if r.err != nil {
