@@ -28,6 +28,7 @@ func (r *Result) Targets() []Target {
 	if r.SyncMode == SyncAlways {
 		add(r.TenurePipelinePerS > 0, "sync always: >= 20,000 renewals accepted/s", r.TenurePipelinePerS >= 20000, r.TenurePipelinePerS, "%.0f/s")
 	}
+	add(r.SDKReceiptsOffPerS > 0, "sdk_receipts_ratio >= 0.9 (receipts on / off)", r.SDKReceiptsRatio >= 0.9, r.SDKReceiptsRatio, "%.2f")
 	add(r.BaselineRTTP50 > 0, "tenure_rtt_p50_us <= 2 x baseline", r.RTTP50Ratio <= 2, r.RTTP50Ratio, "x%.2f")
 	add(r.BaselineRTTP99 > 0, "tenure_rtt_p99_us <= 2 x baseline", r.RTTP99Ratio <= 2, r.RTTP99Ratio, "x%.2f")
 	add(r.BaselineReplayPerS > 0, "replay_ratio >= 0.7", r.ReplayRatio >= 0.7, r.ReplayRatio, "%.2f")
@@ -77,6 +78,8 @@ func WriteTable(w io.Writer, r *Result) error {
 	row("  CPU per unit (µs)", r.BaselinePipelineCPUUs, r.TenurePipelineCPUUs, "%.1f", ratio(r.BaselinePipelineCPUUs, r.TenurePipelineCPUUs))
 	row("  one lease per input (per s)", r.BaselinePipelinePerS, r.TenureSinglePerS, "%.0f", r.SinglePipelineRatio)
 	row("  SDK, verdicts consumed (per s)", r.BaselinePipelinePerS, r.TenureSDKPerS, "%.0f", r.SDKPipelineRatio)
+	row("8 SDK, receipts off / on (per s)", r.SDKReceiptsOffPerS, r.SDKReceiptsOnPerS, "%.0f", r.SDKReceiptsRatio)
+	row("  CPU per renewal, off / on (µs)", r.SDKReceiptsOffCPUUs, r.SDKReceiptsOnCPUUs, "%.1f", ratio(r.SDKReceiptsOffCPUUs, r.SDKReceiptsOnCPUUs))
 	row("2 round trip p50 (µs)", r.BaselineRTTP50, r.TenureRTTP50, "%.0f", r.RTTP50Ratio)
 	row("  round trip p99 (µs)", r.BaselineRTTP99, r.TenureRTTP99, "%.0f", r.RTTP99Ratio)
 	row("  round trip p99.9 (µs)", r.BaselineRTTP999, r.TenureRTTP999, "%.0f", ratio(r.TenureRTTP999, r.BaselineRTTP999))
@@ -105,6 +108,10 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	if r.PipelineInflight > 0 {
 		fmt.Fprintf(w, "pipeline: %.0f units in flight in both; %.0f batch renew inputs/s; SDK renewals refused: %.0f\n", r.PipelineInflight, r.TenureInputsPerS, r.TenureRenewErrors)
+	}
+	if r.SDKReceiptsLines > 0 {
+		fmt.Fprintf(w, "receipts: %.0f written/s while measured (%.2f per verdict), %.0f in the files (%.1f MB), every one valid; SDK renewals refused: %.0f\n",
+			r.SDKReceiptsWrittenPerS, r.SDKReceiptsPerVerdict, r.SDKReceiptsLines, r.SDKReceiptsBytes/1e6, r.SDKReceiptsErrors)
 	}
 	for _, s := range r.Storms {
 		fmt.Fprintf(w, "storm of %.0f: %.0f jobs expired exactly once (ok %v) by %.0f inputs, at most %.0f decisions per input; %.2f cores busy; raw: async %.0f/s, atomic batches %.0f/s\n",
