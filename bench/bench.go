@@ -191,6 +191,9 @@ type Result struct {
 	ReplayRatio         float64 `json:"replay_ratio"`
 	ReplayBothRatio     float64 `json:"replay_both_ratio"` // against the read of both streams
 	AuditOK             float64 `json:"audit_ok"`          // 1 when the audit reproduced every decision
+	ChainPerS           float64 `json:"chain_per_s"`       // the decision chain's check alone (hash, parse, compare), decisions per second of one goroutine, from memory
+	ChainMBPerS         float64 `json:"chain_mb_per_s"`    // the bytes it hashes (subjects and bodies), MB per second
+	AuditChainShare     float64 `json:"audit_chain_share"` // the chain check's time over the decisions of the log / the audit's time
 
 	// 4. Fold.
 	FoldPerS       float64 `json:"fold_per_s"`        // inputs per second of one core (CPU time, GOMAXPROCS=1, garbage collection included)
