@@ -372,7 +372,10 @@ type chainWork struct {
 // and the decision's sequence, Tenure-Cause, Tenure-N, subject and body
 // (events.Chainer.Next), its Tenure-Chain header parsed and compared. The
 // decisions are read first, a chunk at a time into memory, and only the
-// check is timed. Every value must match its header, and the last one the
+// check is timed. A chunk is small enough to stay in the CPU's cache (about
+// 200 KB), as a decision the audit checks was just read and compared: hashed
+// from memory, a chunk of 65,536 decisions (50 MB) was checked at half the
+// speed. Every value must match its header, and the last one the
 // audit's chain head at headSeq.
 func chainCost(ctx context.Context, js jetstream.JetStream, stream string, headSeq uint64, head events.Chain) (chainWork, error) {
 	var w chainWork
@@ -396,7 +399,7 @@ func chainCost(ctx context.Context, js jetstream.JetStream, stream string, headS
 		from, to   int // the body in the arena
 		chain      string
 	}
-	const chunk = 1 << 16
+	const chunk = 256
 	batch := make([]stored, 0, chunk)
 	var arena []byte
 	chainer := events.NewChainer()
