@@ -45,15 +45,16 @@ type Config struct {
 	// CoordinatorLog, if set, receives the coordinators' logs (their debug
 	// level tells when the appender changes its way of appending).
 	CoordinatorLog *slog.Logger
-	// Only, when not empty, runs only these scenarios: "pipeline", "rtt",
-	// "expiry", "replay" (with "restart": both use the large log), "fold",
-	// "memory", "storm".
+	// Only, when not empty, runs only these scenarios: "pipeline",
+	// "receipts" (the SDK with receipts off and on), "rtt", "expiry",
+	// "replay" (with "restart": both use the large log), "fold", "memory",
+	// "storm".
 	Only []string
 
-	PipelineWorkers  int           // scenario 1: SDK workers
-	PipelineLeases   int           // scenario 1: leases per worker
-	PipelineWarmup   time.Duration // scenario 1: before measuring
-	PipelineDuration time.Duration // scenario 1: measured
+	PipelineWorkers  int           // scenarios 1 and 8: SDK workers (per set in 8)
+	PipelineLeases   int           // scenarios 1 and 8: leases per worker
+	PipelineWarmup   time.Duration // scenarios 1 and 8: before measuring (a quarter of it before each window of 8)
+	PipelineDuration time.Duration // scenarios 1 and 8: measured (a quarter of it in each of the 16 windows of 8)
 	RTTSamples       int           // scenario 2: round trips measured (after as many warm-up ones / 10)
 	ExpirySamples    int           // scenario 2: leases left to expire
 	LogInputs        int           // scenarios 3 and 6: inputs in the large log
@@ -153,6 +154,21 @@ type Result struct {
 	SDKPipelineRatio      float64 `json:"pipeline_sdk_ratio"`
 	TenureRenewErrors     float64 `json:"tenure_pipeline_sdk_errors"` // SDK renewals not accepted
 
+	// 8. Receipts (run after the pipeline): SDK workers end to end with
+	// receipts off and on, in alternating windows of the same run.
+	SDKReceiptsOffPerS     float64 `json:"sdk_receipts_off_per_s"`     // renewals (verdicts stored) per second, no receipts kept
+	SDKReceiptsOnPerS      float64 `json:"sdk_receipts_on_per_s"`      // the same, every worker keeping receipts in a file
+	SDKReceiptsRatio       float64 `json:"sdk_receipts_ratio"`         // on / off
+	SDKReceiptsRatioMin    float64 `json:"sdk_receipts_ratio_min"`     // the lowest of on / off over pairs of adjacent windows
+	SDKReceiptsRatioMax    float64 `json:"sdk_receipts_ratio_max"`     // the highest
+	SDKReceiptsOffCPUUs    float64 `json:"sdk_receipts_off_cpu_us"`    // CPU time of the whole process per renewal, off
+	SDKReceiptsOnCPUUs     float64 `json:"sdk_receipts_on_cpu_us"`     // and on
+	SDKReceiptsWrittenPerS float64 `json:"sdk_receipts_written_per_s"` // receipt lines written per second while measured (read back from the files)
+	SDKReceiptsPerVerdict  float64 `json:"sdk_receipts_per_verdict"`   // receipts written per renewal verdict stored
+	SDKReceiptsLines       float64 `json:"sdk_receipts_lines"`         // receipts in the files after the run, every one valid
+	SDKReceiptsBytes       float64 `json:"sdk_receipts_bytes"`         // their size
+	SDKReceiptsErrors      float64 `json:"sdk_receipts_renew_errors"`  // renewals not accepted, both sets
+
 	// 2. Latency.
 	BaselineRTTP50  float64 `json:"baseline_rtt_p50_us"`
 	BaselineRTTP99  float64 `json:"baseline_rtt_p99_us"`
@@ -175,6 +191,9 @@ type Result struct {
 	ReplayRatio         float64 `json:"replay_ratio"`
 	ReplayBothRatio     float64 `json:"replay_both_ratio"` // against the read of both streams
 	AuditOK             float64 `json:"audit_ok"`          // 1 when the audit reproduced every decision
+	ChainPerS           float64 `json:"chain_per_s"`       // the decision chain's check alone (hash, parse, compare), decisions per second of one goroutine, from memory
+	ChainMBPerS         float64 `json:"chain_mb_per_s"`    // the bytes it hashes (subjects and bodies), MB per second
+	AuditChainShare     float64 `json:"audit_chain_share"` // the chain check's time over the decisions of the log / the audit's time
 
 	// 4. Fold.
 	FoldPerS       float64 `json:"fold_per_s"`        // inputs per second of one core (CPU time, GOMAXPROCS=1, garbage collection included)
@@ -232,6 +251,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		{"memory", b.memory},
 		{"fold", b.fold},
 		{"pipeline", b.pipeline},
+		{"receipts", b.receipts},
 		{"rtt", b.rtt},
 		{"expiry", b.expiry},
 		{"replay", b.largeLog},

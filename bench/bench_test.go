@@ -60,7 +60,9 @@ func TestRunTiny(t *testing.T) {
 	}
 	for _, k := range []string{"baseline_pipeline_per_s", "tenure_pipeline_per_s", "pipeline_ratio",
 		"baseline_rtt_p50_us", "baseline_rtt_p99_us", "tenure_rtt_p50_us", "tenure_rtt_p99_us",
-		"baseline_replay_per_s", "audit_replay_per_s", "replay_ratio", "fold_per_s", "bytes_per_job",
+		"sdk_receipts_off_per_s", "sdk_receipts_on_per_s", "sdk_receipts_ratio", "sdk_receipts_ratio_min", "sdk_receipts_ratio_max", "sdk_receipts_off_cpu_us", "sdk_receipts_on_cpu_us",
+		"sdk_receipts_written_per_s", "sdk_receipts_per_verdict", "sdk_receipts_lines", "sdk_receipts_bytes",
+		"baseline_replay_per_s", "audit_replay_per_s", "replay_ratio", "chain_per_s", "chain_mb_per_s", "audit_chain_share", "fold_per_s", "bytes_per_job",
 		"restart_snapshot_s", "restart_cold_s", "expiry_p50_ms", "expiry_p99_ms",
 		"storm_3k_leases", "storm_3k_s", "storm_3k_per_s", "storm_3k_raw_per_s", "storm_3k_ratio",
 		"storm_3k_raw_async_per_s", "storm_3k_raw_batch_per_s", "storm_3k_first_s", "storm_3k_restart_s",
@@ -91,7 +93,7 @@ func TestRunTiny(t *testing.T) {
 	if err := WriteTable(&table, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1 pipeline", "2 round trip p50", "3 replay", "4 fold", "5 resident bytes", "6 restart", "7 expiry storm, 3k leases", "pipeline_ratio >= 0.8", "storm_3k_ok = 1"} {
+	for _, want := range []string{"1 pipeline", "2 round trip p50", "3 replay", "4 fold", "5 resident bytes", "6 restart", "7 expiry storm, 3k leases", "8 SDK, receipts off / on", "pipeline_ratio >= 0.8", "sdk_receipts_ratio >= 0.9", "audit_chain_share <= 0.1", "chain check alone", "storm_3k_ok = 1"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -116,6 +118,28 @@ func TestRunOnly(t *testing.T) {
 		if _, err := Run(context.Background(), Config{Only: []string{"storm"}, StormSizes: sizes}); err == nil {
 			t.Errorf("storm sizes %v accepted", sizes)
 		}
+	}
+}
+
+// --only receipts runs the receipts scenario alone, and what it reports
+// was read back from the receipt files.
+func TestRunOnlyReceipts(t *testing.T) {
+	cfg := tiny(t, SyncInterval)
+	cfg.Only = []string{"receipts"}
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BaselinePipelinePerS != 0 || r.TenureSDKPerS != 0 || r.FoldPerS != 0 {
+		t.Errorf("other scenarios ran: %+v", r)
+	}
+	if r.SDKReceiptsOffPerS <= 0 || r.SDKReceiptsOnPerS <= 0 || r.SDKReceiptsRatio <= 0 {
+		t.Errorf("receipts off %v/s, on %v/s, ratio %v: want positive figures", r.SDKReceiptsOffPerS, r.SDKReceiptsOnPerS, r.SDKReceiptsRatio)
+	}
+	// At least a decision receipt per verdict the workers received; the
+	// files hold the acquisitions' receipts too.
+	if r.SDKReceiptsWrittenPerS <= 0 || r.SDKReceiptsLines < 2*float64(cfg.PipelineWorkers*cfg.PipelineLeases) || r.SDKReceiptsBytes <= r.SDKReceiptsLines {
+		t.Errorf("receipts: %v written/s, %v lines, %v bytes", r.SDKReceiptsWrittenPerS, r.SDKReceiptsLines, r.SDKReceiptsBytes)
 	}
 }
 

@@ -38,6 +38,15 @@
 //     messages of an expired decision's size into a fresh stream with the
 //     decision stream's configuration, asynchronously and in atomic
 //     batches (the better of the two counts).
+//  8. Receipts (issue 15, "An audit that cannot be fooled"): SDK workers end
+//     to end as in the pipeline's last run, with receipts off and on in the
+//     same run: two sets of workers on one server and coordinator, one
+//     keeping no receipts, the other a receipt.File per worker in the run's
+//     directory; one set renews at a time, in 16 short alternating windows
+//     (off, on, on, off, on, off, off, on, twice) so that the machine's drift
+//     cancels. The ratio is on / off; the receipt files are read back
+//     afterwards (every line a valid receipt) and give the receipts written
+//     per second. It runs after the pipeline (--only receipts alone).
 //
 // Run returns a Result; WriteTable and WriteJSON print it.
 package bench

@@ -65,10 +65,15 @@ func (b *runner) pipeline(ctx context.Context) error {
 // window measures the growth of the streams' last sequences over the
 // measured window, after the warm-up (start, if set, runs when it begins).
 func (b *runner) window(ctx context.Context, js jetstream.JetStream, stream1, stream2 string, start func()) ([]float64, error) {
+	return b.windowOf(ctx, js, stream1, stream2, start, b.cfg.PipelineWarmup, b.cfg.PipelineDuration)
+}
+
+// windowOf is window with a warm-up and a measured window of its own.
+func (b *runner) windowOf(ctx context.Context, js jetstream.JetStream, stream1, stream2 string, start func(), warmup, measured time.Duration) ([]float64, error) {
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-time.After(b.cfg.PipelineWarmup):
+	case <-time.After(warmup):
 	}
 	streamsToWatch := []string{stream1}
 	if stream2 != "" {
@@ -89,7 +94,7 @@ func (b *runner) window(ctx context.Context, js jetstream.JetStream, stream1, st
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-time.After(b.cfg.PipelineDuration):
+	case <-time.After(measured):
 	}
 	b.lastCPU = (cpuTime() - c0).Seconds() / time.Since(t0).Seconds()
 	rates := make([]float64, len(streamsToWatch))
@@ -480,6 +485,13 @@ func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64,
 // acquireMany connects nWorkers SDK workers and acquires perWorker leases of
 // one hour for each, concurrently.
 func acquireMany(ctx context.Context, url string, nWorkers, perWorker int) ([]*worker.Lease, func(), error) {
+	return acquireSet(ctx, url, "", nWorkers, perWorker, nil)
+}
+
+// acquireSet is acquireMany for workers <prefix>w<i> holding the jobs
+// <prefix>job-<k>, worker i connected with the options opts(i) (if opts is
+// not nil) besides its verdict timeout.
+func acquireSet(ctx context.Context, url, prefix string, nWorkers, perWorker int, opts func(i int) []worker.Option) ([]*worker.Lease, func(), error) {
 	var ws []*worker.Worker
 	var ncs []*nats.Conn
 	closeAll := func() {
@@ -496,7 +508,11 @@ func acquireMany(ctx context.Context, url string, nWorkers, perWorker int) ([]*w
 			return nil, closeAll, err
 		}
 		ncs = append(ncs, nc)
-		w, err := worker.Connect(nc, fmt.Sprintf("w%d", i), worker.WithVerdictTimeout(60*time.Second))
+		o := []worker.Option{worker.WithVerdictTimeout(60 * time.Second)}
+		if opts != nil {
+			o = append(o, opts(i)...)
+		}
+		w, err := worker.Connect(nc, fmt.Sprintf("%sw%d", prefix, i), o...)
 		if err != nil {
 			return nil, closeAll, err
 		}
@@ -508,7 +524,7 @@ func acquireMany(ctx context.Context, url string, nWorkers, perWorker int) ([]*w
 	var firstErr atomic.Value
 	for i := range leases {
 		w := ws[i%nWorkers]
-		job := fmt.Sprintf("job-%d", i)
+		job := fmt.Sprintf("%sjob-%d", prefix, i)
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()

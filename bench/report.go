@@ -28,9 +28,11 @@ func (r *Result) Targets() []Target {
 	if r.SyncMode == SyncAlways {
 		add(r.TenurePipelinePerS > 0, "sync always: >= 20,000 renewals accepted/s", r.TenurePipelinePerS >= 20000, r.TenurePipelinePerS, "%.0f/s")
 	}
+	add(r.SDKReceiptsOffPerS > 0, "sdk_receipts_ratio >= 0.9 (receipts on / off)", r.SDKReceiptsRatio >= 0.9, r.SDKReceiptsRatio, "%.2f")
 	add(r.BaselineRTTP50 > 0, "tenure_rtt_p50_us <= 2 x baseline", r.RTTP50Ratio <= 2, r.RTTP50Ratio, "x%.2f")
 	add(r.BaselineRTTP99 > 0, "tenure_rtt_p99_us <= 2 x baseline", r.RTTP99Ratio <= 2, r.RTTP99Ratio, "x%.2f")
 	add(r.BaselineReplayPerS > 0, "replay_ratio >= 0.7", r.ReplayRatio >= 0.7, r.ReplayRatio, "%.2f")
+	add(r.ChainPerS > 0, "audit_chain_share <= 0.1 (chain check / audit)", r.AuditChainShare <= 0.1, r.AuditChainShare, "%.3f")
 	add(r.FoldPerS > 0, "fold_per_s >= 500,000", r.FoldPerS >= 500_000, r.FoldPerS, "%.0f")
 	add(r.MemJobs > 0, "bytes_per_job <= 1024", r.BytesPerJob <= 1024, r.BytesPerJob, "%.0f")
 	add(r.RestartSnapshotS > 0, "restart_snapshot_s <= 3", r.RestartSnapshotS <= 3, r.RestartSnapshotS, "%.2f s")
@@ -77,6 +79,8 @@ func WriteTable(w io.Writer, r *Result) error {
 	row("  CPU per unit (µs)", r.BaselinePipelineCPUUs, r.TenurePipelineCPUUs, "%.1f", ratio(r.BaselinePipelineCPUUs, r.TenurePipelineCPUUs))
 	row("  one lease per input (per s)", r.BaselinePipelinePerS, r.TenureSinglePerS, "%.0f", r.SinglePipelineRatio)
 	row("  SDK, verdicts consumed (per s)", r.BaselinePipelinePerS, r.TenureSDKPerS, "%.0f", r.SDKPipelineRatio)
+	row("8 SDK, receipts off / on (per s)", r.SDKReceiptsOffPerS, r.SDKReceiptsOnPerS, "%.0f", r.SDKReceiptsRatio)
+	row("  CPU per renewal, off / on (µs)", r.SDKReceiptsOffCPUUs, r.SDKReceiptsOnCPUUs, "%.1f", ratio(r.SDKReceiptsOffCPUUs, r.SDKReceiptsOnCPUUs))
 	row("2 round trip p50 (µs)", r.BaselineRTTP50, r.TenureRTTP50, "%.0f", r.RTTP50Ratio)
 	row("  round trip p99 (µs)", r.BaselineRTTP99, r.TenureRTTP99, "%.0f", r.RTTP99Ratio)
 	row("  round trip p99.9 (µs)", r.BaselineRTTP999, r.TenureRTTP999, "%.0f", ratio(r.TenureRTTP999, r.BaselineRTTP999))
@@ -84,6 +88,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	row("  expiry latency p99 (ms)", 0, r.ExpiryP99, "%.1f", 0)
 	row("3 replay of the log (inputs/s)", r.BaselineReplayPerS, r.AuditReplayPerS, "%.0f", r.ReplayRatio)
 	row("  both streams read (inputs/s)", r.BaselineReplay2PerS, r.AuditReplayPerS, "%.0f", ratio(r.AuditReplayPerS, r.BaselineReplay2PerS))
+	row("  chain check alone (decisions/s)", 0, r.ChainPerS, "%.0f", 0)
 	row("4 fold, 1 core (inputs/CPU s)", 0, r.FoldPerS, "%.0f", 0)
 	row("  per wall-clock second", 0, r.FoldWallPerS, "%.0f", 0)
 	row("  fold + encode (inputs/CPU s)", 0, r.FoldEncodePerS, "%.0f", 0)
@@ -100,11 +105,15 @@ func WriteTable(w io.Writer, r *Result) error {
 		return err
 	}
 	if r.LogInputs > 0 {
-		fmt.Fprintf(w, "log: %.0f inputs, %.0f decisions; audit clean: %v; restart from the snapshot folded %.0f inputs\n",
-			r.LogInputs, r.LogDecisions, r.AuditOK == 1, r.RestartSnapshotInputs)
+		fmt.Fprintf(w, "log: %.0f inputs, %.0f decisions; audit clean: %v; the chain check alone %.0f MB/s, %.1f%% of the audit's time; restart from the snapshot folded %.0f inputs\n",
+			r.LogInputs, r.LogDecisions, r.AuditOK == 1, r.ChainMBPerS, 100*r.AuditChainShare, r.RestartSnapshotInputs)
 	}
 	if r.PipelineInflight > 0 {
 		fmt.Fprintf(w, "pipeline: %.0f units in flight in both; %.0f batch renew inputs/s; SDK renewals refused: %.0f\n", r.PipelineInflight, r.TenureInputsPerS, r.TenureRenewErrors)
+	}
+	if r.SDKReceiptsLines > 0 {
+		fmt.Fprintf(w, "receipts: %.0f written/s while measured (%.2f per verdict), %.0f in the files (%.1f MB), every one valid; SDK renewals refused: %.0f\n",
+			r.SDKReceiptsWrittenPerS, r.SDKReceiptsPerVerdict, r.SDKReceiptsLines, r.SDKReceiptsBytes/1e6, r.SDKReceiptsErrors)
 	}
 	for _, s := range r.Storms {
 		fmt.Fprintf(w, "storm of %.0f: %.0f jobs expired exactly once (ok %v) by %.0f inputs, at most %.0f decisions per input; %.2f cores busy; raw: async %.0f/s, atomic batches %.0f/s\n",

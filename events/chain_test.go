@@ -73,3 +73,28 @@ func TestParseChain(t *testing.T) {
 		t.Fatal("IsZero")
 	}
 }
+
+// BenchmarkChainNext is the chain's cost per decision of the size the
+// coordinator stores (a ~950-byte body, a job's subject).
+func BenchmarkChainNext(b *testing.B) {
+	subject := "tenure.out.worker.w12.job-123456.renewed"
+	body := []byte(strings.Repeat("x", 950))
+	c := NewChainer()
+	var prev Chain
+	b.SetBytes(int64(len(chainDomain) + ChainLen + 8 + 8 + 4 + 4 + 4 + len(subject) + 4 + len(body)))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		prev = c.Next(prev, uint64(i+1), uint64(i), 0, 1, subject, body)
+	}
+}
+
+// BenchmarkParseChain is the parse of a decision's Tenure-Chain header.
+func BenchmarkParseChain(b *testing.B) {
+	s := NextChain(Chain{}, 1, 1, 0, 1, "s", nil).String()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseChain(s); !ok {
+			b.Fatal(s)
+		}
+	}
+}

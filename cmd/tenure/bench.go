@@ -20,10 +20,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 Runs, in one process and one run, a raw JetStream baseline and Tenure on the
 same embedded nats-server configuration, and prints both with their ratio:
-the pipeline, one-at-a-time round trips and expiry latency, the replay of a
-log (tenure audit), the fold alone, memory per job, and the coordinator's
-restart, and expiry storms (N leases due at once when a coordinator
-restarts). Progress goes to stderr. See BENCHMARKS.md.
+the pipeline, SDK workers with receipts off and on (the cost of keeping
+them), one-at-a-time round trips and expiry latency, the replay of a log
+(tenure audit, and the share of it the decision chain's check takes), the
+fold alone, memory per job, and the coordinator's restart, and expiry storms
+(N leases due at once when a coordinator restarts). Progress goes to
+stderr. See BENCHMARKS.md.
 
 `)
 		fs.PrintDefaults()
@@ -35,7 +37,7 @@ restarts). Progress goes to stderr. See BENCHMARKS.md.
 	profile := fs.String("profile", "", "write CPU and allocation profiles of every measured phase into `DIR`")
 	trace := fs.Bool("trace", false, "with --profile: also execution traces of the pipeline runs and the storms, goroutine dumps of the pipeline runs")
 	debug := fs.Bool("debug", false, "the coordinators' debug logs on stderr (how the appender appends)")
-	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, rtt, expiry, replay, fold, memory, storm (default: all)")
+	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, receipts, rtt, expiry, replay, fold, memory, storm (default: all)")
 	storm := fs.String("storm", "", "comma-separated lease counts of the expiry storms, e.g. `100000,1000000` (default: that; 100000 with --quick)")
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	clusterMode := fs.Bool("cluster", false, "instead: throughput with 1, 2 and 4 partitions on a local 3-node cluster of real processes (R3 streams), next to raw JetStream on the same cluster")
@@ -79,7 +81,7 @@ restarts). Progress goes to stderr. See BENCHMARKS.md.
 	if *only != "" {
 		for _, s := range strings.Split(*only, ",") {
 			switch s = strings.TrimSpace(s); s {
-			case "pipeline", "rtt", "expiry", "replay", "restart", "fold", "memory", "storm":
+			case "pipeline", "receipts", "rtt", "expiry", "replay", "restart", "fold", "memory", "storm":
 				cfg.Only = append(cfg.Only, s)
 			default:
 				return fmt.Errorf("%w: --only: unknown scenario %q", errUsage, s)
