@@ -640,7 +640,10 @@ func (c *checker) orphan(s *StoredDecision, k *skey, detail string) {
 // decoding the stored body would give the same projection; only the
 // decisions that are not verified are decoded (applyStoredBody).
 func (c *checker) applyStored(d *events.Decision) {
-	if d.Job.ID != events.NoJob && d.Job.Generation != 0 {
+	switch {
+	case d.Kind == events.KindRetired:
+		c.jobs[d.Job.ID] = events.Job{ID: d.Job.ID} // generation 0: gone (RebuildHash)
+	case d.Job.ID != events.NoJob && d.Job.Generation != 0:
 		c.jobs[d.Job.ID] = d.Job
 	}
 	c.sCause, c.sAt = d.Cause, d.At

@@ -96,6 +96,63 @@ func TestExpiryThroughTick(t *testing.T) {
 	checkChain(t, js)
 }
 
+// A finished job is retired once the policy's retention passes, by a tick
+// the coordinator appends for it (rules revision 3, which a coordinator
+// moves its log to), and its id is free again.
+func TestRetirementThroughTick(t *testing.T) {
+	srv, _, js := newServer(t)
+	r := startCoordinator(t, srv.ClientURL(), "c1")
+	waitFor(t, 10*time.Second, "the log at revision 3", func() bool {
+		for _, m := range readStream(t, js, "TENURE_OUT") {
+			if d, _ := events.DecodeDecision(m.data); d.Kind == events.KindRulesSet && d.Revision == events.Revision3 {
+				return true
+			}
+		}
+		return false
+	})
+	pol := publish(t, js, events.RoleOps, "admin", events.NoJob, events.VerbPolicy,
+		`{"v":1,"min_lease_ms":100,"max_lease_ms":60000,"default_lease_ms":5000,"ack_timeout_ms":2000,"cancel_timeout_ms":3000,"max_lifetime_ms":600000,"max_generations":100,"retain_ms":300}`)
+	if v := verdict(decisionsFor(t, js, pol)); v.Kind != events.KindPolicySet || v.Policy == nil || v.Policy.Retain != 300*1e6 {
+		t.Fatalf("policy: %s/%s %+v", v.Kind, v.Reason, v.Policy)
+	}
+	seq := publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1}`)
+	g := verdict(decisionsFor(t, js, seq))
+	if g.Kind != events.KindGranted {
+		t.Fatalf("acquire: %s/%s", g.Kind, g.Reason)
+	}
+	seq = publish(t, js, events.RoleWorker, "w1", "j1", events.VerbResult,
+		fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"outcome":"SUCCESS"}`, g.Job.LeaseID))
+	done := verdict(decisionsFor(t, js, seq))
+	if done.Kind != events.KindCompleted {
+		t.Fatalf("result: %s/%s", done.Kind, done.Reason)
+	}
+	var retired events.Decision
+	waitFor(t, 10*time.Second, "the retirement", func() bool {
+		for _, m := range readStream(t, js, "TENURE_OUT") {
+			d, _ := events.DecodeDecision(m.data)
+			if d.Kind == events.KindRetired && d.Job.ID == "j1" {
+				retired = d
+				return true
+			}
+		}
+		return false
+	})
+	if retired.Verb != events.VerbTick || retired.Role != events.RoleCoord || retired.Reason != events.ReasonRetentionPassed {
+		t.Fatalf("retirement: %s/%s caused by %s/%s, want retention_passed by a coordinator tick", retired.Kind, retired.Reason, retired.Role, retired.Verb)
+	}
+	if retired.At < done.Job.EndedAt+300*1e6 || retired.Job.State != events.StateCompleted || retired.Job.LeaseID != g.Job.LeaseID {
+		t.Fatalf("retired at %d (ended %d) with %+v", retired.At, done.Job.EndedAt, retired.Job)
+	}
+	// COMPLETED took no new lease (job_closed); retired, the id starts again.
+	seq = publish(t, js, events.RoleWorker, "w2", "j1", events.VerbAcquire, `{"v":1}`)
+	again := verdict(decisionsFor(t, js, seq))
+	if again.Kind != events.KindGranted || again.Job.Generation != 1 || again.Job.LeaseID == g.Job.LeaseID {
+		t.Fatalf("acquire after retirement: %s/%s g%d %s", again.Kind, again.Reason, again.Job.Generation, again.Job.LeaseID)
+	}
+	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
+
 // A renewal stored on time while the coordinator was down is accepted after
 // restart; one stored after the deadline is refused, whatever the wall clock
 // says when the fold runs.

@@ -233,6 +233,10 @@ func AppendPolicy(b []byte, p *Policy) []byte {
 	b = field(b, "max_lifetime_ms", p.MaxLifetime)
 	b = append(b, `,"max_generations":`...)
 	b = strconv.AppendUint(b, p.MaxGenerations, 10)
+	if p.Retain != 0 { // revision 3 on; absent means 0, as every earlier policy was
+		b = append(b, ',')
+		b = field(b, "retain_ms", p.Retain)
+	}
 	return append(b, '}')
 }
 
@@ -341,6 +345,7 @@ type wirePolicy struct {
 	CancelTimeout  int64  `json:"cancel_timeout_ms"`
 	MaxLifetime    int64  `json:"max_lifetime_ms"`
 	MaxGenerations uint64 `json:"max_generations"`
+	Retain         int64  `json:"retain_ms"`
 }
 
 // DecodeDecision parses a decision written by AppendDecision. Decisions come
@@ -420,7 +425,7 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 			MinLease: w.Policy.MinLease * 1e6, MaxLease: w.Policy.MaxLease * 1e6,
 			DefaultLease: w.Policy.DefaultLease * 1e6, AckTimeout: w.Policy.AckTimeout * 1e6,
 			CancelTimeout: w.Policy.CancelTimeout * 1e6, MaxLifetime: w.Policy.MaxLifetime * 1e6,
-			MaxGenerations: w.Policy.MaxGenerations,
+			MaxGenerations: w.Policy.MaxGenerations, Retain: w.Policy.Retain * 1e6,
 		}
 	}
 	if w.Rules != nil {
@@ -573,6 +578,9 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		p.MaxLifetime = r.int() * 1e6
 		r.lit(`,"max_generations":`)
 		p.MaxGenerations = r.uint()
+		if r.opt(`,"retain_ms":`) {
+			p.Retain = r.int() * 1e6
+		}
 		r.lit(`}`)
 		d.Policy = p
 	}

@@ -88,6 +88,7 @@ const (
 	fLeaseKey
 	fInputSeq
 	fStateHash
+	fRetainMS // revision 3 on
 	bodyFieldCount
 )
 
@@ -123,6 +124,17 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fLeaseKey:        "lease_key",
 	fInputSeq:        "input_seq",
 	fStateHash:       "state_hash",
+	fRetainMS:        "retain_ms",
+}
+
+// fieldSince is the first rules revision that knows field f: under an
+// earlier one its key is what it always was there, an unknown field (not
+// even a case variant of a known one).
+func fieldSince(f bodyField) uint32 {
+	if f == fRetainMS {
+		return Revision3
+	}
+	return Revision1
 }
 
 // lookupBodyField maps a key to its field without allocating (the compiler turns
@@ -185,6 +197,8 @@ func lookupBodyField(k []byte) bodyField {
 		return fInputSeq
 	case "state_hash":
 		return fStateHash
+	case "retain_ms":
+		return fRetainMS
 	}
 	return fNone
 }
@@ -234,6 +248,8 @@ var (
 		VerbRules:      newBodySchema("rules", []bodyField{fRevision, fLeaseKey}, fV, fActor, fJob, fSentAt, fRevision, fLeaseKey),
 		VerbCheckpoint: newBodySchema("checkpoint", []bodyField{fInputSeq, fStateHash}, fV, fActor, fJob, fSentAt, fInputSeq, fStateHash),
 	}
+	// policy3 is the policy from revision 3 on: retain_ms, optional.
+	policy3     = newBodySchema("policy", policyFields, fV, fActor, fJob, fSentAt, fMinLeaseMS, fMaxLeaseMS, fDefaultLeaseMS, fAckTimeoutMS, fCancelTimeoutMS, fMaxLifetimeMS, fMaxGenerations, fRetainMS)
 	batchSchema = newBodySchema("batch renew", nil, fV, fActor, fJob, fSentAt, fLeases)
 	leaseSchema = newBodySchema("lease", nil, fJob, fLeaseID, fGeneration, fRenewSeq, fLeaseMS)
 
@@ -319,10 +335,13 @@ func DecodeInputAt(subject string, body []byte, rev uint32, in *Input) error {
 	if len(body) > MaxInputBytes {
 		return &DecodeError{Code: ReasonTooLarge, Detail: "body of " + strconv.Itoa(len(body)) + " bytes is over " + strconv.Itoa(MaxInputBytes)}
 	}
-	d := inputDecoder{b: body, in: in, elem: -1, depth: 2}
-	if s.Verb == VerbRenew && s.Job == NoJob {
+	d := inputDecoder{b: body, in: in, elem: -1, depth: 2, rev: rev}
+	switch {
+	case s.Verb == VerbRenew && s.Job == NoJob:
 		d.sch = batchSchema
-	} else {
+	case s.Verb == VerbPolicy && rev >= Revision3:
+		d.sch = policy3
+	default:
 		d.sch = verbSchemas[s.Verb]
 	}
 	if !d.document() {
@@ -355,6 +374,7 @@ type inputDecoder struct {
 	i     int // next byte to read
 	in    *Input
 	sch   *bodySchema
+	rev   uint32       // the rules revision the input is decoded under
 	seen  bodyFieldSet // body keys read so far
 	elem  int          // index of the lease element being read; -1 outside
 	depth int          // depth a composite value of the current object would have
@@ -536,7 +556,7 @@ func (d *inputDecoder) unknownKey(sch *bodySchema) bool {
 		}
 	}
 	for f := fV; f < bodyFieldCount; f++ {
-		if n := bodyFieldNames[f]; k != n && strings.EqualFold(k, n) {
+		if n := bodyFieldNames[f]; fieldSince(f) <= d.rev && k != n && strings.EqualFold(k, n) {
 			return d.fail(ReasonCaseVariantKey, name, "differs only in case from "+strconv.Quote(n))
 		}
 	}
@@ -614,6 +634,10 @@ func (d *inputDecoder) field(f bodyField) bool {
 		ok = d.policyDuration(&in.Policy.MaxLifetime)
 	case fMaxGenerations:
 		in.Policy.MaxGenerations, ok = d.bounded(1, MaxGenerations, ReasonBadValue)
+	case fRetainMS:
+		var ms uint64
+		ms, ok = d.bounded(0, MaxRetainMS, ReasonBadValue)
+		in.Policy.Retain = int64(ms) * 1e6
 	case fLeases:
 		ok = d.leases()
 	case fNote, fDetail, fReason:

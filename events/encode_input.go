@@ -24,7 +24,8 @@ import (
 //	release     lease_id, generation
 //	resolve     action, holder, lease_id, generation (affirm), outcome (settle), reason
 //	policy      min_lease_ms, max_lease_ms, default_lease_ms, ack_timeout_ms,
-//	            cancel_timeout_ms, max_lifetime_ms, max_generations
+//	            cancel_timeout_ms, max_lifetime_ms, max_generations,
+//	            retain_ms (revision 3; only when not zero)
 //	tick        (nothing)
 //	rules       revision, lease_key
 //	checkpoint  input_seq, state_hash
@@ -108,6 +109,9 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = appendIntField(dst, "cancel_timeout_ms", p.CancelTimeout/ms)
 		dst = appendIntField(dst, "max_lifetime_ms", p.MaxLifetime/ms)
 		dst = appendUintField(dst, "max_generations", p.MaxGenerations)
+		if p.Retain != 0 { // revision 3 on: a log of an earlier revision rejects it
+			dst = appendIntField(dst, "retain_ms", p.Retain/ms)
+		}
 	case VerbRules:
 		dst = appendUintField(dst, "revision", uint64(in.Revision))
 		dst = appendKey(dst, "lease_key")

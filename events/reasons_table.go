@@ -80,6 +80,7 @@ const (
 	ReasonAffirmMismatch            Reason = "affirm_mismatch"             // affirm names another lease, generation or holder than the live one
 	ReasonRulesInForce              Reason = "rules_in_force"              // a rules input for a revision at or below the one in force: nothing changes
 	ReasonBadCheckpoint             Reason = "bad_checkpoint"              // a checkpoint names an input sequence that is not before it
+	ReasonRetentionPassed           Reason = "retention_passed"            // the job's last lease ended retain_ms ago: it leaves the projection, its id is free again
 )
 
 var reasonDocs = []struct {
@@ -164,4 +165,5 @@ var reasonDocs = []struct {
 	{ReasonAffirmMismatch, "affirm names another lease, generation or holder than the live one"},
 	{ReasonRulesInForce, "a rules input for a revision at or below the one in force: nothing changes"},
 	{ReasonBadCheckpoint, "a checkpoint names an input sequence that is not before it"},
+	{ReasonRetentionPassed, "the job's last lease ended retain_ms ago: it leaves the projection, its id is free again"},
 }

@@ -189,8 +189,15 @@ const (
 	// that input's operation on it; rejections of a malformed subject
 	// addressed to its actor token whenever it is valid; checkpoint inputs.
 	Revision2 = 2
+	// Revision3 adds retention: a policy's retain_ms, after which a job
+	// whose last lease ended (and that awaits no operator) is retired from
+	// the projection by a decision fired by time (KindRetired), its id free
+	// again; the snapshot format 3 carries it. A rules input naming
+	// revision 3 was rejected (bad_value) by the code of revision 2; only
+	// the coordinator may publish one, and it published none.
+	Revision3 = 3
 	// CurrentRevision is the revision a coordinator moves its log to.
-	CurrentRevision = Revision2
+	CurrentRevision = Revision3
 )
 
 // LeaseKeyLen is the length of the lease key of a rules input, in bytes
@@ -206,27 +213,30 @@ const StateHashLen = 32
 // more due deadlines fire with the next inputs (the coordinator appends
 // ticks until none is due). MaxDecisionsPerInput is then the most decisions
 // one input can cause: those, plus for each of its at most MaxBatch lease
-// operations the due deadline of the job it touches and its verdict.
+// operations the due deadlines of the job it touches (its expiry and, from
+// revision 3 on, the retirement that expiry makes due) and its verdict.
+// Under revision 2 the most is MaxFiredPerInput + 2*MaxBatch.
 const (
 	MaxFiredPerInput     = 1024
-	MaxDecisionsPerInput = MaxFiredPerInput + 2*MaxBatch
+	MaxDecisionsPerInput = MaxFiredPerInput + 3*MaxBatch
 )
 
 // Limits of the wire format. They are part of protocol version 1.
 const (
-	MaxInputBytes   = 64 << 10      // whole input body
-	MaxTokenLen     = 64            // actor, job, holder and lease ids
-	MaxTextLen      = 256           // free text: note, detail, reason
-	MaxBatch        = 256           // leases in one batch renew
-	MaxSeq          = 1<<53 - 1     // sequences and generations (JSON-safe integers)
-	MinDurationMS   = 1             // any duration field
-	MaxDurationMS   = 30 * 86400000 // 30 days: anything longer is absurd for a lease
-	MaxGenerations  = 1 << 20       // upper bound for policy max_generations
-	MaxProgress     = 100           // progress value is a percentage
-	NoJob           = "_"           // job token of job-less inputs and decisions
-	NoActor         = "_"           // addressee token of decisions that concern no actor
-	InputPrefix     = "tenure.in"   // input subjects
-	DecisionPrefix  = "tenure.out"  // decision subjects
+	MaxInputBytes   = 64 << 10        // whole input body
+	MaxTokenLen     = 64              // actor, job, holder and lease ids
+	MaxTextLen      = 256             // free text: note, detail, reason
+	MaxBatch        = 256             // leases in one batch renew
+	MaxSeq          = 1<<53 - 1       // sequences and generations (JSON-safe integers)
+	MinDurationMS   = 1               // any duration field
+	MaxDurationMS   = 30 * 86400000   // 30 days: anything longer is absurd for a lease
+	MaxGenerations  = 1 << 20         // upper bound for policy max_generations
+	MaxRetainMS     = 3660 * 86400000 // policy retain_ms (revision 3): ten years and a few days
+	MaxProgress     = 100             // progress value is a percentage
+	NoJob           = "_"             // job token of job-less inputs and decisions
+	NoActor         = "_"             // addressee token of decisions that concern no actor
+	InputPrefix     = "tenure.in"     // input subjects
+	DecisionPrefix  = "tenure.out"    // decision subjects
 	millisPerSecond = 1000
 )
 
@@ -240,6 +250,11 @@ type Policy struct {
 	CancelTimeout  int64  // time from a cancel request to terminal reconciliation
 	MaxLifetime    int64  // a lease never extends past issued_at + MaxLifetime
 	MaxGenerations uint64 // leases a job may ever be given
+	// Retain (revision 3 on) is how long a job is kept once its last lease
+	// ended (ended_at), when it awaits nothing: not UNRESOLVED, no ownership
+	// conflict pending. Then it is retired (KindRetired). 0 keeps every job
+	// for ever, as revisions 1 and 2 do.
+	Retain int64
 }
 
 // DefaultPolicy is the policy in force before the log holds any policy input.
@@ -301,7 +316,8 @@ type Input struct {
 type Kind uint8
 
 // Decision kinds. Verdicts answer one lease operation of an input; derived
-// decisions (KindExpired, KindAckMissed, KindUnresolved) are fired by time.
+// decisions (KindExpired, KindAckMissed, KindUnresolved, KindRetired) are
+// fired by time.
 const (
 	KindNone Kind = iota
 	// accepted verdicts
@@ -330,13 +346,14 @@ const (
 	KindExpired
 	KindAckMissed
 	KindUnresolved
+	KindRetired // revision 3 on: the job left the projection (Policy.Retain)
 	kindCount
 )
 
 var kindNames = [...]string{"", "offered", "granted", "acked", "renewed", "progressed", "cancel_requested",
 	"cancel_acked", "completed", "released", "resolved", "policy_set", "ticked", "rules_set", "checkpointed",
 	"duplicate", "stale", "late", "conflict", "lost_authority", "rejected",
-	"expired", "ack_missed", "unresolved"}
+	"expired", "ack_missed", "unresolved", "retired"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {

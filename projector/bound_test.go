@@ -92,11 +92,11 @@ func expiries(t *testing.T, rev uint32, n int) (*folder, int) {
 func TestDecisionsPerInputBound(t *testing.T) {
 	const n = 3000 // more than MaxFiredPerInput + MaxBatch
 	f2, ticks := expiries(t, events.Revision2, n)
-	if f2.max != events.MaxDecisionsPerInput {
+	if want := events.MaxFiredPerInput + 2*events.MaxBatch; f2.max != want {
 		// The batch renew at +20s fires MaxFiredPerInput deadlines from the
 		// queue, then each of its 256 jobs (not among them) its own
-		// deadline and its verdict: the bound, exactly.
-		t.Fatalf("most decisions of one input: %d, want exactly %d", f2.max, events.MaxDecisionsPerInput)
+		// deadline and its verdict: revision 2's bound, exactly.
+		t.Fatalf("most decisions of one input: %d, want exactly %d", f2.max, want)
 	}
 	if want := (n - events.MaxFiredPerInput - events.MaxBatch + events.MaxFiredPerInput - 1) / events.MaxFiredPerInput; ticks != want {
 		t.Fatalf("%d ticks to fire the rest, want %d", ticks, want)
@@ -164,5 +164,72 @@ func TestManyDueAtOnce(t *testing.T) {
 	}
 	if got := len(f.all) - ticks; got != n {
 		t.Fatalf("%d expiries, want %d", got, n)
+	}
+}
+
+// Revision 3 with a retention: every lease that expires is retired once its
+// retention passes, each exactly once, within the bound of one input
+// (events.MaxDecisionsPerInput, reached exactly by a batch renew of due
+// leases whose retirement their expiry makes due), and the projection ends
+// empty: its memory is bounded by the jobs not yet retired.
+func TestRetentionBound(t *testing.T) {
+	const n = 3000
+	f := &folder{t: t, p: projector.New()}
+	f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision3, LeaseKey: propLeaseKey})
+	pol := events.DefaultPolicy()
+	pol.Retain = 1e6 // 1 ms
+	f.step(0, events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
+	ids := make([]string, n)
+	for i := range ids {
+		ds := f.step(0, events.RoleWorker, "w1", fmt.Sprintf("job-%07d", i), events.Input{Verb: events.VerbAcquire, LeaseMS: 10_000})
+		ids[i] = ds[len(ds)-1].Job.LeaseID
+	}
+	if f.p.Len() != n {
+		t.Fatalf("%d jobs, want %d", f.p.Len(), n)
+	}
+	var batch []events.LeaseRef
+	for i := n - events.MaxBatch; i < n; i++ {
+		batch = append(batch, events.LeaseRef{Job: fmt.Sprintf("job-%07d", i), LeaseID: ids[i], Generation: 1, RenewSeq: 1})
+	}
+	ds := f.step(20*1e9, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbRenew, Leases: batch})
+	if len(ds) != events.MaxDecisionsPerInput {
+		t.Fatalf("the batch renew caused %d decisions, want exactly %d", len(ds), events.MaxDecisionsPerInput)
+	}
+	for _, d := range ds {
+		if !d.Kind.Derived() && (d.Kind != events.KindLostAuthority || d.Reason != events.ReasonNoSuchJob) {
+			t.Fatalf("renew of a lease retired first: %s/%s, want lost_authority/no_such_job", d.Kind, d.Reason)
+		}
+	}
+	for ticks := 0; f.p.Due(); ticks++ {
+		f.step(20*1e9, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+		if ticks > n {
+			t.Fatal("deadlines stay due")
+		}
+	}
+	expired, retired := map[string]int{}, map[string]int{}
+	for _, d := range f.all {
+		switch d.Kind {
+		case events.KindExpired:
+			expired[d.Job.ID]++
+		case events.KindRetired:
+			retired[d.Job.ID]++
+			if d.Job.State != events.StateExpired || d.At < d.Job.EndedAt+pol.Retain {
+				t.Fatalf("retired %s at %d in state %s, ended %d", d.Job.ID, d.At, d.Job.State, d.Job.EndedAt)
+			}
+		}
+	}
+	if len(expired) != n || len(retired) != n {
+		t.Fatalf("%d jobs expired and %d retired, want %d each", len(expired), len(retired), n)
+	}
+	for id, c := range retired {
+		if c != 1 || expired[id] != 1 {
+			t.Fatalf("job %s expired %d and retired %d times", id, expired[id], c)
+		}
+	}
+	if f.p.Len() != 0 || f.max > events.MaxDecisionsPerInput {
+		t.Fatalf("%d jobs left, most decisions of one input %d", f.p.Len(), f.max)
+	}
+	if _, ok := f.p.NextDeadline(); ok {
+		t.Fatal("a deadline left with no job")
 	}
 }

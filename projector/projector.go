@@ -293,7 +293,11 @@ func (p *Projector) apply() {
 	case events.VerbResolve:
 		p.resolve()
 	case events.VerbPolicy:
+		retain := p.policy.Retain
 		p.policy = in.Policy
+		if p.policy.Retain != retain {
+			p.retainAll()
+		}
 		pol := p.policy
 		d := p.emit(nil, events.KindPolicySet, events.ReasonOk, in.Actor)
 		d.Policy = &pol
@@ -790,6 +794,7 @@ func (p *Projector) resolve() {
 			reason = events.ReasonLeaseRevoked
 		}
 		j.Conflict, j.ConflictWith = false, ""
+		p.schedule(j) // no longer awaiting an operator: its retirement, if any
 		p.emit(j, events.KindResolved, reason, j.Holder)
 	case events.ActionSettle:
 		if j.State != events.StateUnresolved {
@@ -798,20 +803,24 @@ func (p *Projector) resolve() {
 		}
 		j.Result = in.Outcome
 		j.State = outcomeState(in.Outcome)
+		p.schedule(j) // its retirement, counted from ended_at
 		p.emit(j, events.KindResolved, events.ReasonSettled, j.Holder)
 	default:
 		p.emit(j, events.KindRejected, events.ReasonBadEnum, in.Actor)
 	}
 }
 
-// end marks j's lease as no longer live at time t and drops its deadline.
+// end marks j's lease as no longer live at time t and replaces its
+// deadline by its retirement, if any.
 func (p *Projector) end(j *job, t int64) {
 	j.EndedAt = t
-	p.unschedule(j)
+	p.schedule(j)
 }
 
-// nextDeadline is the earliest deadline of a live lease.
-func nextDeadline(j *job) (int64, bool) {
+// nextDeadline is the earliest deadline of a live lease, or, when a
+// retention is in force (retain > 0, revision 3 on), the retirement of a
+// job that can be retired: ended_at + retain.
+func nextDeadline(j *job, retain int64) (int64, bool) {
 	switch j.State {
 	case events.StateOffered:
 		return j.AckDeadline, true
@@ -821,12 +830,15 @@ func nextDeadline(j *job) (int64, bool) {
 		}
 		return j.ExpiresAt, true
 	}
+	if retain > 0 && retirable(&j.Job) {
+		return addTime(j.EndedAt, retain), true
+	}
 	return 0, false
 }
 
 // schedule (re)places j in the deadline heap after its deadlines changed.
 func (p *Projector) schedule(j *job) {
-	d, ok := nextDeadline(j)
+	d, ok := nextDeadline(j, p.policy.Retain)
 	if !ok {
 		p.unschedule(j)
 		return
@@ -851,7 +863,7 @@ func (p *Projector) fire(limit int) {
 	for n := 0; len(p.heap) > 0 && p.heap[0].deadline <= p.now && n != limit; n++ {
 		j := p.heap[0]
 		p.heap.remove(0)
-		p.expire(j)
+		_ = p.expire(j)
 	}
 }
 
@@ -859,17 +871,30 @@ func (p *Projector) fire(limit int) {
 // deadline of the job that an earlier input left unfired (fire's limit) is
 // fired first, so that every operation is judged against the job's state
 // at the input's time.
+//
+// From revision 3 on, the job's retirement may be due too (it may fall due
+// by the expiry just fired): then it is retired first, and the input finds
+// no job of that id.
 func (p *Projector) lookup(id string) *job {
 	j := p.jobs[id]
-	if j != nil && p.rev >= events.Revision2 && j.heapIdx >= 0 && j.deadline <= p.now {
+	for j != nil && p.rev >= events.Revision2 && j.heapIdx >= 0 && j.deadline <= p.now {
 		p.heap.remove(j.heapIdx)
-		p.expire(j)
+		if p.expire(j) {
+			return nil
+		}
 	}
 	return j
 }
 
-// expire applies j's deadline, which has just left the heap.
-func (p *Projector) expire(j *job) {
+// expire applies j's deadline, which has just left the heap, and reports
+// whether that retired the job: the deadline of a job whose lease is no
+// longer live is its retirement (revision 3 on).
+func (p *Projector) expire(j *job) (retired bool) {
+	if !j.State.Live() {
+		p.retire(j)
+		return true
+	}
+	defer p.schedule(j) // its retirement, if it can be retired now
 	t := j.deadline
 	j.EndedAt = t
 	switch {
@@ -888,6 +913,34 @@ func (p *Projector) expire(j *job) {
 		j.State = events.StateExpired
 		j.LeaseExpired = true
 		p.emit(j, events.KindExpired, events.ReasonLeaseExpired, j.Holder)
+	}
+	return false
+}
+
+// retire removes j from the projection: its retention passed. The decision
+// carries its last projection, addressed to its last holder; its id is
+// unknown from now on (a new offer or acquire starts it again at generation
+// 1).
+func (p *Projector) retire(j *job) {
+	p.emit(j, events.KindRetired, events.ReasonRetentionPassed, j.Holder)
+	delete(p.jobs, j.ID)
+}
+
+// retirable reports whether j can be retired once its retention passes:
+// its lease ended, and it awaits no operator.
+func retirable(j *events.Job) bool {
+	return j.Generation > 0 && !j.State.Live() && j.State != events.StateUnresolved && !j.Conflict
+}
+
+// retainAll puts the retirement of every job not live under the retention
+// in force (a policy input changed it): each job is retired retain_ms after
+// its ended_at, or kept if the retention is 0. The heap's array order
+// depends on the map's, but the heap's (deadline, id) order does not.
+func (p *Projector) retainAll() {
+	for _, j := range p.jobs {
+		if !j.State.Live() {
+			p.schedule(j)
+		}
 	}
 }
 

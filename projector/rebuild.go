@@ -14,8 +14,9 @@ import (
 //
 // The state starts from base (a Snapshot; nil for the empty state with the
 // default policy). Every job projection jobs yields replaces the job of the
-// same id, the later one winning if an id comes twice (projections of
-// generation 0, which name a job that does not exist, are skipped); lastSeq and now become the last input sequence
+// same id, the later one winning if an id comes twice; a projection of
+// generation 0 names a job that does not exist, and removes the job of that
+// id if there is one (give one for a retired job); lastSeq and now become the last input sequence
 // and the time; policy, when not nil, becomes the policy in force. Since a
 // decision carries the whole projection of its job after the decision, the
 // jobs of the decisions an input stream caused, with the cause and time of
@@ -37,6 +38,7 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 	}
 	for j := range jobs {
 		if j.Generation == 0 {
+			delete(q.jobs, j.ID) // a job that does not exist (any more: retired)
 			continue
 		}
 		if cur, ok := q.jobs[j.ID]; ok {

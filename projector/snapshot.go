@@ -15,11 +15,14 @@ import (
 // snapshotMagic starts every snapshot; the digit is the format version.
 // Format 1 is the state under rules revision 1; format 2 (revision 2 on)
 // adds, right after the magic, the revision (uvarint) and the lease key
-// (events.LeaseKeyLen bytes). A state always encodes in the format of its
-// revision, so the state hash of a revision-1 state never changed.
+// (events.LeaseKeyLen bytes); format 3 (revision 3 on) adds the policy's
+// retention (varint, ns) after max_generations. A state always encodes in
+// the format of its revision, so the state hash of a state of an earlier
+// revision never changed.
 const (
 	snapshotMagic  = "TNRSNAP1"
 	snapshotMagic2 = "TNRSNAP2"
+	snapshotMagic3 = "TNRSNAP3"
 )
 
 // ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
@@ -35,11 +38,16 @@ func (p *Projector) Snapshot() []byte {
 	}
 	slices.Sort(ids)
 	b := make([]byte, 0, 64+len(ids)*160)
-	if p.rev >= events.Revision2 {
+	switch {
+	case p.rev >= events.Revision3:
+		b = append(b, snapshotMagic3...)
+		b = binary.AppendUvarint(b, uint64(p.rev))
+		b = append(b, p.leaseKey[:]...)
+	case p.rev >= events.Revision2:
 		b = append(b, snapshotMagic2...)
 		b = binary.AppendUvarint(b, uint64(p.rev))
 		b = append(b, p.leaseKey[:]...)
-	} else {
+	default:
 		b = append(b, snapshotMagic...)
 	}
 	b = binary.AppendUvarint(b, p.lastSeq)
@@ -49,6 +57,9 @@ func (p *Projector) Snapshot() []byte {
 		b = binary.AppendVarint(b, v)
 	}
 	b = binary.AppendUvarint(b, pol.MaxGenerations)
+	if p.rev >= events.Revision3 {
+		b = binary.AppendVarint(b, pol.Retain)
+	}
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = appendJob(b, &p.jobs[id].Job)
@@ -154,7 +165,7 @@ func (p *Projector) Restore(snap []byte) error {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	magic := string(snap[:len(snapshotMagic)])
-	if magic != snapshotMagic && magic != snapshotMagic2 {
+	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
@@ -164,11 +175,16 @@ func (p *Projector) Restore(snap []byte) error {
 	r := &snapReader{b: body[len(snapshotMagic):]}
 	q := New()
 	q.part = p.part // a snapshot holds one partition's jobs; the receiver names which
-	if magic == snapshotMagic2 {
+	if magic != snapshotMagic {
+		// Format 2 is revision 2; format 3 is revision 3 on.
+		lo, hi, format := uint64(events.Revision2), uint64(events.Revision2), 2
+		if magic == snapshotMagic3 {
+			lo, hi, format = events.Revision3, events.CurrentRevision, 3
+		}
 		rev := r.uvarint("revision")
 		key := r.bytes(events.LeaseKeyLen, "lease key")
-		if r.err == nil && (rev < events.Revision2 || rev > events.CurrentRevision) {
-			return fmt.Errorf("%w: revision %d in a format 2 snapshot", ErrBadSnapshot, rev)
+		if r.err == nil && (rev < lo || rev > hi) {
+			return fmt.Errorf("%w: revision %d in a format %d snapshot", ErrBadSnapshot, rev, format)
 		}
 		if r.err != nil {
 			return r.err
@@ -182,6 +198,9 @@ func (p *Projector) Restore(snap []byte) error {
 		*f = r.varint("policy")
 	}
 	pol.MaxGenerations = r.uvarint("policy")
+	if magic == snapshotMagic3 {
+		pol.Retain = r.varint("policy")
+	}
 	if r.err == nil && !validPolicy(pol) {
 		return fmt.Errorf("%w: policy out of range: %+v", ErrBadSnapshot, *pol)
 	}
@@ -257,7 +276,7 @@ func (p *Projector) Restore(snap []byte) error {
 		}
 		prev = j.ID
 		q.jobs[j.ID] = j
-		if d, live := nextDeadline(j); live {
+		if d, ok := nextDeadline(j, q.policy.Retain); ok {
 			j.deadline, j.heapIdx = d, len(q.heap)
 			q.heap = append(q.heap, j)
 		}
@@ -280,7 +299,7 @@ func (p *Projector) StateHash() [32]byte {
 
 // validPolicy reports whether a restored policy is one the decoder accepts
 // (every duration 1 ms to 30 days, max_generations 1 to 2^20, the limits in
-// order) or the default.
+// order, a retention of 0 to events.MaxRetainMS) or the default.
 func validPolicy(p *events.Policy) bool {
 	const lo, hi = events.MinDurationMS * 1e6, events.MaxDurationMS * 1e6
 	for _, d := range []int64{p.MinLease, p.MaxLease, p.DefaultLease, p.AckTimeout, p.CancelTimeout, p.MaxLifetime} {
@@ -289,6 +308,7 @@ func validPolicy(p *events.Policy) bool {
 		}
 	}
 	return p.MaxGenerations >= 1 && p.MaxGenerations <= events.MaxGenerations &&
+		p.Retain >= 0 && p.Retain <= events.MaxRetainMS*1e6 &&
 		p.MinLease <= p.DefaultLease && p.DefaultLease <= p.MaxLease && p.MaxLease <= p.MaxLifetime
 }
 

@@ -116,6 +116,23 @@ func TestServeEmbedded(t *testing.T) {
 	if code := run(ctx, []string{"resolve", "--nats-url", url, "--job", "j9", "--action", "settle", "--outcome", "SUCCESS"}, &out, &stderr); code != 2 {
 		t.Fatalf("settle SUCCESS: exit %d, want 2", code)
 	}
+	// A retention (rules revision 3, which serve moved the log to): the
+	// withdrawn offer of j9 ended long enough ago to be retired at once.
+	out.Reset()
+	if code := run(ctx, []string{"policy", "--nats-url", url, "--retain", "1ms"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), "policy_set ok") {
+		t.Fatalf("policy --retain exit %d: %s", code, out.String())
+	}
+	out.Reset()
+	if code := run(ctx, []string{"watch", "--nats-url", url, "--all", "--job", "j9", "--kind", "retired", "-n", "1", "--format", "json"}, &out, &stderr); code != 0 {
+		t.Fatalf("watch for the retirement exit %d:\n%s", code, stderr.String())
+	}
+	if w, err := events.DecodeDecision(bytes.TrimSpace(out.Bytes())); err != nil || w.Kind != events.KindRetired || w.Job.State != events.StateCancelled {
+		t.Fatalf("retirement: watch printed %q (%v)", out.String(), err)
+	}
+	out.Reset()
+	if code := run(ctx, []string{"offer", "--nats-url", url, "--job", "j9", "--holder", "w3"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), "offered ok") {
+		t.Fatalf("offer of a retired id exit %d: %s", code, out.String())
+	}
 	cancel()
 	select {
 	case code := <-done:
@@ -139,6 +156,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--log-format", "xml"}, "xml"},
 		{[]string{"serve", "extra"}, `tenure serve: unexpected argument "extra"`},
 		{[]string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"policy", "--retain", "-1s"}, "--retain must be 0 to"},
+		{[]string{"policy", "--retain", "1500us"}, "--retain is whole milliseconds"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), c.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.says) {

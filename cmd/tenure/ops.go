@@ -203,13 +203,20 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cancelTimeout := fs.Duration("cancel-timeout", d(def.CancelTimeout), "time from a cancel request to terminal reconciliation")
 	maxLifetime := fs.Duration("max-lifetime", d(def.MaxLifetime), "a lease never extends past issued_at + this")
 	maxGens := fs.Uint64("max-generations", def.MaxGenerations, "leases a job may ever be given")
+	retain := fs.Duration("retain", 0, "how long a job is kept once its last lease ended (awaiting no operator) before it is retired and its id is free again; 0 keeps every job for ever (rules revision 3)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *retain < 0 || *retain > events.MaxRetainMS*time.Millisecond {
+		return fmt.Errorf("%w: --retain must be 0 to %v", errUsage, events.MaxRetainMS*time.Millisecond)
+	}
+	if *retain%time.Millisecond != 0 {
+		return fmt.Errorf("%w: --retain is whole milliseconds", errUsage)
 	}
 	p := events.Policy{
 		MinLease: int64(*minLease), MaxLease: int64(*maxLease), DefaultLease: int64(*defLease),
 		AckTimeout: int64(*ackTimeout), CancelTimeout: int64(*cancelTimeout), MaxLifetime: int64(*maxLifetime),
-		MaxGenerations: *maxGens,
+		MaxGenerations: *maxGens, Retain: int64(*retain),
 	}
 	return o.runAll(ctx, stdout, func(ctx context.Context, c *ops.Client) ([]events.Decision, error) {
 		return c.SetPolicyAll(ctx, p) // to every partition of a partitioned deployment
