@@ -110,6 +110,9 @@ type Config struct {
 	// caughtUp, set by tests, runs after each decision verified while a
 	// session that holds leadership catches up (to make catching up slow).
 	caughtUp func()
+	// renewing, set by tests, runs in the renewer before each renewal's KV
+	// update, with the renewer's context (to make renewals slow or stuck).
+	renewing func(context.Context)
 }
 
 func (c Config) withDefaults() Config {
@@ -359,7 +362,9 @@ type session struct {
 	sentSeq    uint64    // live: last decision sequence published (decSeq - len(pend))
 	acked      uint64    // last decision sequence acknowledged
 	app        *appender // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
-	leaderRev  uint64
+	leaderRev  uint64    // the leadership entry's revision while no renewer runs (acquire, stepDown)
+	renewer    *renewer  // renews the entry while the session holds it (leadership.go)
+	validUntil time.Time // the leadership cannot have expired before then
 	lastTickAt int64     // the deadline the last tick was appended for
 	ticks      int       // ticks appended for it
 	tickSent   time.Time // when the last tick was appended, zero once it is folded
@@ -406,10 +411,12 @@ func (c *Coordinator) session(ctx context.Context) error {
 			return err
 		}
 	}
+	defer s.stopRenewer()
 	if err := s.standby(); err != nil {
 		return err
 	}
 	err := s.runLive()
+	s.stopRenewer()
 	s.stepDown()
 	return err
 }
@@ -594,7 +601,12 @@ func (s *session) standby() error {
 	c := s.c
 	try := time.NewTicker(max(c.cfg.LeaderTTL/10, 10*time.Millisecond))
 	defer try.Stop()
-	for !s.acquire() {
+	for {
+		taken := time.Now()
+		if s.acquire() {
+			s.startRenewer(s.leaderRev, taken)
+			break
+		}
 		select {
 		case sd := <-s.out.ch:
 			if err := s.verify(sd); err != nil {
@@ -611,11 +623,11 @@ func (s *session) standby() error {
 		return fmt.Errorf("coordinator: decision stream info: %w", streams.Classify(err))
 	}
 	// Catching up on a long log (a cold restart after a million inputs) can
-	// take longer than the leadership entry lives: it is renewed meanwhile,
-	// or the first renewal once live would find it gone and the coordinator
-	// would resynchronise for ever.
-	renew := time.NewTicker(max(c.cfg.LeaderTTL/3, 10*time.Millisecond))
-	defer renew.Stop()
+	// take longer than the leadership entry lives: the renewer renews it
+	// meanwhile, or the first renewal once live would find it gone and the
+	// coordinator would resynchronise for ever.
+	expiry := time.NewTimer(time.Until(s.validUntil))
+	defer expiry.Stop()
 	for s.decSeq < info.State.LastSeq {
 		select {
 		case sd := <-s.out.ch:
@@ -627,30 +639,21 @@ func (s *session) standby() error {
 			}
 		case <-try.C:
 			s.noteReaderErrs()
-		case <-renew.C:
-			if err := s.renewLeadership(); err != nil {
+		case rep := <-s.leadershipReports():
+			if err := s.renewed(rep); err != nil {
 				return err
 			}
+			expiry.Reset(time.Until(s.validUntil))
+		case now := <-expiry.C:
+			if err := s.leaderExpired(now); err != nil {
+				return err
+			}
+			expiry.Reset(time.Until(s.validUntil))
 		case <-s.ctx.Done():
 			return s.ctx.Err()
 		}
 	}
 	s.out.stop()
-	return nil
-}
-
-// renewLeadership extends the leadership entry this session holds, bounded
-// well below the TTL so that a slow renewal does not stall the session.
-func (s *session) renewLeadership() error {
-	c := s.c
-	uctx, ucancel := context.WithTimeout(s.ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
-	rev, err := c.h.Leader.Update(uctx, leaderKey, []byte(c.cfg.ID), s.leaderRev)
-	ucancel()
-	if err != nil {
-		s.leaderRev = 0
-		return fmt.Errorf("coordinator: leadership lost: %w", err)
-	}
-	s.leaderRev = rev
 	return nil
 }
 
@@ -720,7 +723,7 @@ func (s *session) stepDown() {
 }
 
 // runLive is the live loop: one select over inputs, acknowledgements,
-// ticks, leadership renewal, snapshots and shutdown.
+// ticks, leadership reports and expiry, snapshots and shutdown.
 func (s *session) runLive() error {
 	c := s.c
 	var err error
@@ -741,8 +744,8 @@ func (s *session) runLive() error {
 	c.wentLive.Add(1)
 	c.setState(StateLive, "")
 	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
-	renew := time.NewTicker(c.cfg.LeaderTTL / 3)
-	defer renew.Stop()
+	expiry := time.NewTimer(time.Until(s.validUntil))
+	defer expiry.Stop()
 	tick := time.NewTimer(time.Hour)
 	defer tick.Stop()
 	armedFor := int64(-1)
@@ -832,13 +835,19 @@ func (s *session) runLive() error {
 				armedFor = d
 				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
 			}
-		case <-renew.C:
-			if err := s.renewLeadership(); err != nil {
+		case rep := <-s.leadershipReports():
+			if err := s.renewed(rep); err != nil {
 				return err
 			}
+			expiry.Reset(time.Until(s.validUntil))
 			if c.cfg.yield != nil && c.cfg.yield(c) {
 				return errYield
 			}
+		case <-expiry.C:
+			if err := s.leaderExpired(time.Now()); err != nil {
+				return err
+			}
+			expiry.Reset(time.Until(s.validUntil))
 		case <-snapTicker.C:
 			s.maybeSnapshot(true)
 		case now := <-headC:
@@ -856,6 +865,13 @@ func (s *session) runLive() error {
 func (s *session) flush() error {
 	c := s.c
 	a := s.app
+	if len(s.pend) > 0 {
+		// Never append as leader once the leadership could have expired,
+		// however long this turn of the loop took to get here.
+		if err := s.leaderExpired(time.Now()); err != nil {
+			return err
+		}
+	}
 	n := 0
 	for n < len(s.pend) {
 		left := len(s.pend) - n
