@@ -113,6 +113,9 @@ type Config struct {
 	// renewing, set by tests, runs in the renewer before each renewal's KV
 	// update, with the renewer's context (to make renewals slow or stuck).
 	renewing func(context.Context)
+	// snapshotTaken, set by tests, runs in the live loop after it encodes a
+	// snapshot (to make encoding slow).
+	snapshotTaken func()
 }
 
 func (c Config) withDefaults() Config {
@@ -724,6 +727,10 @@ func (s *session) stepDown() {
 
 // runLive is the live loop: one select over inputs, acknowledgements,
 // ticks, leadership reports and expiry, snapshots and shutdown.
+//
+// Each turn of the loop (the work done between two selects) is timed, and
+// its duration reported as the loop's pause (Metrics.LoopPause): for that
+// long, no input was received.
 func (s *session) runLive() error {
 	c := s.c
 	var err error
@@ -767,6 +774,7 @@ func (s *session) runLive() error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.snapshotWriter(wctx) }()
 
+	var woke time.Time // when the select last returned: the start of the turn
 	for {
 		// Arm the tick timer for the earliest deadline.
 		if d, ok := s.p.NextDeadline(); ok && d != armedFor {
@@ -779,8 +787,12 @@ func (s *session) runLive() error {
 		if s.decSeq-s.acked >= uint64(c.cfg.MaxInflight) {
 			inC = nil
 		}
+		if !woke.IsZero() {
+			s.paused(time.Since(woke))
+		}
 		select {
 		case m := <-inC:
+			woke = time.Now()
 			if err := s.fold(m); err != nil {
 				return err
 			}
@@ -788,7 +800,7 @@ func (s *session) runLive() error {
 			// decisions leave together; for at most foldSlice, so that
 			// leadership renewal, replies and ticks are served even when
 			// every input is slow to decode (a flood of the largest bodies).
-			sliceEnd := time.Now().Add(foldSlice)
+			sliceEnd := woke.Add(foldSlice)
 		more:
 			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) && time.Now().Before(sliceEnd) {
 				select {
@@ -812,6 +824,7 @@ func (s *session) runLive() error {
 			}
 			s.maybeSnapshot(false)
 		case m := <-s.app.replies:
+			woke = time.Now()
 			if err := s.acknowledged(m); err != nil {
 				return err
 			}
@@ -820,12 +833,14 @@ func (s *session) runLive() error {
 			}
 			s.maybeSnapshot(false)
 		case <-overdue.C:
+			woke = time.Now()
 			if err := s.app.overdue(); err != nil {
 				return err
 			}
 		case <-tick.C:
+			woke = time.Now()
 			armedFor = -1
-			if d, ok := s.p.NextDeadline(); ok && d <= time.Now().UnixNano() {
+			if d, ok := s.p.NextDeadline(); ok && d <= woke.UnixNano() {
 				// A tick still in flight is retried with the backoff below
 				// (its append may have been lost).
 				s.appendTick(d)
@@ -836,6 +851,7 @@ func (s *session) runLive() error {
 				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
 			}
 		case rep := <-s.leadershipReports():
+			woke = time.Now()
 			if err := s.renewed(rep); err != nil {
 				return err
 			}
@@ -844,17 +860,27 @@ func (s *session) runLive() error {
 				return errYield
 			}
 		case <-expiry.C:
-			if err := s.leaderExpired(time.Now()); err != nil {
+			woke = time.Now()
+			if err := s.leaderExpired(woke); err != nil {
 				return err
 			}
 			expiry.Reset(time.Until(s.validUntil))
 		case <-snapTicker.C:
+			woke = time.Now()
 			s.maybeSnapshot(true)
 		case now := <-headC:
+			woke = time.Now()
 			s.publishHead(now)
 		case <-s.ctx.Done():
 			return nil
 		}
+	}
+}
+
+// paused reports one turn of the live loop that took d.
+func (s *session) paused(d time.Duration) {
+	if mt := s.c.cfg.Metrics; mt != nil {
+		mt.LoopPause(d)
 	}
 }
 

@@ -11,3 +11,7 @@ func SetCatchUpHook(cfg *Config, f func()) { cfg.caughtUp = f }
 // renewal's KV update, with the renewer's context (tests use it to make a
 // renewal slow, or stuck until the session ends).
 func SetRenewHook(cfg *Config, f func(context.Context)) { cfg.renewing = f }
+
+// SetSnapshotHook makes cfg run f in the live loop after each snapshot it
+// encodes (tests use it to make encoding slow).
+func SetSnapshotHook(cfg *Config, f func()) { cfg.snapshotTaken = f }
