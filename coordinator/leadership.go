@@ -88,10 +88,10 @@ func (s *session) renewLoop(ctx context.Context, r *renewer) {
 		case <-t.C:
 		}
 		started := time.Now()
-		uctx, ucancel := context.WithTimeout(ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
 		if c.cfg.renewing != nil {
 			c.cfg.renewing(ctx)
 		}
+		uctx, ucancel := context.WithTimeout(ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
 		rev, err := c.h.Leader.Update(uctx, leaderKey, []byte(c.cfg.ID), r.rev)
 		ucancel()
 		if ctx.Err() != nil {
@@ -149,5 +149,5 @@ func (s *session) leaderExpired(now time.Time) error {
 		return nil
 	}
 	return fmt.Errorf("coordinator: leadership lost: %w (valid until %s, now %s)",
-		errRenewalOverdue, s.validUntil.Format(time.StampMilli), now.Format(time.StampMilli))
+		errRenewalOverdue, s.validUntil.Format("15:04:05.000"), now.Format("15:04:05.000"))
 }
