@@ -8,8 +8,10 @@
 // streams and re-derives every stored decision from the stored inputs,
 // byte for byte; a mismatch is ErrDivergence, and a missing input sequence
 // ErrInputGap, and the coordinator refuses to go live. Leadership is a JetStream KV entry created with Create and renewed
-// by compare-and-set; the decision stream's expected-sequence check, not the
-// KV entry, is the fence: an append refused for a wrong last sequence means
+// by compare-and-set, by a goroutine of its own that reports into the loop
+// (leadership.go): the loop steps out of live once the entry could have
+// expired without a confirmed renewal. The decision stream's
+// expected-sequence check, not the KV entry, is the fence: an append refused for a wrong last sequence means
 // another writer has authority, and the coordinator stops writing at once
 // and falls back to standby.
 //
