@@ -68,6 +68,10 @@ func (m *appendMetrics) DecisionAppended(lat time.Duration) {
 	m.mu.Unlock()
 }
 
+// LoopPause implements coordinator.Metrics: the bench does not report the
+// loop's pauses (yet).
+func (m *appendMetrics) LoopPause(time.Duration) {}
+
 // take returns and resets the counts: decisions, appends, mean append
 // latency, mean fold lag.
 func (m *appendMetrics) take() (int, int, time.Duration, time.Duration) {

@@ -8,8 +8,10 @@
 // streams and re-derives every stored decision from the stored inputs,
 // byte for byte; a mismatch is ErrDivergence, and a missing input sequence
 // ErrInputGap, and the coordinator refuses to go live. Leadership is a JetStream KV entry created with Create and renewed
-// by compare-and-set; the decision stream's expected-sequence check, not the
-// KV entry, is the fence: an append refused for a wrong last sequence means
+// by compare-and-set, by a goroutine of its own that reports into the loop
+// (leadership.go): the loop steps out of live once the entry could have
+// expired without a confirmed renewal. The decision stream's
+// expected-sequence check, not the KV entry, is the fence: an append refused for a wrong last sequence means
 // another writer has authority, and the coordinator stops writing at once
 // and falls back to standby.
 //
@@ -110,6 +112,12 @@ type Config struct {
 	// caughtUp, set by tests, runs after each decision verified while a
 	// session that holds leadership catches up (to make catching up slow).
 	caughtUp func()
+	// renewing, set by tests, runs in the renewer before each renewal's KV
+	// update, with the renewer's context (to make renewals slow or stuck).
+	renewing func(context.Context)
+	// snapshotTaken, set by tests, runs in the live loop after it encodes a
+	// snapshot (to make encoding slow).
+	snapshotTaken func()
 }
 
 func (c Config) withDefaults() Config {
@@ -359,7 +367,9 @@ type session struct {
 	sentSeq    uint64    // live: last decision sequence published (decSeq - len(pend))
 	acked      uint64    // last decision sequence acknowledged
 	app        *appender // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
-	leaderRev  uint64
+	leaderRev  uint64    // the leadership entry's revision while no renewer runs (acquire, stepDown)
+	renewer    *renewer  // renews the entry while the session holds it (leadership.go)
+	validUntil time.Time // the leadership cannot have expired before then
 	lastTickAt int64     // the deadline the last tick was appended for
 	ticks      int       // ticks appended for it
 	tickSent   time.Time // when the last tick was appended, zero once it is folded
@@ -406,10 +416,12 @@ func (c *Coordinator) session(ctx context.Context) error {
 			return err
 		}
 	}
+	defer s.stopRenewer()
 	if err := s.standby(); err != nil {
 		return err
 	}
 	err := s.runLive()
+	s.stopRenewer()
 	s.stepDown()
 	return err
 }
@@ -594,7 +606,12 @@ func (s *session) standby() error {
 	c := s.c
 	try := time.NewTicker(max(c.cfg.LeaderTTL/10, 10*time.Millisecond))
 	defer try.Stop()
-	for !s.acquire() {
+	for {
+		taken := time.Now()
+		if s.acquire() {
+			s.startRenewer(s.leaderRev, taken)
+			break
+		}
 		select {
 		case sd := <-s.out.ch:
 			if err := s.verify(sd); err != nil {
@@ -611,11 +628,11 @@ func (s *session) standby() error {
 		return fmt.Errorf("coordinator: decision stream info: %w", streams.Classify(err))
 	}
 	// Catching up on a long log (a cold restart after a million inputs) can
-	// take longer than the leadership entry lives: it is renewed meanwhile,
-	// or the first renewal once live would find it gone and the coordinator
-	// would resynchronise for ever.
-	renew := time.NewTicker(max(c.cfg.LeaderTTL/3, 10*time.Millisecond))
-	defer renew.Stop()
+	// take longer than the leadership entry lives: the renewer renews it
+	// meanwhile, or the first renewal once live would find it gone and the
+	// coordinator would resynchronise for ever.
+	expiry := time.NewTimer(time.Until(s.validUntil))
+	defer expiry.Stop()
 	for s.decSeq < info.State.LastSeq {
 		select {
 		case sd := <-s.out.ch:
@@ -627,30 +644,21 @@ func (s *session) standby() error {
 			}
 		case <-try.C:
 			s.noteReaderErrs()
-		case <-renew.C:
-			if err := s.renewLeadership(); err != nil {
+		case rep := <-s.leadershipReports():
+			if err := s.renewed(rep); err != nil {
 				return err
 			}
+			expiry.Reset(time.Until(s.validUntil))
+		case now := <-expiry.C:
+			if err := s.leaderExpired(now); err != nil {
+				return err
+			}
+			expiry.Reset(time.Until(s.validUntil))
 		case <-s.ctx.Done():
 			return s.ctx.Err()
 		}
 	}
 	s.out.stop()
-	return nil
-}
-
-// renewLeadership extends the leadership entry this session holds, bounded
-// well below the TTL so that a slow renewal does not stall the session.
-func (s *session) renewLeadership() error {
-	c := s.c
-	uctx, ucancel := context.WithTimeout(s.ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
-	rev, err := c.h.Leader.Update(uctx, leaderKey, []byte(c.cfg.ID), s.leaderRev)
-	ucancel()
-	if err != nil {
-		s.leaderRev = 0
-		return fmt.Errorf("coordinator: leadership lost: %w", err)
-	}
-	s.leaderRev = rev
 	return nil
 }
 
@@ -720,7 +728,11 @@ func (s *session) stepDown() {
 }
 
 // runLive is the live loop: one select over inputs, acknowledgements,
-// ticks, leadership renewal, snapshots and shutdown.
+// ticks, leadership reports and expiry, snapshots and shutdown.
+//
+// Each turn of the loop (the work done between two selects) is timed, and
+// its duration reported as the loop's pause (Metrics.LoopPause): for that
+// long, no input was received.
 func (s *session) runLive() error {
 	c := s.c
 	var err error
@@ -741,8 +753,8 @@ func (s *session) runLive() error {
 	c.wentLive.Add(1)
 	c.setState(StateLive, "")
 	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
-	renew := time.NewTicker(c.cfg.LeaderTTL / 3)
-	defer renew.Stop()
+	expiry := time.NewTimer(time.Until(s.validUntil))
+	defer expiry.Stop()
 	tick := time.NewTimer(time.Hour)
 	defer tick.Stop()
 	armedFor := int64(-1)
@@ -764,6 +776,7 @@ func (s *session) runLive() error {
 	wg.Add(1)
 	go func() { defer wg.Done(); s.snapshotWriter(wctx) }()
 
+	var woke time.Time // when the select last returned: the start of the turn
 	for {
 		// Arm the tick timer for the earliest deadline.
 		if d, ok := s.p.NextDeadline(); ok && d != armedFor {
@@ -776,8 +789,12 @@ func (s *session) runLive() error {
 		if s.decSeq-s.acked >= uint64(c.cfg.MaxInflight) {
 			inC = nil
 		}
+		if !woke.IsZero() {
+			s.paused(time.Since(woke))
+		}
 		select {
 		case m := <-inC:
+			woke = time.Now()
 			if err := s.fold(m); err != nil {
 				return err
 			}
@@ -785,7 +802,7 @@ func (s *session) runLive() error {
 			// decisions leave together; for at most foldSlice, so that
 			// leadership renewal, replies and ticks are served even when
 			// every input is slow to decode (a flood of the largest bodies).
-			sliceEnd := time.Now().Add(foldSlice)
+			sliceEnd := woke.Add(foldSlice)
 		more:
 			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) && time.Now().Before(sliceEnd) {
 				select {
@@ -809,6 +826,7 @@ func (s *session) runLive() error {
 			}
 			s.maybeSnapshot(false)
 		case m := <-s.app.replies:
+			woke = time.Now()
 			if err := s.acknowledged(m); err != nil {
 				return err
 			}
@@ -817,12 +835,14 @@ func (s *session) runLive() error {
 			}
 			s.maybeSnapshot(false)
 		case <-overdue.C:
+			woke = time.Now()
 			if err := s.app.overdue(); err != nil {
 				return err
 			}
 		case <-tick.C:
+			woke = time.Now()
 			armedFor = -1
-			if d, ok := s.p.NextDeadline(); ok && d <= time.Now().UnixNano() {
+			if d, ok := s.p.NextDeadline(); ok && d <= woke.UnixNano() {
 				// A tick still in flight is retried with the backoff below
 				// (its append may have been lost).
 				s.appendTick(d)
@@ -832,20 +852,37 @@ func (s *session) runLive() error {
 				armedFor = d
 				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
 			}
-		case <-renew.C:
-			if err := s.renewLeadership(); err != nil {
+		case rep := <-s.leadershipReports():
+			woke = time.Now()
+			if err := s.renewed(rep); err != nil {
 				return err
 			}
+			expiry.Reset(time.Until(s.validUntil))
 			if c.cfg.yield != nil && c.cfg.yield(c) {
 				return errYield
 			}
+		case <-expiry.C:
+			woke = time.Now()
+			if err := s.leaderExpired(woke); err != nil {
+				return err
+			}
+			expiry.Reset(time.Until(s.validUntil))
 		case <-snapTicker.C:
+			woke = time.Now()
 			s.maybeSnapshot(true)
 		case now := <-headC:
+			woke = time.Now()
 			s.publishHead(now)
 		case <-s.ctx.Done():
 			return nil
 		}
+	}
+}
+
+// paused reports one turn of the live loop that took d.
+func (s *session) paused(d time.Duration) {
+	if mt := s.c.cfg.Metrics; mt != nil {
+		mt.LoopPause(d)
 	}
 }
 
@@ -856,6 +893,13 @@ func (s *session) runLive() error {
 func (s *session) flush() error {
 	c := s.c
 	a := s.app
+	if len(s.pend) > 0 {
+		// Never append as leader once the leadership could have expired,
+		// however long this turn of the loop took to get here.
+		if err := s.leaderExpired(time.Now()); err != nil {
+			return err
+		}
+	}
 	n := 0
 	for n < len(s.pend) {
 		left := len(s.pend) - n

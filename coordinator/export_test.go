@@ -1,6 +1,17 @@
 package coordinator
 
+import "context"
+
 // SetCatchUpHook makes cfg run f after each decision a session that holds
 // leadership verifies while catching up (tests use it to make catching up
 // outlast the leadership entry's TTL).
 func SetCatchUpHook(cfg *Config, f func()) { cfg.caughtUp = f }
+
+// SetRenewHook makes cfg run f in the leadership renewer before each
+// renewal's KV update, with the renewer's context (tests use it to make a
+// renewal slow, or stuck until the session ends).
+func SetRenewHook(cfg *Config, f func(context.Context)) { cfg.renewing = f }
+
+// SetSnapshotHook makes cfg run f in the live loop after each snapshot it
+// encodes (tests use it to make encoding slow).
+func SetSnapshotHook(cfg *Config, f func()) { cfg.snapshotTaken = f }

@@ -18,6 +18,13 @@ type Metrics interface {
 	// appended decision, with the time from the publish to the
 	// acknowledgement.
 	DecisionAppended(latency time.Duration)
+	// LoopPause is called after each turn of the live loop with the time
+	// it took: from the moment the loop received an input, a reply, a
+	// timer or a report to the moment it waits for the next one (the
+	// folds, the appends handed to the client, a snapshot's encoding and
+	// whatever else the turn did). For that long the loop received
+	// nothing: its longest pause bounds how late an input can be taken.
+	LoopPause(d time.Duration)
 }
 
 // PartitionMetrics is a Metrics that tells the partitions of a Group apart:

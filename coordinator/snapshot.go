@@ -193,6 +193,9 @@ func (s *session) maybeSnapshot(timer bool) {
 	if s.snapWait == nil && s.sinceSnap > 0 && s.headSeq == s.decSeq &&
 		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && time.Since(s.snapTime) >= c.cfg.SnapshotInterval) {
 		data := s.p.Snapshot()
+		if c.cfg.snapshotTaken != nil {
+			c.cfg.snapshotTaken()
+		}
 		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head, hash: sha256.Sum256(data), data: data, sent: time.Now()}
 		s.sinceSnap = 0
 		s.snapTime = snap.sent

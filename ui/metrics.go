@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,8 +21,10 @@ import (
 //   - the coordinator of this process, when there is one (`tenure serve
 //     --http`): Metrics implements coordinator.Metrics, so give it to
 //     coordinator.Config.Metrics. tenure_inputs_folded_total,
-//     tenure_fold_lag_seconds, tenure_append_latency_seconds and
-//     tenure_decisions_appended_total come from there;
+//     tenure_fold_lag_seconds, tenure_append_latency_seconds,
+//     tenure_decisions_appended_total, tenure_loop_pause_seconds (a
+//     histogram of the live loop's turns) and tenure_loop_pause_max_seconds
+//     (the longest turn since the process started) come from there;
 //   - the coordinators' status (Config.Status), read at every scrape:
 //     tenure_coordinator_* (leadership, folded and stored positions, fold
 //     lag in inputs, snapshot age, lost authority), labelled by coordinator;
@@ -46,6 +49,8 @@ type Metrics struct {
 	foldLag       *prometheus.GaugeVec
 	appendLatency *prometheus.HistogramVec
 	appended      *prometheus.CounterVec
+	loopPause     *prometheus.HistogramVec
+	loopPauseMax  *prometheus.GaugeVec
 	partitioned   bool
 	base          *coordSeries // unpartitioned: the series of Metrics's own methods
 
@@ -55,6 +60,7 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	byKind map[kindReason]prometheus.Counter
+	byPart map[string]*coordSeries // partitioned: the series of each partition label
 	model  *model
 	status func(context.Context) ([]CoordinatorStatus, error)
 }
@@ -74,7 +80,8 @@ func NewMetrics() *Metrics { return NewMetricsFor(0) }
 // partitions (0: unpartitioned) on a new registry. Partitioned, the series
 // of this process's coordinators (tenure_inputs_folded_total,
 // tenure_fold_lag_seconds, tenure_append_latency_seconds,
-// tenure_decisions_appended_total) carry a "partition" label: give the
+// tenure_decisions_appended_total, tenure_loop_pause_seconds,
+// tenure_loop_pause_max_seconds) carry a "partition" label: give the
 // Metrics to coordinator.NewGroup, which hands each partition's coordinator
 // ForPartition(its partition).
 func NewMetricsFor(partitions uint32) *Metrics {
@@ -102,6 +109,15 @@ func NewMetricsFor(partitions uint32) *Metrics {
 			Name: "tenure_decisions_appended_total",
 			Help: "Decisions appended by this process's coordinator and acknowledged by the stream.",
 		}, labels),
+		loopPause: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tenure_loop_pause_seconds",
+			Help:    "Time one turn of this process's live coordinator loop took (fold, appends handed over, snapshot encoding...): time it received no input.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 20), // 10µs .. 5.2s
+		}, labels),
+		loopPauseMax: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tenure_loop_pause_max_seconds",
+			Help: "Longest turn of this process's live coordinator loop since the process started: the longest time it received no input.",
+		}, labels),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_decisions_total",
 			Help: "Decisions in the decision stream, by kind and reason (read from the stream by the UI).",
@@ -115,6 +131,7 @@ func NewMetricsFor(partitions uint32) *Metrics {
 			Help: "Pages following live updates (server-sent event streams open).",
 		}),
 		byKind: make(map[kindReason]prometheus.Counter),
+		byPart: make(map[string]*coordSeries),
 	}
 	if !m.partitioned {
 		m.base = m.series() // exported from the start, at 0
@@ -122,7 +139,7 @@ func NewMetricsFor(partitions uint32) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.inputsFolded, m.foldLag, m.appendLatency, m.appended,
+		m.inputsFolded, m.foldLag, m.appendLatency, m.appended, m.loopPause, m.loopPauseMax,
 		m.decisions, m.expiries, m.sseClients,
 		(*stateCollector)(m),
 	)
@@ -142,10 +159,13 @@ func (m *Metrics) InputFolded(seq uint64, stored time.Time, decisions int) {
 // DecisionAppended implements coordinator.Metrics.
 func (m *Metrics) DecisionAppended(latency time.Duration) { m.own().DecisionAppended(latency) }
 
+// LoopPause implements coordinator.Metrics.
+func (m *Metrics) LoopPause(d time.Duration) { m.own().LoopPause(d) }
+
 // own is the series of Metrics's own methods.
 func (m *Metrics) own() *coordSeries {
 	if m.partitioned {
-		return m.series("")
+		return m.seriesOf("")
 	}
 	return m.base
 }
@@ -157,21 +177,39 @@ func (m *Metrics) ForPartition(p events.Partition) coordinator.Metrics {
 	if !m.partitioned {
 		return m.base
 	}
-	return m.series(p.Token()) // exported from now on, at 0
+	return m.seriesOf(p.Token()) // exported from now on, at 0
 }
 
-// coordSeries are the series of one coordinator.
+// coordSeries are the series of one coordinator (or of the coordinators of
+// one partition label).
 type coordSeries struct {
 	folded, appended prometheus.Counter
 	lag              prometheus.Gauge
-	latency          prometheus.Observer
+	latency, pause   prometheus.Observer
+	pauseMaxG        prometheus.Gauge
+	pauseMu          sync.Mutex
+	pauseMax         atomic.Int64 // nanoseconds; written under pauseMu
 }
 
 func (m *Metrics) series(labels ...string) *coordSeries {
 	return &coordSeries{
 		folded: m.inputsFolded.WithLabelValues(labels...), appended: m.appended.WithLabelValues(labels...),
 		lag: m.foldLag.WithLabelValues(labels...), latency: m.appendLatency.WithLabelValues(labels...),
+		pause: m.loopPause.WithLabelValues(labels...), pauseMaxG: m.loopPauseMax.WithLabelValues(labels...),
 	}
+}
+
+// seriesOf is the series of one partition label, the same every call (so
+// that the longest pause is the longest of all its coordinators' turns).
+func (m *Metrics) seriesOf(label string) *coordSeries {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cs, ok := m.byPart[label]
+	if !ok {
+		cs = m.series(label)
+		m.byPart[label] = cs
+	}
+	return cs
 }
 
 // InputFolded implements coordinator.Metrics.
@@ -184,6 +222,20 @@ func (c *coordSeries) InputFolded(_ uint64, stored time.Time, _ int) {
 func (c *coordSeries) DecisionAppended(latency time.Duration) {
 	c.appended.Inc()
 	c.latency.Observe(latency.Seconds())
+}
+
+// LoopPause implements coordinator.Metrics.
+func (c *coordSeries) LoopPause(d time.Duration) {
+	c.pause.Observe(d.Seconds())
+	if int64(d) <= c.pauseMax.Load() {
+		return // perf: the common case takes no lock
+	}
+	c.pauseMu.Lock()
+	if int64(d) > c.pauseMax.Load() {
+		c.pauseMax.Store(int64(d))
+		c.pauseMaxG.Set(d.Seconds())
+	}
+	c.pauseMu.Unlock()
 }
 
 // observe counts one decision of the stream (called under the model's lock).

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,10 +126,17 @@ func TestAPI(t *testing.T) {
 		`tenure_coordinator_snapshots_refused_total{coordinator="c1"} 0`,
 		"go_goroutines ",
 		"# TYPE tenure_append_latency_seconds histogram",
+		"# TYPE tenure_loop_pause_seconds histogram",
+		"tenure_loop_pause_seconds_bucket{le=",
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// The live loop took turns to fold and append those inputs: its
+	// longest one took some time.
+	if v, ok := metricValue(metrics, "tenure_loop_pause_max_seconds"); !ok || v <= 0 {
+		t.Errorf("tenure_loop_pause_max_seconds: %v (found %v), want > 0", v, ok)
 	}
 
 	// (audit.Hash does not decode from JSON: keep the report raw.)
@@ -361,4 +369,18 @@ func TestHealth(t *testing.T) {
 			t.Errorf("case %d: %d %+v", i, rec.Code, h)
 		}
 	}
+}
+
+// metricValue is the value of the series name (without labels) in a
+// Prometheus text exposition.
+func metricValue(text, name string) (float64, bool) {
+	for line := range strings.Lines(text) {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		return f, err == nil
+	}
+	return 0, false
 }

@@ -1,0 +1,167 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Leadership renewal runs off the loop. Once a session holds the leadership
+// entry, a renewer goroutine owned by the session extends it by
+// compare-and-set every third of the TTL and reports each outcome into the
+// session's loop: a blocking KV call (slow, or stuck on a partitioned
+// server) never stops the loop from folding and appending.
+//
+// The loop does not trust the goroutine to report in time. It keeps
+// validUntil, the start of the last renewal that succeeded plus the TTL
+// minus a safety margin: the entry cannot have expired before then, since
+// the server counts its TTL from a moment after that start. When validUntil
+// passes without a fresh report, the loop leaves live as for a failed
+// renewal, whatever the goroutine is doing.
+
+// errRenewalOverdue is why a loop whose leadership could have expired stops
+// acting as leader: no renewal was confirmed in time.
+var errRenewalOverdue = errors.New("no renewal confirmed within the leadership lifetime")
+
+// leaderMargin is the part of the TTL the loop does not count on: for the
+// server's and this process's clocks to differ in rate, and for the
+// decisions already published to land. A renewal that takes until its
+// timeout (a third of the TTL) is reported before validUntil passes.
+func leaderMargin(ttl time.Duration) time.Duration { return ttl / 6 }
+
+// leaderReport is one renewal's outcome, as reported to the loop.
+type leaderReport struct {
+	started time.Time // when the renewal was started
+	rev     uint64    // the entry's new revision (success)
+	err     error     // not nil: the renewal failed, leadership is lost
+}
+
+// renewer is the goroutine renewing a session's leadership entry.
+type renewer struct {
+	reports chan leaderReport // the latest report not yet taken by the loop (capacity 1)
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	rev     uint64 // the last revision the renewer holds; read after wg.Wait
+}
+
+// startRenewer starts renewing the entry at revision rev, taken at time
+// taken (leadership then lasts until validUntil).
+func (s *session) startRenewer(rev uint64, taken time.Time) {
+	c := s.c
+	s.validUntil = taken.Add(c.cfg.LeaderTTL - leaderMargin(c.cfg.LeaderTTL))
+	ctx, cancel := context.WithCancel(s.ctx)
+	r := &renewer{reports: make(chan leaderReport, 1), cancel: cancel, rev: rev}
+	s.renewer = r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		s.renewLoop(ctx, r)
+	}()
+}
+
+// stopRenewer stops the renewer and waits for it to exit; the session then
+// holds the entry at the last revision the renewer obtained (0: lost).
+func (s *session) stopRenewer() {
+	r := s.renewer
+	if r == nil {
+		return
+	}
+	r.cancel()
+	r.wg.Wait()
+	s.renewer = nil
+	s.leaderRev = r.rev
+}
+
+// renewLoop renews every third of the TTL until ctx ends or a renewal
+// fails. Each renewal is bounded by a third of the TTL too.
+func (s *session) renewLoop(ctx context.Context, r *renewer) {
+	c := s.c
+	period := max(c.cfg.LeaderTTL/3, 10*time.Millisecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		started := time.Now()
+		if c.cfg.renewing != nil {
+			c.cfg.renewing(ctx)
+		}
+		uctx, ucancel := context.WithTimeout(ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
+		rev, err := c.h.Leader.Update(uctx, leaderKey, []byte(c.cfg.ID), r.rev)
+		ucancel()
+		if ctx.Err() != nil {
+			return // stopped: the outcome of a cancelled renewal is nobody's concern
+		}
+		rep := leaderReport{started: started, rev: rev, err: err}
+		if err != nil {
+			r.rev = 0
+		} else {
+			r.rev = rev
+		}
+		// Never wait for the loop: a report it has not taken yet is
+		// replaced by this newer one (this goroutine is the only sender).
+		for sent := false; !sent; {
+			select {
+			case r.reports <- rep:
+				sent = true
+			default:
+				select {
+				case <-r.reports:
+				default:
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// leadershipReports is the channel of the renewer's reports (nil: none).
+func (s *session) leadershipReports() <-chan leaderReport {
+	if s.renewer == nil {
+		return nil
+	}
+	return s.renewer.reports
+}
+
+// renewed applies a renewer's report: a failure is the loss of leadership;
+// a success moves validUntil.
+func (s *session) renewed(rep leaderReport) error {
+	if rep.err != nil {
+		return fmt.Errorf("coordinator: leadership lost: %w", rep.err)
+	}
+	ttl := s.c.cfg.LeaderTTL
+	if v := rep.started.Add(ttl - leaderMargin(ttl)); v.After(s.validUntil) {
+		s.validUntil = v
+	}
+	return nil
+}
+
+// leaderExpired is the loss of leadership once validUntil has passed
+// without a report that moves it.
+func (s *session) leaderExpired(now time.Time) error {
+	if now.Before(s.validUntil) {
+		return nil
+	}
+	// A report may be waiting: the turn of the loop that calls this was
+	// long, or its select took the expiry timer rather than the report
+	// that came at the same time.
+	select {
+	case rep := <-s.leadershipReports():
+		if err := s.renewed(rep); err != nil {
+			return err
+		}
+		if now.Before(s.validUntil) {
+			return nil
+		}
+	default:
+	}
+	return fmt.Errorf("coordinator: leadership lost: %w (valid until %s, now %s)",
+		errRenewalOverdue, s.validUntil.Format("15:04:05.000"), now.Format("15:04:05.000"))
+}

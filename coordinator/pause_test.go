@@ -1,0 +1,84 @@
+package coordinator_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+)
+
+// pauses is a coordinator.Metrics that keeps the loop's longest pause.
+type pauses struct {
+	mu    sync.Mutex
+	max   time.Duration
+	turns int
+}
+
+func (p *pauses) InputFolded(uint64, time.Time, int) {}
+func (p *pauses) DecisionAppended(time.Duration)     {}
+func (p *pauses) LoopPause(d time.Duration) {
+	p.mu.Lock()
+	p.max = max(p.max, d)
+	p.turns++
+	p.mu.Unlock()
+}
+
+// take returns the longest pause and the turns since the last take, and
+// starts over.
+func (p *pauses) take() (time.Duration, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, n := p.max, p.turns
+	p.max, p.turns = 0, 0
+	return m, n
+}
+
+// A turn of the live loop that encodes a slow snapshot is a pause at least
+// as long as the encoding: the measurement covers the whole turn, not just
+// the folds.
+func TestSlowSnapshotIsAPause(t *testing.T) {
+	const slow = 150 * time.Millisecond
+	srv, _, js := newServer(t)
+	pm := &pauses{}
+	var mu sync.Mutex
+	slowOn, taken := false, 0
+	r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) {
+		c.Metrics = pm
+		c.SnapshotEvery = 5
+		coordinator.SetSnapshotHook(c, func() {
+			mu.Lock()
+			on := slowOn
+			if on {
+				taken++
+			}
+			mu.Unlock()
+			if on {
+				time.Sleep(slow) // an encoding that takes this long
+			}
+		})
+	})
+	waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+	for i := range 4 {
+		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+	}
+	waitCaughtUp(t, js, r)
+	m, n := pm.take()
+	t.Logf("%d turns of the loop for %d inputs, the longest %v", n, 4, m)
+	if m >= slow || n == 0 {
+		t.Fatalf("before any slow snapshot: longest pause %v over %d turns, want some turns, all under %v", m, n, slow)
+	}
+	mu.Lock()
+	slowOn = true
+	mu.Unlock()
+	for i := range 4 {
+		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("k%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+	}
+	waitFor(t, 10*time.Second, "a slow snapshot taken", func() bool { mu.Lock(); defer mu.Unlock(); return taken > 0 })
+	waitCaughtUp(t, js, r)
+	if m, _ := pm.take(); m < slow {
+		t.Fatalf("longest pause %v with a snapshot that took %v to encode, want at least that", m, slow)
+	}
+}
