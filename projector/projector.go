@@ -56,6 +56,11 @@ type Projector struct {
 	macBuf  []byte            // scratch for lease id MACs
 
 	fireLimit int // tests only (export_test.go): a lower bound than events.MaxFiredPerInput
+
+	// Change tracking for Freeze (freeze.go): nil until Track.
+	changed  map[string]events.Job // latest projection of each job changed since frozen (Generation 0: gone)
+	frozen   *Frozen               // the state changed tracks changes from
+	restored []byte                // the snapshot restored, until the next Step
 }
 
 type job struct {
@@ -136,6 +141,7 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 		return nil, fmt.Errorf("%w: %d after %d", ErrOutOfOrder, raw.Seq, p.lastSeq)
 	}
 	p.out = p.out[:0]
+	p.restored = nil
 	p.cause = raw.Seq
 	p.subject = raw.Subject
 	derr := p.decode(raw)
@@ -216,6 +222,9 @@ func (p *Projector) emit(j *job, kind events.Kind, reason events.Reason, address
 	}
 	if j != nil {
 		d.Job = j.Job
+		if p.changed != nil {
+			p.changed[j.ID] = j.Job
+		}
 	} else {
 		d.Job.ID = events.NoJob
 	}
@@ -924,6 +933,9 @@ func (p *Projector) expire(j *job) (retired bool) {
 func (p *Projector) retire(j *job) {
 	p.emit(j, events.KindRetired, events.ReasonRetentionPassed, j.Holder)
 	delete(p.jobs, j.ID)
+	if p.changed != nil {
+		p.changed[j.ID] = events.Job{ID: j.ID} // gone
+	}
 }
 
 // retirable reports whether j can be retired once its retention passes:

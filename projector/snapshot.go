@@ -37,7 +37,18 @@ func (p *Projector) Snapshot() []byte {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	b := make([]byte, 0, 64+len(ids)*160)
+	b := p.appendHeader(make([]byte, 0, 64+len(ids)*160))
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = appendJob(b, &p.jobs[id].Job)
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// appendHeader appends what a snapshot holds before its job count: the
+// magic (and from format 2 on the revision and lease key), the last
+// sequence, the time and the policy.
+func (p *Projector) appendHeader(b []byte) []byte {
 	switch {
 	case p.rev >= events.Revision3:
 		b = append(b, snapshotMagic3...)
@@ -60,11 +71,7 @@ func (p *Projector) Snapshot() []byte {
 	if p.rev >= events.Revision3 {
 		b = binary.AppendVarint(b, pol.Retain)
 	}
-	b = binary.AppendUvarint(b, uint64(len(ids)))
-	for _, id := range ids {
-		b = appendJob(b, &p.jobs[id].Job)
-	}
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return b
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -100,6 +107,16 @@ func appendJob(b []byte, j *events.Job) []byte {
 	return b
 }
 
+// uvarintLen is the length of the shortest uvarint encoding of v.
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
 // snapReader decodes a snapshot, remembering the first error.
 type snapReader struct {
 	b   []byte
@@ -112,8 +129,15 @@ func (r *snapReader) fail(what string) {
 	}
 }
 
+// uvarint and varint accept only the shortest encoding of a value (as
+// AppendUvarint and AppendVarint write it), so that a snapshot Restore
+// accepts is the canonical encoding of the state it restores: the base
+// Track and Frozen.Encode build later snapshots on, byte for byte.
 func (r *snapReader) uvarint(what string) uint64 {
 	v, n := binary.Uvarint(r.b)
+	if n > 0 && n != uvarintLen(v) {
+		n = 0
+	}
 	if n <= 0 {
 		r.fail(what)
 		r.b = nil
@@ -125,6 +149,9 @@ func (r *snapReader) uvarint(what string) uint64 {
 
 func (r *snapReader) varint(what string) int64 {
 	v, n := binary.Varint(r.b)
+	if n > 0 && n != uvarintLen(uint64(v)<<1^uint64(v>>63)) {
+		n = 0
+	}
 	if n <= 0 {
 		r.fail(what)
 		r.b = nil
@@ -159,7 +186,8 @@ func (r *snapReader) bytes(n int, what string) []byte {
 }
 
 // Restore replaces the projector's state with a snapshot. On error the
-// projector is unchanged.
+// projector is unchanged. It keeps snap (do not modify it) as the base of
+// Track until the next Step, and turns tracking off.
 func (p *Projector) Restore(snap []byte) error {
 	if len(snap) < len(snapshotMagic)+4 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
@@ -225,6 +253,9 @@ func (p *Projector) Restore(snap []byte) error {
 			ends = append(ends, uint32(len(strs)))
 		}
 		hdr := r.bytes(4, "job header")
+		if hdr[3]&^0xf != 0 {
+			r.fail("job flags")
+		}
 		j.State, j.AckState, j.Result = events.State(hdr[0]), events.AckState(hdr[1]), events.Outcome(hdr[2])
 		j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired = hdr[3]&1 != 0, hdr[3]&2 != 0, hdr[3]&4 != 0, hdr[3]&8 != 0
 		j.Generation = r.uvarint("generation")
@@ -287,6 +318,7 @@ func (p *Projector) Restore(snap []byte) error {
 		q.heap.down(i)
 	}
 	*p = *q
+	p.restored = snap // the canonical encoding of this state, for Track
 	return nil
 }
 
