@@ -115,9 +115,12 @@ type Config struct {
 	// renewing, set by tests, runs in the renewer before each renewal's KV
 	// update, with the renewer's context (to make renewals slow or stuck).
 	renewing func(context.Context)
-	// snapshotTaken, set by tests, runs in the live loop after it encodes a
-	// snapshot (to make encoding slow).
+	// snapshotTaken, set by tests, runs in the live loop after it takes
+	// (freezes) a snapshot (to make that turn slow).
 	snapshotTaken func()
+	// encodingSnapshot, set by tests, runs in the encoder before it encodes
+	// a snapshot the live loop asked for.
+	encodingSnapshot func(context.Context)
 }
 
 func (c Config) withDefaults() Config {
@@ -387,6 +390,12 @@ type session struct {
 	snapTime  time.Time
 	snapWait  *snapshot // taken, waiting for its decisions to be acknowledged
 	snapCh    chan snapshot
+	// The encoder (snapshot.go): frozen states go to it, encoded
+	// snapshots come back to the live loop.
+	enc         chan encodeJob
+	encoded     chan *snapshot
+	encoding    bool // a snapshot handed to the encoder, not back yet
+	sinceFreeze int  // inputs folded since the last freeze
 }
 
 type pending struct {
@@ -409,6 +418,17 @@ func (c *Coordinator) session(ctx context.Context) error {
 	s := &session{c: c, ctx: ctx, p: projector.NewPartition(c.cfg.Topology.Partition), snapTime: time.Now()}
 	s.loadSnapshot() // may start the readers (perf: reading overlaps the restore)
 	s.headSeq = s.decSeq
+	if c.cfg.SnapshotEvery >= 0 {
+		// Snapshots are encoded off the loop (snapshot.go): from the state
+		// restored, or the empty one, every change is tracked.
+		s.p.Track()
+		ectx, ecancel := context.WithCancel(ctx)
+		var ewg sync.WaitGroup
+		defer func() { ecancel(); ewg.Wait() }()
+		s.enc, s.encoded = make(chan encodeJob, 1), make(chan *snapshot, 1)
+		ewg.Add(1)
+		go func() { defer ewg.Done(); s.encoder(ectx) }()
+	}
 	c.folded.Store(s.p.LastSeq())
 	defer func() { s.out.stop(); s.in.stop() }()
 	if s.in == nil {
@@ -499,6 +519,10 @@ func (s *session) fold(m stored) error {
 	}
 	if n := len(ds); n == 0 || ds[n-1].Verb != events.VerbCheckpoint {
 		s.sinceSnap++ // checkpoints do not count, or each would call for the next
+	}
+	s.sinceFreeze++
+	if s.app == nil {
+		s.compact()
 	}
 	if mt := s.c.cfg.Metrics; mt != nil {
 		mt.InputFolded(m.seq, time.Unix(0, m.time), len(ds))
@@ -870,6 +894,9 @@ func (s *session) runLive() error {
 		case <-snapTicker.C:
 			woke = time.Now()
 			s.maybeSnapshot(true)
+		case snap := <-s.encoded:
+			woke = time.Now()
+			s.snapshotEncoded(snap)
 		case now := <-headC:
 			woke = time.Now()
 			s.publishHead(now)

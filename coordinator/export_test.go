@@ -13,5 +13,10 @@ func SetCatchUpHook(cfg *Config, f func()) { cfg.caughtUp = f }
 func SetRenewHook(cfg *Config, f func(context.Context)) { cfg.renewing = f }
 
 // SetSnapshotHook makes cfg run f in the live loop after each snapshot it
-// encodes (tests use it to make encoding slow).
+// takes (freezes), in the loop's turn (tests use it to make a turn slow).
 func SetSnapshotHook(cfg *Config, f func()) { cfg.snapshotTaken = f }
+
+// SetEncodeHook makes cfg run f in the snapshot encoder before it encodes
+// each snapshot the live loop took, with the encoder's context (tests use
+// it to hold an encoding while the loop goes on).
+func SetEncodeHook(cfg *Config, f func(context.Context)) { cfg.encodingSnapshot = f }

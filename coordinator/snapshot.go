@@ -178,9 +178,11 @@ func (s *session) checkAnchor(h nats.Header) (streams.SnapshotAnchor, error) {
 	return a, nil
 }
 
-// maybeSnapshot takes a snapshot when one is due, appends the checkpoint
-// input anchoring its state hash, and hands the snapshot to the writer
-// once its checkpointed decision is acknowledged.
+// maybeSnapshot takes a snapshot when one is due: it freezes the state (in
+// time independent of the number of jobs: projector.Freeze) and hands it
+// to the encoder; once encoded (snapshotEncoded) the checkpoint input
+// anchoring its state hash is appended, and the snapshot goes to the
+// writer once its checkpointed decision is acknowledged.
 func (s *session) maybeSnapshot(timer bool) {
 	c := s.c
 	if c.cfg.SnapshotEvery < 0 || s.p.Revision() < events.Revision2 {
@@ -190,18 +192,15 @@ func (s *session) maybeSnapshot(timer bool) {
 		c.log.Warn("no checkpointed decision for the snapshot taken; taking another when due", "input_seq", w.inputSeq)
 		s.snapWait = nil
 	}
-	if s.snapWait == nil && s.sinceSnap > 0 && s.headSeq == s.decSeq &&
+	if s.snapWait == nil && !s.encoding && len(s.enc) == 0 && s.sinceSnap > 0 && s.headSeq == s.decSeq &&
 		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && time.Since(s.snapTime) >= c.cfg.SnapshotInterval) {
-		data := s.p.Snapshot()
+		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head}
+		s.enc <- encodeJob{f: s.p.Freeze(), snap: snap} // the loop is the only sender, and it was empty
 		if c.cfg.snapshotTaken != nil {
 			c.cfg.snapshotTaken()
 		}
-		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head, hash: sha256.Sum256(data), data: data, sent: time.Now()}
-		s.sinceSnap = 0
-		s.snapTime = snap.sent
-		if s.appendCheckpoint(snap) {
-			s.snapWait = snap
-		}
+		s.encoding, s.sinceSnap, s.sinceFreeze = true, 0, 0
+		s.snapTime = time.Now()
 	}
 	if w := s.snapWait; w != nil && w.anchorSeq != 0 && s.acked >= w.anchorSeq {
 		select {
@@ -209,6 +208,83 @@ func (s *session) maybeSnapshot(timer bool) {
 		default: // the writer is busy with the previous one: skip this one
 		}
 		s.snapWait = nil
+	}
+}
+
+// snapshotEncoded takes a snapshot back from the encoder (nil: it could not
+// be encoded) and appends its checkpoint input.
+func (s *session) snapshotEncoded(snap *snapshot) {
+	s.encoding = false
+	if snap == nil {
+		return
+	}
+	snap.sent = time.Now()
+	if s.appendCheckpoint(snap) {
+		s.snapWait = snap
+	}
+	s.maybeSnapshot(false)
+}
+
+// encodeJob is a frozen state for the encoder; snap, when not nil, is the
+// snapshot it is for (its position), else the job only folds the changes
+// into the base of the next ones (compact).
+type encodeJob struct {
+	f    *projector.Frozen
+	snap *snapshot
+}
+
+// compactEvery is how many inputs a session folds, outside the live loop,
+// between two freezes that only keep the changes tracked for the next
+// snapshot few (a long catch-up would otherwise hold a copy of every job it
+// touched).
+const compactEvery = 50_000
+
+// compact freezes the state for the encoder when enough inputs were folded
+// since the last freeze and the encoder is idle (standby and catch-up: the
+// live loop's snapshots freeze often enough).
+func (s *session) compact() {
+	if s.enc == nil || s.sinceFreeze < compactEvery || s.encoding || len(s.enc) != 0 {
+		return
+	}
+	s.enc <- encodeJob{f: s.p.Freeze()}
+	s.sinceFreeze = 0
+}
+
+// encoder encodes the frozen states handed to it, in order, off the loop,
+// and hands each snapshot asked for back to the loop with its state hash.
+func (s *session) encoder(ctx context.Context) {
+	c := s.c
+	for {
+		var job encodeJob
+		select {
+		case <-ctx.Done():
+			return
+		case job = <-s.enc:
+		}
+		if job.snap != nil && c.cfg.encodingSnapshot != nil {
+			c.cfg.encodingSnapshot(ctx)
+		}
+		start := time.Now()
+		data, err := job.f.Encode()
+		if job.snap == nil {
+			if err != nil {
+				c.log.Error("snapshot base not encoded", "err", err)
+			}
+			continue
+		}
+		snap := job.snap
+		if err != nil {
+			c.log.Error("snapshot not encoded", "input_seq", snap.inputSeq, "err", err)
+			snap = nil
+		} else {
+			snap.data, snap.hash = data, sha256.Sum256(data)
+			c.log.Debug("snapshot encoded", "input_seq", snap.inputSeq, "bytes", len(data), "took", time.Since(start))
+		}
+		select {
+		case s.encoded <- snap:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,5 +214,79 @@ func TestRulesAfterAnEarlyInput(t *testing.T) {
 		t.Fatalf("later lease %q, want a keyed id %s<22 characters>", v.Job.LeaseID, want)
 	}
 	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
+
+// A snapshot is encoded off the live loop: while its encoding is held, the
+// coordinator goes on deciding inputs; once released, the snapshot stored is
+// exactly the state the fold of the stored inputs gives at its position,
+// and a restarted coordinator restores it.
+func TestSnapshotEncodedOffTheLoop(t *testing.T) {
+	srv, _, js := newServer(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) {
+		c.SnapshotEvery, c.SnapshotInterval = 10, time.Hour
+		coordinator.SetEncodeHook(c, func(ctx context.Context) {
+			first := false
+			once.Do(func() { first = true })
+			if !first {
+				return
+			}
+			close(held)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		})
+	})
+	for i := range 10 {
+		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j-%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+	}
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no snapshot taken after 10 inputs")
+	}
+	// The encoding is held: inputs are still decided, one by one.
+	for i := range 30 {
+		seq := publish(t, js, events.RoleWorker, "w2", fmt.Sprintf("k-%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindGranted {
+			t.Fatalf("input %d while a snapshot is being encoded: %s/%s", seq, v.Kind, v.Reason)
+		}
+	}
+	if st := r.c.Stats(); st.SnapshotSeq != 0 {
+		t.Fatalf("a snapshot of input %d stored while its encoding is held", st.SnapshotSeq)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "the snapshot stored", func() bool { return r.c.Stats().SnapshotSeq > 0 })
+	waitCaughtUp(t, js, r)
+	r.stop()
+
+	data, h := storedSnapshot(t, js)
+	pos, err := streams.ParseSnapshotHeaders(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := projector.New()
+	for _, m := range readStream(t, js, "TENURE_IN") {
+		if m.seq > pos.InputSeq {
+			break
+		}
+		if _, err := p.Step(events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := p.Snapshot(); !bytes.Equal(data, want) {
+		t.Fatalf("the snapshot of input %d (%d bytes) is not the fold's state there (%d bytes)", pos.InputSeq, len(data), len(want))
+	}
+	if p.Len() < 10 {
+		t.Fatalf("the snapshot holds %d jobs", p.Len())
+	}
+	r = startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery, c.SnapshotInterval = 1000, time.Hour })
+	waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+	if st := r.c.Stats(); st.SnapshotSeq != pos.InputSeq || st.SnapshotsRefused != 0 {
+		t.Fatalf("restarted on the snapshot of input %d (%d refused), want input %d", st.SnapshotSeq, st.SnapshotsRefused, pos.InputSeq)
+	}
 	checkChain(t, js)
 }
