@@ -25,6 +25,10 @@
 // last input are missing, then go live. Nothing is lost or appended twice,
 // whatever the crash point.
 //
+// Snapshots never stall the loop: the loop freezes the projector's state in
+// constant time and an encoder goroutine of the session encodes it
+// (snapshot.go); the loop's longest turns are reported (Metrics.LoopPause).
+//
 // Signed chain heads: with Config.HeadSigner, the live coordinator publishes
 // periodically, as core NATS messages on Topology.HeadSubject(), a signed
 // head (package heads) of the last decision the stream acknowledged, so

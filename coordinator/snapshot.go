@@ -20,9 +20,12 @@ import (
 )
 
 // Snapshots are checked, not trusted (PROTOCOL.md §19). The live
-// coordinator, when a snapshot is due, encodes the projector's state after
-// input S, takes its SHA-256 H (projector.StateHash: the hash of the
-// canonical encoding), and appends a checkpoint input claiming (S, H). The
+// coordinator, when a snapshot is due, freezes the projector's state after
+// input S (projector.Freeze: constant time, whatever the number of jobs),
+// and the session's encoder goroutine encodes it off the loop (from the
+// previous snapshot and the jobs changed since) and takes its SHA-256 H
+// (the hash of the canonical encoding, projector.StateHash); the loop then
+// appends a checkpoint input claiming (S, H). The
 // fold records the claim in a checkpointed decision, at decision sequence
 // A of the fenced decision stream. Once A is acknowledged, the snapshot is
 // stored with S, the sequence of the last decision of input S, A and H in

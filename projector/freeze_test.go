@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"os"
+	"strconv"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -133,5 +136,73 @@ func TestRestoreRefusesNonCanonical(t *testing.T) {
 	long = binary.BigEndian.AppendUint32(long, crc32.Checksum(long, crc32.MakeTable(crc32.Castagnoli)))
 	if err := q.Restore(long); err == nil {
 		t.Fatal("a non-minimal varint was restored")
+	}
+}
+
+// A large projection (200,000 jobs; TENURE_SNAPSHOT_JOBS for more, e.g.
+// 5000000) is frozen while inputs keep coming: the freeze and every step
+// after it stay short (reported: the pause the live loop would see), and
+// the encoding, done meanwhile on another goroutine, is the whole state at
+// the freeze, byte for byte.
+func TestFreezeLargeProjection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a large projection")
+	}
+	n := 200_000
+	if v := os.Getenv("TENURE_SNAPSHOT_JOBS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("TENURE_SNAPSHOT_JOBS=%q", v)
+		}
+	}
+	p := projector.New()
+	f := &folder{t: t, p: p, discard: true}
+	f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision3, LeaseKey: propLeaseKey})
+	p.Track()
+	for i := range n {
+		f.step(0, events.RoleWorker, "w1", fmt.Sprintf("job-%08d", i), events.Input{Verb: events.VerbAcquire, LeaseMS: 3_600_000})
+		if i%500_000 == 499_999 {
+			if _, err := p.Freeze().Encode(); err != nil { // as the coordinator compacts while catching up
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := p.Freeze().Encode(); err != nil { // the base: the previous snapshot
+		t.Fatal(err)
+	}
+	for i := range 10_000 { // changes since it
+		f.step(1e9, events.RoleWorker, "w2", fmt.Sprintf("new-%06d", i), events.Input{Verb: events.VerbAcquire, LeaseMS: 3_600_000})
+	}
+	start := time.Now()
+	fr := p.Freeze()
+	freeze := time.Since(start)
+	want := p.Snapshot() // the check's reference, not timed
+	done := make(chan error, 1)
+	var took time.Duration
+	go func() {
+		s := time.Now()
+		got, err := fr.Encode()
+		took = time.Since(s)
+		if err == nil && !bytes.Equal(got, want) {
+			err = fmt.Errorf("encoded %d bytes, the snapshot at the freeze is %d", len(got), len(want))
+		}
+		done <- err
+	}()
+	longest, steps := freeze, 0
+	for i := 0; ; i++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d jobs, %d MB: freeze %v, encoding %v off the fold, %d steps meanwhile, the longest (or the freeze) %v",
+				p.Len(), len(want)>>20, freeze, took, steps, longest)
+			return
+		default:
+		}
+		s := time.Now()
+		f.step(2e9, events.RoleWorker, "w3", fmt.Sprintf("more-%07d", i), events.Input{Verb: events.VerbAcquire, LeaseMS: 3_600_000})
+		longest = max(longest, time.Since(s))
+		steps++
 	}
 }
