@@ -67,7 +67,7 @@ func TestRunTiny(t *testing.T) {
 		"storm_3k_leases", "storm_3k_s", "storm_3k_per_s", "storm_3k_raw_per_s", "storm_3k_ratio",
 		"storm_3k_raw_async_per_s", "storm_3k_raw_batch_per_s", "storm_3k_first_s", "storm_3k_restart_s",
 		"storm_3k_expired", "storm_3k_ok", "storm_3k_max_decisions_per_input", "storm_3k_ticks", "storm_3k_grants_per_s",
-		"storm_3k_cores", "storm_3k_decisions_per_append", "storm_3k_steady_per_s", "storm_3k_sessions", "storm_3k_restart_inputs"} {
+		"storm_3k_cores", "storm_3k_decisions_per_append", "storm_3k_steady_per_s", "storm_3k_sessions", "storm_3k_restart_inputs", "storm_3k_setup_pause_ms", "storm_3k_pause_ms"} {
 		v, ok := m[k].(float64)
 		if !ok || !(v > 0) {
 			t.Errorf("%s = %v, want a positive number", k, m[k])

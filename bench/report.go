@@ -100,6 +100,8 @@ func WriteTable(w io.Writer, r *Result) error {
 		row(fmt.Sprintf("7 expiry storm, %s leases (per s)", StormLabel(int(s.Leases))), s.RawPerS, s.PerS, "%.0f", s.Ratio)
 		row("  live to the last expiry stored (s)", ratio(s.Leases, s.RawPerS), s.Seconds, "%.2f", ratio(ratio(s.Leases, s.RawPerS), s.Seconds))
 		row("  restart, start to live (s)", 0, s.RestartS, "%.2f", 0)
+		row("  the loop's longest turn, setup (ms)", 0, s.SetupPauseMS, "%.1f", 0)
+		row("  the loop's longest turn, storm (ms)", 0, s.PauseMS, "%.1f", 0)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

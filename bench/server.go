@@ -48,6 +48,7 @@ type appendMetrics struct {
 	last      time.Duration
 	inputs    int
 	foldLag   time.Duration // sum over inputs: from stored to folded
+	pause     time.Duration // the longest turn of the live loop (takePause)
 }
 
 func (m *appendMetrics) InputFolded(_ uint64, stored time.Time, _ int) {
@@ -68,9 +69,22 @@ func (m *appendMetrics) DecisionAppended(lat time.Duration) {
 	m.mu.Unlock()
 }
 
-// LoopPause implements coordinator.Metrics: the bench does not report the
-// loop's pauses (yet).
-func (m *appendMetrics) LoopPause(time.Duration) {}
+// LoopPause implements coordinator.Metrics: the longest turn of the live
+// loop is kept (takePause).
+func (m *appendMetrics) LoopPause(d time.Duration) {
+	m.mu.Lock()
+	m.pause = max(m.pause, d)
+	m.mu.Unlock()
+}
+
+// takePause returns the longest turn of the live loop since the last call.
+func (m *appendMetrics) takePause() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.pause
+	m.pause = 0
+	return d
+}
 
 // take returns and resets the counts: decisions, appends, mean append
 // latency, mean fold lag.

@@ -48,6 +48,8 @@ type Storm struct {
 	SteadyPerS    float64 `json:"steady_per_s"`            // expiries stored per second from the 10th to the 90th percentile of the storm (without its start and end)
 	Sessions      float64 `json:"sessions"`                // the restarted coordinator's sessions during the storm: 1, unless its loop stopped and resynchronised from the streams
 	RestartInputs float64 `json:"restart_inputs"`          // inputs the restarted coordinator folded after its snapshot
+	SetupPauseMS  float64 `json:"setup_pause_ms"`          // the setup: the first coordinator's longest turn of its live loop (snapshots every 100,000 inputs of the growing projection included)
+	PauseMS       float64 `json:"pause_ms"`                // the storm: the restarted coordinator's longest turn of its live loop
 }
 
 // StormLabel names a storm of n leases in the JSON keys: "100k" for
@@ -359,12 +361,13 @@ func (b *runner) stormSetup(ctx context.Context, dir string, n int, rate float64
 		}
 	}
 	snap := co.c.Stats().SnapshotSeq
+	s.SetupPauseMS = float64(co.m.takePause()) / 1e6
 	stopped = true
 	if err := co.stop(); err != nil {
 		return time.Time{}, 0, err
 	}
-	b.logf("  %d leases granted in %.1f s (%.0f/s); latest snapshot: input %d of %d; coordinator stopped %.1f s before T",
-		n, built.Seconds(), s.GrantsPerS, snap, end, time.Until(at).Seconds())
+	b.logf("  %d leases granted in %.1f s (%.0f/s); latest snapshot: input %d of %d; the loop's longest turn %.1f ms; coordinator stopped %.1f s before T",
+		n, built.Seconds(), s.GrantsPerS, snap, end, s.SetupPauseMS, time.Until(at).Seconds())
 
 	// Read every stored decision back: n grants of storm leases, and not
 	// one expiry (the margin held).
@@ -453,6 +456,7 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 	s.Cores = (cpuTime() - c0).Seconds() / cut.Seconds()
 	stop()
 	decisions, appends, lat, _ := co.m.take()
+	s.PauseMS = float64(co.m.takePause()) / 1e6
 	st := co.c.Stats()
 	s.Sessions = float64(st.Sessions)
 	if err := co.stop(); err != nil {
