@@ -195,6 +195,15 @@ func (s *session) maybeSnapshot(timer bool) {
 		c.log.Warn("no checkpointed decision for the snapshot taken; taking another when due", "input_seq", w.inputSeq)
 		s.snapWait = nil
 	}
+	// The snapshot anchored hands over to the writer first, so that one
+	// due is taken in the same turn (no later event may come to take it).
+	if w := s.snapWait; w != nil && w.anchorSeq != 0 && s.acked >= w.anchorSeq {
+		select {
+		case s.snapCh <- *w:
+		default: // the writer is busy with the previous one: skip this one
+		}
+		s.snapWait = nil
+	}
 	if s.snapWait == nil && !s.encoding && len(s.enc) == 0 && s.sinceSnap > 0 && s.headSeq == s.decSeq &&
 		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && time.Since(s.snapTime) >= c.cfg.SnapshotInterval) {
 		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head}
@@ -204,13 +213,6 @@ func (s *session) maybeSnapshot(timer bool) {
 		}
 		s.encoding, s.sinceSnap, s.sinceFreeze = true, 0, 0
 		s.snapTime = time.Now()
-	}
-	if w := s.snapWait; w != nil && w.anchorSeq != 0 && s.acked >= w.anchorSeq {
-		select {
-		case s.snapCh <- *w:
-		default: // the writer is busy with the previous one: skip this one
-		}
-		s.snapWait = nil
 	}
 }
 
