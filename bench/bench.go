@@ -48,7 +48,7 @@ type Config struct {
 	// Only, when not empty, runs only these scenarios: "pipeline",
 	// "receipts" (the SDK with receipts off and on), "rtt", "expiry",
 	// "replay" (with "restart": both use the large log), "fold", "memory",
-	// "storm".
+	// "storm", "soak" (the soak runs only when named here).
 	Only []string
 
 	PipelineWorkers  int           // scenarios 1 and 8: SDK workers (per set in 8)
@@ -62,6 +62,10 @@ type Config struct {
 	MemJobs          int           // scenario 5
 	StormSizes       []int         // scenario 7: leases due at once, one storm per size (default 100,000 and 1,000,000; quick: 100,000)
 	StormRawWindow   time.Duration // scenario 7: the most each way of the raw baseline publishes for
+	SoakJobs         int           // the soak (only with Only "soak"): jobs pushed through their whole life (default 5,000,000; quick: 200,000)
+	SoakPoints       int           // the soak: measurements, each with a restart of the coordinator (default 10)
+	SoakPlot         string        // the soak: where to write its SVG plot ("" for none)
+	SoakRetain       time.Duration // the soak: the policy's retention (default 1 s)
 }
 
 func (c Config) withDefaults() Config {
@@ -100,6 +104,9 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	defD(&c.StormRawWindow, 15*time.Second, 4*time.Second)
+	def(&c.SoakJobs, 5_000_000, 200_000)
+	def(&c.SoakPoints, 10, 10)
+	defD(&c.SoakRetain, time.Second, time.Second)
 	return c
 }
 
@@ -123,7 +130,7 @@ func (c Config) check() error {
 
 func (c Config) runs(name string) bool {
 	if len(c.Only) == 0 {
-		return true
+		return name != "soak" // the soak runs only when asked for
 	}
 	for _, s := range c.Only {
 		if s == name || name == "restart" && s == "replay" || name == "replay" && s == "restart" {
@@ -212,6 +219,8 @@ type Result struct {
 
 	// 7. Expiry storms, one per size (their JSON keys: see Storm).
 	Storms []Storm `json:"-"`
+	// Soak is the soak's result (nil unless it ran).
+	Soak *Soak `json:"soak,omitempty"`
 
 	// The machine while it ran.
 	CPUs     float64 `json:"cpus"`
@@ -256,6 +265,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		{"expiry", b.expiry},
 		{"replay", b.largeLog},
 		{"storm", b.storm},
+		{"soak", b.soak},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

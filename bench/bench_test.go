@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +181,44 @@ func TestPercentile(t *testing.T) {
 		if got := percentile(d, c.p); got != c.want {
 			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
 		}
+	}
+}
+
+// --only soak pushes jobs through their whole life with a retention: every
+// point is measured (the coordinator restarted from its snapshot each
+// time), the projection never holds every job begun, and at the end every
+// job is retired; the plot has a line per panel. The default run has no
+// soak.
+func TestSoak(t *testing.T) {
+	cfg := tiny(t, SyncInterval)
+	cfg.Only = []string{"soak"}
+	cfg.SoakJobs, cfg.SoakPoints, cfg.SoakRetain = 3000, 3, 50*time.Millisecond
+	cfg.SoakPlot = filepath.Join(t.TempDir(), "soak.svg")
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := r.Soak
+	if s == nil || s.OK != 1 || s.Jobs != 3000 || len(s.Points) != 3 {
+		t.Fatalf("soak %+v", s)
+	}
+	for _, p := range s.Points {
+		if p.Seen <= 0 || p.RSSMB <= 0 || p.RestartS <= 0 || p.InMB <= 0 || p.OutMB <= 0 || p.Kept > p.Seen {
+			t.Fatalf("point %+v", p)
+		}
+	}
+	if last := s.Points[len(s.Points)-1]; last.Kept >= last.Seen {
+		t.Fatalf("no job retired by the last point: %+v", last)
+	}
+	svg, err := os.ReadFile(cfg.SoakPlot)
+	if err != nil || strings.Count(string(svg), "<polyline") != 4 {
+		t.Fatalf("plot: %v\n%s", err, svg)
+	}
+	var b bytes.Buffer
+	if err := WriteJSON(&b, r); err != nil || !strings.Contains(b.String(), `"soak":{"jobs":3000`) {
+		t.Fatalf("json: %v %s", err, b.String())
+	}
+	if !(Config{}).runs("storm") || (Config{}).runs("soak") {
+		t.Fatal("the default run must run the storm and not the soak")
 	}
 }

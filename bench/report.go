@@ -36,6 +36,9 @@ func (r *Result) Targets() []Target {
 	add(r.FoldPerS > 0, "fold_per_s >= 500,000", r.FoldPerS >= 500_000, r.FoldPerS, "%.0f")
 	add(r.MemJobs > 0, "bytes_per_job <= 1024", r.BytesPerJob <= 1024, r.BytesPerJob, "%.0f")
 	add(r.RestartSnapshotS > 0, "restart_snapshot_s <= 3", r.RestartSnapshotS <= 3, r.RestartSnapshotS, "%.2f s")
+	if r.Soak != nil {
+		add(true, "soak_ok = 1 (every job retired, no resync)", r.Soak.OK == 1, r.Soak.MaxJob, "%.0f jobs kept at most")
+	}
 	for _, s := range r.Storms {
 		l := StormLabel(int(s.Leases))
 		add(true, "storm_"+l+"_ok = 1 (each lease expired once)", s.OK == 1, s.Expired, "%.0f jobs")
@@ -120,6 +123,13 @@ func WriteTable(w io.Writer, r *Result) error {
 	for _, s := range r.Storms {
 		fmt.Fprintf(w, "storm of %.0f: %.0f jobs expired exactly once (ok %v) by %.0f inputs, at most %.0f decisions per input; %.2f cores busy; raw: async %.0f/s, atomic batches %.0f/s\n",
 			s.Leases, s.Expired, s.OK == 1, s.Ticks, s.MaxDecisions, s.Cores, s.RawAsyncPerS, s.RawBatchPerS)
+	}
+	if sk := r.Soak; sk != nil {
+		fmt.Fprintf(w, "soak: %.0f jobs through their whole life (%.0f/s, %.0f inputs); ok %v; at each point:\n", sk.Jobs, sk.PerS, sk.Inputs, sk.OK == 1)
+		fmt.Fprintf(w, "  %10s %8s %8s %8s %9s %9s %9s %9s %9s\n", "jobs seen", "kept", "RSS MB", "heap MB", "snap MB", "turn ms", "in MB", "out MB", "restart s")
+		for _, p := range sk.Points {
+			fmt.Fprintf(w, "  %10.0f %8.0f %8.0f %8.0f %9.2f %9.1f %9.0f %9.0f %9.2f\n", p.Seen, p.Kept, p.RSSMB, p.HeapMB, p.SnapshotMB, p.PauseMS, p.InMB, p.OutMB, p.RestartS)
+		}
 	}
 	fmt.Fprintf(w, "machine: %.0f CPUs, load average %.2f at the start, %.2f at the end; %.0f s\n", r.CPUs, r.LoadAvg1, r.LoadEnd1, r.Seconds)
 	for _, t := range r.Targets() {

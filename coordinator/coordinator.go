@@ -167,6 +167,7 @@ type Coordinator struct {
 	h   *streams.Handles
 
 	folded       atomic.Uint64 // last input sequence folded
+	jobs         atomic.Int64  // jobs in the projection after the last input folded
 	appended     atomic.Uint64 // last decision sequence acknowledged by the stream
 	live         atomic.Bool
 	lostAuth     atomic.Uint64 // appends refused for a wrong last sequence
@@ -209,6 +210,9 @@ type Stats struct {
 	// yet, or no Config.HeadSigner): a head of a past live phase once it
 	// stands by.
 	Head *heads.Head `json:"head,omitempty"`
+	// Jobs is the number of jobs in the projection after the last input
+	// folded (a retired job is no longer counted).
+	Jobs int64 `json:"jobs"`
 }
 
 // New checks the configuration.
@@ -261,7 +265,7 @@ func (c *Coordinator) Stats() Stats {
 		SnapshotSeq: c.snapInputSeq, SnapshotAt: c.snapAt,
 		LostAuthority: c.lostAuth.Load(), Sessions: c.sessions.Load(),
 		SnapshotsRefused: c.snapRefused.Load(), Dropped: c.drops.count.Load(),
-		Head: c.lastHead.Load(),
+		Head: c.lastHead.Load(), Jobs: c.jobs.Load(),
 	}
 }
 
@@ -525,6 +529,7 @@ func (s *session) fold(m stored) error {
 		s.sinceSnap++ // checkpoints do not count, or each would call for the next
 	}
 	s.sinceFreeze++
+	s.c.jobs.Store(int64(s.p.Len()))
 	if s.app == nil {
 		s.compact()
 	}

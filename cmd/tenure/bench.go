@@ -37,7 +37,9 @@ stderr. See BENCHMARKS.md.
 	profile := fs.String("profile", "", "write CPU and allocation profiles of every measured phase into `DIR`")
 	trace := fs.Bool("trace", false, "with --profile: also execution traces of the pipeline runs and the storms, goroutine dumps of the pipeline runs")
 	debug := fs.Bool("debug", false, "the coordinators' debug logs on stderr (how the appender appends)")
-	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, receipts, rtt, expiry, replay, fold, memory, storm (default: all)")
+	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, receipts, rtt, expiry, replay, fold, memory, storm, soak (default: all but soak)")
+	soakJobs := fs.Int("soak", 0, "with --only soak: jobs pushed through their whole life (default 5000000; 200000 with --quick)")
+	soakPlot := fs.String("soak-plot", "", "with --only soak: write the soak's plot (SVG) to `FILE`")
 	storm := fs.String("storm", "", "comma-separated lease counts of the expiry storms, e.g. `100000,1000000` (default: that; 100000 with --quick)")
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	clusterMode := fs.Bool("cluster", false, "instead: throughput with 1, 2 and 4 partitions on a local 3-node cluster of real processes (R3 streams), next to raw JetStream on the same cluster")
@@ -81,7 +83,7 @@ stderr. See BENCHMARKS.md.
 	if *only != "" {
 		for _, s := range strings.Split(*only, ",") {
 			switch s = strings.TrimSpace(s); s {
-			case "pipeline", "receipts", "rtt", "expiry", "replay", "restart", "fold", "memory", "storm":
+			case "pipeline", "receipts", "rtt", "expiry", "replay", "restart", "fold", "memory", "storm", "soak":
 				cfg.Only = append(cfg.Only, s)
 			default:
 				return fmt.Errorf("%w: --only: unknown scenario %q", errUsage, s)
@@ -97,6 +99,10 @@ stderr. See BENCHMARKS.md.
 			cfg.StormSizes = append(cfg.StormSizes, n)
 		}
 	}
+	if *soakJobs < 0 {
+		return fmt.Errorf("%w: --soak: want a positive job count", errUsage)
+	}
+	cfg.SoakJobs, cfg.SoakPlot = *soakJobs, *soakPlot
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
