@@ -32,12 +32,12 @@ import (
 
 // Soak is the soak's result.
 type Soak struct {
-	Jobs   float64     `json:"jobs"`    // jobs pushed through their whole life
-	PerS   float64     `json:"per_s"`   // jobs per second over the whole soak (points included)
-	Inputs float64     `json:"inputs"`  // inputs stored
-	Points []SoakPoint `json:"points"`  // one per point, the last at the end
-	OK     float64     `json:"ok"`      // 1 when every job was retired by the end and every point's coordinator kept one session
-	MaxJob float64     `json:"max_job"` // the most jobs in the projection at a point
+	Jobs   float64     `json:"jobs"`     // jobs pushed through their whole life
+	PerS   float64     `json:"per_s"`    // jobs per second over the whole soak (points included)
+	Inputs float64     `json:"inputs"`   // inputs stored
+	Points []SoakPoint `json:"points"`   // one per point, the last at the end
+	OK     float64     `json:"ok"`       // 1 when every job was retired by the end and every point's coordinator kept one session
+	MaxJob float64     `json:"max_job"`  // the most jobs in the projection at a point
 	Retain float64     `json:"retain_s"` // the policy's retention
 }
 
