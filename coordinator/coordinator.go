@@ -349,9 +349,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 }
 
 // foldSlice bounds the time the live loop folds inputs before it serves its
-// other cases (leadership renewal, append replies, ticks): a tenth of the
-// default leadership lifetime's renewal period.
-const foldSlice = 100 * time.Millisecond
+// other cases (append replies, ticks, leadership reports): it bounds the
+// loop's turns under a flood, so it is kept well below the 50 ms a turn
+// should not exceed (leadership renewal runs off the loop).
+const foldSlice = 20 * time.Millisecond
 
 // errYield ends a live session whose partition is handed to another process.
 var errYield = errors.New("coordinator: partition handed over")

@@ -37,6 +37,9 @@ type Frozen struct {
 	// Once encoded.
 	out []byte
 	err error
+	// scratch is the buffer the merge built the jobs in, handed to the
+	// next encoding (one state-sized allocation per snapshot, not two).
+	scratch []byte
 }
 
 // encoded returns a Frozen of snapshot bytes already at hand.
@@ -91,7 +94,9 @@ func (f *Frozen) Encode() ([]byte, error) {
 		if err != nil {
 			f.err = err
 		} else {
-			f.out, f.err = merge(base, f.header, f.changed)
+			scratch := f.prev.scratch
+			f.prev.scratch = nil
+			f.out, f.scratch, f.err = merge(base, f.header, f.changed, scratch)
 		}
 		f.prev, f.changed, f.header = nil, nil, nil // the memory goes with them
 	})
@@ -101,9 +106,12 @@ func (f *Frozen) Encode() ([]byte, error) {
 // merge builds the snapshot whose header is header and whose jobs are
 // base's, with each of changed replacing (or, with generation 0, removing)
 // the job of its id.
-func merge(base, header []byte, changed map[string]events.Job) ([]byte, error) {
+//
+// The jobs are built in scratch (grown if need be), returned for the next
+// merge.
+func merge(base, header []byte, changed map[string]events.Job, scratch []byte) ([]byte, []byte, error) {
 	if len(base) < len(snapshotMagic)+4 {
-		return nil, fmt.Errorf("%w: base snapshot too short", ErrBadSnapshot)
+		return nil, scratch, fmt.Errorf("%w: base snapshot too short", ErrBadSnapshot)
 	}
 	r := &snapReader{b: base[len(snapshotMagic) : len(base)-4]}
 	if string(base[:len(snapshotMagic)]) != snapshotMagic {
@@ -121,7 +129,7 @@ func merge(base, header []byte, changed map[string]events.Job) ([]byte, error) {
 	}
 	n := r.uvarint("job count")
 	if r.err != nil {
-		return nil, r.err
+		return nil, scratch, r.err
 	}
 	ids := make([]string, 0, len(changed))
 	for id := range changed {
@@ -129,7 +137,10 @@ func merge(base, header []byte, changed map[string]events.Job) ([]byte, error) {
 	}
 	slices.Sort(ids)
 
-	jobs := make([]byte, 0, len(r.b)+len(ids)*160)
+	jobs := scratch[:0]
+	if need := len(r.b) + len(ids)*160; cap(jobs) < need {
+		jobs = make([]byte, 0, need+need/8)
+	}
 	count := uint64(0)
 	put := func(id string) {
 		if j := changed[id]; j.Generation != 0 {
@@ -143,7 +154,7 @@ func merge(base, header []byte, changed map[string]events.Job) ([]byte, error) {
 		id := r.strBytes("job id") // perf: string(id) in a comparison does not allocate
 		skipJobRest(r)
 		if r.err != nil {
-			return nil, r.err
+			return nil, scratch, r.err
 		}
 		rec := start[:len(start)-len(r.b)]
 		for k < len(ids) && ids[k] < string(id) {
@@ -162,13 +173,13 @@ func merge(base, header []byte, changed map[string]events.Job) ([]byte, error) {
 		put(ids[k])
 	}
 	if len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes in the base snapshot", ErrBadSnapshot, len(r.b))
+		return nil, jobs, fmt.Errorf("%w: %d trailing bytes in the base snapshot", ErrBadSnapshot, len(r.b))
 	}
 	out := make([]byte, 0, len(header)+binary.MaxVarintLen64+len(jobs)+4)
 	out = append(out, header...)
 	out = binary.AppendUvarint(out, count)
 	out = append(out, jobs...)
-	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, castagnoli)), nil
+	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, castagnoli)), jobs, nil
 }
 
 // skipJobRest reads past a job record after its id (appendJob's layout).
