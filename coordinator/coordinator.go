@@ -531,9 +531,7 @@ func (s *session) fold(m stored) error {
 	}
 	s.sinceFreeze++
 	s.c.jobs.Store(int64(s.p.Len()))
-	if s.app == nil {
-		s.compact()
-	}
+	s.compact()
 	if mt := s.c.cfg.Metrics; mt != nil {
 		mt.InputFolded(m.seq, time.Unix(0, m.time), len(ds))
 	}

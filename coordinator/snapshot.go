@@ -221,6 +221,10 @@ func (s *session) maybeSnapshot(timer bool) {
 func (s *session) snapshotEncoded(snap *snapshot) {
 	s.encoding = false
 	if snap == nil {
+		// The frozen states build on each other: start the tracking
+		// again from the state now (one encoding of it, in the loop).
+		s.p.Untrack()
+		s.p.Track()
 		return
 	}
 	snap.sent = time.Now()
@@ -241,14 +245,22 @@ type encodeJob struct {
 // compactEvery is how many inputs a session folds, outside the live loop,
 // between two freezes that only keep the changes tracked for the next
 // snapshot few (a long catch-up would otherwise hold a copy of every job it
-// touched).
-const compactEvery = 50_000
+// touched); compactChanges is how many changed jobs, live or not, call for
+// one (a storm changes every job between two snapshots).
+const (
+	compactEvery   = 50_000
+	compactChanges = 1 << 18
+)
 
 // compact freezes the state for the encoder when enough inputs were folded
-// since the last freeze and the encoder is idle (standby and catch-up: the
-// live loop's snapshots freeze often enough).
+// since the last freeze outside the live loop (standby and catch-up; live,
+// snapshots freeze often enough), or enough jobs changed, and the encoder
+// is idle.
 func (s *session) compact() {
-	if s.enc == nil || s.sinceFreeze < compactEvery || s.encoding || len(s.enc) != 0 {
+	if s.enc == nil || s.encoding || len(s.enc) != 0 {
+		return
+	}
+	if s.p.Changes() < compactChanges && (s.app != nil || s.sinceFreeze < compactEvery) {
 		return
 	}
 	s.enc <- encodeJob{f: s.p.Freeze()}

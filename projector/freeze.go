@@ -72,6 +72,16 @@ func (p *Projector) Track() {
 // Tracking reports whether Track is on.
 func (p *Projector) Tracking() bool { return p.changed != nil }
 
+// Changes is the number of jobs changed since the last Freeze (while
+// tracking): what the next Freeze hands over, and what tracking holds.
+func (p *Projector) Changes() int { return len(p.changed) }
+
+// Untrack turns tracking off, dropping the changes and the frozen states
+// not yet encoded; a Track after it starts again from the state now (an
+// encoding of the whole state). It is how a caller recovers from an
+// Encode error.
+func (p *Projector) Untrack() { p.changed, p.frozen, p.restored = nil, nil, nil }
+
 // Freeze returns the state now, in time independent of the number of jobs
 // (it hands over the map of jobs changed since the last Freeze). Without
 // Track it turns tracking on first (see Track).

@@ -210,3 +210,34 @@ func TestFreezeLargeProjection(t *testing.T) {
 		steps++
 	}
 }
+
+// Untrack and Track start the tracking again from the state now: later
+// freezes encode to the snapshot at their freeze.
+func TestUntrackTrackAgain(t *testing.T) {
+	p := projector.New()
+	f := &folder{t: t, p: p, discard: true}
+	p.Track()
+	for i := range 100 {
+		f.step(0, events.RoleWorker, "w1", fmt.Sprintf("a%d", i), events.Input{Verb: events.VerbAcquire})
+	}
+	lost := p.Freeze() // never encoded: dropped by Untrack
+	if p.Changes() != 0 {
+		t.Fatalf("%d changes after a freeze", p.Changes())
+	}
+	f.step(0, events.RoleWorker, "w1", "b", events.Input{Verb: events.VerbAcquire})
+	if p.Changes() != 1 {
+		t.Fatalf("%d changes, want 1", p.Changes())
+	}
+	p.Untrack()
+	if p.Tracking() {
+		t.Fatal("still tracking")
+	}
+	p.Track()
+	f.step(0, events.RoleWorker, "w1", "c", events.Input{Verb: events.VerbAcquire})
+	fr, want := p.Freeze(), p.Snapshot()
+	got, err := fr.Encode()
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%v: %d bytes, want %d", err, len(got), len(want))
+	}
+	_ = lost
+}
