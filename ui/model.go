@@ -29,9 +29,16 @@ type jobEntry struct {
 	at        int64 // time of its last decision (Unix ns)
 	kind      events.Kind
 	reason    events.Reason
-	seqs      []uint64 // decision stream sequences of all its decisions (in its partition's stream), in order
+	seqs      []uint64 // decision stream sequences of its decisions (in its partition's stream), in order: the last historyCap to 2*historyCap
+	trimmed   int      // decisions older than seqs, no longer listed
 	anomalies uint64   // non-accepted verdicts about it, every generation
+	gone      bool     // retired: no longer in jobs, dropped from order at the next merge
 }
+
+// historyCap bounds the decision sequences the model keeps per job: a job
+// renewed for a year has millions of decisions; its page shows the last
+// ones (Config.MaxHistory), and tenure watch --job reads them all.
+const historyCap = 10_000
 
 // Row is one job as the board shows it: the projection of its last
 // decision. Times are Unix milliseconds (0: not set). In a partitioned
@@ -178,6 +185,7 @@ type model struct {
 	feedN   uint64 // anomalies ever (the N of the latest)
 	changed map[string]struct{}
 	added   int
+	gone    int // retired entries still in order or tail
 	obs     observer
 }
 
@@ -236,12 +244,27 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 		m.states[e.job.State]++
 		e.seq, e.cause, e.at, e.kind, e.reason = seq, d.Cause, d.At, d.Kind, d.Reason
 		e.seqs = append(e.seqs, seq)
+		if len(e.seqs) > 2*historyCap {
+			cut := len(e.seqs) - historyCap
+			e.seqs = append(e.seqs[:0], e.seqs[cut:]...)
+			e.trimmed += cut
+		}
 		if blocked(&e.job) {
 			m.blocked[id] = struct{}{}
 		} else {
 			delete(m.blocked, id)
 		}
 		m.changed[id] = struct{}{}
+		if d.Kind == events.KindRetired {
+			// The job left the projection (PROTOCOL §13.1): it leaves the
+			// board, so that the board's memory is bounded by the jobs
+			// kept, as the coordinator's is. Its id may come back.
+			m.states[e.job.State]--
+			delete(m.jobs, id)
+			delete(m.blocked, id)
+			e.gone = true
+			m.gone++
+		}
 	}
 	if isAnomaly(d.Kind) {
 		if e != nil {
@@ -368,6 +391,12 @@ func (q *Query) stateSet() (set [16]bool, any bool) {
 // O(n) per query that follows new jobs, not a sort of every job. The
 // caller holds the write lock.
 func (m *model) mergeTail() {
+	if m.gone > 0 {
+		keep := func(es []*jobEntry) []*jobEntry {
+			return slices.DeleteFunc(es, func(e *jobEntry) bool { return e.gone })
+		}
+		m.order, m.tail, m.gone = keep(m.order), keep(m.tail), 0
+	}
 	if len(m.tail) == 0 {
 		return
 	}
@@ -394,7 +423,7 @@ func (m *model) mergeTail() {
 func (m *model) page(q Query, now time.Time) Page {
 	q.normalize()
 	m.mu.RLock()
-	if len(m.tail) > 0 {
+	if len(m.tail) > 0 || m.gone > 0 {
 		m.mu.RUnlock()
 		m.mu.Lock()
 		m.mergeTail()
@@ -563,10 +592,10 @@ func (m *model) job(id string, max int) (Row, []uint64, int, bool) {
 		return Row{}, nil, 0, false
 	}
 	seqs := e.seqs
-	skipped := 0
+	skipped := e.trimmed
 	if max > 0 && len(seqs) > max {
-		skipped = len(seqs) - max
-		seqs = seqs[skipped:]
+		skipped += len(seqs) - max
+		seqs = seqs[len(seqs)-max:]
 	}
 	return e.row(), slices.Clone(seqs), skipped, true
 }

@@ -233,3 +233,50 @@ func contains(n int, s string) int {
 	}
 	return c
 }
+
+// A retired job leaves the board (the model keeps only the jobs the
+// projection keeps), its id may come back as a new job, and a job's list
+// of decision sequences stays bounded however many decisions it has.
+func TestModelRetiredAndBounded(t *testing.T) {
+	m := newModel(0, 0)
+	now := time.Unix(0, 0)
+	for i, id := range []string{"a", "b", "c"} {
+		m.apply(0, uint64(i+1), decision(uint64(i+1), events.KindGranted, events.ReasonOk, activeJob(id, "w1", 1, 90*sec)))
+	}
+	m.page(Query{}, now) // merged: the retirement has to leave order, not only tail
+	done := activeJob("b", "w1", 1, 90*sec)
+	done.State, done.Result = events.StateCompleted, events.OutcomeSuccess
+	m.apply(0, 4, decision(4, events.KindCompleted, events.ReasonOk, done))
+	m.apply(0, 5, decision(5, events.KindRetired, events.ReasonRetentionPassed, done))
+	p := m.page(Query{}, now)
+	if p.Jobs != 2 || len(p.Rows) != 2 || p.Rows[0].ID != "a" || p.Rows[1].ID != "c" || p.States["COMPLETED"] != 0 || p.States["ACTIVE"] != 2 {
+		t.Fatalf("after b retired: jobs %d, rows %+v, states %v", p.Jobs, p.Rows, p.States)
+	}
+	if _, _, _, ok := m.job("b", 0); ok {
+		t.Fatal("a retired job still has a page")
+	}
+	if rows := m.rows([]string{"a", "b"}); len(rows) != 1 || rows[0].ID != "a" {
+		t.Fatalf("rows %+v", rows)
+	}
+	// The id comes back: a new job, with only its own decisions.
+	m.apply(0, 6, decision(6, events.KindGranted, events.ReasonOk, activeJob("b", "w2", 1, 90*sec)))
+	if _, seqs, skipped, ok := m.job("b", 0); !ok || !slices.Equal(seqs, []uint64{6}) || skipped != 0 {
+		t.Fatalf("b again: %v %v %d", ok, seqs, skipped)
+	}
+	if p := m.page(Query{}, now); p.Jobs != 3 || len(p.Rows) != 3 {
+		t.Fatalf("after b came back: %d jobs, %d rows", p.Jobs, len(p.Rows))
+	}
+	// A long-lived job: its decision sequences are bounded, the rest counted.
+	const n = 3*historyCap + 7
+	for i := range n {
+		seq := uint64(100 + i)
+		m.apply(0, seq, decision(seq, events.KindRenewed, events.ReasonOk, activeJob("a", "w1", 1, 90*sec)))
+	}
+	_, seqs, skipped, _ := m.job("a", 0)
+	if len(seqs) > 2*historyCap || len(seqs)+skipped != n+1 || seqs[len(seqs)-1] != uint64(100+n-1) {
+		t.Fatalf("%d sequences kept, %d skipped, last %d; want at most %d kept of %d", len(seqs), skipped, seqs[len(seqs)-1], 2*historyCap, n+1)
+	}
+	if _, seqs, skipped, _ := m.job("a", 50); len(seqs) != 50 || len(seqs)+skipped != n+1 {
+		t.Fatalf("the last 50: %d kept, %d skipped", len(seqs), skipped)
+	}
+}

@@ -106,6 +106,8 @@ type boardEvent struct {
 	Added   int    `json:"added"`
 	Outside int    `json:"outside"`
 	Rows    []Row  `json:"rows"`
+	// Removed are the watched jobs that left the board (retired).
+	Removed []string `json:"removed,omitempty"`
 }
 
 type jobEvent struct {
@@ -144,9 +146,22 @@ func (h *hub) flush() {
 					ids = append(ids, id)
 				}
 			}
+			rows := h.m.rows(ids)
+			var removed []string
+			if len(rows) < len(ids) {
+				have := make(map[string]bool, len(rows))
+				for _, r := range rows {
+					have[r.ID] = true
+				}
+				for _, id := range ids {
+					if !have[id] {
+						removed = append(removed, id)
+					}
+				}
+			}
 			frames = append(frames, frame("board", boardEvent{
 				Seq: sum.Seq, Jobs: sum.Jobs, Blocked: sum.Blocked, Feed: sum.Feed,
-				Changed: len(changed), Added: added, Outside: len(changed) - len(ids), Rows: h.m.rows(ids),
+				Changed: len(changed), Added: added, Outside: len(changed) - len(ids), Rows: rows, Removed: removed,
 			}))
 			if _, ok := changed[s.job]; ok && s.job != "" {
 				if rows := h.m.rows([]string{s.job}); len(rows) == 1 {

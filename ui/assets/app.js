@@ -309,7 +309,13 @@
           setFeedBadge(ev.feed);
           // Other jobs changed or appeared: the page may differ; reload it
           // at most once a second.
-          if ((ev.added > 0 || ev.outside > 0) && !pending) {
+          // A job that left the board (retired) takes its row with it.
+          for (const id of ev.removed || []) {
+            rows.delete(id);
+            const old = tbody.querySelector('tr[data-job="' + CSS.escape(id) + '"]');
+            if (old) old.remove();
+          }
+          if ((ev.added > 0 || ev.outside > 0 || (ev.removed || []).length > 0) && !pending) {
             pending = sc.later(Math.max(0, 1000 - (Date.now() - lastLoad)), () => { pending = null; load(); });
           }
         },
