@@ -68,6 +68,7 @@ type Client struct {
 	timeout  time.Duration
 	receipts receipt.Sink
 	onErr    func(error)
+	prefix   string // the streams' name prefix ("" is streams.DefaultPrefix)
 
 	pmu   sync.Mutex
 	count uint32 // the deployment's partition count (0: unpartitioned), once known
@@ -86,6 +87,20 @@ func WithReceipts(s receipt.Sink) Option { return func(c *Client) { c.receipts =
 // not kept. Without one they are lost.
 func WithErrorHandler(h func(error)) Option { return func(c *Client) { c.onErr = h } }
 
+// WithPrefix names the deployment's streams by their prefix
+// (streams.Topology.Prefix; default streams.DefaultPrefix): the client
+// reads its verdicts from <prefix>_OUT (<prefix>_P<k>_OUT per partition).
+func WithPrefix(prefix string) Option { return func(c *Client) { c.prefix = prefix } }
+
+// WithTimeout bounds each call without a deadline of its own (default 10 s).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
 // New returns a client that acts as ops actor id (a token; server
 // permissions should let it publish only on tenure.in.ops.<id>.>).
 func New(nc *nats.Conn, id string, opts ...Option) (*Client, error) {
@@ -99,6 +114,9 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Client, error) {
 	c := &Client{id: id, js: js, timeout: 10 * time.Second}
 	for _, o := range opts {
 		o(c)
+	}
+	if err := (streams.Topology{Prefix: c.prefix}).Validate(); err != nil {
+		return nil, fmt.Errorf("ops: %w", err)
 	}
 	return c, nil
 }
@@ -200,7 +218,7 @@ func (c *Client) Partitions(ctx context.Context) (uint32, error) {
 	if c.known {
 		return c.count, nil
 	}
-	n, err := streams.Discover(ctx, c.js, streams.Topology{})
+	n, err := streams.Discover(ctx, c.js, streams.Topology{Prefix: c.prefix})
 	if err != nil {
 		return 0, fmt.Errorf("ops: decision stream: %w", err)
 	}
@@ -230,7 +248,7 @@ func (c *Client) do(ctx context.Context, in *events.Input) (events.Decision, err
 // doIn publishes in to partition part and waits for its verdict there.
 func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Input) (events.Decision, error) {
 	in.Role, in.Actor = events.RoleOps, c.id
-	topo := streams.Topology{Partition: part}
+	topo := streams.Topology{Prefix: c.prefix, Partition: part}
 	// Follow the decisions about this job from now on, before publishing,
 	// so the verdict cannot be missed.
 	filter := part.JobDecisionFilter(in.Job) // a policy (job "-") too

@@ -279,3 +279,49 @@ func TestReceipts(t *testing.T) {
 		t.Fatalf("errors reported: %v, want the two receipts not kept", errs)
 	}
 }
+
+// A deployment under another stream prefix: the client reads its verdicts
+// from that prefix's decision stream (WithPrefix). Before WithPrefix the
+// client always read TENURE_OUT, and every call against such a deployment
+// failed (tenure ui --prefix X's operator actions among them).
+func TestPrefix(t *testing.T) {
+	srv := testutil.StartServer(t)
+	nc, _ := testutil.Connect(t, srv.ClientURL())
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond, Topology: streams.Topology{Prefix: "ACME"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); !c.Stats().Live; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("coordinator not live")
+		}
+	}
+	onc, _ := testutil.Connect(t, srv.ClientURL())
+	cl, err := ops.New(onc, "disp", ops.WithPrefix("ACME"), ops.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cl.Offer(context.Background(), "j1", "w1", 0, 0)
+	if err != nil || d.Kind != events.KindOffered {
+		t.Fatalf("offer under prefix ACME: %v %s", err, d.Kind)
+	}
+	def, err := ops.New(onc, "disp", ops.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := def.Offer(context.Background(), "j2", "w1", 0, 0); err == nil {
+		t.Fatal("a client of the default prefix got a verdict from the ACME deployment")
+	}
+	if _, err := ops.New(onc, "disp", ops.WithPrefix("no.dots")); err == nil {
+		t.Fatal("an invalid prefix was accepted")
+	}
+}

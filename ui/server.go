@@ -137,7 +137,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.cfg.Status = s.cachedStatus(s.cfg.Status)
 	if cfg.Actions {
-		if s.ops, err = ops.New(cfg.Conn, cfg.ActorID); err != nil {
+		if s.ops, err = ops.New(cfg.Conn, cfg.ActorID, ops.WithPrefix(cfg.Topology.Prefix)); err != nil {
 			return nil, fmt.Errorf("ui: %w", err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/receipt"
+	"github.com/maknow/tenure/streams"
 )
 
 // opsCommand holds what every operator command shares: the connection, the
@@ -22,6 +23,7 @@ type opsCommand struct {
 	as       string
 	asJSON   bool
 	receipts string
+	prefix   string
 }
 
 func (o *opsCommand) register(fs *flag.FlagSet) {
@@ -29,6 +31,7 @@ func (o *opsCommand) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.as, "as", "cli", "ops identity (actor token) to publish as")
 	fs.BoolVar(&o.asJSON, "json", false, "print the verdict decision as JSON")
 	fs.StringVar(&o.receipts, "receipts", "", "append receipts of the input and its verdict to `FILE`, for tenure audit --receipts")
+	fs.StringVar(&o.prefix, "prefix", streams.DefaultPrefix, "stream name prefix of the topology")
 }
 
 // run connects, calls f, and prints the verdict; a verdict that is not
@@ -52,7 +55,10 @@ func (o *opsCommand) runAll(ctx context.Context, stdout io.Writer, f func(contex
 		return err
 	}
 	defer nc.Close()
-	var opts []ops.Option
+	if !validPrefix(o.prefix) {
+		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, o.prefix)
+	}
+	opts := []ops.Option{ops.WithPrefix(o.prefix)}
 	var keepErr error
 	var keepMu sync.Mutex // SetPolicyAll asks the partitions at once
 	if o.receipts != "" {
