@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,8 +17,12 @@ import (
 // runCluster is `tenure cluster up` (a local cluster for development and
 // tests) and `tenure cluster node` (one of its nodes).
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := func() {
+		fmt.Fprintln(stderr, "usage: tenure cluster up [flags]   a local NATS cluster of real nats-server processes with coordinators, for development")
+		fmt.Fprintln(stderr, "       (tenure cluster up -h for the flags)")
+	}
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: tenure cluster up [flags]   (tenure cluster up -h for the flags)")
+		usage()
 		return errUsage
 	}
 	switch args[0] {
@@ -25,6 +30,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return runClusterUp(ctx, args[1:], stdout, stderr)
 	case "node":
 		return runClusterNode(ctx, args[1:], stderr)
+	case "-h", "-help", "--help", "help":
+		usage()
+		return flag.ErrHelp
 	}
 	return fmt.Errorf("%w: unknown cluster command %q (want up)", errUsage, args[0])
 }

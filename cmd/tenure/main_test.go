@@ -156,12 +156,23 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--log-format", "xml"}, "xml"},
 		{[]string{"serve", "extra"}, `tenure serve: unexpected argument "extra"`},
 		{[]string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"cluster", "nope"}, `unknown cluster command "nope"`},
 		{[]string{"policy", "--retain", "-1s"}, "--retain must be 0 to"},
 		{[]string{"policy", "--retain", "1500us"}, "--retain is whole milliseconds"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), c.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("tenure %v: exit %d, want 2 and %q on stderr:\n%s", c.args, code, c.says, stderr.String())
+		}
+	}
+}
+
+// Asking for help is not a mistake: exit 0, and the usage on stderr.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"cluster", "--help"}, {"cluster", "-h"}, {"auth", "--help"}, {"serve", "-h"}, {"policy", "-h"}} {
+		var stderr bytes.Buffer
+		if code := run(context.Background(), args, &bytes.Buffer{}, &stderr); code != 0 || !strings.Contains(stderr.String(), "tenure") {
+			t.Errorf("tenure %v: exit %d, want 0 and a usage:\n%s", args, code, stderr.String())
 		}
 	}
 }
