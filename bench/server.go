@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +27,16 @@ func (b *runner) startServer(dir string, lazy bool) (*streams.Embedded, error) {
 
 func connect(url, name string) (*nats.Conn, error) {
 	return streams.Connect(streams.ConnectConfig{URL: url, Name: name})
+}
+
+// asyncJS is a JetStream context on nc for asynchronous publishes, at most
+// pending of them outstanding; the first publish that fails
+// asynchronously is kept in failed (a nil load: none).
+func asyncJS(nc *nats.Conn, pending int, failed *atomic.Value) (jetstream.JetStream, error) {
+	return jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(pending),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+			failed.CompareAndSwap(nil, err)
+		}))
 }
 
 // coord is a coordinator running in the background.

@@ -85,10 +85,7 @@ func (b *runner) soak(ctx context.Context) error {
 	}
 	defer nc.Close()
 	var pubErr atomic.Value
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			pubErr.CompareAndSwap(nil, err)
-		}))
+	js, err := asyncJS(nc, 8192, &pubErr)
 	if err != nil {
 		return err
 	}

@@ -234,10 +234,7 @@ func (b *runner) stormSetup(ctx context.Context, dir string, n int, rate float64
 	}
 	defer nc.Close()
 	var pubErr atomic.Value
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			pubErr.CompareAndSwap(nil, err)
-		}))
+	js, err := asyncJS(nc, 8192, &pubErr)
 	if err != nil {
 		return time.Time{}, 0, err
 	}
@@ -629,10 +626,7 @@ func (b *runner) stormRaw(ctx context.Context, n int, body []byte, s *Storm) err
 		return err
 	}
 	var pubErr atomic.Value
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			pubErr.CompareAndSwap(nil, err)
-		}))
+	js, err := asyncJS(nc, 16384, &pubErr)
 	if err != nil {
 		nc.Close()
 		srv.Shutdown()

@@ -75,17 +75,7 @@ func TestExpiryThroughTick(t *testing.T) {
 	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindGranted {
 		t.Fatalf("acquire: %s/%s", v.Kind, v.Reason)
 	}
-	var expired events.Decision
-	waitFor(t, 10*time.Second, "an expiry", func() bool {
-		for _, m := range readStream(t, js, "TENURE_OUT") {
-			d, _ := events.DecodeDecision(m.data)
-			if d.Kind == events.KindExpired && d.Job.ID == "j1" {
-				expired = d
-				return true
-			}
-		}
-		return false
-	})
+	expired := waitDecision(t, js, "an expiry", func(d events.Decision) bool { return d.Kind == events.KindExpired && d.Job.ID == "j1" })
 	if expired.Verb != events.VerbTick || expired.Role != events.RoleCoord {
 		t.Fatalf("expiry caused by %s/%s, want a coordinator tick", expired.Role, expired.Verb)
 	}
@@ -102,13 +92,8 @@ func TestExpiryThroughTick(t *testing.T) {
 func TestRetirementThroughTick(t *testing.T) {
 	srv, _, js := newServer(t)
 	r := startCoordinator(t, srv.ClientURL(), "c1")
-	waitFor(t, 10*time.Second, "the log at revision 3", func() bool {
-		for _, m := range readStream(t, js, "TENURE_OUT") {
-			if d, _ := events.DecodeDecision(m.data); d.Kind == events.KindRulesSet && d.Revision == events.Revision3 {
-				return true
-			}
-		}
-		return false
+	waitDecision(t, js, "the log at revision 3", func(d events.Decision) bool {
+		return d.Kind == events.KindRulesSet && d.Revision == events.Revision3
 	})
 	pol := publish(t, js, events.RoleOps, "admin", events.NoJob, events.VerbPolicy,
 		`{"v":1,"min_lease_ms":100,"max_lease_ms":60000,"default_lease_ms":5000,"ack_timeout_ms":2000,"cancel_timeout_ms":3000,"max_lifetime_ms":600000,"max_generations":100,"retain_ms":300}`)
@@ -126,17 +111,7 @@ func TestRetirementThroughTick(t *testing.T) {
 	if done.Kind != events.KindCompleted {
 		t.Fatalf("result: %s/%s", done.Kind, done.Reason)
 	}
-	var retired events.Decision
-	waitFor(t, 10*time.Second, "the retirement", func() bool {
-		for _, m := range readStream(t, js, "TENURE_OUT") {
-			d, _ := events.DecodeDecision(m.data)
-			if d.Kind == events.KindRetired && d.Job.ID == "j1" {
-				retired = d
-				return true
-			}
-		}
-		return false
-	})
+	retired := waitDecision(t, js, "the retirement", func(d events.Decision) bool { return d.Kind == events.KindRetired && d.Job.ID == "j1" })
 	if retired.Verb != events.VerbTick || retired.Role != events.RoleCoord || retired.Reason != events.ReasonRetentionPassed {
 		t.Fatalf("retirement: %s/%s caused by %s/%s, want retention_passed by a coordinator tick", retired.Kind, retired.Reason, retired.Role, retired.Verb)
 	}

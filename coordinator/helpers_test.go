@@ -214,6 +214,23 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// waitDecision waits (10 s at most) for a stored decision that match
+// accepts, and returns the first one.
+func waitDecision(t testing.TB, js jetstream.JetStream, what string, match func(events.Decision) bool) events.Decision {
+	t.Helper()
+	var found events.Decision
+	waitFor(t, 10*time.Second, what, func() bool {
+		for _, m := range readStream(t, js, "TENURE_OUT") {
+			if d, err := events.DecodeDecision(m.data); err == nil && match(d) {
+				found = d
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
 // waitCaughtUp waits until coordinator r has folded every stored input and
 // the decision stream has every decision it derived.
 func waitCaughtUp(t testing.TB, js jetstream.JetStream, r *running) {

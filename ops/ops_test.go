@@ -31,9 +31,22 @@ func startTenure(t *testing.T) *ops.Client {
 // the server.
 func startTenureJS(t *testing.T) (*ops.Client, jetstream.JetStream) {
 	t.Helper()
+	srv := startCoordinator(t, streams.Topology{})
+	onc, js := testutil.Connect(t, srv.ClientURL())
+	cl, err := ops.New(onc, "disp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, js
+}
+
+// startCoordinator starts a server and a live coordinator of topology top
+// on it, both stopped with the test.
+func startCoordinator(t *testing.T, top streams.Topology) *streams.Embedded {
+	t.Helper()
 	srv := testutil.StartServer(t)
 	nc, _ := testutil.Connect(t, srv.ClientURL())
-	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond})
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond, Topology: top})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,12 +64,7 @@ func startTenureJS(t *testing.T) (*ops.Client, jetstream.JetStream) {
 			t.Fatal("coordinator not live")
 		}
 	}
-	onc, js := testutil.Connect(t, srv.ClientURL())
-	cl, err := ops.New(onc, "disp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl, js
+	return srv
 }
 
 func TestOperatorVerdicts(t *testing.T) {
@@ -285,26 +293,7 @@ func TestReceipts(t *testing.T) {
 // client always read TENURE_OUT, and every call against such a deployment
 // failed (tenure ui --prefix X's operator actions among them).
 func TestPrefix(t *testing.T) {
-	srv := testutil.StartServer(t)
-	nc, _ := testutil.Connect(t, srv.ClientURL())
-	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond, Topology: streams.Topology{Prefix: "ACME"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	for deadline := time.Now().Add(10 * time.Second); !c.Stats().Live; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("coordinator not live")
-		}
-	}
+	srv := startCoordinator(t, streams.Topology{Prefix: "ACME"})
 	onc, _ := testutil.Connect(t, srv.ClientURL())
 	cl, err := ops.New(onc, "disp", ops.WithPrefix("ACME"), ops.WithTimeout(5*time.Second))
 	if err != nil {
