@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -858,6 +859,39 @@ func BenchmarkParseInputSubject(b *testing.B) {
 	for b.Loop() {
 		if _, err := events.ParseInputSubject(sRenew); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// retain_ms (revision 3): 0 and events.MaxRetainMS are accepted, past it is
+// bad_value, and under revisions 1 and 2 it is not a field at all.
+func TestRetainLimits(t *testing.T) {
+	body := func(v string) []byte {
+		return []byte(`{"v":1,"min_lease_ms":100,"max_lease_ms":3600000,"default_lease_ms":30000,"ack_timeout_ms":30000,"cancel_timeout_ms":60000,"max_lifetime_ms":86400000,"max_generations":1000,"retain_ms":` + v + `}`)
+	}
+	const subj = "tenure.in.ops.admin._.policy"
+	for _, c := range []struct {
+		rev    uint32
+		v      string
+		want   int64
+		reason events.Reason
+	}{
+		{events.Revision3, "0", 0, ""},
+		{events.Revision3, strconv.FormatInt(events.MaxRetainMS, 10), events.MaxRetainMS * 1e6, ""},
+		{events.Revision3, strconv.FormatInt(events.MaxRetainMS+1, 10), 0, events.ReasonBadValue},
+		{events.Revision3, "-1", 0, events.ReasonBadValue},
+		{events.Revision3, "18446744073709551616", 0, events.ReasonBadValue},
+		{events.Revision2, "1000", 0, events.ReasonUnknownField},
+		{events.Revision1, "1000", 0, events.ReasonUnknownField},
+	} {
+		var in events.Input
+		err := events.DecodeInputAt(subj, body(c.v), c.rev, &in)
+		var de *events.DecodeError
+		switch {
+		case c.reason == "" && (err != nil || in.Policy.Retain != c.want):
+			t.Errorf("revision %d, retain_ms %s: %v, retain %d, want %d", c.rev, c.v, err, in.Policy.Retain, c.want)
+		case c.reason != "" && (!errors.As(err, &de) || de.Code != c.reason):
+			t.Errorf("revision %d, retain_ms %s: %v, want %s", c.rev, c.v, err, c.reason)
 		}
 	}
 }
