@@ -37,6 +37,32 @@ type Topology struct {
 	// partition and the partition count in their metadata (MetaPartition,
 	// MetaPartitions), which Ensure checks on existing streams.
 	Partition events.Partition
+
+	// LogRetention creates the input and decision streams so that
+	// segments of them can be removed once archived and verified (package
+	// archive, README.md "Retention of the log"): DenyPurge off, and
+	// MetaLogRetention = LogRetentionArchive in their metadata. Everything
+	// else stays locked down: no deletes of single messages, no roll-ups,
+	// no limits, no TTLs; a purge stays an API call only an operator's
+	// credentials may make (tenure auth init gives no worker, and not the
+	// coordinator, the right). JetStream cannot cancel DenyPurge on an
+	// existing stream, so this is chosen when the streams are created; on
+	// existing streams Ensure refuses it when they were made without it.
+	// Streams made with it are accepted by every check whether or not
+	// the topology asks for it: the stream says how it was made.
+	LogRetention bool
+}
+
+// Stream metadata of streams created for log retention (Topology.LogRetention).
+const (
+	MetaLogRetention    = "tenure_log_retention"
+	LogRetentionArchive = "archive"
+)
+
+// Retained reports whether a stream was created for log retention: its
+// metadata says so and it allows purges.
+func Retained(cfg jetstream.StreamConfig) bool {
+	return cfg.Metadata[MetaLogRetention] == LogRetentionArchive && !cfg.DenyPurge
 }
 
 // Stream metadata keys of a partitioned deployment's streams.
@@ -204,6 +230,12 @@ func (t Topology) lockedDown(name, subject, description string) jetstream.Stream
 			MetaPartitions: strconv.FormatUint(uint64(t.Partition.Count), 10),
 		}
 	}
+	if t.LogRetention {
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[MetaLogRetention] = LogRetentionArchive
+	}
 	return jetstream.StreamConfig{
 		Metadata:          meta,
 		Name:              name,
@@ -220,7 +252,7 @@ func (t Topology) lockedDown(name, subject, description string) jetstream.Stream
 		Replicas:          t.Replicas,
 		Duplicates:        t.DupeWindow,
 		DenyDelete:        true,
-		DenyPurge:         true,
+		DenyPurge:         !t.LogRetention,
 		AllowRollup:       false,
 		AllowMsgTTL:       false,
 		AllowMsgSchedules: false,
@@ -430,8 +462,12 @@ func checkLockDown(want, got jetstream.StreamConfig) error {
 		return bad("MaxMsgsPerSubject", "unlimited", got.MaxMsgsPerSubject)
 	case !got.DenyDelete:
 		return bad("DenyDelete", true, got.DenyDelete)
-	case !got.DenyPurge:
+	case !got.DenyPurge && !Retained(got):
 		return bad("DenyPurge", true, got.DenyPurge)
+	case want.Metadata[MetaLogRetention] != "" && !Retained(got):
+		// JetStream cannot cancel DenyPurge: a deployment created without
+		// log retention keeps its whole log (or migrates to a new prefix).
+		return bad("DenyPurge", "false (log retention: streams created with it)", got.DenyPurge)
 	case got.AllowRollup:
 		return bad("AllowRollup", false, got.AllowRollup)
 	case got.AllowMsgTTL:
