@@ -67,6 +67,16 @@ var ErrDivergence = errors.New("coordinator: stored decisions diverge from the f
 // the coordinator refuses to go live, as for ErrDivergence.
 var ErrInputGap = errors.New("coordinator: the input stream has a gap")
 
+// ErrLogRemoved means the state at hand (the stored snapshot, or none) ends
+// before the first input or decision the streams still hold: a segment of
+// the log was archived and removed (package archive), and no usable
+// snapshot covers it. Nothing is folded or appended; the coordinator stands
+// by and retries, so that it resumes once a snapshot that covers the
+// removed segment is back (tenure log restore). It is only ever returned
+// for streams created for log retention (streams.Retained); a hole in
+// others is ErrInputGap or ErrDivergence.
+var ErrLogRemoved = errors.New("coordinator: the log before the first stored input was removed, and no usable snapshot covers it")
+
 // Defaults of Config.
 const (
 	DefaultLeaderTTL        = 3 * time.Second
@@ -335,6 +345,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			c.setState(StateStandby, "handed the partition to another process to balance the partitions")
 			c.log.Info("handed the partition over to balance the partitions between processes")
 			wait = 2 * c.cfg.LeaderTTL
+		case errors.Is(err, ErrLogRemoved):
+			// Not a refusal: once a snapshot covering the removed segment
+			// is back, the next session resumes from it.
+			c.setState(StateStandby, refusal(err))
+			c.log.Error("cannot resume: the log was trimmed before the state at hand", "err", err, "what_to_do", Remedy(err))
+			wait = max(wait, logRemovedRetry)
 		case err != nil:
 			c.setState(StateStandby, "resynchronising after: "+err.Error())
 			c.log.Warn("resynchronising", "err", err)
@@ -353,6 +369,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 // loop's turns under a flood, so it is kept well below the 50 ms a turn
 // should not exceed (leadership renewal runs off the loop).
 const foldSlice = 20 * time.Millisecond
+
+// logRemovedRetry is the wait between sessions that found the log removed
+// before the state at hand (ErrLogRemoved): an operator restoring a
+// snapshot is minutes away, not milliseconds.
+const logRemovedRetry = 5 * time.Second
 
 // errYield ends a live session whose partition is handed to another process.
 var errYield = errors.New("coordinator: partition handed over")
@@ -484,6 +505,9 @@ func (s *session) fold(m stored) error {
 		return m.err
 	}
 	if m.seq != s.p.LastSeq()+1 {
+		if err := s.removed(true, s.p.LastSeq()+1); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: after input %d comes input %d", ErrInputGap, s.p.LastSeq(), m.seq)
 	}
 	ds, err := s.p.Step(events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data})
@@ -538,12 +562,38 @@ func (s *session) fold(m stored) error {
 	return nil
 }
 
+// removed returns an ErrLogRemoved when want, the sequence the session
+// needs next from the input (or decision) stream, is before the first one st holds because a
+// segment was removed (st is a stream created for log retention), nil
+// otherwise (then the hole is the caller's finding). It reads the stream's
+// info: only on this rare path.
+func (s *session) removed(input bool, want uint64) error {
+	if s.c.h == nil {
+		return nil // no streams (unit tests of the fold)
+	}
+	st, what := s.c.h.Out, "decision"
+	if input {
+		st, what = s.c.h.In, "input"
+	}
+	info, err := st.Info(s.ctx)
+	if err != nil {
+		return fmt.Errorf("coordinator: %s stream info: %w", what, streams.Classify(err))
+	}
+	if streams.Retained(info.Config) && info.State.FirstSeq > want {
+		return fmt.Errorf("%w: the session needs %s %d, the stream starts at %d", ErrLogRemoved, what, want, info.State.FirstSeq)
+	}
+	return nil
+}
+
 // verify matches one stored decision against the fold.
 func (s *session) verify(sd stored) error {
 	if sd.err != nil {
 		return sd.err
 	}
 	if sd.seq != s.decSeq+1 {
+		if err := s.removed(false, s.decSeq+1); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: decision stream jumped from %d to %d", ErrDivergence, s.decSeq, sd.seq)
 	}
 	cause, n, of, herr := decisionIndex(sd.header)

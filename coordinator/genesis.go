@@ -37,6 +37,11 @@ func (s *session) ensureRules() error {
 	if err != nil {
 		return fmt.Errorf("coordinator: input stream info: %w", streams.Classify(err))
 	}
+	if streams.Retained(info.Config) && info.State.FirstSeq > s.p.LastSeq()+1 {
+		// The log's first inputs (its rules among them) were archived and
+		// removed: a rules input now would start a second log.
+		return fmt.Errorf("%w: the state at hand ends at input %d, the stream starts at %d", ErrLogRemoved, s.p.LastSeq(), info.State.FirstSeq)
+	}
 	in := events.Input{Verb: events.VerbRules, Revision: events.CurrentRevision}
 	if k := c.cfg.LeaseKey; k != nil {
 		in.LeaseKey = *k

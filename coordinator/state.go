@@ -54,6 +54,10 @@ func Remedy(err error) string {
 		return "an input sequence is missing from the input stream (removed from the store: the stream " +
 			"denies deletes), so no fold can reproduce the decisions made on it; nothing was appended. " +
 			"Restore the input stream from a backup, then run `tenure audit`"
+	case errors.Is(err, ErrLogRemoved):
+		return "a segment of the log was archived and removed (tenure log remove), and the stored snapshot " +
+			"that covers it is missing or does not check out; nothing was appended. Put the archive's last " +
+			"snapshot back with `tenure log restore --archive DIR`: the coordinator retries and resumes from it"
 	case errors.As(err, &mismatch):
 		return "a stream or bucket exists with a configuration Tenure cannot use (" + mismatch.Error() +
 			"): fix it with `nats stream edit`, or use another stream prefix"
