@@ -1,0 +1,738 @@
+package archive
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/follow"
+	"github.com/maknow/tenure/streams"
+)
+
+// Config says which log and which archive.
+type Config struct {
+	// JS is a JetStream context on the server or cluster holding the log,
+	// with an operator's rights (Remove purges; Restore stores a snapshot).
+	JS jetstream.JetStream
+	// Topology names the streams and buckets; one partition at a time.
+	Topology streams.Topology
+	// Root is the archive directory; the segments of Topology's streams go
+	// to StreamDir(Root, Topology).
+	Root string
+	// StallTimeout ends a read of a stream that delivers nothing for that
+	// long (default DefaultStallTimeout).
+	StallTimeout time.Duration
+	// Now stamps Manifest.Created (nil: time.Now). Nothing else reads it.
+	Now func() time.Time
+	// Logger receives progress (nil: none).
+	Logger *slog.Logger
+}
+
+// DefaultStallTimeout is the default of Config.StallTimeout.
+const DefaultStallTimeout = 30 * time.Second
+
+func (c Config) withDefaults() (Config, error) {
+	if c.JS == nil {
+		return c, errors.New("archive: no JetStream context")
+	}
+	if c.Root == "" {
+		return c, errors.New("archive: no archive directory")
+	}
+	if err := c.Topology.Validate(); err != nil {
+		return c, err
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// ErrNotRetained is the error of Remove on streams created without log
+// retention (streams.Topology.LogRetention): they deny purges, and
+// JetStream cannot cancel that.
+var ErrNotRetained = errors.New("archive: the streams were created without log retention (they deny purges, which JetStream cannot cancel): their log cannot be trimmed; create a new deployment with tenure serve --log-retention")
+
+// ErrNoSnapshot is the error of Archive when there is no stored snapshot
+// that checks out against its anchor: a segment ends at one.
+var ErrNoSnapshot = errors.New("archive: no stored snapshot checks out against its anchor in the decision stream")
+
+// Result is what Archive did.
+type Result struct {
+	// Segment is the segment sealed, nil when the archive was up to date
+	// (the stored snapshot is not after its last segment's end).
+	Segment *Segment
+	// Segments are all the archive's segments, the new one included.
+	Segments []Segment
+}
+
+// Archive seals the next segment: the inputs and decisions after the
+// archive's last segment up to the stored snapshot's position (which must
+// check out against its anchor, as a coordinator checks it), written with
+// the snapshot into a new segment directory. The files are written to a
+// temporary directory, synced, read back and compared, record by record,
+// with a second read of the streams; only then is the manifest written and
+// the directory renamed into place (and the rename synced). So a segment
+// under its final name has been verified; a killed archiving leaves a
+// temporary directory that the next one removes. It never writes to the
+// streams. Running it again with nothing new to seal changes nothing.
+func Archive(ctx context.Context, cfg Config) (*Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	dir := StreamDir(cfg.Root, cfg.Topology)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	lock, err := streams.LockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	defer lock.Close()
+	if err := removeTemps(dir); err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	segs, err := Segments(cfg.Root, cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
+	h, err := streams.Open(ctx, cfg.JS, cfg.Topology)
+	if err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	inInfo, outInfo, err := infos(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	inFrom, outFrom := uint64(1), uint64(1)
+	if n := len(segs); n > 0 {
+		last := segs[n-1]
+		if err := last.Verify(); err != nil {
+			return nil, err
+		}
+		if err := checkTail(ctx, cfg, h, last); err != nil {
+			return nil, err
+		}
+		inFrom, outFrom = last.Manifest.Inputs.Last+1, last.Manifest.Decisions.Last+1
+	}
+	snap, err := storedSnapshot(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	if snap.anchor.InputSeq < inFrom {
+		return &Result{Segments: segs}, nil
+	}
+	if snap.anchor.DecisionSeq < outFrom {
+		return nil, archiveErr("the stored snapshot is at input %d, decision %d; the archive ends at decision %d", snap.anchor.InputSeq, snap.anchor.DecisionSeq, outFrom-1)
+	}
+	if first := inInfo.State.FirstSeq; first > inFrom {
+		return nil, archiveErr("%s starts at input %d, after the archive's end (%d): the segments in between are not in %s (another archive directory?)", cfg.Topology.InputStream(), first, inFrom-1, cfg.Root)
+	}
+	if first := outInfo.State.FirstSeq; first > outFrom {
+		return nil, archiveErr("%s starts at decision %d, after the archive's end (%d): the segments in between are not in %s", cfg.Topology.DecisionStream(), first, outFrom-1, cfg.Root)
+	}
+
+	n := uint64(len(segs)) + 1
+	tmp, err := os.MkdirTemp(dir, tempPrefix+segmentName(n)+"-")
+	if err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	sealed := false
+	defer func() {
+		if !sealed {
+			os.RemoveAll(tmp)
+		}
+	}()
+	m := Manifest{
+		Format: Format, Segment: n, InputStream: cfg.Topology.InputStream(), DecisionStream: cfg.Topology.DecisionStream(),
+		Created: cfg.Now().UTC(),
+	}
+	if len(segs) > 0 {
+		m.Previous = segs[len(segs)-1].Hash
+	}
+	t0 := time.Now()
+	if m.Inputs, err = exportPart(ctx, cfg, tmp, InputsFile, cfg.Topology.InputStream(), inFrom, snap.anchor.InputSeq); err != nil {
+		return nil, err
+	}
+	if m.Decisions, err = exportPart(ctx, cfg, tmp, DecisionsFile, cfg.Topology.DecisionStream(), outFrom, snap.anchor.DecisionSeq); err != nil {
+		return nil, err
+	}
+	m.Snapshot = SnapshotPart{
+		File: SnapshotFile, Bytes: int64(len(snap.data)), StateHash: hex.EncodeToString(snap.anchor.Hash[:]),
+		InputSeq: snap.anchor.InputSeq, DecisionSeq: snap.anchor.DecisionSeq, AnchorSeq: snap.anchor.AnchorSeq,
+		Chain: snap.anchor.Chain.String(),
+	}
+	if err := writeFile(filepath.Join(tmp, SnapshotFile), snap.data); err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("archive: segment written", "segment", n, "inputs", m.Inputs.Count, "decisions", m.Decisions.Count, "elapsed", time.Since(t0))
+
+	// The read-back: the files as stored, against the streams read again.
+	seg := Segment{Dir: tmp, Manifest: m}
+	if err := seg.Verify(); err != nil {
+		return nil, fmt.Errorf("archive: the read-back of the segment written failed: %w", err)
+	}
+	if err := compare(ctx, cfg, seg, 0, 0); err != nil {
+		return nil, fmt.Errorf("archive: the read-back of the segment written failed: %w", err)
+	}
+	mb, err := marshalManifest(&m)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFile(filepath.Join(tmp, ManifestFile), mb); err != nil {
+		return nil, err
+	}
+	if err := syncDir(tmp); err != nil {
+		return nil, err
+	}
+	final := filepath.Join(dir, segmentName(n))
+	if err := os.Rename(tmp, final); err != nil {
+		return nil, fmt.Errorf("archive: seal segment %d: %w", n, err)
+	}
+	sealed = true
+	if err := syncDir(dir); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(mb)
+	seg = Segment{Dir: final, Manifest: m, Hash: hex.EncodeToString(sum[:])}
+	cfg.Logger.Info("archive: segment sealed", "segment", n, "dir", final, "elapsed", time.Since(t0))
+	segs = append(segs, seg)
+	return &Result{Segment: &segs[len(segs)-1], Segments: segs}, nil
+}
+
+// Removal is what Remove did.
+type Removal struct {
+	// Through is the last segment whose messages are removed (all of its
+	// messages but its last input and last decision, which stay as the
+	// streams' first: they are where the state after it stands).
+	Through uint64
+	// Removed inputs and decisions (0 and 0: they already were).
+	Inputs, Decisions uint64
+	// FirstInput and FirstDecision are the streams' first sequences after.
+	FirstInput, FirstDecision uint64
+}
+
+// Remove trims the streams up to the end of segment through (0: the
+// archive's last segment), once it has checked, again, that this can lose
+// nothing: the streams were created for log retention; every segment up to
+// it reads back (Verify) and equals, record by record, what the streams
+// still hold of it; and the stored snapshot checks out against its anchor
+// and is at or after the segment's end, so a coordinator restarts without
+// the removed messages. It then purges each stream below the segment's last
+// sequence (that last input and decision stay: a snapshot's position must be
+// in the streams). Killed half way, or run again, it completes or changes
+// nothing.
+func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	dir := StreamDir(cfg.Root, cfg.Topology)
+	if _, err := os.Stat(dir); err != nil {
+		return nil, archiveErr("no segments of %s in %s", cfg.Topology.InputStream(), cfg.Root)
+	}
+	lock, err := streams.LockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	defer lock.Close()
+	segs, err := Segments(cfg.Root, cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
+	if len(segs) == 0 {
+		return nil, archiveErr("no segments of %s in %s: archive one first", cfg.Topology.InputStream(), cfg.Root)
+	}
+	if through == 0 {
+		through = uint64(len(segs))
+	}
+	if through > uint64(len(segs)) {
+		return nil, archiveErr("no segment %d: the archive has %d", through, len(segs))
+	}
+	target := segs[through-1].Manifest
+	h, err := streams.Open(ctx, cfg.JS, cfg.Topology)
+	if err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	inInfo, outInfo, err := infos(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	if !streams.Retained(inInfo.Config) || !streams.Retained(outInfo.Config) {
+		return nil, ErrNotRetained
+	}
+	for _, s := range segs[:through] {
+		if s.Manifest.Inputs.Last < inInfo.State.FirstSeq && s.Manifest.Decisions.Last < outInfo.State.FirstSeq {
+			continue // removed before (its files were checked then)
+		}
+		if err := s.Verify(); err != nil {
+			return nil, err
+		}
+		if err := compare(ctx, cfg, s, inInfo.State.FirstSeq, outInfo.State.FirstSeq); err != nil {
+			return nil, err
+		}
+	}
+	snap, err := storedSnapshot(ctx, h)
+	if err != nil {
+		return nil, fmt.Errorf("%w: removing the segment would leave a coordinator nothing to restart from", err)
+	}
+	if snap.anchor.InputSeq < target.Inputs.Last || snap.anchor.DecisionSeq < target.Decisions.Last {
+		return nil, archiveErr("the stored snapshot is at input %d, before segment %d's end (%d): a coordinator could not restart", snap.anchor.InputSeq, through, target.Inputs.Last)
+	}
+	rm := &Removal{Through: through}
+	if inInfo.State.FirstSeq < target.Inputs.Last {
+		if err := h.In.Purge(ctx, jetstream.WithPurgeSequence(target.Inputs.Last)); err != nil {
+			return nil, fmt.Errorf("archive: purge %s below %d: %w", cfg.Topology.InputStream(), target.Inputs.Last, streams.Classify(err))
+		}
+	}
+	if outInfo.State.FirstSeq < target.Decisions.Last {
+		if err := h.Out.Purge(ctx, jetstream.WithPurgeSequence(target.Decisions.Last)); err != nil {
+			return nil, fmt.Errorf("archive: purge %s below %d: %w", cfg.Topology.DecisionStream(), target.Decisions.Last, streams.Classify(err))
+		}
+	}
+	in2, out2, err := infos(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	rm.FirstInput, rm.FirstDecision = in2.State.FirstSeq, out2.State.FirstSeq
+	rm.Inputs = in2.State.FirstSeq - min(in2.State.FirstSeq, inInfo.State.FirstSeq)
+	rm.Decisions = out2.State.FirstSeq - min(out2.State.FirstSeq, outInfo.State.FirstSeq)
+	cfg.Logger.Info("archive: removed", "through_segment", through, "inputs", rm.Inputs, "decisions", rm.Decisions,
+		"first_input", rm.FirstInput, "first_decision", rm.FirstDecision)
+	return rm, nil
+}
+
+// Restored is what Restore did.
+type Restored struct {
+	// Segment is the segment whose snapshot was stored (0: none, the
+	// stored snapshot checks out and is at or after it).
+	Segment uint64
+	// InputSeq is where the snapshot now stored stands.
+	InputSeq uint64
+}
+
+// Restore stores the archive's last snapshot as the coordinator's snapshot
+// when the stored one is missing, does not check out, or is older: the way
+// back for a deployment whose removed segment no stored snapshot covers
+// any more (the coordinator stands by with ErrLogRemoved until then). The
+// snapshot is checked, as a coordinator checks it, against its anchor in
+// the decision stream before it is stored; a coordinator checks it again
+// before it restores it.
+func Restore(ctx context.Context, cfg Config) (*Restored, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	segs, err := Segments(cfg.Root, cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
+	if len(segs) == 0 {
+		return nil, archiveErr("no segments of %s in %s", cfg.Topology.InputStream(), cfg.Root)
+	}
+	last := segs[len(segs)-1]
+	if err := last.Verify(); err != nil {
+		return nil, err
+	}
+	h, err := streams.Open(ctx, cfg.JS, cfg.Topology)
+	if err != nil {
+		return nil, fmt.Errorf("archive: %w", err)
+	}
+	sp := last.Manifest.Snapshot
+	if cur, err := storedSnapshot(ctx, h); err == nil && cur.anchor.InputSeq >= sp.InputSeq {
+		return &Restored{InputSeq: cur.anchor.InputSeq}, nil
+	}
+	data, err := os.ReadFile(filepath.Join(last.Dir, SnapshotFile))
+	if err != nil {
+		return nil, err
+	}
+	hdr := nats.Header{}
+	hdr.Set(streams.HeaderSnapshotInput, strconv.FormatUint(sp.InputSeq, 10))
+	hdr.Set(streams.HeaderSnapshotDecision, strconv.FormatUint(sp.DecisionSeq, 10))
+	hdr.Set(streams.HeaderSnapshotAnchor, strconv.FormatUint(sp.AnchorSeq, 10))
+	hdr.Set(streams.HeaderSnapshotHash, sp.StateHash)
+	hdr.Set(streams.HeaderSnapshotChain, sp.Chain)
+	a, err := checkAnchored(ctx, h, hdr, data)
+	if err != nil {
+		return nil, fmt.Errorf("archive: segment %d's snapshot does not check out against the decision stream: %w", last.Manifest.Segment, err)
+	}
+	meta := jetstream.ObjectMeta{Name: streams.SnapshotObject, Headers: hdr}
+	if _, err := h.Snapshots.Put(ctx, meta, bytes.NewReader(data)); err != nil {
+		return nil, fmt.Errorf("archive: store the snapshot: %w", streams.Classify(err))
+	}
+	cfg.Logger.Info("archive: snapshot restored", "segment", last.Manifest.Segment, "input_seq", a.InputSeq)
+	return &Restored{Segment: last.Manifest.Segment, InputSeq: a.InputSeq}, nil
+}
+
+func infos(ctx context.Context, h *streams.Handles) (*jetstream.StreamInfo, *jetstream.StreamInfo, error) {
+	in, err := h.In.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("archive: input stream info: %w", streams.Classify(err))
+	}
+	out, err := h.Out.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("archive: decision stream info: %w", streams.Classify(err))
+	}
+	return in, out, nil
+}
+
+type snapshot struct {
+	anchor streams.SnapshotAnchor
+	data   []byte
+}
+
+// storedSnapshot reads the stored snapshot and checks it as a coordinator
+// does before restoring it; any failure is ErrNoSnapshot with the reason.
+func storedSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) {
+	info, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, streams.Classify(err))
+	}
+	data, err := h.Snapshots.GetBytes(ctx, streams.SnapshotObject)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, streams.Classify(err))
+	}
+	again, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
+	if err != nil || again.NUID != info.NUID {
+		return nil, fmt.Errorf("%w: it was replaced while read (run again)", ErrNoSnapshot)
+	}
+	a, err := checkAnchored(ctx, h, info.Headers, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, err)
+	}
+	return &snapshot{anchor: a, data: data}, nil
+}
+
+// checkAnchored checks a snapshot's headers and bytes against the decision
+// stream, as a coordinator does (coordinator.checkAnchor): its position is
+// the last decision of its input and carries its chain value, its anchor
+// is a checkpointed decision claiming its input and state hash, and its
+// bytes hash to that.
+func checkAnchored(ctx context.Context, h *streams.Handles, hdr nats.Header, data []byte) (streams.SnapshotAnchor, error) {
+	a, err := streams.ParseSnapshotHeaders(hdr)
+	if err != nil {
+		return a, err
+	}
+	m, err := h.Out.GetMsg(ctx, a.DecisionSeq)
+	if err != nil {
+		return a, fmt.Errorf("its position, decision %d: %w", a.DecisionSeq, streams.Classify(err))
+	}
+	cause, err := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
+	n, of, ok := strings.Cut(m.Header.Get(events.HeaderIndex), "/")
+	if err != nil || !ok || cause != a.InputSeq || n == "" || of == "" {
+		return a, fmt.Errorf("its position, decision %d, is not a decision of input %d", a.DecisionSeq, a.InputSeq)
+	}
+	if ni, err1 := strconv.ParseUint(n, 10, 32); err1 != nil || strconv.FormatUint(ni+1, 10) != of {
+		return a, fmt.Errorf("its position, decision %d, is not the last decision of input %d", a.DecisionSeq, a.InputSeq)
+	}
+	if err := a.CheckChain(m.Header); err != nil {
+		return a, err
+	}
+	if err := a.CheckAnchor(ctx, h.Out); err != nil {
+		return a, err
+	}
+	return a, a.CheckBytes(data)
+}
+
+// CheckTail checks that the streams of cfg.Topology still hold segment
+// last's last input and last decision (Remove keeps them) as it archived
+// them: that the archive is this log's. An auditor calls it before it
+// replays the archive and then the streams after it.
+func CheckTail(ctx context.Context, cfg Config, last Segment) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	h, err := streams.Open(ctx, cfg.JS, cfg.Topology)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	return checkTail(ctx, cfg, h, last)
+}
+
+// checkTail checks that the streams still hold the archive's last input
+// and last decision (Remove keeps them), as archived: the archive belongs
+// to this log.
+func checkTail(ctx context.Context, cfg Config, h *streams.Handles, last Segment) error {
+	m := last.Manifest
+	for _, c := range []struct {
+		st   jetstream.Stream
+		part Part
+	}{{h.In, m.Inputs}, {h.Out, m.Decisions}} {
+		want, err := lastRecord(last.Dir, c.part)
+		if err != nil {
+			return err
+		}
+		name := c.st.CachedInfo().Config.Name
+		var got *Record
+		err = readRange(ctx, cfg, name, c.part.Last, c.part.Last, func(r *Record) error {
+			if r.Seq == c.part.Last {
+				cp := *r
+				got = &cp
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("archive: read %s %d: %w", name, c.part.Last, streams.Classify(err))
+		}
+		if got == nil {
+			return archiveErr("%s no longer holds sequence %d, the end of segment %d: this archive is not its log's, or messages were removed past it", name, c.part.Last, m.Segment)
+		}
+		if !got.Equal(&want) {
+			return archiveErr("%s's message %d is not the one segment %d ends with: this archive is not this log's", name, c.part.Last, m.Segment)
+		}
+	}
+	return nil
+}
+
+func lastRecord(dir string, p Part) (Record, error) {
+	c, err := openPart(dir, p)
+	if err != nil {
+		return Record{}, err
+	}
+	defer c.close()
+	var last Record
+	for {
+		r, ok := c.next()
+		if !ok {
+			break
+		}
+		last = r
+	}
+	if c.err != nil {
+		return last, c.err
+	}
+	if last.Seq != p.Last {
+		return last, archiveErr("%s: %s has no record at its last sequence %d", dir, p.File, p.Last)
+	}
+	return last, nil
+}
+
+// exportPart writes stream's messages from..last to dir/file.
+func exportPart(ctx context.Context, cfg Config, dir, file, stream string, from, last uint64) (Part, error) {
+	p := Part{File: file, First: from, Last: last}
+	f, err := os.OpenFile(filepath.Join(dir, file), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return p, fmt.Errorf("archive: %w", err)
+	}
+	defer f.Close()
+	sum := sha256.New()
+	w := bufio.NewWriterSize(io.MultiWriter(f, &counter{h: sum, n: &p.Bytes}), 1<<20)
+	var line []byte
+	err = readRange(ctx, cfg, stream, from, last, func(r *Record) error {
+		if p.Count == 0 && r.Seq != from {
+			return archiveErr("%s starts at %d, not %d", stream, r.Seq, from)
+		}
+		var err error
+		if line, err = appendLine(line[:0], r); err != nil {
+			return err
+		}
+		p.Count++
+		_, err = w.Write(line)
+		return err
+	})
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		return p, fmt.Errorf("archive: export %s %d..%d: %w", stream, from, last, err)
+	}
+	p.SHA256 = hex.EncodeToString(sum.Sum(nil))
+	return p, f.Close()
+}
+
+type counter struct {
+	h hash.Hash
+	n *int64
+}
+
+func (c *counter) Write(b []byte) (int, error) {
+	c.h.Write(b)
+	*c.n += int64(len(b))
+	return len(b), nil
+}
+
+// compare reads segment s's files and the streams side by side and
+// requires every record the streams still hold (from inFirst and outFirst
+// on; 0: all) to be the stream's message.
+func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint64) error {
+	m := s.Manifest
+	for _, c := range []struct {
+		stream string
+		part   Part
+		first  uint64
+	}{{cfg.Topology.InputStream(), m.Inputs, inFirst}, {cfg.Topology.DecisionStream(), m.Decisions, outFirst}} {
+		from := max(c.part.First, c.first)
+		if from > c.part.Last {
+			continue
+		}
+		cur, err := openPart(s.Dir, c.part)
+		if err != nil {
+			return err
+		}
+		want, ok := cur.next()
+		for ok && want.Seq < from {
+			want, ok = cur.next()
+		}
+		err = readRange(ctx, cfg, c.stream, from, c.part.Last, func(r *Record) error {
+			if !ok {
+				if cur.err != nil {
+					return cur.err
+				}
+				return archiveErr("%s: %s ends before %s's message %d", s.Dir, c.part.File, c.stream, r.Seq)
+			}
+			if !want.Equal(r) {
+				return archiveErr("%s: %s's record %d is not %s's message %d as stored", s.Dir, c.part.File, want.Seq, c.stream, r.Seq)
+			}
+			want, ok = cur.next()
+			return nil
+		})
+		cur.close()
+		if err == nil && ok {
+			err = archiveErr("%s: %s holds record %d, which %s does not", s.Dir, c.part.File, want.Seq, c.stream)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readRange reads stream's messages from..last in order and hands each to
+// fn (on the reader's goroutine, one at a time); fn's error ends it.
+func readRange(ctx context.Context, cfg Config, stream string, from, last uint64, fn func(*Record) error) error {
+	if from > last {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	var seen atomic.Uint64
+	finished := false
+	finish := func(err error) {
+		finished = true
+		done <- err
+	}
+	f := follow.Start(ctx, cfg.JS, follow.Config{Stream: stream, StartSeq: from}, func(ctx context.Context, m follow.Msg) {
+		if finished {
+			return
+		}
+		if m.Err != nil {
+			finish(m.Err)
+			return
+		}
+		seen.Add(1)
+		if m.Seq > last {
+			finish(nil)
+			return
+		}
+		r := Record{Seq: m.Seq, Time: m.Time, Subject: m.Subject, Header: m.Header, Data: m.Data}
+		if len(r.Header) == 0 {
+			r.Header = nil
+		}
+		if err := fn(&r); err != nil {
+			finish(err)
+			return
+		}
+		if m.Seq == last {
+			finish(nil)
+		}
+	})
+	defer f.Stop()
+	tick := time.NewTicker(cfg.StallTimeout)
+	defer tick.Stop()
+	var at uint64
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			n := seen.Load()
+			if n == at {
+				return fmt.Errorf("archive: read %s: nothing received for %v before sequence %d (%v)", stream, cfg.StallTimeout, last, f.Err())
+			}
+			at = n
+		}
+	}
+}
+
+func writeFile(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("archive: write %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("archive: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// removeTemps removes the temporary directories a killed archiving left.
+func removeTemps(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() && isTemp(e.Name()) {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func marshalManifest(m *Manifest) ([]byte, error) {
+	b, err := jsonIndent(m)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

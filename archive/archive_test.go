@@ -1,0 +1,436 @@
+package archive_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/archive"
+	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/testutil"
+)
+
+func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
+
+// retained is the topology of these tests: streams created for log
+// retention, in memory (the lock-down is the same).
+var retained = streams.Topology{Storage: jetstream.MemoryStorage, LogRetention: true}
+
+type env struct {
+	srv *streams.Embedded
+	js  jetstream.JetStream
+	h   *streams.Handles
+	top streams.Topology
+	n   int // acquires published so far
+}
+
+func newEnv(t *testing.T, top streams.Topology) *env {
+	t.Helper()
+	srv := testutil.StartServer(t)
+	_, js := testutil.Connect(t, srv.ClientURL())
+	h, err := streams.Ensure(context.Background(), js, top, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{srv: srv, js: js, h: h, top: top}
+}
+
+func (e *env) cfg(root string) archive.Config {
+	return archive.Config{JS: e.js, Topology: e.top, Root: root, StallTimeout: 10 * time.Second}
+}
+
+// coord runs a real coordinator (snapshots every 10 inputs, never on a
+// timer) until the returned stop is called (or the test ends).
+func (e *env) coord(t *testing.T) (*coordinator.Coordinator, func()) {
+	t.Helper()
+	nc, err := nats.Connect(e.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, Topology: e.top, LeaderTTL: 5 * time.Second,
+		SnapshotEvery: 10, SnapshotInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("coordinator: %v", err)
+		}
+		nc.Close()
+	}
+	t.Cleanup(stop)
+	return c, stop
+}
+
+// acquire publishes n acquires of new jobs and returns the last sequence.
+func (e *env) acquire(t *testing.T, n int) uint64 {
+	t.Helper()
+	var last uint64
+	for range n {
+		ack, err := e.js.Publish(context.Background(), fmt.Sprintf("%s.worker.w1.j%d.acquire", events.InputPrefix, e.n), []byte(`{"v":1,"lease_ms":600000}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.n++
+		last = ack.Sequence
+	}
+	return last
+}
+
+// waitFor polls cond every 10 ms for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// settle waits until c has decided every stored input and stored a
+// snapshot of an input at or after seq.
+func (e *env) settle(t *testing.T, c *coordinator.Coordinator, seq uint64) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("a stored snapshot at or after input %d", seq), func() bool {
+		st := c.Stats()
+		ii, err := e.h.In.Info(context.Background())
+		return err == nil && st.Live && st.InputsFolded == ii.State.LastSeq && st.SnapshotSeq >= seq
+	})
+}
+
+func (e *env) audit(t *testing.T, root string) *audit.Report {
+	t.Helper()
+	rep, err := audit.Run(context.Background(), audit.Config{JS: e.js, Topology: e.top, Archive: root, StallTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("audit (archive %q): %v", root, err)
+	}
+	if !rep.OK() {
+		var b strings.Builder
+		audit.WriteSummary(&b, rep, 20)
+		t.Fatalf("audit (archive %q) not clean:\n%s", root, b.String())
+	}
+	return rep
+}
+
+func first(t *testing.T, st jetstream.Stream) (uint64, uint64) {
+	t.Helper()
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.FirstSeq, info.State.LastSeq
+}
+
+// A segment is sealed at the stored snapshot, archived, verified and
+// removed, twice; the audit then checks every decision from input 1 on
+// across both segments and the streams, or from the stored snapshot
+// without the archive; a coordinator restarts on the trimmed log and
+// decides on; each command run again changes nothing.
+func TestSealArchiveVerifyRemoveAudit(t *testing.T) {
+	e := newEnv(t, retained)
+	root := t.TempDir()
+	ctx := context.Background()
+	c, stop := e.coord(t)
+	e.settle(t, c, e.acquire(t, 45)-12)
+
+	res, err := archive.Archive(ctx, e.cfg(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Segment == nil {
+		t.Fatal("nothing archived")
+	}
+	s1 := res.Segment.Manifest
+	if s1.Segment != 1 || s1.Inputs.First != 1 || s1.Decisions.First != 1 || s1.Inputs.Last < 30 || s1.Inputs.Count != s1.Inputs.Last {
+		t.Fatalf("segment 1: %+v", s1)
+	}
+	// Again, with no new snapshot: nothing new.
+	again, err := archive.Archive(ctx, e.cfg(root))
+	if err != nil || again.Segment != nil || len(again.Segments) != 1 {
+		t.Fatalf("archive again: %+v, %v", again, err)
+	}
+	// The archive before anything is removed audits as the streams do.
+	rep := e.audit(t, root)
+	if rep.Archive == nil || rep.Archive.Inputs != s1.Inputs.Last || rep.From != 1 {
+		t.Fatalf("audit with the archive: from %d, archive %+v", rep.From, rep.Archive)
+	}
+
+	rm, err := archive.Remove(ctx, e.cfg(root), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rm.FirstInput != s1.Inputs.Last || rm.FirstDecision != s1.Decisions.Last || rm.Inputs != s1.Inputs.Last-1 {
+		t.Fatalf("removal %+v of segment %+v", rm, s1)
+	}
+	if f, _ := first(t, e.h.In); f != s1.Inputs.Last {
+		t.Fatalf("input stream starts at %d, want %d", f, s1.Inputs.Last)
+	}
+	rm2, err := archive.Remove(ctx, e.cfg(root), 0)
+	if err != nil || rm2.Inputs != 0 || rm2.Decisions != 0 {
+		t.Fatalf("remove again: %+v, %v", rm2, err)
+	}
+
+	// The coordinator decides on; a second segment follows the first.
+	e.settle(t, c, e.acquire(t, 30)-12)
+	res, err = archive.Archive(ctx, e.cfg(root))
+	if err != nil || res.Segment == nil {
+		t.Fatalf("archive segment 2: %+v, %v", res, err)
+	}
+	s2 := res.Segment.Manifest
+	if s2.Segment != 2 || s2.Inputs.First != s1.Inputs.Last+1 || s2.Decisions.First != s1.Decisions.Last+1 || s2.Previous != res.Segments[0].Hash {
+		t.Fatalf("segment 2: %+v after %+v", s2, s1)
+	}
+	if _, err := archive.Remove(ctx, e.cfg(root), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restart on the trimmed log: the snapshot covers the removed inputs.
+	stop()
+	c, _ = e.coord(t)
+	e.settle(t, c, e.acquire(t, 15)-12)
+	if st := c.Stats(); st.SnapshotsRefused != 0 {
+		t.Fatalf("snapshots refused: %+v", st)
+	}
+
+	// Across both segments and the streams, from input 1.
+	rep = e.audit(t, root)
+	_, lastOut := first(t, e.h.Out)
+	if rep.From != 1 || rep.Archive.Segments != 2 || rep.Decisions != lastOut || rep.Verified != lastOut {
+		t.Fatalf("audit across the segments: from %d, %d decisions read, %d verified, %d stored", rep.From, rep.Decisions, rep.Verified, lastOut)
+	}
+	// Without the archive: from the stored snapshot.
+	rep = e.audit(t, "")
+	if rep.Snapshot == nil || !rep.Snapshot.Used || rep.From <= s2.Inputs.Last {
+		t.Fatalf("audit without the archive: from %d, snapshot %+v", rep.From, rep.Snapshot)
+	}
+}
+
+// An archive whose files changed after they were sealed is refused by
+// Remove (nothing is purged) and by the audit; an archive of another log
+// is refused by Archive, Remove and the audit.
+func TestArchiveTampered(t *testing.T) {
+	e := newEnv(t, retained)
+	root := t.TempDir()
+	ctx := context.Background()
+	c, _ := e.coord(t)
+	e.settle(t, c, e.acquire(t, 30)-12)
+	res, err := archive.Archive(ctx, e.cfg(root))
+	if err != nil || res.Segment == nil {
+		t.Fatalf("archive: %+v, %v", res, err)
+	}
+	path := filepath.Join(res.Segment.Dir, archive.DecisionsFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := append([]byte(nil), b...)
+	i := strings.Index(string(b), `"data":"`) + len(`"data":"`) + 3
+	b[i] ^= 'A' ^ 'B' // another base64 digit: still a canonical line
+	if b[i] == orig[i] {
+		t.Fatal("no change")
+	}
+	if err := os.WriteFile(path, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Segment.Verify(); !errors.Is(err, archive.ErrArchive) {
+		t.Fatalf("verify a changed segment: %v", err)
+	}
+	if _, err := archive.Remove(ctx, e.cfg(root), 0); !errors.Is(err, archive.ErrArchive) {
+		t.Fatalf("remove with a changed segment: %v", err)
+	}
+	if f, _ := first(t, e.h.In); f != 1 {
+		t.Fatalf("input stream starts at %d after a refused removal", f)
+	}
+	if _, err := audit.Run(ctx, audit.Config{JS: e.js, Topology: e.top, Archive: root, StallTimeout: 10 * time.Second}); !errors.Is(err, archive.ErrArchive) {
+		t.Fatalf("audit with a changed segment: %v", err)
+	}
+	if err := os.WriteFile(path, orig, 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another deployment's log, with the same stream names.
+	other := newEnv(t, retained)
+	oc, _ := other.coord(t)
+	other.settle(t, oc, other.acquire(t, 40)-12)
+	if _, err := archive.Archive(ctx, other.cfg(root)); !errors.Is(err, archive.ErrArchive) {
+		t.Fatalf("archive another log into this archive: %v", err)
+	}
+	if _, err := audit.Run(ctx, audit.Config{JS: other.js, Topology: other.top, Archive: root, StallTimeout: 10 * time.Second}); !errors.Is(err, archive.ErrArchive) {
+		t.Fatalf("audit another log with this archive: %v", err)
+	}
+	if _, err := archive.Remove(ctx, other.cfg(root), 0); !errors.Is(err, archive.ErrArchive) {
+		t.Fatalf("remove another log's messages with this archive: %v", err)
+	}
+	if f, _ := first(t, other.h.In); f != 1 {
+		t.Fatalf("other input stream starts at %d after a refused removal", f)
+	}
+}
+
+// Streams created without log retention deny purges: Remove says so and
+// removes nothing, and a topology asking for retention on them is refused
+// (JetStream cannot cancel DenyPurge).
+func TestRemoveNeedsRetainedStreams(t *testing.T) {
+	top := streams.Topology{Storage: jetstream.MemoryStorage}
+	e := newEnv(t, top)
+	root := t.TempDir()
+	ctx := context.Background()
+	c, _ := e.coord(t)
+	e.settle(t, c, e.acquire(t, 30)-12)
+	if _, err := archive.Archive(ctx, e.cfg(root)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := archive.Remove(ctx, e.cfg(root), 0); !errors.Is(err, archive.ErrNotRetained) {
+		t.Fatalf("remove on streams without retention: %v", err)
+	}
+	if f, _ := first(t, e.h.In); f != 1 {
+		t.Fatalf("input stream starts at %d", f)
+	}
+	_, err := streams.Ensure(ctx, e.js, streams.Topology{Storage: jetstream.MemoryStorage, LogRetention: true}, time.Minute)
+	var mm *streams.ConfigMismatchError
+	if !errors.As(err, &mm) || mm.Field != "DenyPurge" {
+		t.Fatalf("retention asked of streams made without it: %v", err)
+	}
+}
+
+// A coordinator whose stored snapshot is gone after a removal does not
+// fold the partial log (nothing is appended) and says why; once Restore
+// puts the archive's snapshot back, it resumes, and the audit is clean.
+func TestLostSnapshotAfterRemoval(t *testing.T) {
+	e := newEnv(t, retained)
+	root := t.TempDir()
+	ctx := context.Background()
+	c, stop := e.coord(t)
+	e.settle(t, c, e.acquire(t, 30)-12)
+	if _, err := archive.Archive(ctx, e.cfg(root)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := archive.Remove(ctx, e.cfg(root), 0); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := e.h.Snapshots.Delete(ctx, streams.SnapshotObject); err != nil {
+		t.Fatal(err)
+	}
+	_, lastIn := first(t, e.h.In)
+	_, lastOut := first(t, e.h.Out)
+	if _, err := audit.Run(ctx, audit.Config{JS: e.js, Topology: e.top, StallTimeout: 10 * time.Second}); err == nil || !strings.Contains(err.Error(), "--archive") {
+		t.Fatalf("audit of a trimmed log without a snapshot or the archive: %v", err)
+	}
+	c, _ = e.coord(t)
+	waitFor(t, "the coordinator to say the log was removed", func() bool {
+		return strings.Contains(c.Stats().Reason, coordinator.ErrLogRemoved.Error())
+	})
+	if _, l := first(t, e.h.In); l != lastIn {
+		t.Fatalf("inputs appended on a trimmed log: %d after %d", l, lastIn)
+	}
+	if _, l := first(t, e.h.Out); l != lastOut {
+		t.Fatalf("decisions appended on a trimmed log: %d after %d", l, lastOut)
+	}
+	r, err := archive.Restore(ctx, e.cfg(root))
+	if err != nil || r.Segment != 1 {
+		t.Fatalf("restore: %+v, %v", r, err)
+	}
+	e.settle(t, c, e.acquire(t, 20)-12)
+	// Restore again: the stored snapshot is newer, nothing is stored.
+	if r, err := archive.Restore(ctx, e.cfg(root)); err != nil || r.Segment != 0 {
+		t.Fatalf("restore again: %+v, %v", r, err)
+	}
+	e.audit(t, root)
+	e.audit(t, "")
+}
+
+// An archiving killed half way leaves a temporary directory: the next one
+// removes it and seals the segment; Segments never lists it.
+func TestKilledArchivingLeavesNoSegment(t *testing.T) {
+	e := newEnv(t, retained)
+	root := t.TempDir()
+	ctx := context.Background()
+	c, _ := e.coord(t)
+	e.settle(t, c, e.acquire(t, 30)-12)
+	dir := archive.StreamDir(root, e.top)
+	tmp := filepath.Join(dir, ".tmp-0000000001-123")
+	if err := os.MkdirAll(tmp, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, archive.InputsFile), []byte("{\"seq\":1}\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if segs, err := archive.Segments(root, e.top); err != nil || len(segs) != 0 {
+		t.Fatalf("segments with a temporary directory: %v, %v", segs, err)
+	}
+	res, err := archive.Archive(ctx, e.cfg(root))
+	if err != nil || res.Segment == nil || res.Segment.Manifest.Segment != 1 {
+		t.Fatalf("archive: %+v, %v", res, err)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("temporary directory left: %v", err)
+	}
+	// A segment directory without its manifest is a finding, not a segment.
+	if err := os.Remove(filepath.Join(res.Segment.Dir, archive.ManifestFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := archive.Segments(root, e.top); !errors.Is(err, archive.ErrArchive) {
+		t.Fatalf("segment without a manifest: %v", err)
+	}
+}
+
+// PROTOCOL.md §21's manifest example decodes into Manifest with no unknown
+// field, and names every field a real manifest has: the document is what
+// the code writes.
+func TestProtocolManifestExample(t *testing.T) {
+	doc, err := os.ReadFile("../PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(doc)[strings.Index(string(doc), "## 21. The archive"):]
+	start := strings.Index(sec, "```json\n") + len("```json\n")
+	block := sec[start : start+strings.Index(sec[start:], "```")]
+	var m archive.Manifest
+	dec := json.NewDecoder(strings.NewReader(block))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("the example does not decode: %v\n%s", err, block)
+	}
+	if m.Format != archive.Format || m.Inputs.File != archive.InputsFile || m.Decisions.File != archive.DecisionsFile || m.Snapshot.File != archive.SnapshotFile {
+		t.Fatalf("example names %+v", m)
+	}
+	var docKeys, realKeys map[string]any
+	if err := json.Unmarshal([]byte(block), &docKeys); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(archive.Manifest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &realKeys); err != nil {
+		t.Fatal(err)
+	}
+	for k := range realKeys {
+		if _, ok := docKeys[k]; !ok {
+			t.Errorf("the example lacks %q", k)
+		}
+	}
+}
