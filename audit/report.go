@@ -286,6 +286,17 @@ type Step struct {
 	Pending   bool              // stored, not decided yet
 }
 
+// ArchiveCheck says what an audit read from an archive directory: its
+// segments, read and checked against their manifests (an archive that does
+// not check out is an error of Run, not a finding), ending at input Inputs
+// and decision Decisions; the streams were read from right after them.
+type ArchiveCheck struct {
+	Dir       string `json:"dir"`
+	Segments  int    `json:"segments"`
+	Inputs    uint64 `json:"inputs"`    // last archived input
+	Decisions uint64 `json:"decisions"` // last archived decision
+}
+
 // Report is the outcome of an audit.
 type Report struct {
 	// Partition is the partition audited (Start.Partition, from
@@ -316,6 +327,9 @@ type Report struct {
 	Chain      List[Break]    `json:"chain"`
 	Pending    Pending        `json:"pending"`
 	Snapshot   *SnapshotCheck `json:"snapshot,omitempty"`
+	// Archive is what the audit read from the archive (Config.Archive),
+	// nil without one.
+	Archive *ArchiveCheck `json:"archive,omitempty"`
 	// Witnesses are the receipts and chain heads checked (Options.Witnesses).
 	Witnesses Witnesses `json:"witnesses"`
 	// Checkpoints are the checkpoint claims the fold recorded, checked

@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/archive"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/projector"
@@ -50,6 +53,15 @@ type Config struct {
 	// snapshot, the audit replays from the first input and says why in
 	// Report.Snapshot (a snapshot that does not check out is a finding).
 	From uint64
+	// Archive, when set, is an archive directory (package archive) holding
+	// the log's sealed segments from input 1 on: the audit replays them,
+	// checking every file against its manifest as it reads it, and then
+	// the streams from right after the last segment, so that it checks
+	// every decision from the first input on, the decision chain across
+	// each boundary included. Without it, an audit of streams whose first
+	// segments were removed starts from the stored snapshot (From), and
+	// fails if that is not usable.
+	Archive string
 	// Options say what to collect besides the verdicts.
 	Options
 	// StallTimeout ends the audit with an error when a stream delivers
@@ -86,6 +98,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	var segs []archive.Segment
+	if cfg.Archive != "" {
+		if cfg.From > 1 {
+			return nil, errors.New("audit: an audit with the archive replays from the first input: give the archive or a start, not both")
+		}
+		var err error
+		if segs, err = archive.Segments(cfg.Archive, cfg.Topology); err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		if len(segs) == 0 {
+			return nil, fmt.Errorf("audit: no segments of %s in %s", cfg.Topology.InputStream(), cfg.Archive)
+		}
+	}
 	h, err := streams.Open(ctx, cfg.JS, cfg.Topology)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
@@ -106,8 +131,38 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("audit: input stream info: %w", streams.Classify(err))
 	}
 	st := Start{InputEnd: inInfo.State.LastSeq, DecisionEnd: outInfo.State.LastSeq, Partition: cfg.Topology.Partition}
-	if err := checkSnapshot(ctx, h, snap, cfg.From, &st); err != nil {
+	from := cfg.From
+	// Streams whose first segments were archived and removed start later
+	// (a segment's last input and decision stay: FirstSeq is one of them).
+	inFirst, outFirst := inInfo.State.FirstSeq, outInfo.State.FirstSeq
+	trimmed := inFirst > 1 || outFirst > 1
+	var archIn, archOut uint64 // the archive's last input and decision
+	switch {
+	case len(segs) > 0:
+		m := segs[len(segs)-1].Manifest
+		archIn, archOut = m.Inputs.Last, m.Decisions.Last
+		if inFirst > archIn+1 || outFirst > archOut+1 || st.InputEnd < archIn || st.DecisionEnd < archOut {
+			return nil, fmt.Errorf("audit: the archive ends at input %d, decision %d; the streams hold inputs %d to %d, decisions %d to %d: segments are missing from %s",
+				archIn, archOut, inFirst, st.InputEnd, outFirst, st.DecisionEnd, cfg.Archive)
+		}
+		if err := archive.CheckTail(ctx, archive.Config{JS: cfg.JS, Topology: cfg.Topology, Root: cfg.Archive, StallTimeout: cfg.StallTimeout}, segs[len(segs)-1]); err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+	case trimmed:
+		if len(cfg.Witnesses) > 0 {
+			return nil, fmt.Errorf("audit: the streams start at input %d (segments were archived and removed): witnesses need the whole log, give the archive", inFirst)
+		}
+		from = math.MaxUint64 // the stored snapshot, or nothing
+	}
+	if err := checkSnapshot(ctx, h, snap, from, &st); err != nil {
 		return nil, err
+	}
+	if trimmed && len(segs) == 0 && st.Projector == nil {
+		why := "there is none"
+		if sc := st.Snapshot; sc != nil {
+			why = strings.TrimSpace(sc.Problem + " " + sc.Note)
+		}
+		return nil, fmt.Errorf("audit: the streams start at input %d, decision %d (segments were archived and removed): audit with the archive (--archive), or from a usable stored snapshot (%s)", inFirst, outFirst, why)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -118,9 +173,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	// The checkpoint claims first: each comes after the input it claims
 	// the state hash of, which the fold must hash when it gets there.
-	if st.Claimed, err = readClaims(ctx, cfg, h, inFrom, st.InputEnd); err != nil {
+	if len(segs) > 0 {
+		// The archived inputs first, then the streams after them.
+		if st.Claimed, err = archivedClaims(segs, cfg.Topology.Partition); err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		inFrom, outFrom = archIn+1, archOut+1
+	}
+	claimed, err := readClaims(ctx, cfg, h, inFrom, st.InputEnd)
+	if err != nil {
 		return nil, err
 	}
+	st.Claimed = append(st.Claimed, claimed...)
 	ins, err := startReader(ctx, cfg, cfg.Topology.InputStream(), "", inFrom, st.InputEnd, false)
 	if err != nil {
 		return nil, err
@@ -132,9 +196,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer outs.stop()
 
-	rep := Check(inputReader{ins}, decisionReader{outs}, st, cfg.Options)
-	if err := errors.Join(ins.failure(), outs.failure()); err != nil {
+	ir := &archivedInputs{r: inputReader{ins}}
+	dr := &archivedDecisions{r: decisionReader{outs}}
+	if len(segs) > 0 {
+		ir.a, dr.a = archive.Inputs(segs), archive.Decisions(segs)
+		defer ir.a.Close()
+		defer dr.a.Close()
+	}
+	rep := Check(ir, dr, st, cfg.Options)
+	if err := errors.Join(ir.err, dr.err, ins.failure(), outs.failure()); err != nil {
 		return nil, err
+	}
+	if len(segs) > 0 {
+		rep.Archive = &ArchiveCheck{Dir: cfg.Archive, Segments: len(segs), Inputs: archIn, Decisions: archOut}
 	}
 	if lockdown != nil {
 		rep.Lockdown = lockdown.Error()
@@ -729,4 +803,84 @@ func (a decisionReader) NextDecision() (StoredDecision, bool) {
 		return StoredDecision{}, false
 	}
 	return StoredDecision{Seq: m.seq, Subject: m.subject, Body: m.data, Cause: m.cause, Index: m.index, Chain: m.chain}, true
+}
+
+// archivedInputs reads the archive's inputs (a, nil without an archive)
+// and then the stream's (r). A finding or error of the archive ends it
+// (err): the stream's inputs after an archive not read through would be
+// holes.
+type archivedInputs struct {
+	a   *archive.Cursor
+	r   inputReader
+	err error
+}
+
+func (c *archivedInputs) NextInput() (events.Raw, bool) {
+	if c.a != nil {
+		if rec, ok := c.a.Next(); ok {
+			return events.Raw{Seq: rec.Seq, Time: rec.Time, Subject: rec.Subject, Body: rec.Data}, true
+		}
+		if c.err = c.a.Err(); c.err != nil {
+			return events.Raw{}, false
+		}
+		c.a = nil
+	}
+	if c.err != nil {
+		return events.Raw{}, false
+	}
+	return c.r.NextInput()
+}
+
+// archivedDecisions is archivedInputs for the decisions.
+type archivedDecisions struct {
+	a   *archive.Cursor
+	r   decisionReader
+	err error
+}
+
+func (c *archivedDecisions) NextDecision() (StoredDecision, bool) {
+	if c.a != nil {
+		if rec, ok := c.a.Next(); ok {
+			h := nats.Header(rec.Header)
+			return StoredDecision{Seq: rec.Seq, Subject: rec.Subject, Body: rec.Data,
+				Cause: h.Get(events.HeaderCause), Index: h.Get(events.HeaderIndex), Chain: h.Get(events.HeaderChain)}, true
+		}
+		if c.err = c.a.Err(); c.err != nil {
+			return StoredDecision{}, false
+		}
+		c.a = nil
+	}
+	if c.err != nil {
+		return StoredDecision{}, false
+	}
+	return c.r.NextDecision()
+}
+
+// archivedClaims reads the checkpoint claims of the archived inputs, as
+// readClaims reads the stream's.
+func archivedClaims(segs []archive.Segment, part events.Partition) ([]uint64, error) {
+	var claimed []uint64
+	var in events.Input
+	filter := part.InputSubject(events.RoleCoord, "*", events.NoJob, events.VerbCheckpoint)
+	verb := filter[strings.LastIndexByte(filter, '.'):] // ".checkpoint"
+	c := archive.Inputs(segs)
+	defer c.Close()
+	for {
+		rec, ok := c.Next()
+		if !ok {
+			break
+		}
+		if !strings.HasSuffix(rec.Subject, verb) {
+			continue
+		}
+		subject, ok := part.StripInput(rec.Subject)
+		if !ok {
+			continue
+		}
+		if events.DecodeInput(subject, rec.Data, &in) != nil || in.Verb != events.VerbCheckpoint || in.CheckpointSeq >= rec.Seq {
+			continue
+		}
+		claimed = append(claimed, in.CheckpointSeq)
+	}
+	return claimed, c.Err()
 }
