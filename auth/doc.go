@@ -1,5 +1,5 @@
 // Package auth generates a nats-server authorization for Tenure: one NATS
-// user per actor (worker, dispatcher, operator, coordinator), each bound by
+// user per actor (worker, dispatcher, operator, coordinator, archivist), each bound by
 // server permissions to the subjects of its role and identity, their
 // credentials, and optionally a private CA with server and client TLS
 // certificates. It is what `tenure auth init` writes.
@@ -79,8 +79,21 @@
 // messages of TENURE_IN or TENURE_OUT, is refused. It subscribes to
 // _INBOX_<c>.>, its micro service subjects and tenure.status.<c>.
 //
+// An archivist <a> (tenure auth init --archivists a; the operators'
+// credential of tenure log, package archive) publishes no input and no
+// decision. It may read TENURE_IN, TENURE_OUT and OBJ_TENURE_SNAPSHOTS
+// (info, message get, direct get, consumers with their acks and flow
+// control), look up KV_TENURE_LEADER, put to $O.TENURE_SNAPSHOTS.> (tenure
+// log restore), and purge TENURE_IN, TENURE_OUT and OBJ_TENURE_SNAPSHOTS:
+// it is the only role with a purge of the log, which package archive makes
+// only below a segment it archived and verified, on streams created for log
+// retention. Stream deletes, updates and single-message deletes are denied
+// to it as to everybody. It subscribes to _INBOX_<a>.> only.
+//
 // Nobody can roll up TENURE_IN or TENURE_OUT: the streams deny it by
-// configuration (streams.Topology), which also denies deletes and purges.
+// configuration (streams.Topology), which also denies deletes and, unless
+// they were created for log retention (streams.Topology.LogRetention),
+// purges.
 //
 // # Partitioned deployments
 //

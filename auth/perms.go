@@ -17,6 +17,12 @@ const (
 	RoleDispatcher  Role = "dispatcher"
 	RoleOperator    Role = "operator"
 	RoleCoordinator Role = "coordinator"
+	// RoleArchivist is the operator credential of tenure log (package
+	// archive): it reads both streams and the snapshot bucket, stores a
+	// snapshot (tenure log restore), and is the only role that may purge
+	// the input and decision streams, which it does only for segments it
+	// archived and verified. It publishes no input and no decision.
+	RoleArchivist Role = "archivist"
 )
 
 // inputRole is the role token of the actor's input subjects.
@@ -28,6 +34,8 @@ func (r Role) inputRole() (events.Role, error) {
 		return events.RoleOps, nil
 	case RoleCoordinator:
 		return events.RoleCoord, nil
+	case RoleArchivist:
+		return 0, nil // no input subjects
 	}
 	return 0, fmt.Errorf("auth: unknown role %q", string(r))
 }
@@ -88,6 +96,9 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 	}
 	if partitions > events.MaxPartitions {
 		return Permissions{}, fmt.Errorf("auth: %d partitions: at most %d", partitions, events.MaxPartitions)
+	}
+	if a.Role == RoleArchivist {
+		return archivistPermissions(a, prefix, partitions), nil
 	}
 	const api = "$JS.API."
 	inbox := InboxPrefix(a.Name) + ".>"
@@ -306,4 +317,46 @@ func WorkerImports(name, prefix string, partitions uint32) []Import {
 		}
 	}
 	return im
+}
+
+// archivistPermissions are RoleArchivist's: read the input and decision
+// streams and purge them, read and store the snapshot object, look up the
+// leader bucket (streams.Open does); no input, no decision, no other
+// administration (stream deletes, updates, single-message deletes).
+func archivistPermissions(a Actor, prefix string, partitions uint32) Permissions {
+	const api = "$JS.API."
+	base := streams.Topology{Prefix: prefix}
+	var p Permissions
+	if partitions > 0 {
+		p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO."+base.DecisionStream())
+	}
+	read := func(s string) {
+		p.PublishAllow = append(p.PublishAllow,
+			api+"STREAM.INFO."+s,
+			api+"STREAM.MSG.GET."+s,
+			api+"DIRECT.GET."+s,
+			api+"DIRECT.GET."+s+".>",
+			api+"CONSUMER.CREATE."+s,
+			api+"CONSUMER.CREATE."+s+".>",
+			api+"CONSUMER.INFO."+s+".*",
+			api+"CONSUMER.MSG.NEXT."+s+".*",
+			api+"CONSUMER.DELETE."+s+".*",
+			"$JS.ACK."+s+".>",
+			"$JS.FC."+s+".>",
+		)
+	}
+	for _, t := range base.Partitions(partitions) {
+		obj := "OBJ_" + t.SnapshotBucket()
+		for _, s := range []string{t.InputStream(), t.DecisionStream(), obj} {
+			read(s)
+			p.PublishAllow = append(p.PublishAllow, api+"STREAM.PURGE."+s) // the object store purges a replaced object's chunks
+		}
+		p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO.KV_"+t.LeaderBucket(), "$O."+t.SnapshotBucket()+".>")
+	}
+	p.PublishDeny = []string{
+		events.InputPrefix + ".>", events.DecisionFilter,
+		api + "STREAM.DELETE.*", api + "STREAM.UPDATE.*", api + "STREAM.MSG.DELETE.*",
+	}
+	p.SubscribeAllow = []string{InboxPrefix(a.Name) + ".>"}
+	return p
 }
