@@ -48,6 +48,12 @@ Tenure's) a note. The JSON report (--report) has "checkpoints": {"claims",
 "verified", "mismatches", "unchecked"} and, in "snapshot", "anchor_seq",
 "state_hash" and "anchored".
 
+A log whose first segments were archived and removed (tenure log) is
+audited from the stored snapshot, or, with --archive DIR, from input 1:
+the archived segments (each file checked against its manifest as it is
+read; an archive that does not check out is an error, exit status 1), then
+the streams after them, the decision chain checked across each boundary.
+
 A partitioned deployment (found on the server: the partition count its
 streams record) is audited partition by partition, each with its own
 streams, fold and report, headed with the partition; a last line sums up
@@ -67,6 +73,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 	serverConf := fs.String("server-config", "", "with --data: nats-server configuration file (accounts, authorization) to serve the copy with")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "stream and bucket name prefix of the topology")
 	from := fs.Uint64("from", 0, "start at input `SEQ` from the stored snapshot, once it checks out against its anchor (0: replay from the first input); partitioned: in every partition, SEQ of its own input stream")
+	archiveDir := fs.String("archive", "", "replay the archived segments in `DIR` (tenure log archive) from input 1, then the streams after them")
 	job := fs.String("job", "", "print the evidence matrix of job `ID`: every row of its history; partitioned: audit only the job's partition")
 	matrix := fs.Bool("matrix", false, "print the evidence matrix of every job: its latest row")
 	format := fs.String("format", "table", "evidence matrix format: table, csv or json (json lines); with csv and json the summary goes to stderr")
@@ -91,6 +98,8 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 		return fmt.Errorf("%w: --data and --nats-url are exclusive", errUsage)
 	case *serverConf != "" && *data == "":
 		return fmt.Errorf("%w: --server-config needs --data", errUsage)
+	case *archiveDir != "" && *from > 1:
+		return fmt.Errorf("%w: --archive replays from the first input: not with --from", errUsage)
 	case *timeline && *job == "":
 		return fmt.Errorf("%w: --timeline needs --job", errUsage)
 	case *list < -1:
@@ -169,7 +178,7 @@ JSON lines), and --report writes {"partitions", "ok", "problems",
 		}
 		prog := &progressPrinter{mode: pmode, w: stderr, log: plog, start: time.Now()}
 		rep, err := audit.Run(ctx, audit.Config{
-			JS: js, Topology: t, From: *from, Logger: plog,
+			JS: js, Topology: t, From: *from, Archive: *archiveDir, Logger: plog,
 			Options: audit.Options{
 				Job: *job, Matrix: *matrix, Strict: *strict, MaxListed: maxListed, Progress: prog.update,
 				Witnesses: append(wits.forTopology(t), hw.of(t)...),

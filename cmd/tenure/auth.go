@@ -78,12 +78,13 @@ func (h *hosts) Set(s string) error {
 func runAuthInit(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("auth init", stderr)
 	out := fs.String("out", "", "directory to write into (required; created with mode 0700)")
-	var workers, dispatchers, operators, coordinators names
+	var workers, dispatchers, operators, coordinators, archivists names
 	nWorkers := fs.Int("workers", 0, "generate N workers named w1..wN")
 	fs.Var(&workers, "worker", "worker names, comma-separated (instead of --workers)")
 	nDispatchers := fs.Int("dispatchers", 0, "generate M dispatchers named disp1..dispM")
 	fs.Var(&dispatchers, "dispatcher", "dispatcher names, comma-separated (instead of --dispatchers)")
 	fs.Var(&operators, "operators", "operator names, comma-separated (same permissions as dispatchers)")
+	fs.Var(&archivists, "archivists", "archivist names, comma-separated: the operators' credential of tenure log (archive, remove, restore), the only one that may purge the streams")
 	fs.Var(&coordinators, "coordinators", "coordinator names, comma-separated; each is the --id of a `tenure serve` (default coord)")
 	useNKeys := fs.Bool("nkeys", false, "authenticate with nkeys (a seed file per actor) instead of bcrypt-hashed passwords")
 	useTLS := fs.Bool("tls", false, "generate a CA, a server certificate and client certificates, and require TLS")
@@ -96,7 +97,7 @@ func runAuthInit(args []string, stdout, stderr io.Writer) error {
 	cost := fs.Int("bcrypt-cost", bcrypt.DefaultCost, "bcrypt cost of the password hashes")
 	force := fs.Bool("force", false, "overwrite existing files (every secret and certificate is regenerated)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--coordinators c1] [--partitions N] [--nkeys] [--tls] [--force]")
+		fmt.Fprintln(stderr, "usage: tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--archivists a1] [--coordinators c1] [--partitions N] [--nkeys] [--tls] [--force]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Writes DIR/server.conf (a nats-server authorization binding every actor to its subjects),")
 		fmt.Fprintln(stderr, "one DIR/<name>.creds.json per actor (and <name>.nk with --nkeys), and with --tls a CA and")
@@ -140,7 +141,7 @@ func runAuthInit(args []string, stdout, stderr io.Writer) error {
 	for _, g := range []struct {
 		role auth.Role
 		list names
-	}{{auth.RoleCoordinator, coordinators}, {auth.RoleDispatcher, dispatchers}, {auth.RoleOperator, operators}, {auth.RoleWorker, workers}} {
+	}{{auth.RoleCoordinator, coordinators}, {auth.RoleDispatcher, dispatchers}, {auth.RoleOperator, operators}, {auth.RoleArchivist, archivists}, {auth.RoleWorker, workers}} {
 		for _, n := range g.list {
 			actors = append(actors, auth.Actor{Name: n, Role: g.role})
 		}
@@ -292,6 +293,15 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 			p("%s %s, from the command line:", c.Role, c.Name)
 			p("  tenure offer --as %s --nats-url %s %s --inbox-prefix %s%s --job JOB --holder WORKER", c.Name, c.URL, secret(c), c.InboxPrefix, tlsFlags(c))
 			p("  (and likewise cancel, resolve, policy, watch)")
+			p("")
+			break
+		}
+	}
+	for _, c := range b.Credentials {
+		if c.Role == auth.RoleArchivist {
+			p("archivist %s, retention of the log (README \"Retention of the log\"):", c.Name)
+			p("  tenure log archive --nats-url %s %s --inbox-prefix %s%s --archive DIR", c.URL, secret(c), c.InboxPrefix, tlsFlags(c))
+			p("  (and likewise remove, restore, status; and tenure audit --archive DIR)")
 			p("")
 			break
 		}

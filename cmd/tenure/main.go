@@ -38,6 +38,7 @@ func commands() []command {
 		{"status", "show every running coordinator: live or standby, lag, snapshot", runStatus},
 		{"auth", "write a nats-server authorization binding each actor to its subjects (auth init)", runAuth},
 		{"audit", "replay the log and verify every decision (read-only); evidence matrix and timelines", runAudit},
+		{"log", "retention of the log: seal, archive and verify segments, then remove them (status, archive, remove, restore)", runLog},
 		{"heads", "keep the coordinators' signed chain heads in a file, verified, for tenure audit --heads", runHeads},
 		{"chaos", "fault injection against real processes, checked from the streams (make chaos)", runChaos},
 		{"ui", "serve the web UI (lease board, job timelines, anomalies, audit), /healthz and /metrics", runUI},

@@ -109,6 +109,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	snapEvery := fs.Int("snapshot-every", coordinator.DefaultSnapshotEvery, "inputs between snapshots (negative: never)")
 	snapInterval := fs.Duration("snapshot-interval", coordinator.DefaultSnapshotInterval, "time between snapshots")
 	replicas := fs.Int("replicas", 0, "stream replicas when creating the topology (default: 3 when connected to a cluster of 3 or more servers, else 1)")
+	logRetention := fs.Bool("log-retention", false, "create the streams so that archived segments of the log can be removed (tenure log): chosen when the deployment is created, see README \"Retention of the log\"")
 	partitions := fs.Uint("partitions", 0, "partitions of the deployment (0: unpartitioned); fixed when it is created, see README")
 	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -191,7 +192,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("stream replicas", "replicas", *replicas, "cluster", nc.ConnectedClusterName(), "servers_known", len(nc.Servers()))
 	}
 	cfg := coordinator.Config{
-		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas}, LeaderTTL: *leaderTTL,
+		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas, LogRetention: *logRetention}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
 		Metrics: webUI.coordinatorMetrics(count), HeadSigner: headSigner, HeadInterval: headFlags.interval,
 	}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/archive"
+	"github.com/maknow/tenure/streams"
+)
+
+const logUsage = `usage: tenure log <status|archive|remove|restore> [flags]
+
+Retention of the log (README.md "Retention of the log"): the input and
+decision streams stay bounded by moving sealed segments out of them into an
+archive directory, never by giving anyone a right to rewrite them.
+
+  status    the streams' first and last sequences, the stored snapshot, the
+            archive's segments (with --archive) and what remove would trim
+  archive   seal the next segment, at the stored snapshot (checked against
+            its anchor): export it to --archive DIR with its hashes, read it
+            back and compare it with the streams; nothing is written to the log
+  remove    trim the streams up to the end of the archive's last segment
+            (--through N: segment N), after checking again that nothing can
+            be lost: the streams were created with tenure serve
+            --log-retention, every segment reads back and equals what the
+            streams hold, and the stored snapshot covers it
+  restore   put the archive's last snapshot back as the coordinator's when
+            the stored one is lost (a coordinator on a trimmed log without
+            one stands by until then)
+
+Each can be run again, or after being killed, safely: archive and remove
+complete or change nothing. A partitioned deployment is handled partition
+by partition; the archive holds a directory per input stream.
+
+`
+
+func runLog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, logUsage)
+		return fmt.Errorf("%w: %w: tenure log needs a subcommand", errUsage, errReported)
+	}
+	sub := args[0]
+	switch sub {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, logUsage)
+		return nil
+	case "status", "archive", "remove", "restore":
+	default:
+		fmt.Fprint(stderr, logUsage)
+		return fmt.Errorf("%w: unknown log subcommand %q", errUsage, sub)
+	}
+	fs := newFlags("log "+sub, stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), logUsage)
+		fs.PrintDefaults()
+	}
+	var conn connFlags
+	conn.register(fs, "NATS server or cluster of the deployment")
+	prefix := fs.String("prefix", streams.DefaultPrefix, "stream and bucket name prefix of the topology")
+	dir := fs.String("archive", "", "archive `DIR` (status: optional)")
+	through := fs.Uint64("through", 0, "remove: trim up to the end of segment `N` (0: the last)")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if *dir == "" && sub != "status" {
+		return fmt.Errorf("%w: tenure log %s needs --archive DIR", errUsage, sub)
+	}
+	if *through != 0 && sub != "remove" {
+		return fmt.Errorf("%w: --through is for tenure log remove", errUsage)
+	}
+	if !validPrefix(*prefix) {
+		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, *prefix)
+	}
+	nc, err := conn.connect("tenure-log")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	top := streams.Topology{Prefix: *prefix}
+	count, err := streams.Discover(ctx, js, top)
+	if err != nil {
+		return fmt.Errorf("log: %w", err)
+	}
+	var errs []error
+	for _, t := range top.Partitions(count) {
+		head := ""
+		if count > 0 {
+			head = "partition " + t.Partition.Token() + ": "
+		}
+		cfg := archive.Config{JS: js, Topology: t, Root: *dir}
+		if err := runLogSub(ctx, sub, cfg, *through, head, stdout); err != nil {
+			errs = append(errs, fmt.Errorf("%s%w", head, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func runLogSub(ctx context.Context, sub string, cfg archive.Config, through uint64, head string, out io.Writer) error {
+	switch sub {
+	case "archive":
+		res, err := archive.Archive(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if res.Segment == nil {
+			fmt.Fprintf(out, "%sup to date: %d segments; no stored snapshot after the last one's end\n", head, len(res.Segments))
+			return nil
+		}
+		m := res.Segment.Manifest
+		fmt.Fprintf(out, "%ssealed segment %d: inputs %d..%d, decisions %d..%d, snapshot at input %d (%d bytes), verified by read-back: %s\n",
+			head, m.Segment, m.Inputs.First, m.Inputs.Last, m.Decisions.First, m.Decisions.Last, m.Snapshot.InputSeq, m.Snapshot.Bytes, res.Segment.Dir)
+	case "remove":
+		rm, err := archive.Remove(ctx, cfg, through)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%sremoved through segment %d: %d inputs, %d decisions; the streams now start at input %d, decision %d\n",
+			head, rm.Through, rm.Inputs, rm.Decisions, rm.FirstInput, rm.FirstDecision)
+	case "restore":
+		r, err := archive.Restore(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if r.Segment == 0 {
+			fmt.Fprintf(out, "%sthe stored snapshot checks out and is at input %d, not before the archive's last: nothing restored\n", head, r.InputSeq)
+			return nil
+		}
+		fmt.Fprintf(out, "%srestored segment %d's snapshot (input %d) as the coordinator's\n", head, r.Segment, r.InputSeq)
+	case "status":
+		return logStatus(ctx, cfg, head, out)
+	}
+	return nil
+}
+
+func logStatus(ctx context.Context, cfg archive.Config, head string, out io.Writer) error {
+	h, err := streams.Open(ctx, cfg.JS, cfg.Topology)
+	if err != nil {
+		return err
+	}
+	for _, st := range []jetstream.Stream{h.In, h.Out} {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", st.CachedInfo().Config.Name, streams.Classify(err))
+		}
+		mode := "whole log kept (created without --log-retention: it denies purges)"
+		if streams.Retained(info.Config) {
+			mode = "log retention"
+		}
+		fmt.Fprintf(out, "%s%-12s %s to %s, %s messages, %s bytes; %s\n", head, info.Config.Name,
+			strconv.FormatUint(info.State.FirstSeq, 10), strconv.FormatUint(info.State.LastSeq, 10),
+			strconv.FormatUint(info.State.Msgs, 10), strconv.FormatUint(info.State.Bytes, 10), mode)
+	}
+	oi, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+		fmt.Fprintf(out, "%ssnapshot     none stored\n", head)
+	case err != nil:
+		return fmt.Errorf("snapshot: %w", streams.Classify(err))
+	default:
+		a, perr := streams.ParseSnapshotHeaders(oi.Headers)
+		note := ""
+		if perr != nil {
+			note = " (" + perr.Error() + ")"
+		}
+		fmt.Fprintf(out, "%ssnapshot     at input %d, decision %d, anchored at decision %d, %d bytes%s\n", head, a.InputSeq, a.DecisionSeq, a.AnchorSeq, oi.Size, note)
+	}
+	if cfg.Root == "" {
+		return nil
+	}
+	segs, err := archive.Segments(cfg.Root, cfg.Topology)
+	if err != nil {
+		return err
+	}
+	if len(segs) == 0 {
+		fmt.Fprintf(out, "%sarchive      no segments in %s\n", head, archive.StreamDir(cfg.Root, cfg.Topology))
+		return nil
+	}
+	m := segs[len(segs)-1].Manifest
+	fmt.Fprintf(out, "%sarchive      %d segments in %s, through input %d, decision %d\n", head, len(segs), archive.StreamDir(cfg.Root, cfg.Topology), m.Inputs.Last, m.Decisions.Last)
+	ii, err := h.In.Info(ctx)
+	if err != nil {
+		return streams.Classify(err)
+	}
+	if ii.State.FirstSeq < m.Inputs.Last {
+		fmt.Fprintf(out, "%sremovable    inputs %d..%d and the decisions before %d (tenure log remove)\n", head, ii.State.FirstSeq, m.Inputs.Last-1, m.Decisions.Last)
+	}
+	return nil
+}

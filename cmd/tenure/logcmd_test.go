@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// serveForLog runs tenure serve with args (embedded, snapshots every 5
+// inputs) and returns its URL, a connection and its stop.
+func serveForLog(t *testing.T, args ...string) (string, *nats.Conn, func()) {
+	t.Helper()
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	args = append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1",
+		"--snapshot-every", "5", "--snapshot-interval", "1h"}, args...)
+	go func() { done <- run(ctx, args, &bytes.Buffer{}, &stderr) }()
+	url := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		nc.Close()
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("serve exited %d:\n%s", code, stderr.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+	}
+	t.Cleanup(stop)
+	return url, nc, stop
+}
+
+// acquireAndSnapshot publishes n acquires and waits until the coordinator
+// stored a snapshot at or after the last but 10.
+func acquireAndSnapshot(t *testing.T, nc *nats.Conn, from, n int) {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	var last uint64
+	for i := range n {
+		ack, err := js.Publish(context.Background(), fmt.Sprintf("tenure.in.worker.w1.j%d.acquire", from+i), []byte(`{"v":1,"lease_ms":600000}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ack.Sequence
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := nc.Request("tenure.status.c1", nil, time.Second)
+		var st struct {
+			Live bool   `json:"live"`
+			Snap uint64 `json:"snapshot_input_seq"`
+		}
+		if err == nil && json.Unmarshal(resp.Data, &st) == nil && st.Live && st.Snap+10 >= last {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot near input %d: %v %s", last, err, respData(resp))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func respData(m *nats.Msg) string {
+	if m == nil {
+		return ""
+	}
+	return string(m.Data)
+}
+
+// README's retention of the log, through the commands: tenure serve
+// --log-retention, then tenure log archive (twice: the second changes
+// nothing), tenure log remove, tenure log status, and tenure audit with
+// and without the archive, all exit 0 and say what they did; on a
+// deployment created without --log-retention, remove exits 1 and says why.
+func TestLogCommands(t *testing.T) {
+	url, nc, _ := serveForLog(t, "--log-retention")
+	ctx := context.Background()
+	dir := t.TempDir()
+	cmd := func(want int, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(ctx, append(args, "--nats-url", url), &out, &errb); code != want {
+			t.Fatalf("tenure %s: exit %d, want %d\n%s\n%s", strings.Join(args, " "), code, want, out.String(), errb.String())
+		}
+		return out.String() + errb.String()
+	}
+	acquireAndSnapshot(t, nc, 0, 30)
+	if out := cmd(0, "log", "archive", "--archive", dir); !strings.Contains(out, "sealed segment 1: inputs 1..") {
+		t.Fatalf("archive: %s", out)
+	}
+	if out := cmd(0, "log", "archive", "--archive", dir); !strings.Contains(out, "up to date: 1 segments") {
+		t.Fatalf("archive again: %s", out)
+	}
+	if out := cmd(0, "log", "status", "--archive", dir); !strings.Contains(out, "log retention") || !strings.Contains(out, "removable") {
+		t.Fatalf("status: %s", out)
+	}
+	if out := cmd(0, "log", "remove", "--archive", dir); !strings.Contains(out, "removed through segment 1") {
+		t.Fatalf("remove: %s", out)
+	}
+	if out := cmd(0, "log", "status", "--archive", dir); strings.Contains(out, "removable") {
+		t.Fatalf("status after remove: %s", out)
+	}
+	acquireAndSnapshot(t, nc, 30, 10)
+	if out := cmd(0, "audit", "--archive", dir); !strings.Contains(out, "OK") {
+		t.Fatalf("audit --archive: %s", out)
+	}
+	cmd(0, "audit")
+	cmd(2, "log", "remove")
+	cmd(2, "audit", "--archive", dir, "--from", "5")
+
+	url2, nc2, _ := serveForLog(t)
+	url = url2
+	acquireAndSnapshot(t, nc2, 0, 20)
+	dir2 := t.TempDir()
+	cmd(0, "log", "archive", "--archive", dir2)
+	if out := cmd(1, "log", "remove", "--archive", dir2); !strings.Contains(out, "without log retention") {
+		t.Fatalf("remove without retention: %s", out)
+	}
+}
