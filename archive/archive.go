@@ -23,6 +23,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
+	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -195,6 +196,15 @@ func Archive(ctx context.Context, cfg Config) (*Result, error) {
 	if err := seg.Verify(); err != nil {
 		return nil, fmt.Errorf("archive: the read-back of the segment written failed: %w", err)
 	}
+	// The snapshot is what the fold gives: the previous segment's state
+	// (none for the first) and this segment's inputs.
+	var prev *Segment
+	if len(segs) > 0 {
+		prev = &segs[len(segs)-1]
+	}
+	if err := replay(prev, seg, cfg.Topology.Partition); err != nil {
+		return nil, err
+	}
 	if err := compare(ctx, cfg, seg, 0, 0); err != nil {
 		return nil, fmt.Errorf("archive: the read-back of the segment written failed: %w", err)
 	}
@@ -221,6 +231,51 @@ func Archive(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.Logger.Info("archive: segment sealed", "segment", n, "dir", final, "elapsed", time.Since(t0))
 	segs = append(segs, seg)
 	return &Result{Segment: &segs[len(segs)-1], Segments: segs}, nil
+}
+
+// replay folds segment seg's inputs from the state of segment prev (its
+// snapshot; nil: the empty state) and requires the state after the last one
+// to hash to seg's snapshot state hash: a checkpoint claim (which the fold
+// records without judging it) and a snapshot that do not describe the
+// log's own state are never sealed, so never the only state left after a
+// removal.
+func replay(prev *Segment, seg Segment, part events.Partition) error {
+	p := projector.NewPartition(part)
+	if prev != nil {
+		data, err := os.ReadFile(filepath.Join(prev.Dir, SnapshotFile))
+		if err != nil {
+			return err
+		}
+		if err := p.Restore(data); err != nil {
+			return archiveErr("%s: the snapshot does not restore: %v", prev.Dir, err)
+		}
+		if p.LastSeq() != prev.Manifest.Inputs.Last {
+			return archiveErr("%s: the snapshot holds the state after input %d, not %d", prev.Dir, p.LastSeq(), prev.Manifest.Inputs.Last)
+		}
+	}
+	c := Inputs([]Segment{seg})
+	defer c.Close()
+	for {
+		r, ok := c.Next()
+		if !ok {
+			break
+		}
+		if r.Seq != p.LastSeq()+1 {
+			return archiveErr("%s: input %d follows input %d: the stream has a gap, which no fold reproduces", seg.Dir, r.Seq, p.LastSeq())
+		}
+		if _, err := p.Step(events.Raw{Seq: r.Seq, Time: r.Time, Subject: r.Subject, Body: r.Data}); err != nil {
+			return fmt.Errorf("archive: fold input %d: %w", r.Seq, err)
+		}
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	got := sha256.Sum256(p.Snapshot())
+	if hex.EncodeToString(got[:]) != seg.Manifest.Snapshot.StateHash {
+		return archiveErr("the stored snapshot at input %d (anchored at decision %d) is not the state the fold gives there: it hashes to %s, the fold's to %x; nothing sealed (tenure audit tells more)",
+			seg.Manifest.Snapshot.InputSeq, seg.Manifest.Snapshot.AnchorSeq, seg.Manifest.Snapshot.StateHash, got)
+	}
+	return nil
 }
 
 // Removal is what Remove did.

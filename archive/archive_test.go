@@ -1,7 +1,9 @@
 package archive_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
@@ -432,5 +435,85 @@ func TestProtocolManifestExample(t *testing.T) {
 		if _, ok := docKeys[k]; !ok {
 			t.Errorf("the example lacks %q", k)
 		}
+	}
+}
+
+// A snapshot anchored by a checkpoint claim the fold does not bear out (a
+// coordinator-role publisher's claim, which the fold records without
+// judging it, and a matching object) is never sealed: Archive folds the
+// segment and compares, so it can never become the only state left after
+// a removal.
+func TestForgedSnapshotNotSealed(t *testing.T) {
+	e := newEnv(t, retained)
+	ctx := context.Background()
+	c, _ := e.coord(t) // snapshots every 10 inputs
+	e.settle(t, c, e.acquire(t, 12)-12)
+	last := e.acquire(t, 1) // S: the input the forged claim is about
+	waitFor(t, "input S decided", func() bool { return c.Stats().InputsFolded >= last })
+
+	// The state after S had input 3 (an acquire) never happened.
+	p := projector.New()
+	var lastDecision uint64
+	for seq := uint64(1); seq <= last; seq++ {
+		m, err := e.h.In.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subject := m.Subject
+		if seq == 3 {
+			subject = "tenure.in.worker.w1.forged.acquire"
+		}
+		if _, err := p.Step(events.Raw{Seq: seq, Time: m.Time.UnixNano(), Subject: subject, Body: m.Data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bogus := p.Snapshot()
+	hash := sha256.Sum256(bogus)
+	ack, err := e.js.Publish(ctx, "tenure.in.coord.evil._.checkpoint", fmt.Appendf(nil, `{"v":1,"input_seq":%d,"state_hash":"%x"}`, last, hash))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var anchor uint64
+	waitFor(t, "the forged claim recorded", func() bool {
+		_, l := first(t, e.h.Out)
+		m, err := e.h.Out.GetMsg(ctx, l)
+		if err != nil {
+			return false
+		}
+		d, err := events.DecodeDecision(m.Data)
+		if err == nil && d.Kind == events.KindCheckpointed && d.Cause == ack.Sequence {
+			anchor = l
+			return true
+		}
+		return false
+	})
+	_, l := first(t, e.h.Out)
+	var chain string
+	for seq := l; seq > 0; seq-- {
+		m, err := e.h.Out.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get(events.HeaderCause) == fmt.Sprint(last) {
+			lastDecision, chain = seq, m.Header.Get(events.HeaderChain)
+			break
+		}
+	}
+	hdr := nats.Header{}
+	hdr.Set(streams.HeaderSnapshotInput, fmt.Sprint(last))
+	hdr.Set(streams.HeaderSnapshotDecision, fmt.Sprint(lastDecision))
+	hdr.Set(streams.HeaderSnapshotAnchor, fmt.Sprint(anchor))
+	hdr.Set(streams.HeaderSnapshotHash, fmt.Sprintf("%x", hash))
+	hdr.Set(streams.HeaderSnapshotChain, chain)
+	if _, err := e.h.Snapshots.Put(ctx, jetstream.ObjectMeta{Name: streams.SnapshotObject, Headers: hdr}, bytes.NewReader(bogus)); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	_, err = archive.Archive(ctx, e.cfg(root))
+	if !errors.Is(err, archive.ErrArchive) || !strings.Contains(err.Error(), "not the state the fold gives") {
+		t.Fatalf("archive at a forged snapshot: %v", err)
+	}
+	if segs, err := archive.Segments(root, e.top); err != nil || len(segs) != 0 {
+		t.Fatalf("segments after a refused archiving: %v, %v", segs, err)
 	}
 }

@@ -17,8 +17,11 @@
 // The three steps and what each guarantees:
 //
 //   - Archive writes the next segment into a temporary directory, syncs it,
-//     reads it back (hashes, counts, canonical lines) and compares every
-//     record with a second read of the streams, then writes the manifest and
+//     reads it back (hashes, counts, canonical lines), folds its inputs from
+//     the previous segment's snapshot and requires the state to be its
+//     snapshot's (a checkpoint claim the fold records but does not judge is
+//     never sealed), compares every record with a second read of the
+//     streams, then writes the manifest and
 //     renames the directory into place. A segment under its final name is
 //     verified; an archiving killed half way leaves a temporary directory
 //     the next one removes. It never writes to the log.
