@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/metrics"
 	"strconv"
 	"strings"
@@ -13,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/archive"
+	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -27,8 +31,14 @@ import (
 // load generator are one process), the jobs in the projection, the
 // snapshot's size, the live loop's longest turn, the streams' sizes, and
 // the time a restarted coordinator takes to be live again (it is
-// restarted at every point, from its latest snapshot). The streams are not
-// trimmed: retention of the log is not built.
+// restarted at every point, from its latest snapshot). The streams are
+// created for retention of the log (streams.Topology.LogRetention): at each
+// point, before the restart, the soak seals the segment up to the stored
+// snapshot (archive.Archive: exported, read back, folded, compared with
+// the streams), removes it from the streams (archive.Remove) and, to stay
+// within this machine's disk, then discards the data files of every
+// segment but the last (whose snapshot and records the next segment is
+// checked against); their manifests stay, so the chain is still checked.
 
 // Soak is the soak's result.
 type Soak struct {
@@ -53,6 +63,10 @@ type SoakPoint struct {
 	OutMB       float64 `json:"out_mb"`        // the decision stream's size
 	RestartS    float64 `json:"restart_s"`     // a coordinator started again: from start to live
 	RestartFold float64 `json:"restart_folds"` // inputs it folded after its snapshot
+	ArchiveS    float64 `json:"archive_s"`     // sealing the segment (export, read-back, fold, compare)
+	ArchiveMB   float64 `json:"archive_mb"`    // the segment's files
+	RemoveS     float64 `json:"remove_s"`      // removing it (checks and purges)
+	FirstInput  float64 `json:"first_input"`   // the input stream's first sequence after the removal
 	ElapsedS    float64 `json:"elapsed_s"`     // since the soak began
 }
 
@@ -67,7 +81,9 @@ func (b *runner) soak(ctx context.Context) error {
 		return err
 	}
 	defer srv.Shutdown()
-	co, err := b.startCoordinator(srv.ClientURL(), nil)
+	top := streams.Topology{LogRetention: true}
+	retained := func(c *coordinator.Config) { c.Topology = top }
+	co, err := b.startCoordinator(srv.ClientURL(), retained)
 	if err != nil {
 		return err
 	}
@@ -89,7 +105,8 @@ func (b *runner) soak(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	top := streams.Topology{}
+	archiveRoot := dir + "/archive"
+	acfg := archive.Config{JS: js, Topology: top, Root: archiveRoot}
 
 	// The retention: one second after a job's lease ended.
 	pol := events.DefaultPolicy()
@@ -148,6 +165,33 @@ func (b *runner) soak(ctx context.Context) error {
 			return err
 		}
 		p := SoakPoint{Seen: float64(seen), Kept: float64(co.c.Stats().Jobs), PauseMS: ms(co.m.takePause()), ElapsedS: time.Since(t0).Seconds()}
+		// Retention of the log: seal, remove, discard.
+		at := time.Now()
+		ar, err := archive.Archive(ctx, acfg)
+		if errors.Is(err, archive.ErrNoSnapshot) {
+			ar, err = &archive.Result{}, nil // none stored yet: nothing to seal
+		}
+		if err != nil {
+			return fmt.Errorf("archive: %w", err)
+		}
+		p.ArchiveS = time.Since(at).Seconds()
+		if ar.Segment != nil {
+			m := ar.Segment.Manifest
+			p.ArchiveMB = float64(m.Inputs.Bytes+m.Decisions.Bytes+m.Snapshot.Bytes) / (1 << 20)
+			at = time.Now()
+			rm, err := archive.Remove(ctx, acfg, 0)
+			if err != nil {
+				return fmt.Errorf("remove: %w", err)
+			}
+			p.RemoveS, p.FirstInput = time.Since(at).Seconds(), float64(rm.FirstInput)
+			for _, old := range ar.Segments[:len(ar.Segments)-1] {
+				for _, f := range []string{archive.InputsFile, archive.DecisionsFile, archive.SnapshotFile} {
+					if err := os.Remove(filepath.Join(old.Dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+						return err
+					}
+				}
+			}
+		}
 		p.RSSMB, p.HeapMB = rssMB(), heapMB()
 		if obs, err := js.ObjectStore(ctx, top.SnapshotBucket()); err == nil {
 			if info, err := obs.GetInfo(ctx, streams.SnapshotObject); err == nil {
@@ -177,7 +221,7 @@ func (b *runner) soak(ctx context.Context) error {
 		}
 		co = nil
 		start := time.Now()
-		if co, err = b.startCoordinator(srv.ClientURL(), nil); err != nil {
+		if co, err = b.startCoordinator(srv.ClientURL(), retained); err != nil {
 			return err
 		}
 		if err := co.waitLive(5 * time.Minute); err != nil {
@@ -187,8 +231,8 @@ func (b *runner) soak(ctx context.Context) error {
 		p.RestartFold = float64(co.c.Stats().InputsFolded - co.c.Stats().SnapshotSeq)
 		res.Points = append(res.Points, p)
 		res.MaxJob = max(res.MaxJob, p.Kept)
-		b.logf("  soak: %d jobs begun, %d kept, RSS %.0f MB (heap %.0f), snapshot %.2f MB, longest turn %.1f ms, streams %.0f + %.0f MB, restart %.2f s (%d inputs folded)",
-			seen, int(p.Kept), p.RSSMB, p.HeapMB, p.SnapshotMB, p.PauseMS, p.InMB, p.OutMB, p.RestartS, int(p.RestartFold))
+		b.logf("  soak: %d jobs begun, %d kept, RSS %.0f MB (heap %.0f), snapshot %.2f MB, longest turn %.1f ms, streams %.0f + %.0f MB from input %d, segment %.0f MB sealed in %.1f s and removed in %.1f s, restart %.2f s (%d inputs folded)",
+			seen, int(p.Kept), p.RSSMB, p.HeapMB, p.SnapshotMB, p.PauseMS, p.InMB, p.OutMB, int(p.FirstInput), p.ArchiveMB, p.ArchiveS, p.RemoveS, p.RestartS, int(p.RestartFold))
 		return nil
 	}
 
