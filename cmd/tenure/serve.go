@@ -101,7 +101,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var conn connFlags
 	conn.register(fs, "connect to this NATS server or cluster instead of running the embedded one")
 	data := fs.String("data", "./tenure-data", "data directory of the embedded nats-server")
-	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded nats-server")
+	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded nats-server (tenure cluster up's node 1 defaults to the same port: serve says so if it is taken)")
 	sync := fs.String("sync", "always", "embedded server durability: always (fsync before every ack) or interval (lazier; see README)")
 	serverConf := fs.String("server-config", "", "nats-server configuration file for the embedded server (authorization, TLS)")
 	id := fs.String("id", defaultID(), "coordinator id (its actor token on tick and policy inputs)")
@@ -168,6 +168,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			ConfigFile: *serverConf, ServerName: "tenure", Logger: log, Partitions: count,
 		})
 		if err != nil {
+			var le *streams.LockedError
+			if !errors.As(err, &le) && portInUse(host, port) {
+				return servePortTaken(host, port) // the data directory first: it is the one that matters
+			}
 			return dataDirInUse(err, "serve with another --data directory")
 		}
 		defer srv.Shutdown()
