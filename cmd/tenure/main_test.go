@@ -155,7 +155,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--sync", "sometimes"}, "tenure serve: --sync must be always or interval"},
 		{[]string{"serve", "--log-format", "xml"}, "xml"},
 		{[]string{"serve", "extra"}, `tenure serve: unexpected argument "extra"`},
-		{[]string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"serve", "--bogus"}, "tenure serve: flag provided but not defined: -bogus (see tenure serve --help)\n"},
+		{[]string{"serve", "--leader-ttl", "soon"}, "tenure serve: invalid value \"soon\" for flag -leader-ttl: parse error (see tenure serve --help)\n"},
+		{[]string{"offer", "--bogus"}, "tenure offer: flag provided but not defined: -bogus (see tenure offer --help)\n"},
+		{[]string{"audit", "--bogus"}, "tenure audit: flag provided but not defined: -bogus (see tenure audit --help)\n"},
+		{[]string{"auth", "init", "--bogus"}, "tenure auth: flag provided but not defined: -bogus (see tenure auth init --help)\n"},
+		{[]string{"cluster", "up", "--bogus"}, "tenure cluster: flag provided but not defined: -bogus (see tenure cluster up --help)\n"},
 		{[]string{"cluster", "nope"}, `unknown cluster command "nope"`},
 		{[]string{"policy", "--retain", "-1s"}, "--retain must be 0 to"},
 		{[]string{"policy", "--retain", "1500us"}, "--retain is whole milliseconds"},
@@ -163,6 +168,10 @@ func TestUsageErrors(t *testing.T) {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), c.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("tenure %v: exit %d, want 2 and %q on stderr:\n%s", c.args, code, c.says, stderr.String())
+		}
+		// A flag error is that one line, not the usage under it.
+		if strings.Contains(c.says, "(see tenure") && stderr.String() != c.says {
+			t.Errorf("tenure %v: want only %q on stderr, got:\n%s", c.args, c.says, stderr.String())
 		}
 	}
 }
