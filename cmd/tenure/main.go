@@ -109,6 +109,18 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 // line naming how to get help (the flag package would print the whole
 // usage under it); -h and --help print the usage and return flag.ErrHelp.
 func parse(fs *flag.FlagSet, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (see %s --help)", errUsage, fs.Arg(0), fs.Name())
+	}
+	return nil
+}
+
+// parseFlags is parse leaving the arguments after the flags to the caller
+// (fs.Args).
+func parseFlags(fs *flag.FlagSet, args []string) error {
 	out, usage := fs.Output(), fs.Usage
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -126,9 +138,6 @@ func parse(fs *flag.FlagSet, args []string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v (see %s --help)", errUsage, err, fs.Name())
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q (see %s --help)", errUsage, fs.Arg(0), fs.Name())
 	}
 	return nil
 }
