@@ -3,16 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -188,7 +191,10 @@ func TestHelp(t *testing.T) {
 
 // `tenure demo` plays every decisive scenario of the seeds against a real
 // embedded server and coordinator, and exits 0 only if each ended as the
-// seeds require; --data keeps the log for an audit.
+// seeds require; --data keeps the log for an audit. Its output fits a
+// terminal of 120 columns, labels its columns, gives times to the
+// millisecond, explains every input number no decision line shows, and
+// names no document outside the repository.
 func TestDemo(t *testing.T) {
 	var out, errb syncBuffer
 	dir := t.TempDir()
@@ -196,13 +202,56 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo exit %d:\n%s\n%s", code, out.String(), errb.String())
 	}
 	s := out.String()
-	for _, want := range []string{"all 5 scenarios ended as the seeds require", "Job ID", "Ownership Conflict", "stale_generation", "late_progress", "progress_after_cancel", "result_after_expiry", "settled"} {
+	for _, want := range []string{"all 5 scenarios ended as the protocol requires", "stale_generation", "late_progress", "progress_after_cancel", "result_after_expiry", "settled"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
 	if strings.Contains(s, "FAIL") {
 		t.Errorf("a scenario failed:\n%s", s)
+	}
+	for i, line := range strings.Split(s, "\n") {
+		if n := utf8.RuneCountInString(line); n > 120 {
+			t.Errorf("line %d has %d columns, more than 120:\n%s", i+1, n, line)
+		}
+	}
+	// Every scenario's decision lines under a header naming their columns.
+	header := regexp.MustCompile(`(?m)^  TIME \(UTC\)\s+INPUT\s+DECISION\s+REASON\s+FROM, VERB\s+JOB\s+GEN\s+STATE$`)
+	if n := len(header.FindAllString(s, -1)); n != 5 {
+		t.Errorf("%d headers of decision lines, want one per scenario:\n%s", n, s)
+	}
+	if !regexp.MustCompile(`(?m)^  \d\d:\d\d:\d\d\.\d{3}  #3 +granted +ok +worker/sched-a acquire +planner-[0-9a-f]{4} +1 +ACTIVE$`).MatchString(s) {
+		t.Errorf("no decision line for input 3 in its columns:\n%s", s)
+	}
+	// The evidence matrix: one block per job, every field under its
+	// label, times to the millisecond.
+	for _, label := range projector.MatrixColumns {
+		if n := strings.Count(s, "  "+label+"  "); label != "Job ID" && n != 5 {
+			t.Errorf("the matrix labels %q %d times, want once per job", label, n)
+		}
+	}
+	if n := len(regexp.MustCompile(`(?m)^Job ID  [a-z0-9-]+$`).FindAllString(s, -1)); n != 5 {
+		t.Errorf("%d job blocks in the matrix, want 5", n)
+	}
+	if !regexp.MustCompile(`Issued At +\d\d:\d\d:\d\d\.\d{3}\n`).MatchString(s) {
+		t.Errorf("the matrix gives no issue time to the millisecond:\n%s", s)
+	}
+	// Inputs 1 and 2 (the rules and the default policy) show no decision
+	// line: each has a line saying what it is. Every other number has its
+	// decision line.
+	for _, re := range []string{`(?m)^  #1 +coord/demo rules: `, `(?m)^  #2 +coord/demo policy: `} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("no line matches %s:\n%s", re, s)
+		}
+	}
+	for seq := 3; seq <= 31; seq++ {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^  (\d\d:\d\d:\d\d\.\d{3}  )?#%d[ .]`, seq)).MatchString(s) {
+			t.Errorf("input %d is neither shown nor explained:\n%s", seq, s)
+		}
+	}
+	// The seeds are not in the repository.
+	if strings.Contains(strings.ToLower(s), "seed") {
+		t.Errorf("the output refers to the seeds, which are not in the repository:\n%s", s)
 	}
 }
 
