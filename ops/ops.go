@@ -210,6 +210,65 @@ func (c *Client) SetPolicyAll(ctx context.Context, p events.Policy) ([]events.De
 	return ds, errors.Join(errs...)
 }
 
+// PolicyInForce is the policy a partition's coordinator judges new inputs
+// by: the one its last policy_set decision carries (PROTOCOL.md §6.1).
+type PolicyInForce struct {
+	Policy events.Policy
+	// Decision is the sequence of that policy_set decision in the decision
+	// stream, Cause the input that set it and At its time. All zero when the
+	// stream holds no policy_set yet (no coordinator has gone live on the
+	// log): then the protocol's defaults are in force (events.DefaultPolicy).
+	Decision, Cause uint64
+	At              int64 // Unix ns, as events.Decision.At
+}
+
+// Policies returns the policy in force in every partition, in partition
+// order (one when the deployment is unpartitioned), read from the last
+// policy_set decision of each decision stream. It is what SetPolicy would
+// change: read it, change some fields and set it to change only those
+// (another operator's policy stored in between is then overwritten).
+func (c *Client) Policies(ctx context.Context) ([]PolicyInForce, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	count, err := c.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parts := []events.Partition{{}}
+	if count > 0 {
+		parts = parts[:0]
+		for k := range count {
+			parts = append(parts, events.Partition{Index: k, Count: count})
+		}
+	}
+	out := make([]PolicyInForce, len(parts))
+	for i, part := range parts {
+		topo := streams.Topology{Prefix: c.prefix, Partition: part}
+		stream, err := c.js.Stream(ctx, topo.DecisionStream())
+		if err != nil {
+			return nil, fmt.Errorf("ops: decision stream: %w", streams.Classify(err))
+		}
+		subject := events.DecisionPrefix + ".*." + events.NoJob + "." + events.KindPolicySet.String()
+		if part.Partitioned() {
+			subject += "." + part.Token()
+		}
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			out[i] = PolicyInForce{Policy: events.DefaultPolicy()}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ops: read the policy of %s: %w", topo.DecisionStream(), streams.Classify(err))
+		}
+		d, err := events.DecodeDecision(m.Data)
+		if err != nil || d.Kind != events.KindPolicySet || d.Policy == nil {
+			return nil, fmt.Errorf("ops: %s message %d on %s is not a policy_set decision with its policy (%v)", topo.DecisionStream(), m.Sequence, m.Subject, err)
+		}
+		out[i] = PolicyInForce{Policy: *d.Policy, Decision: m.Sequence, Cause: d.Cause, At: d.At}
+	}
+	return out, nil
+}
+
 // Partitions returns the partition count of the deployment (0:
 // unpartitioned), discovering it on first use.
 func (c *Client) Partitions(ctx context.Context) (uint32, error) {

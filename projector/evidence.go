@@ -39,11 +39,17 @@ type MatrixOptions struct {
 	// Base, when non-zero, renders times as offsets from it ("+1.5s");
 	// otherwise as RFC 3339 UTC.
 	Base int64
+	// TimeLayout, when Base is zero and it is not empty, renders times in
+	// UTC with this time.Format layout instead (e.g. "15:04:05.000").
+	TimeLayout string
 }
 
 func (o MatrixOptions) time(t int64) string {
 	if t == 0 {
 		return "-"
+	}
+	if o.Base == 0 && o.TimeLayout != "" {
+		return time.Unix(0, t).UTC().Format(o.TimeLayout)
 	}
 	if o.Base != 0 {
 		d := time.Duration(t - o.Base)
@@ -148,6 +154,10 @@ const (
 	FormatTable Format = "table"
 	FormatCSV   Format = "csv"
 	FormatJSON  Format = "json" // JSON lines, one object per row
+	// FormatBlocks is one block per row: the job id, then two fields a
+	// line, each under its column name. With times of a short TimeLayout it
+	// fits a terminal of 120 columns, where the table needs twice that.
+	FormatBlocks Format = "blocks"
 )
 
 // WriteMatrix writes the rows of ds in format f.
@@ -161,6 +171,29 @@ func WriteMatrix(w io.Writer, f Format, ds []events.Decision, o MatrixOptions) e
 			fmt.Fprintln(tw, strings.Join(r[:], "\t"))
 		}
 		return tw.Flush()
+	case FormatBlocks:
+		// The widest column name ("Progress Sequence/Value") and two
+		// spaces, and the widest value of a short time layout ("requested
+		// 15:04:05.000 / not acked"): 2+25+34+2+25 columns, and the right
+		// value (at most a reason, 27) within 120.
+		const label, value = 25, 34
+		for i := range ds {
+			r := MatrixRow(&ds[i], o)
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "%s  %s\n", MatrixColumns[0], r[0])
+			for k := 1; k < len(r); k += 2 {
+				line := fmt.Sprintf("  %-*s%-*s", label, MatrixColumns[k], value, r[k])
+				if k+1 < len(r) {
+					line += fmt.Sprintf("  %-*s%s", label, MatrixColumns[k+1], r[k+1])
+				}
+				if _, err := fmt.Fprintln(w, strings.TrimRight(line, " ")); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	case FormatCSV:
 		cw := csv.NewWriter(w)
 		if err := cw.Write(MatrixColumns); err != nil {

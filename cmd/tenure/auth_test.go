@@ -213,6 +213,12 @@ func TestAuthServe(t *testing.T) {
 	if !strings.Contains(out.String(), `"kind":"offered"`) {
 		t.Fatalf("offer verdict: %s", out.String())
 	}
+	// tenure policy show reads the policy in force with a dispatcher's
+	// permissions (a direct get of the last policy_set decision).
+	out.Reset()
+	if code := run(ctx, append([]string{"policy", "show", "--as", "disp", "--nats-url", url}, flags(disp)...), &out, &errb); code != 0 || !strings.Contains(out.String(), "set by input 2 at ") {
+		t.Fatalf("tenure policy show as disp: exit %d: %s%s", code, out.String(), errb.String())
+	}
 	var o sdk.Offer
 	select {
 	case o = <-w1.Offers():

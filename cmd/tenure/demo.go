@@ -7,7 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,13 +25,14 @@ import (
 // directory (or --data, or uses --nats-url), plays the decisive scenarios of
 // seed 000 §14 and seed 004 live with synthetic workers, and prints the
 // evidence matrix. Exit status 0 only if every scenario ended as the seeds
-// require.
+// require. Its output names no document outside the repository (the seeds
+// are not in it) and fits a terminal of 120 columns.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", stderr)
 	var conn connFlags
 	conn.register(fs, "run the scenarios against this NATS server (with a coordinator of its own) instead of an embedded one")
 	data := fs.String("data", "", "keep the embedded server's log in this directory (to audit it afterwards); default a temporary one")
-	format := fs.String("format", "table", "evidence matrix format: table, csv or json")
+	format := fs.String("format", "blocks", "evidence matrix format: blocks (one job per block, 120 columns), table (one job a line, wide), csv or json")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -59,7 +60,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		defer cnc.Close()
-		c, err := coordinator.New(coordinator.Config{ID: "demo-coordinator", Conn: cnc, LeaderTTL: time.Second, Logger: log})
+		c, err := coordinator.New(coordinator.Config{ID: "demo", Conn: cnc, LeaderTTL: time.Second, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -90,31 +91,44 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	run := fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff) // job ids unique per run on a shared server
+	run := fmt.Sprintf("%04x", time.Now().UnixMilli()%0x10000) // job ids apart between runs on a shared server
+	if err := d.explainBefore(ctx); err != nil {
+		return err
+	}
 	scenarios := []struct {
 		name string
 		play func(ctx context.Context, run string) (string, error)
 	}{
-		{"seed 004: a paused scheduler resumes after a newer epoch was granted", d.pausedScheduler},
-		{"seed 000 §14.1: an expired generation renews after the next one is active", d.lateRenewal},
-		{"seed 000 §14.3: progress 12 arrives after 14", d.reorderedProgress},
-		{"seed 000 §14.4: cancellation during a disconnect, then late progress", d.cancelDuringDisconnect},
-		{"seed 000 §14.2: ACK without a terminal result", d.ackWithoutResult},
+		{"a paused scheduler resumes after a newer epoch was granted", d.pausedScheduler},
+		{"an expired generation renews after the next one is active", d.lateRenewal},
+		{"progress 12 arrives after 14", d.reorderedProgress},
+		{"cancellation during a disconnect, then late progress", d.cancelDuringDisconnect},
+		{"ACK without a terminal result", d.ackWithoutResult},
 	}
 	var verdicts []string
 	failed := 0
 	for i, s := range scenarios {
 		fmt.Fprintf(stdout, "\n== %d. %s\n", i+1, s.name)
+		d.header()
 		summary, err := s.play(ctx, run)
 		mark := "PASS"
 		if err != nil {
 			mark, summary = "FAIL", err.Error()
 			failed++
 		}
-		verdicts = append(verdicts, fmt.Sprintf("%s  %d. %s: %s", mark, i+1, s.name, summary))
+		verdicts = append(verdicts, fmt.Sprintf("%s  %d. %s\n        %s", mark, i+1, s.name, summary))
 	}
-	fmt.Fprintln(stdout, "\n== Evidence matrix (seed 000 §13), latest decision per job")
-	if err := projector.WriteMatrix(stdout, projector.Format(*format), projector.LatestByJob(d.decisions()), projector.MatrixOptions{}); err != nil {
+	latest := projector.LatestByJob(d.decisions())
+	opts := projector.MatrixOptions{}
+	if f := projector.Format(*format); f == projector.FormatBlocks && len(latest) > 0 {
+		// Times of day to the millisecond; the date once.
+		opts.TimeLayout = "15:04:05.000"
+		fmt.Fprintf(stdout, "\n== Evidence matrix: each job after its latest decision (times UTC, %s; fields: PROTOCOL.md §10.2)\n\n",
+			time.Unix(0, latest[0].At).UTC().Format(time.DateOnly))
+	} else {
+		fmt.Fprintln(stdout, "\n== Evidence matrix: each job after its latest decision")
+	}
+	if err := projector.WriteMatrix(stdout, projector.Format(*format), latest, opts); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout)
@@ -122,9 +136,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, v)
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d scenarios did not end as the seeds require", failed, len(scenarios))
+		return fmt.Errorf("%d of %d scenarios did not end as the protocol requires", failed, len(scenarios))
 	}
-	fmt.Fprintf(stdout, "all %d scenarios ended as the seeds require\n", len(scenarios))
+	fmt.Fprintf(stdout, "all %d scenarios ended as the protocol requires (PROTOCOL.md §7, §13)\n", len(scenarios))
 	return nil
 }
 
@@ -132,8 +146,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // also misbehave: replay old generations, reorder sequences) and collects
 // every decision about the demo's jobs.
 type demo struct {
-	js  jetstream.JetStream
-	out io.Writer
+	js      jetstream.JetStream
+	out     io.Writer
+	inputs  jetstream.Stream // to explain the input numbers no decision line shows
+	printed uint64           // the highest input number shown or explained
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -148,6 +164,9 @@ func newDemo(ctx context.Context, nc *nats.Conn, out io.Writer) (*demo, error) {
 	}
 	d := &demo{js: js, out: out, byCause: map[uint64][]events.Decision{}}
 	d.cond = sync.NewCond(&d.mu)
+	if d.inputs, err = js.Stream(ctx, streams.Topology{}.InputStream()); err != nil {
+		return nil, fmt.Errorf("demo: %w", streams.Classify(err))
+	}
 	stream, err := js.Stream(ctx, streams.Topology{}.DecisionStream())
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", streams.Classify(err))
@@ -250,12 +269,90 @@ func (d *demo) wait(ctx context.Context, found func() []events.Decision) ([]even
 	}
 }
 
+// The columns of a decision line: 116 characters with the demo's ids.
+const demoLine = "  %-12s  %-6s %-16s %-27s %-22s %-12s %-3s %s\n"
+
+// header labels the columns of the decision lines.
+func (d *demo) header() {
+	fmt.Fprintf(d.out, demoLine, "TIME (UTC)", "INPUT", "DECISION", "REASON", "FROM, VERB", "JOB", "GEN", "STATE")
+}
+
+// print shows decision x on one line (its detail, if any, on the next),
+// after a line for every input number since the last one shown that no
+// decision line shows.
 func (d *demo) print(x *events.Decision) {
-	line := projector.Describe(x, 0)
-	if i := strings.Index(line, " -> "); i > 0 {
-		line = line[:i] // the projection is in the matrix at the end
+	d.explain(x.Cause)
+	d.printed = max(d.printed, x.Cause)
+	input := "#" + strconv.FormatUint(x.Cause, 10)
+	if x.N > 0 {
+		input += "." + strconv.FormatUint(uint64(x.N), 10)
 	}
-	fmt.Fprintf(d.out, "  %s  %s %s g%d %s\n", time.Unix(0, x.At).UTC().Format("15:04:05.000"), line, x.Job.ID, x.Job.Generation, x.Job.State)
+	gen := "-"
+	if x.Job.Generation > 0 {
+		gen = strconv.FormatUint(x.Job.Generation, 10)
+	}
+	fmt.Fprintf(d.out, demoLine, time.Unix(0, x.At).UTC().Format("15:04:05.000"), input, x.Kind, x.Reason,
+		x.Role.String()+"/"+x.Actor+" "+x.Verb.String(), x.Job.ID, gen, x.Job.State)
+	if x.Detail != "" {
+		fmt.Fprintf(d.out, "  %-12s  %-6s %s\n", "", "", x.Detail)
+	}
+}
+
+// explainBefore says what the inputs stored before the demo began are.
+func (d *demo) explainBefore(ctx context.Context) error {
+	info, err := d.inputs.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("demo: %w", streams.Classify(err))
+	}
+	if info.State.LastSeq > 0 {
+		fmt.Fprintln(d.out, "\nInputs before the scenarios:")
+		d.explain(info.State.LastSeq + 1)
+	}
+	return nil
+}
+
+// explain prints a line for each input number after the last one shown and
+// before next, saying what that input is and why no decision line shows it.
+func (d *demo) explain(next uint64) {
+	const most = 10 // then one line for the rest (a shared server's history)
+	from := d.printed + 1
+	if next <= from {
+		return
+	}
+	d.printed = next - 1
+	for seq := from; seq < next; seq++ {
+		if seq-from == most {
+			fmt.Fprintf(d.out, "  #%d to #%d: %d more inputs stored by others, not part of the scenarios\n", seq, next-1, next-seq)
+			return
+		}
+		fmt.Fprintf(d.out, "  #%-5d %s\n", seq, d.whatInput(seq))
+	}
+}
+
+// whatInput says what input seq is, from its subject.
+func (d *demo) whatInput(seq uint64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := d.inputs.GetMsg(ctx, seq)
+	if err != nil {
+		return "not read (" + err.Error() + ")"
+	}
+	sub, err := events.ParseInputSubject(m.Subject)
+	if err != nil {
+		return m.Subject + ": not an input subject"
+	}
+	who := sub.Role.String() + "/" + sub.Actor + " " + sub.Verb.String() + ": "
+	switch {
+	case sub.Role == events.RoleCoord && sub.Verb == events.VerbRules:
+		return who + "the coordinator's first input on an empty log: the rules revision and the log's lease key"
+	case sub.Role == events.RoleCoord && sub.Verb == events.VerbPolicy:
+		return who + "the protocol's default policy, which the coordinator appends to an empty log"
+	case sub.Verb == events.VerbTick:
+		return who + "the coordinator's clock tick; nothing about the scenarios' jobs fell due at it"
+	case sub.Verb == events.VerbCheckpoint:
+		return who + "the coordinator anchors a snapshot's state hash"
+	}
+	return who + "another client's input, not part of the scenarios"
 }
 
 // expect checks a verdict's kind and reason.
@@ -276,7 +373,7 @@ const (
 )
 
 func (d *demo) pausedScheduler(ctx context.Context, run string) (string, error) {
-	job := "retention-planner-" + run
+	job := "planner-" + run
 	a, err := d.send(ctx, worker, "sched-a", job, events.VerbAcquire, `{"v":1,"lease_ms":600}`)
 	if err != nil {
 		return "", err

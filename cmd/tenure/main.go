@@ -68,10 +68,6 @@ func main() {
 // errUsage marks a command-line mistake: exit status 2.
 var errUsage = errors.New("usage")
 
-// errReported marks an error already printed (the flag package prints its
-// parse errors with the command's usage).
-var errReported = errors.New("reported")
-
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
@@ -91,9 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.Is(err, errUsage):
-			if !errors.Is(err, errReported) {
-				fmt.Fprintln(stderr, "tenure "+c.name+":", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
-			}
+			fmt.Fprintln(stderr, "tenure "+c.name+":", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 			return 2
 		default:
 			fmt.Fprintln(stderr, "tenure:", err)
@@ -112,16 +106,39 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args, mapping flag errors to errUsage.
+// parse parses args, mapping flag errors to errUsage. A flag error is one
+// line naming how to get help (the flag package would print the whole
+// usage under it); -h and --help print the usage and return flag.ErrHelp.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w: %v", errUsage, errReported, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return fmt.Errorf("%w: unexpected argument %q (see %s --help)", errUsage, fs.Arg(0), fs.Name())
+	}
+	return nil
+}
+
+// parseFlags is parse leaving the arguments after the flags to the caller
+// (fs.Args).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if errors.Is(err, flag.ErrHelp) {
+		if usage != nil {
+			usage()
+		} else {
+			fmt.Fprintf(out, "usage: %s [flags]\n\n", fs.Name())
+			fs.PrintDefaults()
+		}
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v (see %s --help)", errUsage, err, fs.Name())
 	}
 	return nil
 }

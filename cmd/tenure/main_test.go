@@ -3,16 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -155,7 +158,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--sync", "sometimes"}, "tenure serve: --sync must be always or interval"},
 		{[]string{"serve", "--log-format", "xml"}, "xml"},
 		{[]string{"serve", "extra"}, `tenure serve: unexpected argument "extra"`},
-		{[]string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"serve", "--bogus"}, "tenure serve: flag provided but not defined: -bogus (see tenure serve --help)\n"},
+		{[]string{"serve", "--leader-ttl", "soon"}, "tenure serve: invalid value \"soon\" for flag -leader-ttl: parse error (see tenure serve --help)\n"},
+		{[]string{"offer", "--bogus"}, "tenure offer: flag provided but not defined: -bogus (see tenure offer --help)\n"},
+		{[]string{"audit", "--bogus"}, "tenure audit: flag provided but not defined: -bogus (see tenure audit --help)\n"},
+		{[]string{"auth", "init", "--bogus"}, "tenure auth: flag provided but not defined: -bogus (see tenure auth init --help)\n"},
+		{[]string{"cluster", "up", "--bogus"}, "tenure cluster: flag provided but not defined: -bogus (see tenure cluster up --help)\n"},
 		{[]string{"cluster", "nope"}, `unknown cluster command "nope"`},
 		{[]string{"policy", "--retain", "-1s"}, "--retain must be 0 to"},
 		{[]string{"policy", "--retain", "1500us"}, "--retain is whole milliseconds"},
@@ -163,6 +171,10 @@ func TestUsageErrors(t *testing.T) {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), c.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("tenure %v: exit %d, want 2 and %q on stderr:\n%s", c.args, code, c.says, stderr.String())
+		}
+		// A flag error is that one line, not the usage under it.
+		if strings.Contains(c.says, "(see tenure") && stderr.String() != c.says {
+			t.Errorf("tenure %v: want only %q on stderr, got:\n%s", c.args, c.says, stderr.String())
 		}
 	}
 }
@@ -179,7 +191,10 @@ func TestHelp(t *testing.T) {
 
 // `tenure demo` plays every decisive scenario of the seeds against a real
 // embedded server and coordinator, and exits 0 only if each ended as the
-// seeds require; --data keeps the log for an audit.
+// seeds require; --data keeps the log for an audit. Its output fits a
+// terminal of 120 columns, labels its columns, gives times to the
+// millisecond, explains every input number no decision line shows, and
+// names no document outside the repository.
 func TestDemo(t *testing.T) {
 	var out, errb syncBuffer
 	dir := t.TempDir()
@@ -187,13 +202,56 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo exit %d:\n%s\n%s", code, out.String(), errb.String())
 	}
 	s := out.String()
-	for _, want := range []string{"all 5 scenarios ended as the seeds require", "Job ID", "Ownership Conflict", "stale_generation", "late_progress", "progress_after_cancel", "result_after_expiry", "settled"} {
+	for _, want := range []string{"all 5 scenarios ended as the protocol requires", "stale_generation", "late_progress", "progress_after_cancel", "result_after_expiry", "settled"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
 	if strings.Contains(s, "FAIL") {
 		t.Errorf("a scenario failed:\n%s", s)
+	}
+	for i, line := range strings.Split(s, "\n") {
+		if n := utf8.RuneCountInString(line); n > 120 {
+			t.Errorf("line %d has %d columns, more than 120:\n%s", i+1, n, line)
+		}
+	}
+	// Every scenario's decision lines under a header naming their columns.
+	header := regexp.MustCompile(`(?m)^  TIME \(UTC\)\s+INPUT\s+DECISION\s+REASON\s+FROM, VERB\s+JOB\s+GEN\s+STATE$`)
+	if n := len(header.FindAllString(s, -1)); n != 5 {
+		t.Errorf("%d headers of decision lines, want one per scenario:\n%s", n, s)
+	}
+	if !regexp.MustCompile(`(?m)^  \d\d:\d\d:\d\d\.\d{3}  #3 +granted +ok +worker/sched-a acquire +planner-[0-9a-f]{4} +1 +ACTIVE$`).MatchString(s) {
+		t.Errorf("no decision line for input 3 in its columns:\n%s", s)
+	}
+	// The evidence matrix: one block per job, every field under its
+	// label, times to the millisecond.
+	for _, label := range projector.MatrixColumns {
+		if n := strings.Count(s, "  "+label+"  "); label != "Job ID" && n != 5 {
+			t.Errorf("the matrix labels %q %d times, want once per job", label, n)
+		}
+	}
+	if n := len(regexp.MustCompile(`(?m)^Job ID  [a-z0-9-]+$`).FindAllString(s, -1)); n != 5 {
+		t.Errorf("%d job blocks in the matrix, want 5", n)
+	}
+	if !regexp.MustCompile(`Issued At +\d\d:\d\d:\d\d\.\d{3}\n`).MatchString(s) {
+		t.Errorf("the matrix gives no issue time to the millisecond:\n%s", s)
+	}
+	// Inputs 1 and 2 (the rules and the default policy) show no decision
+	// line: each has a line saying what it is. Every other number has its
+	// decision line.
+	for _, re := range []string{`(?m)^  #1 +coord/demo rules: `, `(?m)^  #2 +coord/demo policy: `} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("no line matches %s:\n%s", re, s)
+		}
+	}
+	for seq := 3; seq <= 31; seq++ {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^  (\d\d:\d\d:\d\d\.\d{3}  )?#%d[ .]`, seq)).MatchString(s) {
+			t.Errorf("input %d is neither shown nor explained:\n%s", seq, s)
+		}
+	}
+	// The seeds are not in the repository.
+	if strings.Contains(strings.ToLower(s), "seed") {
+		t.Errorf("the output refers to the seeds, which are not in the repository:\n%s", s)
 	}
 }
 

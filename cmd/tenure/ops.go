@@ -196,35 +196,168 @@ func runResolve(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return o.run(ctx, stdout, call)
 }
 
+// policyField is one field of a policy as `tenure policy` names it: its
+// flag, its wire field and where it lives in an events.Policy.
+type policyField struct {
+	flag, wire, help string
+	dur              func(p *events.Policy) *int64 // a duration (ns), or
+	count            func(p *events.Policy) *uint64
+}
+
+var policyFields = []policyField{
+	{flag: "min-lease", wire: "min_lease_ms", help: "shortest lease an offer, acquire or renew may ask for", dur: func(p *events.Policy) *int64 { return &p.MinLease }},
+	{flag: "max-lease", wire: "max_lease_ms", help: "longest lease", dur: func(p *events.Policy) *int64 { return &p.MaxLease }},
+	{flag: "default-lease", wire: "default_lease_ms", help: "lease duration when an offer or acquire names none", dur: func(p *events.Policy) *int64 { return &p.DefaultLease }},
+	{flag: "ack-timeout", wire: "ack_timeout_ms", help: "default time an offered holder has to ACK", dur: func(p *events.Policy) *int64 { return &p.AckTimeout }},
+	{flag: "cancel-timeout", wire: "cancel_timeout_ms", help: "time from a cancel request to terminal reconciliation", dur: func(p *events.Policy) *int64 { return &p.CancelTimeout }},
+	{flag: "max-lifetime", wire: "max_lifetime_ms", help: "a lease never extends past issued_at + this", dur: func(p *events.Policy) *int64 { return &p.MaxLifetime }},
+	{flag: "max-generations", wire: "max_generations", help: "leases a job may ever be given", count: func(p *events.Policy) *uint64 { return &p.MaxGenerations }},
+	{flag: "retain", wire: "retain_ms", help: "how long a job is kept once its last lease ended (awaiting no operator) before it is retired and its id is free again; 0 keeps every job for ever (rules revision 3)", dur: func(p *events.Policy) *int64 { return &p.Retain }},
+}
+
+// runPolicy is `tenure policy [flags]`, which changes the fields given and
+// keeps the others as they are in force, and `tenure policy show`.
 func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	show := len(args) > 0 && args[0] == "show" // or after the flags
+	if show {
+		args = args[1:]
+	}
 	fs := newFlags("policy", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: tenure policy [flags]       change the fields given, keep the others
+       tenure policy show [flags]  print the policy in force
+
+A policy input sets every limit at once (PROTOCOL.md §6.1): tenure policy
+reads the policy in force (the last policy_set decision of each partition)
+and sends it with the fields given changed. Two operators changing the
+policy at the same moment: the one stored last wins, with the fields it did
+not give as they were when it read them.
+
+`)
+		fs.PrintDefaults()
+	}
 	var o opsCommand
 	o.register(fs)
-	def := events.DefaultPolicy()
-	d := func(ns int64) time.Duration { return time.Duration(ns) }
-	minLease := fs.Duration("min-lease", d(def.MinLease), "shortest lease an offer, acquire or renew may ask for")
-	maxLease := fs.Duration("max-lease", d(def.MaxLease), "longest lease")
-	defLease := fs.Duration("default-lease", d(def.DefaultLease), "lease duration when an offer or acquire names none")
-	ackTimeout := fs.Duration("ack-timeout", d(def.AckTimeout), "default time an offered holder has to ACK")
-	cancelTimeout := fs.Duration("cancel-timeout", d(def.CancelTimeout), "time from a cancel request to terminal reconciliation")
-	maxLifetime := fs.Duration("max-lifetime", d(def.MaxLifetime), "a lease never extends past issued_at + this")
-	maxGens := fs.Uint64("max-generations", def.MaxGenerations, "leases a job may ever be given")
-	retain := fs.Duration("retain", 0, "how long a job is kept once its last lease ended (awaiting no operator) before it is retired and its id is free again; 0 keeps every job for ever (rules revision 3)")
-	if err := parse(fs, args); err != nil {
+	durs := make(map[string]*time.Duration)
+	counts := make(map[string]*uint64)
+	for _, f := range policyFields {
+		if f.dur != nil {
+			durs[f.flag] = fs.Duration(f.flag, 0, f.help+" (default: unchanged)")
+		} else {
+			counts[f.flag] = fs.Uint64(f.flag, 0, f.help+" (default: unchanged)")
+		}
+	}
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *retain < 0 || *retain > events.MaxRetainMS*time.Millisecond {
+	if rest := fs.Args(); !show && len(rest) == 1 && rest[0] == "show" {
+		show = true
+	} else if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (see tenure policy --help)", errUsage, rest[0])
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	changes := 0
+	for _, f := range policyFields {
+		if !given[f.flag] {
+			continue
+		}
+		if show {
+			return fmt.Errorf("%w: tenure policy show changes nothing: --%s is for tenure policy", errUsage, f.flag)
+		}
+		changes++
+		if d, ok := durs[f.flag]; ok && *d%time.Millisecond != 0 {
+			return fmt.Errorf("%w: --%s is whole milliseconds", errUsage, f.flag)
+		}
+	}
+	if show {
+		return o.showPolicy(ctx, stdout)
+	}
+	if changes == 0 {
+		return fmt.Errorf("%w: give the fields to change, e.g. --max-lease 20m (see tenure policy --help), or tenure policy show", errUsage)
+	}
+	if r := *durs["retain"]; given["retain"] && (r < 0 || r > events.MaxRetainMS*time.Millisecond) {
 		return fmt.Errorf("%w: --retain must be 0 to %v", errUsage, events.MaxRetainMS*time.Millisecond)
 	}
-	if *retain%time.Millisecond != 0 {
-		return fmt.Errorf("%w: --retain is whole milliseconds", errUsage)
-	}
-	p := events.Policy{
-		MinLease: int64(*minLease), MaxLease: int64(*maxLease), DefaultLease: int64(*defLease),
-		AckTimeout: int64(*ackTimeout), CancelTimeout: int64(*cancelTimeout), MaxLifetime: int64(*maxLifetime),
-		MaxGenerations: *maxGens, Retain: int64(*retain),
+	merge := func(p events.Policy) events.Policy {
+		for _, f := range policyFields {
+			switch {
+			case !given[f.flag]:
+			case f.dur != nil:
+				*f.dur(&p) = int64(*durs[f.flag])
+			default:
+				*f.count(&p) = *counts[f.flag]
+			}
+		}
+		return p
 	}
 	return o.runAll(ctx, stdout, func(ctx context.Context, c *ops.Client) ([]events.Decision, error) {
+		inForce, err := c.Policies(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p := merge(inForce[0].Policy)
+		for k, pf := range inForce {
+			if merge(pf.Policy) != p {
+				return nil, fmt.Errorf("partitions 0 and %d have different policies (tenure policy show): give every field that differs, so that one policy results", k)
+			}
+		}
 		return c.SetPolicyAll(ctx, p) // to every partition of a partitioned deployment
 	})
+}
+
+// showPolicy prints the policy in force, each field with its value and
+// unit (per partition in a partitioned deployment); --json prints each as
+// its wire object, one line per partition.
+func (o *opsCommand) showPolicy(ctx context.Context, stdout io.Writer) error {
+	defaultURL(&o.conn)
+	nc, err := o.conn.connect("tenure-ops-" + o.as)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if !validPrefix(o.prefix) {
+		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, o.prefix)
+	}
+	c, err := ops.New(nc, o.as, ops.WithPrefix(o.prefix))
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	inForce, err := c.Policies(ctx)
+	if err != nil {
+		return err
+	}
+	for k, pf := range inForce {
+		if o.asJSON {
+			fmt.Fprintf(stdout, "%s\n", events.AppendPolicy(nil, &pf.Policy))
+			continue
+		}
+		if k > 0 {
+			fmt.Fprintln(stdout)
+		}
+		where := ""
+		if len(inForce) > 1 {
+			where = fmt.Sprintf("partition %d: ", k)
+		}
+		if pf.Decision == 0 {
+			fmt.Fprintf(stdout, "%sthe protocol's defaults (no policy_set decision yet)\n", where)
+		} else {
+			fmt.Fprintf(stdout, "%sset by input %d at %s (decision %d)\n", where, pf.Cause, events.FormatTime(pf.At), pf.Decision)
+		}
+		fmt.Fprintf(stdout, "  %-16s %-14s %s\n", "FIELD", "VALUE", "ON THE WIRE")
+		for _, f := range policyFields {
+			if f.count != nil {
+				n := *f.count(&pf.Policy)
+				fmt.Fprintf(stdout, "  %-16s %-14s %s=%d\n", f.flag, fmt.Sprintf("%d leases", n), f.wire, n)
+				continue
+			}
+			d := time.Duration(*f.dur(&pf.Policy))
+			v := d.String()
+			if f.flag == "retain" && d == 0 {
+				v = "0 (for ever)"
+			}
+			fmt.Fprintf(stdout, "  %-16s %-14s %s=%d\n", f.flag, v, f.wire, d.Milliseconds())
+		}
+	}
+	return nil
 }

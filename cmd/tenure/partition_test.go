@@ -174,6 +174,19 @@ func TestPartitionedCommands(t *testing.T) {
 			t.Errorf("policy: no verdict of partition %d:\n%s", k, out)
 		}
 	}
+	// policy show: each partition's policy in force, the fields given
+	// changed and the others kept.
+	out = cmd(0, "policy", "show")
+	for k := range count {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^partition %d: set by input \d+ at `, k)).MatchString(out) {
+			t.Errorf("policy show: no policy of partition %d:\n%s", k, out)
+		}
+	}
+	for _, want := range []string{"max-lease        20s            max_lease_ms=20000\n", "default-lease    5s             default_lease_ms=5000\n", "cancel-timeout   1m0s           cancel_timeout_ms=60000\n"} {
+		if n := strings.Count(out, want); n != count {
+			t.Errorf("policy show has %q %d times, want once per partition:\n%s", want, n, out)
+		}
+	}
 	if out := cmd(1, "offer", "--job", "late-1", "--holder", "w2", "--lease", "30s"); !strings.Contains(out, "duration_out_of_policy") {
 		t.Fatalf("offer over the new policy: %s", out)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -81,19 +82,65 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("%w: --log-format must be text or json, not %q", errUsage, format)
 }
 
-// defaultID is a coordinator id made of the host name and process id.
-func defaultID() string {
+// coordinatorIDFile is the file of a data directory that keeps the
+// coordinator id of `tenure serve` on it, next to its lock file.
+const coordinatorIDFile = "coordinator-id"
+
+// hostToken is the host name reduced to token characters, at most 40 of
+// them.
+func hostToken() string {
 	host, _ := os.Hostname()
 	var b strings.Builder
-	for _, r := range "c-" + host {
+	for _, r := range host {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
 			b.WriteRune(r)
 		}
-		if b.Len() >= 48 {
+		if b.Len() >= 40 {
 			break
 		}
 	}
-	return b.String() + "-" + strconv.Itoa(os.Getpid())
+	return b.String()
+}
+
+// processID is the coordinator id of a serve with no data directory of its
+// own (--nats-url without --data): c-<host>-<pid>, new on every start.
+func processID() string { return "c-" + hostToken() + "-" + strconv.Itoa(os.Getpid()) }
+
+// dataDirID returns the coordinator id kept in dir (whose lock the caller
+// holds), creating it on the first start: c-<host>-<10 random base-32
+// characters>. So one deployment keeps its id across restarts (its status
+// subject tenure.status.<id>, its metric labels, its leadership entry,
+// which a restarted coordinator takes back at once), and two data
+// directories, on one host or two with the same name, get different ids.
+//
+// The id is a name, not a secret: it is in every tick's subject and in the
+// status subjects, and nothing is derived from it that a worker could use
+// (leadership is a compare-and-set on the entry's revision, message ids
+// and the lease key are random). The random part only keeps ids apart; a
+// copy of the data directory is a copy of its id, so give a copy run
+// beside the original its own --id (or remove its coordinator-id file).
+func dataDirID(dir string) (string, error) {
+	path := filepath.Join(dir, coordinatorIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if !events.ValidToken(id) {
+			return "", fmt.Errorf("%s holds %q, not a coordinator id (1 to %d of [A-Za-z0-9_-]): fix it, remove it (a new id is made), or give --id", path, id, events.MaxTokenLen)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("coordinator id: %w", err)
+	}
+	id := "c-" + hostToken() + "-" + strings.ToLower(rand.Text()[:10])
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("coordinator id: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("coordinator id: %w", err)
+	}
+	return id, nil
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -101,10 +148,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var conn connFlags
 	conn.register(fs, "connect to this NATS server or cluster instead of running the embedded one")
 	data := fs.String("data", "./tenure-data", "data directory of the embedded nats-server")
-	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded nats-server")
+	listen := fs.String("listen", "127.0.0.1:4222", "client address of the embedded nats-server (tenure cluster up's node 1 defaults to the same port: serve says so if it is taken)")
 	sync := fs.String("sync", "always", "embedded server durability: always (fsync before every ack) or interval (lazier; see README)")
 	serverConf := fs.String("server-config", "", "nats-server configuration file for the embedded server (authorization, TLS)")
-	id := fs.String("id", defaultID(), "coordinator id (its actor token on tick and policy inputs)")
+	id := fs.String("id", "", "coordinator id: its actor token on tick and policy inputs, its status subject tenure.status.<id> (default: the id kept in the data directory's "+coordinatorIDFile+" file, made on the first start; with --nats-url and no --data, c-<host>-<pid>, new on every start)")
 	leaderTTL := fs.Duration("leader-ttl", coordinator.DefaultLeaderTTL, "lifetime of the leadership entry; a standby takes over after it")
 	snapEvery := fs.Int("snapshot-every", coordinator.DefaultSnapshotEvery, "inputs between snapshots (negative: never)")
 	snapInterval := fs.Duration("snapshot-interval", coordinator.DefaultSnapshotInterval, "time between snapshots")
@@ -169,6 +216,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			ConfigFile: *serverConf, ServerName: "tenure", Logger: log, Partitions: count,
 		})
 		if err != nil {
+			var le *streams.LockedError
+			if !errors.As(err, &le) && portInUse(host, port) {
+				return servePortTaken(host, port) // the data directory first: it is the one that matters
+			}
 			return dataDirInUse(err, "serve with another --data directory")
 		}
 		defer srv.Shutdown()
@@ -177,6 +228,31 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	dataSet := false
 	fs.Visit(func(f *flag.Flag) { dataSet = dataSet || f.Name == "data" })
+	if *id == "" {
+		switch {
+		case embedded:
+			// The embedded server holds the directory's lock.
+			dir, _ := filepath.Abs(*data)
+			if *id, err = dataDirID(dir); err != nil {
+				return err
+			}
+		case dataSet:
+			// One process per data directory, and so per kept id.
+			lock, err := streams.LockDir(*data)
+			if err != nil {
+				return dataDirInUse(err, "serve with another --data directory")
+			}
+			defer lock.Close()
+			if *id, err = dataDirID(lock.Dir()); err != nil {
+				return err
+			}
+		default:
+			*id = processID()
+			log.Info("coordinator id new on every start: give --id or --data DIR to keep one", "coordinator", *id)
+		}
+	} else if !events.ValidToken(*id) {
+		return fmt.Errorf("%w: --id must be 1 to %d of [A-Za-z0-9_-], got %q", errUsage, events.MaxTokenLen, *id)
+	}
 	headSigner, err := headFlags.signer(*data, embedded || dataSet, log)
 	if err != nil {
 		return err
