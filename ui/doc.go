@@ -8,9 +8,10 @@
 //   - / the lease board: every job with its state, holder, generation, the
 //     time left on its lease or ACK deadline (counting down), its progress,
 //     and the stale, late, duplicate and conflict counters of its current
-//     lease; filtered by state, holder and job, sorted, and paginated on the
-//     server (no request returns more than MaxPageSize rows, whatever the
-//     number of jobs);
+//     lease; filtered by state, holder and job, sorted (job ids and
+//     holders in natural order: batch-2 before batch-10), and paginated on
+//     the server (no request returns more than MaxPageSize rows, whatever
+//     the number of jobs);
 //   - /jobs/{id} a job page: an SVG drawing of the job's leases, one band per
 //     generation from offer to end, with a mark for every decision at its
 //     authoritative time (rejected messages on the band of the generation

@@ -345,7 +345,7 @@ type Query struct {
 	Holder  string   // exactly this holder
 	Job     string   // job ids containing this (case-sensitive)
 	Blocked bool     // only jobs with a pending conflict or UNRESOLVED
-	Sort    string   // id (default), -id, deadline, updated, holder, state, anomalies
+	Sort    string   // id (default), -id, deadline, updated, holder, state, anomalies; ids and holders in natural order (compareIDs)
 	Offset  int
 	Limit   int // default DefaultPageSize, at most MaxPageSize
 }
@@ -387,7 +387,8 @@ func (q *Query) stateSet() (set [16]bool, any bool) {
 	return set, any
 }
 
-// mergeTail sorts the jobs added since the last query into the id order:
+// mergeTail sorts the jobs added since the last query into the id order
+// (natural: compareIDs):
 // O(n) per query that follows new jobs, not a sort of every job. The
 // caller holds the write lock.
 func (m *model) mergeTail() {
@@ -400,7 +401,7 @@ func (m *model) mergeTail() {
 	if len(m.tail) == 0 {
 		return
 	}
-	byID := func(a, b *jobEntry) int { return strings.Compare(a.job.ID, b.job.ID) }
+	byID := func(a, b *jobEntry) int { return compareIDs(a.job.ID, b.job.ID) }
 	slices.SortFunc(m.tail, byID)
 	out := make([]*jobEntry, 0, len(m.order)+len(m.tail))
 	i, j := 0, 0
@@ -461,7 +462,7 @@ func (m *model) page(q Query, now time.Time) Page {
 		for id := range m.blocked {
 			order = append(order, m.jobs[id])
 		}
-		slices.SortFunc(order, func(a, b *jobEntry) int { return strings.Compare(a.job.ID, b.job.ID) })
+		slices.SortFunc(order, func(a, b *jobEntry) int { return compareIDs(a.job.ID, b.job.ID) })
 	}
 	if q.Sort == "" || q.Sort == "id" || q.Sort == "-id" {
 		step, i := 1, 0
@@ -495,7 +496,8 @@ func (m *model) page(q Query, now time.Time) Page {
 	return p
 }
 
-// keyed is a job with its sort key: by n, then s, then job id.
+// keyed is a job with its sort key: by n, then s, then job id (s and the
+// id in natural order: compareIDs).
 type keyed struct {
 	n int64
 	s string
@@ -503,7 +505,7 @@ type keyed struct {
 }
 
 func (a keyed) compare(b keyed) int {
-	return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.s, b.s), strings.Compare(a.e.job.ID, b.e.job.ID))
+	return cmp.Or(cmp.Compare(a.n, b.n), compareIDs(a.s, b.s), compareIDs(a.e.job.ID, b.e.job.ID))
 }
 
 // sortKey returns the key function of an order (default: job id). In a
@@ -653,7 +655,7 @@ func (m *model) anomalies(q AnomalyQuery, now time.Time) AnomalyPage {
 	for id := range m.blocked {
 		ids = append(ids, id)
 	}
-	slices.Sort(ids)
+	slices.SortFunc(ids, compareIDs)
 	for _, id := range ids[:min(len(ids), MaxPageSize)] {
 		p.Blocked = append(p.Blocked, m.jobs[id].row())
 	}

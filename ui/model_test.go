@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -176,7 +177,7 @@ func TestBoard100kJobs(t *testing.T) {
 		{"?sort=-id&limit=200", n, 200, "job-099999", nil},
 		{"?sort=deadline&limit=200", n, 200, "", func(a, b Row) bool { return deadlineMS(a) <= deadlineMS(b) }},
 		{"?sort=updated&limit=100", n, 100, "", func(a, b Row) bool { return a.LastSeq > b.LastSeq }},
-		{"?sort=holder&offset=1000&limit=100", n, 100, "", func(a, b Row) bool { return a.Holder <= b.Holder }},
+		{"?sort=holder&offset=1000&limit=100", n, 100, "", func(a, b Row) bool { return compareIDs(a.Holder, b.Holder) <= 0 }},
 		{"?state=ACTIVE&limit=100", n * 7 / 10, 100, "job-000003", nil},
 		{"?state=LIVE&limit=100", n * 8 / 10, 100, "job-000000", nil},
 		{"?holder=w42", n / 100, DefaultPageSize, "job-000042", nil},
@@ -278,5 +279,76 @@ func TestModelRetiredAndBounded(t *testing.T) {
 	}
 	if _, seqs, skipped, _ := m.job("a", 50); len(seqs) != 50 || len(seqs)+skipped != n+1 {
 		t.Fatalf("the last 50: %d kept, %d skipped", len(seqs), skipped)
+	}
+}
+
+func TestCompareIDs(t *testing.T) {
+	// Each id sorts before the next one.
+	ordered := []string{
+		"", "-", "0", "00", "01", "1", "2", "9", "10", "99", "100", "A", "_", "a",
+		"batch", "batch-", "batch-0", "batch-01", "batch-1", "batch-1a", "batch-1b", "batch-001x", "batch-2", "batch-2-3", "batch-2-10",
+		"batch-9", "batch-10", "batch-11", "batch-99", "batch-100", "batch-18446744073709551616", "batch-99999999999999999999999",
+		"batchA", "batch_1", "batcha", "job0002", "job11", "w2", "w10",
+	}
+	for i, a := range ordered {
+		for j, b := range ordered {
+			if got, want := compareIDs(a, b), cmp.Compare(i, j); got != want {
+				t.Errorf("compareIDs(%q, %q) = %d, want %d", a, b, got, want)
+			}
+		}
+	}
+	// A total order on random ids of the token alphabet: antisymmetric,
+	// transitive (a sort agrees with every pairwise comparison), and equal
+	// only for the same id.
+	rng := rand.New(rand.NewPCG(3, 4))
+	const alphabet = "0019-_aB"
+	ids := make([]string, 400)
+	for i := range ids {
+		b := make([]byte, rng.IntN(7))
+		for k := range b {
+			b[k] = alphabet[rng.IntN(len(alphabet))]
+		}
+		ids[i] = string(b)
+	}
+	slices.SortFunc(ids, compareIDs)
+	for i := range ids {
+		for j := range ids {
+			c := compareIDs(ids[i], ids[j])
+			if c != -compareIDs(ids[j], ids[i]) || (c == 0) != (ids[i] == ids[j]) || (i < j && c > 0) {
+				t.Fatalf("compareIDs(%q, %q) = %d at sorted positions %d, %d", ids[i], ids[j], c, i, j)
+			}
+		}
+	}
+}
+
+// The board lists job ids in natural order, whichever way the jobs came
+// (batch-2 before batch-10), and the holder order is natural too.
+func TestModelNaturalOrder(t *testing.T) {
+	m := newModel(0, 0)
+	now := time.Unix(0, 0)
+	ids := []string{"batch-10", "batch-2", "batch-1", "batch-11", "batch-9", "batch-100"}
+	for i, id := range ids {
+		m.apply(0, uint64(i+1), decision(uint64(i+1), events.KindGranted, events.ReasonOk, activeJob(id, fmt.Sprintf("w%d", 10-i), 1, 90*sec)))
+		if i == 2 {
+			m.page(Query{}, now) // some in order, the others merged into it
+		}
+	}
+	rowIDs := func(q Query) []string {
+		var out []string
+		for _, r := range m.page(q, now).Rows {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	want := []string{"batch-1", "batch-2", "batch-9", "batch-10", "batch-11", "batch-100"}
+	if got := rowIDs(Query{}); !slices.Equal(got, want) {
+		t.Errorf("by id: %q, want %q", got, want)
+	}
+	if got := rowIDs(Query{Sort: "-id"}); !slices.Equal(got, []string{"batch-100", "batch-11", "batch-10", "batch-9", "batch-2", "batch-1"}) {
+		t.Errorf("by id, descending: %q", got)
+	}
+	// Holders w5 (batch-100) ... w10 (batch-10).
+	if got := rowIDs(Query{Sort: "holder"}); !slices.Equal(got, []string{"batch-100", "batch-9", "batch-11", "batch-1", "batch-2", "batch-10"}) {
+		t.Errorf("by holder: %q", got)
 	}
 }
