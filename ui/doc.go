@@ -22,6 +22,15 @@
 //     UNRESOLVED) and a live feed of every verdict that was not accepted;
 //   - /audit runs an audit (package audit, as `tenure audit`) on demand.
 //
+// A job that never had a lease (generation 0: a typo in a job id, a
+// refused offer, a message about a job already retired) is not a row of
+// the board and counts in none of its numbers: the coordinator keeps no
+// projection of it either, and rows that no retirement would ever remove
+// would otherwise pile up. Its rejections are in the anomalies feed, and
+// its job page works while it is among the latest DefaultUnleased such
+// jobs (by first decision; at most its last 100 to 200 decisions); a
+// later lease makes it a row, with the decisions it had.
+//
 // Every page updates live, without reloading, through server-sent events
 // (/api/events) fed by the read model.
 //

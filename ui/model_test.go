@@ -352,3 +352,79 @@ func TestModelNaturalOrder(t *testing.T) {
 		t.Errorf("by holder: %q", got)
 	}
 }
+
+// A job that never had a lease (a typo, a refused offer) is no row of the
+// board and counts in none of its numbers, but has a page while it is among
+// the latest DefaultUnleased; a lease makes it a row, with the decisions it
+// had before.
+func TestModelUnleased(t *testing.T) {
+	m := newModel(0, 0)
+	now := time.Unix(0, 0)
+	m.apply(0, 1, decision(1, events.KindGranted, events.ReasonOk, activeJob("real", "w1", 1, 90*sec)))
+	typo := decision(2, events.KindRejected, events.ReasonNoSuchJob, events.Job{ID: "raal"})
+	m.apply(0, 2, typo)
+	refused := decision(3, events.KindRejected, events.ReasonDurationOutOfPolicy, events.Job{ID: "export-9"})
+	m.apply(0, 3, refused)
+	p := m.page(Query{}, now)
+	if p.Jobs != 1 || p.Total != 1 || len(p.Rows) != 1 || p.Rows[0].ID != "real" || p.States["NONE"] != 0 {
+		t.Fatalf("board with two unleased jobs: jobs %d, total %d, rows %+v, states %v", p.Jobs, p.Total, p.Rows, p.States)
+	}
+	if s := m.summary(); s.Jobs != 1 {
+		t.Fatalf("summary: %d jobs", s.Jobs)
+	}
+	if r, seqs, _, ok := m.job("raal", 0); !ok || r.LastKind != "rejected" || r.Anomalies != 1 || !slices.Equal(seqs, []uint64{2}) {
+		t.Fatalf("the typo's page: %v %+v %v", ok, r, seqs)
+	}
+	if _, ok := m.jobRow("raal"); !ok {
+		t.Fatal("no row for the typo's page")
+	}
+	if rows := m.rows([]string{"raal", "real"}); len(rows) != 1 || rows[0].ID != "real" {
+		t.Fatalf("board rows: %+v", rows)
+	}
+	if a := m.anomalies(AnomalyQuery{}, now); len(a.Items) != 2 {
+		t.Fatalf("the feed keeps both rejections: %+v", a.Items)
+	}
+	// The offer is made again, within policy: a row, with its first decision.
+	off := activeJob("export-9", "w3", 1, 0)
+	off.State, off.AckState, off.AckDeadline = events.StateOffered, events.AckPending, 70*sec
+	m.apply(0, 4, decision(4, events.KindOffered, events.ReasonOk, off))
+	p = m.page(Query{}, now)
+	if p.Jobs != 2 || len(p.Rows) != 2 || p.Rows[0].ID != "export-9" || p.Rows[0].Anomalies != 1 || p.Rows[0].Decisions != 2 || p.States["OFFERED"] != 1 {
+		t.Fatalf("after the offer: jobs %d, rows %+v, states %v", p.Jobs, p.Rows, p.States)
+	}
+	if _, seqs, _, _ := m.job("export-9", 0); !slices.Equal(seqs, []uint64{3, 4}) {
+		t.Fatalf("export-9's decisions: %v", seqs)
+	}
+	// Its rejections again: it stays a row (it had a lease).
+	m.apply(0, 5, decision(5, events.KindRejected, events.ReasonNoSuchJob, events.Job{ID: "export-9"}))
+	if p := m.page(Query{}, now); p.Jobs != 2 {
+		t.Fatalf("a leased job's later rejection: %d jobs", p.Jobs)
+	}
+
+	// Typos are bounded: the oldest first seen are forgotten.
+	seq := uint64(10)
+	for i := range 3 * DefaultUnleased {
+		seq++
+		m.apply(0, seq, decision(seq, events.KindRejected, events.ReasonNoSuchJob, events.Job{ID: fmt.Sprintf("typo-%d", i)}))
+	}
+	if len(m.unleased) != DefaultUnleased || len(m.unleasedQ) > 2*DefaultUnleased {
+		t.Fatalf("%d unleased jobs kept, queue %d; want %d", len(m.unleased), len(m.unleasedQ), DefaultUnleased)
+	}
+	if _, _, _, ok := m.job("raal", 0); ok {
+		t.Fatal("the oldest typo is still kept")
+	}
+	if _, _, _, ok := m.job(fmt.Sprintf("typo-%d", 3*DefaultUnleased-1), 0); !ok {
+		t.Fatal("the latest typo is not kept")
+	}
+	if p := m.page(Query{}, now); p.Jobs != 2 || len(p.Rows) != 2 {
+		t.Fatalf("after %d typos: %d jobs, %d rows", 3*DefaultUnleased, p.Jobs, len(p.Rows))
+	}
+	// The same typo over and over keeps its last decisions only.
+	for range 10 * unleasedHistory {
+		seq++
+		m.apply(0, seq, decision(seq, events.KindRejected, events.ReasonNoSuchJob, events.Job{ID: "typo-again"}))
+	}
+	if _, seqs, skipped, _ := m.job("typo-again", 0); len(seqs) > 2*unleasedHistory || len(seqs)+skipped != 10*unleasedHistory {
+		t.Fatalf("a repeated typo: %d kept, %d skipped", len(seqs), skipped)
+	}
+}
