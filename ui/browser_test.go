@@ -205,7 +205,8 @@ func seconds(t *testing.T, s string) float64 {
 	return v
 }
 
-// background gives the board some company: jobs in various states.
+// background gives the board some company: jobs in various states (12
+// rows on the board with report-42), and a typo that is none of them.
 func (e *env) background() {
 	e.decide("ops.disp.export-7.offer", `{"v":1,"holder":"w3","lease_ms":300000,"ack_timeout_ms":600000}`)
 	e.decide("worker.w2.thumbs-3.acquire", `{"v":1,"lease_ms":300000}`)
@@ -224,11 +225,13 @@ func (e *env) background() {
 	e.decide("worker.w8.clone-2.renew", `{"v":1,"lease_id":"`+l+`","generation":1,"renew_seq":1}`)
 	e.decide("worker.w5.ping-1.acquire", `{"v":1,"lease_ms":100}`)
 	for i, lease := range []int{90, 240, 420, 180, 600} {
-		job := fmt.Sprintf("batch-%02d", i+1)
+		job := fmt.Sprintf("batch-%d", []int{1, 2, 9, 10, 11}[i]) // in natural order on the board
 		e.decide("worker.w9."+job+".acquire", fmt.Sprintf(`{"v":1,"lease_ms":%d000}`, lease))
 		l = e.row(job).LeaseID
 		e.decide("worker.w9."+job+".progress", fmt.Sprintf(`{"v":1,"lease_id":"%s","generation":1,"progress_seq":1,"value":%d}`, l, 15+i*17))
 	}
+	// A typo: a job that never had a lease, in the anomalies feed, not on the board.
+	e.decide("worker.w2.thumb-3.renew", `{"v":1,"lease_id":"`+e.row("thumbs-3").LeaseID+`","generation":1,"renew_seq":2}`)
 	e.waitFor("ping-1 to expire", 10*time.Second, func() bool { return e.row("ping-1").State == "EXPIRED" })
 }
 
@@ -421,4 +424,80 @@ func TestBrowserActions(t *testing.T) {
 		t.Fatalf("the action's input: %s %s", m.Subject, m.Data)
 	}
 	page.checkConsole()
+}
+
+// The board in a real browser: job ids in natural order (batch-2 before
+// batch-10), both ways; no row for a job that never had a lease (a typo, a
+// refused offer), though its page works; no doubled state label; every
+// column inside a 1,400-pixel window.
+func TestBrowserBoard(t *testing.T) {
+	bctx := browser(t)
+	e := newEnv(t, false)
+	var want []string
+	for _, n := range []int{10, 2, 1, 11, 3, 12, 9, 4, 5, 8, 6, 7} {
+		job := fmt.Sprintf("batch-%d", n)
+		e.decide("worker.w"+strconv.Itoa(n)+"."+job+".acquire", `{"v":1,"lease_ms":600000}`)
+	}
+	for n := 1; n <= 12; n++ {
+		want = append(want, fmt.Sprintf("batch-%d", n))
+	}
+	// An offer withdrawn (CANCELLED, result CANCELLED) and a failure
+	// (FAILED, result FAILED).
+	e.decide("ops.disp.export-1.offer", `{"v":1,"holder":"w3","lease_ms":300000}`)
+	if _, v := e.decide("ops.disp.export-1.cancel", `{"v":1,"reason":"customer withdrew"}`); v != "cancel_requested/offer_withdrawn" {
+		t.Fatalf("cancel of the offer: %s", v)
+	}
+	e.decide("worker.w4.fail-1.acquire", `{"v":1,"lease_ms":600000}`)
+	l := e.row("fail-1").LeaseID
+	e.decide("worker.w4.fail-1.result", `{"v":1,"lease_id":"`+l+`","generation":1,"outcome":"FAILED"}`)
+	want = append(want, "export-1", "fail-1")
+	// A typo and a refused offer: jobs that never had a lease.
+	if _, v := e.decide("worker.w3.bacth-3.renew", `{"v":1,"lease_id":"L1-x","generation":1,"renew_seq":1}`); v != "lost_authority/no_such_job" {
+		t.Fatalf("the typo: %s", v)
+	}
+	if _, v := e.decide("ops.disp.export-9.offer", `{"v":1,"holder":"w3","lease_ms":7200000}`); v != "rejected/duration_out_of_policy" {
+		t.Fatalf("the refused offer: %s", v)
+	}
+
+	board := newTab(t, bctx, "board")
+	board.do(chromedp.EmulateViewport(1400, 900))
+	board.do(chromedp.Navigate(e.url + "/"))
+	ids := `Array.from(document.querySelectorAll('#board-rows tr[data-job]')).map(r => r.dataset.job)`
+	board.wait("the board's rows", `document.querySelectorAll('#board-rows tr[data-job]').length >= 14`)
+	if got := eval[[]string](board, ids); !slices.Equal(got, want) {
+		t.Fatalf("board rows %q,\nwant %q", got, want)
+	}
+	board.wait("the summary", `document.querySelector('#summary').textContent.startsWith('14 jobs')`)
+	// No doubled state.
+	for job, state := range map[string]string{"export-1": "CANCELLED", "fail-1": "FAILED", "batch-1": "ACTIVE"} {
+		if got := eval[string](board, `document.querySelector('#board-rows tr[data-job="`+job+`"]').cells[1].textContent`); got != state {
+			t.Errorf("%s's state cell %q, want %q", job, got, state)
+		}
+	}
+	// Every column inside the window: nothing to scroll sideways, the last
+	// column's right edge inside the table's frame.
+	fit := eval[[]float64](board, `(w => [w.scrollWidth, w.clientWidth, document.querySelector('#board thead th:last-child').getBoundingClientRect().right, w.getBoundingClientRect().right, window.innerWidth])(document.querySelector('.tablewrap'))`)
+	if fit[0] > fit[1] || fit[2] > fit[3] || fit[3] > fit[4] {
+		t.Errorf("the board does not fit 1,400 pixels: table %v wide in a frame of %v, last column ends at %v, the frame at %v, the window %v", fit[0], fit[1], fit[2], fit[3], fit[4])
+	}
+	// The other way round.
+	board.do(chromedp.Evaluate[chromedp.Void](`(s => { s.value = '-id'; s.dispatchEvent(new Event('change')) })(document.querySelector('#f-sort'))`))
+	board.wait("the descending order", `new URLSearchParams(location.search).get('sort') === '-id' && document.querySelector('#board-rows tr[data-job]').dataset.job === 'fail-1'`)
+	got := eval[[]string](board, ids)
+	slices.Reverse(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("board rows, descending, reversed: %q,\nwant %q", got, want)
+	}
+
+	// The typo's page: the rejection, no lease.
+	page := newTab(t, bctx, "job")
+	page.do(chromedp.Navigate(e.url + "/jobs/bacth-3"))
+	page.wait("the typo's page", `(s => s && s.textContent === 'NONE')(document.querySelector('#job-state')) && document.querySelector('#timeline-svg').textContent.includes('never had a lease') && document.querySelectorAll('#matrix tbody tr').length === 1`)
+	// A job page's state card, and its band, say CANCELLED once.
+	page.do(chromedp.Navigate(e.url + "/jobs/export-1"))
+	page.wait("export-1's page", `(s => s && s.textContent === 'CANCELLED')(document.querySelector('#job-state')) && (b => b && b.textContent === 'CANCELLED')(document.querySelector('#timeline-svg .bandstate'))`)
+
+	for _, tb := range []*tab{board, page} {
+		tb.checkConsole()
+	}
 }

@@ -130,6 +130,12 @@
   // ---------- shared rendering ----------
   const LIVE = new Set(['OFFERED', 'ACTIVE']);
   const stateBadge = (st) => h('span', { class: 'state st-' + st, text: st });
+  // A terminal state already says its result (the fold sets one from the
+  // other): the result is shown only where it would add something, so that
+  // no label reads "CANCELLED CANCELLED".
+  const IMPLIED = { COMPLETED: 'SUCCESS', FAILED: 'FAILED', CANCELLED: 'CANCELLED' };
+  const extraResult = (st, res) => (res && IMPLIED[st] !== res ? res : '');
+  const stateText = (st, res) => st + (extraResult(st, res) ? ' ' + res : '');
   const kindBadge = (k) => h('span', { class: 'kind k-' + k, text: k });
   const jobLink = (id) => (id && id !== '_' ? h('a', { href: '/jobs/' + encodeURIComponent(id), class: 'job', text: id }) : h('span', { class: 'muted', text: '(no job)' }));
 
@@ -176,17 +182,19 @@
 
   function boardRow(r) {
     const tr = h('tr', { 'data-job': r.id, class: r.conflict || r.state === 'UNRESOLVED' ? 'blocked' : '' },
-      h('td', {}, jobLink(r.id)),
+      h('td', { class: 'jobcell', title: r.id }, jobLink(r.id)),
       config.partitions ? h('td', { class: 'num part', title: 'partition', text: r.partition || '' }) : null,
-      h('td', {}, stateBadge(r.state), r.result ? h('span', { class: 'sub', text: ' ' + r.result }) : null,
-        r.cancel_requested ? h('span', { class: 'flag', text: r.cancel_acked ? 'cancel acked' : 'cancel requested' }) : null,
+      h('td', { class: 'stcell' }, stateBadge(r.state), extraResult(r.state, r.result) ? h('span', { class: 'sub', text: ' ' + r.result }) : null,
+        // A cancellation matters while the lease is live or unreconciled;
+        // after that the state says how it ended.
+        r.cancel_requested && (LIVE.has(r.state) || r.state === 'UNRESOLVED') ? h('span', { class: 'flag', text: r.cancel_acked ? 'cancel acked' : 'cancel requested' }) : null,
         r.conflict ? h('span', { class: 'flag bad', title: 'conflict with ' + r.conflict_with, text: 'CONFLICT' }) : null),
-      h('td', { class: 'holder', text: r.holder || '–' }),
-      h('td', { class: 'gen', text: r.generation ? 'g' + r.generation + ' · ' + r.lease_id : '–' }),
+      h('td', { class: 'holder' }, r.holder ? h('span', { class: 'clip', title: r.holder, text: r.holder }) : '–'),
+      h('td', { class: 'gen' }, r.generation ? h('span', { class: 'clip', title: 'generation ' + r.generation + ', lease ' + r.lease_id, text: 'g' + r.generation + ' · ' + r.lease_id }) : '–'),
       leftCell(r),
       progressCell(r),
       num(r.stale, 'stale'), num(r.late, 'late'), num(r.duplicates, 'dup'), num(r.conflicts, 'conflicts'),
-      h('td', { class: 'last' }, kindBadge(r.last_kind), h('span', { class: 'sub', text: ' ' + r.last_reason }), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
+      h('td', { class: 'last' }, kindBadge(r.last_kind), ' ', h('span', { class: 'sub reason', text: r.last_reason }), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
     return tr;
   }
 
@@ -425,7 +433,7 @@
       const end = live ? tNow : (g.ended || g.last);
       const grp = s('g', { class: 'band st-' + g.state, 'data-gen': g.gen },
         s('text', { x: 8, y: y + 30, class: 'bandlabel', text: 'g' + g.gen + ' · ' + g.lease + ' · ' + g.holder }),
-        s('text', { x: 8, y: y + 43, class: 'bandstate', text: g.state + (g.result ? ' ' + g.result : '') }));
+        s('text', { x: 8, y: y + 43, class: 'bandstate', text: stateText(g.state, g.result) }));
       const activeFrom = g.acked || (g.ack === 'ACQUIRED' ? g.issued : 0);
       if (activeFrom && activeFrom > g.issued) {
         grp.append(s('rect', { x: x(g.issued), y: y + 20, width: Math.max(1, x(activeFrom) - x(g.issued)), height: 14, class: 'offerpart' },
@@ -522,7 +530,7 @@
     bar.firstChild.style.width = Math.max(0, Math.min(100, r.progress_value || 0)) + '%';
     return h('div', { class: 'cards' },
       config.partitions ? card('Partition', r.partition + ' of ' + config.partitions, 'job-partition') : null,
-      card('State', [stateBadge(r.state), r.result ? ' ' + r.result : '', r.conflict ? h('span', { class: 'flag bad', text: ' CONFLICT with ' + r.conflict_with }) : ''], 'job-state'),
+      card('State', [stateBadge(r.state), extraResult(r.state, r.result) ? ' ' + r.result : '', r.conflict ? h('span', { class: 'flag bad', text: ' CONFLICT with ' + r.conflict_with }) : ''], 'job-state'),
       card('Holder', r.holder || '–', 'job-holder'),
       card('Lease', r.generation ? 'g' + r.generation + ' · ' + r.lease_id : '–', 'job-lease'),
       card('ACK', r.ack_state || '–'),
