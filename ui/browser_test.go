@@ -429,7 +429,9 @@ func TestBrowserActions(t *testing.T) {
 // The board in a real browser: job ids in natural order (batch-2 before
 // batch-10), both ways; no row for a job that never had a lease (a typo, a
 // refused offer), though its page works; no doubled state label; every
-// column inside a 1,400-pixel window.
+// column inside a 1,400-pixel window. The audit page's live updates: its
+// connection indicator turns live, and it counts the decisions stored
+// meanwhile.
 func TestBrowserBoard(t *testing.T) {
 	bctx := browser(t)
 	e := newEnv(t, false)
@@ -497,7 +499,18 @@ func TestBrowserBoard(t *testing.T) {
 	page.do(chromedp.Navigate(e.url + "/jobs/export-1"))
 	page.wait("export-1's page", `(s => s && s.textContent === 'CANCELLED')(document.querySelector('#job-state')) && (b => b && b.textContent === 'CANCELLED')(document.querySelector('#timeline-svg .bandstate'))`)
 
-	for _, tb := range []*tab{board, page} {
+	// The audit page, opened directly: its indicator turns live, and it
+	// counts the decisions stored while it is open.
+	audit := newTab(t, bctx, "audit")
+	audit.do(chromedp.Navigate(e.url + "/audit"))
+	audit.wait("the audit page live", `document.querySelector('#conn').textContent === 'live' && /read \d+ decisions/.test(document.querySelector('#audit-live').textContent)`)
+	audit.mark()
+	audit.do(chromedp.Click(chromedp.CSS("#audit-run")))
+	audit.wait("the audit's result", `(v => v && v.textContent.startsWith('OK'))(document.querySelector('#audit-verdict'))`)
+	e.decide("worker.w1.batch-1.renew", `{"v":1,"lease_id":"`+e.row("batch-1").LeaseID+`","generation":1,"renew_seq":1}`)
+	audit.wait("a decision stored since the audit", `document.querySelector('#audit-live').textContent.endsWith(', 1 of them since the audit below began')`)
+	audit.notReloaded()
+	for _, tb := range []*tab{board, page, audit} {
 		tb.checkConsole()
 	}
 }

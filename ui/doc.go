@@ -20,7 +20,8 @@
 //     prints it); and every input with its verdicts;
 //   - /anomalies the jobs that need an operator (pending ownership conflict,
 //     UNRESOLVED) and a live feed of every verdict that was not accepted;
-//   - /audit runs an audit (package audit, as `tenure audit`) on demand.
+//   - /audit runs an audit (package audit, as `tenure audit`) on demand,
+//     and counts the decisions stored since the audit on screen began.
 //
 // A job that never had a lease (generation 0: a typo in a job id, a
 // refused offer, a message about a job already retired) is not a row of
@@ -32,7 +33,8 @@
 // later lease makes it a row, with the decisions it had.
 //
 // Every page updates live, without reloading, through server-sent events
-// (/api/events) fed by the read model.
+// (/api/events) fed by the read model; the header's indicator shows the
+// state of the page's stream (every page opens one).
 //
 // The read model follows the decision stream from its first decision (a
 // follow.Follower, which replaces a consumer lost with a cluster node).

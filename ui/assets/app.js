@@ -92,10 +92,14 @@
     };
     return sc;
   }
+  // setConn shows the state of the page's live updates: true (connected),
+  // false (lost, the browser reconnects), null (the page's stream is not
+  // open yet). Every page opens one, so that the indicator says something
+  // true about the page on screen.
   function setConn(ok) {
     const el = $('#conn');
-    el.textContent = ok ? 'live' : 'reconnecting…';
-    el.className = 'conn ' + (ok ? 'ok' : 'bad');
+    el.textContent = ok ? 'live' : ok === null ? 'connecting…' : 'reconnecting…';
+    el.className = 'conn' + (ok ? ' ok' : ok === null ? '' : ' bad');
   }
 
   // ---------- header: health and anomaly badge ----------
@@ -851,12 +855,32 @@
     const strictIn = h('input', { id: 'audit-strict', type: 'checkbox' });
     const run = h('button', { id: 'audit-run', class: 'primary', text: 'Run audit' });
     const out = h('div', { id: 'audit-out' });
+    // The log moves on while the page is open: say how far, and how much
+    // was stored since the audit on screen began (live updates, so that
+    // the page is as live as the others and its indicator says so).
+    const liveLine = h('p', { class: 'muted small', id: 'audit-live' });
+    let stored = -1;
+    let atRun = -1;
+    const showLive = () => {
+      if (stored < 0) return;
+      liveLine.textContent = 'the board has read ' + stored.toLocaleString() + ' decisions' +
+        (atRun >= 0 ? ', ' + (stored - atRun).toLocaleString() + ' of them since the audit below began' : '');
+    };
     main.replaceChildren(
       h('h1', {}, 'Audit'),
       h('p', { class: 'muted' }, 'Replays the input stream through the fold and checks every stored decision, byte for byte (', h('code', { text: 'tenure audit' }), '). Read-only: nothing is written to the streams.'),
       h('div', { class: 'filters' }, jobIn, h('label', { class: 'check' }, strictIn, ' strict (count pending inputs as problems)'), run),
-      out);
+      liveLine, out);
+    const listen = () => {
+      const es = sc.events('/api/events', {
+        board: (ev) => { stored = ev.seq; setFeedBadge(ev.feed); showLive(); },
+        reset: () => { sc.close(es); listen(); },
+      });
+    };
+    listen();
     run.addEventListener('click', async () => {
+      atRun = stored;
+      showLive();
       run.disabled = true;
       out.replaceChildren(h('p', { class: 'muted', id: 'audit-running', text: 'auditing: replaying the log…' }));
       const body = { strict: strictIn.checked };
@@ -877,6 +901,7 @@
   function route() {
     if (scope) scope.dispose();
     scope = newScope();
+    setConn(null); // the last page's stream is closed; this page's is not open yet
     const main = $('#main');
     const p = location.pathname;
     let nav = '';
