@@ -514,3 +514,83 @@ func TestBrowserBoard(t *testing.T) {
 		tb.checkConsole()
 	}
 }
+
+// The job page's timeline zooms to one generation: a generation of a
+// fraction of a second, drawn as a clump next to a long one, spans the
+// plot when zoomed to; the zoom survives live updates, is in the URL, and
+// counts the generation's marks outside its life instead of squeezing them
+// in.
+func TestBrowserZoom(t *testing.T) {
+	bctx := browser(t)
+	e := newEnv(t, false)
+	e.decide("worker.w1.zoom-1.acquire", `{"v":1,"lease_ms":600000}`)
+	g1 := e.row("zoom-1").LeaseID
+	e.decide("worker.w1.zoom-1.progress", `{"v":1,"lease_id":"`+g1+`","generation":1,"progress_seq":1,"value":40}`)
+	e.decide("worker.w1.zoom-1.progress", `{"v":1,"lease_id":"`+g1+`","generation":1,"progress_seq":2,"value":80}`)
+	if _, v := e.decide("worker.w1.zoom-1.release", `{"v":1,"lease_id":"`+g1+`","generation":1}`); v != "released/ok" {
+		t.Fatalf("release: %s", v)
+	}
+	if _, v := e.decide("worker.w2.zoom-1.acquire", `{"v":1,"lease_ms":600000}`); v != "granted/ok" {
+		t.Fatalf("generation 2: %s", v)
+	}
+
+	page := newTab(t, bctx, "job")
+	page.do(chromedp.Navigate(e.url + "/jobs/zoom-1"))
+	page.mark()
+	// x of the marks of a kind on generation 1's band, and the plot's ends.
+	const marksJS = `(kind => [...document.querySelectorAll('#timeline-svg .mark[data-gen="1"][data-kind="' + kind + '"]')].map(m => (b => b.x + b.width / 2)(m.getBBox())))`
+	const plotJS = `(s => [Number(s.dataset.plotLeft), Number(s.dataset.plotRight)])(document.querySelector('#timeline-svg'))`
+	const bandW = `(g => (r => r ? r.getBBox().width : 0)(document.querySelector('#timeline-svg .band[data-gen="' + g + '"] rect.leasepart')))`
+	// Generation 2 lives on (the page redraws it every second): wait until
+	// generation 1 is a clump beside it.
+	page.wait("generation 1 a clump next to generation 2", `document.querySelectorAll('#timeline-svg .band').length === 2 && `+bandW+`(2) > 25 * `+bandW+`(1)`)
+	plot := eval[[]float64](page, plotJS)
+	plotW := plot[1] - plot[0]
+	spread := func() float64 {
+		granted := eval[[]float64](page, marksJS+`('granted')`)
+		released := eval[[]float64](page, marksJS+`('released')`)
+		if len(granted) != 1 || len(released) != 1 {
+			t.Fatalf("generation 1's marks: granted at %v, released at %v", granted, released)
+		}
+		return released[0] - granted[0]
+	}
+	if d := spread(); d > 0.05*plotW {
+		t.Fatalf("unzoomed, generation 1 spans %.0f of %.0f pixels: not the clump this test needs", d, plotW)
+	}
+
+	// Zoom to generation 1: its life spans the plot.
+	page.do(chromedp.Evaluate[chromedp.Void](`(s => { s.value = '1'; s.dispatchEvent(new Event('change')) })(document.querySelector('#tl-zoom'))`))
+	page.wait("the zoom to generation 1", `document.querySelector('#timeline-svg').dataset.zoom === '1' && document.querySelectorAll('#timeline-svg .band').length === 1 && new URLSearchParams(location.search).get('gen') === '1'`)
+	if d := spread(); d < 0.8*plotW {
+		t.Fatalf("zoomed to generation 1, its grant and release are %.0f pixels apart in a plot of %.0f", d, plotW)
+	}
+	if n := eval[int](page, `document.querySelectorAll('#timeline-svg .mark[data-gen="1"][data-kind="progressed"]').length`); n != 2 {
+		t.Fatalf("%d progress marks on the zoomed band, want 2", n)
+	}
+	if w := eval[float64](page, bandW+`(1)`); w < 0.8*plotW {
+		t.Fatalf("zoomed, generation 1's band is %.0f pixels wide in a plot of %.0f", w, plotW)
+	}
+	page.screenshot("job-zoom.png", false)
+
+	// A stale renewal of generation 1, after its end: the page
+	// updates live, stays zoomed, and counts the mark it does not draw.
+	if _, v := e.decide("worker.w1.zoom-1.renew", `{"v":1,"lease_id":"`+g1+`","generation":1,"renew_seq":1}`); v != "lost_authority/stale_generation" {
+		t.Fatalf("stale renewal: %s", v)
+	}
+	page.wait("the stale renewal counted outside generation 1's life", `(o => o && o.textContent.startsWith('1 mark of g1 outside its life'))(document.querySelector('#tl-outside')) && document.querySelector('#timeline-svg').dataset.zoom === '1'`)
+	if n := eval[int](page, `document.querySelectorAll('#timeline-svg .mark[data-kind="lost_authority"]').length`); n != 0 {
+		t.Fatalf("the stale renewal is drawn in the zoomed view (%d marks)", n)
+	}
+	page.notReloaded()
+
+	// Back to every generation: both bands, the stale renewal on g1's.
+	page.do(chromedp.Evaluate[chromedp.Void](`(s => { s.value = '0'; s.dispatchEvent(new Event('change')) })(document.querySelector('#tl-zoom'))`))
+	page.wait("every generation", `document.querySelector('#timeline-svg').dataset.zoom === 'all' && document.querySelectorAll('#timeline-svg .band').length === 2 && document.querySelector('#timeline-svg .mark[data-gen="1"][data-kind="lost_authority"]') && location.search === ''`)
+	// Clicking a band zooms to it.
+	page.do(chromedp.Click(chromedp.CSS(`#timeline-svg .band[data-gen="2"] rect.leasepart`)))
+	page.wait("the zoom to generation 2 by a click", `document.querySelector('#timeline-svg').dataset.zoom === '2' && document.querySelector('#tl-zoom').value === '2'`)
+	// A zoomed view is a link.
+	page.do(chromedp.Navigate(e.url + "/jobs/zoom-1?gen=1"))
+	page.wait("the linked zoom", `(s => s && s.dataset.zoom === '1')(document.querySelector('#timeline-svg')) && document.querySelector('#tl-zoom').value === '1'`)
+	page.checkConsole()
+}

@@ -15,7 +15,9 @@
 //   - /jobs/{id} a job page: an SVG drawing of the job's leases, one band per
 //     generation from offer to end, with a mark for every decision at its
 //     authoritative time (rejected messages on the band of the generation
-//     they name); the evidence matrix of seed 000 §13 (projector.MatrixRow
+//     they name), which zooms to one generation (?gen=N: its life from
+//     offer to end spans the drawing, so that two seconds of a generation
+//     are not a clump beside ten minutes of another); the evidence matrix of seed 000 §13 (projector.MatrixRow
 //     of every stored decision about the job, as `tenure audit --job`
 //     prints it); and every input with its verdicts;
 //   - /anomalies the jobs that need an operator (pending ownership conflict,
