@@ -24,7 +24,7 @@ import (
 
 // chromium finds the headless browser: $TENURE_CHROMIUM, else Debian's
 // chromium (`apt-get install -y chromium`, which .ci/run does) or another
-// Chrome on the PATH.
+// Chrome on the PATH (the Makefile's test target looks for the same names).
 func chromium() (string, error) {
 	if p := os.Getenv("TENURE_CHROMIUM"); p != "" {
 		if _, err := exec.LookPath(p); err != nil {
@@ -40,14 +40,42 @@ func chromium() (string, error) {
 	return "", errors.New("no chromium, chromium-browser or google-chrome on the PATH")
 }
 
+// requireBrowser is the environment variable that makes a missing browser
+// a failure rather than a skip; .ci/run sets it to 1, so that CI cannot
+// silently skip the browser tests.
+const requireBrowser = "TENURE_REQUIRE_BROWSER"
+
+// noBrowser decides what a browser test does when chromium() found no
+// browser (lookup is its error), given $TENURE_REQUIRE_BROWSER (require)
+// and $TENURE_CHROMIUM (named): it skips, saying what to install, unless
+// the browser is required (require is "1"), or was named and is not there,
+// or require is neither "", "0" nor "1" (a misspelt value must not turn
+// CI's requirement into a skip); then it fails.
+func noBrowser(lookup error, require, named string) (fail bool, msg string) {
+	install := "install it with `apt-get install chromium` (.ci/run does), or set TENURE_CHROMIUM to a Chrome or Chromium"
+	switch {
+	case require != "" && require != "0" && require != "1":
+		return true, fmt.Sprintf("%s=%q: want 1 (a missing browser fails the test) or 0 (it skips it)", requireBrowser, require)
+	case named != "":
+		return true, fmt.Sprintf("the browser tests of the web board need a headless Chromium: %v", lookup)
+	case require == "1":
+		return true, fmt.Sprintf("the browser tests of the web board need a headless Chromium (%s=1): %v; %s", requireBrowser, lookup, install)
+	}
+	return false, fmt.Sprintf("SKIPPED: the browser tests of the web board need a headless Chromium: %v; %s (with %s=1 its absence fails)", lookup, install, requireBrowser)
+}
+
 // browser starts a headless Chromium with a fresh profile and no background
 // networking (the machine's network is closed), and returns its context.
+// Without a browser the test is skipped or fails: noBrowser decides.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	path, err := chromium()
 	if err != nil {
-		t.Fatalf("the browser end-to-end test needs a headless Chromium: %v.\n"+
-			"Install it with `apt-get update && apt-get install -y chromium` (.ci/run does), or set TENURE_CHROMIUM to its path.", err)
+		fail, msg := noBrowser(err, os.Getenv(requireBrowser), os.Getenv("TENURE_CHROMIUM"))
+		if fail {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
@@ -593,4 +621,77 @@ func TestBrowserZoom(t *testing.T) {
 	page.do(chromedp.Navigate(e.url + "/jobs/zoom-1?gen=1"))
 	page.wait("the linked zoom", `(s => s && s.dataset.zoom === '1')(document.querySelector('#timeline-svg')) && document.querySelector('#tl-zoom').value === '1'`)
 	page.checkConsole()
+}
+
+// Without a browser, the browser tests skip on a developer's machine and
+// fail where one is required or named, or where the requirement is
+// misspelt.
+func TestNoBrowser(t *testing.T) {
+	lookup := errors.New("no chromium, chromium-browser or google-chrome on the PATH")
+	for _, c := range []struct {
+		require, named string
+		fail           bool
+		says           string
+	}{
+		{"", "", false, "apt-get install chromium"},
+		{"0", "", false, "apt-get install chromium"},
+		{"1", "", true, "apt-get install chromium"},
+		{"1", "/opt/chrome", true, "no chromium"},
+		{"", "/opt/chrome", true, "no chromium"},
+		{"0", "/opt/chrome", true, "no chromium"},
+		{"true", "", true, `TENURE_REQUIRE_BROWSER="true"`},
+		{"yes", "", true, `TENURE_REQUIRE_BROWSER="yes"`},
+		{" 1", "", true, `TENURE_REQUIRE_BROWSER=" 1"`},
+	} {
+		fail, msg := noBrowser(lookup, c.require, c.named)
+		if fail != c.fail || !strings.Contains(msg, c.says) {
+			t.Errorf("TENURE_REQUIRE_BROWSER=%q TENURE_CHROMIUM=%q: fail %v, %q; want fail %v, saying %q", c.require, c.named, fail, msg, c.fail, c.says)
+		}
+		if !fail && !strings.HasPrefix(msg, "SKIPPED") {
+			t.Errorf("TENURE_REQUIRE_BROWSER=%q: a skip that does not say so: %q", c.require, msg)
+		}
+	}
+}
+
+// browser itself, on a machine without a browser: TENURE_CHROMIUM names
+// none and the PATH holds none. Run in a child process, since a skip and a
+// failure end the test that gets them.
+func TestBrowserAbsent(t *testing.T) {
+	if os.Getenv("TENURE_BROWSER_ABSENT_CHILD") == "1" {
+		browser(t)
+		t.Fatal("browser returned without a browser")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		require string
+		want    string
+	}{
+		{"", "--- SKIP: TestBrowserAbsent"},
+		{"1", "--- FAIL: TestBrowserAbsent"},
+	} {
+		cmd := exec.Command(exe, "-test.run", "^TestBrowserAbsent$", "-test.v")
+		cmd.Env = append(os.Environ(), "TENURE_BROWSER_ABSENT_CHILD=1", "PATH="+t.TempDir(), "TENURE_CHROMIUM=", requireBrowser+"="+c.require)
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), c.want) || !strings.Contains(string(out), "apt-get install chromium") {
+			t.Errorf("%s=%q without a browser:\n%s\nwant %q, naming what to install", requireBrowser, c.require, out, c.want)
+		}
+	}
+}
+
+// CI requires the browser, before it runs the tests: it can never skip
+// them silently.
+func TestCIRequiresBrowser(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := string(b)
+	req := strings.Index(ci, "\nexport "+requireBrowser+"=1\n")
+	test := strings.Index(ci, "\nmake test\n")
+	if req < 0 || test < 0 || req > test {
+		t.Fatalf(".ci/run does not export %s=1 before make test:\n%s", requireBrowser, ci)
+	}
 }
