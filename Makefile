@@ -9,8 +9,20 @@ build:
 	$(GO) build ./...
 
 ## test: the whole suite, race detector on, including a short run of every fuzz corpus.
+## The browser tests of the web board (ui/) drive a headless Chromium; without one they
+## are skipped, unless TENURE_REQUIRE_BROWSER=1 (.ci/run sets it), which makes its absence
+## a failure. go test prints nothing about a package that passes, so the skip is said here,
+## before and after the run (the names are those ui/browser_test.go's chromium() looks for).
+browser_note = found=; for b in chromium chromium-browser google-chrome google-chrome-stable headless-shell; do \
+	command -v $$b >/dev/null 2>&1 && found=1; done; \
+	if [ "$${TENURE_REQUIRE_BROWSER:-}" != 1 ] && [ -z "$${TENURE_CHROMIUM:-}" ] && [ -z "$$found" ]; then \
+	echo '*** make test: no headless Chromium on the PATH: the browser tests of the web board (ui/) are SKIPPED.' >&2; \
+	echo '*** Install it with: apt-get install chromium  (or set TENURE_CHROMIUM to a Chrome or Chromium).' >&2; fi
+
 test:
+	@$(browser_note)
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@$(browser_note)
 
 ## bench: `tenure bench --quick` in both durability modes (raw JetStream baseline vs Tenure, same run;
 ## see BENCHMARKS.md), then the Go benchmarks of the fold (decode and encode included).

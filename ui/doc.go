@@ -8,21 +8,35 @@
 //   - / the lease board: every job with its state, holder, generation, the
 //     time left on its lease or ACK deadline (counting down), its progress,
 //     and the stale, late, duplicate and conflict counters of its current
-//     lease; filtered by state, holder and job, sorted, and paginated on the
-//     server (no request returns more than MaxPageSize rows, whatever the
-//     number of jobs);
+//     lease; filtered by state, holder and job, sorted (job ids and
+//     holders in natural order: batch-2 before batch-10), and paginated on
+//     the server (no request returns more than MaxPageSize rows, whatever
+//     the number of jobs);
 //   - /jobs/{id} a job page: an SVG drawing of the job's leases, one band per
 //     generation from offer to end, with a mark for every decision at its
 //     authoritative time (rejected messages on the band of the generation
-//     they name); the evidence matrix of seed 000 §13 (projector.MatrixRow
+//     they name), which zooms to one generation (?gen=N: its life from
+//     offer to end spans the drawing, so that two seconds of a generation
+//     are not a clump beside ten minutes of another); the evidence matrix of seed 000 §13 (projector.MatrixRow
 //     of every stored decision about the job, as `tenure audit --job`
 //     prints it); and every input with its verdicts;
 //   - /anomalies the jobs that need an operator (pending ownership conflict,
 //     UNRESOLVED) and a live feed of every verdict that was not accepted;
-//   - /audit runs an audit (package audit, as `tenure audit`) on demand.
+//   - /audit runs an audit (package audit, as `tenure audit`) on demand,
+//     and counts the decisions stored since the audit on screen began.
+//
+// A job that never had a lease (generation 0: a typo in a job id, a
+// refused offer, a message about a job already retired) is not a row of
+// the board and counts in none of its numbers: the coordinator keeps no
+// projection of it either, and rows that no retirement would ever remove
+// would otherwise pile up. Its rejections are in the anomalies feed, and
+// its job page works while it is among the latest DefaultUnleased such
+// jobs (by first decision; at most its last 100 to 200 decisions); a
+// later lease makes it a row, with the decisions it had.
 //
 // Every page updates live, without reloading, through server-sent events
-// (/api/events) fed by the read model.
+// (/api/events) fed by the read model; the header's indicator shows the
+// state of the page's stream (every page opens one).
 //
 // The read model follows the decision stream from its first decision (a
 // follow.Follower, which replaces a consumer lost with a cluster node).

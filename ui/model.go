@@ -17,7 +17,12 @@ const (
 	MaxPageSize        = 500
 	DefaultAnomalyFeed = 10_000 // anomalies kept for the feed (the oldest are dropped)
 	DefaultMaxHistory  = 5_000  // decisions of one job shown on its page (the latest)
+	DefaultUnleased    = 1_000  // jobs that never had a lease whose page is kept (the latest first seen)
 )
+
+// unleasedHistory bounds the decision sequences kept per unleased job (a
+// typo repeated a million times needs no million-line page).
+const unleasedHistory = 100
 
 // jobEntry is the read model of one job: its latest projection (every
 // decision carries the job's full projection) and where its decisions are.
@@ -187,6 +192,13 @@ type model struct {
 	added   int
 	gone    int // retired entries still in order or tail
 	obs     observer
+	// unleased are the latest jobs that never had a lease (generation 0):
+	// not on the board, at most unleasedCap of them, the oldest first
+	// seen forgotten first (unleasedQ: in the order first seen, with
+	// entries that got a lease since until it is compacted).
+	unleased    map[string]*jobEntry
+	unleasedQ   []*jobEntry
+	unleasedCap int
 }
 
 // position is how far the model has read one decision stream.
@@ -205,6 +217,7 @@ func newModel(feedCap int, count uint32) *model {
 	return &model{
 		count: count, jobs: make(map[string]*jobEntry), blocked: make(map[string]struct{}),
 		parts: make([]position, max(count, 1)), feedCap: feedCap, changed: make(map[string]struct{}),
+		unleased: make(map[string]*jobEntry), unleasedCap: DefaultUnleased,
 	}
 }
 
@@ -230,25 +243,33 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 	}
 	id := d.Job.ID
 	var e *jobEntry
-	if id != events.NoJob && id != "" && p.Owns(id) {
+	if id != events.NoJob && id != "" && p.Owns(id) && m.jobs[id] == nil && d.Job.Generation == 0 {
+		// A job that never had a lease (a typo, a refused offer, a message
+		// about a retired job): not a row of the board (the coordinator
+		// does not keep it either), but its page works while it is among
+		// the latest unleased jobs.
+		e = m.unleasedEntry(id, p)
+		e.record(seq, d, unleasedHistory)
+		m.changed[id] = struct{}{}
+	} else if id != events.NoJob && id != "" && p.Owns(id) {
 		e = m.jobs[id]
 		if e == nil {
-			e = &jobEntry{job: events.Job{ID: id}, part: p}
+			// A new job, or an unleased one that got its first lease: it
+			// keeps the decisions it had.
+			e = m.unleased[id]
+			if e != nil {
+				delete(m.unleased, id)
+			} else {
+				e = &jobEntry{job: events.Job{ID: id}, part: p}
+			}
 			m.jobs[id] = e
 			m.tail = append(m.tail, e)
 			m.added++
 		} else {
 			m.states[e.job.State]--
 		}
-		e.job = d.Job
+		e.record(seq, d, historyCap)
 		m.states[e.job.State]++
-		e.seq, e.cause, e.at, e.kind, e.reason = seq, d.Cause, d.At, d.Kind, d.Reason
-		e.seqs = append(e.seqs, seq)
-		if len(e.seqs) > 2*historyCap {
-			cut := len(e.seqs) - historyCap
-			e.seqs = append(e.seqs[:0], e.seqs[cut:]...)
-			e.trimmed += cut
-		}
 		if blocked(&e.job) {
 			m.blocked[id] = struct{}{}
 		} else {
@@ -283,6 +304,43 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 			m.feed[int((m.feedN-1)%uint64(m.feedCap))] = a
 		}
 	}
+}
+
+// record makes d, at sequence seq, the entry's last decision, keeping
+// the sequences of its last keep to 2*keep decisions.
+func (e *jobEntry) record(seq uint64, d *events.Decision, keep int) {
+	e.job = d.Job
+	e.seq, e.cause, e.at, e.kind, e.reason = seq, d.Cause, d.At, d.Kind, d.Reason
+	e.seqs = append(e.seqs, seq)
+	if len(e.seqs) > 2*keep {
+		cut := len(e.seqs) - keep
+		e.seqs = append(e.seqs[:0], e.seqs[cut:]...)
+		e.trimmed += cut
+	}
+}
+
+// unleasedEntry returns the entry of unleased job id, adding it (and
+// forgetting the oldest unleased job beyond the model's bound) if it is
+// new. The caller holds the write lock.
+func (m *model) unleasedEntry(id string, p events.Partition) *jobEntry {
+	if e := m.unleased[id]; e != nil {
+		return e
+	}
+	e := &jobEntry{job: events.Job{ID: id}, part: p}
+	m.unleased[id] = e
+	m.unleasedQ = append(m.unleasedQ, e)
+	for len(m.unleased) > m.unleasedCap {
+		old := m.unleasedQ[0]
+		m.unleasedQ = m.unleasedQ[1:]
+		if m.unleased[old.job.ID] == old {
+			delete(m.unleased, old.job.ID)
+		}
+	}
+	if len(m.unleasedQ) > 2*m.unleasedCap {
+		// Entries that got a lease since leave the queue too.
+		m.unleasedQ = slices.DeleteFunc(slices.Clone(m.unleasedQ), func(e *jobEntry) bool { return m.unleased[e.job.ID] != e })
+	}
+	return e
 }
 
 // skip records an undecodable decision at seq of partition part.
@@ -345,7 +403,7 @@ type Query struct {
 	Holder  string   // exactly this holder
 	Job     string   // job ids containing this (case-sensitive)
 	Blocked bool     // only jobs with a pending conflict or UNRESOLVED
-	Sort    string   // id (default), -id, deadline, updated, holder, state, anomalies
+	Sort    string   // id (default), -id, deadline, updated, holder, state, anomalies; ids and holders in natural order (compareIDs)
 	Offset  int
 	Limit   int // default DefaultPageSize, at most MaxPageSize
 }
@@ -353,7 +411,7 @@ type Query struct {
 // Page is one page of the board.
 type Page struct {
 	Total    int            `json:"total"` // rows matching the query
-	Jobs     int            `json:"jobs"`  // every job
+	Jobs     int            `json:"jobs"`  // every job on the board (not the unleased: see the package doc)
 	Offset   int            `json:"offset"`
 	Limit    int            `json:"limit"`
 	Rows     []Row          `json:"rows"`
@@ -387,7 +445,8 @@ func (q *Query) stateSet() (set [16]bool, any bool) {
 	return set, any
 }
 
-// mergeTail sorts the jobs added since the last query into the id order:
+// mergeTail sorts the jobs added since the last query into the id order
+// (natural: compareIDs):
 // O(n) per query that follows new jobs, not a sort of every job. The
 // caller holds the write lock.
 func (m *model) mergeTail() {
@@ -400,7 +459,7 @@ func (m *model) mergeTail() {
 	if len(m.tail) == 0 {
 		return
 	}
-	byID := func(a, b *jobEntry) int { return strings.Compare(a.job.ID, b.job.ID) }
+	byID := func(a, b *jobEntry) int { return compareIDs(a.job.ID, b.job.ID) }
 	slices.SortFunc(m.tail, byID)
 	out := make([]*jobEntry, 0, len(m.order)+len(m.tail))
 	i, j := 0, 0
@@ -461,7 +520,7 @@ func (m *model) page(q Query, now time.Time) Page {
 		for id := range m.blocked {
 			order = append(order, m.jobs[id])
 		}
-		slices.SortFunc(order, func(a, b *jobEntry) int { return strings.Compare(a.job.ID, b.job.ID) })
+		slices.SortFunc(order, func(a, b *jobEntry) int { return compareIDs(a.job.ID, b.job.ID) })
 	}
 	if q.Sort == "" || q.Sort == "id" || q.Sort == "-id" {
 		step, i := 1, 0
@@ -495,7 +554,8 @@ func (m *model) page(q Query, now time.Time) Page {
 	return p
 }
 
-// keyed is a job with its sort key: by n, then s, then job id.
+// keyed is a job with its sort key: by n, then s, then job id (s and the
+// id in natural order: compareIDs).
 type keyed struct {
 	n int64
 	s string
@@ -503,7 +563,7 @@ type keyed struct {
 }
 
 func (a keyed) compare(b keyed) int {
-	return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.s, b.s), strings.Compare(a.e.job.ID, b.e.job.ID))
+	return cmp.Or(cmp.Compare(a.n, b.n), compareIDs(a.s, b.s), compareIDs(a.e.job.ID, b.e.job.ID))
 }
 
 // sortKey returns the key function of an order (default: job id). In a
@@ -582,14 +642,17 @@ func (t *topK) sorted() []keyed {
 	return t.h
 }
 
-// job returns the row of job id and the decision sequences of its last
-// max decisions (all if max <= 0), with the number left out.
+// job returns the row of job id (on the board, or among the latest
+// unleased jobs) and the decision sequences of its last max decisions (all
+// if max <= 0), with the number left out.
 func (m *model) job(id string, max int) (Row, []uint64, int, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	e, ok := m.jobs[id]
 	if !ok {
-		return Row{}, nil, 0, false
+		if e, ok = m.unleased[id]; !ok {
+			return Row{}, nil, 0, false
+		}
 	}
 	seqs := e.seqs
 	skipped := e.trimmed
@@ -653,7 +716,7 @@ func (m *model) anomalies(q AnomalyQuery, now time.Time) AnomalyPage {
 	for id := range m.blocked {
 		ids = append(ids, id)
 	}
-	slices.Sort(ids)
+	slices.SortFunc(ids, compareIDs)
 	for _, id := range ids[:min(len(ids), MaxPageSize)] {
 		p.Blocked = append(p.Blocked, m.jobs[id].row())
 	}
@@ -672,7 +735,21 @@ func (m *model) takeChanges() (map[string]struct{}, int) {
 	return ch, added
 }
 
-// rows returns the rows of the given jobs that exist.
+// jobRow returns the row of job id, on the board or unleased (a job page).
+func (m *model) jobRow(id string) (Row, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.jobs[id]
+	if !ok {
+		e, ok = m.unleased[id]
+	}
+	if !ok {
+		return Row{}, false
+	}
+	return e.row(), true
+}
+
+// rows returns the rows of the given jobs that are on the board.
 func (m *model) rows(ids []string) []Row {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

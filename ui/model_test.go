@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -176,7 +177,7 @@ func TestBoard100kJobs(t *testing.T) {
 		{"?sort=-id&limit=200", n, 200, "job-099999", nil},
 		{"?sort=deadline&limit=200", n, 200, "", func(a, b Row) bool { return deadlineMS(a) <= deadlineMS(b) }},
 		{"?sort=updated&limit=100", n, 100, "", func(a, b Row) bool { return a.LastSeq > b.LastSeq }},
-		{"?sort=holder&offset=1000&limit=100", n, 100, "", func(a, b Row) bool { return a.Holder <= b.Holder }},
+		{"?sort=holder&offset=1000&limit=100", n, 100, "", func(a, b Row) bool { return compareIDs(a.Holder, b.Holder) <= 0 }},
 		{"?state=ACTIVE&limit=100", n * 7 / 10, 100, "job-000003", nil},
 		{"?state=LIVE&limit=100", n * 8 / 10, 100, "job-000000", nil},
 		{"?holder=w42", n / 100, DefaultPageSize, "job-000042", nil},
@@ -278,5 +279,152 @@ func TestModelRetiredAndBounded(t *testing.T) {
 	}
 	if _, seqs, skipped, _ := m.job("a", 50); len(seqs) != 50 || len(seqs)+skipped != n+1 {
 		t.Fatalf("the last 50: %d kept, %d skipped", len(seqs), skipped)
+	}
+}
+
+func TestCompareIDs(t *testing.T) {
+	// Each id sorts before the next one.
+	ordered := []string{
+		"", "-", "0", "00", "01", "1", "2", "9", "10", "99", "100", "A", "_", "a",
+		"batch", "batch-", "batch-0", "batch-01", "batch-1", "batch-1a", "batch-1b", "batch-001x", "batch-2", "batch-2-3", "batch-2-10",
+		"batch-9", "batch-10", "batch-11", "batch-99", "batch-100", "batch-18446744073709551616", "batch-99999999999999999999999",
+		"batchA", "batch_1", "batcha", "job0002", "job11", "w2", "w10",
+	}
+	for i, a := range ordered {
+		for j, b := range ordered {
+			if got, want := compareIDs(a, b), cmp.Compare(i, j); got != want {
+				t.Errorf("compareIDs(%q, %q) = %d, want %d", a, b, got, want)
+			}
+		}
+	}
+	// A total order on random ids of the token alphabet: antisymmetric,
+	// transitive (a sort agrees with every pairwise comparison), and equal
+	// only for the same id.
+	rng := rand.New(rand.NewPCG(3, 4))
+	const alphabet = "0019-_aB"
+	ids := make([]string, 400)
+	for i := range ids {
+		b := make([]byte, rng.IntN(7))
+		for k := range b {
+			b[k] = alphabet[rng.IntN(len(alphabet))]
+		}
+		ids[i] = string(b)
+	}
+	slices.SortFunc(ids, compareIDs)
+	for i := range ids {
+		for j := range ids {
+			c := compareIDs(ids[i], ids[j])
+			if c != -compareIDs(ids[j], ids[i]) || (c == 0) != (ids[i] == ids[j]) || (i < j && c > 0) {
+				t.Fatalf("compareIDs(%q, %q) = %d at sorted positions %d, %d", ids[i], ids[j], c, i, j)
+			}
+		}
+	}
+}
+
+// The board lists job ids in natural order, whichever way the jobs came
+// (batch-2 before batch-10), and the holder order is natural too.
+func TestModelNaturalOrder(t *testing.T) {
+	m := newModel(0, 0)
+	now := time.Unix(0, 0)
+	ids := []string{"batch-10", "batch-2", "batch-1", "batch-11", "batch-9", "batch-100"}
+	for i, id := range ids {
+		m.apply(0, uint64(i+1), decision(uint64(i+1), events.KindGranted, events.ReasonOk, activeJob(id, fmt.Sprintf("w%d", 10-i), 1, 90*sec)))
+		if i == 2 {
+			m.page(Query{}, now) // some in order, the others merged into it
+		}
+	}
+	rowIDs := func(q Query) []string {
+		var out []string
+		for _, r := range m.page(q, now).Rows {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	want := []string{"batch-1", "batch-2", "batch-9", "batch-10", "batch-11", "batch-100"}
+	if got := rowIDs(Query{}); !slices.Equal(got, want) {
+		t.Errorf("by id: %q, want %q", got, want)
+	}
+	if got := rowIDs(Query{Sort: "-id"}); !slices.Equal(got, []string{"batch-100", "batch-11", "batch-10", "batch-9", "batch-2", "batch-1"}) {
+		t.Errorf("by id, descending: %q", got)
+	}
+	// Holders w5 (batch-100) ... w10 (batch-10).
+	if got := rowIDs(Query{Sort: "holder"}); !slices.Equal(got, []string{"batch-100", "batch-9", "batch-11", "batch-1", "batch-2", "batch-10"}) {
+		t.Errorf("by holder: %q", got)
+	}
+}
+
+// A job that never had a lease (a typo, a refused offer) is no row of the
+// board and counts in none of its numbers, but has a page while it is among
+// the latest DefaultUnleased; a lease makes it a row, with the decisions it
+// had before.
+func TestModelUnleased(t *testing.T) {
+	m := newModel(0, 0)
+	now := time.Unix(0, 0)
+	m.apply(0, 1, decision(1, events.KindGranted, events.ReasonOk, activeJob("real", "w1", 1, 90*sec)))
+	typo := decision(2, events.KindRejected, events.ReasonNoSuchJob, events.Job{ID: "raal"})
+	m.apply(0, 2, typo)
+	refused := decision(3, events.KindRejected, events.ReasonDurationOutOfPolicy, events.Job{ID: "export-9"})
+	m.apply(0, 3, refused)
+	p := m.page(Query{}, now)
+	if p.Jobs != 1 || p.Total != 1 || len(p.Rows) != 1 || p.Rows[0].ID != "real" || p.States["NONE"] != 0 {
+		t.Fatalf("board with two unleased jobs: jobs %d, total %d, rows %+v, states %v", p.Jobs, p.Total, p.Rows, p.States)
+	}
+	if s := m.summary(); s.Jobs != 1 {
+		t.Fatalf("summary: %d jobs", s.Jobs)
+	}
+	if r, seqs, _, ok := m.job("raal", 0); !ok || r.LastKind != "rejected" || r.Anomalies != 1 || !slices.Equal(seqs, []uint64{2}) {
+		t.Fatalf("the typo's page: %v %+v %v", ok, r, seqs)
+	}
+	if _, ok := m.jobRow("raal"); !ok {
+		t.Fatal("no row for the typo's page")
+	}
+	if rows := m.rows([]string{"raal", "real"}); len(rows) != 1 || rows[0].ID != "real" {
+		t.Fatalf("board rows: %+v", rows)
+	}
+	if a := m.anomalies(AnomalyQuery{}, now); len(a.Items) != 2 {
+		t.Fatalf("the feed keeps both rejections: %+v", a.Items)
+	}
+	// The offer is made again, within policy: a row, with its first decision.
+	off := activeJob("export-9", "w3", 1, 0)
+	off.State, off.AckState, off.AckDeadline = events.StateOffered, events.AckPending, 70*sec
+	m.apply(0, 4, decision(4, events.KindOffered, events.ReasonOk, off))
+	p = m.page(Query{}, now)
+	if p.Jobs != 2 || len(p.Rows) != 2 || p.Rows[0].ID != "export-9" || p.Rows[0].Anomalies != 1 || p.Rows[0].Decisions != 2 || p.States["OFFERED"] != 1 {
+		t.Fatalf("after the offer: jobs %d, rows %+v, states %v", p.Jobs, p.Rows, p.States)
+	}
+	if _, seqs, _, _ := m.job("export-9", 0); !slices.Equal(seqs, []uint64{3, 4}) {
+		t.Fatalf("export-9's decisions: %v", seqs)
+	}
+	// Its rejections again: it stays a row (it had a lease).
+	m.apply(0, 5, decision(5, events.KindRejected, events.ReasonNoSuchJob, events.Job{ID: "export-9"}))
+	if p := m.page(Query{}, now); p.Jobs != 2 {
+		t.Fatalf("a leased job's later rejection: %d jobs", p.Jobs)
+	}
+
+	// Typos are bounded: the oldest first seen are forgotten.
+	seq := uint64(10)
+	for i := range 3 * DefaultUnleased {
+		seq++
+		m.apply(0, seq, decision(seq, events.KindRejected, events.ReasonNoSuchJob, events.Job{ID: fmt.Sprintf("typo-%d", i)}))
+	}
+	if len(m.unleased) != DefaultUnleased || len(m.unleasedQ) > 2*DefaultUnleased {
+		t.Fatalf("%d unleased jobs kept, queue %d; want %d", len(m.unleased), len(m.unleasedQ), DefaultUnleased)
+	}
+	if _, _, _, ok := m.job("raal", 0); ok {
+		t.Fatal("the oldest typo is still kept")
+	}
+	if _, _, _, ok := m.job(fmt.Sprintf("typo-%d", 3*DefaultUnleased-1), 0); !ok {
+		t.Fatal("the latest typo is not kept")
+	}
+	if p := m.page(Query{}, now); p.Jobs != 2 || len(p.Rows) != 2 {
+		t.Fatalf("after %d typos: %d jobs, %d rows", 3*DefaultUnleased, p.Jobs, len(p.Rows))
+	}
+	// The same typo over and over keeps its last decisions only.
+	for range 10 * unleasedHistory {
+		seq++
+		m.apply(0, seq, decision(seq, events.KindRejected, events.ReasonNoSuchJob, events.Job{ID: "typo-again"}))
+	}
+	if _, seqs, skipped, _ := m.job("typo-again", 0); len(seqs) > 2*unleasedHistory || len(seqs)+skipped != 10*unleasedHistory {
+		t.Fatalf("a repeated typo: %d kept, %d skipped", len(seqs), skipped)
 	}
 }

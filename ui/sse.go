@@ -164,8 +164,8 @@ func (h *hub) flush() {
 				Changed: len(changed), Added: added, Outside: len(changed) - len(ids), Rows: rows, Removed: removed,
 			}))
 			if _, ok := changed[s.job]; ok && s.job != "" {
-				if rows := h.m.rows([]string{s.job}); len(rows) == 1 {
-					frames = append(frames, frame("job", jobEvent{Seq: sum.Seq, Row: rows[0]}))
+				if row, ok := h.m.jobRow(s.job); ok {
+					frames = append(frames, frame("job", jobEvent{Seq: sum.Seq, Row: row}))
 				}
 			}
 		}
@@ -245,8 +245,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	initial := [][]byte{frame("board", boardEvent{Seq: sum.Seq, Jobs: sum.Jobs, Blocked: sum.Blocked, Feed: sum.Feed, Rows: s.model.rows(ids)})}
 	if sub.job != "" {
-		if rows := s.model.rows([]string{sub.job}); len(rows) == 1 {
-			initial = append(initial, frame("job", jobEvent{Seq: sum.Seq, Row: rows[0]}))
+		if row, ok := s.model.jobRow(sub.job); ok {
+			initial = append(initial, frame("job", jobEvent{Seq: sum.Seq, Row: row}))
 		}
 	}
 	for _, f := range initial {

@@ -92,10 +92,14 @@
     };
     return sc;
   }
+  // setConn shows the state of the page's live updates: true (connected),
+  // false (lost, the browser reconnects), null (the page's stream is not
+  // open yet). Every page opens one, so that the indicator says something
+  // true about the page on screen.
   function setConn(ok) {
     const el = $('#conn');
-    el.textContent = ok ? 'live' : 'reconnecting…';
-    el.className = 'conn ' + (ok ? 'ok' : 'bad');
+    el.textContent = ok ? 'live' : ok === null ? 'connecting…' : 'reconnecting…';
+    el.className = 'conn' + (ok ? ' ok' : ok === null ? '' : ' bad');
   }
 
   // ---------- header: health and anomaly badge ----------
@@ -130,6 +134,12 @@
   // ---------- shared rendering ----------
   const LIVE = new Set(['OFFERED', 'ACTIVE']);
   const stateBadge = (st) => h('span', { class: 'state st-' + st, text: st });
+  // A terminal state already says its result (the fold sets one from the
+  // other): the result is shown only where it would add something, so that
+  // no label reads "CANCELLED CANCELLED".
+  const IMPLIED = { COMPLETED: 'SUCCESS', FAILED: 'FAILED', CANCELLED: 'CANCELLED' };
+  const extraResult = (st, res) => (res && IMPLIED[st] !== res ? res : '');
+  const stateText = (st, res) => st + (extraResult(st, res) ? ' ' + res : '');
   const kindBadge = (k) => h('span', { class: 'kind k-' + k, text: k });
   const jobLink = (id) => (id && id !== '_' ? h('a', { href: '/jobs/' + encodeURIComponent(id), class: 'job', text: id }) : h('span', { class: 'muted', text: '(no job)' }));
 
@@ -176,17 +186,19 @@
 
   function boardRow(r) {
     const tr = h('tr', { 'data-job': r.id, class: r.conflict || r.state === 'UNRESOLVED' ? 'blocked' : '' },
-      h('td', {}, jobLink(r.id)),
+      h('td', { class: 'jobcell', title: r.id }, jobLink(r.id)),
       config.partitions ? h('td', { class: 'num part', title: 'partition', text: r.partition || '' }) : null,
-      h('td', {}, stateBadge(r.state), r.result ? h('span', { class: 'sub', text: ' ' + r.result }) : null,
-        r.cancel_requested ? h('span', { class: 'flag', text: r.cancel_acked ? 'cancel acked' : 'cancel requested' }) : null,
+      h('td', { class: 'stcell' }, stateBadge(r.state), extraResult(r.state, r.result) ? h('span', { class: 'sub', text: ' ' + r.result }) : null,
+        // A cancellation matters while the lease is live or unreconciled;
+        // after that the state says how it ended.
+        r.cancel_requested && (LIVE.has(r.state) || r.state === 'UNRESOLVED') ? h('span', { class: 'flag', text: r.cancel_acked ? 'cancel acked' : 'cancel requested' }) : null,
         r.conflict ? h('span', { class: 'flag bad', title: 'conflict with ' + r.conflict_with, text: 'CONFLICT' }) : null),
-      h('td', { class: 'holder', text: r.holder || '–' }),
-      h('td', { class: 'gen', text: r.generation ? 'g' + r.generation + ' · ' + r.lease_id : '–' }),
+      h('td', { class: 'holder' }, r.holder ? h('span', { class: 'clip', title: r.holder, text: r.holder }) : '–'),
+      h('td', { class: 'gen' }, r.generation ? h('span', { class: 'clip', title: 'generation ' + r.generation + ', lease ' + r.lease_id, text: 'g' + r.generation + ' · ' + r.lease_id }) : '–'),
       leftCell(r),
       progressCell(r),
       num(r.stale, 'stale'), num(r.late, 'late'), num(r.duplicates, 'dup'), num(r.conflicts, 'conflicts'),
-      h('td', { class: 'last' }, kindBadge(r.last_kind), h('span', { class: 'sub', text: ' ' + r.last_reason }), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
+      h('td', { class: 'last' }, kindBadge(r.last_kind), ' ', h('span', { class: 'sub reason', text: r.last_reason }), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
     return tr;
   }
 
@@ -377,6 +389,8 @@
     return { gen, t };
   }
 
+  const cut = (str, n) => (str && str.length > n ? str.slice(0, n - 1) + '…' : str || '');
+
   function niceStep(span, target) {
     const raw = span / target;
     const p = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -384,12 +398,30 @@
     return 10 * p;
   }
 
-  function drawTimeline(box, hist, inputs) {
-    const gens = generations(hist);
+  // The zoom control of the timeline: every generation, or one of them.
+  function zoomControl(gens, zoom, onZoom) {
+    const sel = h('select', { id: 'tl-zoom', title: 'zoom the timeline to one generation (or click its band)' },
+      h('option', { value: '0', text: 'zoom: all generations' }),
+      gens.map((g) => h('option', { value: g.gen, text: 'zoom: g' + g.gen + ' · ' + g.holder + ' · ' + fmtDur((LIVE.has(g.state) ? now() : (g.ended || g.last)) - g.issued) })));
+    sel.value = String(zoom);
+    sel.addEventListener('change', () => onZoom(Number(sel.value)));
+    return sel;
+  }
+
+  // drawTimeline draws the job's generations, one band each, on one time
+  // axis; zoom > 0 draws generation zoom alone, its axis spanning its life
+  // from offer to end (now while live), so that a short generation is
+  // readable next to a long one. Its marks outside that span (a stale
+  // message long after its end) are counted, not drawn.
+  function drawTimeline(box, hist, inputs, zoom, onZoom) {
+    const all = generations(hist);
+    const zg = zoom ? all.find((g) => g.gen === zoom) : null;
+    const gens = zg ? [zg] : all;
     const width = Math.max(640, box.clientWidth || 960);
     const left = 150, right = 90, top = 30, rowH = 60;
     const height = top + Math.max(1, gens.length) * rowH + 34;
-    const svg = s('svg', { id: 'timeline-svg', class: 'timeline', width, height, viewBox: '0 0 ' + width + ' ' + height, role: 'img', 'aria-label': 'timeline of the leases of job ' + hist.row.id });
+    const svg = s('svg', { id: 'timeline-svg', class: 'timeline', width, height, viewBox: '0 0 ' + width + ' ' + height, role: 'img', 'aria-label': 'timeline of the leases of job ' + hist.row.id,
+      'data-zoom': zg ? zg.gen : 'all', 'data-plot-left': left, 'data-plot-right': width - right });
     if (gens.length === 0) {
       svg.append(s('text', { x: 10, y: 30, class: 'muted', text: 'This job never had a lease: nothing to draw.' }));
       box.replaceChildren(svg);
@@ -398,18 +430,29 @@
     const tNow = now();
     const anyLive = gens.some((g) => LIVE.has(g.state));
     let t0 = Infinity, t1 = -Infinity;
-    for (const g of gens) { t0 = Math.min(t0, g.issued); t1 = Math.max(t1, g.ended || g.last); }
-    for (const d of hist.decisions) { const p = placeOf(d, inputs); t0 = Math.min(t0, p.t); t1 = Math.max(t1, p.t); }
-    if (anyLive) t1 = Math.max(t1, tNow);
-    let span = Math.max(t1 - t0, 1000);
+    if (zg) {
+      t0 = zg.issued;
+      t1 = LIVE.has(zg.state) ? tNow : (zg.ended || zg.last);
+    } else {
+      for (const g of gens) { t0 = Math.min(t0, g.issued); t1 = Math.max(t1, g.ended || g.last); }
+      for (const d of hist.decisions) { const p = placeOf(d, inputs); t0 = Math.min(t0, p.t); t1 = Math.max(t1, p.t); }
+      if (anyLive) t1 = Math.max(t1, tNow);
+    }
+    // (times are in milliseconds: a zoomed life of less than one is drawn as one)
+    let span = Math.max(t1 - t0, zg ? 1 : 1000);
+    const lo = t0, hi = t0 + span; // what the drawing must show
     t0 -= span * 0.02;
     t1 = t0 + span * 1.14;
     span = t1 - t0;
     const x = (t) => left + ((t - t0) / span) * (width - left - right);
+    // Bands and marks stay inside the plot (a zoomed band starts or ends
+    // outside it); the labels on the left do not.
+    const clipId = 'tl-clip';
+    svg.append(s('defs', {}, s('clipPath', { id: clipId }, s('rect', { x: left - 8, y: 0, width: width - left + 8, height }))));
     const yOf = new Map(gens.map((g, i) => [g.gen, top + i * rowH]));
 
     // axis
-    const step = niceStep(span, 7);
+    const step = Math.max(1, niceStep(span, 7));
     const axisY = top + gens.length * rowH + 6;
     const axis = s('g', { class: 'axis' }, s('line', { x1: left, x2: width - right, y1: axisY, y2: axisY }));
     for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
@@ -423,24 +466,32 @@
       const y = yOf.get(g.gen);
       const live = LIVE.has(g.state);
       const end = live ? tNow : (g.ended || g.last);
-      const grp = s('g', { class: 'band st-' + g.state, 'data-gen': g.gen },
-        s('text', { x: 8, y: y + 30, class: 'bandlabel', text: 'g' + g.gen + ' · ' + g.lease + ' · ' + g.holder }),
-        s('text', { x: 8, y: y + 43, class: 'bandstate', text: g.state + (g.result ? ' ' + g.result : '') }));
+      const plot = s('g', { 'clip-path': 'url(#' + clipId + ')' });
+      const grp = s('g', { class: 'band st-' + g.state + (zg ? '' : ' zoomable'), 'data-gen': g.gen },
+        // Three short lines that fit left of the plot (lease ids and
+        // holders can be long: cut, the title has them whole).
+        s('text', { x: 8, y: y + 27, class: 'bandlabel', text: 'g' + g.gen + ' · ' + cut(g.holder, 12) }, s('title', { text: 'generation ' + g.gen + ', lease ' + g.lease + ', holder ' + g.holder })),
+        s('text', { x: 8, y: y + 40, class: 'bandstate', text: stateText(g.state, g.result) }),
+        s('text', { x: 8, y: y + 52, class: 'bandlease', text: cut(g.lease, 16) }), plot);
+      if (!zg && onZoom) {
+        grp.append(s('title', { text: 'click to zoom to generation ' + g.gen }));
+        grp.addEventListener('click', () => onZoom(g.gen));
+      }
       const activeFrom = g.acked || (g.ack === 'ACQUIRED' ? g.issued : 0);
       if (activeFrom && activeFrom > g.issued) {
-        grp.append(s('rect', { x: x(g.issued), y: y + 20, width: Math.max(1, x(activeFrom) - x(g.issued)), height: 14, class: 'offerpart' },
+        plot.append(s('rect', { x: x(g.issued), y: y + 20, width: Math.max(1, x(activeFrom) - x(g.issued)), height: 14, class: 'offerpart' },
           s('title', { text: 'offered ' + fmtClock(g.issued) + ', ACKed ' + fmtClock(activeFrom) })));
       }
       const from = activeFrom && activeFrom > g.issued ? activeFrom : g.issued;
-      grp.append(s('rect', { x: x(from), y: y + 20, width: Math.max(2, x(end) - x(from)), height: 14, class: activeFrom ? 'leasepart' : 'offerpart' },
+      plot.append(s('rect', { x: x(from), y: y + 20, width: Math.max(2, x(end) - x(from)), height: 14, class: activeFrom ? 'leasepart' : 'offerpart' },
         s('title', { text: 'g' + g.gen + ' ' + g.lease + ' held by ' + g.holder + ': ' + fmtClock(g.issued) + ' → ' + (live ? 'now' : fmtClock(end)) })));
       if (live) {
         const dl = g.state === 'OFFERED' ? g.ackDeadline : g.expires;
         if (dl) {
           const xe = Math.min(x(dl), width - right + 40);
-          grp.append(s('rect', { x: x(tNow), y: y + 20, width: Math.max(0, xe - x(tNow)), height: 14, class: 'future' },
+          plot.append(s('rect', { x: x(tNow), y: y + 20, width: Math.max(0, xe - x(tNow)), height: 14, class: 'future' },
             s('title', { text: (g.state === 'OFFERED' ? 'ACK deadline ' : 'expires ') + fmtClock(dl) })));
-          grp.append(s('text', { x: Math.min(xe + 4, width - 4), y: y + 17, class: 'futurelabel', 'text-anchor': xe + 4 > width - right ? 'end' : 'start', text: (g.state === 'OFFERED' ? 'ack in ' : 'expires in ') + fmtDur(dl - tNow) }));
+          plot.append(s('text', { x: Math.min(xe + 4, width - 4), y: y + 17, class: 'futurelabel', 'text-anchor': xe + 4 > width - right ? 'end' : 'start', text: (g.state === 'OFFERED' ? 'ack in ' : 'expires in ') + fmtDur(dl - tNow) }));
         }
       }
       svg.append(grp);
@@ -452,6 +503,8 @@
     }
     // marks: rejected messages in a lane above their band, the others on
     // it; marks that would overlap are stacked (above, or below the band).
+    const marks = s('g', { 'clip-path': 'url(#' + clipId + ')' });
+    let outside = 0;
     const placed = new Map();
     const level = (key, cx, max) => {
       const xs = placed.get(key) || [];
@@ -469,6 +522,7 @@
       const p = placeOf(d, inputs);
       const y0 = yOf.get(p.gen);
       if (y0 === undefined) continue;
+      if (zg && (p.t < lo || p.t > hi)) { outside++; continue; }
       const cx = x(p.t);
       const cy = rejected ? y0 + 8 - 9 * level('r' + p.gen, cx, 2) : y0 + 27 + 17 * level('a' + p.gen, cx, 2);
       const g = s('g', { class: 'mark k-' + d.kind + (rejected ? ' rejected' : ''), 'data-kind': d.kind, 'data-reason': d.reason, 'data-cause': d.cause, 'data-gen': p.gen, 'data-seq': d.seq },
@@ -485,7 +539,12 @@
         case 'deadline': g.append(s('path', { d: `M${cx - 6},${cy - 6} l12,12 M${cx + 6},${cy - 6} l-12,12` })); break;
         case 'rejected': g.append(s('path', { d: `M${cx - 6},${cy - 7} h12 l-6,10 z` })); break;
       }
-      svg.append(g);
+      marks.append(g);
+    }
+    svg.append(marks);
+    if (outside) {
+      svg.append(s('text', { x: width - 4, y: 12, 'text-anchor': 'end', class: 'outside', id: 'tl-outside',
+        text: outside + ' mark' + (outside > 1 ? 's' : '') + ' of g' + zg.gen + ' outside its life, not drawn (zoom: all generations shows ' + (outside > 1 ? 'them' : 'it') + ')' }));
     }
     box.replaceChildren(svg);
   }
@@ -522,7 +581,7 @@
     bar.firstChild.style.width = Math.max(0, Math.min(100, r.progress_value || 0)) + '%';
     return h('div', { class: 'cards' },
       config.partitions ? card('Partition', r.partition + ' of ' + config.partitions, 'job-partition') : null,
-      card('State', [stateBadge(r.state), r.result ? ' ' + r.result : '', r.conflict ? h('span', { class: 'flag bad', text: ' CONFLICT with ' + r.conflict_with }) : ''], 'job-state'),
+      card('State', [stateBadge(r.state), extraResult(r.state, r.result) ? ' ' + r.result : '', r.conflict ? h('span', { class: 'flag bad', text: ' CONFLICT with ' + r.conflict_with }) : ''], 'job-state'),
       card('Holder', r.holder || '–', 'job-holder'),
       card('Lease', r.generation ? 'g' + r.generation + ' · ' + r.lease_id : '–', 'job-lease'),
       card('ACK', r.ack_state || '–'),
@@ -626,11 +685,31 @@
     const verdict = h('div', { class: 'verdict', id: 'action-verdict' });
     let panel = null;
     let panelKey = '';
+    // The generation the timeline is zoomed to (0: all), kept in the URL
+    // (?gen=N) so that a zoomed view can be linked.
+    let zoom = Math.max(0, Math.floor(Number(new URLSearchParams(location.search).get('gen')) || 0));
+    const zoomBox = h('span', { class: 'tlzoom' });
+    let zoomKey = '';
+    const setZoom = (g) => {
+      zoom = g;
+      history.replaceState(null, '', '/jobs/' + encodeURIComponent(id) + (g ? '?gen=' + g : ''));
+      zoomKey = '';
+      if (hist) { renderZoom(); drawTimeline(tlBox, hist, inputs, zoom, setZoom); }
+    };
+    function renderZoom() {
+      const gens = generations(hist);
+      if (zoom && !gens.some((g) => g.gen === zoom)) zoom = 0;
+      // Rebuilt only when it changes (an open list survives live updates).
+      const key = zoom + '|' + gens.map((g) => g.gen + g.state).join(',');
+      if (key === zoomKey) return;
+      zoomKey = key;
+      zoomBox.replaceChildren(gens.length > 1 || zoom ? zoomControl(gens, zoom, setZoom) : '');
+    }
     main.replaceChildren(
       h('p', { class: 'crumbs' }, h('a', { href: '/', text: '← board' })),
       h('h1', {}, 'Job ', h('span', { class: 'mono', id: 'job-id', text: id })),
       head,
-      h('h2', {}, 'Leases'), legend(), tlBox,
+      h('h2', {}, 'Leases ', zoomBox), legend(), tlBox,
       h('h2', {}, 'Evidence matrix ', h('span', { class: 'muted small', text: '(seed 000 §13: one row per decision about the job, as stored)' })), matrixBox,
       h('div', { class: 'auditrow' }, auditBtn, auditBox),
       h('h2', {}, 'Inputs and verdicts'), listBox);
@@ -644,7 +723,8 @@
       head.replaceChildren(jobCards(r), panel,
         hist.skipped ? h('p', { class: 'muted small', text: hist.skipped + ' older decisions are not shown (the page keeps the latest).' }) : '');
       tickJobLeft(r);
-      drawTimeline(tlBox, hist, inputs);
+      renderZoom();
+      drawTimeline(tlBox, hist, inputs, zoom, setZoom);
       matrixBox.replaceChildren(matrixTable(hist.columns, hist.decisions.map((d) => d.matrix), 'matrix', hist.decisions.map((d) => d.accepted || d.derived)));
       listBox.replaceChildren(interleaved(hist));
     }
@@ -701,7 +781,7 @@
       if (!hist) return;
       tickJobLeft(hist.row);
       // Redraw the timeline every second while a lease is live (the "now" line moves).
-      if (++ticks % 4 === 0 && LIVE.has(hist.row.state) && hist.decisions.length <= 2000) drawTimeline(tlBox, hist, inputs);
+      if (++ticks % 4 === 0 && LIVE.has(hist.row.state) && hist.decisions.length <= 2000) drawTimeline(tlBox, hist, inputs, zoom, setZoom);
     });
     refresh();
   }
@@ -843,12 +923,32 @@
     const strictIn = h('input', { id: 'audit-strict', type: 'checkbox' });
     const run = h('button', { id: 'audit-run', class: 'primary', text: 'Run audit' });
     const out = h('div', { id: 'audit-out' });
+    // The log moves on while the page is open: say how far, and how much
+    // was stored since the audit on screen began (live updates, so that
+    // the page is as live as the others and its indicator says so).
+    const liveLine = h('p', { class: 'muted small', id: 'audit-live' });
+    let stored = -1;
+    let atRun = -1;
+    const showLive = () => {
+      if (stored < 0) return;
+      liveLine.textContent = 'the board has read ' + stored.toLocaleString() + ' decisions' +
+        (atRun >= 0 ? ', ' + (stored - atRun).toLocaleString() + ' of them since the audit below began' : '');
+    };
     main.replaceChildren(
       h('h1', {}, 'Audit'),
       h('p', { class: 'muted' }, 'Replays the input stream through the fold and checks every stored decision, byte for byte (', h('code', { text: 'tenure audit' }), '). Read-only: nothing is written to the streams.'),
       h('div', { class: 'filters' }, jobIn, h('label', { class: 'check' }, strictIn, ' strict (count pending inputs as problems)'), run),
-      out);
+      liveLine, out);
+    const listen = () => {
+      const es = sc.events('/api/events', {
+        board: (ev) => { stored = ev.seq; setFeedBadge(ev.feed); showLive(); },
+        reset: () => { sc.close(es); listen(); },
+      });
+    };
+    listen();
     run.addEventListener('click', async () => {
+      atRun = stored;
+      showLive();
       run.disabled = true;
       out.replaceChildren(h('p', { class: 'muted', id: 'audit-running', text: 'auditing: replaying the log…' }));
       const body = { strict: strictIn.checked };
@@ -869,6 +969,7 @@
   function route() {
     if (scope) scope.dispose();
     scope = newScope();
+    setConn(null); // the last page's stream is closed; this page's is not open yet
     const main = $('#main');
     const p = location.pathname;
     let nav = '';
