@@ -41,8 +41,7 @@ by partition; the archive holds a directory per input stream.
 
 func runLog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, logUsage)
-		return fmt.Errorf("%w: %w: tenure log needs a subcommand", errUsage, errReported)
+		return fmt.Errorf("%w: a subcommand: status, archive, remove or restore (see tenure log --help)", errUsage)
 	}
 	sub := args[0]
 	switch sub {
@@ -51,8 +50,7 @@ func runLog(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	case "status", "archive", "remove", "restore":
 	default:
-		fmt.Fprint(stderr, logUsage)
-		return fmt.Errorf("%w: unknown log subcommand %q", errUsage, sub)
+		return fmt.Errorf("%w: unknown subcommand %q: status, archive, remove or restore (see tenure log --help)", errUsage, sub)
 	}
 	fs := newFlags("log "+sub, stderr)
 	fs.Usage = func() {
