@@ -51,21 +51,22 @@ type Config struct {
 	// "storm", "soak" (the soak runs only when named here).
 	Only []string
 
-	PipelineWorkers  int           // scenarios 1 and 8: SDK workers (per set in 8)
-	PipelineLeases   int           // scenarios 1 and 8: leases per worker
-	PipelineWarmup   time.Duration // scenarios 1 and 8: before measuring (a quarter of it before each window of 8)
-	PipelineDuration time.Duration // scenarios 1 and 8: measured (a quarter of it in each of the 16 windows of 8)
-	RTTSamples       int           // scenario 2: round trips measured (after as many warm-up ones / 10)
-	ExpirySamples    int           // scenario 2: leases left to expire
-	LogInputs        int           // scenarios 3 and 6: inputs in the large log
-	FoldDuration     time.Duration // scenario 4
-	MemJobs          int           // scenario 5
-	StormSizes       []int         // scenario 7: leases due at once, one storm per size (default 100,000 and 1,000,000; quick: 100,000)
-	StormRawWindow   time.Duration // scenario 7: the most each way of the raw baseline publishes for
-	SoakJobs         int           // the soak (only with Only "soak"): jobs pushed through their whole life (default 5,000,000; quick: 200,000)
-	SoakPoints       int           // the soak: measurements, each with a restart of the coordinator (default 10)
-	SoakPlot         string        // the soak: where to write its SVG plot ("" for none)
-	SoakRetain       time.Duration // the soak: the policy's retention (default 1 s)
+	PipelineWorkers   int           // scenarios 1 and 8: SDK workers (per set in 8)
+	PipelineLeases    int           // scenarios 1 and 8: leases per worker
+	PipelineWarmup    time.Duration // scenarios 1 and 8: before measuring (a quarter of it before each window of 8)
+	PipelineDuration  time.Duration // scenarios 1 and 8: measured (a quarter of it in each of the 16 windows of 8)
+	RTTSamples        int           // scenario 2: round trips measured (after as many warm-up ones / 10)
+	ExpirySamples     int           // scenario 2: leases left to expire
+	LogInputs         int           // scenarios 3 and 6: inputs in the large log
+	FoldDuration      time.Duration // scenario 4
+	MemJobs           int           // scenario 5
+	StormSizes        []int         // scenario 7: leases due at once, one storm per size (default 100,000 and 1,000,000; quick: 100,000)
+	StormRawWindow    time.Duration // scenario 7: the most each way of the raw baseline publishes for
+	SoakJobs          int           // the soak (only with Only "soak"): jobs pushed through their whole life (default 5,000,000; quick: 200,000)
+	SoakPoints        int           // the soak: measurements, each with a restart of the coordinator (default 10)
+	SoakPlot          string        // the soak: where to write its SVG plot ("" for none)
+	SoakRetain        time.Duration // the soak: the policy's retention (default 1 s)
+	SoakSnapshotEvery int           // the soak: the coordinator's inputs between snapshots (0: its default, coordinator.DefaultSnapshotEvery)
 }
 
 func (c Config) withDefaults() Config {

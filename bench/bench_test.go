@@ -193,6 +193,7 @@ func TestSoak(t *testing.T) {
 	cfg := tiny(t, SyncInterval)
 	cfg.Only = []string{"soak"}
 	cfg.SoakJobs, cfg.SoakPoints, cfg.SoakRetain = 3000, 3, 50*time.Millisecond
+	cfg.SoakSnapshotEvery = 1000 // segments to archive and remove at every point
 	cfg.SoakPlot = filepath.Join(t.TempDir(), "soak.svg")
 	r, err := Run(context.Background(), cfg)
 	if err != nil {
@@ -209,6 +210,13 @@ func TestSoak(t *testing.T) {
 	}
 	if last := s.Points[len(s.Points)-1]; last.Kept >= last.Seen {
 		t.Fatalf("no job retired by the last point: %+v", last)
+	}
+	// Retention of the log: every point sealed a segment and removed it,
+	// so the input stream starts later each time.
+	for i, p := range s.Points {
+		if p.ArchiveMB <= 0 || p.FirstInput <= 1 || i > 0 && p.FirstInput <= s.Points[i-1].FirstInput {
+			t.Fatalf("point %d: no segment sealed and removed: %+v", i, p)
+		}
 	}
 	svg, err := os.ReadFile(cfg.SoakPlot)
 	if err != nil || strings.Count(string(svg), "<polyline") != 4 {

@@ -126,9 +126,11 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	if sk := r.Soak; sk != nil {
 		fmt.Fprintf(w, "soak: %.0f jobs through their whole life (%.0f/s, %.0f inputs); ok %v; at each point:\n", sk.Jobs, sk.PerS, sk.Inputs, sk.OK == 1)
-		fmt.Fprintf(w, "  %10s %8s %8s %8s %9s %9s %9s %9s %9s\n", "jobs seen", "kept", "RSS MB", "heap MB", "snap MB", "turn ms", "in MB", "out MB", "restart s")
+		fmt.Fprintf(w, "  %10s %8s %8s %8s %8s %9s %8s %7s %7s %10s %8s %9s %9s\n", "jobs seen", "kept", "RSS MB", "heap MB", "snap MB", "encode ms", "turn ms",
+			"in MB", "out MB", "1st input", "seal s", "remove s", "restart s")
 		for _, p := range sk.Points {
-			fmt.Fprintf(w, "  %10.0f %8.0f %8.0f %8.0f %9.2f %9.1f %9.0f %9.0f %9.2f\n", p.Seen, p.Kept, p.RSSMB, p.HeapMB, p.SnapshotMB, p.PauseMS, p.InMB, p.OutMB, p.RestartS)
+			fmt.Fprintf(w, "  %10.0f %8.0f %8.0f %8.0f %8.2f %9.1f %8.1f %7.0f %7.0f %10.0f %8.1f %9.1f %9.2f\n", p.Seen, p.Kept, p.RSSMB, p.HeapMB, p.SnapshotMB, p.EncodeMS, p.PauseMS,
+				p.InMB, p.OutMB, p.FirstInput, p.ArchiveS, p.RemoveS, p.RestartS)
 		}
 	}
 	fmt.Fprintf(w, "machine: %.0f CPUs, load average %.2f at the start, %.2f at the end; %.0f s\n", r.CPUs, r.LoadAvg1, r.LoadEnd1, r.Seconds)

@@ -58,6 +58,7 @@ type SoakPoint struct {
 	RSSMB       float64 `json:"rss_mb"`        // the process's resident memory
 	HeapMB      float64 `json:"heap_mb"`       // the Go heap's live objects (all of the process)
 	SnapshotMB  float64 `json:"snapshot_mb"`   // the stored snapshot's size
+	EncodeMS    float64 `json:"encode_ms"`     // the last snapshot's encoding (off the loop)
 	PauseMS     float64 `json:"pause_ms"`      // the live loop's longest turn since the previous point
 	InMB        float64 `json:"in_mb"`         // the input stream's size
 	OutMB       float64 `json:"out_mb"`        // the decision stream's size
@@ -82,7 +83,12 @@ func (b *runner) soak(ctx context.Context) error {
 	}
 	defer srv.Shutdown()
 	top := streams.Topology{LogRetention: true}
-	retained := func(c *coordinator.Config) { c.Topology = top }
+	retained := func(c *coordinator.Config) {
+		c.Topology = top
+		if b.cfg.SoakSnapshotEvery > 0 {
+			c.SnapshotEvery = b.cfg.SoakSnapshotEvery
+		}
+	}
 	co, err := b.startCoordinator(srv.ClientURL(), retained)
 	if err != nil {
 		return err
@@ -164,7 +170,8 @@ func (b *runner) soak(ctx context.Context) error {
 		if err := waitFolded(); err != nil {
 			return err
 		}
-		p := SoakPoint{Seen: float64(seen), Kept: float64(co.c.Stats().Jobs), PauseMS: ms(co.m.takePause()), ElapsedS: time.Since(t0).Seconds()}
+		p := SoakPoint{Seen: float64(seen), Kept: float64(co.c.Stats().Jobs), PauseMS: ms(co.m.takePause()), ElapsedS: time.Since(t0).Seconds(),
+			EncodeMS: ms(co.c.Stats().SnapshotEncode)}
 		// Retention of the log: seal, remove, discard.
 		at := time.Now()
 		ar, err := archive.Archive(ctx, acfg)
@@ -231,8 +238,8 @@ func (b *runner) soak(ctx context.Context) error {
 		p.RestartFold = float64(co.c.Stats().InputsFolded - co.c.Stats().SnapshotSeq)
 		res.Points = append(res.Points, p)
 		res.MaxJob = max(res.MaxJob, p.Kept)
-		b.logf("  soak: %d jobs begun, %d kept, RSS %.0f MB (heap %.0f), snapshot %.2f MB, longest turn %.1f ms, streams %.0f + %.0f MB from input %d, segment %.0f MB sealed in %.1f s and removed in %.1f s, restart %.2f s (%d inputs folded)",
-			seen, int(p.Kept), p.RSSMB, p.HeapMB, p.SnapshotMB, p.PauseMS, p.InMB, p.OutMB, int(p.FirstInput), p.ArchiveMB, p.ArchiveS, p.RemoveS, p.RestartS, int(p.RestartFold))
+		b.logf("  soak: %d jobs begun, %d kept, RSS %.0f MB (heap %.0f), snapshot %.2f MB encoded in %.1f ms, longest turn %.1f ms, streams %.0f + %.0f MB from input %d, segment %.0f MB sealed in %.1f s and removed in %.1f s, restart %.2f s (%d inputs folded)",
+			seen, int(p.Kept), p.RSSMB, p.HeapMB, p.SnapshotMB, p.EncodeMS, p.PauseMS, p.InMB, p.OutMB, int(p.FirstInput), p.ArchiveMB, p.ArchiveS, p.RemoveS, p.RestartS, int(p.RestartFold))
 		return nil
 	}
 

@@ -190,6 +190,8 @@ type Coordinator struct {
 	snapMu       sync.Mutex
 	snapInputSeq uint64
 	snapAt       time.Time
+	snapEncode   time.Duration // the last snapshot's encoding, off the loop
+	snapBytes    int
 }
 
 // Stats is a point-in-time view of a coordinator, safe to read from any goroutine.
@@ -223,6 +225,11 @@ type Stats struct {
 	// Jobs is the number of jobs in the projection after the last input
 	// folded (a retired job is no longer counted).
 	Jobs int64 `json:"jobs"`
+	// SnapshotEncode is how long the last snapshot took to encode (on the
+	// session's encoder goroutine, off the live loop), SnapshotBytes its
+	// size; zero before the first.
+	SnapshotEncode time.Duration `json:"snapshot_encode_ns"`
+	SnapshotBytes  int           `json:"snapshot_bytes"`
 }
 
 // New checks the configuration.
@@ -276,6 +283,7 @@ func (c *Coordinator) Stats() Stats {
 		LostAuthority: c.lostAuth.Load(), Sessions: c.sessions.Load(),
 		SnapshotsRefused: c.snapRefused.Load(), Dropped: c.drops.count.Load(),
 		Head: c.lastHead.Load(), Jobs: c.jobs.Load(),
+		SnapshotEncode: c.snapEncode, SnapshotBytes: c.snapBytes,
 	}
 }
 

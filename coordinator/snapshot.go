@@ -295,7 +295,11 @@ func (s *session) encoder(ctx context.Context) {
 			snap = nil
 		} else {
 			snap.data, snap.hash = data, sha256.Sum256(data)
-			c.log.Debug("snapshot encoded", "input_seq", snap.inputSeq, "bytes", len(data), "took", time.Since(start))
+			took := time.Since(start)
+			c.snapMu.Lock()
+			c.snapEncode, c.snapBytes = took, len(data)
+			c.snapMu.Unlock()
+			c.log.Debug("snapshot encoded", "input_seq", snap.inputSeq, "bytes", len(data), "took", took)
 		}
 		select {
 		case s.encoded <- snap:
