@@ -178,7 +178,7 @@ func (b *runner) receipts(ctx context.Context) error {
 		}
 		w.on = isOn
 		wins = append(wins, w)
-		b.logf("    window %d, receipts %s: %.0f renewals/s, %.2f cores busy: %.1f µs CPU each", k+1, state, w.rate, w.cpu, w.cpu/w.rate*1e6)
+		b.logf("    window %d, receipts %s: %.0f renewals/s, %.2f cores busy: %.1f µs CPU each", k+1, state, w.rate, w.cpu, ratio(w.cpu, w.rate)*1e6)
 	}
 	closeOn()
 	closeOff()
@@ -233,7 +233,7 @@ func (b *runner) receipts(ctx context.Context) error {
 			k = 1
 		}
 		rate[k] += w.rate
-		cpu[k] += w.cpu / w.rate * 1e6
+		cpu[k] += ratio(w.cpu, w.rate) * 1e6 // a window of no renewal (a starved machine) adds nothing, not +Inf
 		secs[k] += w.secs
 		n[k]++
 	}
