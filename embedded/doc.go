@@ -5,7 +5,9 @@
 // It is the only package of Tenure that imports nats-server (tests
 // aside). The packages a worker or an operator tool imports (events,
 // follow, worker, ops) and streams, the topology they share, never import
-// it, so that a worker binary carries no server (DESIGN.md §2).
+// it, so that a worker binary carries no server (DESIGN.md §2):
+// TestWorkerSideDoesNotLinkServer fails, naming the chain of imports, when
+// one of them comes to depend on nats-server.
 //
 // Start locks its DataDir (streams.LockDir) before anything touches it
 // and Shutdown releases it; a process that starts nats-server processes of
