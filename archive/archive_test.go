@@ -19,6 +19,7 @@ import (
 	"github.com/maknow/tenure/archive"
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -32,7 +33,7 @@ func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
 var retained = streams.Topology{Storage: jetstream.MemoryStorage, LogRetention: true}
 
 type env struct {
-	srv *streams.Embedded
+	srv *embedded.Server
 	js  jetstream.JetStream
 	h   *streams.Handles
 	top streams.Topology

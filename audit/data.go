@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -17,7 +18,7 @@ import (
 // (recovering or compacting its store, writing its metadata) reaches it.
 type DataDir struct {
 	// Server serves the copy; connect to Server.ClientURL().
-	Server *streams.Embedded
+	Server *embedded.Server
 	// Dir is the temporary directory holding the copy.
 	Dir string
 }
@@ -60,7 +61,7 @@ func OpenDataDir(src string, cfg DataDirConfig) (*DataDir, error) {
 		_ = os.RemoveAll(tmp)
 		return nil, fmt.Errorf("audit: copy %s: %w", src, err)
 	}
-	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{
+	srv, err := embedded.Start(embedded.Config{
 		DataDir: dir, Host: "127.0.0.1", Port: -1, ConfigFile: cfg.ConfigFile,
 		ServerName: "tenure-audit", Logger: cfg.Logger,
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -29,7 +30,7 @@ var memTopology = streams.Topology{Storage: jetstream.MemoryStorage}
 
 // env is a real embedded server with the topology created.
 type env struct {
-	srv *streams.Embedded
+	srv *embedded.Server
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	h   *streams.Handles

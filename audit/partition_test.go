@@ -13,6 +13,7 @@ import (
 
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -23,7 +24,7 @@ import (
 // holding a deployment of count partitions decided by a coordinator Group,
 // stopped once every partition has decided every input.
 type partitioned struct {
-	srv   *streams.Embedded
+	srv   *embedded.Server
 	js    jetstream.JetStream
 	topos []streams.Topology
 	hs    []*streams.Handles

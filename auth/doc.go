@@ -112,9 +112,9 @@
 // carries the input mapping, in every account (mappings are per account),
 // so that six-token inputs are stored in their job's partition on a
 // standalone server.
-// streams.StartEmbedded with Partitions adds the same mapping again, which
-// replaces the file's: the two never conflict, and with different counts the
-// embedded server's wins.
+// embedded.Start with Partitions adds the same mapping again, which replaces
+// the file's: the two never conflict, and with different counts the embedded
+// server's wins.
 //
 // # Inbox prefixes
 //

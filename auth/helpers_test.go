@@ -14,8 +14,8 @@ import (
 
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/heads"
-	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
 
@@ -152,7 +152,7 @@ func connect(t testing.TB, b *auth.Bundle, url, name string, extra ...nats.Optio
 // real coordinator connected as the coordinator user "coord".
 type env struct {
 	b     *auth.Bundle
-	srv   *streams.Embedded
+	srv   *embedded.Server
 	url   string
 	coord *client // the coordinator's own connection
 	c     *coordinator.Coordinator

@@ -18,6 +18,7 @@ import (
 
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -256,7 +257,7 @@ func WriteLog(ctx context.Context, js jetstream.JetStream, top streams.Topology,
 // restart is scenario 6: the time from starting a coordinator on the log
 // to it being live, from its snapshot and then without one (folding and
 // verifying every input and decision).
-func (b *runner) restart(ctx context.Context, srv *streams.Embedded) error {
+func (b *runner) restart(ctx context.Context, srv *embedded.Server) error {
 	measure := func(name string, mod func(*coordinator.Config)) (float64, coordinator.Stats, error) {
 		stop := b.profile(name)
 		defer stop()
@@ -294,7 +295,7 @@ func (b *runner) restart(ctx context.Context, srv *streams.Embedded) error {
 
 // replay is scenario 3: an in-order read of the input stream (the better
 // of one before and one after the audit), then audit.Run over the log.
-func (b *runner) replay(ctx context.Context, srv *streams.Embedded) error {
+func (b *runner) replay(ctx context.Context, srv *embedded.Server) error {
 	nc, err := connect(srv.ClientURL(), "bench-replay")
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/worker"
@@ -203,7 +204,7 @@ func (b *runner) baselinePipeline(ctx context.Context, inflight int) (float64, e
 }
 
 // tenureServer starts a server and a coordinator for one of Tenure's runs.
-func (b *runner) tenureServer(name string) (*streams.Embedded, *coord, error) {
+func (b *runner) tenureServer(name string) (*embedded.Server, *coord, error) {
 	srv, err := b.startServer(b.newDir(name), false)
 	if err != nil {
 		return nil, nil, err

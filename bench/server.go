@@ -13,13 +13,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/streams"
 )
 
 // startServer starts an embedded server on dir in the run's sync mode (or
 // in interval mode when lazy is set: building large logs only).
-func (b *runner) startServer(dir string, lazy bool) (*streams.Embedded, error) {
-	return streams.StartEmbedded(streams.EmbeddedConfig{
+func (b *runner) startServer(dir string, lazy bool) (*embedded.Server, error) {
+	return embedded.Start(embedded.Config{
 		DataDir: dir, Host: "127.0.0.1", Port: -1, ServerName: "tenure-bench",
 		SyncAlways: b.cfg.Sync == SyncAlways && !lazy,
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 )
@@ -407,7 +408,7 @@ func (b *runner) stormSetup(ctx context.Context, dir string, n int, rate float64
 // restarts, fires the n due leases; the decisions after base are read
 // back. It returns the body of the first expired decision (the raw
 // baseline stores messages of its size).
-func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, base uint64, s *Storm, label string) ([]byte, error) {
+func (b *runner) stormRun(ctx context.Context, srv *embedded.Server, n int, base uint64, s *Storm, label string) ([]byte, error) {
 	t0 := time.Now()
 	co, err := b.startCoordinator(srv.ClientURL(), nil)
 	if err != nil {
@@ -595,7 +596,7 @@ func (b *runner) stormRun(ctx context.Context, srv *streams.Embedded, n int, bas
 func (b *runner) stormRaw(ctx context.Context, n int, body []byte, s *Storm) error {
 	name := "storm-" + StormLabel(n)
 	subject := func(i int) string { return "raw.out.w" + itoa(i%16) + ".storm-" + itoa(i) + ".expired" }
-	setup := func(name string) (*streams.Embedded, *nats.Conn, error) {
+	setup := func(name string) (*embedded.Server, *nats.Conn, error) {
 		srv, err := b.startServer(b.newDir("storm-raw-"+name), false)
 		if err != nil {
 			return nil, nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -291,7 +292,7 @@ func verdict(ds []events.Decision) events.Decision {
 	return events.Decision{}
 }
 
-func newServer(t testing.TB) (*streams.Embedded, *nats.Conn, jetstream.JetStream) {
+func newServer(t testing.TB) (*embedded.Server, *nats.Conn, jetstream.JetStream) {
 	srv := testutil.StartServer(t)
 	nc, js := testutil.Connect(t, srv.ClientURL())
 	if _, err := streams.Ensure(context.Background(), js, streams.Topology{}, 600*time.Millisecond); err != nil {

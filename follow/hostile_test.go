@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/follow"
-	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
 
@@ -45,7 +45,7 @@ func (d *drops) get() map[string]int {
 // learns of a connection: its subscriptions. It returns the literal ones
 // under an inbox prefix, which is where a reader's pull requests have
 // their replies (the wildcard one is the client's API response inbox).
-func replySubs(t *testing.T, srv *streams.Embedded, conn, prefix string) []string {
+func replySubs(t *testing.T, srv *embedded.Server, conn, prefix string) []string {
 	t.Helper()
 	cz, err := srv.Server().Connz(&server.ConnzOptions{Subscriptions: true})
 	if err != nil {

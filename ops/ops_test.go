@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/receipt"
@@ -42,7 +43,7 @@ func startTenureJS(t *testing.T) (*ops.Client, jetstream.JetStream) {
 
 // startCoordinator starts a server and a live coordinator of topology top
 // on it, both stopped with the test.
-func startCoordinator(t *testing.T, top streams.Topology) *streams.Embedded {
+func startCoordinator(t *testing.T, top streams.Topology) *embedded.Server {
 	t.Helper()
 	srv := testutil.StartServer(t)
 	nc, _ := testutil.Connect(t, srv.ClientURL())

@@ -1,6 +1,8 @@
-// Package streams holds Tenure's JetStream topology as code, the embedded
-// nats-server, client connection settings and the mapping of JetStream API
-// errors onto Tenure's own sentinels.
+// Package streams holds Tenure's JetStream topology as code, client
+// connection settings and the mapping of JetStream API errors onto
+// Tenure's own sentinels. It is a client of JetStream and does not link
+// nats-server: the server runs in package embedded, so that the worker-side
+// packages that import streams stay free of it (DESIGN.md §2).
 //
 // The topology (DESIGN.md §3, §7) is two streams and two buckets:
 //
@@ -22,7 +24,7 @@
 // exclusive lock on a directory, an flock(2) on its lock file
 // (LockFileName) that the kernel drops when the holder dies, and writes
 // the holder (pid, command line, host, time) into the file; a second
-// locker gets a *LockedError naming it. StartEmbedded locks its DataDir
+// locker gets a *LockedError naming it. embedded.Start locks its DataDir
 // before anything touches it and Shutdown releases it; a process that
 // starts nats-server processes of its own locks their store directories
 // and hands each lock to its child (DirLock.File, InheritLock).

@@ -72,7 +72,7 @@ func (h Holder) String() string {
 }
 
 // LockedError is the error of LockDir (and of everything that locks a
-// directory before opening a store in it, StartEmbedded first) when
+// directory before opening a store in it, embedded.Start first) when
 // another process, or another DirLock of this one, holds the lock. Match
 // it with errors.As.
 type LockedError struct {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/maknow/tenure/cluster"
-	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/embedded"
 )
 
 // Cluster is a NATS cluster of embedded nats-servers in the test process,
@@ -24,7 +24,7 @@ type Cluster struct {
 type clusterNode struct {
 	name, conf, dir string
 	port            int
-	srv             *streams.Embedded
+	srv             *embedded.Server
 }
 
 // StartCluster starts n (at least 2) servers routed to each other, with
@@ -76,7 +76,7 @@ func (c *Cluster) Len() int { return len(c.nodes) }
 func (c *Cluster) Name(i int) string { return c.nodes[i].name }
 
 // Server is server i, or nil while it is shut down.
-func (c *Cluster) Server(i int) *streams.Embedded { return c.nodes[i].srv }
+func (c *Cluster) Server(i int) *embedded.Server { return c.nodes[i].srv }
 
 // Shutdown stops server i (gracefully: it is the same process).
 func (c *Cluster) Shutdown(i int) {
@@ -90,7 +90,7 @@ func (c *Cluster) Shutdown(i int) {
 func (c *Cluster) Start(i int) {
 	c.t.Helper()
 	nd := &c.nodes[i]
-	nd.srv = StartServerIn(c.t, nd.dir, ConfigFile(nd.conf), func(cfg *streams.EmbeddedConfig) {
+	nd.srv = StartServerIn(c.t, nd.dir, ConfigFile(nd.conf), func(cfg *embedded.Config) {
 		cfg.Port, cfg.ServerName, cfg.Partitions = nd.port, nd.name, 0 // the mapping is in the file
 	})
 }

@@ -8,45 +8,46 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/streams"
 )
 
 // Option adjusts the configuration of a test server.
-type Option func(*streams.EmbeddedConfig)
+type Option func(*embedded.Config)
 
 // SyncAlways makes the server fsync every write before acknowledging it, as
 // in production's default. Test servers are lazy otherwise, for speed.
 func SyncAlways() Option {
-	return func(c *streams.EmbeddedConfig) { c.SyncAlways = true }
+	return func(c *embedded.Config) { c.SyncAlways = true }
 }
 
 // ConfigFile merges a nats-server configuration file (accounts, permissions,
 // ...) into the test server's configuration.
 func ConfigFile(path string) Option {
-	return func(c *streams.EmbeddedConfig) { c.ConfigFile = path }
+	return func(c *embedded.Config) { c.ConfigFile = path }
 }
 
 // Partitions adds the input partition mapping of a deployment of n
-// partitions (streams.EmbeddedConfig.Partitions).
+// partitions (embedded.Config.Partitions).
 func Partitions(n uint32) Option {
-	return func(c *streams.EmbeddedConfig) { c.Partitions = n }
+	return func(c *embedded.Config) { c.Partitions = n }
 }
 
 // Port listens on port instead of a random free one (a test restarting a
 // server where its clients reconnect).
 func Port(port int) Option {
-	return func(c *streams.EmbeddedConfig) { c.Port = port }
+	return func(c *embedded.Config) { c.Port = port }
 }
 
 // Logger forwards the server's warnings and errors to l.
 func Logger(l *slog.Logger) Option {
-	return func(c *streams.EmbeddedConfig) { c.Logger = l }
+	return func(c *embedded.Config) { c.Logger = l }
 }
 
 // StartServer starts an embedded nats-server with JetStream on 127.0.0.1 and
 // a random port, storing in a fresh t.TempDir(). It fails the test if the
 // server does not start, and shuts it down in t.Cleanup.
-func StartServer(t testing.TB, opts ...Option) *streams.Embedded {
+func StartServer(t testing.TB, opts ...Option) *embedded.Server {
 	t.Helper()
 	return StartServerIn(t, t.TempDir(), opts...)
 }
@@ -55,9 +56,9 @@ func StartServer(t testing.TB, opts ...Option) *streams.Embedded {
 // choosing, so that a test can stop a server and start another on the same
 // store. The server is shut down in t.Cleanup (Shutdown may also be called
 // earlier).
-func StartServerIn(t testing.TB, dir string, opts ...Option) *streams.Embedded {
+func StartServerIn(t testing.TB, dir string, opts ...Option) *embedded.Server {
 	t.Helper()
-	cfg := streams.EmbeddedConfig{
+	cfg := embedded.Config{
 		DataDir:      dir,
 		Host:         "127.0.0.1",
 		Port:         -1,
@@ -67,7 +68,7 @@ func StartServerIn(t testing.TB, dir string, opts ...Option) *streams.Embedded {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	e, err := streams.StartEmbedded(cfg)
+	e, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatalf("testutil: %v", err)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
 
@@ -26,7 +26,7 @@ import (
 // loopback port (so that a browser can reach it).
 type env struct {
 	t       testing.TB
-	srv     *streams.Embedded
+	srv     *embedded.Server
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	coord   *coordinator.Coordinator

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
@@ -18,7 +19,7 @@ import (
 // env is one embedded server with Tenure's topology and a live coordinator.
 type env struct {
 	t     *testing.T
-	srv   *streams.Embedded
+	srv   *embedded.Server
 	js    jetstream.JetStream
 	coord *running
 }

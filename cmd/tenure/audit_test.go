@@ -18,6 +18,7 @@ import (
 
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -70,7 +71,7 @@ var auditWorkload = [][2]string{
 	{"worker.w2.j2.result", `{"v":1,"lease_id":"L2","generation":1,"outcome":"SUCCESS"}`},
 }
 
-func newAuditEnv(t *testing.T, srv *streams.Embedded, top streams.Topology) *auditEnv {
+func newAuditEnv(t *testing.T, srv *embedded.Server, top streams.Topology) *auditEnv {
 	t.Helper()
 	ctx := context.Background()
 	_, js := testutil.Connect(t, srv.ClientURL())
@@ -466,7 +467,7 @@ func TestAuditProgress(t *testing.T) {
 // partitionedDeployment stores a workload over 16 jobs in a deployment of 4
 // partitions on srv (inputs published to six-token subjects, routed by the
 // server mapping) and has a coordinator Group decide every partition.
-func partitionedDeployment(t *testing.T, srv *streams.Embedded, count uint32) (js jetstream.JetStream, jobs []string) {
+func partitionedDeployment(t *testing.T, srv *embedded.Server, count uint32) (js jetstream.JetStream, jobs []string) {
 	t.Helper()
 	ctx := context.Background()
 	_, js = testutil.Connect(t, srv.ClientURL())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/cluster"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -122,7 +123,7 @@ func runClusterNode(ctx context.Context, args []string, stderr io.Writer) error 
 			return dataDirInUse(err, "give the node another --store")
 		}
 	}
-	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: *store, ConfigFile: *conf, SyncAlways: true,
+	srv, err := embedded.Start(embedded.Config{DataDir: *store, ConfigFile: *conf, SyncAlways: true,
 		Logger: log, LogNotices: true, ReadyTimeout: 2 * time.Minute, Lock: lock})
 	if err != nil {
 		return dataDirInUse(err, "give the node another --store")

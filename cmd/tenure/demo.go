@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -47,7 +48,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			defer os.RemoveAll(tmp)
 			dir = tmp
 		}
-		srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: dir, Port: -1, SyncAlways: true, ServerName: "tenure-demo"})
+		srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1, SyncAlways: true, ServerName: "tenure-demo"})
 		if err != nil {
 			return dataDirInUse(err, "give the demo another --data directory")
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/embedded"
 )
 
 // The coordinator id of `tenure serve` stays the same across restarts on
@@ -78,7 +78,7 @@ func TestCoordinatorIDKeptInDataDir(t *testing.T) {
 // a second serve on it (which would share the id, and so take the first
 // one's leadership entry) exits 1 at once naming the directory.
 func TestCoordinatorIDWithNATSURL(t *testing.T) {
-	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: t.TempDir(), Port: -1})
+	srv, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Port: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -261,7 +262,7 @@ func TestDemo(t *testing.T) {
 // of the input stream derives.
 func TestServeRefusalExplained(t *testing.T) {
 	dir := t.TempDir()
-	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: dir, Port: -1})
+	srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

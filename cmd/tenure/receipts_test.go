@@ -13,23 +13,23 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/receipt"
-	"github.com/maknow/tenure/streams"
 	sdk "github.com/maknow/tenure/worker"
 )
 
 // deployment is tenure serve's parts in this process: an embedded server on
 // a data directory and a coordinator, until stop.
 type deployment struct {
-	srv  *streams.Embedded
+	srv  *embedded.Server
 	nc   *nats.Conn
 	stop func()
 }
 
 func startDeployment(t *testing.T, data string) *deployment {
 	t.Helper()
-	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: data, Port: -1})
+	srv, err := embedded.Start(embedded.Config{DataDir: data, Port: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/ui"
@@ -185,8 +186,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	count := uint32(*partitions)
 
-	embedded := conn.url == ""
-	if embedded {
+	ownServer := conn.url == ""
+	if ownServer {
 		host, portStr, err := net.SplitHostPort(*listen)
 		if err != nil {
 			return fmt.Errorf("%w: --listen: %v", errUsage, err)
@@ -202,7 +203,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *serverConf != "" {
 			// The embedded server's mapping would replace the file's, while
 			// the file's permissions name the other count's streams.
-			n, found, err := streams.ConfigFilePartitions(*serverConf)
+			n, found, err := embedded.ConfigFilePartitions(*serverConf)
 			if err != nil {
 				return err
 			}
@@ -211,7 +212,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 					errUsage, *serverConf, n, count, count, n)
 			}
 		}
-		srv, err := streams.StartEmbedded(streams.EmbeddedConfig{
+		srv, err := embedded.Start(embedded.Config{
 			DataDir: dir, Host: host, Port: port, SyncAlways: *sync == "always",
 			ConfigFile: *serverConf, ServerName: "tenure", Logger: log, Partitions: count,
 		})
@@ -230,7 +231,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Visit(func(f *flag.Flag) { dataSet = dataSet || f.Name == "data" })
 	if *id == "" {
 		switch {
-		case embedded:
+		case ownServer:
 			// The embedded server holds the directory's lock.
 			dir, _ := filepath.Abs(*data)
 			if *id, err = dataDirID(dir); err != nil {
@@ -253,7 +254,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if !events.ValidToken(*id) {
 		return fmt.Errorf("%w: --id must be 1 to %d of [A-Za-z0-9_-], got %q", errUsage, events.MaxTokenLen, *id)
 	}
-	headSigner, err := headFlags.signer(*data, embedded || dataSet, log)
+	headSigner, err := headFlags.signer(*data, ownServer || dataSet, log)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package streams_test
+package embedded_test
 
 import (
 	"context"
@@ -14,12 +14,22 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/testutil"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
+
+const leaderTTL = 5 * time.Second
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
 
 // TestEmbeddedRestartKeepsAckedMessages: every acknowledged input survives a
 // shutdown and a new server on the same data directory, in both sync modes.
@@ -82,14 +92,14 @@ func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
 	}
 }
 
-func TestStartEmbeddedErrors(t *testing.T) {
-	if _, err := streams.StartEmbedded(streams.EmbeddedConfig{Port: -1}); err == nil {
+func TestStartErrors(t *testing.T) {
+	if _, err := embedded.Start(embedded.Config{Port: -1}); err == nil {
 		t.Error("started without DataDir")
 	}
 
 	// A taken port is reported at once, not after the ready timeout.
 	srv := testutil.StartServer(t)
-	_, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: t.TempDir(), Port: srv.Port()})
+	_, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Port: srv.Port()})
 	if err == nil {
 		t.Fatal("started on a port in use")
 	}
@@ -98,7 +108,7 @@ func TestStartEmbeddedErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("port: {{{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: t.TempDir(), Port: -1, ConfigFile: bad}); err == nil {
+	if _, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), Port: -1, ConfigFile: bad}); err == nil {
 		t.Error("started with a broken config file")
 	}
 }
@@ -132,7 +142,7 @@ func TestEmbeddedConfigFile(t *testing.T) {
 func TestEmbeddedLogger(t *testing.T) {
 	for _, notices := range []bool{false, true} {
 		rec := &recorder{}
-		srv, err := streams.StartEmbedded(streams.EmbeddedConfig{
+		srv, err := embedded.Start(embedded.Config{
 			DataDir: t.TempDir(), Port: -1,
 			Logger: slog.New(rec), LogNotices: notices,
 		})
@@ -197,12 +207,12 @@ func TestConfigFilePartitions(t *testing.T) {
 		if err := os.WriteFile(p, []byte(c.text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		n, found, err := streams.ConfigFilePartitions(p)
+		n, found, err := embedded.ConfigFilePartitions(p)
 		if err != nil || n != c.count || found != c.found {
 			t.Errorf("file %d: %d %v %v, want %d %v", i, n, found, err, c.count, c.found)
 		}
 	}
-	if _, _, err := streams.ConfigFilePartitions(filepath.Join(dir, "missing.conf")); err == nil {
+	if _, _, err := embedded.ConfigFilePartitions(filepath.Join(dir, "missing.conf")); err == nil {
 		t.Error("a missing file is no error")
 	}
 }
@@ -237,7 +247,7 @@ func treeOf(t *testing.T, dir string) string {
 // *LockedError before it touches the store, even on the same port (where
 // it used to recover the store, then fail to bind); the first keeps
 // serving; after its Shutdown the directory can be served again.
-func TestStartEmbeddedLocksDataDir(t *testing.T) {
+func TestStartLocksDataDir(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	srv := testutil.StartServerIn(t, dir, testutil.SyncAlways())
@@ -251,7 +261,7 @@ func TestStartEmbeddedLocksDataDir(t *testing.T) {
 	before := treeOf(t, dir)
 
 	for _, port := range []int{-1, srv.Port()} {
-		_, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: dir, Port: port, ReadyTimeout: 10 * time.Second})
+		_, err := embedded.Start(embedded.Config{DataDir: dir, Port: port, ReadyTimeout: 10 * time.Second})
 		var le *streams.LockedError
 		if !errors.As(err, &le) {
 			t.Fatalf("second server on port %d: %v, want a *LockedError", port, err)
@@ -261,7 +271,7 @@ func TestStartEmbeddedLocksDataDir(t *testing.T) {
 		}
 	}
 	// The store's own directory is no data directory.
-	if _, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: filepath.Join(dir, "jetstream"), Port: -1}); err == nil ||
+	if _, err := embedded.Start(embedded.Config{DataDir: filepath.Join(dir, "jetstream"), Port: -1}); err == nil ||
 		!strings.Contains(err.Error(), "is the JetStream store of the data directory") {
 		t.Errorf("a server on DIR/jetstream: %v", err)
 	}
@@ -270,7 +280,7 @@ func TestStartEmbeddedLocksDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := streams.StartEmbedded(streams.EmbeddedConfig{DataDir: dir, Port: -1, Lock: other}); err == nil || errors.As(err, new(*streams.LockedError)) {
+	if _, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1, Lock: other}); err == nil || errors.As(err, new(*streams.LockedError)) {
 		t.Errorf("a server with another directory's lock: %v", err)
 	}
 	if after := treeOf(t, dir); after != before {

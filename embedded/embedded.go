@@ -1,4 +1,4 @@
-package streams
+package embedded
 
 import (
 	"context"
@@ -17,31 +17,32 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
 )
 
-// Defaults of EmbeddedConfig.
+// Defaults of Config.
 const (
 	DefaultHost         = "127.0.0.1"
 	DefaultPort         = 4222
 	DefaultReadyTimeout = time.Minute
 )
 
-// EmbeddedConfig configures an in-process nats-server with JetStream.
+// Config configures an in-process nats-server with JetStream.
 //
 // Fields left at their zero value take the value of ConfigFile, if given and
 // if it sets them, else the defaults documented below. Fields that are set
 // override the file.
-type EmbeddedConfig struct {
+type Config struct {
 	// DataDir is required. The JetStream store lives in DataDir/jetstream; it
-	// overrides any store_dir of ConfigFile. StartEmbedded locks DataDir
-	// (LockDir) before anything else touches it, and creates it (mode
+	// overrides any store_dir of ConfigFile. Start locks DataDir
+	// (streams.LockDir) before anything else touches it, and creates it (mode
 	// 0700) if it is missing.
 	DataDir string
 	// Lock is the lock of DataDir when the caller has taken it already
-	// (InheritLock in a child process its parent passed the lock to); nil:
-	// StartEmbedded takes it. Either way the Embedded owns it: Shutdown, or
-	// a failed start, releases it.
-	Lock *DirLock
+	// (streams.InheritLock in a child process its parent passed the lock
+	// to); nil: Start takes it. Either way the Server owns it: Shutdown,
+	// or a failed start, releases it.
+	Lock *streams.DirLock
 	// Host to listen on for clients, default DefaultHost ("127.0.0.1").
 	Host string
 	// Port to listen on for clients, default DefaultPort (4222); -1 picks a
@@ -61,8 +62,8 @@ type EmbeddedConfig struct {
 	// MaxMemory and MaxStore bound JetStream's memory and file storage in
 	// bytes; 0 leaves the server's default (derived from the machine).
 	MaxMemory, MaxStore int64
-	// ReadyTimeout bounds how long StartEmbedded waits for the server to
-	// accept connections, including the recovery of the JetStream store.
+	// ReadyTimeout bounds how long Start waits for the server to accept
+	// connections, including the recovery of the JetStream store.
 	// Default DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 	// Logger receives the server's log; nil discards it. By default only
@@ -77,32 +78,33 @@ type EmbeddedConfig struct {
 	Partitions uint32
 }
 
-// Embedded is a running in-process nats-server with JetStream enabled.
-type Embedded struct {
+// Server is a running in-process nats-server with JetStream enabled.
+type Server struct {
 	srv  *server.Server
-	lock *DirLock
+	lock *streams.DirLock
 	once sync.Once
 }
 
-// StartEmbedded starts a nats-server in this process and waits until it
-// accepts connections with JetStream enabled. The server installs no signal
+// Start starts a nats-server in this process and waits until it accepts
+// connections with JetStream enabled. The server installs no signal
 // handlers; the caller owns it and must call Shutdown.
 //
 // The first thing it does is to lock DataDir: when another process (or
-// another Embedded of this one) holds the lock, it returns the
-// *LockedError of LockDir, having created and changed nothing.
-func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+// another Server of this one) holds the lock, it returns the
+// *streams.LockedError of streams.LockDir, having created and changed
+// nothing.
+func Start(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		if cfg.Lock != nil {
 			_ = cfg.Lock.Close()
 		}
-		return nil, errors.New("streams: start embedded server: DataDir is required")
+		return nil, errors.New("embedded: start server: DataDir is required")
 	}
 	lock, err := lockDataDir(cfg)
 	if err != nil {
 		return nil, err
 	}
-	e, err := startEmbedded(cfg, lock.Dir())
+	e, err := start(cfg, lock.Dir())
 	if err != nil {
 		_ = lock.Close()
 		return nil, err
@@ -113,36 +115,36 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 
 // lockDataDir is cfg.Lock, checked to be the lock of cfg.DataDir, or the
 // lock it takes on cfg.DataDir.
-func lockDataDir(cfg EmbeddedConfig) (*DirLock, error) {
+func lockDataDir(cfg Config) (*streams.DirLock, error) {
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("streams: start embedded server: %w", err)
+		return nil, fmt.Errorf("embedded: start server: %w", err)
 	}
 	if cfg.Lock != nil {
 		a, aerr := os.Stat(cfg.Lock.Dir())
 		b, berr := os.Stat(dir)
 		if aerr != nil || berr != nil || !os.SameFile(a, b) {
 			_ = cfg.Lock.Close()
-			return nil, fmt.Errorf("streams: start embedded server: Lock is the lock of %s, not of DataDir %s", cfg.Lock.Dir(), dir)
+			return nil, fmt.Errorf("embedded: start server: Lock is the lock of %s, not of DataDir %s", cfg.Lock.Dir(), dir)
 		}
 		return cfg.Lock, nil
 	}
 	// DIR/jetstream is the store of data directory DIR: as a data
 	// directory of its own, it would get a second store inside the first.
 	if filepath.Base(dir) == "jetstream" {
-		if _, err := os.Lstat(filepath.Join(filepath.Dir(dir), LockFileName)); err == nil {
-			return nil, fmt.Errorf("streams: start embedded server: %s is the JetStream store of the data directory %s, not a data directory: use %s", dir, filepath.Dir(dir), filepath.Dir(dir))
+		if _, err := os.Lstat(filepath.Join(filepath.Dir(dir), streams.LockFileName)); err == nil {
+			return nil, fmt.Errorf("embedded: start server: %s is the JetStream store of the data directory %s, not a data directory: use %s", dir, filepath.Dir(dir), filepath.Dir(dir))
 		}
 	}
-	return LockDir(dir)
+	return streams.LockDir(dir)
 }
 
-func startEmbedded(cfg EmbeddedConfig, dataDir string) (*Embedded, error) {
+func start(cfg Config, dataDir string) (*Server, error) {
 	opts := &server.Options{}
 	if cfg.ConfigFile != "" {
 		var err error
 		if opts, err = server.ProcessConfigFile(cfg.ConfigFile); err != nil {
-			return nil, fmt.Errorf("streams: start embedded server: read config %s: %w", cfg.ConfigFile, err)
+			return nil, fmt.Errorf("embedded: start server: read config %s: %w", cfg.ConfigFile, err)
 		}
 	}
 	switch {
@@ -177,12 +179,12 @@ func startEmbedded(cfg EmbeddedConfig, dataDir string) (*Embedded, error) {
 
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("streams: start embedded server: %w", err)
+		return nil, fmt.Errorf("embedded: start server: %w", err)
 	}
 	if cfg.Partitions > 0 {
 		if err := addInputMapping(srv, opts, cfg.Partitions); err != nil {
 			srv.Shutdown()
-			return nil, fmt.Errorf("streams: start embedded server: %w", err)
+			return nil, fmt.Errorf("embedded: start server: %w", err)
 		}
 	}
 	log := &serverLogger{log: cfg.Logger, notices: cfg.LogNotices}
@@ -195,10 +197,10 @@ func startEmbedded(cfg EmbeddedConfig, dataDir string) (*Embedded, error) {
 	if timeout <= 0 {
 		timeout = DefaultReadyTimeout
 	}
-	fail := func(err error) (*Embedded, error) {
+	fail := func(err error) (*Server, error) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("streams: start embedded server: %w", err)
+		return nil, fmt.Errorf("embedded: start server: %w", err)
 	}
 	if err := log.fatalErr(); err != nil {
 		return fail(err)
@@ -212,12 +214,12 @@ func startEmbedded(cfg EmbeddedConfig, dataDir string) (*Embedded, error) {
 	if !srv.JetStreamEnabled() {
 		return fail(errors.New("jetstream is not enabled"))
 	}
-	return &Embedded{srv: srv}, nil
+	return &Server{srv: srv}, nil
 }
 
 // ClientURL is the URL clients connect to, e.g. "nats://127.0.0.1:4222"; a
 // wildcard listen address is given as the loopback address.
-func (e *Embedded) ClientURL() string {
+func (e *Server) ClientURL() string {
 	u, err := url.Parse(e.srv.ClientURL())
 	if err != nil {
 		return e.srv.ClientURL()
@@ -233,7 +235,7 @@ func (e *Embedded) ClientURL() string {
 }
 
 // Port is the client port the server listens on (useful after Port -1).
-func (e *Embedded) Port() int {
+func (e *Server) Port() int {
 	u, err := url.Parse(e.srv.ClientURL())
 	if err != nil {
 		return 0
@@ -243,12 +245,12 @@ func (e *Embedded) Port() int {
 }
 
 // Server is the underlying nats-server, for what this package does not wrap.
-func (e *Embedded) Server() *server.Server { return e.srv }
+func (e *Server) Server() *server.Server { return e.srv }
 
 // Shutdown stops the server gracefully (flushing the JetStream store),
 // waits until it has stopped, then releases the lock of the data
 // directory. It may be called more than once.
-func (e *Embedded) Shutdown() {
+func (e *Server) Shutdown() {
 	e.once.Do(func() {
 		e.srv.Shutdown()
 		e.srv.WaitForShutdown()
@@ -337,7 +339,7 @@ var configPartition = regexp.MustCompile(`\{\{\s*partition\(\s*(\d+)\s*,\s*3\s*\
 func ConfigFilePartitions(path string) (count uint32, found bool, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, false, fmt.Errorf("streams: read config %s: %w", path, err)
+		return 0, false, fmt.Errorf("embedded: read config %s: %w", path, err)
 	}
 	m := configPartition.FindSubmatch(b)
 	if m == nil {
@@ -345,7 +347,7 @@ func ConfigFilePartitions(path string) (count uint32, found bool, err error) {
 	}
 	n, err := strconv.ParseUint(string(m[1]), 10, 32)
 	if err != nil {
-		return 0, false, fmt.Errorf("streams: config %s: partition count %s: %w", path, m[1], err)
+		return 0, false, fmt.Errorf("embedded: config %s: partition count %s: %w", path, m[1], err)
 	}
 	return uint32(n), true, nil
 }
