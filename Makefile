@@ -45,7 +45,7 @@ fuzz:
 fuzz-short:
 	$(MAKE) fuzz FUZZTIME=20000x
 
-## chaos: fault injection against real processes on loopback (chaos/), each with its own
+## chaos: fault injection against real processes on loopback (internal/chaos/), each with its own
 ## credentials of `tenure auth init`: coordinators SIGKILLed at random points, a worker SIGSTOPped
 ## past its lease, the nats-server killed, a 3-node cluster's stream leaders stepped down and its
 ## nodes killed one at a time, while a hostile worker attacks; the streams are checked after every

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/audit"
-	"github.com/maknow/tenure/bench"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/bench"
 	"github.com/maknow/tenure/projector"
 )
 

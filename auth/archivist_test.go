@@ -10,9 +10,9 @@ import (
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 // Retention of the log under tenure auth init's configuration: the

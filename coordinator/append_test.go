@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 func TestParsePubAck(t *testing.T) {

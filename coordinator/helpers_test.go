@@ -15,9 +15,9 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 // msg is one stored message, as read back for checking.

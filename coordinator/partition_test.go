@@ -11,8 +11,8 @@ import (
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 // runningGroup is a Group on its own connection, as one process would run it.

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/follow"
-	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // sizedBody is the body of message seq, size bytes long, that says which

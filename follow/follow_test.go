@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/follow"
-	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/follow"
-	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // drops records what a Follower reports to OnDrop.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/heads"
-	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }

@@ -14,9 +14,9 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/coordinator/coordtest"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 const testPartitions = 4

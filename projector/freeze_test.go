@@ -13,8 +13,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
-	"github.com/maknow/tenure/testutil"
 )
 
 // Freeze and Frozen.Encode give, byte for byte, what Snapshot gives at the

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
-	"github.com/maknow/tenure/testutil"
 )
 
 // fuzzLog parses a fuzz input as a log of stored inputs, one per line:

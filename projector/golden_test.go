@@ -9,8 +9,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
-	"github.com/maknow/tenure/testutil"
 )
 
 // TestGolden runs the scenario files in testdata/ (datadriven format; rewrite

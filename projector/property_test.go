@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
-	"github.com/maknow/tenure/testutil"
 	"pgregory.net/rapid"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 func TestConnect(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 const sec = int64(time.Second)

@@ -17,8 +17,8 @@ import (
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 // newPartitionedEnv is newEnv for a deployment of count partitions: the

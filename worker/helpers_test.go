@@ -12,8 +12,8 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 // env is one embedded server with Tenure's topology and a live coordinator.

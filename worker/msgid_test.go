@@ -13,7 +13,7 @@ import (
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // A worker cannot suppress another worker's input by publishing, first and

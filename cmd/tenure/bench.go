@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/maknow/tenure/bench"
+	"github.com/maknow/tenure/internal/bench"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {

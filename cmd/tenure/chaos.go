@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/maknow/tenure/chaos"
+	"github.com/maknow/tenure/internal/chaos"
 	"github.com/maknow/tenure/streams"
 )
 

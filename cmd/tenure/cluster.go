@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/maknow/tenure/cluster"
 	"github.com/maknow/tenure/embedded"
+	"github.com/maknow/tenure/internal/cluster"
 	"github.com/maknow/tenure/streams"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/coordinator/coordtest"
-	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }

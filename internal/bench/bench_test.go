@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/testutil"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/maknow/tenure/cluster"
 	"github.com/maknow/tenure/embedded"
+	"github.com/maknow/tenure/internal/cluster"
 )
 
 // Cluster is a NATS cluster of embedded nats-servers in the test process,

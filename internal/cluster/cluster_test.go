@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/maknow/tenure/cluster"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/cluster"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )

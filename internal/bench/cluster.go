@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/maknow/tenure/cluster"
+	"github.com/maknow/tenure/internal/cluster"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/worker"
 )

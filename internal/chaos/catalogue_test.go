@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
-	"github.com/maknow/tenure/testutil"
 )
 
 // fold is a projector with a clock, for folding inputs by subject and body.

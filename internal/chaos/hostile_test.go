@@ -13,8 +13,8 @@ import (
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 	"github.com/maknow/tenure/worker"
 )
 

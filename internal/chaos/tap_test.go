@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
-	"github.com/maknow/tenure/testutil"
 )
 
 // The parser finds every message operation of a byte stream however it is

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
-	"github.com/maknow/tenure/testutil"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
