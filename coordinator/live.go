@@ -1,0 +1,293 @@
+package coordinator
+
+// The live phase: the loop that folds, appends (pipelined and fenced), ticks
+// and snapshots.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/streams"
+)
+
+// foldSlice bounds the time the live loop folds inputs before it serves its
+// other cases (append replies, ticks, leadership reports): it bounds the
+// loop's turns under a flood, so it is kept well below the 50 ms a turn
+// should not exceed (leadership renewal runs off the loop).
+const foldSlice = 20 * time.Millisecond
+
+// errYield ends a live session whose partition is handed to another process.
+var errYield = errors.New("coordinator: partition handed over")
+
+// runLive is the live loop: one select over inputs, acknowledgements,
+// ticks, leadership reports and expiry, snapshots and shutdown.
+//
+// Each turn of the loop (the work done between two selects) is timed, and
+// its duration reported as the loop's pause (Metrics.LoopPause): for that
+// long, no input was received.
+func (s *session) runLive() error {
+	c := s.c
+	var err error
+	if s.app, err = newAppender(c.cfg.Conn, c.cfg.Topology.DecisionStream(), c.cfg.MaxInflight, c.log); err != nil {
+		return err
+	}
+	// Decisions of the last input that a crash left unstored come first.
+	s.sentSeq = s.decSeq
+	s.decSeq += uint64(len(s.pend))
+	if err := s.flush(); err != nil {
+		return err
+	}
+	s.tickSubj = c.cfg.Topology.Partition.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbTick)
+	if err := s.ensureRules(); err != nil {
+		return err
+	}
+	c.live.Store(true)
+	c.wentLive.Add(1)
+	c.setState(StateLive, "")
+	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
+	expiry := time.NewTimer(time.Until(s.validUntil))
+	defer expiry.Stop()
+	tick := time.NewTimer(time.Hour)
+	defer tick.Stop()
+	armedFor := int64(-1)
+	snapTicker := time.NewTicker(max(c.cfg.SnapshotInterval/4, 100*time.Millisecond))
+	defer snapTicker.Stop()
+	overdue := time.NewTicker(time.Second)
+	defer overdue.Stop()
+	var headC <-chan time.Time // nil: no heads
+	if c.cfg.HeadSigner != nil {
+		t := time.NewTicker(c.cfg.HeadInterval)
+		defer t.Stop()
+		headC = t.C
+	}
+	// The snapshot writer lives as long as this live phase.
+	s.snapCh = make(chan snapshot, 1)
+	wctx, wcancel := context.WithCancel(s.ctx)
+	var wg sync.WaitGroup
+	defer func() { wcancel(); wg.Wait() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.snapshotWriter(wctx) }()
+
+	var woke time.Time // when the select last returned: the start of the turn
+	for {
+		// Arm the tick timer for the earliest deadline.
+		if d, ok := s.p.NextDeadline(); ok && d != armedFor {
+			armedFor = d
+			tick.Reset(time.Until(time.Unix(0, d)) + c.cfg.TickSlack)
+		}
+		// Backpressure: past MaxInflight decisions not yet acknowledged,
+		// read no more inputs until the stream catches up.
+		inC := s.in.ch
+		if s.decSeq-s.acked >= uint64(c.cfg.MaxInflight) {
+			inC = nil
+		}
+		if !woke.IsZero() {
+			s.paused(time.Since(woke))
+		}
+		select {
+		case m := <-inC:
+			woke = time.Now()
+			if err := s.fold(m); err != nil {
+				return err
+			}
+			// Fold what else has arrived, up to a batch, so that its
+			// decisions leave together; for at most foldSlice, so that
+			// leadership renewal, replies and ticks are served even when
+			// every input is slow to decode (a flood of the largest bodies).
+			sliceEnd := woke.Add(foldSlice)
+		more:
+			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) && time.Now().Before(sliceEnd) {
+				select {
+				case m := <-s.in.ch:
+					if err := s.fold(m); err != nil {
+						return err
+					}
+				default:
+					break more
+				}
+			}
+			s.decSeq = s.sentSeq + uint64(len(s.pend))
+			if err := s.flush(); err != nil {
+				return err
+			}
+			if s.p.Due() && s.tickSent.IsZero() {
+				// Deadlines the fold's per-input limit left due
+				// (events.MaxFiredPerInput): the next tick at once.
+				d, _ := s.p.NextDeadline()
+				s.appendTick(d)
+			}
+			s.maybeSnapshot(false)
+		case m := <-s.app.replies:
+			woke = time.Now()
+			if err := s.acknowledged(m); err != nil {
+				return err
+			}
+			if err := s.flush(); err != nil {
+				return err
+			}
+			s.maybeSnapshot(false)
+		case <-overdue.C:
+			woke = time.Now()
+			if err := s.app.overdue(); err != nil {
+				return err
+			}
+		case <-tick.C:
+			woke = time.Now()
+			armedFor = -1
+			if d, ok := s.p.NextDeadline(); ok && d <= woke.UnixNano() {
+				// A tick still in flight is retried with the backoff below
+				// (its append may have been lost).
+				s.appendTick(d)
+				// Retry unless the tick's stored timestamp passes d, backing
+				// off (20 ms doubling to 1 s) so that a stalled input reader
+				// does not fill the append-only log with ticks.
+				armedFor = d
+				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
+			}
+		case rep := <-s.leadershipReports():
+			woke = time.Now()
+			if err := s.renewed(rep); err != nil {
+				return err
+			}
+			expiry.Reset(time.Until(s.validUntil))
+			if c.cfg.yield != nil && c.cfg.yield(c) {
+				return errYield
+			}
+		case <-expiry.C:
+			woke = time.Now()
+			if err := s.leaderExpired(woke); err != nil {
+				return err
+			}
+			expiry.Reset(time.Until(s.validUntil))
+		case <-snapTicker.C:
+			woke = time.Now()
+			s.maybeSnapshot(true)
+		case snap := <-s.encoded:
+			woke = time.Now()
+			s.snapshotEncoded(snap)
+		case now := <-headC:
+			woke = time.Now()
+			s.publishHead(now)
+		case <-s.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// paused reports one turn of the live loop that took d.
+func (s *session) paused(d time.Duration) {
+	if mt := s.c.cfg.Metrics; mt != nil {
+		mt.LoopPause(d)
+	}
+}
+
+// flush publishes the decisions derived and not yet published: one by one
+// while the stream stores single appends quickly, as atomic batches of up
+// to AppendBatch when they are slow (every one fsynced, or replicated) and
+// decisions queue up (see append.go).
+func (s *session) flush() error {
+	c := s.c
+	a := s.app
+	if len(s.pend) > 0 {
+		// Never append as leader once the leadership could have expired,
+		// however long this turn of the loop took to get here.
+		if err := s.leaderExpired(time.Now()); err != nil {
+			return err
+		}
+	}
+	n := 0
+	for n < len(s.pend) {
+		left := len(s.pend) - n
+		var k int
+		switch {
+		case c.cfg.AppendBatch > 1 && a.batching && left >= batchMin:
+			if a.batches >= c.cfg.AppendBatches {
+				break
+			}
+			k = min(left, c.cfg.AppendBatch)
+		case len(a.units)-a.batches < a.maxSingles():
+			k = 1
+		}
+		if k == 0 {
+			break
+		}
+		if err := a.send(s.pend[n:n+k], s.sentSeq); err != nil {
+			return err
+		}
+		s.sentSeq += uint64(k)
+		n += k
+	}
+	if n > 0 {
+		clear(s.pend[:n])
+		s.pend = s.pend[n:] // a queue: appends reallocate once its capacity is used up
+		if len(s.pend) == 0 {
+			s.resetArena() // every body was copied out by the publishes
+		}
+	}
+	return nil
+}
+
+// arenaChunk is the size of the chunks of the arena decision bodies are
+// encoded into (perf: under a backlog, growing one arena copied every
+// body queued, a tenth of the process's CPU in the pipeline benchmark).
+const arenaChunk = 256 << 10
+
+// resetArena lets the next bodies reuse the arena, once pend is empty.
+func (s *session) resetArena() {
+	if cap(s.arena) > 4<<20 {
+		s.arena = nil // after a burst, do not keep it all
+		return
+	}
+	s.arena = s.arena[:0]
+}
+
+// acknowledged applies the stream's reply to the oldest unit in flight.
+func (s *session) acknowledged(m *nats.Msg) error {
+	c := s.c
+	u, err := s.app.reply(m, len(s.pend) >= batchMin)
+	if errors.Is(err, errForged) {
+		c.drops.drop("append reply", err)
+		return nil
+	}
+	if err != nil {
+		if errors.Is(err, streams.ErrLostAuthority) {
+			c.lostAuth.Add(1)
+			c.log.Error("lost authority: another writer appended to the decision stream; standing by", "decision_seq", u.first, "err", err)
+		}
+		return err
+	}
+	if mt := c.cfg.Metrics; mt != nil {
+		lat := time.Since(u.sent)
+		for range u.last - u.first + 1 {
+			mt.DecisionAppended(lat)
+		}
+	}
+	s.acked, s.ackedChain, s.ackedCause = u.last, u.chain, u.cause
+	c.appended.Store(s.acked)
+	c.folded.Store(u.cause)
+	return nil
+}
+
+// appendTick appends a tick input for deadline d.
+func (s *session) appendTick(d int64) {
+	c := s.c
+	if d == s.lastTickAt {
+		s.ticks++
+	} else {
+		s.lastTickAt, s.ticks = d, 0
+	}
+	msg := &nats.Msg{Subject: s.tickSubj, Data: []byte(`{"v":1}`)}
+	// An unpredictable id: a publisher that stored a tick's id first would
+	// make the stream drop the tick as a duplicate, delaying the deadline.
+	if _, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(randomID("tick-"+c.cfg.ID))); err != nil {
+		c.log.Warn("tick not appended", "err", err)
+		return
+	}
+	s.tickSent = time.Now()
+}
