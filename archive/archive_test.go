@@ -317,6 +317,9 @@ func TestRemoveNeedsRetainedStreams(t *testing.T) {
 	if !errors.As(err, &mm) || mm.Field != "DenyPurge" {
 		t.Fatalf("retention asked of streams made without it: %v", err)
 	}
+	if r := coordinator.Remedy(err); !strings.Contains(r, "cannot cancel") || strings.Contains(r, "nats stream edit") {
+		t.Fatalf("remedy for retention on streams made without it: %q", r)
+	}
 }
 
 // A coordinator whose stored snapshot is gone after a removal does not

@@ -58,6 +58,10 @@ func Remedy(err error) string {
 		return "a segment of the log was archived and removed (tenure log remove), and the stored snapshot " +
 			"that covers it is missing or does not check out; nothing was appended. Put the archive's last " +
 			"snapshot back with `tenure log restore --archive DIR`: the coordinator retries and resumes from it"
+	case errors.As(err, &mismatch) && mismatch.Field == "DenyPurge" && mismatch.Got == "true":
+		return "the streams were created without log retention, and JetStream cannot cancel a stream's DenyPurge: " +
+			"run without --log-retention (the deployment keeps its whole log), or create a new deployment with it " +
+			"(another stream prefix or data directory)"
 	case errors.As(err, &mismatch):
 		return "a stream or bucket exists with a configuration Tenure cannot use (" + mismatch.Error() +
 			"): fix it with `nats stream edit`, or use another stream prefix"
