@@ -36,11 +36,12 @@ bench:
 bench-cluster:
 	$(GO) run ./cmd/tenure bench --cluster
 
-## fuzz: every fuzz target for FUZZTIME each (crashers land in testdata/fuzz and become regression cases).
+## fuzz: every fuzz target (decoding, subject parsing, folding, archive lines) for FUZZTIME each (crashers land in testdata/fuzz and become regression cases).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInput$$' -fuzztime $(FUZZTIME) ./events/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseInputSubject$$' -fuzztime $(FUZZTIME) ./events/
 	$(GO) test -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME) ./projector/
+	$(GO) test -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) ./archive/
 
 fuzz-short:
 	$(MAKE) fuzz FUZZTIME=20000x

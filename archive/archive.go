@@ -193,7 +193,7 @@ func Archive(ctx context.Context, cfg Config) (*Result, error) {
 
 	// The read-back: the files as stored, against the streams read again.
 	seg := Segment{Dir: tmp, Manifest: m}
-	if err := seg.Verify(); err != nil {
+	if err := seg.verifySnapshot(); err != nil {
 		return nil, fmt.Errorf("archive: the read-back of the segment written failed: %w", err)
 	}
 	// The snapshot is what the fold gives: the previous segment's state
@@ -205,6 +205,8 @@ func Archive(ctx context.Context, cfg Config) (*Result, error) {
 	if err := replay(prev, seg, cfg.Topology.Partition); err != nil {
 		return nil, err
 	}
+	// Every line read back from disk (hashes, counts, canonical form)
+	// against the streams read again.
 	if err := compare(ctx, cfg, seg, 0, 0); err != nil {
 		return nil, fmt.Errorf("archive: the read-back of the segment written failed: %w", err)
 	}
@@ -343,7 +345,9 @@ func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
 		if s.Manifest.Inputs.Last < inInfo.State.FirstSeq && s.Manifest.Decisions.Last < outInfo.State.FirstSeq {
 			continue // removed before (its files were checked then)
 		}
-		if err := s.Verify(); err != nil {
+		// The files read through (hashes, counts, canonical lines), and
+		// what the streams still hold of them compared.
+		if err := s.verifySnapshot(); err != nil {
 			return nil, err
 		}
 		if err := compare(ctx, cfg, s, inInfo.State.FirstSeq, outInfo.State.FirstSeq); err != nil {
@@ -601,12 +605,9 @@ func exportPart(ctx context.Context, cfg Config, dir, file, stream string, from,
 		if p.Count == 0 && r.Seq != from {
 			return archiveErr("%s starts at %d, not %d", stream, r.Seq, from)
 		}
-		var err error
-		if line, err = appendLine(line[:0], r); err != nil {
-			return err
-		}
+		line = appendLine(line[:0], r)
 		p.Count++
-		_, err = w.Write(line)
+		_, err := w.Write(line)
 		return err
 	})
 	if err == nil {
@@ -633,9 +634,10 @@ func (c *counter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// compare reads segment s's files and the streams side by side and
-// requires every record the streams still hold (from inFirst and outFirst
-// on; 0: all) to be the stream's message.
+// compare reads segment s's files through, checking them as Verify does,
+// and the streams side by side, and requires every record the streams
+// still hold (from inFirst and outFirst on; 0: all) to be the stream's
+// message.
 func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint64) error {
 	m := s.Manifest
 	for _, c := range []struct {
@@ -668,10 +670,13 @@ func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint6
 			want, ok = cur.next()
 			return nil
 		})
-		cur.close()
 		if err == nil && ok {
 			err = archiveErr("%s: %s holds record %d, which %s does not", s.Dir, c.part.File, want.Seq, c.stream)
 		}
+		if err == nil {
+			err = cur.err // the file's end: its hash, size and count
+		}
+		cur.close()
 		if err != nil {
 			return err
 		}

@@ -521,3 +521,39 @@ func TestForgedSnapshotNotSealed(t *testing.T) {
 		t.Fatalf("segments after a refused archiving: %v, %v", segs, err)
 	}
 }
+
+// A publisher chooses its subject's bytes and its headers: an input whose
+// subject and headers are no UTF-8 is archived losslessly (the fold
+// rejects it, the archive keeps it as stored), so no worker can keep a
+// segment from being sealed; the audit across the removed segment is clean.
+func TestHostileBytesArchived(t *testing.T) {
+	e := newEnv(t, retained)
+	root := t.TempDir()
+	ctx := context.Background()
+	c, _ := e.coord(t)
+	m := &nats.Msg{Subject: events.InputPrefix + ".worker.w1.\xff\xfe.acquire", Data: []byte("\xff{\"v\":1}"),
+		Header: nats.Header{"X-Bytes": {"\xfe\"\\"}, "Nats-Msg-Id": {"id-\xff"}}}
+	ack, err := e.js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatalf("the server refused the publish: %v", err)
+	}
+	e.settle(t, c, e.acquire(t, 20)-12)
+	res, err := archive.Archive(ctx, e.cfg(root))
+	if err != nil || res.Segment == nil || res.Segment.Manifest.Inputs.Last < ack.Sequence {
+		t.Fatalf("archive: %+v, %v", res, err)
+	}
+	got := false
+	cur := archive.Inputs(res.Segments)
+	for r, ok := cur.Next(); ok; r, ok = cur.Next() {
+		if r.Seq == ack.Sequence {
+			got = r.Subject == m.Subject && bytes.Equal(r.Data, m.Data) && r.Header["X-Bytes"][0] == "\xfe\"\\"
+		}
+	}
+	if cur.Err() != nil || !got {
+		t.Fatalf("the input is not archived as stored (%v)", cur.Err())
+	}
+	if _, err := archive.Remove(ctx, e.cfg(root), 0); err != nil {
+		t.Fatal(err)
+	}
+	e.audit(t, root)
+}

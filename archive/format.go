@@ -38,29 +38,16 @@ const (
 const MaxLine = 96 << 20
 
 // Record is one stored message, as a line of a segment's inputs.jsonl or
-// decisions.jsonl: its stream sequence, stored time (Unix nanoseconds),
-// subject, headers (all of them, as stored) and body (base64, as
-// encoding/json writes []byte). A line is the canonical encoding of its
-// record (encoding/json's, keys in this order, header names sorted): a
-// line that is not is a finding of Verify.
+// decisions.jsonl (codec.go, PROTOCOL.md §21): its stream sequence, stored
+// time (Unix nanoseconds), subject, headers (all of them, as stored) and
+// body. A line is the canonical encoding of its record: a line that is not
+// is a finding of Verify.
 type Record struct {
-	Seq     uint64              `json:"seq"`
-	Time    int64               `json:"time"`
-	Subject string              `json:"subject"`
-	Header  map[string][]string `json:"header,omitempty"`
-	Data    []byte              `json:"data"`
-}
-
-// appendLine appends r's line (with its newline) to b.
-func appendLine(b []byte, r *Record) ([]byte, error) {
-	if len(r.Header) == 0 {
-		r.Header = nil
-	}
-	line, err := json.Marshal(r)
-	if err != nil {
-		return b, err
-	}
-	return append(append(b, line...), '\n'), nil
+	Seq     uint64
+	Time    int64
+	Subject string
+	Header  map[string][]string
+	Data    []byte
 }
 
 // Equal reports whether two records are the same message.
@@ -249,6 +236,13 @@ func (s Segment) Verify() error {
 			return err
 		}
 	}
+	return s.verifySnapshot()
+}
+
+// verifySnapshot checks that the segment's snapshot file hashes to its
+// state hash and has its size.
+func (s Segment) verifySnapshot() error {
+	m := s.Manifest
 	f, err := os.Open(filepath.Join(s.Dir, SnapshotFile))
 	if err != nil {
 		return archiveErr("%s: %v", s.Dir, err)
@@ -278,6 +272,9 @@ type partCursor struct {
 	prev uint64
 	done bool
 	err  error
+	// scratch holds the record encoded again (the canonical check) and the
+	// line read, reused from record to record.
+	scratch, line []byte
 }
 
 func openPart(dir string, p Part) (*partCursor, error) {
@@ -324,14 +321,12 @@ func (c *partCursor) next() (Record, bool) {
 		c.fail("its last line has no newline")
 		return r, false
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	if err := parseLine(line, &r); err != nil {
 		c.fail("record %d does not decode: %v", c.n+1, err)
 		return r, false
 	}
-	canon, err := appendLine(nil, &r)
-	if err != nil || !bytes.Equal(canon, line) {
+	c.scratch = appendLine(c.scratch[:0], &r)
+	if !bytes.Equal(c.scratch, line) {
 		c.fail("record %d (sequence %d) is not in canonical form", c.n+1, r.Seq)
 		return r, false
 	}
@@ -353,7 +348,8 @@ func (c *partCursor) next() (Record, bool) {
 
 // readLine reads one line, newline included, into the hash.
 func (c *partCursor) readLine() ([]byte, error) {
-	var line []byte
+	line := c.line[:0]
+	defer func() { c.line = line[:0] }()
 	for {
 		chunk, err := c.r.ReadSlice('\n')
 		line = append(line, chunk...)
