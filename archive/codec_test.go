@@ -3,6 +3,7 @@ package archive
 import (
 	"bytes"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -109,4 +110,23 @@ func FuzzLine(f *testing.F) {
 			t.Fatalf("re-encoding %q gave %q (%v)", line, again, err)
 		}
 	})
+}
+
+// PROTOCOL.md §21's example line is canonical.
+func TestProtocolLineExample(t *testing.T) {
+	doc, err := os.ReadFile("../PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := string(doc)[strings.Index(string(doc), "## 21. The archive"):]
+	sec = sec[strings.Index(sec, "For example:"):]
+	start := strings.Index(sec, "```\n") + 4
+	line := sec[start:start+strings.Index(sec[start:], "\n")] + "\n"
+	var r Record
+	if err := parseLine([]byte(line), &r); err != nil || string(appendLine(nil, &r)) != line {
+		t.Fatalf("the example %q: %v", line, err)
+	}
+	if r.Seq != 42 || string(r.Data) != `{"v":1}` {
+		t.Fatalf("the example decodes to %+v", r)
+	}
 }
