@@ -17,7 +17,7 @@ const natsServer = "github.com/nats-io/nats-server/"
 // (DESIGN.md §2), and streams, which they share with the coordinator: none
 // may link nats-server, directly or through another package. (The
 // packages they import in turn, such as receipt, are checked with them.)
-var workerSide = []string{"events", "follow", "worker", "ops", "streams"}
+var workerSide = []string{"events", "follow", "verdict", "worker", "ops", "streams"}
 
 // TestWorkerSideDoesNotLinkServer fails when a worker-side package depends
 // on nats-server, naming the chain of imports that brings it in. It reads

@@ -6,6 +6,21 @@
 // one comes back as a *RejectedError carrying the decision, so that callers
 // can match on it with errors.As (or errors.Is against the sentinels).
 //
+// # Errors and options, as the worker SDK's
+//
+// RejectedError is package verdict's Error, the type the worker SDK returns
+// as worker.VerdictError: errors.As with either finds it. Every one matches
+// ErrRejected (verdict.ErrNotAccepted: any verdict that is not accepted) and
+// the sentinels of package verdict its kind and reason map to, which are
+// worker's too: an offer refused because the job has a live lease matches
+// worker.ErrRejected and worker.ErrLeaseHeld, a cancel already requested
+// worker.ErrDuplicate, one naming an older generation
+// worker.ErrStaleGeneration. ErrNoVerdict is worker.ErrNoVerdict.
+//
+// A Client is configured as a worker.Worker is: New takes Option values,
+// each setting one field of Options and returning an error when its value
+// is invalid (WithTimeout(0), WithPrefix("no.dots")); New fails with it.
+//
 // # Partitioned deployments
 //
 // Nothing changes for the caller. On its first call a Client finds out
@@ -33,33 +48,33 @@ import (
 	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/verdict"
 )
 
-// Sentinels matched by *RejectedError.
+// Sentinels. A *RejectedError matches ErrRejected and those of package
+// verdict its kind and reason map to (see the package documentation).
 var (
-	// ErrRejected matches every verdict that is not an accepted one.
-	ErrRejected = errors.New("ops: not accepted")
+	// ErrRejected matches every verdict that is not an accepted one, of
+	// whatever kind (verdict.ErrNotAccepted; the kind rejected alone is
+	// verdict.ErrRejected, worker.ErrRejected).
+	ErrRejected = verdict.ErrNotAccepted
 	// ErrNoVerdict means no verdict arrived before the context ended (is a
-	// coordinator running?). The input may still be decided later.
-	ErrNoVerdict = errors.New("ops: no verdict")
+	// coordinator running?). The input may still be decided later. It is
+	// verdict.ErrNoVerdict, worker.ErrNoVerdict.
+	ErrNoVerdict = verdict.ErrNoVerdict
 )
 
-// RejectedError is a verdict that was not accepted.
-type RejectedError struct {
-	Decision events.Decision
-}
+// RejectedError is a verdict that was not accepted: package verdict's
+// Error with Role events.RoleOps, whose message reads
+// "ops: <verb> <job>: <kind>/<reason> (<detail>)".
+type RejectedError = verdict.Error
 
-// Error describes the verdict.
-func (e *RejectedError) Error() string {
-	s := fmt.Sprintf("ops: %s %s: %s/%s", e.Decision.Verb, e.Decision.Job.ID, e.Decision.Kind, e.Decision.Reason)
-	if e.Decision.Detail != "" {
-		s += " (" + e.Decision.Detail + ")"
-	}
-	return s
-}
+// noVerdictError is an error matching ErrNoVerdict under a message of its
+// own ("ops: no verdict for input N: ...").
+type noVerdictError struct{ msg string }
 
-// Is matches ErrRejected.
-func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+func (e *noVerdictError) Error() string { return e.msg }
+func (e *noVerdictError) Unwrap() error { return ErrNoVerdict }
 
 // Client publishes operator inputs as one ops actor.
 type Client struct {
@@ -75,29 +90,68 @@ type Client struct {
 	known bool
 }
 
-// Option configures a Client.
-type Option func(*Client)
+// DefaultTimeout bounds a call without a deadline of its own (Options.Timeout).
+const DefaultTimeout = 10 * time.Second
 
-// WithReceipts keeps a receipt (package receipt, PROTOCOL.md §20.2) of
-// every input this client had acknowledged and of every verdict it
-// received, with its chain value.
-func WithReceipts(s receipt.Sink) Option { return func(c *Client) { c.receipts = s } }
+// Options configures a Client. Set them with the Option functions.
+type Options struct {
+	// StreamPrefix names the deployment's streams (streams.Topology.Prefix;
+	// "" is streams.DefaultPrefix): the client reads its verdicts from
+	// <prefix>_OUT (<prefix>_P<k>_OUT per partition).
+	StreamPrefix string
+	// Timeout bounds each call whose ctx has no deadline: the publish, the
+	// wait for the verdict (for every partition's, SetPolicy), the reading
+	// of the policies in force.
+	Timeout time.Duration
+	// Receipts, when set, keeps a receipt (package receipt, PROTOCOL.md
+	// §20.2) of every input this client had acknowledged and of every
+	// verdict it received, with its chain value.
+	Receipts receipt.Sink
+	// ErrorHandler receives the errors that do not fail a call: a receipt
+	// not kept. Nil loses them.
+	ErrorHandler func(error)
+}
 
-// WithErrorHandler receives the errors that do not fail a call: a receipt
-// not kept. Without one they are lost.
-func WithErrorHandler(h func(error)) Option { return func(c *Client) { c.onErr = h } }
+// Option sets one of Options, or returns why its value is invalid.
+type Option func(*Options) error
 
-// WithPrefix names the deployment's streams by their prefix
-// (streams.Topology.Prefix; default streams.DefaultPrefix): the client
-// reads its verdicts from <prefix>_OUT (<prefix>_P<k>_OUT per partition).
-func WithPrefix(prefix string) Option { return func(c *Client) { c.prefix = prefix } }
+// WithReceipts sets Options.Receipts.
+func WithReceipts(s receipt.Sink) Option {
+	return func(o *Options) error {
+		o.Receipts = s
+		return nil
+	}
+}
 
-// WithTimeout bounds each call without a deadline of its own (default 10 s).
-func WithTimeout(d time.Duration) Option {
-	return func(c *Client) {
-		if d > 0 {
-			c.timeout = d
+// WithErrorHandler sets Options.ErrorHandler.
+func WithErrorHandler(h func(error)) Option {
+	return func(o *Options) error {
+		o.ErrorHandler = h
+		return nil
+	}
+}
+
+// WithPrefix sets Options.StreamPrefix: 1 to 64 of [A-Za-z0-9_-], or ""
+// for streams.DefaultPrefix.
+func WithPrefix(prefix string) Option {
+	return func(o *Options) error {
+		if err := (streams.Topology{Prefix: prefix}).Validate(); err != nil {
+			return err
 		}
+		o.StreamPrefix = prefix
+		return nil
+	}
+}
+
+// WithTimeout sets Options.Timeout (default DefaultTimeout); it must be
+// positive.
+func WithTimeout(d time.Duration) Option {
+	return func(o *Options) error {
+		if d <= 0 {
+			return fmt.Errorf("timeout %v: want > 0", d)
+		}
+		o.Timeout = d
+		return nil
 	}
 }
 
@@ -111,14 +165,13 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{id: id, js: js, timeout: 10 * time.Second}
-	for _, o := range opts {
-		o(c)
+	o := Options{Timeout: DefaultTimeout}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("ops: %w", err)
+		}
 	}
-	if err := (streams.Topology{Prefix: c.prefix}).Validate(); err != nil {
-		return nil, fmt.Errorf("ops: %w", err)
-	}
-	return c, nil
+	return &Client{id: id, js: js, timeout: o.Timeout, receipts: o.Receipts, onErr: o.ErrorHandler, prefix: o.StreamPrefix}, nil
 }
 
 // keep hands a receipt to the sink, if any.
@@ -358,7 +411,7 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 		select {
 		case m = <-ch:
 		case <-ctx.Done():
-			return events.Decision{}, fmt.Errorf("%w for input %d: %v", ErrNoVerdict, ack.Sequence, ctx.Err())
+			return events.Decision{}, &noVerdictError{fmt.Sprintf("ops: no verdict for input %d: %v", ack.Sequence, ctx.Err())}
 		}
 		if m.Err != nil {
 			return events.Decision{}, fmt.Errorf("ops: read decisions: %w", m.Err)
@@ -368,9 +421,6 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 			continue
 		}
 		c.keep(receipt.Decision(topo.DecisionStream(), m.Seq, d.Cause, m.Header.Get(events.HeaderChain), "ops "+c.id))
-		if !d.Kind.Accepted() {
-			return d, &RejectedError{Decision: d}
-		}
-		return d, nil
+		return d, verdict.Of(events.RoleOps, d)
 	}
 }

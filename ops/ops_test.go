@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/worker"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
@@ -82,13 +84,24 @@ func TestOperatorVerdicts(t *testing.T) {
 	if !errors.As(err, &rej) || !errors.Is(err, ops.ErrRejected) || rej.Decision.Reason != events.ReasonLeaseHeld {
 		t.Fatalf("second offer: %v", err)
 	}
+	// The refusal is the worker SDK's error type and matches its sentinels
+	// where they apply, with the message ops always gave.
+	var ve *worker.VerdictError
+	if !errors.As(err, &ve) || !errors.Is(err, worker.ErrRejected) || !errors.Is(err, worker.ErrLeaseHeld) ||
+		errors.Is(err, worker.ErrLostAuthority) || !errors.Is(err, worker.ErrNotAccepted) {
+		t.Fatalf("second offer, as a verdict error: %v", err)
+	}
+	if want := "ops: offer j1: rejected/lease_held"; !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("second offer: %q, want it to start with %q", err, want)
+	}
 	// Cancelling the pending offer withdraws it.
 	d, err = c.Cancel(ctx, "j1", "", 0, "changed my mind")
 	if err != nil || d.Kind != events.KindCancelRequested || d.Reason != events.ReasonOfferWithdrawn || d.Job.State != events.StateCancelled {
 		t.Fatalf("cancel: %v %+v", err, d)
 	}
 	// Nothing to resolve on a cancelled job.
-	if _, err = c.Revoke(ctx, "j1", ""); !errors.As(err, &rej) || rej.Decision.Reason != events.ReasonNothingToResolve {
+	if _, err = c.Revoke(ctx, "j1", ""); !errors.As(err, &rej) || rej.Decision.Reason != events.ReasonNothingToResolve ||
+		!errors.Is(err, worker.ErrRejected) {
 		t.Fatalf("revoke: %v", err)
 	}
 	// A new policy is in force for later inputs.
@@ -139,7 +152,8 @@ func TestNoVerdictWithoutCoordinator(t *testing.T) {
 		}
 		during <- n
 	}()
-	if _, err := c.Offer(tctx, "j1", "w1", 0, 0); !errors.Is(err, ops.ErrNoVerdict) {
+	if _, err := c.Offer(tctx, "j1", "w1", 0, 0); !errors.Is(err, ops.ErrNoVerdict) || !errors.Is(err, worker.ErrNoVerdict) ||
+		!strings.HasPrefix(err.Error(), "ops: no verdict for input ") {
 		t.Fatalf("offer with no coordinator: %v", err)
 	}
 	if n := <-during; n != base+1 {
@@ -313,5 +327,11 @@ func TestPrefix(t *testing.T) {
 	}
 	if _, err := ops.New(onc, "disp", ops.WithPrefix("no.dots")); err == nil {
 		t.Fatal("an invalid prefix was accepted")
+	}
+	// An option with an invalid value fails New, as the worker's do.
+	for _, d := range []time.Duration{0, -1} {
+		if _, err := ops.New(onc, "disp", ops.WithTimeout(d)); err == nil {
+			t.Errorf("WithTimeout(%v) was accepted", d)
+		}
 	}
 }

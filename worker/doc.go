@@ -81,9 +81,12 @@
 // # Errors
 //
 // A verdict that does not accept the operation is returned as a
-// *VerdictError. Its Is maps the decision's kind and reason to the sentinels
-// below (errors.Is(err, worker.ErrLostAuthority) is the one question that
-// matters before any side effect):
+// *VerdictError: package verdict's Error, the type ops returns as well, so
+// that one errors.Is or errors.As works on the errors of both clients. Its
+// Is maps the decision's kind and reason to the sentinels below (the same
+// values as package verdict's; errors.Is(err, worker.ErrLostAuthority) is
+// the one question that matters before any side effect), and every verdict
+// whose kind is not an accepted one matches ErrNotAccepted:
 //
 //	kind              reason                                   matches
 //	stale             any                                      ErrStaleGeneration, ErrLostAuthority

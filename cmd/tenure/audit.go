@@ -24,12 +24,11 @@ import (
 // status 1, after the summary.
 var errAuditFailed = errors.New("audit: the log is not reproduced")
 
-func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("audit", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: tenure audit [flags]
-
-Replays the input stream through the fold and checks every stored decision,
+var auditCmd = &command{
+	name:    "audit",
+	summary: "replay the log and verify every decision (read-only); evidence matrix and timelines",
+	usage:   "tenure audit [flags]",
+	help: `Replays the input stream through the fold and checks every stored decision,
 byte for byte, against it. Read-only: nothing is written to the streams.
 Audits a running system (--nats-url) or a copy of a stopped data directory
 (--data). Exit status: 0 when everything was reproduced, 1 otherwise, 2 for
@@ -62,11 +61,11 @@ audits only the job's partition. --from SEQ applies to every partition:
 SEQ is a sequence of each partition's own input stream. The evidence
 matrix (--matrix, --job) has one more column, Partition ("partition" in
 JSON lines), and --report writes {"partitions", "ok", "problems",
-"reports": [{"partition": k, ...}]}.
+"reports": [{"partition": k, ...}]}.`,
+	run: runAudit,
+}
 
-`)
-		fs.PrintDefaults()
-	}
+func runAudit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var conn connFlags
 	conn.register(fs, "audit the system behind this NATS server or cluster")
 	data := fs.String("data", "", "audit a stopped data directory (of tenure serve --data); it is copied first and never touched")

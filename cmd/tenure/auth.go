@@ -21,27 +21,46 @@ import (
 // maxGenerated bounds --workers and --dispatchers.
 const maxGenerated = 10000
 
-// runAuth dispatches `tenure auth <subcommand>`.
-func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	authUsage := func() {
-		fmt.Fprintln(stderr, "usage: tenure auth init --out DIR [flags]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "  init   write a nats-server authorization (server.conf), one credential per actor,")
-		fmt.Fprintln(stderr, "         and optionally a CA with TLS certificates; run `tenure auth init -h` for the flags")
-	}
+var authCmd = &command{
+	name:    "auth",
+	summary: "write a nats-server authorization binding each actor to its subjects (auth init)",
+	usage:   "tenure auth init --out DIR [flags]",
+	help: `Identity in Tenure comes from the subject an input is published on, so the
+server's permissions are what keep one actor from speaking for another:
+tenure auth init writes a nats-server authorization that binds every
+worker, dispatcher, operator, archivist and coordinator to its own subjects
+(workers in an account whose limits cannot crowd out the coordinator), with
+one credential file per actor.`,
+	subs: []*command{authInitCmd},
+	run:  runAuth,
+}
+
+var authInitCmd = &command{
+	name:    "auth init",
+	summary: "write a nats-server authorization (server.conf), one credential per actor, and optionally a CA with TLS certificates",
+	usage:   "tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--archivists a1] [--coordinators c1] [--partitions N] [--nkeys] [--tls] [--force]",
+	help: `Writes DIR/server.conf (a nats-server authorization binding every actor to its subjects),
+one DIR/<name>.creds.json per actor (and <name>.nk with --nkeys), and with --tls a CA and
+certificates. Every file is mode 0600. Existing files are not overwritten without --force.`,
+	run: runAuthInit,
+}
+
+// runAuth dispatches `tenure auth <subcommand>`; fs, which has no flags,
+// prints auth's help.
+func runAuth(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		authUsage()
+		fs.Usage()
 		return errUsage
 	}
-	switch args[0] {
-	case "init":
-		return runAuthInit(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		authUsage()
+	switch {
+	case args[0] == "init":
+		return authInitCmd.exec(ctx, args[1:], stdout, stderr)
+	case isHelp(args[0]):
+		fs.Usage()
 		return flag.ErrHelp
 	}
 	fmt.Fprintf(stderr, "tenure auth: unknown subcommand %q\n", args[0])
-	authUsage()
+	fs.Usage()
 	return errUsage
 }
 
@@ -75,8 +94,7 @@ func (h *hosts) Set(s string) error {
 	return nil
 }
 
-func runAuthInit(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("auth init", stderr)
+func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "directory to write into (required; created with mode 0700)")
 	var workers, dispatchers, operators, coordinators, archivists names
 	nWorkers := fs.Int("workers", 0, "generate N workers named w1..wN")
@@ -96,15 +114,6 @@ func runAuthInit(args []string, stdout, stderr io.Writer) error {
 	partitions := fs.Uint("partitions", 0, "partition count of a partitioned deployment (tenure serve --partitions N): permissions on every partition's streams, and the input mapping (0: unpartitioned)")
 	cost := fs.Int("bcrypt-cost", bcrypt.DefaultCost, "bcrypt cost of the password hashes")
 	force := fs.Bool("force", false, "overwrite existing files (every secret and certificate is regenerated)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--archivists a1] [--coordinators c1] [--partitions N] [--nkeys] [--tls] [--force]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Writes DIR/server.conf (a nats-server authorization binding every actor to its subjects),")
-		fmt.Fprintln(stderr, "one DIR/<name>.creds.json per actor (and <name>.nk with --nkeys), and with --tls a CA and")
-		fmt.Fprintln(stderr, "certificates. Every file is mode 0600. Existing files are not overwritten without --force.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,23 +14,22 @@ import (
 	"github.com/maknow/tenure/internal/bench"
 )
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: tenure bench [flags]
-
-Runs, in one process and one run, a raw JetStream baseline and Tenure on the
+var benchCmd = &command{
+	name:    "bench",
+	summary: "measure Tenure against a raw JetStream baseline in the same run (see BENCHMARKS.md)",
+	usage:   "tenure bench [flags]",
+	help: `Runs, in one process and one run, a raw JetStream baseline and Tenure on the
 same embedded nats-server configuration, and prints both with their ratio:
 the pipeline, SDK workers with receipts off and on (the cost of keeping
 them), one-at-a-time round trips and expiry latency, the replay of a log
 (tenure audit, and the share of it the decision chain's check takes), the
 fold alone, memory per job, and the coordinator's restart, and expiry storms
 (N leases due at once when a coordinator restarts). Progress goes to
-stderr. See BENCHMARKS.md.
+stderr. See BENCHMARKS.md.`,
+	run: runBench,
+}
 
-`)
-		fs.PrintDefaults()
-	}
+func runBench(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	sync := fs.String("sync", bench.SyncAlways, "embedded server durability: always (fsync before every ack) or interval")
 	quick := fs.Bool("quick", false, "the short run (under two minutes on two cores)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,18 +21,11 @@ import (
 // status 1, after the report.
 var errChaosFailed = errors.New("chaos: a check failed")
 
-func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "worker" {
-		return runChaosWorker(ctx, args[1:], stderr)
-	}
-	if len(args) > 0 && args[0] == "hostile" {
-		return runChaosHostile(ctx, args[1:], stderr)
-	}
-	fs := newFlags("chaos", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: tenure chaos --nats-server PATH [flags]
-
-Fault injection against real processes on loopback: nats-server processes
+var chaosCmd = &command{
+	name:    "chaos",
+	summary: "fault injection against real processes, checked from the streams (make chaos)",
+	usage:   "tenure chaos --nats-server PATH [flags]",
+	help: `Fault injection against real processes on loopback: nats-server processes
 running the accounts of tenure auth init, two coordinators (this binary's
 serve), worker processes (this binary's hidden "chaos worker"), a hostile
 worker (the hidden "chaos hostile") and a dispatcher, each with its own
@@ -44,10 +38,44 @@ deliveries, predictable tick ids, floods). After every schedule the streams
 are checked (lost and phantom inputs, double holders, stale effects, gaps,
 audit, liveness, and what the hostile inputs achieved). Exit status 0 only
 if every check passed. make chaos-short and make chaos build the binaries
-and run it.
+and run it.`,
+	subs: []*command{chaosWorkerCmd, chaosHostileCmd},
+	run:  runChaos,
+}
 
-`)
-		fs.PrintDefaults()
+var chaosWorkerCmd = &command{
+	name:    "chaos worker",
+	summary: "a worker process of tenure chaos",
+	usage:   "tenure chaos worker --id ID --journal FILE --control FILE [flags]",
+	help: `Runs one worker process of a tenure chaos run: it acquires the jobs the
+orchestrator's control file names, works on them and journals every input
+it sent and every PubAck it got, for the orchestrator's checks. tenure
+chaos starts it; it is not meant to be run by hand.`,
+	hidden: true,
+	run:    runChaosWorker,
+}
+
+var chaosHostileCmd = &command{
+	name:    "chaos hostile",
+	summary: "the hostile worker process of tenure chaos",
+	usage:   "tenure chaos hostile --credential FILE --id ID --journal FILE --control FILE --records FILE [flags]",
+	help: `Runs the hostile worker process of a tenure chaos run: with a worker's
+valid credential, it attacks in the rounds the orchestrator's control file
+names (bad inputs, guessed lease ids, consumer hogging, forged deliveries,
+floods) and records every attack, for the orchestrator's checks. tenure
+chaos starts it; it is not meant to be run by hand.`,
+	hidden: true,
+	run:    runChaosHostile,
+}
+
+// runChaos is tenure chaos, or the hidden subcommand args[0] (worker,
+// hostile) that a chaos run starts as its processes.
+func runChaos(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "worker" {
+		return chaosWorkerCmd.exec(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "hostile" {
+		return chaosHostileCmd.exec(ctx, args[1:], stdout, stderr)
 	}
 	profiles := make([]string, 0, len(chaos.Profiles))
 	for p := range chaos.Profiles {
@@ -144,8 +172,7 @@ and run it.
 }
 
 // runChaosWorker is the worker process of a chaos run.
-func runChaosWorker(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlags("chaos worker", stderr)
+func runChaosWorker(ctx context.Context, fs *flag.FlagSet, args []string, _, stderr io.Writer) error {
 	var cfg chaos.WorkerConfig
 	fs.StringVar(&cfg.URL, "nats-url", "", "NATS server URLs, comma-separated")
 	fs.StringVar(&cfg.Credential, "credential", "", "credential file of the worker (tenure auth init: <id>.creds.json)")
@@ -171,8 +198,7 @@ func runChaosWorker(ctx context.Context, args []string, stderr io.Writer) error 
 }
 
 // runChaosHostile is the hostile worker process of a chaos run.
-func runChaosHostile(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlags("chaos hostile", stderr)
+func runChaosHostile(ctx context.Context, fs *flag.FlagSet, args []string, _, stderr io.Writer) error {
 	var cfg chaos.HostileConfig
 	fs.StringVar(&cfg.Credential, "credential", "", "credential file of the hostile worker (tenure auth init: <id>.creds.json)")
 	fs.StringVar(&cfg.URL, "nats-url", "", "NATS server URLs, comma-separated (default: the credential's)")

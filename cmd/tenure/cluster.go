@@ -15,44 +15,63 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
+var clusterCmd = &command{
+	name:    "cluster",
+	summary: "start a local NATS cluster of real processes plus coordinators (cluster up)",
+	usage:   "tenure cluster up [flags]",
+	help: `A local NATS cluster of real nats-server processes with coordinators, for
+development and tests: what a replicated, partitioned deployment does when
+a node dies can be tried on one machine. See README.md for a production
+cluster.`,
+	subs: []*command{clusterUpCmd, clusterNodeCmd},
+	run:  runCluster,
+}
+
+var clusterUpCmd = &command{
+	name:    "cluster up",
+	summary: "start the cluster and its coordinators; run until interrupted",
+	usage:   "tenure cluster up [flags]",
+	help: `Starts a local NATS cluster of real nats-server processes on loopback
+(JetStream, sync_interval: always, the input partition mapping) and
+coordinator processes (tenure serve --partitions) sharing its partitions,
+with replicated streams; prints the URL to point workers at and runs until
+interrupted, then stops everything. For development and tests: see README.md
+for a production cluster.`,
+	run: runClusterUp,
+}
+
+var clusterNodeCmd = &command{
+	name:    "cluster node",
+	summary: "one node of tenure cluster up",
+	usage:   "tenure cluster node --config FILE --store DIR [flags]",
+	help: `Runs one node of tenure cluster up: the embedded nats-server with the
+configuration file cluster up wrote, until interrupted. cluster up starts
+its nodes with it; it is not meant to be run by hand.`,
+	hidden: true,
+	run:    runClusterNode,
+}
+
 // runCluster is `tenure cluster up` (a local cluster for development and
-// tests) and `tenure cluster node` (one of its nodes).
-func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	usage := func() {
-		fmt.Fprintln(stderr, "usage: tenure cluster up [flags]   a local NATS cluster of real nats-server processes with coordinators, for development")
-		fmt.Fprintln(stderr, "       (tenure cluster up -h for the flags)")
-	}
+// tests) and `tenure cluster node` (one of its nodes); fs, which has no
+// flags, prints cluster's help.
+func runCluster(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		usage()
+		fs.Usage()
 		return errUsage
 	}
-	switch args[0] {
-	case "up":
-		return runClusterUp(ctx, args[1:], stdout, stderr)
-	case "node":
-		return runClusterNode(ctx, args[1:], stderr)
-	case "-h", "-help", "--help", "help":
-		usage()
+	switch {
+	case args[0] == "up":
+		return clusterUpCmd.exec(ctx, args[1:], stdout, stderr)
+	case args[0] == "node":
+		return clusterNodeCmd.exec(ctx, args[1:], stdout, stderr)
+	case isHelp(args[0]):
+		fs.Usage()
 		return flag.ErrHelp
 	}
 	return fmt.Errorf("%w: unknown cluster command %q (want up)", errUsage, args[0])
 }
 
-func runClusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("cluster up", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: tenure cluster up [flags]
-
-Starts a local NATS cluster of real nats-server processes on loopback
-(JetStream, sync_interval: always, the input partition mapping) and
-coordinator processes (tenure serve --partitions) sharing its partitions,
-with replicated streams; prints the URL to point workers at and runs until
-interrupted, then stops everything. For development and tests: see README.md
-for a production cluster.
-
-`)
-		fs.PrintDefaults()
-	}
+func runClusterUp(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", "./tenure-cluster", "directory for the node stores, configurations and logs (kept between runs)")
 	nodes := fs.Int("nodes", cluster.DefaultNodes, "nats-server nodes")
 	partitions := fs.Uint("partitions", cluster.DefaultPartitions, "partitions of the deployment (fixed when it is first created)")
@@ -99,8 +118,7 @@ for a production cluster.
 
 // runClusterNode runs one node of `tenure cluster up`: the embedded
 // nats-server with a configuration file, until interrupted.
-func runClusterNode(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlags("cluster node", stderr)
+func runClusterNode(ctx context.Context, fs *flag.FlagSet, args []string, _, stderr io.Writer) error {
 	conf := fs.String("config", "", "nats-server configuration file (required)")
 	store := fs.String("store", "", "JetStream store directory (required)")
 	lockFD := fs.Int("store-lock-fd", -1, "file descriptor of the store's lock file, locked by the parent process (tenure cluster up); default: lock the store here")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,14 +23,27 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
+var demoCmd = &command{
+	name:    "demo",
+	summary: "play the seeds' decisive scenarios live and print the evidence matrix",
+	usage:   "tenure demo [flags]",
+	help: `Starts an embedded nats-server and a coordinator in a temporary directory
+(or --data, or uses --nats-url), plays the decisive scenarios of Tenure's
+specification live with synthetic workers (offer and ACK, renewal, expiry,
+stale generations, late progress, cancellation, ownership conflicts,
+competing acquires...), and prints every decision as it comes and then the
+evidence matrix of every job. Exit status 0 only if every scenario ended as
+the specification requires.`,
+	run: runDemo,
+}
+
 // runDemo starts an embedded server and a coordinator in a temporary
 // directory (or --data, or uses --nats-url), plays the decisive scenarios of
 // seed 000 §14 and seed 004 live with synthetic workers, and prints the
 // evidence matrix. Exit status 0 only if every scenario ended as the seeds
 // require. Its output names no document outside the repository (the seeds
 // are not in it) and fits a terminal of 120 columns.
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", stderr)
+func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var conn connFlags
 	conn.register(fs, "run the scenarios against this NATS server (with a coordinator of its own) instead of an embedded one")
 	data := fs.String("data", "", "keep the embedded server's log in this directory (to audit it afterwards); default a temporary one")

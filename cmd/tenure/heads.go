@@ -106,23 +106,22 @@ func (f *fileList) Set(v string) error {
 	return nil
 }
 
-// runHeads keeps the signed chain heads the coordinators publish: it
-// verifies each and appends it, one JSON line, to --out (or stdout).
-func runHeads(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("heads", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: tenure heads [flags]
-
-Subscribes to the signed chain heads the live coordinators publish
+var headsCmd = &command{
+	name:    "heads",
+	summary: "keep the coordinators' signed chain heads in a file, verified, for tenure audit --heads",
+	usage:   "tenure heads [flags]",
+	help: `Subscribes to the signed chain heads the live coordinators publish
 (tenure.heads, tenure.heads.<partition>; PROTOCOL.md §20.3), verifies each
 signature and appends each head, one JSON line, to --out (or stdout), until
 interrupted. A head whose signature does not verify, or with --key one
 signed by another key, is reported on stderr and not kept. Keep the file
-outside NATS: tenure audit --heads FILE checks it against the log.
+outside NATS: tenure audit --heads FILE checks it against the log.`,
+	run: runHeads,
+}
 
-`)
-		fs.PrintDefaults()
-	}
+// runHeads keeps the signed chain heads the coordinators publish: it
+// verifies each and appends it, one JSON line, to --out (or stdout).
+func runHeads(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var conn connFlags
 	conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
 	out := fs.String("out", "", "append the heads to `FILE` (created if missing) instead of stdout")

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -13,56 +15,79 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
-const logUsage = `usage: tenure log <status|archive|remove|restore> [flags]
+// logSafety ends the help of tenure log and of its subcommands.
+const logSafety = `Each can be run again, or after being killed, safely: archive and remove
+complete or change nothing. A partitioned deployment is handled partition
+by partition; the archive holds a directory per input stream.`
 
-Retention of the log (README.md "Retention of the log"): the input and
+var logCmd = &command{
+	name:    "log",
+	summary: "retention of the log: seal, archive and verify segments, then remove them (status, archive, remove, restore)",
+	usage:   "tenure log <status|archive|remove|restore> [flags]",
+	help: `Retention of the log (README.md "Retention of the log"): the input and
 decision streams stay bounded by moving sealed segments out of them into an
 archive directory, never by giving anyone a right to rewrite them.
 
-  status    the streams' first and last sequences, the stored snapshot, the
-            archive's segments (with --archive) and what remove would trim
-  archive   seal the next segment, at the stored snapshot (checked against
-            its anchor): export it to --archive DIR with its hashes, read it
-            back and compare it with the streams; nothing is written to the log
-  remove    trim the streams up to the end of the archive's last segment
-            (--through N: segment N), after checking again that nothing can
-            be lost: the streams were created with tenure serve
-            --log-retention, every segment reads back and equals what the
-            streams hold, and the stored snapshot covers it
-  restore   put the archive's last snapshot back as the coordinator's when
-            the stored one is lost (a coordinator on a trimmed log without
-            one stands by until then)
+` + logSafety,
+	subs: logSubs,
+	run:  runLog,
+}
 
-Each can be run again, or after being killed, safely: archive and remove
-complete or change nothing. A partitioned deployment is handled partition
-by partition; the archive holds a directory per input stream.
+// logSubs are the subcommands of tenure log.
+var logSubs = []*command{
+	logSub("status", "the streams, the snapshot, the archive and what remove would trim",
+		`Prints the streams' first and last sequences, the stored snapshot, the
+archive's segments (with --archive) and what tenure log remove would trim.
+Changes nothing.`),
+	logSub("archive", "seal the next segment and export it to the archive, verified",
+		`Seals the next segment, at the stored snapshot (checked against its
+anchor): exports it to --archive DIR with its hashes, reads it back and
+compares it with the streams. Nothing is written to the log.`),
+	logSub("remove", "trim the streams up to the end of the archive's last segment",
+		`Trims the streams up to the end of the archive's last segment (--through N:
+segment N), after checking again that nothing can be lost: the streams were
+created with tenure serve --log-retention, every segment reads back and
+equals what the streams hold, and the stored snapshot covers it.`),
+	logSub("restore", "put the archive's last snapshot back as the coordinator's",
+		`Puts the archive's last snapshot back as the coordinator's when the stored
+one is lost (a coordinator on a trimmed log without one stands by until
+then).`),
+}
 
-`
+// logSub is the command tenure log <sub>.
+func logSub(sub, summary, help string) *command {
+	return &command{name: "log " + sub, summary: summary, usage: "tenure log " + sub + " [flags]",
+		help: help + "\n\n" + logSafety, run: runLogSub}
+}
 
-func runLog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// runLog dispatches tenure log <sub>; fs, which has no flags, prints log's
+// help (on stdout, as it always has).
+func runLog(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("%w: a subcommand: status, archive, remove or restore (see tenure log --help)", errUsage)
 	}
-	sub := args[0]
-	switch sub {
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, logUsage)
+	if isHelp(args[0]) {
+		fs.SetOutput(stdout)
+		fs.Usage()
 		return nil
-	case "status", "archive", "remove", "restore":
-	default:
-		return fmt.Errorf("%w: unknown subcommand %q: status, archive, remove or restore (see tenure log --help)", errUsage, sub)
 	}
-	fs := newFlags("log "+sub, stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), logUsage)
-		fs.PrintDefaults()
+	for _, c := range logSubs {
+		if c.name == "log "+args[0] {
+			return c.exec(ctx, args[1:], stdout, stderr)
+		}
 	}
+	return fmt.Errorf("%w: unknown subcommand %q: status, archive, remove or restore (see tenure log --help)", errUsage, args[0])
+}
+
+// runLogSub is tenure log <sub>: fs is named "tenure log <sub>".
+func runLogSub(ctx context.Context, fs *flag.FlagSet, args []string, stdout, _ io.Writer) error {
+	sub := strings.TrimPrefix(fs.Name(), "tenure log ")
 	var conn connFlags
 	conn.register(fs, "NATS server or cluster of the deployment")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "stream and bucket name prefix of the topology")
 	dir := fs.String("archive", "", "archive `DIR` (status: optional)")
 	through := fs.Uint64("through", 0, "remove: trim up to the end of segment `N` (0: the last)")
-	if err := parse(fs, args[1:]); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *dir == "" && sub != "status" {
@@ -95,14 +120,14 @@ func runLog(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			head = "partition " + t.Partition.Token() + ": "
 		}
 		cfg := archive.Config{JS: js, Topology: t, Root: *dir}
-		if err := runLogSub(ctx, sub, cfg, *through, head, stdout); err != nil {
+		if err := runLogStep(ctx, sub, cfg, *through, head, stdout); err != nil {
 			errs = append(errs, fmt.Errorf("%s%w", head, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func runLogSub(ctx context.Context, sub string, cfg archive.Config, through uint64, head string, out io.Writer) error {
+func runLogStep(ctx context.Context, sub string, cfg archive.Config, through uint64, head string, out io.Writer) error {
 	switch sub {
 	case "archive":
 		res, err := archive.Archive(ctx, cfg)

@@ -3,7 +3,7 @@
 //
 //	tenure serve   run the embedded nats-server (or connect to one) and the coordinator
 //
-// Run `tenure <command> -h` for the flags of a command.
+// Run `tenure <command> --help` for what a command does and its flags.
 package main
 
 import (
@@ -20,34 +20,77 @@ import (
 
 const version = "0.1.0"
 
+// A command is one `tenure <name>` (or `tenure <name> <sub>`): what it is
+// for, its help text and how it runs. The dispatcher makes the command's
+// flag set from it (flags), so that --help always prints the usage line,
+// the paragraphs that say what the command does, and then the flags; run
+// defines the command's flags on that set and parses them (parse or
+// parseFlags).
 type command struct {
-	name, summary string
-	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	name    string // "offer"; a subcommand's: "auth init"
+	summary string // one line: tenure --help's list, a parent's list of subcommands
+	usage   string // the synopsis printed after "usage: " (lines after the first indented by 7)
+	help    string // what the command does, printed by --help before the flags
+	hidden  bool   // a subcommand this binary runs itself (cluster node, chaos worker): not listed
+	subs    []*command
+	run     func(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error
 }
 
-func commands() []command {
-	return []command{
-		{"serve", "run the coordinator (embedded nats-server by default)", runServe},
-		{"cluster", "start a local NATS cluster of real processes plus coordinators (cluster up)", runCluster},
-		{"demo", "play the seeds' decisive scenarios live and print the evidence matrix", runDemo},
-		{"offer", "offer a job to a worker (dispatcher)", runOffer},
-		{"cancel", "request the cancellation of a job's live lease", runCancel},
-		{"resolve", "settle an ownership conflict or an UNRESOLVED job", runResolve},
-		{"policy", "set the lease policy (limits and defaults)", runPolicy},
-		{"watch", "print decisions live, filtered by job, holder and kind", runWatch},
-		{"status", "show every running coordinator: live or standby, lag, snapshot", runStatus},
-		{"auth", "write a nats-server authorization binding each actor to its subjects (auth init)", runAuth},
-		{"audit", "replay the log and verify every decision (read-only); evidence matrix and timelines", runAudit},
-		{"log", "retention of the log: seal, archive and verify segments, then remove them (status, archive, remove, restore)", runLog},
-		{"heads", "keep the coordinators' signed chain heads in a file, verified, for tenure audit --heads", runHeads},
-		{"chaos", "fault injection against real processes, checked from the streams (make chaos)", runChaos},
-		{"ui", "serve the web UI (lease board, job timelines, anomalies, audit), /healthz and /metrics", runUI},
-		{"bench", "measure Tenure against a raw JetStream baseline in the same run (see BENCHMARKS.md)", runBench},
-		{"version", "print the version", func(_ context.Context, _ []string, out, _ io.Writer) error {
-			_, err := fmt.Fprintln(out, "tenure", version)
-			return err
-		}},
+// flags returns the command's flag set: errors are reported, not fatal
+// (parse), and --help prints the command's help and its flags.
+func (c *command) flags(stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("tenure "+c.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		c.printHelp(fs.Output())
+		fs.PrintDefaults()
 	}
+	return fs
+}
+
+// printHelp prints the usage line, the help text and the subcommands (if
+// any), each followed by an empty line.
+func (c *command) printHelp(w io.Writer) {
+	fmt.Fprintf(w, "usage: %s\n\n%s\n\n", c.usage, strings.TrimSpace(c.help))
+	listed := false
+	for _, sub := range c.subs {
+		if !sub.hidden {
+			fmt.Fprintf(w, "  %-8s %s\n", strings.TrimPrefix(sub.name, c.name+" "), sub.summary)
+			listed = true
+		}
+	}
+	if listed {
+		fmt.Fprintf(w, "\nRun `tenure %s <subcommand> --help` for what each does and its flags.\n\n", c.name)
+	}
+}
+
+// exec runs the command with args, the arguments after its name.
+func (c *command) exec(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return c.run(ctx, c.flags(stderr), args, stdout, stderr)
+}
+
+// isHelp reports whether arg asks for help rather than for a subcommand.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+func commands() []*command {
+	return []*command{serveCmd, clusterCmd, demoCmd, offerCmd, cancelCmd, resolveCmd, policyCmd, watchCmd,
+		statusCmd, authCmd, auditCmd, logCmd, headsCmd, chaosCmd, uiCmd, benchCmd, versionCmd}
+}
+
+var versionCmd = &command{
+	name:    "version",
+	summary: "print the version",
+	usage:   "tenure version",
+	help:    "Prints the version of this tenure binary (\"tenure " + version + "\").",
+	run: func(_ context.Context, fs *flag.FlagSet, args []string, out, _ io.Writer) error {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(out, "tenure", version)
+		return err
+	},
 }
 
 func usage(w io.Writer) {
@@ -56,6 +99,8 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run `tenure <command> --help` for what a command does and its flags.")
 }
 
 func main() {
@@ -80,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], stdout, stderr)
+		err := c.exec(ctx, args[1:], stdout, stderr)
 		switch {
 		case err == nil:
 			return 0
@@ -97,13 +142,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "tenure: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
-}
-
-// newFlags returns a flag set that reports errors instead of exiting.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("tenure "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
 }
 
 // parse parses args, mapping flag errors to errUsage. A flag error is one
@@ -129,12 +167,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(out)
 	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
-		if usage != nil {
-			usage()
-		} else {
-			fmt.Fprintf(out, "usage: %s [flags]\n\n", fs.Name())
-			fs.PrintDefaults()
-		}
+		usage()
 		return err
 	}
 	if err != nil {

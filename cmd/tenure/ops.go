@@ -113,8 +113,28 @@ func needToken(name, v string) error {
 	return nil
 }
 
-func runOffer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("offer", stderr)
+// opsVerdictHelp ends the help of every operator command.
+const opsVerdictHelp = `Publishes one input as ops actor --as (tenure.in.ops.<as>.<job>.<verb>)
+and waits for its verdict: the coordinator's decision on that input,
+printed as one line (--json: the decision as stored). A verdict that does
+not accept the input exits with status 1, no verdict within 10 s too. In a
+partitioned deployment the input goes to the job's partition.`
+
+var offerCmd = &command{
+	name:    "offer",
+	summary: "offer a job to a worker (dispatcher)",
+	usage:   "tenure offer --job ID --holder ID [flags]",
+	help: `Offers job --job to worker --holder: the job's next lease generation is
+OFFERED to it, and the worker has --ack-timeout to ACK (accept) it; once
+ACKed the lease is ACTIVE for --lease and the worker renews it. An offer
+the worker does not ACK in time lapses (ack_missed). A job with a live or
+pending lease is refused (rejected/lease_held).
+
+` + opsVerdictHelp,
+	run: runOffer,
+}
+
+func runOffer(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var o opsCommand
 	o.register(fs)
 	job := fs.String("job", "", "job to offer (required)")
@@ -132,8 +152,23 @@ func runOffer(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	})
 }
 
-func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("cancel", stderr)
+var cancelCmd = &command{
+	name:    "cancel",
+	summary: "request the cancellation of a job's live lease",
+	usage:   "tenure cancel --job ID [--lease-id ID --generation N] [flags]",
+	help: `Requests the cancellation of job --job's live lease. The holder learns it,
+stops, acknowledges the request and reports a terminal result (CANCELLED or
+FAILED); if it does not within the policy's cancel timeout, the job becomes
+UNRESOLVED until an operator settles it (tenure resolve --action settle). An
+offer not yet ACKed is withdrawn at once (cancel_requested/offer_withdrawn).
+With --lease-id and --generation the request applies only if that lease is
+still the live one (else stale/stale_generation).
+
+` + opsVerdictHelp,
+	run: runCancel,
+}
+
+func runCancel(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var o opsCommand
 	o.register(fs)
 	job := fs.String("job", "", "job whose live lease to cancel (required)")
@@ -154,8 +189,23 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	})
 }
 
-func runResolve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("resolve", stderr)
+var resolveCmd = &command{
+	name:    "resolve",
+	summary: "settle an ownership conflict or an UNRESOLVED job",
+	usage:   "tenure resolve --job ID --action affirm|revoke|settle [flags]",
+	help: `Gives an operator's answer where the coordinator may not decide alone:
+  affirm  an ownership conflict, in favour of the live lease named by
+          --holder, --lease-id and --generation: it keeps the job
+  revoke  ends the job's live lease (if any) and clears its conflict
+  settle  gives an UNRESOLVED job (its holder never reconciled a cancel) its
+          terminal outcome, --outcome FAILED or CANCELLED
+An action with nothing to act on is refused (rejected/nothing_to_resolve).
+
+` + opsVerdictHelp,
+	run: runResolve,
+}
+
+func runResolve(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var o opsCommand
 	o.register(fs)
 	job := fs.String("job", "", "job to resolve (required)")
@@ -217,24 +267,23 @@ var policyFields = []policyField{
 
 // runPolicy is `tenure policy [flags]`, which changes the fields given and
 // keeps the others as they are in force, and `tenure policy show`.
-func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	show := len(args) > 0 && args[0] == "show" // or after the flags
-	if show {
-		args = args[1:]
-	}
-	fs := newFlags("policy", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: tenure policy [flags]       change the fields given, keep the others
-       tenure policy show [flags]  print the policy in force
-
-A policy input sets every limit at once (PROTOCOL.md §6.1): tenure policy
+var policyCmd = &command{
+	name:    "policy",
+	summary: "show or change the lease policy (limits and defaults)",
+	usage: `tenure policy [flags]       change the fields given, keep the others
+       tenure policy show [flags]  print the policy in force`,
+	help: `A policy input sets every limit at once (PROTOCOL.md §6.1): tenure policy
 reads the policy in force (the last policy_set decision of each partition)
 and sends it with the fields given changed. Two operators changing the
 policy at the same moment: the one stored last wins, with the fields it did
-not give as they were when it read them.
+not give as they were when it read them.`,
+	run: runPolicy,
+}
 
-`)
-		fs.PrintDefaults()
+func runPolicy(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	show := len(args) > 0 && args[0] == "show" // or after the flags
+	if show {
+		args = args[1:]
 	}
 	var o opsCommand
 	o.register(fs)

@@ -144,8 +144,28 @@ func dataDirID(dir string) (string, error) {
 	return id, nil
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr)
+var serveCmd = &command{
+	name:    "serve",
+	summary: "run the coordinator (embedded nats-server by default)",
+	usage:   "tenure serve [flags]",
+	help: `Runs Tenure's coordinator until interrupted. By default it starts an
+embedded nats-server on --listen with JetStream in --data and
+sync_interval always (every input is on disk before its ack; --sync
+interval is lazier, see README); with --nats-url it connects to a running
+server or cluster instead. It creates the input and decision streams if
+they are missing, folds every stored input in order and appends one verdict
+for each, ticks when deadlines are due, snapshots the projection, and
+publishes signed chain heads for auditors.
+
+Several coordinators may serve one deployment: one is live (its leadership
+is a KV entry it renews), the others fold in the background as standbys
+and take over after --leader-ttl. A deployment created with --partitions N
+runs one coordinator per partition in this process. --http also serves the
+web UI, /healthz and /metrics.`,
+	run: runServe,
+}
+
+func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var conn connFlags
 	conn.register(fs, "connect to this NATS server or cluster instead of running the embedded one")
 	data := fs.String("data", "./tenure-data", "data directory of the embedded nats-server")

@@ -136,21 +136,20 @@ func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, cs []*coordinat
 	return r.stop, nil
 }
 
-// runUI is `tenure ui`: the web UI on its own, for a running Tenure.
-func runUI(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs := newFlags("ui", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: tenure ui [flags]
-
-Serves the web UI (lease board, job pages, anomalies, audit), /healthz and
+var uiCmd = &command{
+	name:    "ui",
+	summary: "serve the web UI (lease board, job timelines, anomalies, audit), /healthz and /metrics",
+	usage:   "tenure ui [flags]",
+	help: `Serves the web UI (lease board, job pages, anomalies, audit), /healthz and
 /metrics for a running Tenure, reading its streams. The pages are embedded in
 the binary: no external resource is loaded. A partitioned deployment (the
 partition count its streams record) is followed in every partition: one
-board of the jobs of all partitions.
+board of the jobs of all partitions.`,
+	run: runUI,
+}
 
-`)
-		fs.PrintDefaults()
-	}
+// runUI is `tenure ui`: the web UI on its own, for a running Tenure.
+func runUI(ctx context.Context, fs *flag.FlagSet, args []string, _, stderr io.Writer) error {
 	var conn connFlags
 	conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
 	var u uiFlags

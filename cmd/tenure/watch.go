@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -29,13 +30,25 @@ func defaultURL(c *connFlags) {
 	}
 }
 
+var watchCmd = &command{
+	name:    "watch",
+	summary: "print decisions live, filtered by job, holder and kind",
+	usage:   "tenure watch [flags]",
+	help: `Prints the coordinator's decisions as they are appended (from the first one
+with --all), one line each, or as JSON lines (the decision bodies as
+stored), until interrupted or -n decisions. --job, --holder and --kind keep
+only the decisions about that job, addressed to or held by that actor, or of
+that kind. A partitioned deployment is followed in every partition (only the
+job's with --job), the table with a PART column. Read-only.`,
+	run: runWatch,
+}
+
 // runWatch prints decisions as they are appended, filtered by job, holder
 // and kind, as a table or as JSON lines (the decision bodies themselves).
 // On a partitioned deployment it follows every partition's decision stream
 // (only the job's with --job) and prints their decisions as they arrive,
 // the table with a PART column.
-func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("watch", stderr)
+func runWatch(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var conn connFlags
 	conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
 	job := fs.String("job", "", "only decisions about this job")
@@ -212,14 +225,25 @@ func clock(t int64) string {
 	return time.Unix(0, t).UTC().Format("15:04:05.000")
 }
 
+var statusCmd = &command{
+	name:    "status",
+	summary: "show every running coordinator: live or standby, lag, snapshot",
+	usage:   "tenure status [flags]",
+	help: `Asks every running coordinator (the "tenure" NATS micro service) for its
+status and prints one line each: live or standby, the input it has folded
+up to and its lag behind the input stream, its last snapshot. A process
+serving a partitioned deployment answers for each partition; partitions no
+live coordinator answered for within --wait are listed after the table.`,
+	run: runStatus,
+}
+
 // runStatus asks every running coordinator (the "tenure" micro service) for
 // its status and prints one line each. A process serving a partitioned
 // deployment has one coordinator per partition, each answering with its
 // partition's statistics and lag (one line per partition, with a PARTITION
 // column); the partitions that no live coordinator answered for are listed
 // after the table.
-func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("status", stderr)
+func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	var conn connFlags
 	conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
 	asJSON := fs.Bool("json", false, "print the raw status objects, one per line")
