@@ -341,8 +341,18 @@ func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
 	if !streams.Retained(inInfo.Config) || !streams.Retained(outInfo.Config) {
 		return nil, ErrNotRetained
 	}
+	// Where the streams were trimmed before: the input stream starts at
+	// the last input of the last segment removed, the decision stream
+	// holds decisions from that segment's last one (and the last policy_set
+	// decision before it, purgeDecisions).
+	outTrim := uint64(0)
+	for _, s := range segs {
+		if s.Manifest.Inputs.Last == inInfo.State.FirstSeq {
+			outTrim = s.Manifest.Decisions.Last
+		}
+	}
 	for _, s := range segs[:through] {
-		if s.Manifest.Inputs.Last < inInfo.State.FirstSeq && s.Manifest.Decisions.Last < outInfo.State.FirstSeq {
+		if s.Manifest.Inputs.Last < inInfo.State.FirstSeq {
 			continue // removed before (its files were checked then)
 		}
 		// The files read through (hashes, counts, canonical lines), and
@@ -350,7 +360,7 @@ func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
 		if err := s.verifySnapshot(); err != nil {
 			return nil, err
 		}
-		if err := compare(ctx, cfg, s, inInfo.State.FirstSeq, outInfo.State.FirstSeq); err != nil {
+		if err := compare(ctx, cfg, s, inInfo.State.FirstSeq, max(outTrim, outInfo.State.FirstSeq)); err != nil {
 			return nil, err
 		}
 	}
@@ -368,8 +378,8 @@ func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
 		}
 	}
 	if outInfo.State.FirstSeq < target.Decisions.Last {
-		if err := h.Out.Purge(ctx, jetstream.WithPurgeSequence(target.Decisions.Last)); err != nil {
-			return nil, fmt.Errorf("archive: purge %s below %d: %w", cfg.Topology.DecisionStream(), target.Decisions.Last, streams.Classify(err))
+		if err := purgeDecisions(ctx, h.Out, cfg.Topology.Partition, target.Decisions.Last); err != nil {
+			return nil, fmt.Errorf("archive: purge %s below %d: %w", cfg.Topology.DecisionStream(), target.Decisions.Last, err)
 		}
 	}
 	in2, out2, err := infos(ctx, h)
@@ -382,6 +392,40 @@ func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
 	cfg.Logger.Info("archive: removed", "through_segment", through, "inputs", rm.Inputs, "decisions", rm.Decisions,
 		"first_input", rm.FirstInput, "first_decision", rm.FirstDecision)
 	return rm, nil
+}
+
+// purgeDecisions removes the decisions below seq, except the last
+// policy_set decision if it is one of them: the policy in force stays
+// readable from the decision stream (ops.Client.Policies, tenure policy,
+// the board), as it was before the removal. The decision subjects name
+// their kind, and the set of kinds is closed (events.Kinds): everything
+// below that decision goes, then every other kind's decisions below seq.
+func purgeDecisions(ctx context.Context, out jetstream.Stream, part events.Partition, seq uint64) error {
+	tail := ""
+	if part.Partitioned() {
+		tail = "." + part.Token()
+	}
+	policy := events.DecisionPrefix + ".*." + events.NoJob + "." + events.KindPolicySet.String() + tail
+	m, err := out.GetLastMsgForSubject(ctx, policy)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && m.Sequence >= seq:
+		return streams.Classify(out.Purge(ctx, jetstream.WithPurgeSequence(seq)))
+	case err != nil:
+		return fmt.Errorf("look up the last policy_set decision: %w", streams.Classify(err))
+	}
+	if err := out.Purge(ctx, jetstream.WithPurgeSequence(m.Sequence)); err != nil {
+		return streams.Classify(err)
+	}
+	for _, k := range events.Kinds() {
+		if k == events.KindPolicySet {
+			continue
+		}
+		filter := events.DecisionPrefix + ".*.*." + k.String() + tail
+		if err := out.Purge(ctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(seq)); err != nil {
+			return fmt.Errorf("%s: %w", filter, streams.Classify(err))
+		}
+	}
+	return nil
 }
 
 // Restored is what Restore did.

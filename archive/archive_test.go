@@ -59,6 +59,16 @@ func (e *env) cfg(root string) archive.Config {
 // timer) until the returned stop is called (or the test ends).
 func (e *env) coord(t *testing.T) (*coordinator.Coordinator, func()) {
 	t.Helper()
+	c, stop := e.launch(t)
+	// Live before any worker publishes, as tenure serve is: the rules and
+	// the default policy are the log's inputs 1 and 2 (on an empty log).
+	waitFor(t, "the coordinator live", func() bool { return c.Stats().Live })
+	return c, stop
+}
+
+// launch starts the coordinator as coord does, without waiting for it.
+func (e *env) launch(t *testing.T) (*coordinator.Coordinator, func()) {
+	t.Helper()
 	nc, err := nats.Connect(e.srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -186,8 +196,18 @@ func TestSealArchiveVerifyRemoveAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rm.FirstInput != s1.Inputs.Last || rm.FirstDecision != s1.Decisions.Last || rm.Inputs != s1.Inputs.Last-1 {
+	if rm.FirstInput != s1.Inputs.Last || rm.Inputs != s1.Inputs.Last-1 {
 		t.Fatalf("removal %+v of segment %+v", rm, s1)
+	}
+	// The decision stream keeps decision D_1 and the last policy_set
+	// decision before it (the default policy's, decision 2): the policy in
+	// force stays readable, as tenure policy reads it.
+	pol, err := e.h.Out.GetLastMsgForSubject(ctx, "tenure.out.*._.policy_set")
+	if err != nil || pol.Sequence != 2 || rm.FirstDecision != 2 {
+		t.Fatalf("the policy_set decision after the removal: %v %v; removal %+v", pol, err, rm)
+	}
+	if info, _ := e.h.Out.Info(ctx); info.State.Msgs != info.State.LastSeq-s1.Decisions.Last+2 {
+		t.Fatalf("decision stream holds %d messages, want decisions %d.. and the policy: %+v", info.State.Msgs, s1.Decisions.Last, info.State)
 	}
 	if f, _ := first(t, e.h.In); f != s1.Inputs.Last {
 		t.Fatalf("input stream starts at %d, want %d", f, s1.Inputs.Last)
@@ -346,7 +366,7 @@ func TestLostSnapshotAfterRemoval(t *testing.T) {
 	if _, err := audit.Run(ctx, audit.Config{JS: e.js, Topology: e.top, StallTimeout: 10 * time.Second}); err == nil || !strings.Contains(err.Error(), "--archive") {
 		t.Fatalf("audit of a trimmed log without a snapshot or the archive: %v", err)
 	}
-	c, _ = e.coord(t)
+	c, _ = e.launch(t)
 	waitFor(t, "the coordinator to say the log was removed", func() bool {
 		return strings.Contains(c.Stats().Reason, coordinator.ErrLogRemoved.Error())
 	})

@@ -200,7 +200,17 @@ func (s *session) maybeSnapshot(timer bool) {
 	if w := s.snapWait; w != nil && w.anchorSeq != 0 && s.acked >= w.anchorSeq {
 		select {
 		case s.snapCh <- *w:
-		default: // the writer is busy with the previous one: skip this one
+		default:
+			// The writer is busy and an older one waits for it: this one
+			// replaces it (the loop is the only sender, so the send after
+			// the drain cannot block). Dropping this one instead left the
+			// stored snapshot behind until the next was due, for ever if
+			// no input came.
+			select {
+			case <-s.snapCh:
+			default:
+			}
+			s.snapCh <- *w
 		}
 		s.snapWait = nil
 	}

@@ -307,6 +307,11 @@ func (c *Client) Policies(ctx context.Context) ([]PolicyInForce, error) {
 		}
 		m, err := stream.GetLastMsgForSubject(ctx, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			if first := stream.CachedInfo().State.FirstSeq; first > 1 {
+				// A trimmed log (package archive) keeps its last
+				// policy_set decision; none means it cannot tell.
+				return nil, fmt.Errorf("ops: %s starts at decision %d and holds no policy_set decision: the policy in force is not known from it", topo.DecisionStream(), first)
+			}
 			out[i] = PolicyInForce{Policy: events.DefaultPolicy()}
 			continue
 		}

@@ -104,6 +104,8 @@ func TestLogCommands(t *testing.T) {
 		}
 		return out.String() + errb.String()
 	}
+	acquireAndSnapshot(t, nc, 0, 0) // live: the streams exist
+	cmd(0, "policy", "--max-lease", "20m")
 	acquireAndSnapshot(t, nc, 0, 30)
 	if out := cmd(0, "log", "archive", "--archive", dir); !strings.Contains(out, "sealed segment 1: inputs 1..") {
 		t.Fatalf("archive: %s", out)
@@ -119,6 +121,11 @@ func TestLogCommands(t *testing.T) {
 	}
 	if out := cmd(0, "log", "status", "--archive", dir); strings.Contains(out, "removable") {
 		t.Fatalf("status after remove: %s", out)
+	}
+	// The policy set in the removed segment is still the one in force,
+	// read from the decision stream (its last policy_set decision stays).
+	if out := cmd(0, "policy", "show"); !strings.Contains(out, "max_lease_ms=1200000") {
+		t.Fatalf("policy show after remove: %s", out)
 	}
 	acquireAndSnapshot(t, nc, 30, 10)
 	if out := cmd(0, "audit", "--archive", dir); !strings.Contains(out, "OK") {
