@@ -131,7 +131,7 @@ func Archive(ctx context.Context, cfg Config) (*Result, error) {
 	inFrom, outFrom := uint64(1), uint64(1)
 	if n := len(segs); n > 0 {
 		last := segs[n-1]
-		if err := last.Verify(); err != nil {
+		if err := last.verifyHashes(); err != nil {
 			return nil, err
 		}
 		if err := checkTail(ctx, cfg, h, last); err != nil {
@@ -295,8 +295,10 @@ type Removal struct {
 // Remove trims the streams up to the end of segment through (0: the
 // archive's last segment), once it has checked, again, that this can lose
 // nothing: the streams were created for log retention; every segment up to
-// it reads back (Verify) and equals, record by record, what the streams
-// still hold of it; and the stored snapshot checks out against its anchor
+// it not removed yet still has the files it was sealed with (their hashes,
+// sizes and counts: each was compared with the streams, record by record,
+// when it was sealed) and the streams still hold its last input and
+// decision as archived; and the stored snapshot checks out against its anchor
 // and is at or after the segment's end, so a coordinator restarts without
 // the removed messages. It then purges each stream below the segment's last
 // sequence (that last input and decision stay: a snapshot's position must be
@@ -355,13 +357,17 @@ func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
 		if s.Manifest.Inputs.Last < inInfo.State.FirstSeq {
 			continue // removed before (its files were checked then)
 		}
-		// The files read through (hashes, counts, canonical lines), and
-		// what the streams still hold of them compared.
-		if err := s.verifySnapshot(); err != nil {
+		// Each was compared with the streams, line by line, when it was
+		// sealed: its files must still be what their hashes say, and the
+		// streams must still hold its last messages as archived (the
+		// archive is this log's).
+		if err := s.verifyHashes(); err != nil {
 			return nil, err
 		}
-		if err := compare(ctx, cfg, s, inInfo.State.FirstSeq, max(outTrim, outInfo.State.FirstSeq)); err != nil {
-			return nil, err
+		if s.Manifest.Inputs.Last >= inInfo.State.FirstSeq && s.Manifest.Decisions.Last >= max(outTrim, outInfo.State.FirstSeq) {
+			if err := checkTail(ctx, cfg, h, s); err != nil {
+				return nil, err
+			}
 		}
 	}
 	snap, err := storedSnapshot(ctx, h)
@@ -678,10 +684,11 @@ func (c *counter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// compare reads segment s's files through, checking them as Verify does,
-// and the streams side by side, and requires every record the streams
-// still hold (from inFirst and outFirst on; 0: all) to be the stream's
-// message.
+// compare reads segment s's files through, checking their hashes, counts
+// and order, and the streams side by side, and requires every record the
+// streams still hold (from inFirst and outFirst on; 0: all) to be written
+// as its line: the line equals the stream's message encoded (appendLine),
+// which is also the line's canonical check.
 func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint64) error {
 	m := s.Manifest
 	for _, c := range []struct {
@@ -697,10 +704,11 @@ func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint6
 		if err != nil {
 			return err
 		}
-		want, ok := cur.next()
-		for ok && want.Seq < from {
-			want, ok = cur.next()
+		line, seq, ok := cur.nextLine()
+		for ok && seq < from {
+			line, seq, ok = cur.nextLine()
 		}
+		var enc []byte
 		err = readRange(ctx, cfg, c.stream, from, c.part.Last, func(r *Record) error {
 			if !ok {
 				if cur.err != nil {
@@ -708,14 +716,15 @@ func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint6
 				}
 				return archiveErr("%s: %s ends before %s's message %d", s.Dir, c.part.File, c.stream, r.Seq)
 			}
-			if !want.Equal(r) {
-				return archiveErr("%s: %s's record %d is not %s's message %d as stored", s.Dir, c.part.File, want.Seq, c.stream, r.Seq)
+			enc = appendLine(enc[:0], r)
+			if seq != r.Seq || !bytes.Equal(line, enc) {
+				return archiveErr("%s: %s's record %d is not %s's message %d as stored", s.Dir, c.part.File, seq, c.stream, r.Seq)
 			}
-			want, ok = cur.next()
+			line, seq, ok = cur.nextLine()
 			return nil
 		})
 		if err == nil && ok {
-			err = archiveErr("%s: %s holds record %d, which %s does not", s.Dir, c.part.File, want.Seq, c.stream)
+			err = archiveErr("%s: %s holds record %d, which %s does not", s.Dir, c.part.File, seq, c.stream)
 		}
 		if err == nil {
 			err = cur.err // the file's end: its hash, size and count

@@ -29,8 +29,9 @@
 //     again that nothing can be lost: the streams were created for log
 //     retention (streams.Topology.LogRetention; JetStream cannot cancel a
 //     stream's DenyPurge, so a deployment chooses this when it is created),
-//     every segment up to it reads back and equals what the streams still
-//     hold of it, and the stored snapshot checks out and is at or after the
+//     every segment up to it still has the files it was sealed with (their
+//     hashes) and the streams still hold its last input and decision as
+//     archived, and the stored snapshot checks out and is at or after the
 //     segment's end, so that a coordinator restarts without the removed
 //     messages. The segment's last input and last decision stay in the
 //     streams: they are where the snapshot stands.

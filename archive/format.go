@@ -259,6 +259,24 @@ func (s Segment) verifySnapshot() error {
 	return nil
 }
 
+// verifyHashes reads the segment's files through (hashes, sizes, counts,
+// sequence order) without decoding their lines: the check of a segment
+// verified when it was sealed, whose lines are as its hashes say.
+func (s Segment) verifyHashes() error {
+	for _, p := range []Part{s.Manifest.Inputs, s.Manifest.Decisions} {
+		c, err := openPart(s.Dir, p)
+		if err != nil {
+			return err
+		}
+		err = c.drain()
+		c.close()
+		if err != nil {
+			return err
+		}
+	}
+	return s.verifySnapshot()
+}
+
 // partCursor reads one segment file's records, checking them (see Verify)
 // as it goes; the hash, size and count are checked at its end.
 type partCursor struct {
@@ -296,8 +314,30 @@ func (c *partCursor) fail(format string, args ...any) {
 // finding (err).
 func (c *partCursor) next() (Record, bool) {
 	var r Record
-	if c.done {
+	line, seq, ok := c.nextLine()
+	if !ok {
 		return r, false
+	}
+	if err := parseLine(line, &r); err != nil || r.Seq != seq {
+		c.fail("record %d does not decode: %v", c.n, err)
+		return Record{}, false
+	}
+	c.scratch = appendLine(c.scratch[:0], &r)
+	if !bytes.Equal(c.scratch, line) {
+		c.fail("record %d (sequence %d) is not in canonical form", c.n, r.Seq)
+		return Record{}, false
+	}
+	return r, true
+}
+
+// nextLine returns the next line (valid until the next call) and its
+// sequence, checking the sequence order and, at the end of the file, its
+// hash, size and count; false at the end or on a finding (err). It does not
+// decode the line: a caller that compares it with a record's canonical
+// encoding (compare) checks all of it at once.
+func (c *partCursor) nextLine() ([]byte, uint64, bool) {
+	if c.done {
+		return nil, 0, false
 	}
 	line, err := c.readLine()
 	if err == io.EOF && len(line) == 0 {
@@ -311,39 +351,48 @@ func (c *partCursor) next() (Record, bool) {
 		case c.n > 0 && c.prev != c.part.Last:
 			c.fail("ends at sequence %d; the manifest says %d", c.prev, c.part.Last)
 		}
-		return r, false
+		return nil, 0, false
 	}
 	if err != nil && err != io.EOF {
 		c.fail("%v", err)
-		return r, false
+		return nil, 0, false
 	}
 	if err == io.EOF {
 		c.fail("its last line has no newline")
-		return r, false
+		return nil, 0, false
 	}
-	if err := parseLine(line, &r); err != nil {
-		c.fail("record %d does not decode: %v", c.n+1, err)
-		return r, false
-	}
-	c.scratch = appendLine(c.scratch[:0], &r)
-	if !bytes.Equal(c.scratch, line) {
-		c.fail("record %d (sequence %d) is not in canonical form", c.n+1, r.Seq)
-		return r, false
+	p := lineParser{b: line}
+	seq, ok := uint64(0), p.lit(`{"seq":`)
+	if ok {
+		seq, ok = p.uint()
 	}
 	switch {
-	case c.n == 0 && r.Seq != c.part.First:
-		c.fail("starts at sequence %d; the manifest says %d", r.Seq, c.part.First)
-		return r, false
-	case c.n > 0 && r.Seq <= c.prev:
-		c.fail("sequence %d after %d", r.Seq, c.prev)
-		return r, false
-	case r.Seq > c.part.Last:
-		c.fail("sequence %d beyond its last, %d", r.Seq, c.part.Last)
-		return r, false
+	case !ok:
+		c.fail("record %d does not decode: no sequence", c.n+1)
+		return nil, 0, false
+	case c.n == 0 && seq != c.part.First:
+		c.fail("starts at sequence %d; the manifest says %d", seq, c.part.First)
+		return nil, 0, false
+	case c.n > 0 && seq <= c.prev:
+		c.fail("sequence %d after %d", seq, c.prev)
+		return nil, 0, false
+	case seq > c.part.Last:
+		c.fail("sequence %d beyond its last, %d", seq, c.part.Last)
+		return nil, 0, false
 	}
 	c.n++
-	c.prev = r.Seq
-	return r, true
+	c.prev = seq
+	return line, seq, true
+}
+
+// drain reads the rest of the file, checking what nextLine checks, and
+// returns the finding, if any.
+func (c *partCursor) drain() error {
+	for {
+		if _, _, ok := c.nextLine(); !ok {
+			return c.err
+		}
+	}
 }
 
 // readLine reads one line, newline included, into the hash.

@@ -46,8 +46,9 @@ compares it with the streams. Nothing is written to the log.`),
 	logSub("remove", "trim the streams up to the end of the archive's last segment",
 		`Trims the streams up to the end of the archive's last segment (--through N:
 segment N), after checking again that nothing can be lost: the streams were
-created with tenure serve --log-retention, every segment reads back and
-equals what the streams hold, and the stored snapshot covers it.`),
+created with tenure serve --log-retention, every segment still has the files
+it was sealed with (their hashes) and the streams still hold its last input
+and decision as archived, and the stored snapshot covers it.`),
 	logSub("restore", "put the archive's last snapshot back as the coordinator's",
 		`Puts the archive's last snapshot back as the coordinator's when the stored
 one is lost (a coordinator on a trimmed log without one stands by until
