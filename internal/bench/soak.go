@@ -172,6 +172,14 @@ func (b *runner) soak(ctx context.Context) error {
 		}
 		p := SoakPoint{Seen: float64(seen), Kept: float64(co.c.Stats().Jobs), PauseMS: ms(co.m.takePause()), ElapsedS: time.Since(t0).Seconds(),
 			EncodeMS: ms(co.c.Stats().SnapshotEncode)}
+		// The stored snapshot now (sealing takes a while, in which the
+		// jobs retire and an idle coordinator snapshots its near-empty
+		// projection).
+		if obs, err := js.ObjectStore(ctx, top.SnapshotBucket()); err == nil {
+			if info, err := obs.GetInfo(ctx, streams.SnapshotObject); err == nil {
+				p.SnapshotMB = float64(info.Size) / (1 << 20)
+			}
+		}
 		// Retention of the log: seal, remove, discard.
 		at := time.Now()
 		ar, err := archive.Archive(ctx, acfg)
@@ -200,11 +208,6 @@ func (b *runner) soak(ctx context.Context) error {
 			}
 		}
 		p.RSSMB, p.HeapMB = rssMB(), heapMB()
-		if obs, err := js.ObjectStore(ctx, top.SnapshotBucket()); err == nil {
-			if info, err := obs.GetInfo(ctx, streams.SnapshotObject); err == nil {
-				p.SnapshotMB = float64(info.Size) / (1 << 20)
-			}
-		}
 		for _, s := range []struct {
 			name string
 			dst  *float64
