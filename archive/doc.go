@@ -34,7 +34,9 @@
 //     archived, and the stored snapshot checks out and is at or after the
 //     segment's end, so that a coordinator restarts without the removed
 //     messages. The segment's last input and last decision stay in the
-//     streams: they are where the snapshot stands.
+//     streams: they are where the snapshot stands; so does the last
+//     policy_set decision before them, so that the policy in force stays
+//     readable from the decision stream.
 //   - Restore puts the archive's last snapshot back when the stored one is
 //     lost: a coordinator that finds the log trimmed before the state it
 //     has stands by (coordinator.ErrLogRemoved) rather than fold a partial
