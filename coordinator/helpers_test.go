@@ -203,24 +203,12 @@ func testLogger() *slog.Logger {
 	return nil
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitDecision waits (10 s at most) for a stored decision that match
 // accepts, and returns the first one.
 func waitDecision(t testing.TB, js jetstream.JetStream, what string, match func(events.Decision) bool) events.Decision {
 	t.Helper()
 	var found events.Decision
-	waitFor(t, 10*time.Second, what, func() bool {
+	testutil.WaitFor(t, 10*time.Second, what, func() bool {
 		for _, m := range readStream(t, js, "TENURE_OUT") {
 			if d, err := events.DecodeDecision(m.data); err == nil && match(d) {
 				found = d
@@ -237,7 +225,7 @@ func waitDecision(t testing.TB, js jetstream.JetStream, what string, match func(
 func waitCaughtUp(t testing.TB, js jetstream.JetStream, r *running) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, 20*time.Second, "coordinator to catch up", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "coordinator to catch up", func() bool {
 		in, err1 := js.Stream(ctx, "TENURE_IN")
 		out, err2 := js.Stream(ctx, "TENURE_OUT")
 		if err1 != nil || err2 != nil {
@@ -267,7 +255,7 @@ func publish(t testing.TB, js jetstream.JetStream, role events.Role, actor, job 
 func decisionsFor(t testing.TB, js jetstream.JetStream, seq uint64) []events.Decision {
 	t.Helper()
 	var out []events.Decision
-	waitFor(t, 10*time.Second, fmt.Sprintf("decisions of input %d", seq), func() bool {
+	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("decisions of input %d", seq), func() bool {
 		out = out[:0]
 		for _, m := range readStream(t, js, "TENURE_OUT") {
 			d, err := events.DecodeDecision(m.data)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // pauses is a coordinator.Metrics that keeps the loop's longest pause.
@@ -60,7 +61,7 @@ func TestSlowSnapshotIsAPause(t *testing.T) {
 			}
 		})
 	})
-	waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
 	for i := range 4 {
 		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
 	}

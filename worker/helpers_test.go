@@ -35,7 +35,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, srv: srv, js: js}
 	e.coord = startCoordinator(t, srv.ClientURL(), "c1")
-	waitFor(t, 10*time.Second, "coordinator live", func() bool { return e.coord.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "coordinator live", func() bool { return e.coord.c.Stats().Live })
 	return e
 }
 
@@ -130,7 +130,7 @@ func (e *env) decisions(job string) []events.Decision {
 func (e *env) caughtUp() {
 	e.t.Helper()
 	ctx := context.Background()
-	waitFor(e.t, 10*time.Second, "coordinator to catch up", func() bool {
+	testutil.WaitFor(e.t, 10*time.Second, "coordinator to catch up", func() bool {
 		in, err1 := e.js.Stream(ctx, "TENURE_IN")
 		out, err2 := e.js.Stream(ctx, "TENURE_OUT")
 		if err1 != nil || err2 != nil {
@@ -180,20 +180,6 @@ func startCoordinator(t *testing.T, url, id string) *running {
 	}
 	t.Cleanup(r.stop)
 	return r
-}
-
-// waitFor polls cond until it holds or the deadline passes. Only stream
-// contents are polled this way; the SDK's own events are awaited on their
-// channels.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // waitDone waits for ch to be closed.

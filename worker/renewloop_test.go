@@ -310,4 +310,6 @@ func TestRenewLoopInjectedClock(t *testing.T) {
 	})
 }
 
-func (r renewSeen) String() string { return fmt.Sprintf("#%d@%s", r.renewSeq, r.at.Format("15:04:05.000")) }
+func (r renewSeen) String() string {
+	return fmt.Sprintf("#%d@%s", r.renewSeq, r.at.Format("15:04:05.000"))
+}
