@@ -20,6 +20,7 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
@@ -466,7 +467,20 @@ func TestLongCatchUpKeepsLeadership(t *testing.T) {
 		coordinator.SetCatchUpHook(c, func() { time.Sleep(50 * time.Millisecond) })
 	})
 	testutil.WaitFor(t, 20*time.Second, "b live", func() bool { return b.c.Stats().Live })
-	time.Sleep(2 * time.Second) // several renewals
+	// Several renewals: the leadership entry's revision moves with each.
+	kv, err := js.KeyValue(context.Background(), streams.Topology{}.LeaderBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderRev := func() uint64 {
+		e, err := kv.Get(context.Background(), "leader")
+		if err != nil {
+			return 0
+		}
+		return e.Revision()
+	}
+	live := leaderRev()
+	testutil.WaitFor(t, 20*time.Second, "three renewals once live", func() bool { return leaderRev() >= live+3 })
 	st := b.c.Stats()
 	if !st.Live || st.Sessions != 1 {
 		t.Fatalf("after catching up for longer than the leadership TTL: live %v, %d sessions (%s); want live in its first session", st.Live, st.Sessions, st.Reason)

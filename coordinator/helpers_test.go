@@ -87,16 +87,13 @@ func checkChainOf(t testing.TB, js jetstream.JetStream, topo streams.Topology) (
 	// two reads: read until the input stream did not move meanwhile and the
 	// decisions of every input read are stored.
 	var want []msg
-	for try := 0; ; try++ {
+	testutil.WaitFor(t, 10*time.Second, "the decisions of every input read", func() bool {
 		inputs = readStream(t, js, topo.InputStream())
 		decisions = readStream(t, js, topo.DecisionStream())
 		again := readStream(t, js, topo.InputStream())
 		want = foldStoredIn(t, topo.Partition, inputs)
-		if len(again) == len(inputs) && len(decisions) >= len(want) || try == 100 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(again) == len(inputs) && len(decisions) >= len(want)
+	})
 	if len(decisions) != len(want) {
 		for i := range max(len(decisions), len(want)) {
 			var g, w string

@@ -195,17 +195,16 @@ func waitDone(t testing.TB, ch <-chan struct{}, timeout time.Duration, what stri
 // acquireEventually retries Acquire while the job's lease is held.
 func acquireEventually(t testing.TB, w *Worker, job string, opts ...LeaseOption) *Lease {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l, err := w.Acquire(context.Background(), job, opts...)
-		if err == nil {
-			return l
-		}
-		if !errors.Is(err, ErrLeaseHeld) || time.Now().After(deadline) {
+	var l *Lease
+	testutil.WaitFor(t, 10*time.Second, "the lease of "+job+" acquired", func() bool {
+		var err error
+		l, err = w.Acquire(context.Background(), job, opts...)
+		if err != nil && !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("acquire %s: %v", job, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return l
 }
 
 func withBeforeRenew(h func()) LeaseOption {
