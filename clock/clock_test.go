@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/clock"
+	"github.com/maknow/tenure/internal/testutil"
 )
+
+func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
