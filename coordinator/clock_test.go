@@ -65,7 +65,7 @@ func ticks(msgs []msg) int {
 func TestClockTickTimer(t *testing.T) {
 	srv, js := clockServer(t)
 	fc := clock.NewFake(time.Now())
-	r := startCoordinator(t, srv.ClientURL(), "c1", withClock(fc), func(c *coordinator.Config) { c.LeaderTTL = longTTL })
+	r := startCoordinator(t, srv.ClientURL(), "c1", withClock(fc), func(c *coordinator.Config) { c.LeaderTTL, c.SnapshotEvery = longTTL, -1 })
 	testutil.WaitFor(t, 10*time.Second, "c1 live", func() bool { return r.c.Stats().Live })
 	seq := publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
 	g := decisionsFor(t, js, seq)[0]
@@ -83,19 +83,29 @@ func TestClockTickTimer(t *testing.T) {
 }
 
 // The leadership-expiry timer is on the coordinator's clock: with every
-// renewal stuck, the loop leaves live once the fake clock passes the
-// leadership's lifetime, although the KV entry (real time) still holds.
+// renewal stuck, the loop leaves live once the fake clock reaches the end
+// of what it counts on of the leadership's lifetime (the TTL less a sixth,
+// leaderMargin), although the KV entry (real time) still holds. The clock
+// goes exactly there and no further: the pause before the next session is
+// on the same clock, and the next session would take the entry back.
 func TestClockLeadershipExpiry(t *testing.T) {
 	srv, js := clockServer(t)
 	fc := clock.NewFake(time.Now())
+	const ttl = time.Minute
 	r := startCoordinator(t, srv.ClientURL(), "c1", withClock(fc), func(c *coordinator.Config) {
-		c.LeaderTTL = time.Minute
+		c.LeaderTTL, c.SnapshotEvery = ttl, -1
 		coordinator.SetRenewHook(c, func(ctx context.Context) { <-ctx.Done() })
 	})
 	waitCaughtUp(t, js, r) // no append in flight: the overdue ticker would fire too
-	fc.Advance(time.Minute)
+	fc.Advance(ttl - ttl/6)
+	var st coordinator.Stats
+	defer func() {
+		if t.Failed() {
+			t.Logf("last stats: %+v", st)
+		}
+	}()
 	testutil.WaitFor(t, 10*time.Second, "c1 out of live once the fake clock passed its leadership's lifetime", func() bool {
-		st := r.c.Stats()
+		st = r.c.Stats()
 		return !st.Live && strings.Contains(st.Reason, "no renewal confirmed")
 	})
 }
@@ -115,10 +125,10 @@ func TestClockSnapshotInterval(t *testing.T) {
 	if st := r.c.Stats(); st.SnapshotSeq != 0 {
 		t.Fatalf("a snapshot of input %d before the fake clock moved", st.SnapshotSeq)
 	}
-	// First to the interval, then one more ticker period: a tick the loop
-	// takes then sees the interval passed, whenever it takes it.
+	// To the interval and no further (an append in flight while the clock
+	// moves on would be overdue): the ticker's last tick, or the one the
+	// loop has not taken yet, is taken once the clock is there.
 	fc.Advance(time.Minute)
-	fc.Advance(time.Minute / 4)
 	testutil.WaitFor(t, 10*time.Second, "a snapshot once the fake clock passed SnapshotInterval", func() bool {
 		return r.c.Stats().SnapshotSeq >= seq
 	})
@@ -131,7 +141,7 @@ func TestClockHeadTicker(t *testing.T) {
 	fc := clock.NewFake(time.Now())
 	kp, _ := headKey(t)
 	r := startCoordinator(t, srv.ClientURL(), "c1", withClock(fc), func(c *coordinator.Config) {
-		c.LeaderTTL, c.HeadSigner, c.HeadInterval = longTTL, kp, time.Minute
+		c.LeaderTTL, c.SnapshotEvery, c.HeadSigner, c.HeadInterval = longTTL, -1, kp, time.Minute
 	})
 	testutil.WaitFor(t, 10*time.Second, "c1 live", func() bool { return r.c.Stats().Live })
 	seq := publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
