@@ -62,7 +62,7 @@ func (e *env) coord(t *testing.T) (*coordinator.Coordinator, func()) {
 	c, stop := e.launch(t)
 	// Live before any worker publishes, as tenure serve is: the rules and
 	// the default policy are the log's inputs 1 and 2 (on an empty log).
-	waitFor(t, "the coordinator live", func() bool { return c.Stats().Live })
+	testutil.WaitFor(t, 20*time.Second, "the coordinator live", func() bool { return c.Stats().Live })
 	return c, stop
 }
 
@@ -112,23 +112,11 @@ func (e *env) acquire(t *testing.T, n int) uint64 {
 	return last
 }
 
-// waitFor polls cond every 10 ms for up to 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // settle waits until c has decided every stored input and stored a
 // snapshot of an input at or after seq.
 func (e *env) settle(t *testing.T, c *coordinator.Coordinator, seq uint64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("a stored snapshot at or after input %d", seq), func() bool {
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("a stored snapshot at or after input %d", seq), func() bool {
 		st := c.Stats()
 		ii, err := e.h.In.Info(context.Background())
 		return err == nil && st.Live && st.InputsFolded == ii.State.LastSeq && st.SnapshotSeq >= seq
@@ -367,7 +355,7 @@ func TestLostSnapshotAfterRemoval(t *testing.T) {
 		t.Fatalf("audit of a trimmed log without a snapshot or the archive: %v", err)
 	}
 	c, _ = e.launch(t)
-	waitFor(t, "the coordinator to say the log was removed", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the coordinator to say the log was removed", func() bool {
 		return strings.Contains(c.Stats().Reason, coordinator.ErrLogRemoved.Error())
 	})
 	if _, l := first(t, e.h.In); l != lastIn {
@@ -473,7 +461,7 @@ func TestForgedSnapshotNotSealed(t *testing.T) {
 	c, _ := e.coord(t) // snapshots every 10 inputs
 	e.settle(t, c, e.acquire(t, 12)-12)
 	last := e.acquire(t, 1) // S: the input the forged claim is about
-	waitFor(t, "input S decided", func() bool { return c.Stats().InputsFolded >= last })
+	testutil.WaitFor(t, 20*time.Second, "input S decided", func() bool { return c.Stats().InputsFolded >= last })
 
 	// The state after S had input 3 (an acquire) never happened.
 	p := projector.New()
@@ -498,7 +486,7 @@ func TestForgedSnapshotNotSealed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var anchor uint64
-	waitFor(t, "the forged claim recorded", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the forged claim recorded", func() bool {
 		_, l := first(t, e.h.Out)
 		m, err := e.h.Out.GetMsg(ctx, l)
 		if err != nil {

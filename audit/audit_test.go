@@ -169,24 +169,18 @@ func runCoordinator(t *testing.T, url string, js jetstream.JetStream) {
 			t.Errorf("coordinator: %v", err)
 		}
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.WaitFor(t, 60*time.Second, "the coordinator to catch up and snapshot", func() bool {
 		in, err1 := js.Stream(ctx, "TENURE_IN")
 		out, err2 := js.Stream(ctx, "TENURE_OUT")
-		if err1 == nil && err2 == nil {
-			ii, err1 := in.Info(ctx)
-			oi, err2 := out.Info(ctx)
-			st := c.Stats()
-			if err1 == nil && err2 == nil && st.Live && st.InputsFolded == ii.State.LastSeq &&
-				st.DecisionsStored == oi.State.LastSeq && st.SnapshotSeq > 0 {
-				return
-			}
+		if err1 != nil || err2 != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("coordinator did not catch up: %+v", c.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		ii, err1 := in.Info(ctx)
+		oi, err2 := out.Info(ctx)
+		st := c.Stats()
+		return err1 == nil && err2 == nil && st.Live && st.InputsFolded == ii.State.LastSeq &&
+			st.DecisionsStored == oi.State.LastSeq && st.SnapshotSeq > 0
+	})
 }
 
 // workload is a small log touching three jobs: input 5 fires the expiry of

@@ -94,13 +94,7 @@ func newPartitioned(t *testing.T) *partitioned {
 			t.Errorf("group: %v", err)
 		}
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for !d.caughtUp(t, g) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the group did not decide every partition: %+v", g.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 60*time.Second, "the group to decide every partition", func() bool { return d.caughtUp(t, g) })
 	return d
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 )
 
@@ -217,11 +218,7 @@ func TestAuditWhileSnapshotsAreStored(t *testing.T) {
 			t.Errorf("coordinator: %v; publisher: %v", runErr, pubErr)
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); c.Stats().SnapshotSeq == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot stored")
-		}
-	}
+	testutil.WaitFor(t, 10*time.Second, "a snapshot stored", func() bool { return c.Stats().SnapshotSeq > 0 })
 	used, replaced := 0, 0
 	for i := range 30 {
 		actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)

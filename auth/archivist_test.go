@@ -39,7 +39,7 @@ func TestArchivistAlonePurges(t *testing.T) {
 		}
 	}
 	e.caughtUp(t)
-	waitFor(t, 10*time.Second, "a snapshot", func() bool { return e.c.Stats().SnapshotSeq > 10 })
+	testutil.WaitFor(t, 10*time.Second, "a snapshot", func() bool { return e.c.Stats().SnapshotSeq > 10 })
 
 	// Nobody but the archivist may purge.
 	w1 := connect(t, e.b, e.url, "w1")

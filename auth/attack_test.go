@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/ops"
 )
 
@@ -71,7 +72,7 @@ func TestAttackForgedInputsViaPredictedInbox(t *testing.T) {
 		t.Logf("w2 aimed push consumers at %d inboxes of the coordinator (%d refused: %v)", n, len(errs), first(errs, 3))
 		if n > 0 && len(errs) < n {
 			// They reached the coordinator's readers, which dropped them.
-			waitFor(t, 10*time.Second, "the coordinator to drop the forged deliveries", func() bool { return e.c.Stats().Dropped > 0 })
+			testutil.WaitFor(t, 10*time.Second, "the coordinator to drop the forged deliveries", func() bool { return e.c.Stats().Dropped > 0 })
 		}
 		e.checkHonest(t, h)
 	})

@@ -8,6 +8,7 @@ import (
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/worker"
 )
@@ -95,7 +96,7 @@ func endToEnd(t *testing.T, opts auth.Options) {
 
 	// Restart: the new coordinator restores the snapshot (object store read
 	// under the coordinator's permissions) and goes live.
-	waitFor(t, 10*time.Second, "a snapshot", func() bool { return e.c.Stats().SnapshotSeq > 0 })
+	testutil.WaitFor(t, 10*time.Second, "a snapshot", func() bool { return e.c.Stats().SnapshotSeq > 0 })
 	e.stop()
 	e.startCoordinator(t, coordinator.Config{SnapshotEvery: 3, SnapshotInterval: 50 * time.Millisecond})
 	if e.c.Stats().SnapshotSeq == 0 {
@@ -146,11 +147,11 @@ func TestStandbyCoordinator(t *testing.T) {
 	}
 	e.caughtUp(t)
 	e.stop()
-	waitFor(t, 20*time.Second, "coord2 live", func() bool { return c2.Stats().Live })
+	testutil.WaitFor(t, 20*time.Second, "coord2 live", func() bool { return c2.Stats().Live })
 	if _, err := w1.js.Publish(ctx, "tenure.in.worker.w1.sb-2.acquire", []byte(`{"v":1,"lease_ms":300}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "coord2's tick", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "coord2's tick", func() bool {
 		in, err := c2c.js.Stream(ctx, "TENURE_IN")
 		if err != nil {
 			return false

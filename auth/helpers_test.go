@@ -229,7 +229,7 @@ func receivesHead(t *testing.T, c *client, who, subject string, trigger func()) 
 func (e *env) startCoordinator(t *testing.T, cfg coordinator.Config) {
 	t.Helper()
 	e.launchCoordinator(t, cfg)
-	waitFor(t, 20*time.Second, "coordinator live", func() bool { return e.c.Stats().Live })
+	testutil.WaitFor(t, 20*time.Second, "coordinator live", func() bool { return e.c.Stats().Live })
 }
 
 // launchCoordinator starts a coordinator, as startCoordinator, without
@@ -273,7 +273,7 @@ func (e *env) launchCoordinator(t *testing.T, cfg coordinator.Config) {
 func (e *env) caughtUp(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, 20*time.Second, "coordinator to catch up", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "coordinator to catch up", func() bool {
 		in, err1 := e.coord.js.Stream(ctx, "TENURE_IN")
 		out, err2 := e.coord.js.Stream(ctx, "TENURE_OUT")
 		if err1 != nil || err2 != nil {
@@ -310,15 +310,4 @@ func (e *env) read(t testing.TB, name string) []stored {
 		out = append(out, stored{m.Sequence, m.Subject, m.Data})
 	}
 	return out
-}
-
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

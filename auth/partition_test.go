@@ -296,7 +296,7 @@ func TestPartitionedConfinement(t *testing.T) {
 	if _, err := w2.js.Publish(ctx, "tenure.in.worker.w2."+job2+".acquire.1", []byte(`{"v":1,"lease_ms":60000}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "w2's decision", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "w2's decision", func() bool {
 		s, err := e.coord.js.Stream(ctx, "TENURE_P1_OUT")
 		return err == nil && s.CachedInfo().State.Msgs >= 2
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 )
@@ -191,7 +192,9 @@ func (a *appender) measure(n uint64, backlog bool) {
 	}
 }
 
-func newAppender(nc *nats.Conn, stream string, maxUnits int, log *slog.Logger) (*appender, error) {
+// newAppender returns the appender of stream on nc, timed by clk (nil: the
+// real clock).
+func newAppender(nc *nats.Conn, stream string, maxUnits int, log *slog.Logger, clk clock.Clock) (*appender, error) {
 	var r [8]byte
 	_, _ = rand.Read(r[:]) // never fails
 	a := &appender{
@@ -200,7 +203,7 @@ func newAppender(nc *nats.Conn, stream string, maxUnits int, log *slog.Logger) (
 		batchID: "tb" + hex.EncodeToString(r[:]),
 		hdr:     nats.Header{},
 		log:     log,
-		now:     time.Now,
+		now:     clock.OrReal(clk).Now,
 	}
 	var err error
 	if a.sub, err = nc.ChanSubscribe(a.inbox+".*", a.replies); err != nil {
@@ -266,7 +269,7 @@ func (a *appender) send(ps []pending, after uint64) error {
 		a.batches++
 	}
 	last := &ps[len(ps)-1]
-	a.units = append(a.units, unit{id: id, first: after + 1, last: after + uint64(len(ps)), cause: last.cause, chain: last.chain, sent: time.Now()})
+	a.units = append(a.units, unit{id: id, first: after + 1, last: after + uint64(len(ps)), cause: last.cause, chain: last.chain, sent: a.now()})
 	return nil
 }
 
@@ -428,7 +431,7 @@ func privateInbox(nc *nats.Conn) string {
 
 // overdue reports whether the oldest unit has waited for its reply too long.
 func (a *appender) overdue() error {
-	if len(a.units) > 0 && time.Since(a.units[0].sent) > appendTimeout {
+	if len(a.units) > 0 && a.now().Sub(a.units[0].sent) > appendTimeout {
 		u := a.units[0]
 		return fmt.Errorf("coordinator: append decisions %d to %d: no reply after %v: %w", u.first, u.last, appendTimeout, streams.ErrTransient)
 	}

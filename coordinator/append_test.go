@@ -104,7 +104,7 @@ func TestAtomicBatchAppend(t *testing.T) {
 	if _, err := streams.Ensure(ctx, js, streams.Topology{}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newAppender(nc, streams.Topology{}.DecisionStream(), 16, testLogger())
+	a, err := newAppender(nc, streams.Topology{}.DecisionStream(), 16, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestAppenderDropsForgedReplies(t *testing.T) {
 	if _, err := streams.Ensure(ctx, js, top, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newAppender(nc, top.DecisionStream(), 16, testLogger())
+	a, err := newAppender(nc, top.DecisionStream(), 16, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/heads"
 	"github.com/maknow/tenure/streams"
@@ -117,6 +118,14 @@ type Config struct {
 	// passed. It must be a server nkey with its seed (heads.CheckSigner).
 	HeadSigner   nkeys.KeyPair
 	HeadInterval time.Duration
+	// Clock times everything the coordinator waits for (nil: the real
+	// clock): the live loop's tick, leadership-expiry, snapshot, overdue
+	// and head timers, the appender's timeouts, the leadership renewer,
+	// the standby's retries and the pauses between sessions. The fold
+	// reads no clock (it judges inputs by their stored timestamps), and
+	// the timeouts of single requests are contexts on the real clock.
+	// Tests set a clock.Fake.
+	Clock clock.Clock
 
 	// yield, set by Group, tells a live coordinator to hand its partition
 	// to another process (it holds more than its share of the partitions).
@@ -170,6 +179,7 @@ func (c Config) withDefaults() Config {
 // Coordinator runs the fold over JetStream. Create it with New, run it with Run.
 type Coordinator struct {
 	cfg Config
+	clk clock.Clock // cfg.Clock, or the real clock
 	log *slog.Logger
 	js  jetstream.JetStream
 	h   *streams.Handles
@@ -263,7 +273,8 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Topology.Partition.Partitioned() {
 		log = log.With("partition", cfg.Topology.Partition.Index)
 	}
-	return &Coordinator{cfg: cfg, log: log, js: js, drops: newDropCounter(log)}, nil
+	clk := clock.OrReal(cfg.Clock)
+	return &Coordinator{cfg: cfg, clk: clk, log: log, js: js, drops: newDropCounter(log, clk.Now)}, nil
 }
 
 // Topology is the topology the coordinator folds (its partition included).
@@ -320,10 +331,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		}
 		c.setState(StateStarting, "topology not ready: "+err.Error())
 		c.log.Warn("topology not ready, retrying", "err", err)
-		select {
-		case <-ctx.Done():
+		if !c.sleep(ctx, backoff) {
 			return nil
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
 	}
@@ -361,12 +370,23 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			c.setState(StateStandby, "resynchronising after: "+err.Error())
 			c.log.Warn("resynchronising", "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if !c.sleep(ctx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// sleep waits d on the coordinator's clock; it reports false if ctx ended
+// first.
+func (c *Coordinator) sleep(ctx context.Context, d time.Duration) bool {
+	t := c.clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
 	}
 }
 

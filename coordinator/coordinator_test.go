@@ -20,6 +20,7 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
@@ -208,7 +209,7 @@ func TestTwoCoordinatorsTakeover(t *testing.T) {
 	srv, _, js := newServer(t)
 	a := startCoordinator(t, srv.ClientURL(), "ca")
 	b := startCoordinator(t, srv.ClientURL(), "cb")
-	waitFor(t, 10*time.Second, "one live coordinator", func() bool { return a.c.Stats().Live || b.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "one live coordinator", func() bool { return a.c.Stats().Live || b.c.Stats().Live })
 	live, standby := a, b
 	if b.c.Stats().Live {
 		live, standby = b, a
@@ -221,7 +222,7 @@ func TestTwoCoordinatorsTakeover(t *testing.T) {
 		t.Fatal("both coordinators are live")
 	}
 	// The standby follows: its projection is warm.
-	waitFor(t, 10*time.Second, "standby to follow", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "standby to follow", func() bool {
 		return standby.c.Stats().InputsFolded == live.c.Stats().InputsFolded
 	})
 	live.kill()
@@ -239,7 +240,7 @@ func TestTwoCoordinatorsTakeover(t *testing.T) {
 func TestFenceStopsSecondWriter(t *testing.T) {
 	srv, _, js := newServer(t)
 	a := startCoordinator(t, srv.ClientURL(), "ca", func(c *coordinator.Config) { c.LeaderTTL = 30 * time.Second })
-	waitFor(t, 10*time.Second, "ca live", func() bool { return a.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "ca live", func() bool { return a.c.Stats().Live })
 	publish(t, js, events.RoleWorker, "w1", "j0", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
 	waitCaughtUp(t, js, a)
 	// The entry disappears (a's renewal is 10 s away): b takes leadership.
@@ -251,16 +252,16 @@ func TestFenceStopsSecondWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startCoordinator(t, srv.ClientURL(), "cb", func(c *coordinator.Config) { c.LeaderTTL = 30 * time.Second })
-	waitFor(t, 10*time.Second, "cb live", func() bool { return b.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "cb live", func() bool { return b.c.Stats().Live })
 	// Both are live now; each input is folded by both, appended by one.
 	for i := range 20 {
 		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i+1), events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
 	}
-	waitFor(t, 10*time.Second, "a writer to lose authority", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "a writer to lose authority", func() bool {
 		return a.c.Stats().LostAuthority+b.c.Stats().LostAuthority > 0
 	})
 	// Whoever holds authority now carries on; the other stands by.
-	waitFor(t, 20*time.Second, "exactly one live coordinator", func() bool { return a.c.Stats().Live != b.c.Stats().Live })
+	testutil.WaitFor(t, 20*time.Second, "exactly one live coordinator", func() bool { return a.c.Stats().Live != b.c.Stats().Live })
 	winner := a
 	if b.c.Stats().Live {
 		winner = b
@@ -452,7 +453,7 @@ func TestRefusesExtraDecisions(t *testing.T) {
 func TestLongCatchUpKeepsLeadership(t *testing.T) {
 	srv, _, js := newServer(t)
 	a := startCoordinator(t, srv.ClientURL(), "ca", func(c *coordinator.Config) { c.SnapshotEvery = -1 })
-	waitFor(t, 10*time.Second, "a live", func() bool { return a.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "a live", func() bool { return a.c.Stats().Live })
 	for i := range 40 {
 		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
 	}
@@ -465,8 +466,21 @@ func TestLongCatchUpKeepsLeadership(t *testing.T) {
 		c.SnapshotEvery = -1
 		coordinator.SetCatchUpHook(c, func() { time.Sleep(50 * time.Millisecond) })
 	})
-	waitFor(t, 20*time.Second, "b live", func() bool { return b.c.Stats().Live })
-	time.Sleep(2 * time.Second) // several renewals
+	testutil.WaitFor(t, 20*time.Second, "b live", func() bool { return b.c.Stats().Live })
+	// Several renewals: the leadership entry's revision moves with each.
+	kv, err := js.KeyValue(context.Background(), streams.Topology{}.LeaderBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderRev := func() uint64 {
+		e, err := kv.Get(context.Background(), "leader")
+		if err != nil {
+			return 0
+		}
+		return e.Revision()
+	}
+	live := leaderRev()
+	testutil.WaitFor(t, 20*time.Second, "three renewals once live", func() bool { return leaderRev() >= live+3 })
 	st := b.c.Stats()
 	if !st.Live || st.Sessions != 1 {
 		t.Fatalf("after catching up for longer than the leadership TTL: live %v, %d sessions (%s); want live in its first session", st.Live, st.Sessions, st.Reason)
@@ -528,7 +542,7 @@ func TestChainBreakRefused(t *testing.T) {
 			}
 			if tc.want == "" {
 				r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery = -1 })
-				waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+				testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
 				checkChain(t, js)
 				return
 			}

@@ -22,8 +22,8 @@ type dropCounter struct {
 	nowFunc func() time.Time
 }
 
-func newDropCounter(log *slog.Logger) *dropCounter {
-	return &dropCounter{log: log, nowFunc: time.Now}
+func newDropCounter(log *slog.Logger, now func() time.Time) *dropCounter {
+	return &dropCounter{log: log, nowFunc: now}
 }
 
 // drop counts one dropped message; where says which inbox got it.

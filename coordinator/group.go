@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 )
 
@@ -123,7 +124,7 @@ func (g *Group) Run(ctx context.Context) error {
 func (g *Group) yield(c *Coordinator) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.members <= 1 || time.Since(g.lastYield) < 3*g.cfg.LeaderTTL {
+	if g.members <= 1 || clock.Since(g.cfg.Clock, g.lastYield) < 3*g.cfg.LeaderTTL {
 		return false
 	}
 	share := (len(g.coords) + g.members - 1) / g.members
@@ -136,7 +137,7 @@ func (g *Group) yield(c *Coordinator) bool {
 	if len(live) <= share || live[len(live)-1] != c {
 		return false
 	}
-	g.lastYield = time.Now()
+	g.lastYield = clock.OrReal(g.cfg.Clock).Now()
 	return true
 }
 
@@ -148,7 +149,7 @@ func (g *Group) heartbeat(ctx context.Context) {
 	}
 	bucket := g.coords[0].cfg.Topology.LeaderBucket()
 	key := memberPrefix + g.cfg.ID
-	t := time.NewTicker(max(g.cfg.LeaderTTL/3, 50*time.Millisecond))
+	t := clock.OrReal(g.cfg.Clock).NewTicker(max(g.cfg.LeaderTTL/3, 50*time.Millisecond))
 	defer t.Stop()
 	var kv jetstream.KeyValue
 	for {
@@ -201,7 +202,7 @@ func (g *Group) heartbeat(ctx context.Context) {
 				cancel()
 			}
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

@@ -77,7 +77,7 @@ func (l *headLog) snapshot() []heads.Head {
 func (l *headLog) waitHead(stream, id string, seq uint64) heads.Head {
 	l.t.Helper()
 	var got heads.Head
-	waitFor(l.t, 10*time.Second, fmt.Sprintf("a head of %s decision %d by %s", stream, seq, id), func() bool {
+	testutil.WaitFor(l.t, 10*time.Second, fmt.Sprintf("a head of %s decision %d by %s", stream, seq, id), func() bool {
 		for _, h := range l.snapshot() {
 			if h.Stream == stream && h.Coordinator == id && h.Seq == seq {
 				got = h
@@ -147,7 +147,7 @@ func TestChainHeads(t *testing.T) {
 	k1, pub1 := headKey(t)
 	k2, pub2 := headKey(t)
 	c1 := startCoordinator(t, srv.ClientURL(), "c1", withHeads(k1))
-	waitFor(t, 10*time.Second, "c1 live", func() bool { return c1.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "c1 live", func() bool { return c1.c.Stats().Live })
 	c2 := startCoordinator(t, srv.ClientURL(), "c2", withHeads(k2))
 
 	// A burst, so that heads are taken while appends are in flight.
@@ -170,14 +170,14 @@ func TestChainHeads(t *testing.T) {
 	if h.InputSeq != last {
 		t.Errorf("head of the last decision answers input %d, want %d", h.InputSeq, last)
 	}
-	waitFor(t, 5*time.Second, "c1's Stats to show its head", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "c1's Stats to show its head", func() bool {
 		sh := c1.c.Stats().Head
 		return sh != nil && sh.Seq == st.DecisionsStored
 	})
 	if sh := c1.c.Stats().Head; sh.Chain != h.Chain || sh.Key != pub1 {
 		t.Errorf("Stats head %+v, published %+v", sh, h)
 	}
-	waitFor(t, 10*time.Second, "c2 to verify every decision", func() bool { return c2.c.Stats().DecisionsStored == st.DecisionsStored })
+	testutil.WaitFor(t, 10*time.Second, "c2 to verify every decision", func() bool { return c2.c.Stats().DecisionsStored == st.DecisionsStored })
 	for _, h := range log.snapshot() {
 		if h.Coordinator == "c2" {
 			t.Fatalf("standby c2 published a head: %+v", h)
@@ -189,7 +189,7 @@ func TestChainHeads(t *testing.T) {
 
 	// c2 takes over; its heads carry its key and go on from the log c1 left.
 	c1.stop()
-	waitFor(t, 10*time.Second, "c2 live", func() bool { return c2.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "c2 live", func() bool { return c2.c.Stats().Live })
 	next := publish(t, js, events.RoleWorker, "w2", "j4", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
 	decisionsFor(t, js, next)
 	waitCaughtUp(t, js, c2)
@@ -273,7 +273,7 @@ func TestChainHeadsPartitioned(t *testing.T) {
 		if ack.Stream != topo.InputStream() {
 			t.Fatalf("input of partition %d stored in %s", k, ack.Stream)
 		}
-		waitFor(t, 10*time.Second, "partition caught up", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "partition caught up", func() bool {
 			out, err := js.Stream(context.Background(), topo.DecisionStream())
 			if err != nil {
 				return false

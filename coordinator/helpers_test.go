@@ -87,16 +87,13 @@ func checkChainOf(t testing.TB, js jetstream.JetStream, topo streams.Topology) (
 	// two reads: read until the input stream did not move meanwhile and the
 	// decisions of every input read are stored.
 	var want []msg
-	for try := 0; ; try++ {
+	testutil.WaitFor(t, 10*time.Second, "the decisions of every input read", func() bool {
 		inputs = readStream(t, js, topo.InputStream())
 		decisions = readStream(t, js, topo.DecisionStream())
 		again := readStream(t, js, topo.InputStream())
 		want = foldStoredIn(t, topo.Partition, inputs)
-		if len(again) == len(inputs) && len(decisions) >= len(want) || try == 100 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(again) == len(inputs) && len(decisions) >= len(want)
+	})
 	if len(decisions) != len(want) {
 		for i := range max(len(decisions), len(want)) {
 			var g, w string
@@ -203,24 +200,12 @@ func testLogger() *slog.Logger {
 	return nil
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitDecision waits (10 s at most) for a stored decision that match
 // accepts, and returns the first one.
 func waitDecision(t testing.TB, js jetstream.JetStream, what string, match func(events.Decision) bool) events.Decision {
 	t.Helper()
 	var found events.Decision
-	waitFor(t, 10*time.Second, what, func() bool {
+	testutil.WaitFor(t, 10*time.Second, what, func() bool {
 		for _, m := range readStream(t, js, "TENURE_OUT") {
 			if d, err := events.DecodeDecision(m.data); err == nil && match(d) {
 				found = d
@@ -237,7 +222,7 @@ func waitDecision(t testing.TB, js jetstream.JetStream, what string, match func(
 func waitCaughtUp(t testing.TB, js jetstream.JetStream, r *running) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, 20*time.Second, "coordinator to catch up", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "coordinator to catch up", func() bool {
 		in, err1 := js.Stream(ctx, "TENURE_IN")
 		out, err2 := js.Stream(ctx, "TENURE_OUT")
 		if err1 != nil || err2 != nil {
@@ -267,7 +252,7 @@ func publish(t testing.TB, js jetstream.JetStream, role events.Role, actor, job 
 func decisionsFor(t testing.TB, js jetstream.JetStream, seq uint64) []events.Decision {
 	t.Helper()
 	var out []events.Decision
-	waitFor(t, 10*time.Second, fmt.Sprintf("decisions of input %d", seq), func() bool {
+	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("decisions of input %d", seq), func() bool {
 		out = out[:0]
 		for _, m := range readStream(t, js, "TENURE_OUT") {
 			d, err := events.DecodeDecision(m.data)

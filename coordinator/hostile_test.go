@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 )
 
@@ -558,7 +559,7 @@ func TestHostileInputs(t *testing.T) {
 	started := time.Now()
 	srv, _, js := newServer(t)
 	r := startCoordinator(t, srv.ClientURL(), "c1")
-	waitFor(t, 10*time.Second, "the coordinator to go live", func() bool { return r.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "the coordinator to go live", func() bool { return r.c.Stats().Live })
 	ctx := context.Background()
 
 	pub := func(subject string, body []byte) uint64 {

@@ -79,15 +79,15 @@ func (s *session) stopRenewer() {
 func (s *session) renewLoop(ctx context.Context, r *renewer) {
 	c := s.c
 	period := max(c.cfg.LeaderTTL/3, 10*time.Millisecond)
-	t := time.NewTicker(period)
+	t := c.clk.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
-		started := time.Now()
+		started := c.clk.Now()
 		if c.cfg.renewing != nil {
 			c.cfg.renewing(ctx)
 		}

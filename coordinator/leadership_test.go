@@ -11,6 +11,7 @@ import (
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // A leadership renewal in flight does not stop the live loop: while the
@@ -37,7 +38,7 @@ func TestSlowRenewalDoesNotStallTheLoop(t *testing.T) {
 			})
 		})
 	})
-	waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
 	select {
 	case <-entered:
 	case <-time.After(10 * time.Second):
@@ -52,7 +53,7 @@ func TestSlowRenewalDoesNotStallTheLoop(t *testing.T) {
 	}
 	// (The renewal lasts until released: waiting here on a loop stuck with
 	// it times out.)
-	waitFor(t, 10*time.Second, "the decisions of inputs published while a renewal is in flight", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the decisions of inputs published while a renewal is in flight", func() bool {
 		return r.c.Stats().InputsFolded >= seqs[len(seqs)-1]
 	})
 	time.Sleep(time.Until(start.Add(hold))) // the renewal lasts at least hold
@@ -135,7 +136,7 @@ func TestStuckRenewalLeavesLive(t *testing.T) {
 			}
 		})
 	})
-	waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
 	select {
 	case <-stuck:
 	case <-time.After(10 * time.Second):
@@ -143,7 +144,7 @@ func TestStuckRenewalLeavesLive(t *testing.T) {
 	}
 	var err string
 	var left time.Time
-	waitFor(t, 10*time.Second, "the coordinator to leave live", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the coordinator to leave live", func() bool {
 		var ok bool
 		err, left, ok = log.first()
 		return ok

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 )
@@ -34,7 +35,7 @@ var errYield = errors.New("coordinator: partition handed over")
 func (s *session) runLive() error {
 	c := s.c
 	var err error
-	if s.app, err = newAppender(c.cfg.Conn, c.cfg.Topology.DecisionStream(), c.cfg.MaxInflight, c.log); err != nil {
+	if s.app, err = newAppender(c.cfg.Conn, c.cfg.Topology.DecisionStream(), c.cfg.MaxInflight, c.log, c.clk); err != nil {
 		return err
 	}
 	// Decisions of the last input that a crash left unstored come first.
@@ -51,20 +52,21 @@ func (s *session) runLive() error {
 	c.wentLive.Add(1)
 	c.setState(StateLive, "")
 	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
-	expiry := time.NewTimer(time.Until(s.validUntil))
+	clk := c.clk
+	expiry := clk.NewTimer(clock.Until(clk, s.validUntil))
 	defer expiry.Stop()
-	tick := time.NewTimer(time.Hour)
+	tick := clk.NewTimer(time.Hour)
 	defer tick.Stop()
 	armedFor := int64(-1)
-	snapTicker := time.NewTicker(max(c.cfg.SnapshotInterval/4, 100*time.Millisecond))
+	snapTicker := clk.NewTicker(max(c.cfg.SnapshotInterval/4, 100*time.Millisecond))
 	defer snapTicker.Stop()
-	overdue := time.NewTicker(time.Second)
+	overdue := clk.NewTicker(time.Second)
 	defer overdue.Stop()
 	var headC <-chan time.Time // nil: no heads
 	if c.cfg.HeadSigner != nil {
-		t := time.NewTicker(c.cfg.HeadInterval)
+		t := clk.NewTicker(c.cfg.HeadInterval)
 		defer t.Stop()
-		headC = t.C
+		headC = t.C()
 	}
 	// The snapshot writer lives as long as this live phase.
 	s.snapCh = make(chan snapshot, 1)
@@ -79,7 +81,7 @@ func (s *session) runLive() error {
 		// Arm the tick timer for the earliest deadline.
 		if d, ok := s.p.NextDeadline(); ok && d != armedFor {
 			armedFor = d
-			tick.Reset(time.Until(time.Unix(0, d)) + c.cfg.TickSlack)
+			tick.Reset(clock.Until(clk, time.Unix(0, d)) + c.cfg.TickSlack)
 		}
 		// Backpressure: past MaxInflight decisions not yet acknowledged,
 		// read no more inputs until the stream catches up.
@@ -88,11 +90,11 @@ func (s *session) runLive() error {
 			inC = nil
 		}
 		if !woke.IsZero() {
-			s.paused(time.Since(woke))
+			s.paused(clock.Since(clk, woke))
 		}
 		select {
 		case m := <-inC:
-			woke = time.Now()
+			woke = clk.Now()
 			if err := s.fold(m); err != nil {
 				return err
 			}
@@ -102,7 +104,7 @@ func (s *session) runLive() error {
 			// every input is slow to decode (a flood of the largest bodies).
 			sliceEnd := woke.Add(foldSlice)
 		more:
-			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) && time.Now().Before(sliceEnd) {
+			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) && clk.Now().Before(sliceEnd) {
 				select {
 				case m := <-s.in.ch:
 					if err := s.fold(m); err != nil {
@@ -124,7 +126,7 @@ func (s *session) runLive() error {
 			}
 			s.maybeSnapshot(false)
 		case m := <-s.app.replies:
-			woke = time.Now()
+			woke = clk.Now()
 			if err := s.acknowledged(m); err != nil {
 				return err
 			}
@@ -132,13 +134,13 @@ func (s *session) runLive() error {
 				return err
 			}
 			s.maybeSnapshot(false)
-		case <-overdue.C:
-			woke = time.Now()
+		case <-overdue.C():
+			woke = clk.Now()
 			if err := s.app.overdue(); err != nil {
 				return err
 			}
-		case <-tick.C:
-			woke = time.Now()
+		case <-tick.C():
+			woke = clk.Now()
 			armedFor = -1
 			if d, ok := s.p.NextDeadline(); ok && d <= woke.UnixNano() {
 				// A tick still in flight is retried with the backoff below
@@ -151,28 +153,28 @@ func (s *session) runLive() error {
 				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
 			}
 		case rep := <-s.leadershipReports():
-			woke = time.Now()
+			woke = clk.Now()
 			if err := s.renewed(rep); err != nil {
 				return err
 			}
-			expiry.Reset(time.Until(s.validUntil))
+			expiry.Reset(clock.Until(clk, s.validUntil))
 			if c.cfg.yield != nil && c.cfg.yield(c) {
 				return errYield
 			}
-		case <-expiry.C:
-			woke = time.Now()
+		case <-expiry.C():
+			woke = clk.Now()
 			if err := s.leaderExpired(woke); err != nil {
 				return err
 			}
-			expiry.Reset(time.Until(s.validUntil))
-		case <-snapTicker.C:
-			woke = time.Now()
+			expiry.Reset(clock.Until(clk, s.validUntil))
+		case <-snapTicker.C():
+			woke = clk.Now()
 			s.maybeSnapshot(true)
 		case snap := <-s.encoded:
-			woke = time.Now()
+			woke = clk.Now()
 			s.snapshotEncoded(snap)
 		case now := <-headC:
-			woke = time.Now()
+			woke = clk.Now()
 			s.publishHead(now)
 		case <-s.ctx.Done():
 			return nil
@@ -197,7 +199,7 @@ func (s *session) flush() error {
 	if len(s.pend) > 0 {
 		// Never append as leader once the leadership could have expired,
 		// however long this turn of the loop took to get here.
-		if err := s.leaderExpired(time.Now()); err != nil {
+		if err := s.leaderExpired(c.clk.Now()); err != nil {
 			return err
 		}
 	}
@@ -263,7 +265,7 @@ func (s *session) acknowledged(m *nats.Msg) error {
 		return err
 	}
 	if mt := c.cfg.Metrics; mt != nil {
-		lat := time.Since(u.sent)
+		lat := clock.Since(c.clk, u.sent)
 		for range u.last - u.first + 1 {
 			mt.DecisionAppended(lat)
 		}
@@ -289,5 +291,5 @@ func (s *session) appendTick(d int64) {
 		c.log.Warn("tick not appended", "err", err)
 		return
 	}
-	s.tickSent = time.Now()
+	s.tickSent = c.clk.Now()
 }

@@ -68,7 +68,7 @@ func (r *runningGroup) livePartitions() []int {
 func waitPartitionsCaughtUp(t *testing.T, js jetstream.JetStream, topos []streams.Topology, groups ...*runningGroup) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, 30*time.Second, "every partition caught up", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "every partition caught up", func() bool {
 		for k, topo := range topos {
 			in, err := js.Stream(ctx, topo.InputStream())
 			if err != nil {
@@ -108,10 +108,10 @@ func TestPartitionedGroups(t *testing.T) {
 	topos := streams.Topology{}.Partitions(count)
 
 	a := startGroup(t, srv.ClientURL(), "coord-a", count, ttl)
-	waitFor(t, 10*time.Second, "group a live on every partition", func() bool { return len(a.livePartitions()) == count })
+	testutil.WaitFor(t, 10*time.Second, "group a live on every partition", func() bool { return len(a.livePartitions()) == count })
 	b := startGroup(t, srv.ClientURL(), "coord-b", count, ttl)
 	// The first process hands partitions over until each leads its share.
-	waitFor(t, 20*ttl, "the partitions balanced between the processes", func() bool {
+	testutil.WaitFor(t, 20*ttl, "the partitions balanced between the processes", func() bool {
 		return len(a.livePartitions()) == count/2 && len(b.livePartitions()) == count/2
 	})
 	t.Logf("balanced: a live on %v, b live on %v", a.livePartitions(), b.livePartitions())
@@ -173,7 +173,7 @@ func TestPartitionedGroups(t *testing.T) {
 	}
 	killed := time.Now()
 	a.kill()
-	waitFor(t, 2*ttl+2*time.Second, "group b live on every partition", func() bool { return len(b.livePartitions()) == count })
+	testutil.WaitFor(t, 2*ttl+2*time.Second, "group b live on every partition", func() bool { return len(b.livePartitions()) == count })
 	moved := time.Since(killed)
 	t.Logf("4 partitions moved in %v (leadership lifetime %v)", moved, ttl)
 	if moved > 2*ttl+500*time.Millisecond {

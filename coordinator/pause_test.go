@@ -8,6 +8,7 @@ import (
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // pauses is a coordinator.Metrics that keeps the loop's longest pause.
@@ -60,7 +61,7 @@ func TestSlowSnapshotIsAPause(t *testing.T) {
 			}
 		})
 	})
-	waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
 	for i := range 4 {
 		publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
 	}
@@ -86,15 +87,9 @@ func TestSlowSnapshotIsAPause(t *testing.T) {
 	// The slow turn is reported when it ends (the loop measures a turn at
 	// its next select): wait for that, a report at least as long.
 	var longest time.Duration
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("a pause of at least the snapshot turn's %v", slow), func() bool {
 		d, _ := pm.take()
-		if longest = max(longest, d); longest >= slow {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("longest pause %v with a snapshot turn that took %v, want at least that", longest, slow)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		longest = max(longest, d)
+		return longest >= slow
+	})
 }

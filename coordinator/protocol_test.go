@@ -547,7 +547,7 @@ func TestProtocolPermissions(t *testing.T) {
 	r := startCoordinator(t, u.String(), "c1")
 	_, js := testutil.Connect(t, u.String())
 	ctx := context.Background()
-	waitFor(t, 20*time.Second, "the coordinator's streams", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the coordinator's streams", func() bool {
 		_, err := js.Stream(ctx, "TENURE_OUT")
 		return err == nil
 	})

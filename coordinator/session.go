@@ -85,7 +85,7 @@ func (c *Coordinator) session(ctx context.Context) error {
 	if st := c.currentState(); st.name == StateStarting || st.name == StateLive {
 		c.setState(StateStandby, "verifying the stored decisions before taking leadership")
 	}
-	s := &session{c: c, ctx: ctx, p: projector.NewPartition(c.cfg.Topology.Partition), snapTime: time.Now()}
+	s := &session{c: c, ctx: ctx, p: projector.NewPartition(c.cfg.Topology.Partition), snapTime: c.clk.Now()}
 	s.loadSnapshot() // may start the readers (perf: reading overlaps the restore)
 	s.headSeq = s.decSeq
 	if c.cfg.SnapshotEvery >= 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
@@ -191,7 +192,7 @@ func (s *session) maybeSnapshot(timer bool) {
 	if c.cfg.SnapshotEvery < 0 || s.p.Revision() < events.Revision2 {
 		return
 	}
-	if w := s.snapWait; w != nil && w.anchorSeq == 0 && time.Since(w.sent) > checkpointTimeout {
+	if w := s.snapWait; w != nil && w.anchorSeq == 0 && clock.Since(s.c.clk, w.sent) > checkpointTimeout {
 		c.log.Warn("no checkpointed decision for the snapshot taken; taking another when due", "input_seq", w.inputSeq)
 		s.snapWait = nil
 	}
@@ -215,14 +216,14 @@ func (s *session) maybeSnapshot(timer bool) {
 		s.snapWait = nil
 	}
 	if s.snapWait == nil && !s.encoding && len(s.enc) == 0 && s.sinceSnap > 0 && s.headSeq == s.decSeq &&
-		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && time.Since(s.snapTime) >= c.cfg.SnapshotInterval) {
+		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && clock.Since(c.clk, s.snapTime) >= c.cfg.SnapshotInterval) {
 		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head}
 		s.enc <- encodeJob{f: s.p.Freeze(), snap: snap} // the loop is the only sender, and it was empty
 		if c.cfg.snapshotTaken != nil {
 			c.cfg.snapshotTaken()
 		}
 		s.encoding, s.sinceSnap, s.sinceFreeze = true, 0, 0
-		s.snapTime = time.Now()
+		s.snapTime = c.clk.Now()
 	}
 }
 
@@ -237,7 +238,7 @@ func (s *session) snapshotEncoded(snap *snapshot) {
 		s.p.Track()
 		return
 	}
-	snap.sent = time.Now()
+	snap.sent = s.c.clk.Now()
 	if s.appendCheckpoint(snap) {
 		s.snapWait = snap
 	}
@@ -291,7 +292,7 @@ func (s *session) encoder(ctx context.Context) {
 		if job.snap != nil && c.cfg.encodingSnapshot != nil {
 			c.cfg.encodingSnapshot(ctx)
 		}
-		start := time.Now()
+		start := s.c.clk.Now()
 		data, err := job.f.Encode()
 		if job.snap == nil {
 			if err != nil {
@@ -305,7 +306,7 @@ func (s *session) encoder(ctx context.Context) {
 			snap = nil
 		} else {
 			snap.data, snap.hash = data, sha256.Sum256(data)
-			took := time.Since(start)
+			took := clock.Since(s.c.clk, start)
 			c.snapMu.Lock()
 			c.snapEncode, c.snapBytes = took, len(data)
 			c.snapMu.Unlock()
@@ -371,7 +372,7 @@ func (s *session) snapshotWriter(ctx context.Context) {
 				}
 				continue
 			}
-			c.setSnapshot(snap.inputSeq, time.Now())
+			c.setSnapshot(snap.inputSeq, c.clk.Now())
 			c.log.Debug("snapshot stored", "input_seq", snap.inputSeq, "anchor_seq", snap.anchorSeq, "bytes", len(snap.data))
 		}
 	}

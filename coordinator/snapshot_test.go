@@ -16,6 +16,7 @@ import (
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
@@ -89,7 +90,7 @@ func TestTamperedSnapshotRefused(t *testing.T) {
 			for i := range 3 {
 				publish(t, js, events.RoleWorker, "w3", fmt.Sprintf("other-%d", i), events.VerbAcquire, `{"v":1}`)
 			}
-			waitFor(t, 10*time.Second, "a snapshot after the acquire", func() bool { return r.c.Stats().SnapshotSeq > acq })
+			testutil.WaitFor(t, 10*time.Second, "a snapshot after the acquire", func() bool { return r.c.Stats().SnapshotSeq > acq })
 			waitCaughtUp(t, js, r)
 			r.stop()
 
@@ -124,7 +125,7 @@ func TestTamperedSnapshotRefused(t *testing.T) {
 			putSnapshot(t, js, fakeBytes, h)
 
 			r = startCoordinator(t, srv.ClientURL(), "c1", snapEvery)
-			waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+			testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
 			mine := publish(t, js, events.RoleWorker, "w2", "job", events.VerbRenew, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"renew_seq":1}`, lease))
 			if v := verdict(decisionsFor(t, js, mine)); v.Kind != events.KindRenewed {
 				t.Fatalf("w2 renewing its own lease: %s/%s", v.Kind, v.Reason)
@@ -173,7 +174,7 @@ func TestSnapshotChainChecked(t *testing.T) {
 			for i := range 4 {
 				publish(t, js, events.RoleWorker, "w1", fmt.Sprintf("j-%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
 			}
-			waitFor(t, 10*time.Second, "a snapshot", func() bool { return r.c.Stats().SnapshotSeq > 0 })
+			testutil.WaitFor(t, 10*time.Second, "a snapshot", func() bool { return r.c.Stats().SnapshotSeq > 0 })
 			waitCaughtUp(t, js, r)
 			r.stop()
 			data, h := storedSnapshot(t, js)
@@ -182,7 +183,7 @@ func TestSnapshotChainChecked(t *testing.T) {
 
 			// No snapshot of its own: SnapshotSeq is the restored one's.
 			r = startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery = 1000; c.SnapshotInterval = time.Hour })
-			waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+			testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
 			if st := r.c.Stats(); st.SnapshotsRefused != c.refused || (c.refused == 0) != (st.SnapshotSeq != 0) {
 				t.Fatalf("%d snapshots refused, want %d; restored the snapshot of input %d", st.SnapshotsRefused, c.refused, st.SnapshotSeq)
 			}
@@ -259,7 +260,7 @@ func TestSnapshotEncodedOffTheLoop(t *testing.T) {
 		t.Fatalf("a snapshot of input %d stored while its encoding is held", st.SnapshotSeq)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "the snapshot stored", func() bool { return r.c.Stats().SnapshotSeq > 0 })
+	testutil.WaitFor(t, 10*time.Second, "the snapshot stored", func() bool { return r.c.Stats().SnapshotSeq > 0 })
 	waitCaughtUp(t, js, r)
 	r.stop()
 
@@ -284,7 +285,7 @@ func TestSnapshotEncodedOffTheLoop(t *testing.T) {
 		t.Fatalf("the snapshot holds %d jobs", p.Len())
 	}
 	r = startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery, c.SnapshotInterval = 1000, time.Hour })
-	waitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
 	if st := r.c.Stats(); st.SnapshotSeq != pos.InputSeq || st.SnapshotsRefused != 0 {
 		t.Fatalf("restarted on the snapshot of input %d (%d refused), want input %d", st.SnapshotSeq, st.SnapshotsRefused, pos.InputSeq)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -18,10 +19,10 @@ import (
 // verified every decision stored at that moment.
 func (s *session) standby() error {
 	c := s.c
-	try := time.NewTicker(max(c.cfg.LeaderTTL/10, 10*time.Millisecond))
+	try := c.clk.NewTicker(max(c.cfg.LeaderTTL/10, 10*time.Millisecond))
 	defer try.Stop()
 	for {
-		taken := time.Now()
+		taken := c.clk.Now()
 		if s.acquire() {
 			s.startRenewer(s.leaderRev, taken)
 			break
@@ -31,7 +32,7 @@ func (s *session) standby() error {
 			if err := s.verify(sd); err != nil {
 				return err
 			}
-		case <-try.C:
+		case <-try.C():
 			s.noteReaderErrs()
 		case <-s.ctx.Done():
 			return s.ctx.Err()
@@ -45,7 +46,7 @@ func (s *session) standby() error {
 	// take longer than the leadership entry lives: the renewer renews it
 	// meanwhile, or the first renewal once live would find it gone and the
 	// coordinator would resynchronise for ever.
-	expiry := time.NewTimer(time.Until(s.validUntil))
+	expiry := c.clk.NewTimer(clock.Until(c.clk, s.validUntil))
 	defer expiry.Stop()
 	for s.decSeq < info.State.LastSeq {
 		select {
@@ -56,18 +57,18 @@ func (s *session) standby() error {
 			if c.cfg.caughtUp != nil {
 				c.cfg.caughtUp()
 			}
-		case <-try.C:
+		case <-try.C():
 			s.noteReaderErrs()
 		case rep := <-s.leadershipReports():
 			if err := s.renewed(rep); err != nil {
 				return err
 			}
-			expiry.Reset(time.Until(s.validUntil))
-		case now := <-expiry.C:
+			expiry.Reset(clock.Until(c.clk, s.validUntil))
+		case now := <-expiry.C():
 			if err := s.leaderExpired(now); err != nil {
 				return err
 			}
-			expiry.Reset(time.Until(s.validUntil))
+			expiry.Reset(clock.Until(c.clk, s.validUntil))
 		case <-s.ctx.Done():
 			return s.ctx.Err()
 		}

@@ -147,16 +147,11 @@ func TestLargeMessages(t *testing.T) {
 					break
 				}
 			}
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			testutil.WaitFor(t, 20*time.Second, "every message handed over", func() bool {
 				mu.Lock()
-				n := len(msgs)
-				mu.Unlock()
-				if n >= len(sizes) || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				defer mu.Unlock()
+				return len(msgs) >= len(sizes)
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			checkSized(t, msgs, sizes)

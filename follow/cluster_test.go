@@ -78,13 +78,10 @@ func TestClusterNodeShutdowns(t *testing.T) {
 		},
 	} {
 		var victim int
-		deadline := time.Now().Add(30 * time.Second)
-		for victim = pick(); victim < 0; victim = pick() {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: no node to shut down", round)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("round %d: a node to shut down", round), func() bool {
+			victim = pick()
+			return victim >= 0
+		})
 		have := len(c.snapshot())
 		killed := time.Now()
 		cl.Shutdown(victim)

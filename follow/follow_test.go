@@ -37,17 +37,12 @@ func (c *collector) snapshot() []follow.Msg {
 // waitCount waits until c has n messages.
 func (c *collector) waitCount(t *testing.T, n int, within time.Duration) []follow.Msg {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := c.snapshot()
-		if len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d messages after %v, want %d", len(got), within, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var got []follow.Msg
+	testutil.WaitFor(t, within, fmt.Sprintf("%d messages", n), func() bool {
+		got = c.snapshot()
+		return len(got) >= n
+	})
+	return got
 }
 
 // setup starts a server and connects to it; with stream, it creates the
@@ -207,13 +202,7 @@ func TestSurvivesAServerRestart(t *testing.T) {
 	c.waitCount(t, 30, 10*time.Second)
 	srv.Shutdown()
 	testutil.StartServerIn(t, dir, testutil.Port(port))
-	deadline := time.Now().Add(10 * time.Second)
-	for !nc.IsConnected() {
-		if time.Now().After(deadline) {
-			t.Fatal("client did not reconnect")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, "the client to reconnect", nc.IsConnected)
 	publish(t, ctx, js, 31, 60)
 	checkRun(t, c.waitCount(t, 60, 20*time.Second), 1, 1)
 	if f.Replaced() == 0 {
@@ -235,13 +224,7 @@ func TestStopWhileHandlerBlocks(t *testing.T) {
 		case <-ctx.Done():
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(ch) < cap(ch) {
-		if time.Now().After(deadline) {
-			t.Fatal("channel never filled")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, "the channel to fill", func() bool { return len(ch) == cap(ch) })
 	stopped := make(chan struct{})
 	go func() { f.Stop(); close(stopped) }()
 	select {
@@ -271,6 +254,8 @@ func TestRetriesCreationUntilTheStreamExists(t *testing.T) {
 		mu.Unlock()
 	}}, c.handle)
 	defer f.Stop()
+	// Left alone to fail, retried every 20 ms: the subject is what many
+	// failures report (OnError once per streak), so time passes for them.
 	time.Sleep(300 * time.Millisecond) // about 15 failed creations
 	if f.Err() == nil {
 		t.Fatal("Err is nil while the stream does not exist")
@@ -327,11 +312,8 @@ func TestStopDeletesItsConsumer(t *testing.T) {
 		if keep {
 			want = before + 1
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for count() != want && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(100 * time.Millisecond)
+		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("%d consumers after Stop", want), func() bool { return count() == want })
+		time.Sleep(100 * time.Millisecond) // and no other change after it
 		if got := count(); got != want {
 			t.Errorf("keep=%v: %d consumers after Stop, want %d", keep, got, want)
 		}

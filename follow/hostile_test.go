@@ -66,18 +66,6 @@ func replySubs(t *testing.T, srv *embedded.Server, conn, prefix string) []string
 	return subs
 }
 
-// waitFor polls cond for up to within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestForgedDeliveriesAreDropped: an attacker who knows the Follower's
 // inbox and the reply subject of one of its outstanding requests (read here
 // from the server's list of subscriptions) aims at it every message it can
@@ -112,7 +100,7 @@ func TestForgedDeliveriesAreDropped(t *testing.T) {
 	checkRun(t, c.waitCount(t, 20, 10*time.Second), 1, 1)
 
 	var targets []string
-	waitFor(t, 5*time.Second, "the subscriptions of the outstanding requests", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the subscriptions of the outstanding requests", func() bool {
 		targets = replySubs(t, srv, t.Name(), "_INBOX")
 		got := f.Outstanding()
 		return len(targets) > 0 && slices.Equal(slices.Sorted(slices.Values(got)), targets)
@@ -185,7 +173,7 @@ func TestForgedDeliveriesAreDropped(t *testing.T) {
 
 	want := []string{follow.DropOtherConsumer, follow.DropOtherStream, follow.DropNoAckReply,
 		follow.DropStatusMismatch, follow.DropUnexpectedStatus}
-	waitFor(t, 10*time.Second, "every kind of forgery dropped", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "every kind of forgery dropped", func() bool {
 		if n := f.Replaced(); n != 0 {
 			t.Fatalf("the Follower replaced its consumer during the attack (dropped %v)", d.get())
 		}
@@ -308,7 +296,7 @@ func TestInboxesAreNotNUIDs(t *testing.T) {
 			nuids = append(nuids, nuidPrefix())
 			token := regexp.MustCompile(`^` + regexp.QuoteMeta(want) + `\.([0-9a-f]{32})\.[0-9]+$`)
 			var subs []string
-			waitFor(t, 5*time.Second, "the requests' subscriptions", func() bool {
+			testutil.WaitFor(t, 5*time.Second, "the requests' subscriptions", func() bool {
 				subs = replySubs(t, srv, t.Name(), want)
 				n := 0
 				for _, f := range fols {
@@ -347,7 +335,7 @@ func TestInboxesAreNotNUIDs(t *testing.T) {
 			if err := js.DeleteConsumer(ctx, "F", f.ConsumerName()); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, "a replacement", func() bool { return f.Replaced() == 1 && f.Inbox() != "" })
+			testutil.WaitFor(t, 10*time.Second, "a replacement", func() bool { return f.Replaced() == 1 && f.Inbox() != "" })
 			if after := f.Inbox(); after == before {
 				t.Errorf("the new consumer reads through the old inbox %s", after)
 			}

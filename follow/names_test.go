@@ -92,7 +92,7 @@ func TestNames(t *testing.T) {
 	var c3 collector
 	f3 := follow.Start(ctx, js, cfg3, c3.handle)
 	defer f3.Stop()
-	waitFor(t, 5*time.Second, "Err", func() bool { return f3.Err() != nil })
+	testutil.WaitFor(t, 5*time.Second, "Err", func() bool { return f3.Err() != nil })
 	if err := f3.Err(); !errors.Is(err, follow.ErrNamesInUse) {
 		t.Fatalf("Err = %v, want ErrNamesInUse", err)
 	}
@@ -129,7 +129,7 @@ func TestNames(t *testing.T) {
 
 	f1.Stop()
 	f3.Stop()
-	waitFor(t, 5*time.Second, "the consumers deleted", func() bool { return len(consumerNames(t, ctx, js)) == 0 })
+	testutil.WaitFor(t, 5*time.Second, "the consumers deleted", func() bool { return len(consumerNames(t, ctx, js)) == 0 })
 }
 
 // TestNamesNotOurs: a Follower whose consumer is deleted, and whose name

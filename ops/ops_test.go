@@ -62,11 +62,7 @@ func startCoordinator(t *testing.T, top streams.Topology) *embedded.Server {
 			t.Error(err)
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); !c.Stats().Live; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("coordinator not live")
-		}
-	}
+	testutil.WaitFor(t, 10*time.Second, "the coordinator live", func() bool { return c.Stats().Live })
 	return srv
 }
 
@@ -128,9 +124,7 @@ func TestNoVerdictWithoutCoordinator(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c0.Run(ctx) }()
-	for !c0.Stats().Live {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, "c0 live", func() bool { return c0.Stats().Live })
 	cancel()
 	<-done
 	c, err := ops.New(nc, "disp")
@@ -191,17 +185,9 @@ func countConsumers(js jetstream.JetStream) (int, error) {
 // consumer's inactivity threshold, minutes.
 func requireConsumers(t *testing.T, js jetstream.JetStream, want int, after string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		got := decisionConsumers(t, js)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d consumers on the decision stream, want %d (the baseline)", after, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 2*time.Second, fmt.Sprintf("%d consumers on the decision stream (the baseline) after %s", want, after), func() bool {
+		return decisionConsumers(t, js) == want
+	})
 }
 
 // Every operation follows the decisions with a consumer of its own and

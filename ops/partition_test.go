@@ -165,12 +165,8 @@ func TestPartitionedOperatorVerdicts(t *testing.T) {
 
 	// No consumer left behind on any partition.
 	for k := range topos {
-		deadline := time.Now().Add(2 * time.Second)
-		for consumers(k) != base[k] {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d consumers, want %d (the baseline)", topos[k].DecisionStream(), consumers(k), base[k])
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testutil.WaitFor(t, 2*time.Second, fmt.Sprintf("%s: %d consumers (the baseline)", topos[k].DecisionStream(), base[k]), func() bool {
+			return consumers(k) == base[k]
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/worker"
 )
@@ -260,7 +261,7 @@ func (e *env) background() {
 	}
 	// A typo: a job that never had a lease, in the anomalies feed, not on the board.
 	e.decide("worker.w2.thumb-3.renew", `{"v":1,"lease_id":"`+e.row("thumbs-3").LeaseID+`","generation":1,"renew_seq":2}`)
-	e.waitFor("ping-1 to expire", 10*time.Second, func() bool { return e.row("ping-1").State == "EXPIRED" })
+	testutil.WaitFor(e.t, 10*time.Second, "ping-1 to expire", func() bool { return e.row("ping-1").State == "EXPIRED" })
 }
 
 // End to end in a real headless browser: the board shows a lease granted by

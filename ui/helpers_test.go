@@ -70,20 +70,8 @@ func newEnv(t testing.TB, actions bool) *env {
 	e.url = "http://" + ln.Addr().String()
 	wg.Go(func() { _ = u.Serve(ctx, ln) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	e.waitFor("the coordinator to go live", 20*time.Second, func() bool { return c.Stats().Live })
+	testutil.WaitFor(e.t, 20*time.Second, "the coordinator to go live", func() bool { return c.Stats().Live })
 	return e
-}
-
-// waitFor polls cond until it holds or the timeout passes (then fails).
-func (e *env) waitFor(what string, timeout time.Duration, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // publish stores one input (subject without "tenure.in.") and returns its sequence.
@@ -103,7 +91,7 @@ func (e *env) decide(subject, body string) (seq uint64, verdict string) {
 	seq = e.publish(subject, body)
 	parts := strings.Split(subject, ".")
 	job := parts[2]
-	e.waitFor(fmt.Sprintf("the verdict on input %d", seq), 15*time.Second, func() bool {
+	testutil.WaitFor(e.t, 15*time.Second, fmt.Sprintf("the verdict on input %d", seq), func() bool {
 		row, _, _, ok := e.ui.model.job(job, 0)
 		if ok && row.LastCause >= seq {
 			verdict = row.LastKind + "/" + row.LastReason

@@ -68,7 +68,7 @@ func newPartitionedEnv(t *testing.T, count uint32, silent ...uint32) *env {
 	e.url = "http://" + ln.Addr().String()
 	wg.Go(func() { _ = u.Serve(ctx, ln) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	e.waitFor("every partition's coordinator to go live", 30*time.Second, func() bool {
+	testutil.WaitFor(e.t, 30*time.Second, "every partition's coordinator to go live", func() bool {
 		for _, st := range g.Stats() {
 			if !st.Live {
 				return false
@@ -137,7 +137,7 @@ func TestPartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	var feed AnomalyPage
-	e.waitFor("the wrong_partition rejection in the feed", 15*time.Second, func() bool {
+	testutil.WaitFor(e.t, 15*time.Second, "the wrong_partition rejection in the feed", func() bool {
 		e.get("/api/anomalies", &feed)
 		return len(feed.Items) == 2
 	})
@@ -155,7 +155,7 @@ func TestPartitioned(t *testing.T) {
 	// The board: every job, with its partition; the rejection stored in
 	// another partition did not touch the job's row.
 	var page Page
-	e.waitFor("the board to be caught up", 10*time.Second, func() bool {
+	testutil.WaitFor(e.t, 10*time.Second, "the board to be caught up", func() bool {
 		e.get("/api/jobs?limit=500", &page)
 		return page.CaughtUp
 	})
@@ -385,7 +385,7 @@ func TestPartitionedResume(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { _ = u.Run(ctx); close(done) }()
-		e.waitFor("the second UI to catch up", 15*time.Second, caughtUp)
+		testutil.WaitFor(e.t, 15*time.Second, "the second UI to catch up", caughtUp)
 		cancel()
 		<-done
 	}

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/maknow/tenure/events"
 )
@@ -26,7 +25,7 @@ func (w *Worker) Acquire(ctx context.Context, job string, opts ...LeaseOption) (
 	}
 	p := w.newInput(&events.Input{Job: job, Verb: events.VerbAcquire, LeaseMS: lo.Duration.Milliseconds()})
 	if lo.Duration > 0 { // its publish attempts fit in the lease asked for
-		p.deadline = time.Now().Add(lo.Duration)
+		p.deadline = w.clk.Now().Add(lo.Duration)
 	}
 	d, err := w.send(ctx, p)
 	if err != nil {

@@ -35,7 +35,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, srv: srv, js: js}
 	e.coord = startCoordinator(t, srv.ClientURL(), "c1")
-	waitFor(t, 10*time.Second, "coordinator live", func() bool { return e.coord.c.Stats().Live })
+	testutil.WaitFor(t, 10*time.Second, "coordinator live", func() bool { return e.coord.c.Stats().Live })
 	return e
 }
 
@@ -130,7 +130,7 @@ func (e *env) decisions(job string) []events.Decision {
 func (e *env) caughtUp() {
 	e.t.Helper()
 	ctx := context.Background()
-	waitFor(e.t, 10*time.Second, "coordinator to catch up", func() bool {
+	testutil.WaitFor(e.t, 10*time.Second, "coordinator to catch up", func() bool {
 		in, err1 := e.js.Stream(ctx, "TENURE_IN")
 		out, err2 := e.js.Stream(ctx, "TENURE_OUT")
 		if err1 != nil || err2 != nil {
@@ -182,20 +182,6 @@ func startCoordinator(t *testing.T, url, id string) *running {
 	return r
 }
 
-// waitFor polls cond until it holds or the deadline passes. Only stream
-// contents are polled this way; the SDK's own events are awaited on their
-// channels.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitDone waits for ch to be closed.
 func waitDone(t testing.TB, ch <-chan struct{}, timeout time.Duration, what string) {
 	t.Helper()
@@ -209,17 +195,16 @@ func waitDone(t testing.TB, ch <-chan struct{}, timeout time.Duration, what stri
 // acquireEventually retries Acquire while the job's lease is held.
 func acquireEventually(t testing.TB, w *Worker, job string, opts ...LeaseOption) *Lease {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l, err := w.Acquire(context.Background(), job, opts...)
-		if err == nil {
-			return l
-		}
-		if !errors.Is(err, ErrLeaseHeld) || time.Now().After(deadline) {
+	var l *Lease
+	testutil.WaitFor(t, 10*time.Second, "the lease of "+job+" acquired", func() bool {
+		var err error
+		l, err = w.Acquire(context.Background(), job, opts...)
+		if err != nil && !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("acquire %s: %v", job, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return l
 }
 
 func withBeforeRenew(h func()) LeaseOption {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 )
 
@@ -67,7 +68,7 @@ type Lease struct {
 
 	mu          sync.Mutex
 	deadline    time.Time   // conservative local deadline
-	timer       *time.Timer // fires at deadline
+	timer       clock.Timer // fires at deadline
 	interval    time.Duration
 	renewSeq    uint64
 	pendingSeq  uint64    // renew_seq of the renewal whose verdict is not known yet (0: none)
@@ -93,7 +94,7 @@ func (w *Worker) newLease(d events.Decision, t0 time.Time, lo LeaseOptions) (*Le
 	}
 	l.ctx, l.cancel = context.WithCancelCause(w.ctx)
 	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	l.timer = w.clk.AfterFunc(clock.Until(w.clk, l.deadline), l.onDeadline)
 	l.mu.Unlock()
 	if err := w.register(l); err != nil {
 		close(l.loopDone)
@@ -272,7 +273,7 @@ func (l *Lease) finish(cause error) { l.lose(cause) }
 // onDeadline runs when the local deadline timer fires.
 func (l *Lease) onDeadline() {
 	l.mu.Lock()
-	if time.Now().Before(l.deadline) {
+	if l.w.clk.Now().Before(l.deadline) {
 		l.mu.Unlock()
 		return // extended meanwhile; the timer was reset
 	}
@@ -295,7 +296,7 @@ func (l *Lease) extend(t0 time.Time, dur int64, leaseDur int64) {
 		return // authority already given up: never taken back
 	}
 	l.deadline = t0.Add(time.Duration(dur))
-	l.timer.Reset(time.Until(l.deadline))
+	l.timer.Reset(clock.Until(l.w.clk, l.deadline))
 	if leaseDur > 0 {
 		l.interval = renewInterval(leaseDur, l.opts.RenewFraction)
 	}
@@ -306,14 +307,14 @@ func (l *Lease) run() {
 	defer l.w.wg.Done()
 	defer close(l.loopDone)
 	l.mu.Lock()
-	t := time.NewTimer(l.interval)
+	t := l.w.clk.NewTimer(l.interval)
 	l.mu.Unlock()
 	defer t.Stop()
 	for {
 		select {
 		case <-l.ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		if l.ctx.Err() != nil {
 			return // both were ready: authority loss wins
@@ -332,7 +333,7 @@ func (l *Lease) run() {
 		if errors.Is(err, ErrNoVerdict) {
 			next = max(next/4, 5*time.Millisecond) // retry the same renewal soon
 		}
-		if half := time.Until(l.deadline) / 2; half < next {
+		if half := clock.Until(l.w.clk, l.deadline) / 2; half < next {
 			next = max(half, time.Millisecond)
 		}
 		l.mu.Unlock()

@@ -66,7 +66,7 @@ func TestMsgIDCollisionResent(t *testing.T) {
 			t.Errorf("coordinator: %v", err)
 		}
 	})
-	waitFor(t, 20*time.Second, "coordinator live", func() bool { return c.Stats().Live })
+	testutil.WaitFor(t, 20*time.Second, "coordinator live", func() bool { return c.Stats().Live })
 
 	// w1 (hostile) publishes first with the id w2 will use.
 	const stolen = "w2-00000000-0000-4000-8000-000000000000"

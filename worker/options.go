@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/receipt"
 )
 
@@ -59,6 +60,11 @@ type Options struct {
 	// its chain value: `tenure audit --receipts` later proves with them
 	// that the log still holds what the worker was told.
 	Receipts receipt.Sink
+	// Clock is the clock of the renew loops and of the local deadlines of
+	// leases and offers (nil: the real clock). The timeouts of one call
+	// (VerdictTimeout, PublishTimeout) are those of its contexts, and
+	// run on the real clock. Tests set a clock.Fake.
+	Clock clock.Clock
 }
 
 // publishTimeout is the timeout of one publish attempt made at now of an
@@ -123,6 +129,14 @@ func WithOfferBuffer(n int) Option {
 func WithReceipts(s receipt.Sink) Option {
 	return func(o *Options) error {
 		o.Receipts = s
+		return nil
+	}
+}
+
+// WithClock sets Options.Clock (nil: the real clock).
+func WithClock(c clock.Clock) Option {
+	return func(o *Options) error {
+		o.Clock = c
 		return nil
 	}
 }

@@ -134,7 +134,7 @@ func TestPartitionedAcquireRenewComplete(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 5*time.Second, "every renewal queued", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "every renewal queued", func() bool {
 		w.rmu.Lock()
 		defer w.rmu.Unlock()
 		n := 0
@@ -184,7 +184,7 @@ func TestPartitionedAcquireRenewComplete(t *testing.T) {
 	// leases of its own partition only, and the first round was exactly
 	// one batch per partition.
 	var total int
-	waitFor(t, 10*time.Second, "every verdict stored", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "every verdict stored", func() bool {
 		ds, _ := e.partitionDecisions(topos)
 		total = 0
 		for _, d := range ds {

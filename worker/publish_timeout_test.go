@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // One publish attempt of a lease's input is bounded by half the time left
@@ -63,7 +64,7 @@ func TestLeaseInputsCarryTheirDeadline(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no automatic renewal")
 	}
-	waitFor(t, 5*time.Second, "the renewal's verdict", func() bool { return l.Expires().After(before) })
+	testutil.WaitFor(t, 5*time.Second, "the renewal's verdict", func() bool { return l.Expires().After(before) })
 	l.renewMu.Lock()
 	got := l.req.deadline
 	l.renewMu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/receipt"
 )
 
@@ -54,7 +55,7 @@ func TestReceipts(t *testing.T) {
 	}
 	// Every decision addressed to w1 was read before its verdict returned
 	// (the verdicts are among them): wait for the receipts of all.
-	waitFor(t, 10*time.Second, "every receipt", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "every receipt", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) >= len(mine)+len(addressed)

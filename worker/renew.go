@@ -124,7 +124,7 @@ func (w *Worker) sendRenewals(batch []*renewReq) {
 	}
 	p := w.newInput(&in)
 	p.part = w.part.Of(batch[0].ref.Job) // a batch renew's job token is "_"
-	p.t0 = time.Now()
+	p.t0 = w.clk.Now()
 	for _, r := range batch { // the publish attempts fit in the earliest lease
 		if p.deadline.IsZero() || r.deadline.Before(p.deadline) {
 			p.deadline = r.deadline

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // Renewals that fall due together coalesce into batch renews
@@ -97,7 +98,7 @@ func TestRenewalsCoalesce(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := l.Expires()
-	waitFor(t, 5*time.Second, "two automatic renewals", func() bool { return l.Expires().After(first.Add(150 * time.Millisecond)) })
+	testutil.WaitFor(t, 5*time.Second, "two automatic renewals", func() bool { return l.Expires().After(first.Add(150 * time.Millisecond)) })
 	if err := l.Context().Err(); err != nil {
 		t.Fatalf("lease context: %v", context.Cause(l.Context()))
 	}

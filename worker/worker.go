@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/receipt"
@@ -35,6 +36,8 @@ const stashSize = 4096
 type Worker struct {
 	id   string
 	js   jetstream.JetStream
+	pub  publisher   // js, but for the tests of the renew loop
+	clk  clock.Clock // Options.Clock, or the real clock
 	opts Options
 	part events.Partition // Count: the deployment's partition count (0: unpartitioned)
 	ins  []string         // input stream name of each partition (one if unpartitioned)
@@ -57,6 +60,11 @@ type Worker struct {
 	offerQ  []Offer
 	offerC  chan Offer
 	offerS  chan struct{} // wakes the offer pump
+}
+
+// publisher is the part of jetstream.JetStream that publishes inputs.
+type publisher interface {
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 }
 
 type leaseKey struct{ job, leaseID string }
@@ -130,8 +138,22 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	topos := streams.Topology{Prefix: o.StreamPrefix}.Partitions(count)
+	w := newWorker(id, o, js, topos)
+	w.js = js
+	if err := w.start(ctx, topos); err != nil {
+		w.cancel(err)
+		return nil, err
+	}
+	w.run()
+	return w, nil
+}
+
+// newWorker returns the worker of Connect, publishing with pub to the
+// input streams of topos, before its decision readers and goroutines start.
+func newWorker(id string, o Options, pub publisher, topos []streams.Topology) *Worker {
 	w := &Worker{
-		id: id, js: js, opts: o, part: events.Partition{Count: count},
+		id: id, pub: pub, clk: clock.OrReal(o.Clock), opts: o,
+		part:    events.Partition{Count: topos[0].Partition.Count},
 		renewQ:  make([][]*renewReq, len(topos)),
 		renewN:  make([]int, len(topos)),
 		waiters: make(map[verdictKey]*waiter),
@@ -144,14 +166,14 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 		w.ins = append(w.ins, t.InputStream())
 	}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
-	if err := w.start(ctx, topos); err != nil {
-		w.cancel(err)
-		return nil, err
-	}
+	return w
+}
+
+// run starts the offer pump and the renewer.
+func (w *Worker) run() {
 	w.wg.Add(2)
 	go w.pumpOffers()
 	go w.renewer()
-	return w, nil
 }
 
 // start creates the decision consumer of every partition (of the
@@ -392,7 +414,7 @@ type input struct {
 
 func (w *Worker) newInput(in *events.Input) *input {
 	in.Role, in.Actor = events.RoleWorker, w.id
-	in.SentAt = time.Now().UnixNano()
+	in.SentAt = w.clk.Now().UnixNano()
 	return &input{job: in.Job, verb: in.Verb, part: w.part.Of(in.Job), body: events.AppendInputBody(nil, in), msgID: w.newMsgID()}
 }
 
@@ -441,7 +463,7 @@ func (w *Worker) sendN(ctx context.Context, p *input, n int) ([]events.Decision,
 	stop := context.AfterFunc(w.ctx, cancel)
 	defer stop()
 	if p.t0.IsZero() {
-		p.t0 = time.Now()
+		p.t0 = w.clk.Now()
 	}
 	seq, err := w.publish(ctx, p)
 	if err != nil {
@@ -474,8 +496,8 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 	for {
 		first := !p.sent
 		p.sent = true
-		actx, cancel := context.WithTimeout(ctx, publishTimeout(w.opts.PublishTimeout, p.deadline, time.Now()))
-		ack, err := w.js.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(in))
+		actx, cancel := context.WithTimeout(ctx, publishTimeout(w.opts.PublishTimeout, p.deadline, w.clk.Now()))
+		ack, err := w.pub.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(in))
 		cancel()
 		if err == nil && ack.Stream != in {
 			// Never with the expected-stream header; the verdict is
@@ -495,10 +517,12 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 		if !retryable(err) {
 			return 0, fmt.Errorf("publish %s: %w", msg.Subject, err)
 		}
+		t := w.clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return 0, fmt.Errorf("publish %s: %w (last attempt: %w)", msg.Subject, context.Cause(ctx), err)
-		case <-time.After(wait):
+		case <-t.C():
 		}
 		wait = min(2*wait, 500*time.Millisecond)
 	}
@@ -601,7 +625,7 @@ func (w *Worker) queueOfferLocked(d events.Decision) error {
 		w.offerQ = w.offerQ[1:]
 		err = fmt.Errorf("worker: offer of job %s (lease %s) dropped: offer buffer full", old.Job, old.LeaseID)
 	}
-	w.offerQ = append(w.offerQ, newOffer(w, d, time.Now()))
+	w.offerQ = append(w.offerQ, newOffer(w, d, w.clk.Now()))
 	select {
 	case w.offerS <- struct{}{}:
 	default:

@@ -62,7 +62,7 @@ func TestAuthorityLossNoVerdict(t *testing.T) {
 	}
 	// One accepted renewal first.
 	granted := l.Expires()
-	waitFor(t, 5*time.Second, "an accepted renewal", func() bool { return l.Expires().After(granted) })
+	testutil.WaitFor(t, 5*time.Second, "an accepted renewal", func() bool { return l.Expires().After(granted) })
 	e.coord.stop()
 	waitDone(t, l.Context().Done(), 5*time.Second, "the local deadline to cancel the context")
 	doneAt := time.Now()

@@ -115,12 +115,12 @@ func decideAndKeep(t *testing.T, url string, c *coordinator.Coordinator, file st
 			t.Fatal(err)
 		}
 		var seq uint64
-		waitFor(t, 10*time.Second, "the input's decisions", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "the input's decisions", func() bool {
 			st := c.Stats()
 			seq = st.DecisionsStored
 			return st.Live && st.InputsFolded >= ack.Sequence
 		})
-		waitFor(t, 10*time.Second, fmt.Sprintf("the head of decision %d in %s", seq, file), func() bool {
+		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("the head of decision %d in %s", seq, file), func() bool {
 			for _, h := range readHeads(t, file) {
 				if h.Seq == seq {
 					return true
@@ -215,7 +215,7 @@ func TestAuditHeads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "the rewritten log decided", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the rewritten log decided", func() bool {
 		st := c.Stats()
 		return st.Live && st.DecisionsStored >= seqA+2
 	})
@@ -469,18 +469,6 @@ func TestHeadsUsage(t *testing.T) {
 		headSubjectOK("tenure.heads.2", "TENURE_P3_OUT") || headSubjectOK("tenure.heads.3", "TENURE_OUT") ||
 		headSubjectOK("tenure.other", "TENURE_OUT") {
 		t.Error("headSubjectOK")
-	}
-}
-
-// waitFor polls cond until it holds, failing t after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

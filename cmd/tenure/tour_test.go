@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // natsCLIVersion is the nats CLI the README's tour is written for.
@@ -165,7 +167,7 @@ func TestReadmeTour(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 			// The subscription is made before the next command.
-			waitFor(t, 10*time.Second, "nats sub to subscribe", func() bool { return strings.Contains(subOut.String(), "Subscribing on") })
+			testutil.WaitFor(t, 10*time.Second, "nats sub to subscribe", func() bool { return strings.Contains(subOut.String(), "Subscribing on") })
 			continue
 		}
 		out, err := cmd.CombinedOutput()
@@ -180,7 +182,7 @@ func TestReadmeTour(t *testing.T) {
 				t.Fatalf("%s: want the PubAck of input 3, as the README says:\n%s", line, out)
 			}
 			var m []string
-			waitFor(t, 10*time.Second, "the granted verdict", func() bool {
+			testutil.WaitFor(t, 10*time.Second, "the granted verdict", func() bool {
 				m = regexp.MustCompile(`tenure\.out\.w1\.report-42\.granted[\s\S]*?"lease_id":"(L3-[A-Za-z0-9_-]{22})","generation":1`).FindStringSubmatch(subOut.String())
 				return m != nil
 			})
@@ -189,7 +191,7 @@ func TestReadmeTour(t *testing.T) {
 			if !strings.Contains(string(out), `{"stream":"TENURE_IN","seq":4}`) {
 				t.Fatalf("%s: want the PubAck of input 4:\n%s", line, out)
 			}
-			waitFor(t, 10*time.Second, "the renewed verdict", func() bool {
+			testutil.WaitFor(t, 10*time.Second, "the renewed verdict", func() bool {
 				return strings.Contains(subOut.String(), "tenure.out.w1.report-42.renewed")
 			})
 		default:

@@ -5,10 +5,12 @@ package coordtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // RunGroup creates a Group of cfg over count partitions and runs it until
@@ -35,20 +37,14 @@ func RunGroup(t testing.TB, cfg coordinator.Config, count uint32, within time.Du
 			t.Errorf("coordinator group did not stop")
 		}
 	})
-	deadline := time.Now().Add(within)
-	for {
+	testutil.WaitFor(t, within, fmt.Sprintf("all %d partitions live", count), func() bool {
 		live := 0
 		for _, st := range g.Stats() {
 			if st.Live {
 				live++
 			}
 		}
-		if live == len(g.Coordinators()) {
-			return g
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d partitions live after %v", live, count, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return live == len(g.Coordinators())
+	})
+	return g
 }

@@ -50,7 +50,7 @@ func TestChaosHostileRounds(t *testing.T) {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
-	waitUntil(t, 20*time.Second, "the coordinator live", func() bool { return c.Stats().Live })
+	testutil.WaitFor(t, 20*time.Second, "the coordinator live", func() bool { return c.Stats().Live })
 
 	// The honest worker, journaled like the chaos workers.
 	j, err := OpenJournal(journalPath(dir, "w1"))
@@ -83,7 +83,7 @@ func TestChaosHostileRounds(t *testing.T) {
 		if err := writeJSON(control, HostileControl{Round: round, Until: time.Now().Add(600 * time.Millisecond).UnixNano()}); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 60*time.Second, "the round's attacks", func() bool {
+		testutil.WaitFor(t, 60*time.Second, "the round's attacks", func() bool {
 			var d HostileDone
 			return readJSON(records+".done", &d) == nil && d.Round >= round
 		})
@@ -111,7 +111,7 @@ func TestChaosHostileRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	top := streams.Topology{}
-	waitUntil(t, 20*time.Second, "the coordinator to catch up", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the coordinator to catch up", func() bool {
 		in, err1 := js.Stream(ctx, top.InputStream())
 		out, err2 := js.Stream(ctx, top.DecisionStream())
 		st := c.Stats()
@@ -152,16 +152,5 @@ func TestChaosHostileRounds(t *testing.T) {
 	cancel()
 	if err := <-ran; err != nil && ctx.Err() == nil {
 		t.Errorf("coordinator: %v", err)
-	}
-}
-
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

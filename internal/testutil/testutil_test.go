@@ -2,6 +2,8 @@ package testutil_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,5 +49,29 @@ func TestStartServerInKeepsDataDir(t *testing.T) {
 	_, js = testutil.Connect(t, srv.ClientURL())
 	if _, err := js.Stream(ctx, "T"); err != nil {
 		t.Fatalf("stream lost across restart: %v", err)
+	}
+}
+
+// fatalTB records Fatalf instead of ending the test.
+type fatalTB struct {
+	testing.TB
+	failed string
+}
+
+func (f *fatalTB) Helper() {}
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.failed = fmt.Sprintf(format, args...)
+}
+
+func TestWaitFor(t *testing.T) {
+	n := 0
+	testutil.WaitFor(t, 10*time.Second, "three polls", func() bool { n++; return n == 3 })
+	if n != 3 {
+		t.Fatalf("cond called %d times, want 3", n)
+	}
+	f := &fatalTB{TB: t}
+	testutil.WaitFor(f, 20*time.Millisecond, "never", func() bool { return false })
+	if !strings.Contains(f.failed, "waiting for never") {
+		t.Fatalf("Fatalf %q, want it to name what was waited for", f.failed)
 	}
 }
