@@ -109,6 +109,13 @@ func TestServeEmbedded(t *testing.T) {
 	if code := run(ctx, []string{"offer", "--nats-url", url, "--job", "j9", "--holder", "w2", "--lease", "10s"}, &out, &stderr); code != 0 || !strings.Contains(out.String(), "offered ok") {
 		t.Fatalf("offer exit %d: %s", code, out.String())
 	}
+	// A duration the policy does not allow: the verdict, then the limits
+	// of the policy in force.
+	out.Reset()
+	if code := run(ctx, []string{"offer", "--nats-url", url, "--job", "j10", "--holder", "w2", "--lease", "100h"}, &out, &stderr); code != 1 ||
+		!strings.Contains(out.String(), "duration_out_of_policy") || !strings.Contains(out.String(), "the policy in force now allows leases of 100ms to") {
+		t.Fatalf("offer out of policy exit %d: %s", code, out.String())
+	}
 	out.Reset()
 	if code := run(ctx, []string{"offer", "--nats-url", url, "--job", "j9", "--holder", "w3"}, &out, &stderr); code != 1 || !strings.Contains(out.String(), "rejected lease_held") {
 		t.Fatalf("second offer exit %d: %s", code, out.String())

@@ -100,8 +100,30 @@ func (o *opsCommand) runAll(ctx context.Context, stdout io.Writer, f func(contex
 		default:
 			fmt.Fprintln(stdout, projector.Describe(&d, 0))
 		}
+		if !o.asJSON && d.Reason == events.ReasonDurationOutOfPolicy {
+			fmt.Fprintln(stdout, "  "+leaseLimits(ctx, c, d))
+		}
 	}
 	return err
+}
+
+// leaseLimits says which lease durations the policy in force allows, for
+// a duration_out_of_policy verdict (the recorded decision carries no detail
+// under rules revisions 1 to 3, and its wording is part of what the audit
+// reproduces, so the limits are read now, from the decision stream's last
+// policy_set, and labelled so).
+func leaseLimits(ctx context.Context, c *ops.Client, d events.Decision) string {
+	pols, err := c.Policies(ctx)
+	if err != nil {
+		return "the policy in force could not be read: " + err.Error()
+	}
+	part := 0
+	if len(pols) > 1 {
+		part = int(events.PartitionOf(d.Job.ID, uint32(len(pols))))
+	}
+	p := pols[part].Policy
+	return fmt.Sprintf("the policy in force now allows leases of %v to %v (default %v): tenure policy show",
+		time.Duration(p.MinLease), time.Duration(p.MaxLease), time.Duration(p.DefaultLease))
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
