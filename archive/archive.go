@@ -515,18 +515,39 @@ type snapshot struct {
 
 // storedSnapshot reads the stored snapshot and checks it as a coordinator
 // does before restoring it; any failure is ErrNoSnapshot with the reason.
+// A snapshot replaced while it was read (a live coordinator stores one
+// every so often) is read again, up to five times.
 func storedSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) {
+	for i := 0; ; i++ {
+		snap, err := readSnapshot(ctx, h)
+		if !errors.Is(err, errReplaced) || i == 4 {
+			return snap, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(50<<i) * time.Millisecond):
+		}
+	}
+}
+
+var errReplaced = errors.New("it was replaced while read")
+
+func readSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) {
 	info, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, streams.Classify(err))
 	}
 	data, err := h.Snapshots.GetBytes(ctx, streams.SnapshotObject)
 	if err != nil {
+		if again, ierr := h.Snapshots.GetInfo(ctx, streams.SnapshotObject); ierr == nil && again.NUID != info.NUID {
+			return nil, fmt.Errorf("%w: %w (run again)", ErrNoSnapshot, errReplaced) // its chunks went with it
+		}
 		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, streams.Classify(err))
 	}
 	again, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
 	if err != nil || again.NUID != info.NUID {
-		return nil, fmt.Errorf("%w: it was replaced while read (run again)", ErrNoSnapshot)
+		return nil, fmt.Errorf("%w: %w (run again)", ErrNoSnapshot, errReplaced)
 	}
 	a, err := checkAnchored(ctx, h, info.Headers, data)
 	if err != nil {

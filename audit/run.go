@@ -118,17 +118,31 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	lockdown := h.Verify(cfg.Topology)
 	// The snapshot first: a coordinator stores one only once the decisions
 	// it covers are stored, so the stream ends taken next cover it.
-	snap, err := readSnapshot(ctx, cfg, h)
-	if err != nil {
-		return nil, err
-	}
-	outInfo, err := h.Out.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("audit: decision stream info: %w", streams.Classify(err))
-	}
-	inInfo, err := h.In.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("audit: input stream info: %w", streams.Classify(err))
+	var snap storedSnapshot
+	var inInfo, outInfo *jetstream.StreamInfo
+	for attempt := 0; ; attempt++ {
+		if snap, err = readSnapshot(ctx, cfg, h); err != nil {
+			return nil, err
+		}
+		if outInfo, err = h.Out.Info(ctx); err != nil {
+			return nil, fmt.Errorf("audit: decision stream info: %w", streams.Classify(err))
+		}
+		if inInfo, err = h.In.Info(ctx); err != nil {
+			return nil, fmt.Errorf("audit: input stream info: %w", streams.Classify(err))
+		}
+		// A trimmed log without the archive can only be audited from the
+		// snapshot: one replaced while it was read (a live coordinator
+		// stores one every so often) is read again.
+		trimmed := inInfo.State.FirstSeq > 1 || outInfo.State.FirstSeq > 1
+		if !trimmed || len(segs) > 0 || snap.note == "" || attempt == 4 {
+			break
+		}
+		cfg.Logger.Debug("audit: the snapshot of a trimmed log was not usable, reading it again", "note", snap.note)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+		}
 	}
 	st := Start{InputEnd: inInfo.State.LastSeq, DecisionEnd: outInfo.State.LastSeq, Partition: cfg.Topology.Partition}
 	from := cfg.From
