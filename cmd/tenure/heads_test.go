@@ -54,6 +54,11 @@ func headsCoordinator(t *testing.T, url, id string, kp nkeys.KeyPair) (*coordina
 		nc.Close()
 	}
 	t.Cleanup(stop)
+	// Live before anything is published, as serve is: the rules and the
+	// default policy are the log's first inputs (a worker's input first
+	// would be followed by the rules input, and the decision a test waits
+	// for the head of could be passed before a head of it is signed).
+	testutil.WaitFor(t, 20*time.Second, "coordinator "+id+" live", func() bool { return c.Stats().Live })
 	return c, stop
 }
 
@@ -121,8 +126,11 @@ func decideAndKeep(t *testing.T, url string, c *coordinator.Coordinator, file st
 			return st.Live && st.InputsFolded >= ack.Sequence
 		})
 		testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("the head of decision %d in %s", seq, file), func() bool {
+			// The head of that decision, or of a later one (heads are
+			// signed every few milliseconds for the last decision stored:
+			// one may be passed before it is signed).
 			for _, h := range readHeads(t, file) {
-				if h.Seq == seq {
+				if h.Seq >= seq {
 					return true
 				}
 			}
