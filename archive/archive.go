@@ -354,8 +354,8 @@ func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
 		}
 	}
 	for _, s := range segs[:through] {
-		if s.Manifest.Inputs.Last < inInfo.State.FirstSeq {
-			continue // removed before (its files were checked then)
+		if s.Manifest.Inputs.Last <= inInfo.State.FirstSeq {
+			continue // removed before (its files were checked then; its last input is the stream's first)
 		}
 		// Each was compared with the streams, line by line, when it was
 		// sealed: its files must still be what their hashes say, and the
