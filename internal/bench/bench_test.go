@@ -211,6 +211,17 @@ func TestSoak(t *testing.T) {
 	if last := s.Points[len(s.Points)-1]; last.Kept >= last.Seen {
 		t.Fatalf("no job retired by the last point: %+v", last)
 	}
+	// The runtime's window: goroutines waited for a core at some point.
+	waited := false
+	for _, p := range s.Points {
+		if p.SchedMaxMS < p.SchedP99MS || p.SchedP99MS < 0 || p.AssistS < 0 {
+			t.Fatalf("runtime window %+v", p)
+		}
+		waited = waited || p.SchedMaxMS > 0
+	}
+	if !waited {
+		t.Fatal("no scheduling latency measured at any point")
+	}
 	// Retention of the log: every point sealed a segment and removed it,
 	// so the input stream starts later each time.
 	for i, p := range s.Points {

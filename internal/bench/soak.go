@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/metrics"
@@ -64,6 +65,14 @@ type SoakPoint struct {
 	OutMB       float64 `json:"out_mb"`        // the decision stream's size
 	RestartS    float64 `json:"restart_s"`     // a coordinator started again: from start to live
 	RestartFold float64 `json:"restart_folds"` // inputs it folded after its snapshot
+	// The Go runtime over the process since the previous point (runtimeWindow):
+	// how long runnable goroutines waited for a core (p99 and the longest),
+	// the longest stop-the-world pause of the collector, and the CPU time
+	// spent in its mark assists.
+	SchedP99MS  float64 `json:"sched_p99_ms"`
+	SchedMaxMS  float64 `json:"sched_max_ms"`
+	GCPauseMS   float64 `json:"gc_pause_max_ms"`
+	AssistS     float64 `json:"gc_assist_cpu_s"`
 	ArchiveS    float64 `json:"archive_s"`     // sealing the segment (export, read-back, fold, compare)
 	ArchiveMB   float64 `json:"archive_mb"`    // the segment's files
 	RemoveS     float64 `json:"remove_s"`      // removing it (checks and purges)
@@ -139,6 +148,8 @@ func (b *runner) soak(ctx context.Context) error {
 	rules := projector.Rules{Revision: rin.Revision, LeaseKey: rin.LeaseKey}
 
 	res := &Soak{Retain: b.cfg.SoakRetain.Seconds()}
+	var rt runtimeWindow
+	rt.take() // the window of the first point starts with the load
 	b.res.Soak = res
 	t0 := time.Now()
 	publish := func(subj string, body []byte) (jetstream.PubAckFuture, error) {
@@ -172,6 +183,7 @@ func (b *runner) soak(ctx context.Context) error {
 		}
 		p := SoakPoint{Seen: float64(seen), Kept: float64(co.c.Stats().Jobs), PauseMS: ms(co.m.takePause()), ElapsedS: time.Since(t0).Seconds(),
 			EncodeMS: ms(co.c.Stats().SnapshotEncode)}
+		p.SchedP99MS, p.SchedMaxMS, p.GCPauseMS, p.AssistS = rt.take()
 		// The stored snapshot now (sealing takes a while, in which the
 		// jobs retire and an idle coordinator snapshots its near-empty
 		// projection).
@@ -241,8 +253,8 @@ func (b *runner) soak(ctx context.Context) error {
 		p.RestartFold = float64(co.c.Stats().InputsFolded - co.c.Stats().SnapshotSeq)
 		res.Points = append(res.Points, p)
 		res.MaxJob = max(res.MaxJob, p.Kept)
-		b.logf("  soak: %d jobs begun, %d kept, RSS %.0f MB (heap %.0f), snapshot %.2f MB encoded in %.1f ms, longest turn %.1f ms, streams %.0f + %.0f MB from input %d, segment %.0f MB sealed in %.1f s and removed in %.1f s, restart %.2f s (%d inputs folded)",
-			seen, int(p.Kept), p.RSSMB, p.HeapMB, p.SnapshotMB, p.EncodeMS, p.PauseMS, p.InMB, p.OutMB, int(p.FirstInput), p.ArchiveMB, p.ArchiveS, p.RemoveS, p.RestartS, int(p.RestartFold))
+		b.logf("  soak: %d jobs begun, %d kept, RSS %.0f MB (heap %.0f), snapshot %.2f MB encoded in %.1f ms, longest turn %.1f ms (runnable goroutines waited %.1f ms at p99, %.0f ms at most; GC pauses %.1f ms at most, assists %.1f CPU s), streams %.0f + %.0f MB from input %d, segment %.0f MB sealed in %.1f s and removed in %.1f s, restart %.2f s (%d inputs folded)",
+			seen, int(p.Kept), p.RSSMB, p.HeapMB, p.SnapshotMB, p.EncodeMS, p.PauseMS, p.SchedP99MS, p.SchedMaxMS, p.GCPauseMS, p.AssistS, p.InMB, p.OutMB, int(p.FirstInput), p.ArchiveMB, p.ArchiveS, p.RemoveS, p.RestartS, int(p.RestartFold))
 		return nil
 	}
 
@@ -423,4 +435,77 @@ func SoakSVG(s *Soak) []byte {
 	}
 	sb.WriteString("</svg>\n")
 	return []byte(sb.String())
+}
+
+// runtimeWindow measures, from one soak point to the next, what the Go
+// runtime did to the whole process: how long runnable goroutines waited
+// for a core (/sched/latencies), the longest stop-the-world pause of the
+// collector, and the CPU time goroutines spent assisting it (an allocating
+// goroutine, the live loop included, is made to mark while a collection
+// runs). They tell a turn of the loop that was descheduled or drafted into
+// the collector from one that worked that long.
+type runtimeWindow struct {
+	lat, pause *metrics.Float64Histogram
+	assist     float64
+}
+
+var runtimeNames = []string{"/sched/latencies:seconds", "/sched/pauses/total/gc:seconds", "/cpu/classes/gc/mark/assist:cpu-seconds"}
+
+func (w *runtimeWindow) take() (schedP99, schedMax, pauseMax, assist float64) {
+	s := make([]metrics.Sample, len(runtimeNames))
+	for i, n := range runtimeNames {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram || s[1].Value.Kind() != metrics.KindFloat64Histogram || s[2].Value.Kind() != metrics.KindFloat64 {
+		return 0, 0, 0, 0
+	}
+	lat, pause, as := s[0].Value.Float64Histogram(), s[1].Value.Float64Histogram(), s[2].Value.Float64()
+	schedP99, schedMax = histDelta(w.lat, lat, 0.99)
+	_, pauseMax = histDelta(w.pause, pause, 1)
+	assist = as - w.assist
+	w.lat, w.pause, w.assist = copyHist(lat), copyHist(pause), as
+	return schedP99 * 1e3, schedMax * 1e3, pauseMax * 1e3, assist
+}
+
+func copyHist(h *metrics.Float64Histogram) *metrics.Float64Histogram {
+	return &metrics.Float64Histogram{Counts: append([]uint64(nil), h.Counts...), Buckets: h.Buckets}
+}
+
+// histDelta returns the upper bound of the bucket holding quantile q of
+// what cur counted since prev (nil: since the start), and that of its
+// highest non-empty bucket (a finite bound: the last bucket's lower one).
+func histDelta(prev, cur *metrics.Float64Histogram, q float64) (float64, float64) {
+	var total uint64
+	d := make([]uint64, len(cur.Counts))
+	for i, c := range cur.Counts {
+		d[i] = c
+		if prev != nil && i < len(prev.Counts) {
+			d[i] -= prev.Counts[i]
+		}
+		total += d[i]
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	bound := func(i int) float64 {
+		if b := cur.Buckets[i+1]; !math.IsInf(b, 1) {
+			return b
+		}
+		return cur.Buckets[i]
+	}
+	var quant, highest float64
+	var seen uint64
+	want := uint64(math.Ceil(q * float64(total)))
+	for i, c := range d {
+		if c == 0 {
+			continue
+		}
+		seen += c
+		if quant == 0 && seen >= want {
+			quant = bound(i)
+		}
+		highest = bound(i)
+	}
+	return quant, highest
 }
