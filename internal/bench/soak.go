@@ -69,15 +69,15 @@ type SoakPoint struct {
 	// how long runnable goroutines waited for a core (p99 and the longest),
 	// the longest stop-the-world pause of the collector, and the CPU time
 	// spent in its mark assists.
-	SchedP99MS  float64 `json:"sched_p99_ms"`
-	SchedMaxMS  float64 `json:"sched_max_ms"`
-	GCPauseMS   float64 `json:"gc_pause_max_ms"`
-	AssistS     float64 `json:"gc_assist_cpu_s"`
-	ArchiveS    float64 `json:"archive_s"`     // sealing the segment (export, read-back, fold, compare)
-	ArchiveMB   float64 `json:"archive_mb"`    // the segment's files
-	RemoveS     float64 `json:"remove_s"`      // removing it (checks and purges)
-	FirstInput  float64 `json:"first_input"`   // the input stream's first sequence after the removal
-	ElapsedS    float64 `json:"elapsed_s"`     // since the soak began
+	SchedP99MS float64 `json:"sched_p99_ms"`
+	SchedMaxMS float64 `json:"sched_max_ms"`
+	GCPauseMS  float64 `json:"gc_pause_max_ms"`
+	AssistS    float64 `json:"gc_assist_cpu_s"`
+	ArchiveS   float64 `json:"archive_s"`   // sealing the segment (export, read-back, fold, compare)
+	ArchiveMB  float64 `json:"archive_mb"`  // the segment's files
+	RemoveS    float64 `json:"remove_s"`    // removing it (checks and purges)
+	FirstInput float64 `json:"first_input"` // the input stream's first sequence after the removal
+	ElapsedS   float64 `json:"elapsed_s"`   // since the soak began
 }
 
 const soakBatch = events.MaxBatch // jobs per chunk: one batch renew each
