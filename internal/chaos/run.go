@@ -207,6 +207,15 @@ func (e *env) schedule(ctx context.Context, kind string) error {
 		return fmt.Errorf("chaos: %s %s: heal: %w", e.name, kind, err)
 	}
 	e.awaitRound(ctx)
+	if kind == SchedServerKill {
+		// A coordinator may still report itself live from before the kill
+		// while it replaces the consumers the killed server lost: the
+		// faults end, for the liveness bound, once it decides again (it
+		// has folded every input stored since the restart).
+		if err := e.waitCaughtUp(ctx, 30*time.Second); err != nil {
+			rep.problem(err.Error())
+		}
+	}
 	stop := time.Now()
 	e.nextBatch(stop.UnixNano())
 	time.Sleep(time.Until(stop.Add(2*e.lease + 100*time.Millisecond)))
