@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -566,19 +565,7 @@ func checkAnchored(ctx context.Context, h *streams.Handles, hdr nats.Header, dat
 	if err != nil {
 		return a, err
 	}
-	m, err := h.Out.GetMsg(ctx, a.DecisionSeq)
-	if err != nil {
-		return a, fmt.Errorf("its position, decision %d: %w", a.DecisionSeq, streams.Classify(err))
-	}
-	cause, err := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
-	n, of, ok := strings.Cut(m.Header.Get(events.HeaderIndex), "/")
-	if err != nil || !ok || cause != a.InputSeq || n == "" || of == "" {
-		return a, fmt.Errorf("its position, decision %d, is not a decision of input %d", a.DecisionSeq, a.InputSeq)
-	}
-	if ni, err1 := strconv.ParseUint(n, 10, 32); err1 != nil || strconv.FormatUint(ni+1, 10) != of {
-		return a, fmt.Errorf("its position, decision %d, is not the last decision of input %d", a.DecisionSeq, a.InputSeq)
-	}
-	if err := a.CheckChain(m.Header); err != nil {
+	if err := a.CheckPosition(ctx, h.Out); err != nil {
 		return a, err
 	}
 	if err := a.CheckAnchor(ctx, h.Out); err != nil {

@@ -178,20 +178,8 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 			kvBucket, objBucket := t.LeaderBucket(), t.SnapshotBucket()
 			kv, obj := "KV_"+kvBucket, "OBJ_"+objBucket
 			for _, s := range []string{in, out, kv, obj} {
-				p.PublishAllow = append(p.PublishAllow,
-					api+"STREAM.CREATE."+s,
-					api+"STREAM.INFO."+s,
-					api+"STREAM.MSG.GET."+s,
-					api+"DIRECT.GET."+s,
-					api+"DIRECT.GET."+s+".>",
-					api+"CONSUMER.CREATE."+s,
-					api+"CONSUMER.CREATE."+s+".>",
-					api+"CONSUMER.INFO."+s+".*",
-					api+"CONSUMER.MSG.NEXT."+s+".*",
-					api+"CONSUMER.DELETE."+s+".*",
-					"$JS.ACK."+s+".>",
-					"$JS.FC."+s+".>",
-				)
+				p.PublishAllow = append(p.PublishAllow, api+"STREAM.CREATE."+s)
+				p.PublishAllow = append(p.PublishAllow, readStream(s)...)
 			}
 			for _, s := range []string{kv, obj} {
 				p.PublishAllow = append(p.PublishAllow,
@@ -319,6 +307,26 @@ func WorkerImports(name, prefix string, partitions uint32) []Import {
 	return im
 }
 
+// readStream is the JetStream API a reader of stream s uses: its info,
+// message and direct gets, consumers (created with or without a filter,
+// read and deleted) with their acks and flow control.
+func readStream(s string) []string {
+	const api = "$JS.API."
+	return []string{
+		api + "STREAM.INFO." + s,
+		api + "STREAM.MSG.GET." + s,
+		api + "DIRECT.GET." + s,
+		api + "DIRECT.GET." + s + ".>",
+		api + "CONSUMER.CREATE." + s,
+		api + "CONSUMER.CREATE." + s + ".>",
+		api + "CONSUMER.INFO." + s + ".*",
+		api + "CONSUMER.MSG.NEXT." + s + ".*",
+		api + "CONSUMER.DELETE." + s + ".*",
+		"$JS.ACK." + s + ".>",
+		"$JS.FC." + s + ".>",
+	}
+}
+
 // archivistPermissions are RoleArchivist's: read the input and decision
 // streams and purge them, read and store the snapshot object, look up the
 // leader bucket (streams.Open does); no input, no decision, no other
@@ -330,25 +338,10 @@ func archivistPermissions(a Actor, prefix string, partitions uint32) Permissions
 	if partitions > 0 {
 		p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO."+base.DecisionStream())
 	}
-	read := func(s string) {
-		p.PublishAllow = append(p.PublishAllow,
-			api+"STREAM.INFO."+s,
-			api+"STREAM.MSG.GET."+s,
-			api+"DIRECT.GET."+s,
-			api+"DIRECT.GET."+s+".>",
-			api+"CONSUMER.CREATE."+s,
-			api+"CONSUMER.CREATE."+s+".>",
-			api+"CONSUMER.INFO."+s+".*",
-			api+"CONSUMER.MSG.NEXT."+s+".*",
-			api+"CONSUMER.DELETE."+s+".*",
-			"$JS.ACK."+s+".>",
-			"$JS.FC."+s+".>",
-		)
-	}
 	for _, t := range base.Partitions(partitions) {
 		obj := "OBJ_" + t.SnapshotBucket()
 		for _, s := range []string{t.InputStream(), t.DecisionStream(), obj} {
-			read(s)
+			p.PublishAllow = append(p.PublishAllow, readStream(s)...)
 			p.PublishAllow = append(p.PublishAllow, api+"STREAM.PURGE."+s) // the object store purges a replaced object's chunks
 		}
 		p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO.KV_"+t.LeaderBucket(), "$O."+t.SnapshotBucket()+".>")

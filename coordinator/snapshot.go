@@ -165,15 +165,7 @@ func (s *session) checkAnchor(h nats.Header) (streams.SnapshotAnchor, error) {
 		return refuse(err)
 	}
 	// The decision at DecisionSeq must be the last one of input InputSeq.
-	m, err := s.c.h.Out.GetMsg(s.ctx, a.DecisionSeq)
-	if err != nil {
-		return refuse(fmt.Errorf("its position, decision %d, is not in the decision stream: %w", a.DecisionSeq, err))
-	}
-	cause, n, of, err := decisionIndex(m.Header)
-	if err != nil || cause != a.InputSeq || n+1 != of {
-		return refuse(fmt.Errorf("its position does not match the decision stream (decision %d is not the last of input %d)", a.DecisionSeq, a.InputSeq))
-	}
-	if err := a.CheckChain(m.Header); err != nil {
+	if err := a.CheckPosition(s.ctx, s.c.h.Out); err != nil {
 		return refuse(err)
 	}
 	if err := a.CheckAnchor(s.ctx, s.c.h.Out); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,6 +97,29 @@ func (a SnapshotAnchor) CheckChain(h nats.Header) error {
 		return anchorErr("decision %d, its position, has chain value %s; the snapshot says %s", a.DecisionSeq, got, a.Chain)
 	}
 	return nil
+}
+
+// CheckPosition reads decision a.DecisionSeq from the decision stream out
+// and checks that it is the last decision of input a.InputSeq (its
+// Tenure-Cause and Tenure-N headers) and carries the snapshot's chain value
+// (CheckChain). A decision that is not, or none at that sequence, is an
+// *AnchorError; any other error reading it is returned wrapped.
+func (a SnapshotAnchor) CheckPosition(ctx context.Context, out MsgGetter) error {
+	m, err := out.GetMsg(ctx, a.DecisionSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return anchorErr("its position, decision %d, is not in the decision stream", a.DecisionSeq)
+	}
+	if err != nil {
+		return fmt.Errorf("read the snapshot's position, decision %d: %w", a.DecisionSeq, err)
+	}
+	cause, err1 := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
+	n, of, ok := strings.Cut(m.Header.Get(events.HeaderIndex), "/")
+	n64, err2 := strconv.ParseUint(n, 10, 32)
+	of64, err3 := strconv.ParseUint(of, 10, 32)
+	if err1 != nil || err2 != nil || err3 != nil || !ok || cause != a.InputSeq || n64+1 != of64 {
+		return anchorErr("its position does not match the decision stream (decision %d is not the last of input %d)", a.DecisionSeq, a.InputSeq)
+	}
+	return a.CheckChain(m.Header)
 }
 
 // MsgGetter reads a stream's message by sequence (jetstream.Stream does).
