@@ -81,6 +81,18 @@ const (
 	ReasonRulesInForce              Reason = "rules_in_force"              // a rules input for a revision at or below the one in force: nothing changes
 	ReasonBadCheckpoint             Reason = "bad_checkpoint"              // a checkpoint names an input sequence that is not before it
 	ReasonRetentionPassed           Reason = "retention_passed"            // the job's last lease ended retain_ms ago: it leaves the projection, its id is free again
+	// revision 4 on: queues
+	ReasonAssigned        Reason = "assigned"         // an offer the queue made to a worker that announced capacity
+	ReasonDuplicateSubmit Reason = "duplicate_submit" // the job was already submitted with the same body: nothing changes
+	ReasonSubmitConflicts Reason = "submit_conflicts" // the job was already submitted with another body (the detail names the first field that differs)
+	ReasonJobExists       Reason = "job_exists"       // submit of a job id that is a job outside any queue
+	ReasonJobQueued       Reason = "job_queued"       // offer or acquire of a queue job: its queue offers it to workers that pull
+	ReasonDequeued        Reason = "dequeued"         // cancel of a QUEUED job: it ends CANCELLED without another attempt
+	ReasonAttemptFailed   Reason = "attempt_failed"   // the attempt's result was FAILED and retryable
+	ReasonOfferDeclined   Reason = "offer_declined"   // the offered worker released the offer: the job is queued again at once, the attempt not counted
+	ReasonReleased        Reason = "released"         // the holder released the lease: the job is queued again at once, the attempt not counted
+	ReasonRetried         Reason = "retried"          // resolve retry: a DEAD job is queued again with a fresh attempt budget
+	ReasonDiscarded       Reason = "discarded"        // resolve discard: a DEAD job leaves the projection, its id is free again
 )
 
 var reasonDocs = []struct {
@@ -166,4 +178,15 @@ var reasonDocs = []struct {
 	{ReasonRulesInForce, "a rules input for a revision at or below the one in force: nothing changes"},
 	{ReasonBadCheckpoint, "a checkpoint names an input sequence that is not before it"},
 	{ReasonRetentionPassed, "the job's last lease ended retain_ms ago: it leaves the projection, its id is free again"},
+	{ReasonAssigned, "an offer the queue made to a worker that announced capacity"},
+	{ReasonDuplicateSubmit, "the job was already submitted with the same body: nothing changes"},
+	{ReasonSubmitConflicts, "the job was already submitted with another body (the detail names the first field that differs)"},
+	{ReasonJobExists, "submit of a job id that is a job outside any queue"},
+	{ReasonJobQueued, "offer or acquire of a queue job: its queue offers it to workers that pull"},
+	{ReasonDequeued, "cancel of a QUEUED job: it ends CANCELLED without another attempt"},
+	{ReasonAttemptFailed, "the attempt's result was FAILED and retryable"},
+	{ReasonOfferDeclined, "the offered worker released the offer: the job is queued again at once, the attempt not counted"},
+	{ReasonReleased, "the holder released the lease: the job is queued again at once, the attempt not counted"},
+	{ReasonRetried, "resolve retry: a DEAD job is queued again with a fresh attempt budget"},
+	{ReasonDiscarded, "resolve discard: a DEAD job leaves the projection, its id is free again"},
 }

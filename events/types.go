@@ -53,10 +53,12 @@ const (
 	VerbTick
 	VerbRules      // the coordinator sets the rules revision and the lease key (revision 2 on)
 	VerbCheckpoint // the coordinator anchors a snapshot's state hash (revision 2 on)
+	VerbSubmit     // a dispatcher submits a job to a queue (revision 4 on)
+	VerbPull       // a worker announces its capacity on a queue (revision 4 on)
 	verbCount
 )
 
-var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick", "rules", "checkpoint"}
+var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick", "rules", "checkpoint", "submit", "pull"}
 
 func (v Verb) String() string {
 	if int(v) < len(verbNames) {
@@ -80,12 +82,12 @@ func (v Verb) Allowed(r Role) bool {
 	switch r {
 	case RoleWorker:
 		switch v {
-		case VerbAcquire, VerbAck, VerbRenew, VerbProgress, VerbCancelAck, VerbResult, VerbRelease:
+		case VerbAcquire, VerbAck, VerbRenew, VerbProgress, VerbCancelAck, VerbResult, VerbRelease, VerbPull:
 			return true
 		}
 	case RoleOps:
 		switch v {
-		case VerbOffer, VerbCancel, VerbResolve, VerbPolicy:
+		case VerbOffer, VerbCancel, VerbResolve, VerbPolicy, VerbSubmit:
 			return true
 		}
 	case RoleCoord:
@@ -97,7 +99,7 @@ func (v Verb) Allowed(r Role) bool {
 // JobLess reports whether v concerns no single job; its subject carries NoJob.
 // A batch renew also uses NoJob and names its jobs in the body.
 func (v Verb) JobLess() bool {
-	return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint
+	return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint || v == VerbPull
 }
 
 // Since is the first rules revision in which v is an input kind. Under an
@@ -105,8 +107,11 @@ func (v Verb) JobLess() bool {
 // subject with an unknown verb (rejected, bad_subject). VerbRules is known
 // in every revision: it is how a log moves to a later one.
 func (v Verb) Since() uint32 {
-	if v == VerbCheckpoint {
+	switch v {
+	case VerbCheckpoint:
 		return Revision2
+	case VerbSubmit, VerbPull:
+		return Revision4
 	}
 	return Revision1
 }
@@ -146,13 +151,24 @@ type Action uint8
 
 // Resolve actions.
 const (
-	ActionNone   Action = iota
-	ActionAffirm        // the named holder/generation is authoritative; the conflict is cleared
-	ActionRevoke        // end the current lease (if live) and clear the conflict
-	ActionSettle        // give an unresolved job its terminal outcome (FAILED or CANCELLED)
+	ActionNone    Action = iota
+	ActionAffirm         // the named holder/generation is authoritative; the conflict is cleared
+	ActionRevoke         // end the current lease (if live) and clear the conflict
+	ActionSettle         // give an unresolved job its terminal outcome (FAILED or CANCELLED)
+	ActionRetry          // revision 4 on: a DEAD queue job goes back to its queue with a fresh attempt budget
+	ActionDiscard        // revision 4 on: a DEAD queue job leaves the projection (its id is free again)
 )
 
-var actionNames = [...]string{"", "affirm", "revoke", "settle"}
+var actionNames = [...]string{"", "affirm", "revoke", "settle", "retry", "discard"}
+
+// Since is the first rules revision in which a is a resolve action; under
+// an earlier one its name is an unknown one (bad_enum).
+func (a Action) Since() uint32 {
+	if a == ActionRetry || a == ActionDiscard {
+		return Revision4
+	}
+	return Revision1
+}
 
 func (a Action) String() string {
 	if int(a) < len(actionNames) {
@@ -196,8 +212,15 @@ const (
 	// revision 3 was rejected (bad_value) by the code of revision 2; only
 	// the coordinator may publish one, and it published none.
 	Revision3 = 3
+	// Revision4 adds queues (PROTOCOL.md §22): submit and pull inputs, the
+	// QUEUED and DEAD states, offers the fold makes itself to workers that
+	// announced capacity, retries with backoff and a dead-letter end, the
+	// resolve actions retry and discard, a result's permanent flag; and the
+	// detail of a duration_out_of_policy rejection, which names the limits
+	// in force. The snapshot format 4 carries queue jobs and capacities.
+	Revision4 = 4
 	// CurrentRevision is the revision a coordinator moves its log to.
-	CurrentRevision = Revision3
+	CurrentRevision = Revision4
 )
 
 // LeaseKeyLen is the length of the lease key of a rules input, in bytes
@@ -208,6 +231,24 @@ const LeaseKeyLen = 32
 // form is 64 lower-case hexadecimal digits).
 const StateHashLen = 32
 
+// Queue limits (revision 4 on). They are part of protocol version 1.
+const (
+	MaxPayloadBytes    = 4096     // a submitted job's payload, in bytes of UTF-8 (a reference for more)
+	MaxPriority        = 9        // priorities are 0 (default) to 9; higher is offered first
+	MaxAttempts        = 1000     // upper bound of a job's max_attempts
+	DefaultMaxAttempts = 3        // a job's attempt budget when its submit names none
+	DefaultBackoffMS   = 1000     // first retry's backoff when a submit names none
+	DefaultBackoffMax  = 3600000  // backoff cap when a submit names none: one hour
+	MaxSlots           = MaxBatch // a pull's slots: jobs of the queue held at once
+	DefaultCapacityTTL = 30000    // a pull's ttl_ms when it names none
+	MaxCapacityTTL     = 600000   // longest ttl_ms of a pull: ten minutes
+	// MaxOffersPerInput bounds the offers (and the DEAD decisions of jobs
+	// that reached max_generations when matched) one input's matching
+	// makes; more matches wait for the next input (Due reports them, and
+	// the coordinator appends a tick at once).
+	MaxOffersPerInput = MaxBatch
+)
+
 // MaxFiredPerInput bounds, from revision 2 on, the due deadlines an input
 // fires from the deadline queue before its own operations (earliest first);
 // more due deadlines fire with the next inputs (the coordinator appends
@@ -216,9 +257,16 @@ const StateHashLen = 32
 // operations the due deadlines of the job it touches (its expiry and, from
 // revision 3 on, the retirement that expiry makes due) and its verdict.
 // Under revision 2 the most is MaxFiredPerInput + 2*MaxBatch.
+//
+// From revision 4 on, firing stops once the fired deadlines made
+// MaxFiredPerInput decisions (one deadline makes at most two: an attempt's
+// end and its requeue or DEAD end), each lease operation causes at most
+// four (its job's expiry, the requeue or DEAD end that follows, the
+// retirement that may then be due, its verdict), and the input's matching
+// at most MaxOffersPerInput more.
 const (
 	MaxFiredPerInput     = 1024
-	MaxDecisionsPerInput = MaxFiredPerInput + 3*MaxBatch
+	MaxDecisionsPerInput = MaxFiredPerInput + 1 + 4*MaxBatch + MaxOffersPerInput
 )
 
 // Limits of the wire format. They are part of protocol version 1.
@@ -306,6 +354,20 @@ type Input struct {
 	Policy       Policy  // policy
 	Leases       []LeaseRef
 
+	// Revision 4 on: submit (Queue, Priority, MaxAttempts, Backoff,
+	// BackoffMax, LeaseMS, AckTimeoutMS, Payload); pull (Queue, Slots,
+	// TTLMS); result (Permanent).
+	Queue       string
+	Priority    int64
+	MaxAttempts uint64 // 0: DefaultMaxAttempts
+	BackoffMS   int64  // 0: DefaultBackoffMS
+	BackoffMax  int64  // backoff_max_ms; 0: DefaultBackoffMax
+	Payload     string
+	HasPayload  bool   // the payload field was present (an empty payload is a payload)
+	Slots       uint64 // pull: 0 withdraws the worker's capacity on the queue
+	TTLMS       int64  // pull; 0: DefaultCapacityTTL
+	Permanent   bool   // result FAILED: do not retry
+
 	Revision      uint32             // rules: the revision to move to
 	LeaseKey      [LeaseKeyLen]byte  // rules: the key of lease ids
 	CheckpointSeq uint64             // checkpoint: the input sequence the state hash is of
@@ -347,13 +409,19 @@ const (
 	KindAckMissed
 	KindUnresolved
 	KindRetired // revision 3 on: the job left the projection (Policy.Retain)
+	// revision 4 on (appended: the order above is the one of revision 3)
+	KindSubmitted   // accepted: a job entered its queue
+	KindCapacitySet // accepted: a worker's capacity on a queue (job-less)
+	KindRequeued    // derived: an attempt ended without success; the job waits in its queue again
+	KindDead        // derived: an attempt ended and the job's attempt budget is spent
 	kindCount
 )
 
 var kindNames = [...]string{"", "offered", "granted", "acked", "renewed", "progressed", "cancel_requested",
 	"cancel_acked", "completed", "released", "resolved", "policy_set", "ticked", "rules_set", "checkpointed",
 	"duplicate", "stale", "late", "conflict", "lost_authority", "rejected",
-	"expired", "ack_missed", "unresolved", "retired"}
+	"expired", "ack_missed", "unresolved", "retired",
+	"submitted", "capacity_set", "requeued", "dead"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -382,10 +450,17 @@ func Kinds() []Kind {
 }
 
 // Accepted reports whether k is an accepted verdict.
-func (k Kind) Accepted() bool { return k >= KindOffered && k <= KindCheckpointed }
+func (k Kind) Accepted() bool {
+	return k >= KindOffered && k <= KindCheckpointed || k == KindSubmitted || k == KindCapacitySet
+}
 
-// Derived reports whether k is fired by time rather than by an operation.
-func (k Kind) Derived() bool { return k >= KindExpired && k < kindCount }
+// Derived reports whether k is a consequence rather than the verdict of an
+// operation: fired by time, or (KindRequeued, KindDead) following the end
+// of a queue job's attempt. An offer the queue makes is KindOffered with
+// reason assigned.
+func (k Kind) Derived() bool {
+	return k >= KindExpired && k <= KindRetired || k == KindRequeued || k == KindDead
+}
 
 // State is the state of a job's current (latest) lease.
 type State uint8
@@ -403,10 +478,12 @@ const (
 	StateReleased         // the holder gave the lease back without a result
 	StateUnresolved       // cancellation was not reconciled in time: blocked until resolve
 	StateRevoked          // an operator ended the lease through resolve
+	StateQueued           // revision 4 on: a queue job waiting for an offer (from ready_at on)
+	StateDead             // revision 4 on: a queue job whose attempt budget is spent
 	stateCount
 )
 
-var stateNames = [...]string{"NONE", "OFFERED", "ACTIVE", "EXPIRED", "ACK_MISSED", "COMPLETED", "FAILED", "CANCELLED", "RELEASED", "UNRESOLVED", "REVOKED"}
+var stateNames = [...]string{"NONE", "OFFERED", "ACTIVE", "EXPIRED", "ACK_MISSED", "COMPLETED", "FAILED", "CANCELLED", "RELEASED", "UNRESOLVED", "REVOKED", "QUEUED", "DEAD"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {
@@ -498,7 +575,31 @@ type Job struct {
 	LateProgress uint64 // the late messages that were progress reports
 	Duplicates   uint64 // duplicate messages
 	Conflicts    uint64 // claims of this lease by another holder (ownership conflicts)
+
+	// Queue jobs (revision 4 on; Queue is "" for every other job). What the
+	// submit set stays for the job's life; Attempt, ReadyAt and LastReason
+	// change with its attempts. A queue job exists from its submit on, with
+	// generation 0 until its first offer.
+	Queue        string
+	Submitter    string // the ops actor that submitted it
+	Priority     int64  // 0..MaxPriority, higher first
+	MaxAttempts  uint64 // attempt budget
+	Backoff      int64  // first retry's backoff (ns)
+	BackoffMax   int64  // backoff cap (ns)
+	AttemptLease int64  // lease duration of each attempt (ns); 0: the policy's default_lease at the offer
+	AttemptAck   int64  // ACK timeout of each attempt (ns); 0: the policy's ack_timeout at the offer
+	Payload      string // opaque, at most MaxPayloadBytes
+	HasPayload   bool   // the submit carried a payload (possibly empty)
+	SubmittedAt  int64
+	SubmitSeq    uint64 // the submit's input sequence: the job's place in submission order
+	Attempt      uint64 // attempts counted so far (a declined offer or a release does not count)
+	ReadyAt      int64  // QUEUED: when it may be offered
+	LastReason   Reason // why its last attempt ended ("" before any)
 }
+
+// Exists reports whether j is a job of the projection: it had a lease, or
+// it is a queue job (which exists from its submit on).
+func (j *Job) Exists() bool { return j.Generation != 0 || j.Queue != "" }
 
 // Decision is one entry of the decision stream.
 type Decision struct {
@@ -521,6 +622,16 @@ type Decision struct {
 	Policy     *Policy     // the policy in force, on policy_set decisions only
 	Revision   uint32      // the rules revision in force, on rules_set decisions only
 	Checkpoint *Checkpoint // the anchored state hash, on checkpointed decisions only
+	Capacity   *Capacity   // the worker's capacity, on capacity_set decisions only (revision 4 on)
+}
+
+// Capacity is a worker's announced capacity on a queue (revision 4 on):
+// the queue offers it jobs while it holds fewer than Slots of that queue's
+// live leases, until Until. Slots 0 withdraws it.
+type Capacity struct {
+	Queue string
+	Slots uint64
+	Until int64
 }
 
 // Checkpoint is what a checkpointed decision anchors in the decision stream:
