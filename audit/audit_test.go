@@ -140,7 +140,7 @@ func decodedHash(t *testing.T, e *env) audit.Hash {
 			rules = &projector.Rules{Revision: d.Revision, LeaseKey: in.LeaseKey}
 		}
 	}
-	h, err := projector.RebuildHash(nil, cause, at, policy, rules, maps.Values(jobs))
+	h, err := projector.RebuildHash(nil, cause, at, policy, rules, maps.Values(jobs), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -183,6 +183,7 @@ type checker struct {
 
 	// The state the stored decisions describe.
 	jobs    map[string]events.Job
+	caps    map[[2]string]projector.Capacity // the latest capacity_set decision of each queue and worker (RebuildHash)
 	sCause  uint64
 	sAt     int64
 	sPolicy *events.Policy
@@ -643,8 +644,13 @@ func (c *checker) applyStored(d *events.Decision) {
 	switch {
 	case d.Kind == events.KindRetired:
 		c.jobs[d.Job.ID] = events.Job{ID: d.Job.ID} // generation 0: gone (RebuildHash)
-	case d.Job.ID != events.NoJob && d.Job.Generation != 0:
+	case d.Job.ID != events.NoJob && d.Job.Exists():
 		c.jobs[d.Job.ID] = d.Job
+	case d.Kind == events.KindCapacitySet && d.Capacity != nil:
+		if c.caps == nil {
+			c.caps = map[[2]string]projector.Capacity{}
+		}
+		c.caps[[2]string{d.Capacity.Queue, d.Addressee}] = projector.Capacity{Worker: d.Addressee, Capacity: *d.Capacity, Seq: d.Cause}
 	}
 	c.sCause, c.sAt = d.Cause, d.At
 	if d.Kind == events.KindPolicySet && d.Policy != nil {
@@ -691,7 +697,7 @@ func (c *checker) finish() {
 		// decision carries, from the input stream (the fold's).
 		rules = &projector.Rules{Revision: c.sRev, LeaseKey: c.p.Rules().LeaseKey}
 	}
-	h, err := projector.RebuildHash(c.base, c.sCause, c.sAt, policy, rules, maps.Values(c.jobs))
+	h, err := projector.RebuildHash(c.base, c.sCause, c.sAt, policy, rules, maps.Values(c.jobs), maps.Values(c.caps))
 	if err == nil {
 		rep.StoredHash = h
 	}

@@ -192,8 +192,8 @@ func TestRetentionBound(t *testing.T) {
 		batch = append(batch, events.LeaseRef{Job: fmt.Sprintf("job-%07d", i), LeaseID: ids[i], Generation: 1, RenewSeq: 1})
 	}
 	ds := f.step(20*1e9, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbRenew, Leases: batch})
-	if len(ds) != events.MaxDecisionsPerInput {
-		t.Fatalf("the batch renew caused %d decisions, want exactly %d", len(ds), events.MaxDecisionsPerInput)
+	if want := events.MaxFiredPerInput + 3*events.MaxBatch; len(ds) != want { // revision 3's bound
+		t.Fatalf("the batch renew caused %d decisions, want exactly %d", len(ds), want)
 	}
 	for _, d := range ds {
 		if !d.Kind.Derived() && (d.Kind != events.KindLostAuthority || d.Reason != events.ReasonNoSuchJob) {

@@ -42,6 +42,13 @@ func Describe(d *events.Decision, base int64) string {
 		b.WriteString(" -> rules revision=" + strconv.FormatUint(uint64(d.Revision), 10))
 		return b.String()
 	}
+	if c := d.Capacity; c != nil {
+		b.WriteString(" -> capacity " + c.Queue + " slots=" + strconv.FormatUint(c.Slots, 10))
+		if c.Until != 0 {
+			b.WriteString(" until=" + o.time(c.Until))
+		}
+		return b.String()
+	}
 	if c := d.Checkpoint; c != nil {
 		b.WriteString(" -> checkpoint input=" + strconv.FormatUint(c.InputSeq, 10) + " state_hash=" + hex.EncodeToString(c.StateHash[:]))
 		return b.String()
@@ -55,15 +62,38 @@ func Describe(d *events.Decision, base int64) string {
 func DescribeJob(j *events.Job, o MatrixOptions) string {
 	var b strings.Builder
 	b.WriteString(j.ID)
-	if j.Generation == 0 {
-		b.WriteString(" NONE")
-		return b.String()
-	}
 	w := func(s ...string) {
 		b.WriteByte(' ')
 		for _, x := range s {
 			b.WriteString(x)
 		}
+	}
+	if j.Queue != "" {
+		w("q=", j.Queue, "/", j.Submitter)
+		if j.Priority != 0 {
+			w("pri=", strconv.FormatInt(j.Priority, 10))
+		}
+		w("attempt=", strconv.FormatUint(j.Attempt, 10), "/", strconv.FormatUint(j.MaxAttempts, 10))
+		if j.State == events.StateQueued {
+			w("ready=", o.time(j.ReadyAt))
+		}
+		if j.LastReason != "" {
+			w("last=", string(j.LastReason))
+		}
+		if j.HasPayload {
+			w("payload=", strconv.Quote(j.Payload))
+		}
+		if j.Generation == 0 {
+			w(j.State.String())
+			if j.Result != events.OutcomeNone {
+				w("result=", j.Result.String())
+			}
+			return b.String()
+		}
+	}
+	if j.Generation == 0 {
+		b.WriteString(" NONE")
+		return b.String()
 	}
 	w("g", strconv.FormatUint(j.Generation, 10))
 	w(j.LeaseID)

@@ -134,8 +134,17 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 		r.varint("policy")
 	}
 	r.uvarint("policy")
-	if string(base[:len(snapshotMagic)]) == snapshotMagic3 {
+	if m := string(base[:len(snapshotMagic)]); m == snapshotMagic3 || m == snapshotMagic4 {
 		r.varint("policy")
+	}
+	if string(base[:len(snapshotMagic)]) == snapshotMagic4 {
+		for n := r.uvarint("capacity count"); n > 0 && r.err == nil; n-- {
+			r.strBytes("capacity queue")
+			r.strBytes("capacity worker")
+			r.uvarint("capacity slots")
+			r.varint("capacity until")
+			r.uvarint("capacity sequence")
+		}
 	}
 	n := r.uvarint("job count")
 	if r.err != nil {
@@ -153,7 +162,7 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 	}
 	count := uint64(0)
 	put := func(id string) {
-		if j := changed[id]; j.Generation != 0 {
+		if j := changed[id]; j.Exists() {
 			jobs = appendJob(jobs, &j)
 			count++
 		}
@@ -197,11 +206,22 @@ func skipJobRest(r *snapReader) {
 	for range 3 { // lease id, holder, conflict holder
 		r.strBytes("job strings")
 	}
-	r.bytes(4, "job header")
+	hdr := r.bytes(4, "job header")
 	for range 8 {
 		r.uvarint("job counters")
 	}
 	for range 11 {
 		r.varint("job times")
+	}
+	if hdr != nil && hdr[3]&0x10 != 0 { // a queue job (format 4)
+		for range queueStrs {
+			r.strBytes("queue strings")
+		}
+		for range queueUvarint {
+			r.uvarint("queue counters")
+		}
+		for range queueVarint {
+			r.varint("queue times")
+		}
 	}
 }

@@ -55,7 +55,15 @@ type Projector struct {
 	out     []events.Decision // decisions of the input being applied, reused
 	macBuf  []byte            // scratch for lease id MACs
 
-	fireLimit int // tests only (export_test.go): a lower bound than events.MaxFiredPerInput
+	fireLimit  int // tests only (export_test.go): a lower bound than events.MaxFiredPerInput
+	offerLimit int // tests only: a lower bound than events.MaxOffersPerInput
+
+	// Queues (revision 4 on, queue.go): derived from the jobs, but for the
+	// standing announcements (caps), which snapshots hold.
+	queues   map[string]*queue
+	active   []string    // names of queues with queued jobs and announcements, sorted
+	expiries capExpiries // announcements by expiry, for sweep
+	pending  bool        // matching stopped at its limit with matches left
 
 	// Change tracking for Freeze (freeze.go): nil until Track.
 	changed  map[string]events.Job // latest projection of each job changed since frozen (Generation 0: gone)
@@ -67,6 +75,7 @@ type job struct {
 	events.Job
 	heapIdx  int   // index in the deadline heap, -1 when absent
 	deadline int64 // the heap key while present
+	qPos     int   // queue jobs: 1 + index in its submitter's ready heap, 0 when absent
 }
 
 // New returns a projector with no jobs and the protocol's default policy,
@@ -109,7 +118,10 @@ func (p *Projector) Revision() uint32 { return p.rev }
 // Due reports whether a deadline is due that the last input did not fire
 // (from revision 2 on an input fires at most events.MaxFiredPerInput of
 // them): the coordinator then appends a tick at once.
-func (p *Projector) Due() bool { return len(p.heap) > 0 && p.heap[0].deadline <= p.now }
+//
+// From revision 4 on it also reports matches an input's matching left for
+// later (events.MaxOffersPerInput).
+func (p *Projector) Due() bool { return len(p.heap) > 0 && p.heap[0].deadline <= p.now || p.pending }
 
 // Len is the number of jobs tracked.
 func (p *Projector) Len() int { return len(p.jobs) }
@@ -155,11 +167,17 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 			limit = p.fireLimit
 		}
 	}
+	if p.rev >= events.Revision4 {
+		p.sweep()
+	}
 	p.fire(limit)
 	if derr != nil {
 		p.rejectInput(derr)
 	} else {
 		p.apply()
+	}
+	if p.rev >= events.Revision4 { // (a rules input may have just moved the log to it)
+		p.match()
 	}
 	p.lastSeq = raw.Seq
 	// From revision 2 on, len(p.out) <= events.MaxDecisionsPerInput by
@@ -314,6 +332,10 @@ func (p *Projector) apply() {
 		p.emit(nil, events.KindTicked, events.ReasonOk, in.Actor)
 	case events.VerbRules:
 		p.rules()
+	case events.VerbSubmit:
+		p.submit()
+	case events.VerbPull:
+		p.pull()
 	case events.VerbCheckpoint:
 		if in.CheckpointSeq >= p.cause {
 			p.emit(nil, events.KindRejected, events.ReasonBadCheckpoint, in.Actor).Detail =
@@ -427,7 +449,7 @@ func (p *Projector) ack() {
 		j.ExpiresAt, reason = p.lifetimeCap(j, addTime(p.now, j.Duration))
 		p.schedule(j)
 		p.emit(j, events.KindAcked, reason, in.Actor)
-	case j.State == events.StateAckMissed:
+	case leaseState(j) == events.StateAckMissed:
 		p.late(j, events.ReasonAckAfterDeadline)
 	default:
 		p.ended(j)
@@ -440,7 +462,7 @@ func (p *Projector) renew(r *events.LeaseRef) {
 	if !ok {
 		return
 	}
-	switch j.State {
+	switch leaseState(j) {
 	case events.StateActive:
 	case events.StateOffered, events.StateAckMissed:
 		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
@@ -478,7 +500,7 @@ func (p *Projector) renew(r *events.LeaseRef) {
 	if r.LeaseMS != 0 {
 		dur = r.LeaseMS * 1e6
 		if dur < p.policy.MinLease || dur > p.policy.MaxLease {
-			p.emit(j, events.KindRejected, events.ReasonDurationOutOfPolicy, in.Actor)
+			p.emit(j, events.KindRejected, events.ReasonDurationOutOfPolicy, in.Actor).Detail = p.outOfPolicy("lease_ms", r.LeaseMS)
 			return
 		}
 	}
@@ -497,7 +519,7 @@ func (p *Projector) progress() {
 	if !ok {
 		return
 	}
-	switch j.State {
+	switch leaseState(j) {
 	case events.StateActive:
 	case events.StateOffered, events.StateAckMissed:
 		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
@@ -539,17 +561,18 @@ func (p *Projector) cancelAck() {
 	if !ok {
 		return
 	}
+	st := leaseState(j)
 	switch {
 	case j.CancelAck:
 		p.duplicate(j, events.ReasonDuplicateCancelAck)
-	case j.State == events.StateOffered || j.State == events.StateAckMissed:
+	case st == events.StateOffered || st == events.StateAckMissed:
 		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
-	case j.State == events.StateActive && !j.CancelReq:
+	case st == events.StateActive && !j.CancelReq:
 		p.emit(j, events.KindRejected, events.ReasonNoCancelRequested, in.Actor)
-	case j.State == events.StateActive:
+	case st == events.StateActive:
 		j.CancelAck = true
 		p.emit(j, events.KindCancelAcked, events.ReasonOk, in.Actor)
-	case j.State == events.StateExpired || j.State == events.StateUnresolved:
+	case st == events.StateExpired || st == events.StateUnresolved:
 		p.late(j, events.ReasonCancelAckAfterExpiry)
 	default:
 		p.ended(j)
@@ -562,7 +585,7 @@ func (p *Projector) result() {
 	if !ok {
 		return
 	}
-	switch j.State {
+	switch leaseState(j) {
 	case events.StateActive:
 		if j.CancelReq && in.Outcome == events.OutcomeSuccess {
 			p.emit(j, events.KindRejected, events.ReasonSuccessAfterCancel, in.Actor)
@@ -572,6 +595,8 @@ func (p *Projector) result() {
 		j.State = outcomeState(in.Outcome)
 		p.end(j, p.now)
 		p.emit(j, events.KindCompleted, events.ReasonOk, in.Actor)
+		retry := in.Outcome == events.OutcomeFailed && !in.Permanent
+		p.attemptEnd(j, events.ReasonAttemptFailed, retry, retry)
 	case events.StateOffered, events.StateAckMissed:
 		p.emit(j, events.KindRejected, events.ReasonNotAcked, in.Actor)
 	case events.StateCompleted, events.StateFailed, events.StateCancelled:
@@ -613,18 +638,21 @@ func (p *Projector) release() {
 	if !ok {
 		return
 	}
-	switch j.State {
+	switch leaseState(j) {
 	case events.StateOffered, events.StateActive:
 		if j.CancelReq {
 			p.emit(j, events.KindRejected, events.ReasonCancelRequested, in.Actor)
 			return
 		}
+		reason := events.ReasonReleased
 		if j.State == events.StateOffered {
 			j.AckState = events.AckDeclined
+			reason = events.ReasonOfferDeclined
 		}
 		j.State = events.StateReleased
 		p.end(j, p.now)
 		p.emit(j, events.KindReleased, events.ReasonOk, in.Actor)
+		p.attemptEnd(j, reason, false, true)
 	case events.StateReleased:
 		p.duplicate(j, events.ReasonDuplicateRelease)
 	case events.StateExpired:
@@ -641,6 +669,8 @@ func (p *Projector) newLeaseBlocked(j *job, leaseMS int64) bool {
 	reason := events.Reason("")
 	if j != nil {
 		switch {
+		case j.Queue != "":
+			reason = events.ReasonJobQueued
 		case j.Conflict:
 			reason = events.ReasonConflictPending
 		case j.State.Live():
@@ -653,37 +683,46 @@ func (p *Projector) newLeaseBlocked(j *job, leaseMS int64) bool {
 			reason = events.ReasonMaxGenerations
 		}
 	}
+	detail := ""
 	if reason == "" && leaseMS != 0 {
 		if d := leaseMS * 1e6; d < p.policy.MinLease || d > p.policy.MaxLease {
 			reason = events.ReasonDurationOutOfPolicy
+			detail = p.outOfPolicy("lease_ms", leaseMS)
 		}
 	}
 	if reason == "" {
 		return false
 	}
 	d := p.emit(j, events.KindRejected, reason, in.Actor)
+	d.Detail = detail
 	if j == nil {
 		d.Job.ID = in.Job
 	}
 	return true
 }
 
-// newLease starts the next generation of job id for holder.
-func (p *Projector) newLease(j *job, holder string, leaseMS int64) *job {
+// leaseDuration is the duration of a lease an offer or acquire asks for.
+func (p *Projector) leaseDuration(leaseMS int64) int64 {
+	if leaseMS != 0 {
+		return leaseMS * 1e6
+	}
+	return p.policy.DefaultLease
+}
+
+// newLease starts the next generation of job id for holder, of duration
+// dur. A queue job keeps its queue fields.
+func (p *Projector) newLease(j *job, holder string, dur int64) *job {
 	if j == nil {
 		j = &job{heapIdx: -1}
 		j.ID = strings.Clone(p.in.Job)
 		p.jobs[j.ID] = j
-	}
-	dur := p.policy.DefaultLease
-	if leaseMS != 0 {
-		dur = leaseMS * 1e6
 	}
 	if holder != j.Holder {
 		holder = strings.Clone(holder)
 	} else {
 		holder = j.Holder
 	}
+	old := j.Job
 	j.Job = events.Job{
 		ID:         j.ID,
 		LeaseID:    p.leaseID(j.ID),
@@ -691,6 +730,9 @@ func (p *Projector) newLease(j *job, holder string, leaseMS int64) *job {
 		Holder:     holder,
 		IssuedAt:   p.now,
 		Duration:   dur,
+	}
+	if old.Queue != "" {
+		copyQueue(&j.Job, &old)
 	}
 	return j
 }
@@ -701,7 +743,7 @@ func (p *Projector) offer() {
 	if p.newLeaseBlocked(j, in.LeaseMS) {
 		return
 	}
-	j = p.newLease(j, in.Holder, in.LeaseMS)
+	j = p.newLease(j, in.Holder, p.leaseDuration(in.LeaseMS))
 	j.State = events.StateOffered
 	j.AckState = events.AckPending
 	ackTimeout := p.policy.AckTimeout
@@ -719,7 +761,7 @@ func (p *Projector) acquire() {
 	if p.newLeaseBlocked(j, in.LeaseMS) {
 		return
 	}
-	j = p.newLease(j, in.Actor, in.LeaseMS)
+	j = p.newLease(j, in.Actor, p.leaseDuration(in.LeaseMS))
 	j.State = events.StateActive
 	j.AckState = events.AckAcquired
 	var reason events.Reason
@@ -731,7 +773,7 @@ func (p *Projector) acquire() {
 func (p *Projector) cancel() {
 	in := &p.in
 	j := p.lookup(in.Job)
-	if j == nil || j.Generation == 0 {
+	if j == nil || !j.Exists() {
 		d := p.emit(nil, events.KindRejected, events.ReasonNoSuchJob, in.Actor)
 		d.Job.ID = in.Job
 		return
@@ -759,6 +801,9 @@ func (p *Projector) cancel() {
 		j.Result = events.OutcomeCancelled
 		p.end(j, p.now)
 		p.emit(j, events.KindCancelRequested, events.ReasonOfferWithdrawn, j.Holder)
+		p.attemptEnd(j, "", false, false)
+	case j.State == events.StateQueued:
+		p.cancelQueued(j)
 	case j.State == events.StateActive && j.CancelReq:
 		p.duplicate(j, events.ReasonDuplicateCancel)
 	case j.State == events.StateActive:
@@ -775,7 +820,7 @@ func (p *Projector) cancel() {
 func (p *Projector) resolve() {
 	in := &p.in
 	j := p.lookup(in.Job)
-	if j == nil || j.Generation == 0 {
+	if j == nil || !j.Exists() {
 		d := p.emit(nil, events.KindRejected, events.ReasonNoSuchJob, in.Actor)
 		d.Job.ID = in.Job
 		return
@@ -797,7 +842,8 @@ func (p *Projector) resolve() {
 			return
 		}
 		reason := events.ReasonConflictCleared
-		if j.State.Live() {
+		live := j.State.Live()
+		if live {
 			j.State = events.StateRevoked
 			p.end(j, p.now)
 			reason = events.ReasonLeaseRevoked
@@ -805,6 +851,11 @@ func (p *Projector) resolve() {
 		j.Conflict, j.ConflictWith = false, ""
 		p.schedule(j) // no longer awaiting an operator: its retirement, if any
 		p.emit(j, events.KindResolved, reason, j.Holder)
+		if live {
+			p.attemptEnd(j, events.ReasonLeaseRevoked, true, true)
+		} else {
+			p.enqueue(j) // a queue job held by the conflict goes on
+		}
 	case events.ActionSettle:
 		if j.State != events.StateUnresolved {
 			p.emit(j, events.KindRejected, events.ReasonNothingToResolve, in.Actor)
@@ -814,6 +865,8 @@ func (p *Projector) resolve() {
 		j.State = outcomeState(in.Outcome)
 		p.schedule(j) // its retirement, counted from ended_at
 		p.emit(j, events.KindResolved, events.ReasonSettled, j.Holder)
+	case events.ActionRetry, events.ActionDiscard:
+		p.resolveDead(j)
 	default:
 		p.emit(j, events.KindRejected, events.ReasonBadEnum, in.Actor)
 	}
@@ -828,8 +881,10 @@ func (p *Projector) end(j *job, t int64) {
 
 // nextDeadline is the earliest deadline of a live lease, or, when a
 // retention is in force (retain > 0, revision 3 on), the retirement of a
-// job that can be retired: ended_at + retain.
-func nextDeadline(j *job, retain int64) (int64, bool) {
+// job that can be retired: ended_at + retain. A QUEUED job waiting for its
+// ready_at (after now) has it as a wake-up: firing it changes nothing, but
+// tells the coordinator to append a tick then, for matching to see it.
+func nextDeadline(j *job, retain, now int64) (int64, bool) {
 	switch j.State {
 	case events.StateOffered:
 		return j.AckDeadline, true
@@ -838,6 +893,11 @@ func nextDeadline(j *job, retain int64) (int64, bool) {
 			return j.CancelBy, true
 		}
 		return j.ExpiresAt, true
+	case events.StateQueued:
+		if !j.Conflict && j.ReadyAt > now {
+			return j.ReadyAt, true
+		}
+		return 0, false
 	}
 	if retain > 0 && retirable(&j.Job) {
 		return addTime(j.EndedAt, retain), true
@@ -847,7 +907,7 @@ func nextDeadline(j *job, retain int64) (int64, bool) {
 
 // schedule (re)places j in the deadline heap after its deadlines changed.
 func (p *Projector) schedule(j *job) {
-	d, ok := nextDeadline(j, p.policy.Retain)
+	d, ok := nextDeadline(j, p.policy.Retain, p.now)
 	if !ok {
 		p.unschedule(j)
 		return
@@ -868,8 +928,16 @@ func (p *Projector) unschedule(j *job) {
 
 // fire applies the deadlines at or before now, earliest first, ties by job
 // id: all of them when limit is negative, else at most limit.
+//
+// From revision 4 on the limit counts the decisions fired, not the
+// deadlines: a queue job's expiry may make two (the expiry, then its
+// requeue or DEAD end), and a QUEUED job's wake-up none.
 func (p *Projector) fire(limit int) {
-	for n := 0; len(p.heap) > 0 && p.heap[0].deadline <= p.now && n != limit; n++ {
+	byDecisions := p.rev >= events.Revision4
+	for n := 0; len(p.heap) > 0 && p.heap[0].deadline <= p.now; n++ {
+		if limit >= 0 && (byDecisions && len(p.out) >= limit || !byDecisions && n == limit) {
+			return
+		}
 		j := p.heap[0]
 		p.heap.remove(0)
 		_ = p.expire(j)
@@ -899,6 +967,9 @@ func (p *Projector) lookup(id string) *job {
 // whether that retired the job: the deadline of a job whose lease is no
 // longer live is its retirement (revision 3 on).
 func (p *Projector) expire(j *job) (retired bool) {
+	if j.State == events.StateQueued {
+		return false // a wake-up: matching sees the job ready from now on
+	}
 	if !j.State.Live() {
 		p.retire(j)
 		return true
@@ -911,17 +982,21 @@ func (p *Projector) expire(j *job) (retired bool) {
 		j.State = events.StateAckMissed
 		j.AckState = events.AckMissed
 		p.emit(j, events.KindAckMissed, events.ReasonAckDeadlinePassed, j.Holder)
+		p.attemptEnd(j, events.ReasonAckDeadlinePassed, true, true)
 	case j.CancelReq && t == j.ExpiresAt:
 		j.State = events.StateUnresolved
 		j.LeaseExpired = true
 		p.emit(j, events.KindUnresolved, events.ReasonExpiredCancelUnreconciled, j.Holder)
+		p.attemptEnd(j, "", false, false)
 	case j.CancelReq:
 		j.State = events.StateUnresolved
 		p.emit(j, events.KindUnresolved, events.ReasonCancelTimeout, j.Holder)
+		p.attemptEnd(j, "", false, false)
 	default:
 		j.State = events.StateExpired
 		j.LeaseExpired = true
 		p.emit(j, events.KindExpired, events.ReasonLeaseExpired, j.Holder)
+		p.attemptEnd(j, events.ReasonLeaseExpired, true, true)
 	}
 	return false
 }
@@ -930,8 +1005,21 @@ func (p *Projector) expire(j *job) (retired bool) {
 // carries its last projection, addressed to its last holder; its id is
 // unknown from now on (a new offer or acquire starts it again at generation
 // 1).
-func (p *Projector) retire(j *job) {
-	p.emit(j, events.KindRetired, events.ReasonRetentionPassed, j.Holder)
+func (p *Projector) retire(j *job) { p.retireFor(j, events.ReasonRetentionPassed) }
+
+// retireFor removes j from the projection with the given reason (the
+// retention, or an operator's discard of a DEAD job).
+func (p *Projector) retireFor(j *job, reason events.Reason) {
+	addressee := j.Holder
+	if j.Queue != "" {
+		addressee = j.Submitter
+		p.dequeue(j)
+		if q := p.queues[j.Queue]; q != nil {
+			q.jobs--
+			p.touched(q)
+		}
+	}
+	p.emit(j, events.KindRetired, reason, addressee)
 	delete(p.jobs, j.ID)
 	if p.changed != nil {
 		p.changed[j.ID] = events.Job{ID: j.ID} // gone
@@ -941,7 +1029,7 @@ func (p *Projector) retire(j *job) {
 // retirable reports whether j can be retired once its retention passes:
 // its lease ended, and it awaits no operator.
 func retirable(j *events.Job) bool {
-	return j.Generation > 0 && !j.State.Live() && j.State != events.StateUnresolved && !j.Conflict
+	return j.Exists() && !j.State.Live() && j.State != events.StateQueued && j.State != events.StateUnresolved && !j.Conflict
 }
 
 // retainAll puts the retirement of every job not live under the retention

@@ -22,7 +22,13 @@ import (
 // jobs of the decisions an input stream caused, with the cause and time of
 // the last one and the policy of the last policy_set one, give the same hash
 // as the fold of that input stream.
-func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job]) ([32]byte, error) {
+//
+// From revision 4 on the state also holds the standing capacity
+// announcements: each announcement caps yields replaces the one of its
+// worker and queue (give the capacity_set decisions: worker the addressee,
+// seq the cause), slots 0 removing it; those whose until is at or before
+// now are not standing, and are left out.
+func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity]) ([32]byte, error) {
 	q := New()
 	if base != nil {
 		if err := q.Restore(base); err != nil {
@@ -37,7 +43,7 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 		q.setRules(rules.Revision, rules.LeaseKey)
 	}
 	for j := range jobs {
-		if j.Generation == 0 {
+		if !j.Exists() {
 			delete(q.jobs, j.ID) // a job that does not exist (any more: retired)
 			continue
 		}
@@ -46,6 +52,16 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 			continue
 		}
 		q.jobs[j.ID] = &job{Job: j, heapIdx: -1}
+	}
+	if caps != nil {
+		for c := range caps {
+			qu := q.queueOf(c.Queue)
+			if c.Slots == 0 {
+				delete(qu.caps, c.Worker)
+				continue
+			}
+			qu.caps[c.Worker] = &capacity{slots: c.Slots, until: c.Until, seq: c.Seq}
+		}
 	}
 	return q.StateHash(), nil
 }

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/maknow/tenure/events"
 )
@@ -16,13 +17,20 @@ import (
 // Format 1 is the state under rules revision 1; format 2 (revision 2 on)
 // adds, right after the magic, the revision (uvarint) and the lease key
 // (events.LeaseKeyLen bytes); format 3 (revision 3 on) adds the policy's
-// retention (varint, ns) after max_generations. A state always encodes in
-// the format of its revision, so the state hash of a state of an earlier
-// revision never changed.
+// retention (varint, ns) after max_generations; format 4 (revision 4 on)
+// adds, after the policy, the standing capacity announcements (a count,
+// then per announcement, by queue then worker: queue and worker as
+// strings, slots uvarint, until varint, the pull's sequence uvarint), and
+// queue jobs: flag bit 4 marks one (bit 5: it has a payload), whose record
+// goes on with its queue fields (queueFields). A job outside any queue
+// encodes as in format 3. A state always encodes in the format of its
+// revision, so the state hash of a state of an earlier revision never
+// changed.
 const (
 	snapshotMagic  = "TNRSNAP1"
 	snapshotMagic2 = "TNRSNAP2"
 	snapshotMagic3 = "TNRSNAP3"
+	snapshotMagic4 = "TNRSNAP4"
 )
 
 // ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
@@ -50,6 +58,10 @@ func (p *Projector) Snapshot() []byte {
 // sequence, the time and the policy.
 func (p *Projector) appendHeader(b []byte) []byte {
 	switch {
+	case p.rev >= events.Revision4:
+		b = append(b, snapshotMagic4...)
+		b = binary.AppendUvarint(b, uint64(p.rev))
+		b = append(b, p.leaseKey[:]...)
 	case p.rev >= events.Revision3:
 		b = append(b, snapshotMagic3...)
 		b = binary.AppendUvarint(b, uint64(p.rev))
@@ -71,7 +83,24 @@ func (p *Projector) appendHeader(b []byte) []byte {
 	if p.rev >= events.Revision3 {
 		b = binary.AppendVarint(b, pol.Retain)
 	}
+	if p.rev >= events.Revision4 {
+		caps := p.Capacities()
+		b = binary.AppendUvarint(b, uint64(len(caps)))
+		for i := range caps {
+			c := &caps[i]
+			b = appendStr(b, c.Queue)
+			b = appendStr(b, c.Worker)
+			b = binary.AppendUvarint(b, c.Slots)
+			b = binary.AppendVarint(b, c.Until)
+			b = binary.AppendUvarint(b, c.Seq)
+		}
+	}
 	return b
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -92,7 +121,7 @@ func appendJob(b []byte, j *events.Job) []byte {
 	b = str(b, j.Holder)
 	b = str(b, j.ConflictWith)
 	var flags byte
-	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired} {
+	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired, j.Queue != "", j.HasPayload} {
 		if f {
 			flags |= 1 << i
 		}
@@ -104,8 +133,27 @@ func appendJob(b []byte, j *events.Job) []byte {
 	for _, v := range []int64{j.IssuedAt, j.Duration, j.ExpiresAt, j.AckDeadline, j.AckedAt, j.RenewAt, j.ProgressValue, j.ProgressAt, j.CancelAt, j.CancelBy, j.EndedAt} {
 		b = binary.AppendVarint(b, v)
 	}
+	if j.Queue != "" {
+		b = str(b, j.Queue)
+		b = str(b, j.Submitter)
+		b = str(b, j.Payload)
+		b = str(b, string(j.LastReason))
+		for _, v := range []uint64{uint64(j.Priority), j.MaxAttempts, j.SubmitSeq, j.Attempt} {
+			b = binary.AppendUvarint(b, v)
+		}
+		for _, v := range []int64{j.Backoff, j.BackoffMax, j.AttemptLease, j.AttemptAck, j.SubmittedAt, j.ReadyAt} {
+			b = binary.AppendVarint(b, v)
+		}
+	}
 	return b
 }
+
+// Queue fields of a format-4 job record: 4 strings, 4 uvarints, 6 varints.
+const (
+	queueStrs    = 4
+	queueUvarint = 4
+	queueVarint  = 6
+)
 
 // uvarintLen is the length of the shortest uvarint encoding of v.
 func uvarintLen(v uint64) int {
@@ -193,7 +241,7 @@ func (p *Projector) Restore(snap []byte) error {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	magic := string(snap[:len(snapshotMagic)])
-	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 {
+	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
@@ -206,8 +254,11 @@ func (p *Projector) Restore(snap []byte) error {
 	if magic != snapshotMagic {
 		// Format 2 is revision 2; format 3 is revision 3 on.
 		lo, hi, format := uint64(events.Revision2), uint64(events.Revision2), 2
-		if magic == snapshotMagic3 {
-			lo, hi, format = events.Revision3, events.CurrentRevision, 3
+		switch magic {
+		case snapshotMagic3:
+			lo, hi, format = events.Revision3, events.Revision3, 3
+		case snapshotMagic4:
+			lo, hi, format = events.Revision4, events.CurrentRevision, 4
 		}
 		rev := r.uvarint("revision")
 		key := r.bytes(events.LeaseKeyLen, "lease key")
@@ -226,11 +277,42 @@ func (p *Projector) Restore(snap []byte) error {
 		*f = r.varint("policy")
 	}
 	pol.MaxGenerations = r.uvarint("policy")
-	if magic == snapshotMagic3 {
+	format4 := magic == snapshotMagic4
+	if magic == snapshotMagic3 || format4 {
 		pol.Retain = r.varint("policy")
 	}
 	if r.err == nil && !validPolicy(pol) {
 		return fmt.Errorf("%w: policy out of range: %+v", ErrBadSnapshot, *pol)
+	}
+	var caps []Capacity
+	if format4 {
+		n := r.uvarint("capacity count")
+		if n > uint64(len(r.b)/7) {
+			return fmt.Errorf("%w: capacity count %d", ErrBadSnapshot, n)
+		}
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			var c Capacity
+			c.Queue = string(r.strBytes("capacity queue"))
+			c.Worker = string(r.strBytes("capacity worker"))
+			c.Slots = r.uvarint("capacity slots")
+			c.Until = r.varint("capacity until")
+			c.Seq = r.uvarint("capacity sequence")
+			caps = append(caps, c)
+		}
+		if r.err != nil {
+			return r.err
+		}
+		for i := range caps {
+			c := &caps[i]
+			switch {
+			case !events.ValidToken(c.Queue) || !events.ValidToken(c.Worker):
+				return fmt.Errorf("%w: capacity %q/%q: not valid tokens", ErrBadSnapshot, c.Queue, c.Worker)
+			case i > 0 && (caps[i-1].Queue > c.Queue || caps[i-1].Queue == c.Queue && caps[i-1].Worker >= c.Worker):
+				return fmt.Errorf("%w: capacities not sorted at %q/%q", ErrBadSnapshot, c.Queue, c.Worker)
+			case c.Slots == 0 || c.Slots > events.MaxSlots || c.Until <= q.now || c.Seq == 0 || c.Seq > q.lastSeq:
+				return fmt.Errorf("%w: capacity %q/%q out of range", ErrBadSnapshot, c.Queue, c.Worker)
+			}
+		}
 	}
 	n := r.uvarint("job count")
 	if n > uint64(len(r.b)/minJobBytes) {
@@ -244,6 +326,7 @@ func (p *Projector) Restore(snap []byte) error {
 	// once, then sliced.
 	slab := make([]job, n)
 	ends := make([]uint32, 0, 4*n)
+	var qstrs []string // queue jobs' strings, queueStrs per queue job in order
 	strs := make([]byte, 0, min(len(r.b), 32*int(n)))
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		j := &slab[i]
@@ -253,7 +336,7 @@ func (p *Projector) Restore(snap []byte) error {
 			ends = append(ends, uint32(len(strs)))
 		}
 		hdr := r.bytes(4, "job header")
-		if hdr[3]&^0xf != 0 {
+		if known := byte(0xf); format4 && hdr[3]&^0x3f != 0 || !format4 && hdr[3]&^known != 0 {
 			r.fail("job flags")
 		}
 		j.State, j.AckState, j.Result = events.State(hdr[0]), events.AckState(hdr[1]), events.Outcome(hdr[2])
@@ -277,6 +360,29 @@ func (p *Projector) Restore(snap []byte) error {
 		j.CancelAt = r.varint("job times")
 		j.CancelBy = r.varint("job times")
 		j.EndedAt = r.varint("job times")
+		if hdr[3]&0x10 != 0 {
+			j.qPos = -1 // a queue job: its strings are in qstrs (set below)
+			for range queueStrs {
+				qstrs = append(qstrs, string(r.strBytes("queue strings")))
+			}
+			j.HasPayload = hdr[3]&0x20 != 0
+			prio := r.uvarint("queue priority")
+			if prio > events.MaxPriority {
+				r.fail("queue priority")
+			}
+			j.Priority = int64(prio)
+			j.MaxAttempts = r.uvarint("queue counters")
+			j.SubmitSeq = r.uvarint("queue counters")
+			j.Attempt = r.uvarint("queue counters")
+			j.Backoff = r.varint("queue times")
+			j.BackoffMax = r.varint("queue times")
+			j.AttemptLease = r.varint("queue times")
+			j.AttemptAck = r.varint("queue times")
+			j.SubmittedAt = r.varint("queue times")
+			j.ReadyAt = r.varint("queue times")
+		} else if hdr[3]&0x20 != 0 {
+			r.fail("job flags")
+		}
 		if len(strs) > 1<<32-1 {
 			r.fail("job strings")
 		}
@@ -296,6 +402,11 @@ func (p *Projector) Restore(snap []byte) error {
 		e := ends[4*i : 4*i+4]
 		j.ID, j.LeaseID, j.Holder, j.ConflictWith = all[off:e[0]], all[e[0]:e[1]], all[e[1]:e[2]], all[e[2]:e[3]]
 		off = e[3]
+		if j.qPos == -1 {
+			j.Queue, j.Submitter, j.Payload, j.LastReason = qstrs[0], qstrs[1], qstrs[2], events.Reason(qstrs[3])
+			qstrs = qstrs[queueStrs:]
+			j.qPos = 0
+		}
 		if !events.ValidToken(j.ID) || strings.Compare(j.ID, prev) <= 0 {
 			return fmt.Errorf("%w: job ids not valid or not sorted at %q", ErrBadSnapshot, j.ID)
 		}
@@ -307,7 +418,14 @@ func (p *Projector) Restore(snap []byte) error {
 		}
 		prev = j.ID
 		q.jobs[j.ID] = j
-		if d, ok := nextDeadline(j, q.policy.Retain); ok {
+		if j.Queue != "" {
+			q.queueOf(j.Queue).jobs++
+			if j.State.Live() {
+				q.liveStart(j)
+			}
+			q.enqueue(j)
+		}
+		if d, ok := nextDeadline(j, q.policy.Retain, q.now); ok {
 			j.deadline, j.heapIdx = d, len(q.heap)
 			q.heap = append(q.heap, j)
 		}
@@ -317,6 +435,14 @@ func (p *Projector) Restore(snap []byte) error {
 	for i := len(q.heap)/2 - 1; i >= 0; i-- {
 		q.heap.down(i)
 	}
+	for i := range caps {
+		c := &caps[i]
+		qu := q.queueOf(c.Queue)
+		qu.caps[c.Worker] = &capacity{slots: c.Slots, until: c.Until, seq: c.Seq}
+		q.expiries.push(capExpiry{until: c.Until, queue: qu.name, owner: c.Worker, seq: c.Seq})
+		q.touched(qu)
+	}
+	q.pending = q.matchable()
 	*p = *q
 	p.restored = snap // the canonical encoding of this state, for Track
 	return nil
@@ -353,6 +479,12 @@ func invalidJob(j *events.Job) string {
 		return "state, ACK state or result out of range"
 	case j.Generation > events.MaxGenerations:
 		return "generation above the protocol's max_generations"
+	case j.Queue != "":
+		if why := invalidQueueJob(j); why != "" {
+			return why
+		}
+	case j.State == events.StateQueued || j.State == events.StateDead:
+		return "a queue state outside any queue"
 	case j.Generation == 0 && j.State != events.StateNone:
 		return "a lease state without a lease"
 	case j.Generation > 0 && (!events.ValidToken(j.LeaseID) || !events.ValidToken(j.Holder)):
@@ -365,6 +497,32 @@ func invalidJob(j *events.Job) string {
 		return "progress value out of range"
 	case j.Duration < 0 || j.Duration > events.MaxDurationMS*1e6:
 		return "lease duration out of range"
+	}
+	return ""
+}
+
+// invalidQueueJob says why a restored queue job's fields are not ones a
+// submit and the fold can produce ("" if they are).
+func invalidQueueJob(j *events.Job) string {
+	const lo, hi = events.MinDurationMS * 1e6, events.MaxDurationMS * 1e6
+	inRange := func(d int64) bool { return d >= lo && d <= hi }
+	switch {
+	case !events.ValidToken(j.Queue) || !events.ValidToken(j.Submitter):
+		return "queue or submitter not a valid token"
+	case j.Generation == 0 && j.State != events.StateQueued && j.State != events.StateCancelled:
+		return "a lease state without a lease"
+	case j.MaxAttempts < 1 || j.MaxAttempts > events.MaxAttempts || j.Attempt > j.MaxAttempts:
+		return "attempts out of range"
+	case !inRange(j.Backoff) || !inRange(j.BackoffMax) || j.Backoff > j.BackoffMax:
+		return "backoff out of range"
+	case j.AttemptLease != 0 && !inRange(j.AttemptLease), j.AttemptAck != 0 && !inRange(j.AttemptAck):
+		return "attempt durations out of range"
+	case len(j.Payload) > events.MaxPayloadBytes || !utf8.ValidString(j.Payload) || !j.HasPayload && j.Payload != "":
+		return "payload not valid"
+	case j.LastReason != "" && !j.LastReason.Known():
+		return "last reason not a reason code"
+	case j.SubmitSeq < 1 || j.SubmitSeq > events.MaxSeq:
+		return "submit sequence out of range"
 	}
 	return ""
 }
