@@ -30,7 +30,9 @@ import (
 //  4. once the whole body is read: required fields (missing_field: "v"
 //     first, then the verb's fields in canonical order, then the fields of
 //     each lease element in array order; an empty "leases" counts as
-//     missing) and then the consistency of a policy (bad_policy).
+//     missing) and then the consistency of a policy (bad_policy), of a
+//     submit's backoff_ms and backoff_max_ms, and of a result's permanent
+//     with its outcome (bad_value).
 //
 // Details of 3:
 //   - A body that does not start with '{' is not_object when its first byte
@@ -45,7 +47,14 @@ import (
 //     resolve is bad_enum whatever the action (only settle takes one).
 //   - A 257th lease is too_large as soon as it starts.
 //   - Strings may hold no control character, raw or escaped: U+0000 to
-//     U+001F (so no \n or \t either) and U+007F.
+//     U+001F (so no \n or \t either) and U+007F. A submit's payload
+//     (revision 4), which is opaque, is the exception: it may hold them
+//     escaped (JSON has no raw U+0000 to U+001F, still control_char) and
+//     U+007F raw.
+//   - Under a revision earlier than the one that adds a verb, a field or a
+//     resolve action (fieldSince, Verb.Since, Action.Since), it is what it
+//     was then: an unknown verb (bad_subject), an unknown field
+//     (unknown_field, never case_variant_key), an unknown name (bad_enum).
 
 // maxBodyDepth is the deepest nesting the decoder scans: the body object is
 // depth 1, a batch renew's "leases" array 2, a lease object 3. Values nested
@@ -89,11 +98,24 @@ const (
 	fInputSeq
 	fStateHash
 	fRetainMS // revision 3 on
+	// revision 4 on: submit (queue, priority, max_attempts, backoff_ms,
+	// backoff_max_ms, payload), pull (queue, slots, ttl_ms), result
+	// (permanent). Their canonical order is that of PROTOCOL.md §22 and
+	// §6.10, not the order of the constants (see AppendInputBody).
+	fQueue
+	fPriority
+	fMaxAttempts
+	fBackoffMS
+	fBackoffMaxMS
+	fPayload
+	fSlots
+	fTTLMS
+	fPermanent
 	bodyFieldCount
 )
 
 // bodyFieldSet has a bit per field.
-var _ [32 - bodyFieldCount]struct{}
+var _ [64 - bodyFieldCount]struct{}
 
 var bodyFieldNames = [bodyFieldCount]string{
 	fV:               "v",
@@ -125,14 +147,26 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fInputSeq:        "input_seq",
 	fStateHash:       "state_hash",
 	fRetainMS:        "retain_ms",
+	fQueue:           "queue",
+	fPriority:        "priority",
+	fMaxAttempts:     "max_attempts",
+	fBackoffMS:       "backoff_ms",
+	fBackoffMaxMS:    "backoff_max_ms",
+	fPayload:         "payload",
+	fSlots:           "slots",
+	fTTLMS:           "ttl_ms",
+	fPermanent:       "permanent",
 }
 
 // fieldSince is the first rules revision that knows field f: under an
 // earlier one its key is what it always was there, an unknown field (not
 // even a case variant of a known one).
 func fieldSince(f bodyField) uint32 {
-	if f == fRetainMS {
+	switch {
+	case f == fRetainMS:
 		return Revision3
+	case f >= fQueue:
+		return Revision4
 	}
 	return Revision1
 }
@@ -199,12 +233,30 @@ func lookupBodyField(k []byte) bodyField {
 		return fStateHash
 	case "retain_ms":
 		return fRetainMS
+	case "queue":
+		return fQueue
+	case "priority":
+		return fPriority
+	case "max_attempts":
+		return fMaxAttempts
+	case "backoff_ms":
+		return fBackoffMS
+	case "backoff_max_ms":
+		return fBackoffMaxMS
+	case "payload":
+		return fPayload
+	case "slots":
+		return fSlots
+	case "ttl_ms":
+		return fTTLMS
+	case "permanent":
+		return fPermanent
 	}
 	return fNone
 }
 
 // bodyFieldSet is a set of fields, one bit each.
-type bodyFieldSet uint32
+type bodyFieldSet uint64
 
 func (s bodyFieldSet) has(f bodyField) bool { return s&(1<<f) != 0 }
 
@@ -247,7 +299,12 @@ var (
 		VerbTick:       newBodySchema("tick", nil, fV, fActor, fJob, fSentAt),
 		VerbRules:      newBodySchema("rules", []bodyField{fRevision, fLeaseKey}, fV, fActor, fJob, fSentAt, fRevision, fLeaseKey),
 		VerbCheckpoint: newBodySchema("checkpoint", []bodyField{fInputSeq, fStateHash}, fV, fActor, fJob, fSentAt, fInputSeq, fStateHash),
+		VerbSubmit: newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
+			fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload),
+		VerbPull: newBodySchema("pull", []bodyField{fQueue, fSlots}, fV, fActor, fJob, fSentAt, fQueue, fSlots, fTTLMS),
 	}
+	// result4 is the result from revision 4 on: permanent, optional.
+	result4 = newBodySchema("result", []bodyField{fLeaseID, fGeneration, fOutcome}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fOutcome, fDetail, fPermanent)
 	// policy3 is the policy from revision 3 on: retain_ms, optional.
 	policy3     = newBodySchema("policy", policyFields, fV, fActor, fJob, fSentAt, fMinLeaseMS, fMaxLeaseMS, fDefaultLeaseMS, fAckTimeoutMS, fCancelTimeoutMS, fMaxLifetimeMS, fMaxGenerations, fRetainMS)
 	batchSchema = newBodySchema("batch renew", nil, fV, fActor, fJob, fSentAt, fLeases)
@@ -256,13 +313,16 @@ var (
 	// Resolve fields that only some actions use, and the ones each uses.
 	actionOnly = bodyFields(fHolder, fLeaseID, fGeneration, fOutcome)
 	actionUses = [...]bodyFieldSet{
-		ActionAffirm: bodyFields(fHolder, fLeaseID, fGeneration),
-		ActionRevoke: 0,
-		ActionSettle: bodyFields(fOutcome),
+		ActionAffirm:  bodyFields(fHolder, fLeaseID, fGeneration),
+		ActionRevoke:  0,
+		ActionSettle:  bodyFields(fOutcome),
+		ActionRetry:   0, // revision 4 on
+		ActionDiscard: 0, // revision 4 on
 	}
 	actionRequired = [...][]bodyField{
-		ActionAffirm: {fHolder, fLeaseID, fGeneration},
-		ActionSettle: {fOutcome},
+		ActionAffirm:  {fHolder, fLeaseID, fGeneration},
+		ActionSettle:  {fOutcome},
+		ActionDiscard: nil,
 	}
 )
 
@@ -341,6 +401,8 @@ func DecodeInputAt(subject string, body []byte, rev uint32, in *Input) error {
 		d.sch = batchSchema
 	case s.Verb == VerbPolicy && rev >= Revision3:
 		d.sch = policy3
+	case s.Verb == VerbResult && rev >= Revision4:
+		d.sch = result4
 	default:
 		d.sch = verbSchemas[s.Verb]
 	}
@@ -379,6 +441,9 @@ type inputDecoder struct {
 	elem  int          // index of the lease element being read; -1 outside
 	depth int          // depth a composite value of the current object would have
 	ctx   string       // name of the field whose value is being read
+	// opaque is set while the string of a payload (revision 4) is
+	// scanned: it may hold escaped control characters, and DEL raw.
+	opaque bool
 
 	sv   []byte // content of the last string scanned (aliases b or buf)
 	buf  []byte // scratch for strings with escapes
@@ -652,8 +717,59 @@ func (d *inputDecoder) field(f bodyField) bool {
 		in.CheckpointSeq, ok = d.seq()
 	case fStateHash:
 		ok = d.stateHash()
+	case fQueue:
+		in.Queue, ok = d.token()
+	case fPriority:
+		var v uint64
+		v, ok = d.bounded(0, MaxPriority, ReasonBadValue)
+		in.Priority = int64(v)
+	case fMaxAttempts:
+		in.MaxAttempts, ok = d.bounded(1, MaxAttempts, ReasonBadValue)
+	case fBackoffMS:
+		in.BackoffMS, ok = d.duration()
+	case fBackoffMaxMS:
+		in.BackoffMax, ok = d.duration()
+	case fPayload:
+		ok = d.payload()
+	case fSlots:
+		in.Slots, ok = d.bounded(0, MaxSlots, ReasonBadValue)
+	case fTTLMS:
+		// A duration with a lower ceiling: past it is bad_duration too.
+		var ms uint64
+		ms, ok = d.bounded(MinDurationMS, MaxCapacityTTL, ReasonBadDuration)
+		in.TTLMS = int64(ms)
+	case fPermanent:
+		in.Permanent, ok = d.boolean()
 	}
 	return ok
+}
+
+// payload reads a submit's payload: a string of at most MaxPayloadBytes
+// once unescaped. It is opaque, so unlike any other string it may hold
+// control characters (escaped: JSON has no raw U+0000..U+001F; DEL may be
+// raw). A value of another type is scanned as any other value.
+func (d *inputDecoder) payload() bool {
+	d.opaque = d.i < len(d.b) && d.b[d.i] == '"'
+	ok := d.str()
+	d.opaque = false
+	if !ok {
+		return false
+	}
+	if len(d.sv) > MaxPayloadBytes {
+		return d.failv(ReasonTooLarge, strconv.Itoa(len(d.sv))+" bytes, over "+strconv.Itoa(MaxPayloadBytes))
+	}
+	d.in.Payload, d.in.HasPayload = string(d.sv), true
+	return true
+}
+
+// boolean reads a JSON boolean.
+func (d *inputDecoder) boolean() (bool, bool) {
+	t := d.i < len(d.b) && d.b[d.i] == 't'
+	k, ok := d.value()
+	if ok && k != kBool {
+		return false, d.wrongType(k, "a boolean")
+	}
+	return t, ok
 }
 
 // leaseKey reads a lease key: LeaseKeyLen bytes as unpadded base64url.
@@ -826,7 +942,7 @@ func (d *inputDecoder) scanString() bool {
 			return true
 		case c == '\\':
 			return d.scanEscaped(start, i)
-		case c < 0x20 || c == 0x7f:
+		case c < 0x20 || c == 0x7f && !d.opaque:
 			d.i = i
 			return d.failv(ReasonControlChar, "raw control character in a string")
 		}
@@ -876,6 +992,10 @@ func (d *inputDecoder) scanEscaped(start, i int) bool {
 		case c == '"':
 			d.buf, d.sv, d.i = buf, buf, i+1
 			return true
+		case c == 0x7f && d.opaque:
+			buf = append(buf, c)
+			i++
+			continue
 		case c < 0x20 || c == 0x7f:
 			d.i = i
 			return d.failv(ReasonControlChar, "raw control character in a string")
@@ -899,7 +1019,11 @@ func (d *inputDecoder) scanEscaped(start, i int) bool {
 			buf = append(buf, e)
 			i += 2
 		case 'b', 'f', 'n', 'r', 't':
-			return d.failv(ReasonControlChar, "escaped control character in a string")
+			if !d.opaque {
+				return d.failv(ReasonControlChar, "escaped control character in a string")
+			}
+			buf = append(buf, jsonShortEscapes[e])
+			i += 2
 		case 'u':
 			r, ok := jsonHex4(b, i+2)
 			if !ok {
@@ -907,7 +1031,7 @@ func (d *inputDecoder) scanEscaped(start, i int) bool {
 			}
 			i += 6
 			switch {
-			case r < 0x20 || r == 0x7f:
+			case (r < 0x20 || r == 0x7f) && !d.opaque:
 				return d.failv(ReasonControlChar, "escaped control character in a string")
 			case r >= 0xDC00 && r < 0xE000:
 				return d.failv(ReasonInvalidUtf8, "lone low surrogate")
@@ -935,6 +1059,10 @@ func (d *inputDecoder) scanEscaped(start, i int) bool {
 	d.i = len(b)
 	return d.syntax("unterminated string")
 }
+
+// jsonShortEscapes maps the letter of an escape \b, \f, \n, \r or \t to
+// its control character (only a payload may hold one).
+var jsonShortEscapes = [256]byte{'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // jsonHex4 decodes the four hex digits at b[i:].
 func jsonHex4(b []byte, i int) (rune, bool) {
@@ -1248,7 +1376,15 @@ func (d *inputDecoder) action() bool {
 		a = ActionRevoke
 	case "settle":
 		a = ActionSettle
-	default:
+	case "retry":
+		a = ActionRetry
+	case "discard":
+		a = ActionDiscard
+	}
+	if a == ActionNone || a.Since() > d.rev {
+		if d.rev >= Revision4 {
+			return d.failv(ReasonBadEnum, "want affirm, revoke, settle, retry or discard")
+		}
 		return d.failv(ReasonBadEnum, "want affirm, revoke or settle")
 	}
 	// Fields read before the action that it does not use.
@@ -1429,6 +1565,22 @@ func (d *inputDecoder) finish() bool {
 			return d.fail(ReasonBadPolicy, "default_lease_ms", "above max_lease_ms")
 		case p.MaxLease > p.MaxLifetime:
 			return d.fail(ReasonBadPolicy, "max_lease_ms", "above max_lifetime_ms")
+		}
+	case VerbSubmit:
+		// The backoff's cap may not be below the first backoff, an absent
+		// one standing for its default; the field named is the one given.
+		lo, hi := in.BackoffMS, in.BackoffMax
+		switch {
+		case lo == 0 && hi != 0 && hi < DefaultBackoffMS:
+			return d.fail(ReasonBadValue, "backoff_max_ms", "below the default backoff_ms ("+strconv.Itoa(DefaultBackoffMS)+")")
+		case lo != 0 && hi == 0 && lo > DefaultBackoffMax:
+			return d.fail(ReasonBadValue, "backoff_ms", "above the default backoff_max_ms ("+strconv.Itoa(DefaultBackoffMax)+")")
+		case lo != 0 && hi != 0 && hi < lo:
+			return d.fail(ReasonBadValue, "backoff_max_ms", "below backoff_ms")
+		}
+	case VerbResult:
+		if d.seen.has(fPermanent) && in.Outcome != OutcomeFailed {
+			return d.fail(ReasonBadValue, "permanent", "only a FAILED result takes permanent")
 		}
 	}
 	return true

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/maknow/tenure/events"
 )
@@ -30,6 +31,8 @@ var (
 	sPolicy    = events.InputSubject(events.RoleOps, "disp-1", events.NoJob, events.VerbPolicy)
 	sPolicyC   = events.InputSubject(events.RoleCoord, "coord-1", events.NoJob, events.VerbPolicy)
 	sTick      = events.InputSubject(events.RoleCoord, "coord-1", events.NoJob, events.VerbTick)
+	sSubmit    = events.InputSubject(events.RoleOps, "disp-1", "job-1", events.VerbSubmit)
+	sPull      = events.InputSubject(events.RoleWorker, "w-7", events.NoJob, events.VerbPull)
 )
 
 // Identities of those subjects, the start of every want Input.
@@ -39,6 +42,7 @@ var (
 	idBatch  = events.Input{Role: events.RoleWorker, Actor: "w-7", Job: events.NoJob, Verb: events.VerbRenew}
 	idPolicy = events.Input{Role: events.RoleOps, Actor: "disp-1", Job: events.NoJob, Verb: events.VerbPolicy}
 	idTick   = events.Input{Role: events.RoleCoord, Actor: "coord-1", Job: events.NoJob, Verb: events.VerbTick}
+	idPull   = events.Input{Role: events.RoleWorker, Actor: "w-7", Job: events.NoJob, Verb: events.VerbPull}
 )
 
 func with(id events.Input, verb events.Verb, f func(*events.Input)) *events.Input {
@@ -214,6 +218,64 @@ var validCases = []decodeCase{
 		want: with(idTick, events.VerbNone, func(in *events.Input) { in.SentAt = unixNano("1970-01-01T00:29:59Z") })},
 	{name: "tick_sent_at_epoch", subject: sTick, body: `{"v":1,"sent_at":"1970-01-01T00:00:00Z"}`, want: with(idTick, events.VerbNone, nil)},
 	{name: "tick_body_at_size_limit", subject: sTick, body: padTo(events.MaxInputBytes), want: with(idTick, events.VerbNone, nil)},
+
+	// Revision 4: queues.
+	{name: "submit_minimal", subject: sSubmit, body: `{"v":1,"queue":"q-1"}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue = "q-1" })},
+	{name: "submit_full", subject: sSubmit,
+		body: `{"v":1,"actor":"disp-1","job":"job-1","sent_at":"2025-03-01T11:00:00Z","queue":"emails","priority":9,"max_attempts":1000,"backoff_ms":500,"backoff_max_ms":500,"lease_ms":60000,"ack_timeout_ms":5000,"payload":"{\"to\":\"a@b.example\"}"}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) {
+			in.SentAt = unixNano("2025-03-01T11:00:00Z")
+			in.Queue, in.Priority, in.MaxAttempts, in.BackoffMS, in.BackoffMax = "emails", events.MaxPriority, events.MaxAttempts, 500, 500
+			in.LeaseMS, in.AckTimeoutMS = 60000, 5000
+			in.Payload, in.HasPayload = `{"to":"a@b.example"}`, true
+		})},
+	{name: "submit_any_order", subject: sSubmit, body: `{"payload":"p","max_attempts":1,"queue":"q","v":1,"priority":0}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) {
+			in.Queue, in.MaxAttempts, in.Payload, in.HasPayload = "q", 1, "p", true
+		})},
+	{name: "submit_payload_empty", subject: sSubmit, body: `{"v":1,"queue":"q","payload":""}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue, in.HasPayload = "q", true })},
+	{name: "submit_payload_control_chars", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"a\n\t\r\b\f\u0000\u001F\u007f\"\\\/"}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) {
+			in.Queue, in.Payload, in.HasPayload = "q", "a\n\t\r\b\f\x00\x1f\x7f\"\\/", true
+		})},
+	{name: "submit_payload_raw_del", subject: sSubmit, body: "{\"v\":1,\"queue\":\"q\",\"payload\":\"a\x7fb\"}",
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue, in.Payload, in.HasPayload = "q", "a\x7fb", true })},
+	{name: "submit_payload_non_ascii", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"é😀\ud83d\ude00 日本\u00e9\u2028"}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue, in.Payload, in.HasPayload = "q", "é😀😀 日本é\u2028", true })},
+	{name: "submit_payload_max", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"` + strings.Repeat(`\u00e9`, events.MaxPayloadBytes/2) + `"}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) {
+			in.Queue, in.Payload, in.HasPayload = "q", strings.Repeat("é", events.MaxPayloadBytes/2), true
+		})},
+	{name: "submit_backoff_at_default_max", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_ms":3600000}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue, in.BackoffMS = "q", events.DefaultBackoffMax })},
+	{name: "submit_backoff_max_at_default_backoff", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_max_ms":1000}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue, in.BackoffMax = "q", events.DefaultBackoffMS })},
+	{name: "submit_backoff_max_30_days", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_ms":2592000000,"backoff_max_ms":2592000000}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) {
+			in.Queue, in.BackoffMS, in.BackoffMax = "q", events.MaxDurationMS, events.MaxDurationMS
+		})},
+	{name: "pull", subject: sPull, body: `{"v":1,"actor":"w-7","queue":"emails","slots":4,"ttl_ms":600000}`,
+		want: with(idPull, events.VerbNone, func(in *events.Input) { in.Queue, in.Slots, in.TTLMS = "emails", 4, events.MaxCapacityTTL })},
+	{name: "pull_withdraw", subject: sPull, body: `{"slots":0,"queue":"emails","v":1}`,
+		want: with(idPull, events.VerbNone, func(in *events.Input) { in.Queue = "emails" })},
+	{name: "pull_max_slots_min_ttl", subject: sPull, body: `{"v":1,"queue":"q","slots":256,"ttl_ms":1}`,
+		want: with(idPull, events.VerbNone, func(in *events.Input) { in.Queue, in.Slots, in.TTLMS = "q", events.MaxSlots, 1 })},
+	{name: "result_failed_permanent", subject: sResult, body: `{"v":1,"lease_id":"L-1","generation":2,"outcome":"FAILED","detail":"bad input","permanent":true}`,
+		want: with(idWorker, events.VerbResult, func(in *events.Input) {
+			in.LeaseID, in.Generation, in.Outcome, in.Text, in.Permanent = "L-1", 2, events.OutcomeFailed, "bad input", true
+		})},
+	{name: "result_permanent_before_outcome", subject: sResult, body: `{"permanent":true,"v":1,"lease_id":"L-1","generation":2,"outcome":"FAILED"}`,
+		want: with(idWorker, events.VerbResult, func(in *events.Input) {
+			in.LeaseID, in.Generation, in.Outcome, in.Permanent = "L-1", 2, events.OutcomeFailed, true
+		})},
+	{name: "result_failed_permanent_false", subject: sResult, body: `{"v":1,"lease_id":"L-1","generation":2,"outcome":"FAILED","permanent":false}`,
+		want: with(idWorker, events.VerbResult, func(in *events.Input) { in.LeaseID, in.Generation, in.Outcome = "L-1", 2, events.OutcomeFailed })},
+	{name: "resolve_retry", subject: sResolve, body: `{"v":1,"action":"retry","reason":"fixed the template"}`,
+		want: with(idOps, events.VerbResolve, func(in *events.Input) { in.Action, in.Text = events.ActionRetry, "fixed the template" })},
+	{name: "resolve_discard", subject: sResolve, body: `{"reason":"obsolete","action":"discard","v":1}`,
+		want: with(idOps, events.VerbResolve, func(in *events.Input) { in.Action, in.Text = events.ActionDiscard, "obsolete" })},
 }
 
 var errorCases = []decodeCase{
@@ -509,6 +571,82 @@ var errorCases = []decodeCase{
 	{name: "bad_policy_min_above_default", subject: sPolicy, body: `{"v":1,` + strings.Replace(policyOK, `"min_lease_ms":100`, `"min_lease_ms":30001`, 1) + `}`, code: events.ReasonBadPolicy, field: "default_lease_ms"},
 	{name: "bad_policy_default_above_max", subject: sPolicy, body: `{"v":1,` + strings.Replace(policyOK, `"default_lease_ms":30000`, `"default_lease_ms":3600001`, 1) + `}`, code: events.ReasonBadPolicy, field: "default_lease_ms"},
 	{name: "bad_policy_max_above_lifetime", subject: sPolicy, body: `{"v":1,` + strings.Replace(policyOK, `"max_lifetime_ms":86400000`, `"max_lifetime_ms":3599999`, 1) + `}`, code: events.ReasonBadPolicy, field: "max_lease_ms"},
+
+	// Revision 4: submit.
+	{name: "bad_subject_submit_without_job", subject: "tenure.in.ops.disp-1._.submit", body: `{"v":1,"queue":"q"}`, code: events.ReasonBadSubject, field: "job"},
+	{name: "wrong_role_worker_submit", subject: "tenure.in.worker.w-7.job-1.submit", body: `{"v":1,"queue":"q"}`, code: events.ReasonWrongRole},
+	{name: "missing_field_submit_queue", subject: sSubmit, body: `{"v":1,"priority":1}`, code: events.ReasonMissingField, field: "queue"},
+	{name: "missing_field_submit_v_first", subject: sSubmit, body: `{"priority":1}`, code: events.ReasonMissingField, field: "v"},
+	{name: "bad_token_queue", subject: sSubmit, body: `{"v":1,"queue":"a.b"}`, code: events.ReasonBadToken, field: "queue"},
+	{name: "bad_token_queue_reserved", subject: sSubmit, body: `{"v":1,"queue":"_"}`, code: events.ReasonBadToken, field: "queue"},
+	{name: "wrong_type_queue", subject: sSubmit, body: `{"v":1,"queue":7}`, code: events.ReasonWrongType, field: "queue"},
+	{name: "bad_value_priority_10", subject: sSubmit, body: `{"v":1,"queue":"q","priority":10}`, code: events.ReasonBadValue, field: "priority"},
+	{name: "bad_value_priority_negative", subject: sSubmit, body: `{"v":1,"queue":"q","priority":-1}`, code: events.ReasonBadValue, field: "priority"},
+	{name: "bad_number_priority_fraction", subject: sSubmit, body: `{"v":1,"queue":"q","priority":1.5}`, code: events.ReasonBadNumber, field: "priority"},
+	{name: "bad_value_max_attempts_zero", subject: sSubmit, body: `{"v":1,"queue":"q","max_attempts":0}`, code: events.ReasonBadValue, field: "max_attempts"},
+	{name: "bad_value_max_attempts_1001", subject: sSubmit, body: `{"v":1,"queue":"q","max_attempts":1001}`, code: events.ReasonBadValue, field: "max_attempts"},
+	{name: "bad_duration_backoff_zero", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_ms":0}`, code: events.ReasonBadDuration, field: "backoff_ms"},
+	{name: "bad_duration_backoff_max_over_30_days", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_max_ms":2592000001}`, code: events.ReasonBadDuration, field: "backoff_max_ms"},
+	{name: "bad_duration_submit_lease", subject: sSubmit, body: `{"v":1,"queue":"q","lease_ms":0}`, code: events.ReasonBadDuration, field: "lease_ms"},
+	{name: "bad_duration_submit_ack_timeout", subject: sSubmit, body: `{"v":1,"queue":"q","ack_timeout_ms":-5}`, code: events.ReasonBadDuration, field: "ack_timeout_ms"},
+	{name: "bad_value_backoff_max_below_backoff", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_max_ms":1999,"backoff_ms":2000}`, code: events.ReasonBadValue, field: "backoff_max_ms"},
+	{name: "bad_value_backoff_max_below_default_backoff", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_max_ms":999}`, code: events.ReasonBadValue, field: "backoff_max_ms"},
+	{name: "bad_value_backoff_above_default_max", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_ms":3600001}`, code: events.ReasonBadValue, field: "backoff_ms"},
+	{name: "missing_field_beats_backoffs", subject: sSubmit, body: `{"v":1,"backoff_ms":2000,"backoff_max_ms":1000}`, code: events.ReasonMissingField, field: "queue"},
+	{name: "bad_value_in_body_beats_backoffs", subject: sSubmit, body: `{"v":1,"queue":"q","backoff_ms":2000,"backoff_max_ms":1000,"priority":10}`, code: events.ReasonBadValue, field: "priority"},
+	{name: "too_large_payload", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"` + strings.Repeat("a", events.MaxPayloadBytes+1) + `"}`, code: events.ReasonTooLarge, field: "payload"},
+	{name: "too_large_payload_unescaped", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"` + strings.Repeat(`\u00e9`, events.MaxPayloadBytes/2) + `\n"}`, code: events.ReasonTooLarge, field: "payload"},
+	{name: "control_char_payload_raw", subject: sSubmit, body: "{\"v\":1,\"queue\":\"q\",\"payload\":\"a\x01\"}", code: events.ReasonControlChar, field: "payload"},
+	{name: "control_char_payload_raw_after_escape", subject: sSubmit, body: "{\"v\":1,\"queue\":\"q\",\"payload\":\"\\n\nb\"}", code: events.ReasonControlChar, field: "payload"},
+	{name: "control_char_payload_inside_other_type", subject: sSubmit, body: `{"v":1,"queue":"q","payload":["\n"]}`, code: events.ReasonControlChar, field: "payload"},
+	{name: "control_char_queue_escaped", subject: sSubmit, body: `{"v":1,"queue":"q\n"}`, code: events.ReasonControlChar, field: "queue"},
+	{name: "invalid_utf8_payload", subject: sSubmit, body: "{\"v\":1,\"queue\":\"q\",\"payload\":\"\\n\xff\"}", code: events.ReasonInvalidUtf8, field: "payload"},
+	{name: "invalid_utf8_payload_lone_surrogate", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"\u0000\udc00"}`, code: events.ReasonInvalidUtf8, field: "payload"},
+	{name: "syntax_payload_bad_escape", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"\a"}`, code: events.ReasonSyntaxError},
+	{name: "wrong_type_payload", subject: sSubmit, body: `{"v":1,"queue":"q","payload":{"to":"a"}}`, code: events.ReasonWrongType, field: "payload"},
+	{name: "null_value_payload", subject: sSubmit, body: `{"v":1,"queue":"q","payload":null}`, code: events.ReasonNullValue, field: "payload"},
+	{name: "unknown_field_slots_in_submit", subject: sSubmit, body: `{"v":1,"queue":"q","slots":1}`, code: events.ReasonUnknownField, field: "slots"},
+	{name: "unknown_field_holder_in_submit", subject: sSubmit, body: `{"v":1,"queue":"q","holder":"w-7"}`, code: events.ReasonUnknownField, field: "holder"},
+	{name: "case_variant_key_queue", subject: sSubmit, body: `{"v":1,"Queue":"q"}`, code: events.ReasonCaseVariantKey, field: "Queue"},
+	{name: "case_variant_key_payload_in_offer", subject: sOffer, body: `{"v":1,"holder":"w-7","PAYLOAD":"x"}`, code: events.ReasonCaseVariantKey, field: "PAYLOAD"},
+	{name: "unknown_field_queue_in_offer", subject: sOffer, body: `{"v":1,"holder":"w-7","queue":"q"}`, code: events.ReasonUnknownField, field: "queue"},
+	{name: "duplicate_key_payload", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"a","payload":"a"}`, code: events.ReasonDuplicateKey, field: "payload"},
+	{name: "identity_mismatch_actor_on_submit", subject: sSubmit, body: `{"v":1,"actor":"disp-2","queue":"q"}`, code: events.ReasonIdentityMismatch, field: "actor"},
+	{name: "identity_mismatch_job_on_submit", subject: sSubmit, body: `{"v":1,"job":"job-2","queue":"q"}`, code: events.ReasonIdentityMismatch, field: "job"},
+
+	// Revision 4: pull.
+	{name: "bad_subject_pull_with_job", subject: "tenure.in.worker.w-7.job-1.pull", body: `{"v":1,"queue":"q","slots":1}`, code: events.ReasonBadSubject, field: "job"},
+	{name: "wrong_role_ops_pull", subject: "tenure.in.ops.disp-1._.pull", body: `{"v":1,"queue":"q","slots":1}`, code: events.ReasonWrongRole},
+	{name: "missing_field_pull_queue", subject: sPull, body: `{"v":1,"slots":1}`, code: events.ReasonMissingField, field: "queue"},
+	{name: "missing_field_pull_slots", subject: sPull, body: `{"v":1,"queue":"q","ttl_ms":1000}`, code: events.ReasonMissingField, field: "slots"},
+	{name: "bad_value_slots_257", subject: sPull, body: `{"v":1,"queue":"q","slots":257}`, code: events.ReasonBadValue, field: "slots"},
+	{name: "bad_value_slots_negative", subject: sPull, body: `{"v":1,"queue":"q","slots":-1}`, code: events.ReasonBadValue, field: "slots"},
+	{name: "wrong_type_slots", subject: sPull, body: `{"v":1,"queue":"q","slots":"4"}`, code: events.ReasonWrongType, field: "slots"},
+	{name: "bad_duration_ttl_zero", subject: sPull, body: `{"v":1,"queue":"q","slots":1,"ttl_ms":0}`, code: events.ReasonBadDuration, field: "ttl_ms"},
+	{name: "bad_duration_ttl_over_ten_minutes", subject: sPull, body: `{"v":1,"queue":"q","slots":1,"ttl_ms":600001}`, code: events.ReasonBadDuration, field: "ttl_ms"},
+	{name: "unknown_field_payload_in_pull", subject: sPull, body: `{"v":1,"queue":"q","slots":1,"payload":"x"}`, code: events.ReasonUnknownField, field: "payload"},
+	{name: "unknown_field_ttl_in_renew", subject: sRenew, body: `{"v":1,` + renewOK + `,"ttl_ms":5000}`, code: events.ReasonUnknownField, field: "ttl_ms"},
+	{name: "identity_mismatch_job_on_pull", subject: sPull, body: `{"v":1,"job":"job-1","queue":"q","slots":1}`, code: events.ReasonIdentityMismatch, field: "job"},
+	{name: "identity_mismatch_actor_on_pull", subject: sPull, body: `{"v":1,"actor":"w-8","queue":"q","slots":1}`, code: events.ReasonIdentityMismatch, field: "actor"},
+
+	// Revision 4: a result's permanent.
+	{name: "bad_value_permanent_success", subject: sResult, body: `{"v":1,"lease_id":"L-1","generation":2,"outcome":"SUCCESS","permanent":true}`, code: events.ReasonBadValue, field: "permanent"},
+	{name: "bad_value_permanent_false_cancelled", subject: sResult, body: `{"v":1,"permanent":false,"lease_id":"L-1","generation":2,"outcome":"CANCELLED"}`, code: events.ReasonBadValue, field: "permanent"},
+	{name: "missing_field_beats_permanent", subject: sResult, body: `{"v":1,"lease_id":"L-1","generation":2,"permanent":true}`, code: events.ReasonMissingField, field: "outcome"},
+	{name: "bad_token_beats_permanent", subject: sResult, body: `{"v":1,"outcome":"SUCCESS","permanent":true,"lease_id":"L 1","generation":2}`, code: events.ReasonBadToken, field: "lease_id"},
+	{name: "wrong_type_permanent_string", subject: sResult, body: `{"v":1,"permanent":"true"}`, code: events.ReasonWrongType, field: "permanent"},
+	{name: "wrong_type_permanent_number", subject: sResult, body: `{"v":1,"permanent":1}`, code: events.ReasonWrongType, field: "permanent"},
+	{name: "null_value_permanent", subject: sResult, body: `{"v":1,"permanent":null}`, code: events.ReasonNullValue, field: "permanent"},
+	{name: "syntax_permanent_truncated", subject: sResult, body: `{"v":1,"permanent":tru}`, code: events.ReasonSyntaxError},
+	{name: "unknown_field_permanent_in_release", subject: sRelease, body: `{"v":1,"lease_id":"L-1","generation":2,"permanent":true}`, code: events.ReasonUnknownField, field: "permanent"},
+
+	// Revision 4: resolve retry and discard take no lease fields.
+	{name: "unknown_field_retry_holder", subject: sResolve, body: `{"v":1,"action":"retry","holder":"w-7"}`, code: events.ReasonUnknownField, field: "holder"},
+	{name: "unknown_field_discard_outcome_before_action", subject: sResolve, body: `{"v":1,"outcome":"FAILED","action":"discard"}`, code: events.ReasonUnknownField, field: "outcome"},
+	{name: "unknown_field_retry_generation_before_action", subject: sResolve, body: `{"v":1,"lease_id":"L-1","generation":1,"action":"retry"}`, code: events.ReasonUnknownField, field: "lease_id"},
+	{name: "unknown_field_discard_lease_id", subject: sResolve, body: `{"v":1,"action":"discard","lease_id":"L-1"}`, code: events.ReasonUnknownField, field: "lease_id"},
+	{name: "bad_enum_action_retry_case", subject: sResolve, body: `{"v":1,"action":"Retry"}`, code: events.ReasonBadEnum, field: "action"},
+	{name: "bad_enum_retry_success_before_action", subject: sResolve, body: `{"v":1,"outcome":"SUCCESS","action":"retry"}`, code: events.ReasonBadEnum, field: "outcome"},
 }
 
 // sentinels maps every decode reason to its sentinel.
@@ -657,19 +795,31 @@ func TestAppendInputBodyCanonical(t *testing.T) {
 		byName[c.name] = c.want
 	}
 	for name, want := range map[string]string{
-		"offer_full":               `{"v":1,"sent_at":"2025-03-01T11:00:00.5Z","holder":"w-7","lease_ms":30000,"ack_timeout_ms":5000}`,
-		"acquire_minimal":          `{"v":1}`,
-		"renew_single":             `{"v":1,"sent_at":"2025-03-01T11:00:00Z","lease_id":"L-1","generation":2,"renew_seq":5,"lease_ms":60000}`,
-		"renew_batch":              `{"v":1,"leases":[{"job":"a","lease_id":"L-1","generation":1,"renew_seq":1},{"job":"b","lease_id":"L-2","generation":9007199254740991,"renew_seq":3,"lease_ms":1500}]}`,
-		"progress_zero_with_note":  `{"v":1,"lease_id":"L-1","generation":1,"progress_seq":4,"value":0,"note":"50% \"done\" é😀 café/x 日本 \\"}`,
-		"cancel_bare":              `{"v":1}`,
-		"cancel_lease_reason":      `{"v":1,"lease_id":"L-1","generation":2,"reason":"operator asked"}`,
-		"result_cancelled":         `{"v":1,"lease_id":"L-1","generation":2,"outcome":"CANCELLED"}`,
-		"resolve_affirm":           `{"v":1,"action":"affirm","holder":"w-7","lease_id":"L-1","generation":3,"reason":"w-7 is right"}`,
-		"resolve_settle_cancelled": `{"v":1,"action":"settle","outcome":"CANCELLED"}`,
-		"resolve_revoke":           `{"v":1,"action":"revoke","reason":"stuck"}`,
-		"policy_default":           `{"v":1,` + policyOK + `}`,
-		"tick_sent_at_before_1970": `{"v":1,"sent_at":"1970-01-01T00:29:59Z"}`,
+		"offer_full":                    `{"v":1,"sent_at":"2025-03-01T11:00:00.5Z","holder":"w-7","lease_ms":30000,"ack_timeout_ms":5000}`,
+		"acquire_minimal":               `{"v":1}`,
+		"renew_single":                  `{"v":1,"sent_at":"2025-03-01T11:00:00Z","lease_id":"L-1","generation":2,"renew_seq":5,"lease_ms":60000}`,
+		"renew_batch":                   `{"v":1,"leases":[{"job":"a","lease_id":"L-1","generation":1,"renew_seq":1},{"job":"b","lease_id":"L-2","generation":9007199254740991,"renew_seq":3,"lease_ms":1500}]}`,
+		"progress_zero_with_note":       `{"v":1,"lease_id":"L-1","generation":1,"progress_seq":4,"value":0,"note":"50% \"done\" é😀 café/x 日本 \\"}`,
+		"cancel_bare":                   `{"v":1}`,
+		"cancel_lease_reason":           `{"v":1,"lease_id":"L-1","generation":2,"reason":"operator asked"}`,
+		"result_cancelled":              `{"v":1,"lease_id":"L-1","generation":2,"outcome":"CANCELLED"}`,
+		"resolve_affirm":                `{"v":1,"action":"affirm","holder":"w-7","lease_id":"L-1","generation":3,"reason":"w-7 is right"}`,
+		"resolve_settle_cancelled":      `{"v":1,"action":"settle","outcome":"CANCELLED"}`,
+		"resolve_revoke":                `{"v":1,"action":"revoke","reason":"stuck"}`,
+		"policy_default":                `{"v":1,` + policyOK + `}`,
+		"tick_sent_at_before_1970":      `{"v":1,"sent_at":"1970-01-01T00:29:59Z"}`,
+		"submit_minimal":                `{"v":1,"queue":"q-1"}`,
+		"submit_full":                   `{"v":1,"sent_at":"2025-03-01T11:00:00Z","queue":"emails","priority":9,"max_attempts":1000,"backoff_ms":500,"backoff_max_ms":500,"lease_ms":60000,"ack_timeout_ms":5000,"payload":"{\"to\":\"a@b.example\"}"}`,
+		"submit_any_order":              `{"v":1,"queue":"q","max_attempts":1,"payload":"p"}`,
+		"submit_payload_empty":          `{"v":1,"queue":"q","payload":""}`,
+		"submit_payload_control_chars":  `{"v":1,"queue":"q","payload":"a\u000a\u0009\u000d\u0008\u000c\u0000\u001f\u007f\"\\/"}`,
+		"submit_payload_non_ascii":      `{"v":1,"queue":"q","payload":"é😀😀 日本é "}`,
+		"pull":                          `{"v":1,"queue":"emails","slots":4,"ttl_ms":600000}`,
+		"pull_withdraw":                 `{"v":1,"queue":"emails","slots":0}`,
+		"result_failed_permanent":       `{"v":1,"lease_id":"L-1","generation":2,"outcome":"FAILED","detail":"bad input","permanent":true}`,
+		"result_failed_permanent_false": `{"v":1,"lease_id":"L-1","generation":2,"outcome":"FAILED"}`,
+		"resolve_retry":                 `{"v":1,"action":"retry","reason":"fixed the template"}`,
+		"resolve_discard":               `{"v":1,"action":"discard","reason":"obsolete"}`,
 	} {
 		in, ok := byName[name]
 		if !ok {
@@ -894,4 +1044,91 @@ func TestRetainLimits(t *testing.T) {
 			t.Errorf("revision %d, retain_ms %s: %v, want %s", c.rev, c.v, err, c.reason)
 		}
 	}
+}
+
+// Revision 4's verbs, fields and resolve actions are gated by the revision
+// DecodeInputAt is given, as those of revisions 2 and 3 are: under an
+// earlier revision a new verb is an unknown verb (bad_subject), a new field
+// an unknown field (never a case variant), a new action an unknown name
+// (bad_enum).
+func TestRevision4Gating(t *testing.T) {
+	const resultOK = `"lease_id":"L-1","generation":2,"outcome":"FAILED"`
+	for _, c := range []struct {
+		name    string
+		subject string
+		body    string
+		rev     uint32 // the first revision the input is valid in, or 0 for none
+		before  events.Reason
+		field   string // Field of the error before rev
+		after   events.Reason
+	}{
+		{"submit", sSubmit, `{"v":1,"queue":"q"}`, events.Revision4, events.ReasonBadSubject, "verb", ""},
+		{"pull", sPull, `{"v":1,"queue":"q","slots":1}`, events.Revision4, events.ReasonBadSubject, "verb", ""},
+		{"pull_with_job", "tenure.in.worker.w-7.job-1.pull", `{"v":1}`, 0, events.ReasonBadSubject, "verb", events.ReasonBadSubject},
+		{"permanent", sResult, `{"v":1,` + resultOK + `,"permanent":true}`, events.Revision4, events.ReasonUnknownField, "permanent", ""},
+		{"permanent_case_variant", sResult, `{"v":1,` + resultOK + `,"Permanent":true}`, 0, events.ReasonUnknownField, "Permanent", events.ReasonCaseVariantKey},
+		{"queue_case_variant_in_offer", sOffer, `{"v":1,"holder":"w-7","QUEUE":"q"}`, 0, events.ReasonUnknownField, "QUEUE", events.ReasonCaseVariantKey},
+		{"ttl_ms_in_renew", sRenew, `{"v":1,` + renewOK + `,"ttl_ms":5000}`, 0, events.ReasonUnknownField, "ttl_ms", events.ReasonUnknownField},
+		{"ttl_ms_case_variant_in_renew", sRenew, `{"v":1,` + renewOK + `,"TTL_ms":5000}`, 0, events.ReasonUnknownField, "TTL_ms", events.ReasonCaseVariantKey},
+		{"resolve_retry", sResolve, `{"v":1,"action":"retry"}`, events.Revision4, events.ReasonBadEnum, "action", ""},
+		{"resolve_discard", sResolve, `{"v":1,"action":"discard","reason":"x"}`, events.Revision4, events.ReasonBadEnum, "action", ""},
+		{"resolve_retry_holder", sResolve, `{"v":1,"holder":"w-7","action":"retry"}`, 0, events.ReasonBadEnum, "action", events.ReasonUnknownField},
+	} {
+		for rev := uint32(events.Revision1); rev <= events.CurrentRevision; rev++ {
+			var in events.Input
+			err := events.DecodeInputAt(c.subject, []byte(c.body), rev, &in)
+			want, field := c.before, c.field
+			if c.rev != 0 && rev >= c.rev {
+				want = ""
+			} else if rev >= events.Revision4 {
+				want = c.after
+				if want == events.ReasonBadSubject {
+					field = "job"
+				}
+				if c.name == "resolve_retry_holder" {
+					field = "holder"
+				}
+			}
+			var de *events.DecodeError
+			switch {
+			case want == "" && err != nil:
+				t.Errorf("%s under revision %d: %v", c.name, rev, err)
+			case want != "" && (!errors.As(err, &de) || de.Code != want || de.Field != field):
+				t.Errorf("%s under revision %d: %v, want %s on %q", c.name, rev, err, want, field)
+			}
+		}
+	}
+}
+
+// The payload is opaque: any valid UTF-8 string of at most MaxPayloadBytes
+// round-trips through AppendInputBody and DecodeInput, control characters
+// included, and an empty one is still a payload.
+func FuzzSubmitPayload(f *testing.F) {
+	for _, s := range []string{"", "x", "a\nb\tc\x00\x1f\x7f", `{"to":"a@b","n":[1,2]}`, "é😀 日本", "\u2028\u2029", "\\\"/",
+		strings.Repeat("é", events.MaxPayloadBytes/2), strings.Repeat("a", events.MaxPayloadBytes+1), "\xff", "\xed\xa0\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		in := events.Input{Role: events.RoleOps, Actor: "disp-1", Job: "job-1", Verb: events.VerbSubmit, Queue: "q", Payload: s, HasPayload: true}
+		body := events.AppendInputBody(nil, &in)
+		var got events.Input
+		err := events.DecodeInput(sSubmit, body, &got)
+		switch {
+		case !utf8.ValidString(s):
+			if !errors.Is(err, events.ErrInvalidUTF8) {
+				t.Fatalf("payload %q: %v, want invalid_utf8", s, err)
+			}
+		case len(s) > events.MaxPayloadBytes:
+			if !errors.Is(err, events.ErrTooLarge) {
+				t.Fatalf("payload of %d bytes: %v, want too_large", len(s), err)
+			}
+		case err != nil:
+			t.Fatalf("payload %q in %s: %v", s, body, err)
+		case !sameInput(&got, &in):
+			t.Fatalf("payload %q in %s: decoded %q", s, body, got.Payload)
+		}
+		if !json.Valid(body) && utf8.ValidString(s) {
+			t.Fatalf("AppendInputBody wrote invalid JSON: %s", body)
+		}
+	})
 }

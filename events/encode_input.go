@@ -20,19 +20,25 @@ import (
 //	progress    lease_id, generation, progress_seq, value, note
 //	cancel      lease_id, generation, reason
 //	cancel_ack  lease_id, generation
-//	result      lease_id, generation, outcome, detail
+//	result      lease_id, generation, outcome, detail, permanent (revision 4; only when true)
 //	release     lease_id, generation
 //	resolve     action, holder, lease_id, generation (affirm), outcome (settle), reason
+//	            (retry and discard, revision 4: action, reason)
 //	policy      min_lease_ms, max_lease_ms, default_lease_ms, ack_timeout_ms,
 //	            cancel_timeout_ms, max_lifetime_ms, max_generations,
 //	            retain_ms (revision 3; only when not zero)
 //	tick        (nothing)
 //	rules       revision, lease_key
 //	checkpoint  input_seq, state_hash
+//	submit      queue, priority, max_attempts, backoff_ms, backoff_max_ms,
+//	            lease_ms, ack_timeout_ms, payload (revision 4)
+//	pull        queue, slots, ttl_ms (revision 4)
 //
-// Required fields are always written; optional ones (lease_ms,
-// ack_timeout_ms, the texts, a cancel's lease_id and generation) only when not
-// zero. The body never repeats the actor or job: identity is the subject's.
+// Required fields are always written (a pull's slots even when 0); optional
+// ones (lease_ms, ack_timeout_ms, the texts, a cancel's lease_id and
+// generation, a submit's priority, max_attempts and backoffs, a pull's
+// ttl_ms) only when not zero, and a payload exactly when in.HasPayload (an
+// empty payload is a payload). The body never repeats the actor or job: identity is the subject's.
 // Policy durations are written in milliseconds (in.Policy holds nanoseconds).
 //
 // AppendInputBody does not validate in: an Input that DecodeInput would not
@@ -89,6 +95,9 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = appendLease(dst, in.LeaseID, in.Generation)
 		dst = appendStrField(dst, "outcome", in.Outcome.String())
 		dst = appendOptStrField(dst, "detail", in.Text)
+		if in.Permanent { // revision 4 on
+			dst = append(appendKey(dst, "permanent"), "true"...)
+		}
 	case VerbResolve:
 		dst = appendStrField(dst, "action", in.Action.String())
 		switch in.Action {
@@ -124,6 +133,23 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = append(dst, '"')
 		dst = hex.AppendEncode(dst, in.StateHash[:])
 		dst = append(dst, '"')
+	case VerbSubmit:
+		dst = appendStrField(dst, "queue", in.Queue)
+		dst = appendOptIntField(dst, "priority", in.Priority)
+		if in.MaxAttempts != 0 {
+			dst = appendUintField(dst, "max_attempts", in.MaxAttempts)
+		}
+		dst = appendOptIntField(dst, "backoff_ms", in.BackoffMS)
+		dst = appendOptIntField(dst, "backoff_max_ms", in.BackoffMax)
+		dst = appendOptIntField(dst, "lease_ms", in.LeaseMS)
+		dst = appendOptIntField(dst, "ack_timeout_ms", in.AckTimeoutMS)
+		if in.HasPayload {
+			dst = appendStrField(dst, "payload", in.Payload)
+		}
+	case VerbPull:
+		dst = appendStrField(dst, "queue", in.Queue)
+		dst = appendUintField(dst, "slots", in.Slots)
+		dst = appendOptIntField(dst, "ttl_ms", in.TTLMS)
 	}
 	return append(dst, '}')
 }
@@ -167,8 +193,8 @@ func appendOptIntField(dst []byte, name string, v int64) []byte {
 }
 
 // appendJSONString appends s as a JSON string. '"' and '\\' are escaped, as
-// are control characters (as \u00XX, which DecodeInput rejects); every other
-// byte, even invalid UTF-8, is copied as is.
+// are control characters (as \u00XX, which DecodeInput rejects except in a
+// payload); every other byte, even invalid UTF-8, is copied as is.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')

@@ -39,7 +39,8 @@ func FuzzDecodeInput(f *testing.F) {
 		err2 := events.DecodeInput(subject, body, &again)
 		dirty := events.Input{Role: events.RoleOps, Actor: "x", Job: "y", Verb: events.VerbTick, SentAt: 7, Holder: "h", LeaseID: "l",
 			Generation: 1, RenewSeq: 2, ProgressSeq: 3, Value: 4, LeaseMS: 5, AckTimeoutMS: 6, Outcome: 1, Action: 1, Text: "t",
-			Policy: events.DefaultPolicy(), Leases: []events.LeaseRef{{Job: "old", LeaseID: "old", Generation: 1, RenewSeq: 1, LeaseMS: 1}, {Job: "old"}}}
+			Policy: events.DefaultPolicy(), Leases: []events.LeaseRef{{Job: "old", LeaseID: "old", Generation: 1, RenewSeq: 1, LeaseMS: 1}, {Job: "old"}},
+			Queue: "q", Priority: 1, MaxAttempts: 2, BackoffMS: 3, BackoffMax: 4, Payload: "p", HasPayload: true, Slots: 5, TTLMS: 6, Permanent: true}
 		err3 := events.DecodeInput(subject, body, &dirty)
 		if errText(err) != errText(err2) || errText(err) != errText(err3) {
 			t.Fatalf("not deterministic: %v / %v / %v", err, err2, err3)
@@ -164,6 +165,8 @@ func FuzzParseInputSubject(f *testing.F) {
 		"tenure.in.worker.w1.j1.acquire.x", "tenure.in.worker.w1.j1", "tenure.in.worker..j1.ack", "tenure.in.worker.w 1.j1.ack",
 		"tenure.in.boss.w1.j1.ack", "tenure.out.worker.w1.j1.ack", "tenure.in.worker.w1.j1.ACK", "", ".....",
 		"tenure.in.worker." + strings.Repeat("a", 65) + ".j.ack", "tenure.in.coord.c.j1.tick", "tenure.in.worker.w1.j1.steal",
+		"tenure.in.coord.c._.rules", "tenure.in.coord.c._.checkpoint", "tenure.in.ops.o.j1.submit", "tenure.in.ops.o._.submit",
+		"tenure.in.worker.w1._.pull", "tenure.in.worker.w1.j1.pull", "tenure.in.ops.o._.pull", "tenure.in.worker.w1.j1.submit",
 	} {
 		f.Add(s)
 	}
@@ -200,9 +203,9 @@ func FuzzParseInputSubject(f *testing.F) {
 // input subject, else the reason code of its rejection.
 func referenceSubject(subject string) string {
 	roles := map[string][]string{
-		"worker": {"acquire", "ack", "renew", "progress", "cancel_ack", "result", "release"},
-		"ops":    {"offer", "cancel", "resolve", "policy"},
-		"coord":  {"tick", "policy"},
+		"worker": {"acquire", "ack", "renew", "progress", "cancel_ack", "result", "release", "pull"},
+		"ops":    {"offer", "cancel", "resolve", "policy", "submit"},
+		"coord":  {"tick", "policy", "rules", "checkpoint"},
 	}
 	verbs := map[string]bool{}
 	for _, vs := range roles {
@@ -227,7 +230,7 @@ func referenceSubject(subject string) string {
 	}
 	role, actor, job, verb := tok[2], tok[3], tok[4], tok[5]
 	_, roleOK := roles[role]
-	jobLess := verb == "tick" || verb == "policy"
+	jobLess := verb == "tick" || verb == "policy" || verb == "rules" || verb == "checkpoint" || verb == "pull"
 	switch {
 	case !roleOK, !token(actor), !verbs[verb]:
 		return "bad_subject"
