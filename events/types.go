@@ -583,6 +583,7 @@ type Job struct {
 	Queue        string
 	Submitter    string // the ops actor that submitted it
 	Priority     int64  // 0..MaxPriority, higher first
+	Turn         uint64 // its submitter's jobs QUEUED in the queue when it was submitted: fairness across submitters
 	MaxAttempts  uint64 // attempt budget
 	Backoff      int64  // first retry's backoff (ns)
 	BackoffMax   int64  // backoff cap (ns)

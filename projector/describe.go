@@ -73,6 +73,9 @@ func DescribeJob(j *events.Job, o MatrixOptions) string {
 		if j.Priority != 0 {
 			w("pri=", strconv.FormatInt(j.Priority, 10))
 		}
+		if j.Turn != 0 {
+			w("turn=", strconv.FormatUint(j.Turn, 10))
+		}
 		w("attempt=", strconv.FormatUint(j.Attempt, 10), "/", strconv.FormatUint(j.MaxAttempts, 10))
 		if j.State == events.StateQueued {
 			w("ready=", o.time(j.ReadyAt))

@@ -271,7 +271,7 @@ func (s *queueSpec) diff(j *events.Job) string {
 
 // copyQueue copies the queue fields of src into dst (a new lease keeps them).
 func copyQueue(dst, src *events.Job) {
-	dst.Queue, dst.Submitter, dst.Priority = src.Queue, src.Submitter, src.Priority
+	dst.Queue, dst.Submitter, dst.Priority, dst.Turn = src.Queue, src.Submitter, src.Priority, src.Turn
 	dst.MaxAttempts, dst.Backoff, dst.BackoffMax = src.MaxAttempts, src.Backoff, src.BackoffMax
 	dst.AttemptLease, dst.AttemptAck = src.AttemptLease, src.AttemptAck
 	dst.Payload, dst.HasPayload = src.Payload, src.HasPayload
@@ -301,7 +301,9 @@ func (p *Projector) submit() {
 		case f != "":
 			p.emit(j, events.KindRejected, events.ReasonSubmitConflicts, in.Actor).Detail = f + " differs from the job's submit (input " + u64(j.SubmitSeq) + ")"
 		default:
-			p.duplicate(j, events.ReasonDuplicateSubmit)
+			// Not counted among the lease's duplicates: a submit is no
+			// message about a lease.
+			p.emit(j, events.KindDuplicate, events.ReasonDuplicateSubmit, in.Actor)
 		}
 		return
 	}
@@ -321,8 +323,14 @@ func (p *Projector) submit() {
 	j.Payload, j.HasPayload = strings.Clone(spec.payload), spec.hasPayload
 	j.State = events.StateQueued
 	j.SubmittedAt, j.SubmitSeq, j.ReadyAt = p.now, p.cause, p.now
+	q := p.queueOf(j.Queue)
+	if s := q.subs[j.Submitter]; s != nil {
+		for i := range s.ready {
+			j.Turn += uint64(len(s.ready[i]))
+		}
+	}
 	p.jobs[j.ID] = j
-	p.queueOf(j.Queue).jobs++
+	q.jobs++
 	p.enqueue(j)
 	p.emit(j, events.KindSubmitted, events.ReasonOk, in.Actor)
 }
@@ -415,18 +423,23 @@ func (p *Projector) matchable() bool {
 	return false
 }
 
-// pickJob is the queue's next job to offer, if any is ready.
+// pickJob is the queue's next job to offer, if any is ready: at the
+// highest priority that has one, each submitter's earliest ready job (by
+// ready_at, then submit_seq) competes, and the least turn wins (then the
+// least ready_at, then submit_seq). A job's turn is how many of its
+// submitter's jobs were queued before it, so submitters take turns: one
+// submitter's flood of a thousand jobs has turns 0 to 999, and another
+// submitter's job submitted later, turn 0, goes after the flood's first.
 func (q *queue) pickJob(now int64) *job {
 	for pr := events.MaxPriority; pr >= 0; pr-- {
 		var best *job
-		bestLive := 0
 		for _, s := range q.subs {
 			h := s.ready[pr]
 			if len(h) == 0 || h[0].ReadyAt > now {
 				continue
 			}
-			if best == nil || s.live < bestLive || s.live == bestLive && readyLess(h[0], best) {
-				best, bestLive = h[0], s.live
+			if c := h[0]; best == nil || c.Turn < best.Turn || c.Turn == best.Turn && readyLess(c, best) {
+				best = c
 			}
 		}
 		if best != nil {
@@ -512,7 +525,11 @@ func (p *Projector) attemptEnd(j *job, reason events.Reason, counted, retry bool
 	p.schedule(j)
 	p.enqueue(j)
 	d := p.emit(j, events.KindRequeued, reason, j.Submitter)
-	d.Detail = "attempt " + u64(j.Attempt) + " of " + u64(j.MaxAttempts) + " ended; ready at " + events.FormatTime(j.ReadyAt)
+	if counted {
+		d.Detail = "attempt " + u64(j.Attempt) + " of " + u64(j.MaxAttempts) + " ended; ready at " + events.FormatTime(j.ReadyAt)
+	} else {
+		d.Detail = "not counted (" + u64(j.Attempt) + " of " + u64(j.MaxAttempts) + " attempts so far); ready at once"
+	}
 	if j.Conflict {
 		d.Detail += "; held until an operator clears the ownership conflict"
 	}

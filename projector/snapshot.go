@@ -138,7 +138,7 @@ func appendJob(b []byte, j *events.Job) []byte {
 		b = str(b, j.Submitter)
 		b = str(b, j.Payload)
 		b = str(b, string(j.LastReason))
-		for _, v := range []uint64{uint64(j.Priority), j.MaxAttempts, j.SubmitSeq, j.Attempt} {
+		for _, v := range []uint64{uint64(j.Priority), j.Turn, j.MaxAttempts, j.SubmitSeq, j.Attempt} {
 			b = binary.AppendUvarint(b, v)
 		}
 		for _, v := range []int64{j.Backoff, j.BackoffMax, j.AttemptLease, j.AttemptAck, j.SubmittedAt, j.ReadyAt} {
@@ -148,10 +148,10 @@ func appendJob(b []byte, j *events.Job) []byte {
 	return b
 }
 
-// Queue fields of a format-4 job record: 4 strings, 4 uvarints, 6 varints.
+// Queue fields of a format-4 job record: 4 strings, 5 uvarints, 6 varints.
 const (
 	queueStrs    = 4
-	queueUvarint = 4
+	queueUvarint = 5
 	queueVarint  = 6
 )
 
@@ -371,6 +371,7 @@ func (p *Projector) Restore(snap []byte) error {
 				r.fail("queue priority")
 			}
 			j.Priority = int64(prio)
+			j.Turn = r.uvarint("queue counters")
 			j.MaxAttempts = r.uvarint("queue counters")
 			j.SubmitSeq = r.uvarint("queue counters")
 			j.Attempt = r.uvarint("queue counters")
@@ -521,7 +522,7 @@ func invalidQueueJob(j *events.Job) string {
 		return "payload not valid"
 	case j.LastReason != "" && !j.LastReason.Known():
 		return "last reason not a reason code"
-	case j.SubmitSeq < 1 || j.SubmitSeq > events.MaxSeq:
+	case j.SubmitSeq < 1 || j.SubmitSeq > events.MaxSeq || j.Turn > events.MaxSeq:
 		return "submit sequence out of range"
 	}
 	return ""
