@@ -16,3 +16,10 @@ func SetJob(p *Projector, j events.Job) {
 		cur.Job = j
 	}
 }
+
+// SetOfferLimit lowers, for tests, the offers one input's matching makes
+// (events.MaxOffersPerInput).
+func SetOfferLimit(p *Projector, n int) { p.offerLimit = n }
+
+// Matchable reports whether some queue has a ready job and a free slot.
+func Matchable(p *Projector) bool { return p.matchable() }
