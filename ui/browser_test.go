@@ -505,12 +505,7 @@ func TestBrowserBoard(t *testing.T) {
 			t.Errorf("%s's state cell %q, want %q", job, got, state)
 		}
 	}
-	// Every column inside the window: nothing to scroll sideways, the last
-	// column's right edge inside the table's frame.
-	fit := eval[[]float64](board, `(w => [w.scrollWidth, w.clientWidth, document.querySelector('#board thead th:last-child').getBoundingClientRect().right, w.getBoundingClientRect().right, window.innerWidth])(document.querySelector('.tablewrap'))`)
-	if fit[0] > fit[1] || fit[2] > fit[3] || fit[3] > fit[4] {
-		t.Errorf("the board does not fit 1,400 pixels: table %v wide in a frame of %v, last column ends at %v, the frame at %v, the window %v", fit[0], fit[1], fit[2], fit[3], fit[4])
-	}
+	board.checkFits1400()
 	// The other way round.
 	board.do(chromedp.Evaluate[chromedp.Void](`(s => { s.value = '-id'; s.dispatchEvent(new Event('change')) })(document.querySelector('#f-sort'))`))
 	board.wait("the descending order", `new URLSearchParams(location.search).get('sort') === '-id' && document.querySelector('#board-rows tr[data-job]').dataset.job === 'fail-1'`)
@@ -542,6 +537,24 @@ func TestBrowserBoard(t *testing.T) {
 	for _, tb := range []*tab{board, page, audit} {
 		tb.checkConsole()
 	}
+}
+
+// checkFits1400 checks that every column of the board in tb, a tab with a
+// 1,400-pixel viewport, is inside the window: nothing to scroll sideways,
+// the last column's right edge inside the table's frame.
+func (tb *tab) checkFits1400() {
+	tb.t.Helper()
+	fit := eval[[]float64](tb, `(w => [w.scrollWidth, w.clientWidth, document.querySelector('#board thead th:last-child').getBoundingClientRect().right, w.getBoundingClientRect().right, window.innerWidth])(document.querySelector('.tablewrap'))`)
+	if fit[4] != 1400 {
+		tb.t.Fatalf("the window is %v pixels wide, want 1,400", fit[4])
+	}
+	if fit[0] > fit[1] || fit[2] > fit[3] || fit[3] > fit[4] {
+		tb.t.Errorf("the board does not fit 1,400 pixels: table %v wide in a frame of %v, last column ends at %v, the frame at %v, the window %v", fit[0], fit[1], fit[2], fit[3], fit[4])
+	}
+	// The table fills its frame: what it needs at the least is its width at
+	// min-content (set and reset before the page draws again).
+	least := eval[float64](tb, `(b => { b.style.width = 'min-content'; const w = b.offsetWidth; b.style.width = ''; return w })(document.querySelector('#board'))`)
+	tb.t.Logf("the board in 1,400 pixels: table %v wide (%v at the least) in a frame of %v, last column ends at %v, the frame at %v", fit[0], least, fit[1], fit[2], fit[3])
 }
 
 // The job page's timeline zooms to one generation: a generation of a

@@ -420,9 +420,10 @@ func TestPartitionedResume(t *testing.T) {
 }
 
 // The pages of a partitioned deployment in a headless Chromium: the board
-// has a Part column with every job's partition, the job page names the
-// job's partition, and the anomalies feed shows the partition of each
-// entry.
+// has a Part column with every job's partition, and every column inside a
+// 1,400-pixel window (TestBrowserBoard's measurement, with its rows of the
+// widest state cells); the job page names the job's partition, and the anomalies feed
+// shows the partition of each entry.
 func TestBrowserPartitioned(t *testing.T) {
 	bctx := browser(t)
 	const count = 3
@@ -437,10 +438,21 @@ func TestBrowserPartitioned(t *testing.T) {
 	if _, v := e.decide("worker.w2."+job+".acquire", `{"v":1,"lease_ms":300000}`); v == "granted/ok" {
 		t.Fatalf("second acquire: %s", v)
 	}
+	// TestBrowserBoard's rows of the widest state cells: an offer withdrawn
+	// (CANCELLED) and a failure (FAILED, result FAILED).
+	e.decide("ops.disp.export-1.offer", `{"v":1,"holder":"w3","lease_ms":300000}`)
+	if _, v := e.decide("ops.disp.export-1.cancel", `{"v":1,"reason":"customer withdrew"}`); v != "cancel_requested/offer_withdrawn" {
+		t.Fatalf("cancel of the offer: %s", v)
+	}
+	e.decide("worker.w4.fail-1.acquire", `{"v":1,"lease_ms":600000}`)
+	l := e.row("fail-1").LeaseID
+	e.decide("worker.w4.fail-1.result", `{"v":1,"lease_id":"`+l+`","generation":1,"outcome":"FAILED"}`)
 
 	board := newTab(t, bctx, "board")
+	board.do(chromedp.EmulateViewport(1400, 900))
 	board.do(chromedp.Navigate(e.url + "/"))
-	board.wait("the board", fmt.Sprintf(`document.querySelectorAll('#board-rows tr[data-job]').length === %d`, len(jobs)))
+	board.wait("the board", fmt.Sprintf(`document.querySelectorAll('#board-rows tr[data-job]').length === %d`, len(jobs)+2))
+	board.checkFits1400()
 	if h := eval[string](board, `[...document.querySelectorAll('#board thead th')].map((th) => th.textContent).join(',')`); !strings.HasPrefix(h, "Job,Part,State,") {
 		t.Fatalf("board header: %s", h)
 	}

@@ -261,7 +261,7 @@ func TestAuditCheckpoints(t *testing.T) {
 	}
 	defer stop()
 	// settle waits until every input is decided and the stored snapshot is
-	// the one c1's last checkpoint claims, three polls in a row (a
+	// the one c1's last checkpoint claims, at every poll for 100 ms (a
 	// checkpoint is appended right after the input that made it due).
 	settled := func() bool {
 		ii, err1 := h.In.Info(ctx)
@@ -284,16 +284,19 @@ func TestAuditCheckpoints(t *testing.T) {
 	}
 	settle := func() {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for stable := 0; stable < 3; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the coordinator did not settle: %+v", c.Stats())
+		var since time.Time // settled() has held at every poll since
+		if err := testutil.Poll(30*time.Second, func() error {
+			switch {
+			case !settled():
+				since = time.Time{}
+			case since.IsZero():
+				since = time.Now()
+			case time.Since(since) >= 100*time.Millisecond:
+				return nil
 			}
-			if settled() {
-				stable++
-			} else {
-				stable = 0
-			}
+			return errNotYet
+		}); err != nil {
+			t.Fatalf("the coordinator did not settle: %+v", c.Stats())
 		}
 	}
 	settle()
@@ -502,24 +505,19 @@ func partitionedDeployment(t *testing.T, srv *embedded.Server, count uint32) (js
 			t.Errorf("group: %v", err)
 		}
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		caughtUp := true
+	if err := testutil.Poll(60*time.Second, func() error {
 		for k, st := range g.Stats() {
 			ii, err1 := hs[k].In.Info(ctx)
 			oi, err2 := hs[k].Out.Info(ctx)
 			if err1 != nil || err2 != nil || !st.Live || st.InputsFolded != ii.State.LastSeq || st.DecisionsStored != oi.State.LastSeq {
-				caughtUp = false
+				return errNotYet
 			}
 		}
-		if caughtUp {
-			return js, jobs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the group did not decide every partition: %+v", g.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("the group did not decide every partition: %+v", g.Stats())
 	}
+	return js, jobs
 }
 
 // partitionSections splits the output of an audit of a partitioned

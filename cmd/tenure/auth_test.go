@@ -17,6 +17,7 @@ import (
 
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	sdk "github.com/maknow/tenure/worker"
 )
 
@@ -173,16 +174,8 @@ func TestAuthServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dnc.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := dnc.Request("tenure.status.coord", nil, time.Second)
-		if err == nil && strings.Contains(string(resp.Data), `"live":true`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("coordinator not live: %v\n%s", err, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testutil.Poll(30*time.Second, func() error { return statusLive(dnc, "tenure.status.coord") }); err != nil {
+		t.Fatalf("coordinator not live: %v\n%s", err, logs.String())
 	}
 	if resp, err := dnc.Request("$SRV.PING.tenure", nil, 5*time.Second); err != nil || !strings.Contains(string(resp.Data), "tenure") {
 		t.Fatalf("$SRV.PING.tenure: %v", err)
@@ -237,6 +230,8 @@ func TestAuthServe(t *testing.T) {
 		t.Fatalf("acquire: %v", err)
 	}
 	first := l2.Expires()
+	// Time must pass here: past the lease of 900 ms, which only renewals
+	// keep (the test proves they do, and that nothing ends the lease).
 	time.Sleep(1200 * time.Millisecond)
 	if l2.Context().Err() != nil || !l2.Expires().After(first) {
 		t.Fatalf("lease not renewed: %v", context.Cause(l2.Context()))
@@ -255,19 +250,11 @@ func TestAuthServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = wnc.Flush()
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "the permissions violation of w1 publishing as w2", func() bool {
 		mu.Lock()
-		n := len(violations)
-		mu.Unlock()
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("w1 publishing as w2: no permissions violation")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(violations) > 0
+	})
 	mu.Lock()
 	if !errors.Is(violations[0], nats.ErrPermissionViolation) {
 		t.Errorf("w1 publishing as w2: %v", violations[0])
@@ -370,18 +357,16 @@ func TestAuthServePartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dnc.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for k := range count {
-		for {
-			resp, err := dnc.Request(fmt.Sprintf("tenure.status.coord.%d", k), nil, time.Second)
-			if err == nil && strings.Contains(string(resp.Data), `"live":true`) {
-				break
+	ready := 0 // partitions 0 to ready-1 said they are live
+	if err := testutil.Poll(30*time.Second, func() error {
+		for ; ready < count; ready++ {
+			if err := statusLive(dnc, fmt.Sprintf("tenure.status.coord.%d", ready)); err != nil {
+				return fmt.Errorf("partition %d not live: %w", ready, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("partition %d not live: %v\n%s", k, err, logs.String())
-			}
-			time.Sleep(20 * time.Millisecond)
 		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
 	}
 	var out, errb bytes.Buffer
 	if code := run(ctx, append([]string{"status", "--nats-url", url}, flags(disp)...), &out, &errb); code != 0 || strings.Contains(out.String(), "no live coordinator") {
@@ -436,6 +421,8 @@ func TestAuthServePartitioned(t *testing.T) {
 		t.Fatal("w1: no offer")
 	}
 	_ = w1.Close()
+	// Time must pass here: a violation is reported asynchronously, and the
+	// test proves none comes (there is no event to wait on).
 	time.Sleep(100 * time.Millisecond)
 	mu.Lock()
 	if len(violations) != 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // tenureProc is a tenure process started by a test.
@@ -72,17 +73,10 @@ func serveProc(t *testing.T, bin, dir, id string) (*tenureProc, string) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := nc.Request("tenure.status."+id, nil, time.Second)
-		if err == nil && strings.Contains(string(resp.Data), `"live":true`) {
-			return p, url
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("coordinator %s not live: %v\n%s", id, err, p.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testutil.Poll(30*time.Second, func() error { return statusLive(nc, "tenure.status."+id) }); err != nil {
+		t.Fatalf("coordinator %s not live: %v\n%s", id, err, p.stderr.String())
 	}
+	return p, url
 }
 
 // acquire publishes an acquire of job by worker (a lease of 10 minutes)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // serveForLog runs tenure serve with args (embedded, snapshots every 5
@@ -63,28 +65,22 @@ func acquireAndSnapshot(t *testing.T, nc *nats.Conn, from, n int) {
 		}
 		last = ack.Sequence
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if err := testutil.Poll(20*time.Second, func() error {
 		resp, err := nc.Request("tenure.status.c1", nil, time.Second)
+		if err != nil {
+			return err
+		}
 		var st struct {
 			Live bool   `json:"live"`
 			Snap uint64 `json:"snapshot_input_seq"`
 		}
-		if err == nil && json.Unmarshal(resp.Data, &st) == nil && st.Live && st.Snap+10 >= last {
-			return
+		if json.Unmarshal(resp.Data, &st) == nil && st.Live && st.Snap+10 >= last {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot near input %d: %v %s", last, err, respData(resp))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return fmt.Errorf("%s", resp.Data)
+	}); err != nil {
+		t.Fatalf("no snapshot near input %d: %v", last, err)
 	}
-}
-
-func respData(m *nats.Msg) string {
-	if m == nil {
-		return ""
-	}
-	return string(m.Data)
 }
 
 // README's retention of the log, through the commands: tenure serve

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
@@ -38,6 +40,24 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// errNotYet is the error of a testutil.Poll check whose failure the
+// caller reports itself.
+var errNotYet = errors.New("not yet")
+
+// statusLive asks a coordinator's status service (subject
+// tenure.status.<id>, or tenure.status.<id>.<partition>) whether it is
+// live: nil if it says so, else why not.
+func statusLive(nc *nats.Conn, subject string) error {
+	resp, err := nc.Request(subject, nil, time.Second)
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if !strings.Contains(string(resp.Data), `"live":true`) {
+		return fmt.Errorf("%s: %s", subject, resp.Data)
+	}
+	return nil
+}
+
 // `tenure serve` with the embedded server: it logs where to connect, a
 // worker acquiring a lease gets its verdict, and SIGINT (ctx) stops it with
 // exit status 0.
@@ -50,7 +70,6 @@ func TestServeEmbedded(t *testing.T) {
 		done <- run(ctx, []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1"}, &bytes.Buffer{}, &stderr)
 	}()
 	url := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
-	deadline := time.Now().Add(20 * time.Second)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -59,15 +78,8 @@ func TestServeEmbedded(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	// The status service says when the coordinator is live (streams created,
 	// default policy appended).
-	for {
-		resp, err := nc.Request("tenure.status.c1", nil, time.Second)
-		if err == nil && strings.Contains(string(resp.Data), `"live":true`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("coordinator not live: %v\n%s", err, stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testutil.Poll(20*time.Second, func() error { return statusLive(nc, "tenure.status.c1") }); err != nil {
+		t.Fatalf("coordinator not live: %v\n%s", err, stderr.String())
 	}
 	ack, err := js.Publish(ctx, "tenure.in.worker.w1.report-42.acquire", []byte(`{"v":1,"lease_ms":30000}`))
 	if err != nil {

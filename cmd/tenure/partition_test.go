@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -45,24 +46,22 @@ func TestPartitionedCommands(t *testing.T) {
 		}
 	}()
 	url := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
-	deadline := time.Now().Add(20 * time.Second)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	for k := range count {
-		for {
-			resp, err := nc.Request(fmt.Sprintf("tenure.status.c1.%d", k), nil, time.Second)
-			if err == nil && strings.Contains(string(resp.Data), `"live":true`) {
-				break
+	ready := 0 // partitions 0 to ready-1 said they are live
+	if err := testutil.Poll(20*time.Second, func() error {
+		for ; ready < count; ready++ {
+			if err := statusLive(nc, fmt.Sprintf("tenure.status.c1.%d", ready)); err != nil {
+				return fmt.Errorf("partition %d not live: %w", ready, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("partition %d not live: %v\n%s", k, err, stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
 		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	cmd := func(want int, args ...string) string {
 		t.Helper()
@@ -136,21 +135,16 @@ func TestPartitionedCommands(t *testing.T) {
 	go func() {
 		watchDone <- run(ctx, []string{"watch", "--nats-url", url, "--kind", "offered", "-n", fmt.Sprint(len(jobs))}, &live, &live)
 	}()
-	for {
+	if err := testutil.Poll(20*time.Second, func() error {
 		now := consumers()
-		following := 0
 		for k := range now {
-			if now[k] > base[k] {
-				following++
+			if now[k] <= base[k] {
+				return fmt.Errorf("consumers %v, before %v", now, base)
 			}
 		}
-		if following == count {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watch does not follow every partition: consumers %v, before %v", now, base)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("watch does not follow every partition: %v", err)
 	}
 
 	// Operator commands.

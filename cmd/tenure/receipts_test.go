@@ -15,6 +15,7 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/receipt"
 	sdk "github.com/maknow/tenure/worker"
 )
@@ -45,12 +46,13 @@ func startDeployment(t *testing.T, data string) *deployment {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for !c.Stats().Live {
-		if time.Now().After(deadline) {
-			t.Fatalf("coordinator not live: %+v", c.Stats())
+	if err := testutil.Poll(20*time.Second, func() error {
+		if st := c.Stats(); !st.Live {
+			return fmt.Errorf("%+v", st)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("coordinator not live: %v", err)
 	}
 	d := &deployment{srv: srv, nc: nc}
 	var stopped bool

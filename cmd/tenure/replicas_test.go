@@ -55,24 +55,22 @@ func TestServeDefaultReplicas(t *testing.T) {
 			topo := streams.Topology{}
 			for _, name := range []string{topo.InputStream(), topo.DecisionStream()} {
 				var got int
-				deadline := time.Now().Add(time.Minute)
-				for {
+				if err := testutil.Poll(time.Minute, func() error {
 					rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 					s, err := js.Stream(rctx, name)
 					rcancel()
 					if err == nil {
 						got = s.CachedInfo().Config.Replicas
-						break
+						return nil
 					}
 					select {
 					case code := <-done:
 						t.Fatalf("serve exited %d:\n%s", code, stderr.String())
 					default:
 					}
-					if time.Now().After(deadline) {
-						t.Fatalf("no stream %s: %v\n%s", name, err, stderr.String())
-					}
-					time.Sleep(100 * time.Millisecond)
+					return err
+				}); err != nil {
+					t.Fatalf("no stream %s: %v\n%s", name, err, stderr.String())
 				}
 				if got != c.want {
 					t.Errorf("%s has %d replicas, want %d", name, got, c.want)

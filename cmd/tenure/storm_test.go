@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 var (
@@ -183,16 +184,17 @@ func TestExpiryStorm(t *testing.T) {
 	}
 	lastSeq := func(s jetstream.Stream) uint64 {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); ; {
+		var seq uint64
+		if err := testutil.Poll(time.Minute, func() error { // an error: the server is restarting
 			info, err := s.Info(ctx)
 			if err == nil {
-				return info.State.LastSeq
+				seq = info.State.LastSeq
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("stream info: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond) // the server is restarting
+			return err
+		}); err != nil {
+			t.Fatalf("stream info: %v", err)
 		}
+		return seq
 	}
 	inputs := lastSeq(in)
 	if inputs < uint64(n) {
@@ -200,19 +202,21 @@ func TestExpiryStorm(t *testing.T) {
 	}
 	serve.kill(t)
 
-	// Every lease falls due while no coordinator runs.
+	// Every lease falls due while no coordinator runs (time must pass
+	// here: the test is of expiries that fell due in the outage).
 	time.Sleep(time.Until(acquired.Add(lease + 500*time.Millisecond)))
 	serve = startServe(t, dir, port, "--sync", "interval")
 	// grants: every input so far has exactly one decision (rules, policy,
 	// grants); then the expiries come, MaxFiredPerInput per tick.
 	killAt := inputs + uint64(n)/3
-	deadline := time.Now().Add(5 * time.Minute)
 	var stored uint64
-	for stored = lastSeq(out); stored < killAt; stored = lastSeq(out) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the decision stream stays at %d (waiting for %d):\n%s", stored, killAt, serve.log.String())
+	if err := testutil.Poll(5*time.Minute, func() error {
+		if stored = lastSeq(out); stored < killAt {
+			return errNotYet
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("the decision stream stays at %d (waiting for %d):\n%s", stored, killAt, serve.log.String())
 	}
 	serve.kill(t)
 	t.Logf("SIGKILLed with at least %d decisions stored (%d inputs, %d leases: about %d decisions in all)", stored, inputs, n, inputs+uint64(n)+uint64(n)/events.MaxFiredPerInput+1)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // waitLog waits for re's first group in a log buffer.
@@ -30,30 +31,32 @@ func waitLog(t *testing.T, b *syncBuffer, re *regexp.Regexp) string {
 // the command exits first, and waits up to 30 s.
 func waitServing(t *testing.T, b *syncBuffer, done <-chan int, re *regexp.Regexp) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if m := re.FindStringSubmatch(b.String()); m != nil {
-			return m[1]
+	var m []string
+	if err := testutil.Poll(30*time.Second, func() error {
+		if m = re.FindStringSubmatch(b.String()); m != nil {
+			return nil
 		}
 		select {
 		case code := <-done:
 			t.Fatalf("exited with %d before %v was logged:\n%s", code, re, b.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %v in the log:\n%s", re, b.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return errNotYet
+	}); err != nil {
+		t.Fatalf("no %v in the log:\n%s", re, b.String())
 	}
+	return m[1]
 }
 
 // getJSON polls url until ok accepts its status and decoded body.
 func getJSON(t *testing.T, url string, ok func(code int, body map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var body map[string]any
-		code := 0
+	var (
+		body map[string]any
+		code int
+	)
+	if err := testutil.Poll(20*time.Second, func() error {
+		body, code = nil, 0
 		if resp, err := http.Get(url); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -61,13 +64,13 @@ func getJSON(t *testing.T, url string, ok func(code int, body map[string]any) bo
 			_ = json.Unmarshal(b, &body)
 		}
 		if ok(code, body) {
-			return body
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %v", url, code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return fmt.Errorf("%d %v", code, body)
+	}); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
+	return body
 }
 
 // `tenure serve --http` serves the web UI, /healthz and /metrics next to

@@ -21,6 +21,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/cluster"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
@@ -128,14 +129,18 @@ func TestUpRefusesDirInUse(t *testing.T) {
 	if err := c.Nodes[0].Start(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		b, _ := os.ReadFile(c.Nodes[0].LogPath())
-		if strings.Count(string(b), "node ready") == 2 {
-			break
+	var b []byte // the node's log
+	notReady := func() { t.Fatalf("the node did not start again under the lock:\n%s", tail(b, 2000)) }
+	if testutil.Poll(time.Minute, func() error {
+		if b, _ = os.ReadFile(c.Nodes[0].LogPath()); strings.Count(string(b), "node ready") == 2 {
+			return nil
 		}
-		if !c.Nodes[0].Running() || time.Now().After(deadline) {
-			t.Fatalf("the node did not start again under the lock:\n%s", tail(b, 2000))
+		if !c.Nodes[0].Running() {
+			notReady() // it exited: it will not be ready
 		}
+		return errNotYet
+	}) != nil {
+		notReady()
 	}
 	if err := c.WaitLeaders(ctx, time.Minute); err != nil {
 		t.Fatalf("after the node's restart: %v", err)
@@ -240,21 +245,21 @@ func TestClusterPartitions(t *testing.T) {
 		msg := nats.NewMsg(events.InputSubject(events.RoleWorker, fmt.Sprintf("w%d", i%5), job, verb))
 		msg.Data = []byte(body)
 		id := fmt.Sprintf("%s-%s", job, verb)
-		var last error
-		for range 100 {
+		var ack *jetstream.PubAck
+		// Poll, not WaitFor: the load publishes from its own goroutine.
+		if err := testutil.Poll(time.Minute, func() error {
 			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-			ack, err := js.PublishMsg(pctx, msg, jetstream.WithMsgID(id))
-			pcancel()
-			if err == nil {
-				mu.Lock()
-				acks = append(acks, acked{ack.Stream, ack.Sequence, msg.Subject + "." + fmt.Sprint(events.PartitionOf(job, c.Partitions())), msg.Data})
-				mu.Unlock()
-				return nil
-			}
-			last = err
-			time.Sleep(100 * time.Millisecond)
+			defer pcancel()
+			var err error
+			ack, err = js.PublishMsg(pctx, msg, jetstream.WithMsgID(id))
+			return err
+		}); err != nil {
+			return fmt.Errorf("publish %s %s: %w", job, verb, err)
 		}
-		return fmt.Errorf("publish %s %s: %w", job, verb, last)
+		mu.Lock()
+		acks = append(acks, acked{ack.Stream, ack.Sequence, msg.Subject + "." + fmt.Sprint(events.PartitionOf(job, c.Partitions())), msg.Data})
+		mu.Unlock()
+		return nil
 	}
 	for i := range 100 {
 		if err := publish(i, events.VerbAcquire, `{"v":1,"lease_ms":600000}`); err != nil {
@@ -274,18 +279,18 @@ func TestClusterPartitions(t *testing.T) {
 	// The two processes share the partitions: the first one up hands
 	// partitions over until each leads two.
 	balanced := time.Now()
-	for {
+	if err := testutil.Poll(20*ttl, func() error {
+		leaders := c.Leaders(ctx, js)
 		n := map[string]int{}
-		for _, l := range c.Leaders(ctx, js) {
+		for _, l := range leaders {
 			n[l]++
 		}
 		if n["c1"] == 2 && n["c2"] == 2 {
-			break
+			return nil
 		}
-		if time.Since(balanced) > 20*ttl {
-			t.Fatalf("partitions not balanced after %v: %v", time.Since(balanced), c.Leaders(ctx, js))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return fmt.Errorf("leaders %v", leaders)
+	}); err != nil {
+		t.Fatalf("partitions not balanced %v", err)
 	}
 	t.Logf("partitions balanced in %v: %v", time.Since(balanced), c.Leaders(ctx, js))
 
@@ -312,23 +317,18 @@ func TestClusterPartitions(t *testing.T) {
 	}
 	killed := time.Now()
 	victimProc.Kill()
-	moved := time.Duration(0)
-	for moved == 0 {
-		all := true
-		for _, l := range c.Leaders(ctx, js) {
+	if err := testutil.Poll(4*ttl, func() error {
+		leaders := c.Leaders(ctx, js)
+		for _, l := range leaders {
 			if l != other.Name {
-				all = false
+				return fmt.Errorf("partitions still led by %v", leaders)
 			}
 		}
-		if all {
-			moved = time.Since(killed)
-			break
-		}
-		if time.Since(killed) > 4*ttl {
-			t.Fatalf("partitions still led by %v %v after the kill", c.Leaders(ctx, js), time.Since(killed))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("killed %s: %v", victim, err)
 	}
+	moved := time.Since(killed)
 	t.Logf("%d partitions of killed %s moved to %s in %v (leadership lifetime %v)", led, victim, other.Name, moved, ttl)
 	if moved > 2*ttl {
 		t.Errorf("partitions moved after %v, want within two leadership lifetimes (%v)", moved, 2*ttl)
@@ -352,6 +352,8 @@ func TestClusterPartitions(t *testing.T) {
 		}
 		loadDone <- nil
 	}()
+	// Time must pass here, twice: the node is killed while the load runs,
+	// and stays down a while (the load publishes on through the outage).
 	time.Sleep(300 * time.Millisecond)
 	c.Nodes[1].Kill()
 	time.Sleep(3 * time.Second)
@@ -373,7 +375,7 @@ func TestClusterPartitions(t *testing.T) {
 			t.Fatal(err)
 		}
 		var m *jetstream.RawStreamMsg
-		err = retryCtx(ctx, func() error {
+		err = testutil.Poll(time.Minute, func() error {
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			var err error
@@ -411,40 +413,39 @@ func TestClusterPartitions(t *testing.T) {
 // input stream, decision for decision, then checks there is no gap.
 func waitChain(t *testing.T, ctx context.Context, js jetstream.JetStream, topo streams.Topology) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if err := testutil.Poll(60*time.Second, func() error {
 		ins, outs, err := readBoth(ctx, js, topo)
-		if err == nil {
-			p := projector.NewPartition(topo.Partition)
-			var want []*nats.Msg
-			for _, in := range ins {
-				ds, err := p.Step(events.Raw{Seq: in.Sequence, Time: in.Time.UnixNano(), Subject: in.Subject, Body: in.Data})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range ds {
-					want = append(want, &nats.Msg{Subject: topo.Partition.DecisionSubject(&ds[i]), Data: events.AppendDecision(nil, &ds[i])})
-				}
+		if err != nil {
+			return err
+		}
+		p := projector.NewPartition(topo.Partition)
+		var want []*nats.Msg
+		for _, in := range ins {
+			ds, err := p.Step(events.Raw{Seq: in.Sequence, Time: in.Time.UnixNano(), Subject: in.Subject, Body: in.Data})
+			if err != nil {
+				t.Fatal(err)
 			}
-			if len(outs) > len(want) {
-				t.Fatalf("%s: %d decisions stored, the fold of %d inputs gives %d", topo.DecisionStream(), len(outs), len(ins), len(want))
-			}
-			for i, o := range outs {
-				if o.Sequence != uint64(i+1) {
-					t.Fatalf("%s: decision %d has sequence %d (gap)", topo.DecisionStream(), i+1, o.Sequence)
-				}
-				if o.Subject != want[i].Subject || !bytes.Equal(o.Data, want[i].Data) {
-					t.Fatalf("%s: decision %d diverges:\n got %s %s\nwant %s %s", topo.DecisionStream(), i+1, o.Subject, o.Data, want[i].Subject, want[i].Data)
-				}
-			}
-			if len(outs) == len(want) {
-				return
+			for i := range ds {
+				want = append(want, &nats.Msg{Subject: topo.Partition.DecisionSubject(&ds[i]), Data: events.AppendDecision(nil, &ds[i])})
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not caught up: %v", topo.DecisionStream(), err)
+		if len(outs) > len(want) {
+			t.Fatalf("%s: %d decisions stored, the fold of %d inputs gives %d", topo.DecisionStream(), len(outs), len(ins), len(want))
 		}
-		time.Sleep(200 * time.Millisecond)
+		for i, o := range outs {
+			if o.Sequence != uint64(i+1) {
+				t.Fatalf("%s: decision %d has sequence %d (gap)", topo.DecisionStream(), i+1, o.Sequence)
+			}
+			if o.Subject != want[i].Subject || !bytes.Equal(o.Data, want[i].Data) {
+				t.Fatalf("%s: decision %d diverges:\n got %s %s\nwant %s %s", topo.DecisionStream(), i+1, o.Subject, o.Data, want[i].Subject, want[i].Data)
+			}
+		}
+		if len(outs) < len(want) {
+			return fmt.Errorf("%d decisions stored, the fold of %d inputs gives %d", len(outs), len(ins), len(want))
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%s not caught up: %v", topo.DecisionStream(), err)
 	}
 }
 
@@ -482,20 +483,9 @@ func readAll(ctx context.Context, js jetstream.JetStream, name string) ([]*jetst
 	return out, nil
 }
 
-func retryCtx(ctx context.Context, op func() error) error {
-	var err error
-	for range 50 {
-		if err = op(); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return err
-}
+// errNotYet is the error of a testutil.Poll check whose failure the
+// caller reports itself.
+var errNotYet = errors.New("not yet")
 
 // testWriter sends log lines to t.Log.
 type testWriter struct{ t *testing.T }

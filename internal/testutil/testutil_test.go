@@ -2,6 +2,7 @@ package testutil_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -73,5 +74,43 @@ func TestWaitFor(t *testing.T) {
 	testutil.WaitFor(f, 20*time.Millisecond, "never", func() bool { return false })
 	if !strings.Contains(f.failed, "waiting for never") {
 		t.Fatalf("Fatalf %q, want it to name what was waited for", f.failed)
+	}
+}
+
+func TestPoll(t *testing.T) {
+	n := 0
+	if err := testutil.Poll(10*time.Second, func() error {
+		if n++; n < 3 {
+			return fmt.Errorf("poll %d", n)
+		}
+		return nil
+	}); err != nil || n != 3 {
+		t.Fatalf("Poll: %v after %d checks, want nil after 3", err, n)
+	}
+
+	// On a timeout: check's last error, wrapped with the timeout, after
+	// checks spread over the timeout (not one, not a busy loop).
+	last := errors.New("last")
+	n = 0
+	start := time.Now()
+	err := testutil.Poll(50*time.Millisecond, func() error {
+		n++
+		return last
+	})
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("Poll gave up after %v, before its timeout", took)
+	}
+	if !errors.Is(err, last) || err.Error() != "after 50ms: last" {
+		t.Errorf("Poll after its timeout: %v, want check's last error with the timeout", err)
+	}
+	if n < 2 || n > 20 {
+		t.Errorf("%d checks in 50 ms, want one at once, then after 1, 2, 4, 8 ms and every 10 ms", n)
+	}
+
+	// Outside the test's goroutine: the caller gets the error.
+	done := make(chan error, 1)
+	go func() { done <- testutil.Poll(20*time.Millisecond, func() error { return last }) }()
+	if err := <-done; !errors.Is(err, last) {
+		t.Errorf("Poll in another goroutine: %v", err)
 	}
 }
