@@ -88,13 +88,13 @@ func TestExpiryThroughTick(t *testing.T) {
 }
 
 // A finished job is retired once the policy's retention passes, by a tick
-// the coordinator appends for it (rules revision 3, which a coordinator
-// moves its log to), and its id is free again.
+// the coordinator appends for it (rules revision 3 on; a coordinator moves
+// its log to the current revision), and its id is free again.
 func TestRetirementThroughTick(t *testing.T) {
 	srv, _, js := newServer(t)
 	r := startCoordinator(t, srv.ClientURL(), "c1")
-	waitDecision(t, js, "the log at revision 3", func(d events.Decision) bool {
-		return d.Kind == events.KindRulesSet && d.Revision == events.Revision3
+	waitDecision(t, js, "the log at the current revision", func(d events.Decision) bool {
+		return d.Kind == events.KindRulesSet && d.Revision == events.CurrentRevision
 	})
 	pol := publish(t, js, events.RoleOps, "admin", events.NoJob, events.VerbPolicy,
 		`{"v":1,"min_lease_ms":100,"max_lease_ms":60000,"default_lease_ms":5000,"ack_timeout_ms":2000,"cancel_timeout_ms":3000,"max_lifetime_ms":600000,"max_generations":100,"retain_ms":300}`)
