@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Headers set on every decision message, so that readers can follow the
@@ -141,15 +142,28 @@ func AppendDecision(b []byte, d *Decision) []byte {
 		b = hex.AppendEncode(b, c.StateHash[:])
 		b = append(b, `"}`...)
 	}
+	if c := d.Capacity; c != nil { // revision 4 on
+		b = append(b, `,"capacity":{"queue":`...)
+		b = appendString(b, c.Queue)
+		b = append(b, `,"slots":`...)
+		b = strconv.AppendUint(b, c.Slots, 10)
+		b = append(b, `,"until":"`...)
+		b = AppendTime(b, c.Until)
+		b = append(b, `"}`...)
+	}
 	return append(b, '}')
 }
 
-// AppendJob appends the canonical JSON encoding of a job projection.
+// AppendJob appends the canonical JSON encoding of a job projection. A job
+// that never had a lease is {"id":…,"state":"NONE"}, unless it is a queue
+// job (revision 4 on): that one is always the full object, followed by its
+// queue fields (PROTOCOL.md §22.6). The encoding of a job outside any
+// queue is that of revision 3, byte for byte.
 func AppendJob(b []byte, j *Job) []byte {
 	b = append(b, `{"id":"`...)
 	b = append(b, j.ID...)
 	b = append(b, '"')
-	if j.Generation == 0 {
+	if j.Generation == 0 && j.Queue == "" {
 		return append(b, `,"state":"NONE"}`...)
 	}
 	b = append(b, `,"lease_id":"`...)
@@ -208,7 +222,50 @@ func AppendJob(b []byte, j *Job) []byte {
 	b = strconv.AppendUint(b, uint64(j.Duplicates), 10)
 	b = append(b, `,"conflicts":`...)
 	b = strconv.AppendUint(b, uint64(j.Conflicts), 10)
+	if j.Queue != "" {
+		b = appendQueueFields(b, j)
+	}
 	return append(b, '}')
+}
+
+// appendQueueFields appends the queue fields of a queue job's projection,
+// in the order of PROTOCOL.md §22.6 (durations in ms, Job holds ns).
+func appendQueueFields(b []byte, j *Job) []byte {
+	b = append(b, `,"queue":`...)
+	b = appendString(b, j.Queue)
+	b = append(b, `,"submitter":`...)
+	b = appendString(b, j.Submitter)
+	b = append(b, `,"priority":`...)
+	b = strconv.AppendInt(b, j.Priority, 10)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendUint(b, j.Attempt, 10)
+	b = append(b, `,"max_attempts":`...)
+	b = strconv.AppendUint(b, j.MaxAttempts, 10)
+	b = append(b, `,"backoff_ms":`...)
+	b = strconv.AppendInt(b, j.Backoff/1e6, 10)
+	b = append(b, `,"backoff_max_ms":`...)
+	b = strconv.AppendInt(b, j.BackoffMax/1e6, 10)
+	if j.AttemptLease != 0 {
+		b = append(b, `,"attempt_lease_ms":`...)
+		b = strconv.AppendInt(b, j.AttemptLease/1e6, 10)
+	}
+	if j.AttemptAck != 0 {
+		b = append(b, `,"attempt_ack_timeout_ms":`...)
+		b = strconv.AppendInt(b, j.AttemptAck/1e6, 10)
+	}
+	b = appendTimeField(b, "submitted_at", j.SubmittedAt)
+	b = append(b, `,"submit_seq":`...)
+	b = strconv.AppendUint(b, j.SubmitSeq, 10)
+	b = appendTimeField(b, "ready_at", j.ReadyAt)
+	if j.LastReason != "" {
+		b = append(b, `,"last_reason":`...)
+		b = appendString(b, string(j.LastReason))
+	}
+	if j.HasPayload {
+		b = append(b, `,"payload":`...)
+		b = appendString(b, j.Payload)
+	}
+	return b
 }
 
 // AppendPolicy appends the canonical JSON encoding of a policy (durations in ms).
@@ -251,8 +308,13 @@ func appendTimeField(b []byte, name string, t int64) []byte {
 	return append(b, '"')
 }
 
-// appendString appends s as a JSON string. Decoded inputs hold no control
-// characters, but details are escaped anyway so any string stays valid JSON.
+// appendString appends s as a JSON string: '"' and '\\' escaped, control
+// characters (U+0000..U+001F, U+007F) as \u00xx, every other byte as is. The
+// output is a function of s alone, so the same decision always encodes to
+// the same bytes. Decoded inputs hold no control characters except in a
+// payload, which is opaque, but every text is escaped so any string stays
+// valid JSON. Decoded strings are valid UTF-8 and are copied as such (the
+// encoder does not repair invalid UTF-8: a reader would read U+FFFD).
 func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
@@ -287,6 +349,13 @@ type wireDecision struct {
 	Policy     *wirePolicy     `json:"policy"`
 	Rules      *wireRules      `json:"rules"`
 	Checkpoint *wireCheckpoint `json:"checkpoint"`
+	Capacity   *wireCapacity   `json:"capacity"`
+}
+
+type wireCapacity struct {
+	Queue string `json:"queue"`
+	Slots uint64 `json:"slots"`
+	Until string `json:"until"`
 }
 
 type wireRules struct {
@@ -335,6 +404,22 @@ type wireJob struct {
 	LateProgress  uint64 `json:"late_progress"`
 	Duplicates    uint64 `json:"duplicates"`
 	Conflicts     uint64 `json:"conflicts"`
+
+	// Queue jobs (revision 4 on).
+	Queue        string  `json:"queue"`
+	Submitter    string  `json:"submitter"`
+	Priority     int64   `json:"priority"`
+	Attempt      uint64  `json:"attempt"`
+	MaxAttempts  uint64  `json:"max_attempts"`
+	BackoffMS    int64   `json:"backoff_ms"`
+	BackoffMaxMS int64   `json:"backoff_max_ms"`
+	AttemptLease int64   `json:"attempt_lease_ms"`
+	AttemptAck   int64   `json:"attempt_ack_timeout_ms"`
+	SubmittedAt  string  `json:"submitted_at"`
+	SubmitSeq    uint64  `json:"submit_seq"`
+	ReadyAt      string  `json:"ready_at"`
+	LastReason   string  `json:"last_reason"`
+	Payload      *string `json:"payload"` // nil: absent
 }
 
 type wirePolicy struct {
@@ -408,6 +493,13 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 	j.RenewSeq, j.ProgressSeq, j.ProgressValue = wj.RenewSeq, wj.ProgressSeq, wj.ProgressValue
 	j.CancelReq, j.CancelAck, j.LeaseExpired, j.Conflict, j.ConflictWith = wj.CancelReq, wj.CancelAck, wj.LeaseExpired, wj.Conflict, wj.ConflictWith
 	j.Stale, j.Late, j.LateProgress, j.Duplicates, j.Conflicts = wj.Stale, wj.Late, wj.LateProgress, wj.Duplicates, wj.Conflicts
+	j.Queue, j.Submitter, j.Priority, j.Attempt, j.MaxAttempts = wj.Queue, wj.Submitter, wj.Priority, wj.Attempt, wj.MaxAttempts
+	j.Backoff, j.BackoffMax = wj.BackoffMS*1e6, wj.BackoffMaxMS*1e6
+	j.AttemptLease, j.AttemptAck = wj.AttemptLease*1e6, wj.AttemptAck*1e6
+	j.SubmitSeq, j.LastReason = wj.SubmitSeq, Reason(wj.LastReason)
+	if wj.Payload != nil {
+		j.Payload, j.HasPayload = *wj.Payload, true
+	}
 	for _, f := range []struct {
 		dst *int64
 		src string
@@ -415,6 +507,7 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 		{&j.IssuedAt, wj.IssuedAt}, {&j.ExpiresAt, wj.ExpiresAt}, {&j.AckDeadline, wj.AckDeadline},
 		{&j.AckedAt, wj.AckedAt}, {&j.RenewAt, wj.RenewAt}, {&j.ProgressAt, wj.ProgressAt},
 		{&j.CancelAt, wj.CancelAt}, {&j.CancelBy, wj.CancelBy}, {&j.EndedAt, wj.EndedAt},
+		{&j.SubmittedAt, wj.SubmittedAt}, {&j.ReadyAt, wj.ReadyAt},
 	} {
 		if *f.dst, err = parseTime(f.src); err != nil {
 			return d, err
@@ -441,6 +534,13 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 		}
 		d.Checkpoint = &Checkpoint{InputSeq: w.Checkpoint.InputSeq, StateHash: h}
 	}
+	if w.Capacity != nil {
+		c := &Capacity{Queue: w.Capacity.Queue, Slots: w.Capacity.Slots}
+		if c.Until, err = parseTime(w.Capacity.Until); err != nil {
+			return d, err
+		}
+		d.Capacity = c
+	}
 	return d, nil
 }
 
@@ -457,7 +557,8 @@ func parseTime(s string) (int64, error) {
 
 // decodeDecisionFast decodes the canonical encoding that AppendDecision
 // writes, without reflection: fields in their fixed order, no whitespace,
-// strings without escapes, times in the canonical UTC form. It reports
+// strings without escapes (but a payload, which may hold any escape and
+// valid UTF-8), times in the canonical UTC form. It reports
 // false for anything else, which DecodeDecision then leaves to
 // encoding/json; for the bytes it accepts, it gives the same Decision as
 // encoding/json would (TestDecodeDecisionFast checks both). It is the hot
@@ -561,6 +662,9 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		j.Duplicates = r.uint()
 		r.lit(`,"conflicts":`)
 		j.Conflicts = r.uint()
+		if r.opt(`,"queue":`) {
+			r.queueFields(j)
+		}
 		r.lit(`}`)
 	}
 	if r.opt(`,"policy":{"min_lease_ms":`) {
@@ -602,8 +706,51 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		r.lit(`}`)
 		d.Checkpoint = c
 	}
+	if r.opt(`,"capacity":{"queue":`) {
+		c := &Capacity{Queue: r.str()}
+		r.lit(`,"slots":`)
+		c.Slots = r.uint()
+		r.lit(`,"until":`)
+		c.Until = r.time()
+		r.lit(`}`)
+		d.Capacity = c
+	}
 	r.lit(`}`)
 	return r.ok && r.i == len(r.b)
+}
+
+// queueFields reads the queue fields of a job projection, after its
+// "queue" key.
+func (r *decReader) queueFields(j *Job) {
+	j.Queue = r.str()
+	r.lit(`,"submitter":`)
+	j.Submitter = r.str()
+	r.lit(`,"priority":`)
+	j.Priority = r.int()
+	r.lit(`,"attempt":`)
+	j.Attempt = r.uint()
+	r.lit(`,"max_attempts":`)
+	j.MaxAttempts = r.uint()
+	r.lit(`,"backoff_ms":`)
+	j.Backoff = r.int() * 1e6
+	r.lit(`,"backoff_max_ms":`)
+	j.BackoffMax = r.int() * 1e6
+	if r.opt(`,"attempt_lease_ms":`) {
+		j.AttemptLease = r.int() * 1e6
+	}
+	if r.opt(`,"attempt_ack_timeout_ms":`) {
+		j.AttemptAck = r.int() * 1e6
+	}
+	j.SubmittedAt = r.optTime(`,"submitted_at":`)
+	r.lit(`,"submit_seq":`)
+	j.SubmitSeq = r.uint()
+	j.ReadyAt = r.optTime(`,"ready_at":`)
+	if r.opt(`,"last_reason":`) {
+		j.LastReason = Reason(r.str())
+	}
+	if r.opt(`,"payload":`) {
+		j.Payload, j.HasPayload = r.text(), true
+	}
 }
 
 // decReader reads the canonical decision encoding; ok turns false at the
@@ -668,6 +815,75 @@ func (r *decReader) raw() []byte {
 	}
 	r.ok = false
 	return nil
+}
+
+// text reads a string that may hold the escapes appendString writes (and
+// the other escapes of JSON but surrogates) and valid UTF-8, as
+// encoding/json reads it: it refuses (ok turns false) what encoding/json
+// would read otherwise or reject: a raw control character, invalid UTF-8,
+// an escaped surrogate.
+func (r *decReader) text() string {
+	if !r.ok || r.i >= len(r.b) || r.b[r.i] != '"' {
+		r.ok = false
+		return ""
+	}
+	start := r.i + 1
+	j := start
+	for j < len(r.b) && r.b[j] >= 0x20 && r.b[j] < 0x80 && r.b[j] != '"' && r.b[j] != '\\' {
+		j++
+	}
+	if j < len(r.b) && r.b[j] == '"' { // no escape, ASCII only
+		r.i = j + 1
+		return string(r.b[start:j])
+	}
+	buf := make([]byte, 0, j-start+16)
+	buf = append(buf, r.b[start:j]...)
+	for j < len(r.b) {
+		switch c := r.b[j]; {
+		case c == '"':
+			r.i = j + 1
+			return string(buf)
+		case c < 0x20:
+			r.ok = false
+			return ""
+		case c >= 0x80:
+			ru, n := utf8.DecodeRune(r.b[j:])
+			if ru == utf8.RuneError && n == 1 {
+				r.ok = false
+				return ""
+			}
+			buf = append(buf, r.b[j:j+n]...)
+			j += n
+		case c != '\\':
+			buf = append(buf, c)
+			j++
+		case j+1 >= len(r.b):
+			r.ok = false
+			return ""
+		default:
+			switch e := r.b[j+1]; e {
+			case '"', '\\', '/':
+				buf = append(buf, e)
+				j += 2
+			case 'b', 'f', 'n', 'r', 't':
+				buf = append(buf, jsonShortEscapes[e])
+				j += 2
+			case 'u':
+				ru, ok := jsonHex4(r.b, j+2)
+				if !ok || ru >= 0xD800 && ru < 0xE000 {
+					r.ok = false
+					return ""
+				}
+				buf = utf8.AppendRune(buf, ru)
+				j += 6
+			default:
+				r.ok = false
+				return ""
+			}
+		}
+	}
+	r.ok = false
+	return ""
 }
 
 // str is raw as a string.

@@ -49,6 +49,20 @@ func FuzzDecodeInput(f *testing.F) {
 			t.Fatalf("not deterministic:\n%+v\n%+v\n%+v", in, again, dirty)
 		}
 
+		// Revision 4 only adds: what revision 3 accepts decodes alike,
+		// and what it rejects for another reason than an unknown verb,
+		// field or name is rejected alike.
+		var in3 events.Input
+		err3 = events.DecodeInputAt(subject, body, events.Revision3, &in3)
+		var de3 *events.DecodeError
+		switch {
+		case err3 == nil && (err != nil || !sameInput(&in3, &in)):
+			t.Fatalf("revision 3 decodes %+v, revision 4 %+v (%v)", in3, in, err)
+		case errors.As(err3, &de3) && de3.Code != events.ReasonBadSubject && de3.Code != events.ReasonUnknownField &&
+			de3.Code != events.ReasonBadEnum && errText(err3) != errText(err):
+			t.Fatalf("revision 3 rejects with %v, revision 4 with %v", err3, err)
+		}
+
 		if err != nil {
 			var de *events.DecodeError
 			if !errors.As(err, &de) || !de.Code.Known() || de.Detail == "" {
