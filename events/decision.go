@@ -237,6 +237,8 @@ func appendQueueFields(b []byte, j *Job) []byte {
 	b = appendString(b, j.Submitter)
 	b = append(b, `,"priority":`...)
 	b = strconv.AppendInt(b, j.Priority, 10)
+	b = append(b, `,"turn":`...)
+	b = strconv.AppendUint(b, j.Turn, 10)
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendUint(b, j.Attempt, 10)
 	b = append(b, `,"max_attempts":`...)
@@ -409,6 +411,7 @@ type wireJob struct {
 	Queue        string  `json:"queue"`
 	Submitter    string  `json:"submitter"`
 	Priority     int64   `json:"priority"`
+	Turn         uint64  `json:"turn"`
 	Attempt      uint64  `json:"attempt"`
 	MaxAttempts  uint64  `json:"max_attempts"`
 	BackoffMS    int64   `json:"backoff_ms"`
@@ -494,6 +497,7 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 	j.CancelReq, j.CancelAck, j.LeaseExpired, j.Conflict, j.ConflictWith = wj.CancelReq, wj.CancelAck, wj.LeaseExpired, wj.Conflict, wj.ConflictWith
 	j.Stale, j.Late, j.LateProgress, j.Duplicates, j.Conflicts = wj.Stale, wj.Late, wj.LateProgress, wj.Duplicates, wj.Conflicts
 	j.Queue, j.Submitter, j.Priority, j.Attempt, j.MaxAttempts = wj.Queue, wj.Submitter, wj.Priority, wj.Attempt, wj.MaxAttempts
+	j.Turn = wj.Turn
 	j.Backoff, j.BackoffMax = wj.BackoffMS*1e6, wj.BackoffMaxMS*1e6
 	j.AttemptLease, j.AttemptAck = wj.AttemptLease*1e6, wj.AttemptAck*1e6
 	j.SubmitSeq, j.LastReason = wj.SubmitSeq, Reason(wj.LastReason)
@@ -727,6 +731,8 @@ func (r *decReader) queueFields(j *Job) {
 	j.Submitter = r.str()
 	r.lit(`,"priority":`)
 	j.Priority = r.int()
+	r.lit(`,"turn":`)
+	j.Turn = r.uint()
 	r.lit(`,"attempt":`)
 	j.Attempt = r.uint()
 	r.lit(`,"max_attempts":`)

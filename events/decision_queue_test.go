@@ -42,7 +42,7 @@ func TestQueueDecisionsRoundTrip(t *testing.T) {
 				`"job":{"id":"mail-1","lease_id":"","generation":0,"holder":"","state":"QUEUED","ack_state":"NONE","lease_ms":0,` +
 				`"renew_seq":0,"progress_seq":0,"progress_value":0,"cancel_requested":false,"cancel_acked":false,"lease_expired":false,"conflict":false,` +
 				`"stale":0,"late":0,"late_progress":0,"duplicates":0,"conflicts":0,` +
-				`"queue":"emails","submitter":"disp","priority":3,"attempt":0,"max_attempts":5,"backoff_ms":1000,"backoff_max_ms":3600000,` +
+				`"queue":"emails","submitter":"disp","priority":3,"turn":0,"attempt":0,"max_attempts":5,"backoff_ms":1000,"backoff_max_ms":3600000,` +
 				`"submitted_at":"2026-12-01T10:00:00.5Z","submit_seq":12,"ready_at":"2026-12-01T10:00:00.5Z","payload":"{\"to\":\"a@b.example\"}"}}`},
 		{name: "capacity_set",
 			d: Decision{Cause: 13, Of: 1, At: at, Kind: KindCapacitySet, Reason: ReasonOk, Role: RoleWorker, Actor: "w1", Verb: VerbPull, Addressee: "w1",
@@ -61,7 +61,7 @@ func TestQueueDecisionsRoundTrip(t *testing.T) {
 				`"issued_at":"2026-12-01T10:00:02.5Z","ack_deadline":"2026-12-01T10:00:32.5Z",` +
 				`"renew_seq":0,"progress_seq":0,"progress_value":0,"cancel_requested":false,"cancel_acked":false,"lease_expired":false,"conflict":false,` +
 				`"stale":0,"late":0,"late_progress":0,"duplicates":0,"conflicts":0,` +
-				`"queue":"emails","submitter":"disp","priority":3,"attempt":1,"max_attempts":5,"backoff_ms":1000,"backoff_max_ms":3600000,` +
+				`"queue":"emails","submitter":"disp","priority":3,"turn":0,"attempt":1,"max_attempts":5,"backoff_ms":1000,"backoff_max_ms":3600000,` +
 				`"attempt_lease_ms":30000,"attempt_ack_timeout_ms":5000,"submitted_at":"2026-12-01T10:00:00.5Z","submit_seq":12,` +
 				`"payload":"{\"to\":\"a@b.example\"}"}}`},
 		{name: "requeued_no_payload",
