@@ -1,0 +1,49 @@
+package coordinator_test
+
+import (
+	"testing"
+
+	"github.com/maknow/tenure/events"
+)
+
+// A queue job whose attempt ended waits its backoff, and is offered again
+// by a tick the coordinator appends when its ready_at comes (the job's
+// wake-up deadline), not by some later input; with its budget spent it
+// ends DEAD, also by a tick, with no input from anyone.
+func TestQueueRetryThroughTick(t *testing.T) {
+	srv, _, js := newServer(t)
+	r := startCoordinator(t, srv.ClientURL(), "c1")
+	waitDecision(t, js, "the log at revision 4", func(d events.Decision) bool {
+		return d.Kind == events.KindRulesSet && d.Revision == events.Revision4
+	})
+	seq := publish(t, js, events.RoleOps, "d1", "mail-1", events.VerbSubmit,
+		`{"v":1,"queue":"emails","max_attempts":2,"backoff_ms":400,"ack_timeout_ms":150}`)
+	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindSubmitted {
+		t.Fatalf("submit: %s/%s", v.Kind, v.Reason)
+	}
+	seq = publish(t, js, events.RoleWorker, "w1", events.NoJob, events.VerbPull, `{"v":1,"queue":"emails","slots":1,"ttl_ms":60000}`)
+	ds := decisionsFor(t, js, seq)
+	if len(ds) != 2 || ds[0].Kind != events.KindCapacitySet || ds[1].Kind != events.KindOffered || ds[1].Reason != events.ReasonAssigned || ds[1].Addressee != "w1" {
+		t.Fatalf("pull: %+v", ds)
+	}
+	// w1 never ACKs: both attempts end by their ACK deadline.
+	requeued := waitDecision(t, js, "the requeue", func(d events.Decision) bool { return d.Kind == events.KindRequeued && d.Job.ID == "mail-1" })
+	if requeued.Reason != events.ReasonAckDeadlinePassed || requeued.Job.ReadyAt <= requeued.Job.EndedAt {
+		t.Fatalf("requeued %s, ready at %d, ended at %d", requeued.Reason, requeued.Job.ReadyAt, requeued.Job.EndedAt)
+	}
+	second := waitDecision(t, js, "the second offer", func(d events.Decision) bool {
+		return d.Kind == events.KindOffered && d.Job.ID == "mail-1" && d.Job.Generation == 2
+	})
+	if second.Verb != events.VerbTick || second.Role != events.RoleCoord || second.At < requeued.Job.ReadyAt {
+		t.Fatalf("second offer caused by %s/%s at %d, ready at %d: want a tick at or after ready_at", second.Role, second.Verb, second.At, requeued.Job.ReadyAt)
+	}
+	if late := second.At - requeued.Job.ReadyAt; late > 2e9 {
+		t.Fatalf("second offer %d ms after ready_at", late/1e6)
+	}
+	dead := waitDecision(t, js, "the DEAD end", func(d events.Decision) bool { return d.Kind == events.KindDead && d.Job.ID == "mail-1" })
+	if dead.Reason != events.ReasonAckDeadlinePassed || dead.Job.State != events.StateDead || dead.Job.Attempt != 2 || dead.Addressee != "d1" {
+		t.Fatalf("dead: %s %s attempt %d to %s", dead.Reason, dead.Job.State, dead.Job.Attempt, dead.Addressee)
+	}
+	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
