@@ -111,6 +111,7 @@ func TestGoldenScenariosAuditClean(t *testing.T) {
 func decodedHash(t *testing.T, e *env) audit.Hash {
 	t.Helper()
 	jobs := map[string]events.Job{}
+	caps := map[[2]string]projector.Capacity{}
 	var cause uint64
 	var at int64
 	var policy *events.Policy
@@ -120,8 +121,13 @@ func decodedHash(t *testing.T, e *env) audit.Hash {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Job.ID != events.NoJob && d.Job.Generation != 0 {
+		switch {
+		case d.Kind == events.KindRetired:
+			jobs[d.Job.ID] = events.Job{ID: d.Job.ID} // gone
+		case d.Job.ID != events.NoJob && d.Job.Exists():
 			jobs[d.Job.ID] = d.Job
+		case d.Kind == events.KindCapacitySet:
+			caps[[2]string{d.Capacity.Queue, d.Addressee}] = projector.Capacity{Worker: d.Addressee, Capacity: *d.Capacity, Seq: d.Cause}
 		}
 		cause, at = d.Cause, d.At
 		if d.Kind == events.KindPolicySet {
@@ -140,7 +146,7 @@ func decodedHash(t *testing.T, e *env) audit.Hash {
 			rules = &projector.Rules{Revision: d.Revision, LeaseKey: in.LeaseKey}
 		}
 	}
-	h, err := projector.RebuildHash(nil, cause, at, policy, rules, maps.Values(jobs), nil)
+	h, err := projector.RebuildHash(nil, cause, at, policy, rules, maps.Values(jobs), maps.Values(caps))
 	if err != nil {
 		t.Fatal(err)
 	}
