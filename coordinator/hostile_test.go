@@ -546,6 +546,46 @@ func hostileCatalogue() []hostileCase {
 	rej("protocol", "acquire-during-conflict", w1("fx-victim", "acquire"), `{"v":1}`, events.ReasonConflictPending)
 	rej("protocol", "resolve-affirm-wrong-holder", ops("fx-victim", "resolve"), `{"v":1,"action":"affirm","holder":"w-2","lease_id":"$VICT","generation":1}`, events.ReasonAffirmMismatch)
 	rej("protocol", "resolve-settle-not-unresolved", ops("fx-victim", "resolve"), `{"v":1,"action":"settle","outcome":"CANCELLED"}`, events.ReasonNothingToResolve)
+
+	// Queues (rules revision 4): malformed submits and pulls, wrong roles,
+	// and misuse of the QUEUED fx-queued. A pull is never in this
+	// catalogue: every well-formed one is accepted (capacity_set).
+	pull := w1(events.NoJob, "pull")
+	sub := ops("fx-q-new", "submit")
+	rej("queue", "submit-no-queue", sub, `{"v":1}`, events.ReasonMissingField)
+	rej("queue", "submit-queue-bad-token", sub, `{"v":1,"queue":"a.b"}`, events.ReasonBadToken)
+	rej("queue", "submit-queue-reserved", sub, `{"v":1,"queue":"_"}`, events.ReasonBadToken)
+	rej("queue", "submit-priority-10", sub, `{"v":1,"queue":"q","priority":10}`, events.ReasonBadValue)
+	rej("queue", "submit-priority-negative", sub, `{"v":1,"queue":"q","priority":-1}`, events.ReasonBadValue)
+	rej("queue", "submit-max-attempts-0", sub, `{"v":1,"queue":"q","max_attempts":0}`, events.ReasonBadValue)
+	rej("queue", "submit-max-attempts-1001", sub, `{"v":1,"queue":"q","max_attempts":1001}`, events.ReasonBadValue)
+	rej("queue", "submit-max-attempts-2^64", sub, `{"v":1,"queue":"q","max_attempts":18446744073709551616}`, events.ReasonBadValue)
+	rej("queue", "submit-backoff-max-below-backoff", sub, `{"v":1,"queue":"q","backoff_ms":2000,"backoff_max_ms":1000}`, events.ReasonBadValue)
+	rej("queue", "submit-backoff-31-days", sub, `{"v":1,"queue":"q","backoff_ms":2678400000}`, events.ReasonBadDuration)
+	rej("queue", "submit-payload-4097", sub, `{"v":1,"queue":"q","payload":"`+strings.Repeat("x", 4097)+`"}`, events.ReasonTooLarge)
+	rej("queue", "submit-payload-4097-escaped", sub, `{"v":1,"queue":"q","payload":"`+strings.Repeat(`\u00e9`, 2049)+`"}`, events.ReasonTooLarge)
+	rej("queue", "submit-payload-lone-surrogate", sub, `{"v":1,"queue":"q","payload":"\ud800"}`, events.ReasonInvalidUtf8)
+	rej("queue", "submit-payload-not-string", sub, `{"v":1,"queue":"q","payload":{"a":1}}`, events.ReasonWrongType)
+	rej("queue", "submit-lease-out-of-policy", sub, `{"v":1,"queue":"q","lease_ms":50}`, events.ReasonDurationOutOfPolicy)
+	rej("queue", "submit-by-worker", w1("fx-q-new", "submit"), `{"v":1,"queue":"q"}`, events.ReasonWrongRole)
+	rej("queue", "submit-of-a-leased-job", ops("fx-active", "submit"), `{"v":1,"queue":"q"}`, events.ReasonJobExists)
+	rej("queue", "submit-conflicting-body", ops("fx-queued", "submit"), `{"v":1,"queue":"fx-q","payload":"other"}`, events.ReasonSubmitConflicts)
+	add("queue", "submit-same-body-again", ops("fx-queued", "submit"), `{"v":1,"queue":"fx-q","payload":"p"}`, events.KindDuplicate, events.ReasonDuplicateSubmit, nil)
+	rej("queue", "pull-slots-257", pull, `{"v":1,"queue":"q","slots":257}`, events.ReasonBadValue)
+	rej("queue", "pull-slots-negative", pull, `{"v":1,"queue":"q","slots":-1}`, events.ReasonBadValue)
+	rej("queue", "pull-no-slots", pull, `{"v":1,"queue":"q"}`, events.ReasonMissingField)
+	rej("queue", "pull-ttl-over-10-minutes", pull, `{"v":1,"queue":"q","slots":1,"ttl_ms":600001}`, events.ReasonBadDuration)
+	rej("queue", "pull-with-a-job-token", w1("fx-queued", "pull"), `{"v":1,"queue":"fx-q","slots":1}`, events.ReasonBadSubject)
+	rej("queue", "pull-by-ops", inSubject("ops", "disp", events.NoJob, "pull"), `{"v":1,"queue":"q","slots":1}`, events.ReasonWrongRole)
+	rej("queue", "pull-unknown-field", pull, `{"v":1,"queue":"q","slots":1,"priority":9}`, events.ReasonUnknownField)
+	rej("queue", "acquire-queued-job", w1("fx-queued", "acquire"), `{"v":1}`, events.ReasonJobQueued)
+	rej("queue", "offer-queued-job", ops("fx-queued", "offer"), `{"v":1,"holder":"w-1"}`, events.ReasonJobQueued)
+	add("queue", "ack-of-a-queued-job-never-offered", w1("fx-queued", "ack"), `{"v":1,"lease_id":"L1-AAAAAAAAAAAAAAAAAAAAAA","generation":1}`, events.KindLostAuthority, events.ReasonNoSuchJob, nil)
+	rej("queue", "retry-not-dead", ops("fx-queued", "resolve"), `{"v":1,"action":"retry"}`, events.ReasonNothingToResolve)
+	rej("queue", "discard-not-dead", ops("fx-queued", "resolve"), `{"v":1,"action":"discard"}`, events.ReasonNothingToResolve)
+	rej("queue", "retry-with-lease-fields", ops("fx-queued", "resolve"), `{"v":1,"action":"retry","generation":1}`, events.ReasonUnknownField)
+	rej("queue", "result-permanent-success", w1("fx-active", "result"), `{"v":1,"lease_id":"$ACT","generation":1,"outcome":"SUCCESS","permanent":true}`, events.ReasonBadValue)
+	rej("queue", "result-permanent-not-bool", w1("fx-active", "result"), `{"v":1,"lease_id":"$ACT","generation":1,"outcome":"FAILED","permanent":1}`, events.ReasonWrongType)
 	return cs
 }
 
@@ -594,7 +634,10 @@ func TestHostileInputs(t *testing.T) {
 	fx.offer = accept(inSubject("ops", "disp", "fx-offer", "offer"),
 		fmt.Sprintf(`{"v":1,"holder":"w-3","lease_ms":%d,"ack_timeout_ms":%d}`, leaseMS, leaseMS), events.KindOffered).Job.LeaseID
 	fx.victim = accept(w1("fx-victim", "acquire"), acquire, events.KindGranted).Job.LeaseID
-	fixtureJobs := []string{"fx-active", "fx-gen2", "fx-done", "fx-offer", "fx-victim"}
+	// fx-queued: a queue job no worker has announced capacity for (rules
+	// revision 4): it stays QUEUED.
+	accept(inSubject("ops", "disp", "fx-queued", "submit"), `{"v":1,"queue":"fx-q","payload":"p"}`, events.KindSubmitted)
+	fixtureJobs := []string{"fx-active", "fx-gen2", "fx-done", "fx-offer", "fx-victim", "fx-queued"}
 	const trafficJobs = 8
 	trLease := make([]string, trafficJobs)
 	trSeq := make([]uint64, trafficJobs)
@@ -783,10 +826,10 @@ func TestHostileInputs(t *testing.T) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(after)) {
 		j, ok := p.Job(id)
-		real := after[id].Generation != 0
+		real := after[id].Exists()
 		switch {
 		case ok != real:
-			t.Errorf("job %s: in the fold %v, has a lease in the decisions %v", id, ok, real)
+			t.Errorf("job %s: in the fold %v, exists in the decisions %v", id, ok, real)
 		case ok && !sameJob(j, after[id]):
 			t.Errorf("job %s: fold %s, decisions %s", id, events.AppendJob(nil, &j), events.AppendJob(nil, ptr(after[id])))
 		}

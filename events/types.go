@@ -600,7 +600,7 @@ type Job struct {
 
 // Exists reports whether j is a job of the projection: it had a lease, or
 // it is a queue job (which exists from its submit on).
-func (j *Job) Exists() bool { return j.Generation != 0 || j.Queue != "" }
+func (j Job) Exists() bool { return j.Generation != 0 || j.Queue != "" }
 
 // Decision is one entry of the decision stream.
 type Decision struct {

@@ -359,7 +359,10 @@ func (p *Projector) claim(jobID, leaseID string, gen uint64) (*job, bool) {
 	holder := p.in.Actor
 	j := p.lookup(jobID)
 	if j == nil || j.Generation == 0 {
-		d := p.emit(nil, events.KindLostAuthority, events.ReasonNoSuchJob, holder)
+		// No lease of it: unknown, or a queue job never offered (whose
+		// projection the decision carries, as every decision about a job
+		// that exists does).
+		d := p.emit(j, events.KindLostAuthority, events.ReasonNoSuchJob, holder)
 		d.Job.ID = jobID
 		return nil, false
 	}

@@ -86,7 +86,8 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 		pol.AckTimeout, pol.DefaultLease, pol.MinLease, pol.CancelTimeout = 300*ms, 600*ms, 100*ms, 500*ms
 		step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
 
-		var seen []qlease // every lease offered: workers message current and old ones
+		var seen []qlease           // every lease offered: workers message current and old ones
+		exists := map[string]bool{} // jobs in the projection, decision by decision
 		present := map[string]bool{}
 		type cap struct {
 			slots uint64
@@ -180,6 +181,12 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 				if j.ID == events.NoJob {
 					continue
 				}
+				// Every decision about a job that exists carries its
+				// projection (RebuildHash and the audit rely on it).
+				if !j.Exists() && exists[j.ID] {
+					t.Fatalf("%s: a decision about the existing job %s without its projection", describeAll([]events.Decision{d}), j.ID)
+				}
+				exists[j.ID] = j.Exists() && d.Kind != events.KindRetired
 				if j.Queue != "" && j.Attempt > j.MaxAttempts {
 					t.Fatalf("%s: attempt %d of a budget of %d", describeAll([]events.Decision{d}), j.Attempt, j.MaxAttempts)
 				}
