@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/maknow/tenure/events"
@@ -9,7 +10,7 @@ import (
 // A queue job whose attempt ended waits its backoff, and is offered again
 // by a tick the coordinator appends when its ready_at comes (the job's
 // wake-up deadline), not by some later input; with its budget spent it
-// ends DEAD, also by a tick, with no input from anyone.
+// ends DEAD, also by a tick, with no input from the worker after its ACKs.
 func TestQueueRetryThroughTick(t *testing.T) {
 	srv, _, js := newServer(t)
 	r := startCoordinator(t, srv.ClientURL(), "c1")
@@ -17,7 +18,7 @@ func TestQueueRetryThroughTick(t *testing.T) {
 		return d.Kind == events.KindRulesSet && d.Revision == events.Revision4
 	})
 	seq := publish(t, js, events.RoleOps, "d1", "mail-1", events.VerbSubmit,
-		`{"v":1,"queue":"emails","max_attempts":2,"backoff_ms":400,"ack_timeout_ms":150}`)
+		`{"v":1,"queue":"emails","max_attempts":2,"backoff_ms":400,"lease_ms":200}`)
 	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindSubmitted {
 		t.Fatalf("submit: %s/%s", v.Kind, v.Reason)
 	}
@@ -26,9 +27,13 @@ func TestQueueRetryThroughTick(t *testing.T) {
 	if len(ds) != 2 || ds[0].Kind != events.KindCapacitySet || ds[1].Kind != events.KindOffered || ds[1].Reason != events.ReasonAssigned || ds[1].Addressee != "w1" {
 		t.Fatalf("pull: %+v", ds)
 	}
-	// w1 never ACKs: both attempts end by their ACK deadline.
+	// w1 ACKs and lets the lease expire (it never renews): attempt 1 ends.
+	seq = publish(t, js, events.RoleWorker, "w1", "mail-1", events.VerbAck, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1}`, ds[1].Job.LeaseID))
+	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindAcked {
+		t.Fatalf("ack: %s/%s", v.Kind, v.Reason)
+	}
 	requeued := waitDecision(t, js, "the requeue", func(d events.Decision) bool { return d.Kind == events.KindRequeued && d.Job.ID == "mail-1" })
-	if requeued.Reason != events.ReasonAckDeadlinePassed || requeued.Job.ReadyAt <= requeued.Job.EndedAt {
+	if requeued.Reason != events.ReasonLeaseExpired || requeued.Job.ReadyAt <= requeued.Job.EndedAt {
 		t.Fatalf("requeued %s, ready at %d, ended at %d", requeued.Reason, requeued.Job.ReadyAt, requeued.Job.EndedAt)
 	}
 	second := waitDecision(t, js, "the second offer", func(d events.Decision) bool {
@@ -40,8 +45,12 @@ func TestQueueRetryThroughTick(t *testing.T) {
 	if late := second.At - requeued.Job.ReadyAt; late > 2e9 {
 		t.Fatalf("second offer %d ms after ready_at", late/1e6)
 	}
+	seq = publish(t, js, events.RoleWorker, "w1", "mail-1", events.VerbAck, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":2}`, second.Job.LeaseID))
+	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindAcked {
+		t.Fatalf("ack: %s/%s", v.Kind, v.Reason)
+	}
 	dead := waitDecision(t, js, "the DEAD end", func(d events.Decision) bool { return d.Kind == events.KindDead && d.Job.ID == "mail-1" })
-	if dead.Reason != events.ReasonAckDeadlinePassed || dead.Job.State != events.StateDead || dead.Job.Attempt != 2 || dead.Addressee != "d1" {
+	if dead.Reason != events.ReasonLeaseExpired || dead.Job.State != events.StateDead || dead.Job.Attempt != 2 || dead.Addressee != "d1" {
 		t.Fatalf("dead: %s %s attempt %d to %s", dead.Reason, dead.Job.State, dead.Job.Attempt, dead.Addressee)
 	}
 	waitCaughtUp(t, js, r)

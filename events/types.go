@@ -259,14 +259,15 @@ const (
 // Under revision 2 the most is MaxFiredPerInput + 2*MaxBatch.
 //
 // From revision 4 on, firing stops once the fired deadlines made
-// MaxFiredPerInput decisions (one deadline makes at most two: an attempt's
-// end and its requeue or DEAD end), each lease operation causes at most
-// four (its job's expiry, the requeue or DEAD end that follows, the
-// retirement that may then be due, its verdict), and the input's matching
-// at most MaxOffersPerInput more.
+// MaxFiredPerInput decisions (one deadline makes at most three: an
+// attempt's end, its requeue or DEAD end, and for a missed ACK the
+// withdrawal of the worker's announcement), each lease operation causes
+// at most four (its job's expiry, the requeue or DEAD end that follows,
+// the withdrawal or the retirement that may then be due, its verdict), and
+// the input's matching at most MaxOffersPerInput more.
 const (
 	MaxFiredPerInput     = 1024
-	MaxDecisionsPerInput = MaxFiredPerInput + 1 + 4*MaxBatch + MaxOffersPerInput
+	MaxDecisionsPerInput = MaxFiredPerInput + 2 + 4*MaxBatch + MaxOffersPerInput
 )
 
 // Limits of the wire format. They are part of protocol version 1.

@@ -985,7 +985,15 @@ func (p *Projector) expire(j *job) (retired bool) {
 		j.State = events.StateAckMissed
 		j.AckState = events.AckMissed
 		p.emit(j, events.KindAckMissed, events.ReasonAckDeadlinePassed, j.Holder)
-		p.attemptEnd(j, events.ReasonAckDeadlinePassed, true, true)
+		if j.Queue != "" {
+			// Not an attempt (the worker never took the job): queued
+			// again at once, and the worker's announcement withdrawn,
+			// so that a worker that vanished, or one that grabs offers
+			// it never ACKs, holds up no more jobs and spends no
+			// attempt of anyone's job (PROTOCOL.md §22.4).
+			p.attemptEnd(j, events.ReasonAckDeadlinePassed, false, true)
+			p.withdraw(j.Queue, j.Holder, events.ReasonAckDeadlinePassed)
+		}
 	case j.CancelReq && t == j.ExpiresAt:
 		j.State = events.StateUnresolved
 		j.LeaseExpired = true

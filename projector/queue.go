@@ -361,6 +361,24 @@ func (p *Projector) pull() {
 	d.Capacity = &events.Capacity{Queue: q.name, Slots: in.Slots, Until: until}
 }
 
+// withdraw ends worker's standing announcement on queue, if any, with a
+// capacity_set decision of slots 0 (reason why) addressed to it.
+func (p *Projector) withdraw(queue, worker string, why events.Reason) {
+	q := p.queues[queue]
+	if q == nil {
+		return
+	}
+	c := q.caps[worker]
+	if c == nil || c.until <= p.now {
+		return
+	}
+	delete(q.caps, worker)
+	p.touched(q)
+	d := p.emit(nil, events.KindCapacitySet, why, worker)
+	d.Capacity = &events.Capacity{Queue: queue, Slots: 0}
+	d.Detail = "the announcement of input " + u64(c.seq) + " is withdrawn: an offer to " + worker + " was not ACKed in time"
+}
+
 // sweep drops the announcements that expired by now. Nothing observable
 // changes (an expired announcement is never used nor encoded): it bounds
 // the memory a worker's announcements on ever new queue names could take.

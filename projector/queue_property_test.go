@@ -22,7 +22,8 @@ import (
 //   - no job is offered while a lease of it is live, and no worker holds
 //     more of a queue's live leases than its standing announcement allows
 //     at the moment it is offered one;
-//   - a job's counted attempts never exceed its budget;
+//   - a job's counted attempts never exceed its budget, and offers that
+//     are never ACKed do not count: no job goes DEAD by missed ACKs;
 //   - every submitted job is QUEUED, OFFERED, ACTIVE, COMPLETED, FAILED,
 //     DEAD, CANCELLED or UNRESOLVED, never lost: it stays in the
 //     projection until a retired decision says it left;
@@ -187,6 +188,9 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 					t.Fatalf("%s: a decision about the existing job %s without its projection", describeAll([]events.Decision{d}), j.ID)
 				}
 				exists[j.ID] = j.Exists() && d.Kind != events.KindRetired
+				if d.Kind == events.KindDead && d.Reason == events.ReasonAckDeadlinePassed {
+					t.Fatalf("%s: offers never ACKed sent a job DEAD", describeAll([]events.Decision{d}))
+				}
 				if j.Queue != "" && j.Attempt > j.MaxAttempts {
 					t.Fatalf("%s: attempt %d of a budget of %d", describeAll([]events.Decision{d}), j.Attempt, j.MaxAttempts)
 				}
