@@ -2,6 +2,8 @@ package projector_test
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/maknow/tenure/events"
@@ -231,5 +233,71 @@ func TestRetentionBound(t *testing.T) {
 	}
 	if _, ok := f.p.NextDeadline(); ok {
 		t.Fatal("a deadline left with no job")
+	}
+}
+
+// Revision 4 reaches events.MaxDecisionsPerInput exactly: a batch renew
+// stored when 400 queue offers' ACK deadlines and the expiries of the 256
+// leases it names are all due. Firing stops at the ACK deadline whose three
+// decisions (ack_missed, requeued, the worker's announcement withdrawn)
+// cross 1,024; each renewed lease's job then expires, ends DEAD (a budget
+// of one), is retired (a retention of 1 ms) and the renewal finds no job;
+// and the jobs requeued by the missed ACKs fill another worker's 256 free
+// slots.
+func TestQueueDecisionsBound(t *testing.T) {
+	f := &folder{t: t, p: projector.New(), discard: true}
+	f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision4, LeaseKey: propLeaseKey})
+	pol := events.DefaultPolicy()
+	pol.Retain = 1e6
+	f.step(0, events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
+	for i := range 400 {
+		f.step(0, events.RoleOps, "d1", fmt.Sprintf("a-%03d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", AckTimeoutMS: 2000})
+		ds := f.step(0, events.RoleWorker, fmt.Sprintf("wa-%03d", i), events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 1, TTLMS: events.MaxCapacityTTL})
+		if len(ds) != 2 || ds[1].Kind != events.KindOffered {
+			t.Fatalf("pull %d: %d decisions", i, len(ds))
+		}
+	}
+	for i := range events.MaxBatch {
+		f.step(0, events.RoleOps, "d1", fmt.Sprintf("b-%03d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", MaxAttempts: 1, LeaseMS: 5000, AckTimeoutMS: 60000})
+	}
+	ds := f.step(0, events.RoleWorker, "wb", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: events.MaxSlots, TTLMS: events.MaxCapacityTTL})
+	if len(ds) != 1+events.MaxBatch {
+		t.Fatalf("wb's pull: %d decisions", len(ds))
+	}
+	var batch []events.LeaseRef
+	for _, d := range slices.Clone(ds[1:]) {
+		if v := f.step(0, events.RoleWorker, "wb", d.Job.ID, events.Input{Verb: events.VerbAck, LeaseID: d.Job.LeaseID, Generation: 1}); v[0].Kind != events.KindAcked {
+			t.Fatalf("ack %s: %s", d.Job.ID, v[0].Kind)
+		}
+		batch = append(batch, events.LeaseRef{Job: d.Job.ID, LeaseID: d.Job.LeaseID, Generation: 1, RenewSeq: 1})
+	}
+	if ds := f.step(0, events.RoleWorker, "big", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: events.MaxSlots, TTLMS: events.MaxCapacityTTL}); len(ds) != 1 {
+		t.Fatalf("big's pull: %d decisions", len(ds))
+	}
+	ds = f.step(20e9, events.RoleWorker, "wb", events.NoJob, events.Input{Verb: events.VerbRenew, Leases: batch})
+	if len(ds) != events.MaxDecisionsPerInput {
+		t.Fatalf("the batch renew caused %d decisions, want exactly %d", len(ds), events.MaxDecisionsPerInput)
+	}
+	count := map[events.Kind]int{}
+	for _, d := range ds {
+		count[d.Kind]++
+	}
+	const fired = (events.MaxFiredPerInput + 2) / 3
+	want := map[events.Kind]int{
+		events.KindAckMissed: fired, events.KindRequeued: fired, events.KindCapacitySet: fired,
+		events.KindExpired: events.MaxBatch, events.KindDead: events.MaxBatch, events.KindRetired: events.MaxBatch,
+		events.KindLostAuthority: events.MaxBatch, events.KindOffered: events.MaxOffersPerInput,
+	}
+	if !maps.Equal(count, want) {
+		t.Fatalf("decisions by kind %v, want %v", count, want)
+	}
+	// The rest is carried to the next inputs, bounded too.
+	for ticks := 0; f.p.Due(); ticks++ {
+		if ds := f.step(20e9, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick}); len(ds) > events.MaxDecisionsPerInput {
+			t.Fatalf("a tick caused %d decisions", len(ds))
+		}
+		if ticks > 100 {
+			t.Fatal("stays due")
+		}
 	}
 }
