@@ -3,8 +3,10 @@ package coordinator_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // A queue job whose attempt ended waits its backoff, and is offered again
@@ -53,6 +55,76 @@ func TestQueueRetryThroughTick(t *testing.T) {
 	if dead.Reason != events.ReasonLeaseExpired || dead.Job.State != events.StateDead || dead.Job.Attempt != 2 || dead.Addressee != "d1" {
 		t.Fatalf("dead: %s %s attempt %d to %s", dead.Reason, dead.Job.State, dead.Job.Attempt, dead.Addressee)
 	}
+	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
+
+// A worker with valid credentials that announces the most capacity and
+// never ACKs (it grabs every offer first) gains nothing: each missed ACK
+// withdraws its announcement and spends no attempt, the jobs go to an
+// honest worker at once, and every job completes; none ends DEAD, however
+// often the hostile worker announces again.
+func TestHostileWorkerGrabsOffers(t *testing.T) {
+	srv, _, js := newServer(t)
+	r := startCoordinator(t, srv.ClientURL(), "c1")
+	waitDecision(t, js, "the log at revision 4", func(d events.Decision) bool {
+		return d.Kind == events.KindRulesSet && d.Revision == events.Revision4
+	})
+	const jobs = 20
+	for i := range jobs {
+		publish(t, js, events.RoleOps, "d1", fmt.Sprintf("job-%02d", i), events.VerbSubmit, `{"v":1,"queue":"q","max_attempts":1,"ack_timeout_ms":150}`)
+	}
+	grab := func() {
+		publish(t, js, events.RoleWorker, "w-evil", events.NoJob, events.VerbPull, `{"v":1,"queue":"q","slots":256,"ttl_ms":60000}`)
+	}
+	grab()
+	publish(t, js, events.RoleWorker, "w-good", events.NoJob, events.VerbPull, `{"v":1,"queue":"q","slots":2,"ttl_ms":60000}`)
+	acked := map[string]bool{}
+	completed := map[string]bool{}
+	testutil.WaitFor(t, 30*time.Second, "every job completed by the honest worker", func() bool {
+		grab() // again and again
+		for _, m := range readStream(t, js, "TENURE_OUT") {
+			d, err := events.DecodeDecision(m.data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := d.Job
+			switch {
+			case d.Kind == events.KindDead:
+				t.Fatalf("job %s DEAD (%s): the hostile worker spent its attempt", j.ID, d.Reason)
+			case d.Kind == events.KindOffered && j.Holder == "w-good" && !acked[j.LeaseID]:
+				acked[j.LeaseID] = true
+				publish(t, js, events.RoleWorker, "w-good", j.ID, events.VerbAck, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":%d}`, j.LeaseID, j.Generation))
+			case d.Kind == events.KindAcked && j.Holder == "w-good" && !completed[j.ID]:
+				completed[j.ID] = true
+				publish(t, js, events.RoleWorker, "w-good", j.ID, events.VerbResult, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":%d,"outcome":"SUCCESS"}`, j.LeaseID, j.Generation))
+			}
+		}
+		done := 0
+		for _, m := range readStream(t, js, "TENURE_OUT") {
+			if d, err := events.DecodeDecision(m.data); err == nil && d.Kind == events.KindCompleted && d.Job.State == events.StateCompleted {
+				done++
+			}
+		}
+		return done == jobs
+	})
+	evilOffers, withdrawn := 0, 0
+	for _, m := range readStream(t, js, "TENURE_OUT") {
+		d, _ := events.DecodeDecision(m.data)
+		if d.Kind == events.KindOffered && d.Job.Holder == "w-evil" {
+			evilOffers++
+			if d.Job.Attempt > 1 {
+				t.Fatalf("offer to w-evil counted as attempt %d", d.Job.Attempt)
+			}
+		}
+		if d.Kind == events.KindCapacitySet && d.Addressee == "w-evil" && d.Reason == events.ReasonAckDeadlinePassed {
+			withdrawn++
+		}
+	}
+	if evilOffers == 0 || withdrawn == 0 {
+		t.Fatalf("the hostile worker was offered %d jobs and withdrawn %d times: the test did not attack", evilOffers, withdrawn)
+	}
+	t.Logf("%d jobs completed; the hostile worker grabbed %d offers and lost its announcement %d times", jobs, evilOffers, withdrawn)
 	waitCaughtUp(t, js, r)
 	checkChain(t, js)
 }
