@@ -126,7 +126,7 @@ func decodedHash(t *testing.T, e *env) audit.Hash {
 			jobs[d.Job.ID] = events.Job{ID: d.Job.ID} // gone
 		case d.Job.ID != events.NoJob && d.Job.Exists():
 			jobs[d.Job.ID] = d.Job
-		case d.Kind == events.KindCapacitySet:
+		case d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn:
 			caps[[2]string{d.Capacity.Queue, d.Addressee}] = projector.Capacity{Worker: d.Addressee, Capacity: *d.Capacity, Seq: d.Cause}
 		}
 		cause, at = d.Cause, d.At

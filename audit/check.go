@@ -646,7 +646,7 @@ func (c *checker) applyStored(d *events.Decision) {
 		c.jobs[d.Job.ID] = events.Job{ID: d.Job.ID} // generation 0: gone (RebuildHash)
 	case d.Job.ID != events.NoJob && d.Job.Exists():
 		c.jobs[d.Job.ID] = d.Job
-	case d.Kind == events.KindCapacitySet && d.Capacity != nil:
+	case (d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn) && d.Capacity != nil:
 		if c.caps == nil {
 			c.caps = map[[2]string]projector.Capacity{}
 		}

@@ -26,7 +26,7 @@ func TestQueueRetryThroughTick(t *testing.T) {
 	}
 	seq = publish(t, js, events.RoleWorker, "w1", events.NoJob, events.VerbPull, `{"v":1,"queue":"emails","slots":1,"ttl_ms":60000}`)
 	ds := decisionsFor(t, js, seq)
-	if len(ds) != 2 || ds[0].Kind != events.KindCapacitySet || ds[1].Kind != events.KindOffered || ds[1].Reason != events.ReasonAssigned || ds[1].Addressee != "w1" {
+	if len(ds) != 2 || ds[0].Kind != events.KindCapacitySet || ds[1].Kind != events.KindAssigned || ds[1].Addressee != "w1" {
 		t.Fatalf("pull: %+v", ds)
 	}
 	// w1 ACKs and lets the lease expire (it never renews): attempt 1 ends.
@@ -39,7 +39,7 @@ func TestQueueRetryThroughTick(t *testing.T) {
 		t.Fatalf("requeued %s, ready at %d, ended at %d", requeued.Reason, requeued.Job.ReadyAt, requeued.Job.EndedAt)
 	}
 	second := waitDecision(t, js, "the second offer", func(d events.Decision) bool {
-		return d.Kind == events.KindOffered && d.Job.ID == "mail-1" && d.Job.Generation == 2
+		return d.Kind == events.KindAssigned && d.Job.ID == "mail-1" && d.Job.Generation == 2
 	})
 	if second.Verb != events.VerbTick || second.Role != events.RoleCoord || second.At < requeued.Job.ReadyAt {
 		t.Fatalf("second offer caused by %s/%s at %d, ready at %d: want a tick at or after ready_at", second.Role, second.Verb, second.At, requeued.Job.ReadyAt)
@@ -92,7 +92,7 @@ func TestHostileWorkerGrabsOffers(t *testing.T) {
 			switch {
 			case d.Kind == events.KindDead:
 				t.Fatalf("job %s DEAD (%s): the hostile worker spent its attempt", j.ID, d.Reason)
-			case d.Kind == events.KindOffered && j.Holder == "w-good" && !acked[j.LeaseID]:
+			case d.Kind == events.KindAssigned && j.Holder == "w-good" && !acked[j.LeaseID]:
 				acked[j.LeaseID] = true
 				publish(t, js, events.RoleWorker, "w-good", j.ID, events.VerbAck, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":%d}`, j.LeaseID, j.Generation))
 			case d.Kind == events.KindAcked && j.Holder == "w-good" && !completed[j.ID]:
@@ -111,13 +111,13 @@ func TestHostileWorkerGrabsOffers(t *testing.T) {
 	evilOffers, withdrawn := 0, 0
 	for _, m := range readStream(t, js, "TENURE_OUT") {
 		d, _ := events.DecodeDecision(m.data)
-		if d.Kind == events.KindOffered && d.Job.Holder == "w-evil" {
+		if d.Kind == events.KindAssigned && d.Job.Holder == "w-evil" {
 			evilOffers++
 			if d.Job.Attempt > 1 {
 				t.Fatalf("offer to w-evil counted as attempt %d", d.Job.Attempt)
 			}
 		}
-		if d.Kind == events.KindCapacitySet && d.Addressee == "w-evil" && d.Reason == events.ReasonAckDeadlinePassed {
+		if d.Kind == events.KindWithdrawn && d.Addressee == "w-evil" && d.Reason == events.ReasonAckDeadlinePassed {
 			withdrawn++
 		}
 	}

@@ -54,8 +54,8 @@ func TestQueueDecisionsRoundTrip(t *testing.T) {
 			d: Decision{Cause: 14, Of: 1, At: at, Kind: KindCapacitySet, Reason: ReasonOk, Role: RoleWorker, Actor: "w1", Verb: VerbPull, Addressee: "w1",
 				Job: Job{ID: NoJob}, Capacity: &Capacity{Queue: "emails", Until: at}}},
 		{name: "offered_assigned",
-			d: Decision{Cause: 14, N: 1, Of: 2, At: at + 2e9, Kind: KindOffered, Reason: ReasonAssigned, Role: RoleCoord, Actor: "c1", Verb: VerbTick, Addressee: "w1", Job: offered},
-			want: `{"v":1,"cause":14,"n":1,"of":2,"at":"2026-12-01T10:00:02.5Z","kind":"offered","accepted":true,"reason":"assigned",` +
+			d: Decision{Cause: 14, N: 1, Of: 2, At: at + 2e9, Kind: KindAssigned, Reason: ReasonOk, Role: RoleCoord, Actor: "c1", Verb: VerbTick, Addressee: "w1", Job: offered},
+			want: `{"v":1,"cause":14,"n":1,"of":2,"at":"2026-12-01T10:00:02.5Z","kind":"assigned","accepted":false,"reason":"ok",` +
 				`"input":{"role":"coord","actor":"c1","verb":"tick"},"addressee":"w1",` +
 				`"job":{"id":"mail-1","lease_id":"L14-abc","generation":1,"holder":"w1","state":"OFFERED","ack_state":"PENDING","lease_ms":30000,` +
 				`"issued_at":"2026-12-01T10:00:02.5Z","ack_deadline":"2026-12-01T10:00:32.5Z",` +

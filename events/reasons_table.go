@@ -82,7 +82,6 @@ const (
 	ReasonBadCheckpoint             Reason = "bad_checkpoint"              // a checkpoint names an input sequence that is not before it
 	ReasonRetentionPassed           Reason = "retention_passed"            // the job's last lease ended retain_ms ago: it leaves the projection, its id is free again
 	// revision 4 on: queues
-	ReasonAssigned        Reason = "assigned"         // an offer the queue made to a worker that announced capacity
 	ReasonDuplicateSubmit Reason = "duplicate_submit" // the job was already submitted with the same body: nothing changes
 	ReasonSubmitConflicts Reason = "submit_conflicts" // the job was already submitted with another body (the detail names the first field that differs)
 	ReasonJobExists       Reason = "job_exists"       // submit of a job id that is a job outside any queue
@@ -178,7 +177,6 @@ var reasonDocs = []struct {
 	{ReasonRulesInForce, "a rules input for a revision at or below the one in force: nothing changes"},
 	{ReasonBadCheckpoint, "a checkpoint names an input sequence that is not before it"},
 	{ReasonRetentionPassed, "the job's last lease ended retain_ms ago: it leaves the projection, its id is free again"},
-	{ReasonAssigned, "an offer the queue made to a worker that announced capacity"},
 	{ReasonDuplicateSubmit, "the job was already submitted with the same body: nothing changes"},
 	{ReasonSubmitConflicts, "the job was already submitted with another body (the detail names the first field that differs)"},
 	{ReasonJobExists, "submit of a job id that is a job outside any queue"},

@@ -415,6 +415,8 @@ const (
 	KindCapacitySet // accepted: a worker's capacity on a queue (job-less)
 	KindRequeued    // derived: an attempt ended without success; the job waits in its queue again
 	KindDead        // derived: an attempt ended and the job's attempt budget is spent
+	KindAssigned    // derived: the queue offered a job to a worker with a free slot (state OFFERED, as an offer)
+	KindWithdrawn   // derived: a worker's announcement withdrawn after a missed ACK (job-less)
 	kindCount
 )
 
@@ -422,7 +424,7 @@ var kindNames = [...]string{"", "offered", "granted", "acked", "renewed", "progr
 	"cancel_acked", "completed", "released", "resolved", "policy_set", "ticked", "rules_set", "checkpointed",
 	"duplicate", "stale", "late", "conflict", "lost_authority", "rejected",
 	"expired", "ack_missed", "unresolved", "retired",
-	"submitted", "capacity_set", "requeued", "dead"}
+	"submitted", "capacity_set", "requeued", "dead", "assigned", "withdrawn"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -456,11 +458,12 @@ func (k Kind) Accepted() bool {
 }
 
 // Derived reports whether k is a consequence rather than the verdict of an
-// operation: fired by time, or (KindRequeued, KindDead) following the end
-// of a queue job's attempt. An offer the queue makes is KindOffered with
-// reason assigned.
+// operation: fired by time, or following from the queues' rules (a
+// requeue, a DEAD end, an offer the queue makes, an announcement
+// withdrawn). Every input has exactly one verdict (a batch renew one per
+// lease); all its other decisions are derived.
 func (k Kind) Derived() bool {
-	return k >= KindExpired && k <= KindRetired || k == KindRequeued || k == KindDead
+	return k >= KindExpired && k <= KindRetired || k >= KindRequeued && k < kindCount
 }
 
 // State is the state of a job's current (latest) lease.

@@ -253,7 +253,7 @@ func TestQueueDecisionsBound(t *testing.T) {
 	for i := range 400 {
 		f.step(0, events.RoleOps, "d1", fmt.Sprintf("a-%03d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", AckTimeoutMS: 2000})
 		ds := f.step(0, events.RoleWorker, fmt.Sprintf("wa-%03d", i), events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 1, TTLMS: events.MaxCapacityTTL})
-		if len(ds) != 2 || ds[1].Kind != events.KindOffered {
+		if len(ds) != 2 || ds[1].Kind != events.KindAssigned {
 			t.Fatalf("pull %d: %d decisions", i, len(ds))
 		}
 	}
@@ -284,9 +284,9 @@ func TestQueueDecisionsBound(t *testing.T) {
 	}
 	const fired = (events.MaxFiredPerInput + 2) / 3
 	want := map[events.Kind]int{
-		events.KindAckMissed: fired, events.KindRequeued: fired, events.KindCapacitySet: fired,
+		events.KindAckMissed: fired, events.KindRequeued: fired, events.KindWithdrawn: fired,
 		events.KindExpired: events.MaxBatch, events.KindDead: events.MaxBatch, events.KindRetired: events.MaxBatch,
-		events.KindLostAuthority: events.MaxBatch, events.KindOffered: events.MaxOffersPerInput,
+		events.KindLostAuthority: events.MaxBatch, events.KindAssigned: events.MaxOffersPerInput,
 	}
 	if !maps.Equal(count, want) {
 		t.Fatalf("decisions by kind %v, want %v", count, want)

@@ -362,7 +362,7 @@ func (p *Projector) pull() {
 }
 
 // withdraw ends worker's standing announcement on queue, if any, with a
-// capacity_set decision of slots 0 (reason why) addressed to it.
+// withdrawn decision (slots 0, reason why) addressed to it.
 func (p *Projector) withdraw(queue, worker string, why events.Reason) {
 	q := p.queues[queue]
 	if q == nil {
@@ -374,7 +374,7 @@ func (p *Projector) withdraw(queue, worker string, why events.Reason) {
 	}
 	delete(q.caps, worker)
 	p.touched(q)
-	d := p.emit(nil, events.KindCapacitySet, why, worker)
+	d := p.emit(nil, events.KindWithdrawn, why, worker)
 	d.Capacity = &events.Capacity{Queue: queue, Slots: 0}
 	d.Detail = "the announcement of input " + u64(c.seq) + " is withdrawn: an offer to " + worker + " was not ACKed in time"
 }
@@ -511,7 +511,7 @@ func (p *Projector) assign(q *queue, j *job, w string) {
 	j.ReadyAt = 0
 	p.liveStart(j)
 	p.schedule(j)
-	p.emit(j, events.KindOffered, events.ReasonAssigned, j.Holder)
+	p.emit(j, events.KindAssigned, events.ReasonOk, j.Holder)
 	_ = q
 }
 

@@ -29,7 +29,9 @@ import (
 //     projection until a retired decision says it left;
 //   - matching is complete: after an input, no queue has a ready job and a
 //     free slot unless the projector reports it Due (its offer limit);
-//   - no input causes more than events.MaxDecisionsPerInput decisions;
+//   - no input causes more than events.MaxDecisionsPerInput decisions, and
+//     each has exactly one verdict (a batch renew one per lease): all its
+//     other decisions are derived (PROTOCOL.md §15);
 //
 // and at the end that a replay with a snapshot and restore every few
 // inputs gives the same decisions byte for byte, and that the state hash
@@ -75,6 +77,18 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 			}
 			if len(ds) > events.MaxDecisionsPerInput {
 				t.Fatalf("input %d caused %d decisions", raw.Seq, len(ds))
+			}
+			verdicts, want := 0, 1
+			if in.Verb == events.VerbRenew {
+				want = len(in.Leases)
+			}
+			for i := range ds {
+				if !ds[i].Kind.Derived() {
+					verdicts++
+				}
+			}
+			if verdicts != want { // PROTOCOL.md §15: every other decision is derived
+				t.Fatalf("input %d has %d verdicts, want %d:\n%s", raw.Seq, verdicts, want, describeAll(ds))
 			}
 			for i := range ds {
 				encoded = append(encoded, events.AppendDecision(nil, &ds[i]))
@@ -172,7 +186,7 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 			}
 			for _, d := range ds {
 				j := d.Job
-				if d.Kind == events.KindCapacitySet {
+				if d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn {
 					if d.Capacity.Slots == 0 {
 						delete(caps, [2]string{d.Capacity.Queue, d.Addressee})
 					} else {
@@ -197,11 +211,11 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 				if prev, ok := live[j.ID]; ok && prev.Queue != "" && (!j.State.Live() || j.Generation != prev.Generation) {
 					held[[2]string{prev.Queue, prev.Holder}]--
 				}
-				if d.Kind == events.KindOffered {
+				if d.Kind == events.KindOffered || d.Kind == events.KindAssigned {
 					if prev, ok := live[j.ID]; ok && prev.Generation != j.Generation && prev.State.Live() {
 						t.Fatalf("%s offered while generation %d is live; the input:\n%s", describeAll([]events.Decision{d}), prev.Generation, describeAll(ds))
 					}
-					if d.Reason == events.ReasonAssigned {
+					if d.Kind == events.KindAssigned {
 						k := [2]string{j.Queue, j.Holder}
 						c, ok := caps[k]
 						if !ok || c.until <= d.At || uint64(held[k]) >= c.slots {
@@ -289,7 +303,7 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 				latest[d.Job.ID] = events.Job{ID: d.Job.ID}
 			case d.Job.ID != events.NoJob && d.Job.Exists():
 				latest[d.Job.ID] = d.Job
-			case d.Kind == events.KindCapacitySet:
+			case d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn:
 				latestCaps[[2]string{d.Capacity.Queue, d.Addressee}] = projector.Capacity{Worker: d.Addressee, Capacity: *d.Capacity, Seq: d.Cause}
 			case d.Kind == events.KindPolicySet:
 				policy = d.Policy
