@@ -82,3 +82,79 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkQueueJob folds one queue job's whole life per op: its submit
+// (offered at once to one of 16 workers holding 16 slots each, 100,000 jobs
+// already queued behind it), the worker's ACK and its SUCCESS result (which
+// frees the slot: the next job is offered in the same input). Compare with
+// BenchmarkLeaseJob, the same life through acquire and result.
+func BenchmarkQueueJob(b *testing.B) {
+	p := projector.New()
+	seq := uint64(0)
+	now := testutil.ScenarioBase
+	step := func(role events.Role, actor, job string, in events.Input) []events.Decision {
+		seq++
+		in.Role, in.Actor, in.Job = role, actor, job
+		ds, err := p.Step(events.Raw{Seq: seq, Time: now, Subject: events.InputSubject(role, actor, job, in.Verb), Body: events.AppendInputBody(nil, &in)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ds
+	}
+	step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision4, LeaseKey: propLeaseKey})
+	const backlog = 100_000
+	for i := range backlog {
+		step(events.RoleOps, fmt.Sprintf("d%d", i%4), fmt.Sprintf("pre-%06d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", LeaseMS: 60000, AckTimeoutMS: 60000})
+	}
+	type offer struct{ job, lease, worker string }
+	var offers []offer
+	collect := func(ds []events.Decision) {
+		for _, d := range ds {
+			if d.Kind == events.KindAssigned {
+				offers = append(offers, offer{d.Job.ID, d.Job.LeaseID, d.Job.Holder})
+			}
+		}
+	}
+	for w := range 16 {
+		collect(step(events.RoleWorker, fmt.Sprintf("w%02d", w), events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 16, TTLMS: events.MaxCapacityTTL}))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		step(events.RoleOps, "d0", fmt.Sprintf("job-%09d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", LeaseMS: 60000, AckTimeoutMS: 60000})
+		o := offers[0]
+		offers = offers[1:]
+		step(events.RoleWorker, o.worker, o.job, events.Input{Verb: events.VerbAck, LeaseID: o.lease, Generation: 1})
+		collect(step(events.RoleWorker, o.worker, o.job, events.Input{Verb: events.VerbResult, LeaseID: o.lease, Generation: 1, Outcome: events.OutcomeSuccess}))
+		now += 1000
+	}
+}
+
+// BenchmarkLeaseJob folds one job's life through acquire and result, with
+// 100,000 jobs in the projection: the baseline of BenchmarkQueueJob.
+func BenchmarkLeaseJob(b *testing.B) {
+	p := projector.New()
+	seq := uint64(0)
+	now := testutil.ScenarioBase
+	step := func(role events.Role, actor, job string, in events.Input) []events.Decision {
+		seq++
+		in.Role, in.Actor, in.Job = role, actor, job
+		ds, err := p.Step(events.Raw{Seq: seq, Time: now, Subject: events.InputSubject(role, actor, job, in.Verb), Body: events.AppendInputBody(nil, &in)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ds
+	}
+	step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision4, LeaseKey: propLeaseKey})
+	for i := range 100_000 {
+		step(events.RoleWorker, "w00", fmt.Sprintf("pre-%06d", i), events.Input{Verb: events.VerbAcquire, LeaseMS: 600000})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		job := fmt.Sprintf("job-%09d", i)
+		ds := step(events.RoleWorker, "w01", job, events.Input{Verb: events.VerbAcquire, LeaseMS: 60000})
+		step(events.RoleWorker, "w01", job, events.Input{Verb: events.VerbResult, LeaseID: ds[len(ds)-1].Job.LeaseID, Generation: 1, Outcome: events.OutcomeSuccess})
+		now += 1000
+	}
+}

@@ -249,6 +249,16 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 					t.Fatalf("queue job %s in state %s", id, j.State)
 				}
 			}
+			// Snapshots off the fold (Freeze) are the fold's Snapshot.
+			if rapid.IntRange(0, 4).Draw(t, "freeze") == 0 {
+				got, err := p.Freeze().Encode()
+				if err != nil {
+					t.Fatalf("freeze: %v", err)
+				}
+				if string(got) != string(p.Snapshot()) {
+					t.Fatalf("after input %d the frozen snapshot differs from Snapshot", len(raws))
+				}
+			}
 			if !p.Due() && projector.Matchable(p) {
 				t.Fatalf("after input %d a queue has a ready job and a free slot, and nothing is due", len(raws))
 			}
