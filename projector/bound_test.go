@@ -301,3 +301,33 @@ func TestQueueDecisionsBound(t *testing.T) {
 		}
 	}
 }
+
+// A worker announcing capacity on ever new queue names (any worker may)
+// takes memory only while its announcements stand: once they expire, the
+// next input sweeps them, and nothing of them is left.
+func TestPullsOnManyQueuesAreSwept(t *testing.T) {
+	f := &folder{t: t, p: projector.New(), discard: true}
+	f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision4, LeaseKey: propLeaseKey})
+	const n = 100_000
+	for i := range n {
+		f.step(0, events.RoleWorker, "w-evil", events.NoJob, events.Input{Verb: events.VerbPull, Queue: fmt.Sprintf("q%06d", i), Slots: events.MaxSlots, TTLMS: 1000})
+	}
+	if got := projector.QueueCount(f.p); got != n {
+		t.Fatalf("%d queues indexed while the announcements stand, want %d", got, n)
+	}
+	// The same announcement again and again takes no more memory than one
+	// (its expiry moves on when it is swept).
+	for range 1000 {
+		f.step(0, events.RoleWorker, "w-evil", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q000000", Slots: 1, TTLMS: 1000})
+	}
+	if got := projector.CapacityEntries(f.p); got != n {
+		t.Fatalf("%d expiries held for %d announcements", got, n)
+	}
+	f.step(2e9, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+	if q, e := projector.QueueCount(f.p), projector.CapacityEntries(f.p); q != 0 || e != 0 {
+		t.Fatalf("after the announcements expired: %d queues and %d expiries left", q, e)
+	}
+	if got := len(f.p.Snapshot()); got > 200 {
+		t.Fatalf("a snapshot of %d bytes with nothing in it", got)
+	}
+}

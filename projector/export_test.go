@@ -23,3 +23,9 @@ func SetOfferLimit(p *Projector, n int) { p.offerLimit = n }
 
 // Matchable reports whether some queue has a ready job and a free slot.
 func Matchable(p *Projector) bool { return p.matchable() }
+
+// QueueCount is the number of queues the projector indexes (memory).
+func QueueCount(p *Projector) int { return len(p.queues) }
+
+// CapacityEntries is the number of announcement expiries held for sweep.
+func CapacityEntries(p *Projector) int { return len(p.expiries) }

@@ -349,12 +349,15 @@ func (p *Projector) pull() {
 		}
 		until = addTime(p.now, ttl*1e6)
 		if c := q.caps[worker]; c != nil {
+			// Its expiry is in the sweep heap already, at an earlier or
+			// equal until: sweep moves it on. One entry per announcement,
+			// however often it is made again.
 			c.slots, c.until, c.seq = in.Slots, until, p.cause
 		} else {
 			worker = strings.Clone(worker)
 			q.caps[worker] = &capacity{slots: in.Slots, until: until, seq: p.cause}
+			p.expiries.push(capExpiry{until: until, queue: q.name, owner: worker, seq: p.cause})
 		}
-		p.expiries.push(capExpiry{until: until, queue: q.name, owner: worker, seq: p.cause})
 	}
 	p.touched(q)
 	d := p.emit(nil, events.KindCapacitySet, events.ReasonOk, in.Actor)
@@ -389,9 +392,13 @@ func (p *Projector) sweep() {
 		if q == nil {
 			continue
 		}
-		if c := q.caps[e.owner]; c != nil && c.seq == e.seq {
+		switch c := q.caps[e.owner]; {
+		case c == nil:
+		case c.until <= p.now:
 			delete(q.caps, e.owner)
 			p.touched(q)
+		default: // announced again since: its expiry moved
+			p.expiries.push(capExpiry{until: c.until, queue: q.name, owner: e.owner, seq: c.seq})
 		}
 	}
 }
