@@ -745,6 +745,9 @@ func (p *Projector) Queues() []QueueStats {
 				st.Slots += c.slots
 			}
 		}
+		if q.jobs == 0 && st.Workers == 0 {
+			continue // only expired announcements, not swept yet
+		}
 		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b QueueStats) int { return strings.Compare(a.Name, b.Name) })
