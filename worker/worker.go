@@ -318,7 +318,7 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 	if w.ctx.Err() != nil {
 		return nil
 	}
-	if !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
+	if w.verdictOfMine(&d) {
 		k := verdictKey{part, d.Cause}
 		if wt, ok := w.waiters[k]; ok {
 			wt.ch <- d // buffered: room for every verdict expected
@@ -349,6 +349,18 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 	return nil
 }
 
+// verdictOfMine reports whether d is a verdict of one of this worker's
+// inputs: a decision that is not derived, caused by an input of this
+// worker. An offer the queue made (offered/assigned) is no verdict even
+// when this worker's input caused it: the matching that follows every
+// input (PROTOCOL.md §22.3) may offer a job to the worker whose pull,
+// result or release freed the slot, in that input's decisions, after its
+// verdict.
+func (w *Worker) verdictOfMine(d *events.Decision) bool {
+	return !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id &&
+		(d.Kind != events.KindOffered || d.Reason != events.ReasonAssigned)
+}
+
 func (w *Worker) stashLocked(part uint32, d events.Decision) {
 	if len(w.stash) == stashSize {
 		copy(w.stash, w.stash[1:])
@@ -370,7 +382,7 @@ func (w *Worker) register(l *Lease) error {
 	kept := w.stash[:0]
 	ended := false
 	for _, s := range w.stash {
-		if d := s.d; d.Kind.Derived() || d.Role != events.RoleWorker || d.Actor != w.id {
+		if d := s.d; !w.verdictOfMine(&d) {
 			if d.Job.ID == k.job && d.Job.LeaseID == k.leaseID {
 				ended = l.handle(d) || ended
 				continue
@@ -569,7 +581,7 @@ func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]
 	w.mu.Lock()
 	kept := w.stash[:0]
 	for _, s := range w.stash {
-		if d := s.d; len(ds) < n && !whole && s.part == part && d.Cause == seq && !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
+		if d := s.d; len(ds) < n && !whole && s.part == part && d.Cause == seq && w.verdictOfMine(&d) {
 			ds = append(ds, d)
 			whole = d.Job.ID == events.NoJob
 			continue
