@@ -66,6 +66,14 @@ var (
 	// the job (PROTOCOL.md §22.4). Wrap it (fmt.Errorf("...: %w",
 	// ErrPermanent)) or use Permanent.
 	ErrPermanent = errors.New("worker: permanent failure")
+	// ErrRunStopped is the cause of a handler's context when the Run that
+	// called it is shutting down (its ctx ended, or the Worker closed),
+	// wrapping the cause of that.
+	ErrRunStopped = errors.New("worker: run stopped")
+	// ErrAlreadyRunning means Run was called on a queue another Run of the
+	// same Worker is running: a worker has one capacity announcement per
+	// queue, so one Run per queue.
+	ErrAlreadyRunning = errors.New("worker: queue already run by this worker")
 )
 
 // Permanent returns err marked as permanent: its message is err's, it

@@ -59,7 +59,8 @@ type Worker struct {
 	stash   []stashed // unclaimed decisions, oldest first, at most stashSize
 	offerQ  []Offer
 	offerC  chan Offer
-	offerS  chan struct{} // wakes the offer pump
+	offerS  chan struct{}      // wakes the offer pump
+	runs    map[string]*runner // the Run of each queue: its offers go there, not to offerQ
 }
 
 // publisher is the part of jetstream.JetStream that publishes inputs.
@@ -158,6 +159,7 @@ func newWorker(id string, o Options, pub publisher, topos []streams.Topology) *W
 		renewN:  make([]int, len(topos)),
 		waiters: make(map[verdictKey]*waiter),
 		leases:  make(map[leaseKey]*Lease),
+		runs:    make(map[string]*runner),
 		offerC:  make(chan Offer),
 		offerS:  make(chan struct{}, 1),
 		renewS:  make(chan struct{}, 1),
@@ -302,9 +304,9 @@ func (w *Worker) onMsg(part uint32, subject string, data []byte) {
 func (w *Worker) dispatch(d events.Decision) { w.dispatchFrom(0, d) }
 
 // dispatchFrom routes one decision read from partition part: a verdict of
-// this worker's input to its caller, an offer to the offer queue, a
-// decision about one of its leases to the lease; what nobody claims yet is
-// stashed.
+// this worker's input to its caller, an offer the queue made to the Run of
+// its queue if one runs, any other offer to the offer queue, a decision
+// about one of its leases to the lease; what nobody claims yet is stashed.
 func (w *Worker) dispatchFrom(part uint32, d events.Decision) {
 	w.mu.Lock()
 	err := w.dispatchLocked(part, d)
@@ -333,9 +335,14 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 	}
 	switch d.Kind {
 	case events.KindOffered:
-		if d.Job.Holder == w.id {
-			return w.queueOfferLocked(d)
+		if d.Job.Holder != w.id {
+			break
 		}
+		if r := w.runs[d.Job.Queue]; r != nil && d.Reason == events.ReasonAssigned {
+			r.offerLocked(newOffer(w, d, w.clk.Now()))
+			return nil
+		}
+		return w.queueOfferLocked(d)
 	case events.KindCancelRequested, events.KindExpired, events.KindUnresolved, events.KindResolved:
 		k := leaseKey{d.Job.ID, d.Job.LeaseID}
 		if l := w.leases[k]; l != nil {
