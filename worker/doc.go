@@ -59,6 +59,63 @@
 // every other decision arrive from all partitions; their order is each
 // partition's.
 //
+// # Queues: Run
+//
+// Run takes the jobs of a queue (PROTOCOL.md §22), in the manner of River
+// and asynq: the worker pulls, the queue's fold offers, a handler runs.
+//
+//	err := w.Run(ctx, "thumbnails", func(ctx context.Context, j *worker.Job) error {
+//		if bad(j.Payload) {
+//			return worker.Permanent(errors.New("bad payload")) // FAILED, not retried
+//		}
+//		return render(ctx, j.Payload, j.Lease.Token()) // nil: SUCCESS; an error: retried after a backoff
+//	}, worker.WithConcurrency(4))
+//
+// Run announces capacity with pull inputs on
+// tenure.in.worker.<id>._.pull: slots is the most of the queue's live
+// leases the worker holds (the concurrency), so announcing the same
+// number again is harmless, and it announces again every third of the ttl
+// (WithCapacityTTL) so that its capacity never lapses while it runs; a
+// worker that vanishes stops getting offers when the ttl runs out. It
+// accepts the offers the queue makes (offered/assigned) and runs the
+// handler on each in a goroutine of its own, with the lease's context,
+// which a cancellation request, an expiry or a revocation cancels with its
+// cause, and which the end of Run's ctx cancels too (ErrRunStopped). The
+// handler's return becomes the attempt's result: nil SUCCESS, an error
+// FAILED (retried after a backoff until max_attempts, then DEAD), an error
+// matching ErrPermanent FAILED without retry, a panic FAILED; after a
+// cancellation request the worker reconciles with CANCELLED; after any
+// other loss of authority nothing is reported. Offers of other queues and
+// offers made by a dispatcher reach Offers() or the Run of their queue, so
+// one Worker can run several queues, one Run each.
+//
+// Shutdown (ctx ends): the capacity is withdrawn (slots 0) before anything
+// else is sent, offers that arrive after are declined, the handlers'
+// contexts are cancelled and Run waits for them; a handler that returns an
+// error after that has its lease released, which is not counted as an
+// attempt (the job is retried at once, by another worker). Run then
+// returns nil.
+//
+// A worker restarted under the same id after a crash gets no offers of a
+// queue while the leases its previous process held there are live (the
+// queue counts them against its slots): they expire first, and count as
+// attempts.
+//
+// In a partitioned deployment each partition matches its own jobs, and a
+// pull goes to one partition. Run announces to every partition, to
+// partition k slots = the leases of k it holds + its free slots overall
+// (a lease its coordinator ended is no longer held, even while its
+// handler runs; a handler that returned frees its slot at once); so every
+// partition may offer each free slot, and Run keeps its concurrency by
+// declining the surplus: it first lowers that partition's announcement
+// (so the declined job is not offered to it again), then releases the
+// offer, which is not counted as an attempt and goes back to its queue at
+// once. Announcements are corrected whenever the slots to announce
+// change, one pull in flight per partition. Each job accepted in one
+// partition thus may cost a decline in each of the others while the
+// worker is full: the price of partitions that do not share a view of the
+// worker's capacity.
+//
 // # Authority
 //
 // A Lease's Context is cancelled, with a cause, the moment the worker must
@@ -123,4 +180,10 @@
 // (and one goroutine per renewal input in flight), plus the ordered
 // consumer's; each Lease owns its renew loop, which exits when the lease
 // ends or authority is lost. Close stops them all and waits for them.
+//
+// Run owns one announcer per partition and one goroutine per offer it
+// takes (its ACK, its handler, its result) or declines; they exit when
+// Run's ctx ends, and Run waits for them before it returns. Close does not
+// wait for a Run: it cancels it (Run then returns ErrClosed once its
+// handlers have returned).
 package worker

@@ -61,7 +61,36 @@ var (
 	// millisecond, that is 285,000 years). A renewal that cannot be sent
 	// ends the lease's authority, wrapping ErrLostAuthority too.
 	ErrSequenceExhausted = errors.New("worker: sequence exhausted")
+	// ErrPermanent marks a handler's error as permanent: Run reports the
+	// attempt FAILED with "permanent":true, and the queue does not retry
+	// the job (PROTOCOL.md §22.4). Wrap it (fmt.Errorf("...: %w",
+	// ErrPermanent)) or use Permanent.
+	ErrPermanent = errors.New("worker: permanent failure")
+	// ErrRunStopped is the cause of a handler's context when the Run that
+	// called it is shutting down (its ctx ended, or the Worker closed),
+	// wrapping the cause of that.
+	ErrRunStopped = errors.New("worker: run stopped")
+	// ErrAlreadyRunning means Run was called on a queue another Run of the
+	// same Worker is running: a worker has one capacity announcement per
+	// queue, so one Run per queue.
+	ErrAlreadyRunning = errors.New("worker: queue already run by this worker")
 )
+
+// Permanent returns err marked as permanent: its message is err's, it
+// unwraps to err and it matches ErrPermanent, so that a Handler returning
+// it fails the attempt without retry. Permanent(nil) is ErrPermanent.
+func Permanent(err error) error {
+	if err == nil {
+		return ErrPermanent
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string        { return e.err.Error() }
+func (e *permanentError) Unwrap() error        { return e.err }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
 
 // VerdictError is a verdict of the coordinator that did not accept the
 // operation, or a decision that ended a lease (expired, unresolved, cancel

@@ -168,9 +168,20 @@ func (l *Lease) Complete(ctx context.Context, outcome events.Outcome, detail str
 	if outcome == events.OutcomeNone {
 		return errors.New("worker: complete: no outcome")
 	}
+	return l.result(ctx, outcome, detail, false)
+}
+
+// FailPermanently reports the result FAILED with "permanent":true: a
+// queue job's attempt that failed so is not retried, the job ends FAILED
+// at once (PROTOCOL.md §22.4). Accepted, it ends the lease, as Complete.
+func (l *Lease) FailPermanently(ctx context.Context, detail string) error {
+	return l.result(ctx, events.OutcomeFailed, detail, true)
+}
+
+func (l *Lease) result(ctx context.Context, outcome events.Outcome, detail string, permanent bool) error {
 	return l.do(ctx, "complete", &events.Input{
 		Job: l.token.Job, Verb: events.VerbResult, LeaseID: l.token.LeaseID,
-		Generation: l.token.Generation, Outcome: outcome, Text: detail,
+		Generation: l.token.Generation, Outcome: outcome, Text: detail, Permanent: permanent,
 	})
 }
 

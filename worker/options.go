@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/clock"
+	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/receipt"
 )
 
@@ -209,4 +210,57 @@ func leaseOptions(opts []LeaseOption) (LeaseOptions, error) {
 		}
 	}
 	return lo, nil
+}
+
+// Defaults of RunOptions.
+const (
+	DefaultConcurrency = 1                                            // handlers running at once
+	DefaultCapacityTTL = events.DefaultCapacityTTL * time.Millisecond // how long one announcement stands
+)
+
+// RunOptions configures one Run. Set them with the RunOption functions.
+type RunOptions struct {
+	// Concurrency is the most handlers Run runs at once, 1 to
+	// events.MaxSlots: the slots it announces (PROTOCOL.md §22.2).
+	Concurrency int
+	// CapacityTTL is how long each announcement stands (ttl_ms), whole
+	// milliseconds up to events.MaxCapacityTTL ms. Run announces again
+	// every third of it, so that two announcements in a row may be lost
+	// before the queue stops offering.
+	CapacityTTL time.Duration
+}
+
+// RunOption sets one of RunOptions.
+type RunOption func(*RunOptions) error
+
+// WithConcurrency sets RunOptions.Concurrency.
+func WithConcurrency(n int) RunOption {
+	return func(o *RunOptions) error {
+		if n < 1 || n > events.MaxSlots {
+			return fmt.Errorf("concurrency %d: want 1 to %d", n, events.MaxSlots)
+		}
+		o.Concurrency = n
+		return nil
+	}
+}
+
+// WithCapacityTTL sets RunOptions.CapacityTTL.
+func WithCapacityTTL(d time.Duration) RunOption {
+	return func(o *RunOptions) error {
+		if d < time.Millisecond || d > events.MaxCapacityTTL*time.Millisecond || d%time.Millisecond != 0 {
+			return fmt.Errorf("capacity ttl %v: want whole milliseconds from 1ms to %v", d, events.MaxCapacityTTL*time.Millisecond)
+		}
+		o.CapacityTTL = d
+		return nil
+	}
+}
+
+func runOptions(opts []RunOption) (RunOptions, error) {
+	ro := RunOptions{Concurrency: DefaultConcurrency, CapacityTTL: DefaultCapacityTTL}
+	for _, o := range opts {
+		if err := o(&ro); err != nil {
+			return ro, fmt.Errorf("worker: run: %w", err)
+		}
+	}
+	return ro, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,4 +326,75 @@ func TestPartitionedOffers(t *testing.T) {
 			t.Errorf("%s acked %d times", job, acked[job])
 		}
 	}
+}
+
+// In a partitioned deployment Run announces to every partition (each
+// pull to the partition's own subject), never runs more handlers than its
+// concurrency although every partition may offer its free slots, declines
+// the surplus (not counted: every job completes at attempt 1), and
+// completes every job once.
+func TestPartitionedRun(t *testing.T) {
+	t.Parallel()
+	e, topos := newPartitionedEnv(t)
+	wa := e.watch()
+	w := e.worker("w1")
+	const limit = 2
+	jobs := jobsOverPartitions(t, "pq", 24)
+	var running, most atomic.Int32
+	run := startRun(t, w, "q", func(ctx context.Context, j *Job) error {
+		now := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil
+	}, WithConcurrency(limit))
+	for _, job := range jobs {
+		e.submit(testPartitions, job, "q", events.Input{})
+	}
+	for _, job := range jobs {
+		wa.state(30*time.Second, job, events.StateCompleted)
+	}
+	if err := run.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if m := most.Load(); m > limit || m < 1 {
+		t.Fatalf("at most %d handlers at once, want at most %d", m, limit)
+	}
+	ds, parts := e.partitionDecisions(topos)
+	pulls := make([]int, testPartitions)
+	completed := map[string]int{}
+	declines := 0
+	for i, d := range ds {
+		switch {
+		case d.Kind == events.KindCapacitySet && d.Actor == "w1":
+			pulls[parts[i]]++
+			if d.Capacity.Slots > limit {
+				t.Errorf("partition %d: announced %d slots, above %d", parts[i], d.Capacity.Slots, limit)
+			}
+		case d.Kind == events.KindCompleted:
+			completed[d.Job.ID]++
+			if d.Job.Attempt != 1 || d.Job.Result != events.OutcomeSuccess {
+				t.Errorf("%s completed %s at attempt %d, want SUCCESS at 1", d.Job.ID, d.Job.Result, d.Job.Attempt)
+			}
+		case d.Kind == events.KindReleased:
+			declines++
+		case d.Reason == events.ReasonWrongPartition:
+			t.Errorf("partition %d: %s/%s", parts[i], d.Kind, d.Reason)
+		}
+	}
+	for k, n := range pulls {
+		if n < 2 { // an announcement and the withdrawal at least
+			t.Errorf("partition %d got %d pulls", k, n)
+		}
+	}
+	for _, job := range jobs {
+		if completed[job] != 1 {
+			t.Errorf("%s completed %d times", job, completed[job])
+		}
+	}
+	t.Logf("%d surplus offers declined; pulls per partition %v", declines, pulls)
 }

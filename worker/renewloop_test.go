@@ -36,8 +36,9 @@ import (
 )
 
 // fakeCoord is an in-memory coordinator behind the worker's publisher: it
-// grants acquires for dur and renews (or refuses to answer, or fails the
-// publish) as its mode says, and records the renewals it was sent.
+// grants acquires for dur, renews (or refuses to answer, or fails the
+// publish) as its mode says, answers pulls with capacity_set (or not, in
+// mode noVerdicts), and records the renewals and pulls it was sent.
 type fakeCoord struct {
 	t   testing.TB
 	w   *Worker
@@ -48,6 +49,15 @@ type fakeCoord struct {
 	seq    uint64
 	mode   fakeMode
 	renews []renewSeen
+	pulls  []pullSeen
+}
+
+// pullSeen is one pull the fake coordinator was sent.
+type pullSeen struct {
+	at    time.Time // on the fake's clock
+	queue string
+	slots uint64
+	ttl   time.Duration
 }
 
 type fakeMode int
@@ -98,6 +108,13 @@ func (f *fakeCoord) PublishMsg(_ context.Context, msg *nats.Msg, _ ...jetstream.
 		},
 	}
 	switch in.Verb {
+	case events.VerbPull:
+		f.pulls = append(f.pulls, pullSeen{now, in.Queue, in.Slots, time.Duration(in.TTLMS) * time.Millisecond})
+		if f.mode == noVerdicts {
+			return &jetstream.PubAck{Stream: "TENURE_IN", Sequence: f.seq}, nil
+		}
+		d.Kind, d.Reason, d.Job = events.KindCapacitySet, events.ReasonOk, events.Job{ID: events.NoJob}
+		d.Capacity = &events.Capacity{Queue: in.Queue, Slots: in.Slots, Until: now.Add(time.Duration(in.TTLMS) * time.Millisecond).UnixNano()}
 	case events.VerbAcquire:
 		d.Kind = events.KindGranted
 	case events.VerbRenew:
@@ -308,6 +325,16 @@ func TestRenewLoopInjectedClock(t *testing.T) {
 			t.Fatalf("cause %v at the local deadline, want ErrExpired and ErrNoVerdict", cause)
 		}
 	})
+}
+
+func (f *fakeCoord) pullsSeen() []pullSeen {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]pullSeen(nil), f.pulls...)
+}
+
+func (p pullSeen) String() string {
+	return fmt.Sprintf("%s:%d(ttl %v)@%s", p.queue, p.slots, p.ttl, p.at.Format("15:04:05.000"))
 }
 
 func (r renewSeen) String() string {

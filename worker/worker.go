@@ -59,7 +59,8 @@ type Worker struct {
 	stash   []stashed // unclaimed decisions, oldest first, at most stashSize
 	offerQ  []Offer
 	offerC  chan Offer
-	offerS  chan struct{} // wakes the offer pump
+	offerS  chan struct{}      // wakes the offer pump
+	runs    map[string]*runner // the Run of each queue: its offers go there, not to offerQ
 }
 
 // publisher is the part of jetstream.JetStream that publishes inputs.
@@ -158,6 +159,7 @@ func newWorker(id string, o Options, pub publisher, topos []streams.Topology) *W
 		renewN:  make([]int, len(topos)),
 		waiters: make(map[verdictKey]*waiter),
 		leases:  make(map[leaseKey]*Lease),
+		runs:    make(map[string]*runner),
 		offerC:  make(chan Offer),
 		offerS:  make(chan struct{}, 1),
 		renewS:  make(chan struct{}, 1),
@@ -302,9 +304,9 @@ func (w *Worker) onMsg(part uint32, subject string, data []byte) {
 func (w *Worker) dispatch(d events.Decision) { w.dispatchFrom(0, d) }
 
 // dispatchFrom routes one decision read from partition part: a verdict of
-// this worker's input to its caller, an offer to the offer queue, a
-// decision about one of its leases to the lease; what nobody claims yet is
-// stashed.
+// this worker's input to its caller, an offer the queue made to the Run of
+// its queue if one runs, any other offer to the offer queue, a decision
+// about one of its leases to the lease; what nobody claims yet is stashed.
 func (w *Worker) dispatchFrom(part uint32, d events.Decision) {
 	w.mu.Lock()
 	err := w.dispatchLocked(part, d)
@@ -318,7 +320,7 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 	if w.ctx.Err() != nil {
 		return nil
 	}
-	if !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
+	if w.verdictOfMine(&d) {
 		k := verdictKey{part, d.Cause}
 		if wt, ok := w.waiters[k]; ok {
 			wt.ch <- d // buffered: room for every verdict expected
@@ -333,9 +335,14 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 	}
 	switch d.Kind {
 	case events.KindOffered:
-		if d.Job.Holder == w.id {
-			return w.queueOfferLocked(d)
+		if d.Job.Holder != w.id {
+			break
 		}
+		if r := w.runs[d.Job.Queue]; r != nil && d.Reason == events.ReasonAssigned {
+			r.offerLocked(newOffer(w, d, w.clk.Now()))
+			return nil
+		}
+		return w.queueOfferLocked(d)
 	case events.KindCancelRequested, events.KindExpired, events.KindUnresolved, events.KindResolved:
 		k := leaseKey{d.Job.ID, d.Job.LeaseID}
 		if l := w.leases[k]; l != nil {
@@ -347,6 +354,18 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 		w.stashLocked(part, d) // its lease is being registered
 	}
 	return nil
+}
+
+// verdictOfMine reports whether d is a verdict of one of this worker's
+// inputs: a decision that is not derived, caused by an input of this
+// worker. An offer the queue made (offered/assigned) is no verdict even
+// when this worker's input caused it: the matching that follows every
+// input (PROTOCOL.md §22.3) may offer a job to the worker whose pull,
+// result or release freed the slot, in that input's decisions, after its
+// verdict.
+func (w *Worker) verdictOfMine(d *events.Decision) bool {
+	return !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id &&
+		(d.Kind != events.KindOffered || d.Reason != events.ReasonAssigned)
 }
 
 func (w *Worker) stashLocked(part uint32, d events.Decision) {
@@ -370,7 +389,7 @@ func (w *Worker) register(l *Lease) error {
 	kept := w.stash[:0]
 	ended := false
 	for _, s := range w.stash {
-		if d := s.d; d.Kind.Derived() || d.Role != events.RoleWorker || d.Actor != w.id {
+		if d := s.d; !w.verdictOfMine(&d) {
 			if d.Job.ID == k.job && d.Job.LeaseID == k.leaseID {
 				ended = l.handle(d) || ended
 				continue
@@ -569,7 +588,7 @@ func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]
 	w.mu.Lock()
 	kept := w.stash[:0]
 	for _, s := range w.stash {
-		if d := s.d; len(ds) < n && !whole && s.part == part && d.Cause == seq && !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id {
+		if d := s.d; len(ds) < n && !whole && s.part == part && d.Cause == seq && w.verdictOfMine(&d) {
 			ds = append(ds, d)
 			whole = d.Job.ID == events.NoJob
 			continue

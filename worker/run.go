@@ -1,0 +1,627 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/maknow/tenure/clock"
+	"github.com/maknow/tenure/events"
+)
+
+// Handler runs one attempt of a queue job. Its ctx is the lease's context
+// (cancelled with its cause the moment authority is lost, a cancellation
+// request included) and is also cancelled, with a cause matching
+// ErrRunStopped, when the Run that called it shuts down. Return nil for
+// success, an error to fail the attempt (the queue retries it after a
+// backoff while the job's attempt budget lasts), or an error matching
+// ErrPermanent (see Permanent) to fail the job without retry. A panic is
+// recovered and fails the attempt like an error.
+type Handler func(ctx context.Context, j *Job) error
+
+// Job is one attempt of a queue job, as the queue offered it
+// (PROTOCOL.md §22.6).
+type Job struct {
+	ID          string
+	Queue       string
+	Payload     string // opaque to Tenure; see HasPayload
+	HasPayload  bool   // the submit carried a payload (an empty one is a payload)
+	Attempt     uint64 // this attempt's number, counting from 1 (declines and releases are not counted)
+	MaxAttempts uint64 // the job's attempt budget
+	Priority    int64
+	Submitter   string        // the ops actor that submitted it
+	SubmittedAt time.Time     // on the coordinator's clock
+	LastReason  events.Reason // why the previous attempt ended ("" on the first)
+	// Lease is the attempt's lease: its Token for every side effect,
+	// Progress, Expires, CancelRequested. Run reports the result itself
+	// when the handler returns; a handler that calls Complete or Release
+	// has ended the lease, and Run then reports nothing more.
+	Lease *Lease
+}
+
+func newJob(o *Offer, l *Lease) *Job {
+	j := &o.Decision.Job
+	return &Job{
+		ID: j.ID, Queue: j.Queue, Payload: j.Payload, HasPayload: j.HasPayload,
+		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Priority: j.Priority, Submitter: j.Submitter,
+		SubmittedAt: time.Unix(0, j.SubmittedAt), LastReason: j.LastReason, Lease: l,
+	}
+}
+
+// Run takes the jobs of queue and runs h on each, at most
+// RunOptions.Concurrency at once, until ctx ends. It announces the
+// worker's capacity on the queue (pull inputs, PROTOCOL.md §22.2) and
+// renews the announcement every third of RunOptions.CapacityTTL; it accepts
+// the offers the queue makes to this worker (offered/assigned) and runs h
+// on each in a goroutine of its own, then reports the attempt's result:
+//
+//   - h returns nil: SUCCESS;
+//   - h returns an error: FAILED, the error's text as detail (control
+//     characters replaced by spaces, cut to events.MaxTextLen bytes on a
+//     UTF-8 boundary); with "permanent":true when the error matches
+//     ErrPermanent (no retry);
+//   - h panics: FAILED, detail "panic: <value>" (retried as any failure);
+//     the stack goes to the worker's ErrorHandler;
+//   - the lease's context was cancelled by a cancellation request: the
+//     worker acknowledges it and reports CANCELLED, which ends the job
+//     (cancelled jobs are not retried);
+//   - authority was lost otherwise (expired, revoked, a newer generation,
+//     no verdict before the local deadline, the Worker closed): nothing is
+//     reported (the coordinator would refuse it), the ErrorHandler is told;
+//   - h ended the lease itself (Complete, Release): nothing more.
+//
+// Offers of other queues, and offers a dispatcher made (offered/ok),
+// still reach Offers() or the Run of their queue: a Worker may run several
+// queues at once, one Run each; Run on a queue another Run of the Worker
+// runs returns ErrAlreadyRunning.
+//
+// When ctx ends Run shuts down: it withdraws the capacity (a pull with
+// slots 0, on every partition), declines the offers that arrive from then
+// on, cancels the handlers' contexts (cause ErrRunStopped wrapping ctx's
+// cause) and waits for every handler. A handler that returns an error
+// after the shutdown began (or a panic) has its lease released instead of
+// failed: a release is not counted as an attempt (§22.4), so the job is
+// retried at once elsewhere; nil or an ErrPermanent error is reported as
+// above. Run returns nil after such a shutdown, once every handler has
+// returned and its result was reported. It returns ErrClosed when the
+// Worker was closed, the refusal (a *VerdictError) when the coordinator
+// refused an announcement (a log below rules revision 4, for instance),
+// after the same shutdown, and an error at once for invalid arguments.
+//
+// Every goroutine Run starts has exited when it returns. The time of its
+// announcements follows the Worker's clock (WithClock).
+func (w *Worker) Run(ctx context.Context, queue string, h Handler, opts ...RunOption) error {
+	if !events.ValidToken(queue) {
+		return fmt.Errorf("worker: run: invalid queue %q", queue)
+	}
+	if h == nil {
+		return errors.New("worker: run: nil handler")
+	}
+	ro, err := runOptions(opts)
+	if err != nil {
+		return err
+	}
+	r := newRunner(w, queue, h, ro)
+	if err := w.addRun(r); err != nil {
+		return err
+	}
+	return r.run(ctx)
+}
+
+// runner is one Run.
+type runner struct {
+	w     *Worker
+	queue string
+	h     Handler
+	opts  RunOptions
+	every time.Duration // between announcements: a third of the ttl
+	retry time.Duration // after an announcement whose verdict was not learned
+
+	stop      context.Context // ends when Run's ctx ends, the Worker closes or a pull is refused
+	withdrawn chan struct{}   // closed once the capacity was withdrawn (or that failed)
+	fatal     chan error      // a refused announcement
+	wg        sync.WaitGroup  // the goroutine of each offer: accept, handler, result; declines
+
+	// Under w.mu: the offers dispatch routed to this Run, for its loop.
+	offers []Offer
+	offerS chan struct{} // wakes the loop
+
+	ann  []announcement  // per partition
+	wake []chan struct{} // per partition: wakes its announcer
+
+	mu      sync.Mutex
+	slots   map[*slot]struct{}
+	running int // slots accepting an offer or running a handler
+}
+
+// slot is one offer this Run took: from its arrival until its result was
+// reported.
+type slot struct {
+	part  uint32
+	state slotState
+	lease *Lease // nil while accepting
+}
+
+type slotState uint8
+
+const (
+	slotAccepting slotState = iota // the ACK is in flight
+	slotRunning                    // the handler runs
+	slotFinishing                  // the handler returned; the result is being reported
+)
+
+// announcement is the state of one partition's announcements.
+type announcement struct {
+	mu    sync.Mutex // one pull of the partition at a time, stored in the order decided
+	ok    bool       // the last pull was accepted
+	slots uint64     // the slots it announced
+	due   time.Time  // the next pull is due then, whatever changes
+}
+
+func newRunner(w *Worker, queue string, h Handler, ro RunOptions) *runner {
+	n := max(len(w.ins), 1)
+	r := &runner{
+		w: w, queue: queue, h: h, opts: ro,
+		every:     max(ro.CapacityTTL/3, time.Millisecond),
+		withdrawn: make(chan struct{}),
+		fatal:     make(chan error, 1),
+		offerS:    make(chan struct{}, 1),
+		ann:       make([]announcement, n),
+		wake:      make([]chan struct{}, n),
+		slots:     make(map[*slot]struct{}),
+	}
+	r.retry = max(r.every/4, time.Millisecond)
+	for k := range r.wake {
+		r.wake[k] = make(chan struct{}, 1)
+	}
+	return r
+}
+
+// addRun routes the offers of r's queue to r.
+func (w *Worker) addRun(r *runner) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil {
+		return ErrClosed
+	}
+	if w.runs[r.queue] != nil {
+		return fmt.Errorf("worker: run %s: %w", r.queue, ErrAlreadyRunning)
+	}
+	w.runs[r.queue] = r
+	return nil
+}
+
+// removeRun stops routing offers to r and returns those it did not take.
+func (w *Worker) removeRun(r *runner) []Offer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.runs[r.queue] == r {
+		delete(w.runs, r.queue)
+	}
+	os := r.offers
+	r.offers = nil
+	return os
+}
+
+// offerLocked queues an offer of r's queue for r's loop; w.mu is held.
+func (r *runner) offerLocked(o Offer) {
+	r.offers = append(r.offers, o)
+	select {
+	case r.offerS <- struct{}{}:
+	default:
+	}
+}
+
+func (r *runner) takeOffers() []Offer {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	os := r.offers
+	r.offers = nil
+	return os
+}
+
+func (r *runner) run(ctx context.Context) error {
+	stop, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	unclose := context.AfterFunc(r.w.ctx, func() { cancel(ErrClosed) })
+	defer unclose()
+	r.stop = stop
+
+	var anns sync.WaitGroup
+	for k := range r.ann {
+		anns.Go(func() { r.announcer(uint32(k)) })
+	}
+	var err error
+loop:
+	for {
+		select {
+		case <-r.offerS:
+			for _, o := range r.takeOffers() {
+				r.offer(o)
+			}
+		case err = <-r.fatal:
+			cancel(err)
+			break loop
+		case <-stop.Done():
+			break loop
+		}
+	}
+	// Shutdown: handlers' contexts are being cancelled (stop ended); the
+	// capacity is withdrawn before any release or decline is sent, so that
+	// the queue does not offer those jobs to this worker again.
+	anns.Wait()
+	r.withdraw()
+	close(r.withdrawn)
+	// Every offer made before the withdrawal was dispatched before its
+	// verdict (each partition's decisions arrive in order): r has them all.
+	for _, o := range r.w.removeRun(r) {
+		r.offer(o) // declined
+	}
+	r.wg.Wait()
+	if err == nil && r.w.ctx.Err() != nil {
+		err = ErrClosed
+	}
+	return err
+}
+
+// offer takes o in a free slot, or handles it as a surplus.
+func (r *runner) offer(o Offer) {
+	k := r.w.part.Of(o.Job).Index
+	if s := r.reserve(k); s != nil {
+		r.wg.Go(func() { r.work(&o, s) })
+		return
+	}
+	r.wg.Go(func() { r.surplus(&o, k) })
+}
+
+// reserve takes a free slot for an offer of partition k, if there is one
+// and Run is not shutting down.
+func (r *runner) reserve(k uint32) *slot {
+	r.mu.Lock()
+	if r.stop.Err() != nil || r.running >= r.opts.Concurrency {
+		r.mu.Unlock()
+		return nil
+	}
+	s := &slot{part: k, state: slotAccepting}
+	r.slots[s] = struct{}{}
+	r.running++
+	r.mu.Unlock()
+	r.wakeAll() // fewer free slots to announce to the other partitions
+	return s
+}
+
+// surplus handles an offer that came when no slot was free: announced
+// slots of another partition that were not corrected yet, or a lease the
+// coordinator ended while its handler still runs. Partition k's
+// announcement is corrected first, so that the queue does not offer the
+// declined job to this worker again; if a slot was freed meanwhile the
+// offer takes it instead. A decline is not counted as an attempt.
+func (r *runner) surplus(o *Offer, k uint32) {
+	if r.stop.Err() == nil {
+		r.announce(r.stop, k)
+		if s := r.reserve(k); s != nil {
+			r.work(o, s)
+			return
+		}
+	}
+	if r.stop.Err() != nil {
+		<-r.withdrawn
+	}
+	if err := o.Decline(context.Background()); err != nil {
+		r.report(fmt.Errorf("worker: run %s: decline %s: %w", r.queue, o.Token(), err))
+	}
+}
+
+// work accepts o in slot s, runs the handler and reports the result.
+func (r *runner) work(o *Offer, s *slot) {
+	l, err := r.accept(o)
+	if err != nil {
+		r.free(s)
+		r.report(fmt.Errorf("worker: run %s: accept %s: %w", r.queue, o.Token(), err))
+		return
+	}
+	unwatch := context.AfterFunc(l.Context(), r.wakeAll) // a lost lease is no longer held
+	defer unwatch()
+	r.mu.Lock()
+	s.lease = l
+	s.state = slotRunning
+	r.mu.Unlock()
+	if r.stop.Err() != nil { // shutting down before the handler started: give it back
+		r.finishing(s)
+		<-r.withdrawn
+		r.report(r.settle(l, "release", l.Release))
+		r.free(s)
+		return
+	}
+	hctx, hcancel := context.WithCancelCause(l.Context())
+	unstop := context.AfterFunc(r.stop, func() {
+		hcancel(fmt.Errorf("%w: %w", ErrRunStopped, context.Cause(r.stop)))
+	})
+	herr := r.call(hctx, newJob(o, l))
+	unstop()
+	hcancel(nil)
+	shutdown := r.stop.Err() != nil
+	r.finishing(s) // the handler no longer runs: its slot is free
+	r.report(r.result(l, herr, shutdown))
+	r.free(s)
+}
+
+// accept ACKs o, resending the same ACK while its verdict is not learned
+// and the offer's ACK deadline has not passed.
+func (r *runner) accept(o *Offer) (*Lease, error) {
+	for {
+		l, err := o.Accept(context.Background())
+		if err == nil || !errors.Is(err, ErrNoVerdict) || r.w.ctx.Err() != nil || !r.w.clk.Now().Before(o.localDeadline) {
+			return l, err
+		}
+		r.pause()
+	}
+}
+
+// pause waits a little before an input is sent again.
+func (r *runner) pause() {
+	t := r.w.clk.NewTimer(50 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-r.w.ctx.Done():
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (r *runner) call(ctx context.Context, j *Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{v}
+			r.report(fmt.Errorf("worker: run %s: job %s: handler panicked: %v\n%s", r.queue, j.Lease.Token(), v, debug.Stack()))
+		}
+	}()
+	return r.h(ctx, j)
+}
+
+// panicError is a handler's panic, as the attempt's failure.
+type panicError struct{ v any }
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.v) }
+
+// result reports the result of the handler that returned herr on lease l
+// (shutdown: after Run's shutdown began), and returns what went wrong.
+func (r *runner) result(l *Lease, herr error, shutdown bool) error {
+	if l.ctx.Err() != nil {
+		cause := context.Cause(l.ctx)
+		switch {
+		case errors.Is(cause, ErrLeaseEnded):
+			return nil // the handler completed or released the lease itself
+		case cancelPending(cause):
+			return r.reconcile(l, herr)
+		}
+		return fmt.Errorf("worker: run %s: job %s: authority lost (%w), the handler's return (%v) not reported", r.queue, l.token, cause, herr)
+	}
+	var err error
+	switch {
+	case herr == nil:
+		err = r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeSuccess, "") })
+	case errors.Is(herr, ErrPermanent):
+		err = r.settle(l, "complete", func(ctx context.Context) error { return l.FailPermanently(ctx, detailOf(herr)) })
+	case shutdown:
+		<-r.withdrawn
+		err = r.settle(l, "release", l.Release)
+	default:
+		err = r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeFailed, detailOf(herr)) })
+	}
+	if cancelPending(err) { // requested while the result was on its way
+		return r.reconcile(l, herr)
+	}
+	return err
+}
+
+// reconcile answers a cancellation request: cancel ACK, then CANCELLED.
+func (r *runner) reconcile(l *Lease, herr error) error {
+	detail := "cancelled on request"
+	if herr != nil {
+		detail = detailOf(fmt.Errorf("%s: %w", detail, herr))
+	}
+	err := r.settle(l, "cancel_ack", l.AckCancel)
+	if e := r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeCancelled, detail) }); e != nil {
+		return errors.Join(err, e)
+	}
+	return nil
+}
+
+// settle sends one of l's closing inputs with op, sending it again while
+// its verdict is not learned and the lease's local deadline has not
+// passed; a duplicate verdict says an earlier one was accepted.
+func (r *runner) settle(l *Lease, what string, op func(context.Context) error) error {
+	for {
+		err := op(context.Background())
+		if err == nil || errors.Is(err, ErrDuplicate) {
+			return nil
+		}
+		if !errors.Is(err, ErrNoVerdict) || r.w.ctx.Err() != nil || !r.w.clk.Now().Before(l.Expires()) {
+			return fmt.Errorf("worker: run %s: %s: %w", r.queue, what, err)
+		}
+		r.pause()
+	}
+}
+
+// detailOf is the text of err as a result's detail: valid UTF-8, control
+// characters (which the protocol refuses in text) replaced by spaces, and
+// cut to events.MaxTextLen bytes on a character boundary.
+func detailOf(err error) string {
+	s := strings.Map(func(c rune) rune {
+		if c < 0x20 || c == 0x7f {
+			return ' '
+		}
+		return c
+	}, strings.ToValidUTF8(err.Error(), "\uFFFD"))
+	if len(s) <= events.MaxTextLen {
+		return s
+	}
+	n := events.MaxTextLen
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func (r *runner) finishing(s *slot) {
+	r.mu.Lock()
+	if s.state != slotFinishing {
+		s.state = slotFinishing
+		r.running--
+	}
+	r.mu.Unlock()
+	r.wakeAll()
+}
+
+func (r *runner) free(s *slot) {
+	r.mu.Lock()
+	if s.state != slotFinishing {
+		r.running--
+	}
+	delete(r.slots, s)
+	r.mu.Unlock()
+	r.wakeAll()
+}
+
+func (r *runner) wakeAll() {
+	for _, c := range r.wake {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *runner) report(err error) {
+	if err != nil {
+		r.w.report(err)
+	}
+}
+
+// desired is the slots to announce to partition k: the leases of k this
+// Run holds (those of running handlers and of offers being accepted, the
+// coordinator's live leases) plus the free slots. It is the concurrency
+// limit when unpartitioned; in a partitioned deployment each partition
+// may offer every free slot, and the surplus is declined.
+func (r *runner) desired(k uint32) uint64 {
+	if r.stop.Err() != nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	held := 0
+	for s := range r.slots {
+		if s.part == k && s.state != slotFinishing && !endedAtCoordinator(s.lease) {
+			held++
+		}
+	}
+	return uint64(r.opts.Concurrency - r.running + held)
+}
+
+// endedAtCoordinator reports whether l is known to be no longer live at
+// the coordinator: its authority was lost otherwise than by a cancellation
+// request (after which the lease stays live until its result).
+func endedAtCoordinator(l *Lease) bool {
+	return l != nil && l.ctx.Err() != nil && !cancelPending(context.Cause(l.ctx))
+}
+
+// cancelPending reports whether a lease's cause is a cancellation request
+// that leaves the lease live until the worker reconciles it (not one that
+// ended it: an unresolved cancellation, a cancel deadline passed).
+func cancelPending(cause error) bool {
+	return errors.Is(cause, ErrCancelRequested) && !errors.Is(cause, ErrLostAuthority)
+}
+
+// announcer keeps partition k's announcement standing and right until
+// Run shuts down: at once, every third of the ttl, and whenever the slots
+// to announce change.
+func (r *runner) announcer(k uint32) {
+	a := &r.ann[k]
+	r.announce(r.stop, k)
+	a.mu.Lock()
+	t := r.w.clk.NewTimer(clock.Until(r.w.clk, a.due))
+	a.mu.Unlock()
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop.Done():
+			return
+		case <-r.wake[k]:
+		case <-t.C():
+		}
+		r.announce(r.stop, k)
+		a.mu.Lock()
+		t.Reset(clock.Until(r.w.clk, a.due))
+		a.mu.Unlock()
+	}
+}
+
+// announce sends partition k's announcement if it is due or its slots
+// changed (unless a failed one waits for its retry), and learns its
+// verdict. A refusal stops Run.
+func (r *runner) announce(ctx context.Context, k uint32) {
+	a := &r.ann[k]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	want := r.desired(k)
+	t0 := r.w.clk.Now()
+	if t0.Before(a.due) && (!a.ok || want == a.slots) {
+		return
+	}
+	err := r.pull(ctx, k, want)
+	var ve *VerdictError
+	switch {
+	case err == nil:
+		a.ok, a.slots, a.due = true, want, t0.Add(r.every)
+	case errors.As(err, &ve):
+		a.ok, a.due = false, r.w.clk.Now().Add(r.every)
+		select {
+		case r.fatal <- err:
+		default:
+		}
+	default:
+		a.ok, a.due = false, r.w.clk.Now().Add(r.retry)
+		if ctx.Err() == nil {
+			r.report(err)
+		}
+	}
+}
+
+// withdraw announces slots 0 on every partition.
+func (r *runner) withdraw() {
+	var wg sync.WaitGroup
+	for k := range r.ann {
+		wg.Go(func() {
+			a := &r.ann[k]
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if err := r.pull(context.Background(), uint32(k), 0); err != nil {
+				r.report(fmt.Errorf("worker: run %s: withdraw: %w", r.queue, err))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// pull announces slots on partition k and learns the verdict: nil for
+// capacity_set, a *VerdictError for a refusal, or an error matching
+// ErrNoVerdict or ErrClosed.
+func (r *runner) pull(ctx context.Context, k uint32, slots uint64) error {
+	p := r.w.newInput(&events.Input{Job: events.NoJob, Verb: events.VerbPull, Queue: r.queue,
+		Slots: slots, TTLMS: r.opts.CapacityTTL.Milliseconds()})
+	p.part = events.Partition{Index: k, Count: r.w.part.Count}
+	d, err := r.w.send(ctx, p)
+	if err != nil {
+		return fmt.Errorf("worker: run %s: pull %d slots (%s): %w", r.queue, slots, p.part, err)
+	}
+	if d.Kind != events.KindCapacitySet {
+		return fmt.Errorf("worker: run %s: pull (%s): %w", r.queue, p.part, verdictError(d))
+	}
+	return nil
+}

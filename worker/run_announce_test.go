@@ -1,0 +1,123 @@
+package worker
+
+// Run's announce loop in testing/synctest bubbles, against the in-memory
+// coordinator of renewloop_test.go (why not the embedded server: see
+// there): the instants of the announcements are exact.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/maknow/tenure/clock"
+)
+
+func nop(context.Context, *Job) error { return nil }
+
+// Run announces its capacity at once and again every third of the ttl,
+// each announcement with slots = the concurrency and the ttl, so that it
+// never lapses; when its ctx ends it withdraws (slots 0) and returns nil.
+func TestRunAnnouncesBeforeTheTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w, f := fakeWorker(t, 3*time.Second)
+		defer w.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- w.Run(ctx, "q", nop, WithConcurrency(4), WithCapacityTTL(3*time.Second)) }()
+		time.Sleep(3*time.Second + 500*time.Millisecond)
+		synctest.Wait()
+		got := f.pullsSeen()
+		if len(got) != 4 {
+			t.Fatalf("%d announcements in 3.5 s with a ttl of 3 s, want 4 (at 0, 1, 2, 3 s): %v", len(got), got)
+		}
+		for i, p := range got {
+			if want := start.Add(time.Duration(i) * time.Second); !p.at.Equal(want) || p.queue != "q" || p.slots != 4 || p.ttl != 3*time.Second {
+				t.Errorf("announcement %d: %+v at +%v, want q, 4 slots, ttl 3s at +%v", i, p, p.at.Sub(start), want.Sub(start))
+			}
+			if i > 0 && p.at.Sub(got[i-1].at) >= p.ttl {
+				t.Errorf("announcement %d came %v after the previous one: the capacity lapsed", i, p.at.Sub(got[i-1].at))
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v, want nil after its ctx ended", err)
+		}
+		got = f.pullsSeen()
+		if last := got[len(got)-1]; len(got) != 5 || last.slots != 0 || !last.at.Equal(start.Add(3500*time.Millisecond)) {
+			t.Fatalf("after the ctx ended: %v, want one more announcement, of 0 slots, at +3.5s", got)
+		}
+	})
+}
+
+// An announcement whose verdict is not learned is reported and sent again
+// a quarter of the interval after it gave up (its call waited
+// VerdictTimeout), then every interval again once answered.
+func TestRunAnnouncementRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log errorLog
+		w, f := fakeWorker(t, 3*time.Second, WithErrorHandler(log.handle), WithVerdictTimeout(2*time.Second))
+		defer w.Close()
+		f.setMode(noVerdicts)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- w.Run(ctx, "q", nop, WithCapacityTTL(4*time.Second)) }()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		f.setMode(answer)
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		// 0: no verdict until +2s; retry a quarter of 4/3 s later: +2.333s,
+		// no verdict until +4.333s; +4.666s answered; then +6s.
+		want := []time.Duration{0, 2333333333, 4666666666, 6000000000}
+		got := f.pullsSeen()
+		if len(got) != len(want) {
+			t.Fatalf("announcements %v, want at +%v", got, want)
+		}
+		for i, p := range got {
+			if d := p.at.Sub(start); d < want[i]-time.Microsecond || d > want[i]+time.Microsecond {
+				t.Errorf("announcement %d at +%v, want +%v", i, d, want[i])
+			}
+		}
+		errs := log.all()
+		if len(errs) != 2 || !errors.Is(errs[0], ErrNoVerdict) {
+			t.Errorf("reported %v, want the two announcements without a verdict", errs)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// With WithClock, the announce loop follows that clock, not package
+// time's.
+func TestRunAnnounceInjectedClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		w, f := fakeWorker(t, 3*time.Second, WithClock(fc))
+		defer w.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx, "q", nop, WithCapacityTTL(3*time.Second)) }()
+		synctest.Wait()
+		time.Sleep(time.Minute) // package time's clock: nothing is due on it
+		synctest.Wait()
+		if got := f.pullsSeen(); len(got) != 1 {
+			t.Fatalf("after a minute of package time's clock: %v, want the first announcement only", got)
+		}
+		fc.Advance(time.Second)
+		synctest.Wait()
+		if got := f.pullsSeen(); len(got) != 2 || !got[1].at.Equal(fc.Now()) {
+			t.Fatalf("after Advance(1s): %v, want a second announcement at %v", got, fc.Now())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
