@@ -23,7 +23,7 @@ func TestAssignedOfferIsNoVerdict(t *testing.T) {
 		Capacity: &events.Capacity{Queue: "q", Slots: 1}}
 	now := time.Now()
 	offer := func(job string) events.Decision {
-		return events.Decision{Cause: seq, N: 1, Of: 2, At: now.UnixNano(), Kind: events.KindOffered, Reason: events.ReasonAssigned,
+		return events.Decision{Cause: seq, N: 1, Of: 2, At: now.UnixNano(), Kind: events.KindAssigned, Reason: events.ReasonOk,
 			Role: events.RoleWorker, Actor: "w1", Verb: events.VerbPull, Addressee: "w1",
 			Job: events.Job{ID: job, LeaseID: "L9", Generation: 1, Holder: "w1", State: events.StateOffered,
 				AckDeadline: now.Add(time.Minute).UnixNano(), Queue: "q", Attempt: 1, MaxAttempts: 3}}
@@ -54,7 +54,7 @@ func TestAssignedOfferIsNoVerdict(t *testing.T) {
 		}
 		select {
 		case got := <-w.Offers():
-			if got.Job != c.job || got.Decision.Reason != events.ReasonAssigned {
+			if got.Job != c.job || got.Decision.Kind != events.KindAssigned {
 				t.Fatalf("%s: offer %s/%s, want %s/assigned", c.name, got.Job, got.Decision.Reason, c.job)
 			}
 		case <-time.After(time.Second):

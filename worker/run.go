@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -157,10 +158,11 @@ const (
 
 // announcement is the state of one partition's announcements.
 type announcement struct {
-	mu    sync.Mutex // one pull of the partition at a time, stored in the order decided
-	ok    bool       // the last pull was accepted
-	slots uint64     // the slots it announced
-	due   time.Time  // the next pull is due then, whatever changes
+	mu    sync.Mutex  // one pull of the partition at a time, stored in the order decided
+	stale atomic.Bool // the coordinator withdrew the announcement (a missed ACK): announce again at once
+	ok    bool        // the last pull was accepted
+	slots uint64      // the slots it announced
+	due   time.Time   // the next pull is due then, whatever changes
 }
 
 func newRunner(w *Worker, queue string, h Handler, ro RunOptions) *runner {
@@ -571,7 +573,7 @@ func (r *runner) announce(ctx context.Context, k uint32) {
 	defer a.mu.Unlock()
 	want := r.desired(k)
 	t0 := r.w.clk.Now()
-	if t0.Before(a.due) && (!a.ok || want == a.slots) {
+	if stale := a.stale.Swap(false); !stale && t0.Before(a.due) && (!a.ok || want == a.slots) {
 		return
 	}
 	err := r.pull(ctx, k, want)
@@ -590,6 +592,22 @@ func (r *runner) announce(ctx context.Context, k uint32) {
 		if ctx.Err() == nil {
 			r.report(err)
 		}
+	}
+}
+
+// withdrawnLocked handles the coordinator's withdrawal of partition k's
+// announcement (a withdrawn decision: an offer to this worker was not
+// ACKed in time, PROTOCOL.md §22.4): the announcer announces again at
+// once, so that a worker that is alive keeps receiving jobs. Called under
+// w.mu: it takes no lock of the announcement.
+func (r *runner) withdrawnLocked(k uint32) {
+	if int(k) >= len(r.ann) {
+		return
+	}
+	r.ann[k].stale.Store(true)
+	select {
+	case r.wake[k] <- struct{}{}:
+	default:
 	}
 }
 

@@ -7,6 +7,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"github.com/maknow/tenure/events"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -114,6 +115,48 @@ func TestRunAnnounceInjectedClock(t *testing.T) {
 		synctest.Wait()
 		if got := f.pullsSeen(); len(got) != 2 || !got[1].at.Equal(fc.Now()) {
 			t.Fatalf("after Advance(1s): %v, want a second announcement at %v", got, fc.Now())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// When the coordinator withdraws the announcement (a withdrawn decision:
+// an offer to this worker was not ACKed in time), Run announces again at
+// once rather than at its next interval: a worker that is alive keeps
+// receiving jobs.
+func TestRunAnnouncesAgainWhenWithdrawn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w, f := fakeWorker(t, 30*time.Second)
+		defer w.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- w.Run(ctx, "q", nop, WithConcurrency(2), WithCapacityTTL(30*time.Second)) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := f.pullsSeen(); len(got) != 1 {
+			t.Fatalf("%d announcements in the first second, want 1", len(got))
+		}
+		w.dispatch(events.Decision{Cause: 1 << 40, Kind: events.KindWithdrawn, Reason: events.ReasonAckDeadlinePassed,
+			Role: events.RoleCoord, Actor: "c1", Verb: events.VerbTick, Addressee: w.ID(), Job: events.Job{ID: events.NoJob},
+			Capacity: &events.Capacity{Queue: "q"}})
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		got := f.pullsSeen()
+		if len(got) != 2 || got[1].slots != 2 || got[1].at.Sub(start) > 1010*time.Millisecond {
+			t.Fatalf("after the withdrawal at +1s: %v, want a second announcement of 2 slots at once", got)
+		}
+		// Another queue's withdrawal changes nothing.
+		w.dispatch(events.Decision{Cause: 1<<40 + 1, Kind: events.KindWithdrawn, Reason: events.ReasonAckDeadlinePassed,
+			Role: events.RoleCoord, Actor: "c1", Verb: events.VerbTick, Addressee: w.ID(), Job: events.Job{ID: events.NoJob},
+			Capacity: &events.Capacity{Queue: "other"}})
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if got := f.pullsSeen(); len(got) != 2 {
+			t.Fatalf("another queue's withdrawal made %d announcements, want none more", len(got)-2)
 		}
 		cancel()
 		if err := <-done; err != nil {

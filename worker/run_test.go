@@ -101,7 +101,7 @@ func TestRunErrorRetriesThenDead(t *testing.T) {
 		switch d.Kind {
 		case events.KindCompleted:
 			results = append(results, d)
-		case events.KindOffered:
+		case events.KindAssigned:
 			offers = append(offers, d)
 		case events.KindRequeued:
 			requeued = append(requeued, d)
@@ -427,7 +427,7 @@ func TestRunShutdownReleasesAndWithdraws(t *testing.T) {
 		t.Fatalf("withdrawn at input %d, %d releases; want the capacity withdrawn last, 2 releases", withdrawSeq, releases)
 	}
 	for _, d := range wa.all() {
-		if d.Kind == events.KindOffered && d.Job.Holder == "w1" && d.Cause > withdrawSeq {
+		if d.Kind == events.KindAssigned && d.Job.Holder == "w1" && d.Cause > withdrawSeq {
 			t.Errorf("%s offered to w1 after its withdrawal", d.Job.ID)
 		}
 	}

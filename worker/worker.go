@@ -334,13 +334,26 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 		return nil
 	}
 	switch d.Kind {
-	case events.KindOffered:
+	case events.KindAssigned:
+		// An offer the queue made (PROTOCOL.md §22.3): to the Run of its
+		// queue, or, with none, to Offers like any offer.
 		if d.Job.Holder != w.id {
 			break
 		}
-		if r := w.runs[d.Job.Queue]; r != nil && d.Reason == events.ReasonAssigned {
+		if r := w.runs[d.Job.Queue]; r != nil {
 			r.offerLocked(newOffer(w, d, w.clk.Now()))
 			return nil
+		}
+		return w.queueOfferLocked(d)
+	case events.KindWithdrawn:
+		if c := d.Capacity; c != nil && d.Addressee == w.id {
+			if r := w.runs[c.Queue]; r != nil {
+				r.withdrawnLocked(part)
+			}
+		}
+	case events.KindOffered:
+		if d.Job.Holder != w.id {
+			break
 		}
 		return w.queueOfferLocked(d)
 	case events.KindCancelRequested, events.KindExpired, events.KindUnresolved, events.KindResolved:
@@ -358,14 +371,12 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 
 // verdictOfMine reports whether d is a verdict of one of this worker's
 // inputs: a decision that is not derived, caused by an input of this
-// worker. An offer the queue made (offered/assigned) is no verdict even
-// when this worker's input caused it: the matching that follows every
-// input (PROTOCOL.md §22.3) may offer a job to the worker whose pull,
-// result or release freed the slot, in that input's decisions, after its
-// verdict.
+// worker. An offer the queue made (assigned) is derived: the matching
+// that follows every input (PROTOCOL.md §22.3) may offer a job to the
+// worker whose pull, result or release freed the slot, in that input's
+// decisions, after its verdict.
 func (w *Worker) verdictOfMine(d *events.Decision) bool {
-	return !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id &&
-		(d.Kind != events.KindOffered || d.Reason != events.ReasonAssigned)
+	return !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id
 }
 
 func (w *Worker) stashLocked(part uint32, d events.Decision) {
