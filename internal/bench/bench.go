@@ -48,7 +48,7 @@ type Config struct {
 	// Only, when not empty, runs only these scenarios: "pipeline",
 	// "receipts" (the SDK with receipts off and on), "rtt", "expiry",
 	// "replay" (with "restart": both use the large log), "fold", "memory",
-	// "storm", "soak" (the soak runs only when named here).
+	// "storm", "queue", "soak" (the soak runs only when named here).
 	Only []string
 
 	PipelineWorkers   int           // scenarios 1 and 8: SDK workers (per set in 8)
@@ -67,6 +67,11 @@ type Config struct {
 	SoakPlot          string        // the soak: where to write its SVG plot ("" for none)
 	SoakRetain        time.Duration // the soak: the policy's retention (default 1 s)
 	SoakSnapshotEvery int           // the soak: the coordinator's inputs between snapshots (0: its default, coordinator.DefaultSnapshotEvery)
+	QueueWorkers      int           // scenario 9: workers (SDK workers running worker.Run; pull workers of the raw baseline)
+	QueueConcurrency  int           // scenario 9: handlers at once per worker
+	QueueInflight     int           // scenario 9: jobs submitted and not yet completed (the closed loop's window)
+	QueueWarmup       time.Duration // scenario 9: before measuring, each side
+	QueueDuration     time.Duration // scenario 9: measured, each side
 }
 
 func (c Config) withDefaults() Config {
@@ -108,6 +113,11 @@ func (c Config) withDefaults() Config {
 	def(&c.SoakJobs, 5_000_000, 200_000)
 	def(&c.SoakPoints, 10, 10)
 	defD(&c.SoakRetain, time.Second, time.Second)
+	def(&c.QueueWorkers, 4, 4)
+	def(&c.QueueConcurrency, 64, 64)
+	def(&c.QueueInflight, 1024, 1024)
+	defD(&c.QueueWarmup, 2*time.Second, time.Second)
+	defD(&c.QueueDuration, 10*time.Second, 3*time.Second)
 	return c
 }
 
@@ -218,6 +228,19 @@ type Result struct {
 	RestartColdS          float64 `json:"restart_cold_s"`
 	RestartSnapshotInputs float64 `json:"restart_snapshot_inputs_after"` // inputs folded after the snapshot
 
+	// 9. Queues: jobs through submit, pull and result, against a raw
+	// JetStream work queue (publish, pull, double ack) in the same run.
+	BaselineQueuePerS      float64 `json:"baseline_queue_per_s"`               // jobs acknowledged (ack confirmed) per second
+	TenureQueuePerS        float64 `json:"tenure_queue_per_s"`                 // jobs completed (completed decision stored) per second
+	QueueRatio             float64 `json:"queue_ratio"`                        // tenure / baseline
+	QueueInflight          float64 `json:"queue_inflight"`                     // jobs submitted and not yet completed, both
+	BaselineQueueStartP50  float64 `json:"baseline_queue_start_p50_ms"`        // publish to the handler's start
+	BaselineQueueStartP99  float64 `json:"baseline_queue_start_p99_ms"`        //
+	TenureQueueStartP50    float64 `json:"tenure_queue_start_p50_ms"`          // submit to the handler's start
+	TenureQueueStartP99    float64 `json:"tenure_queue_start_p99_ms"`          //
+	BaselineQueueLoadedP99 float64 `json:"baseline_queue_loaded_start_p99_ms"` // the same with queue_inflight jobs in the loop (the window dominates it)
+	TenureQueueLoadedP99   float64 `json:"tenure_queue_loaded_start_p99_ms"`
+
 	// 7. Expiry storms, one per size (their JSON keys: see Storm).
 	Storms []Storm `json:"-"`
 	// Soak is the soak's result (nil unless it ran).
@@ -266,6 +289,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		{"expiry", b.expiry},
 		{"replay", b.largeLog},
 		{"storm", b.storm},
+		{"queue", b.queues},
 		{"soak", b.soak},
 	}
 	for _, s := range steps {

@@ -26,6 +26,8 @@ func tiny(t *testing.T, sync string) Config {
 		RTTSamples: 20, ExpirySamples: 4, LogInputs: 3000,
 		FoldDuration: 50 * time.Millisecond, MemJobs: 20000,
 		StormSizes: []int{3000}, StormRawWindow: 500 * time.Millisecond,
+		QueueWorkers: 2, QueueConcurrency: 4, QueueInflight: 16,
+		QueueWarmup: 100 * time.Millisecond, QueueDuration: 300 * time.Millisecond,
 	}
 }
 
@@ -69,7 +71,9 @@ func TestRunTiny(t *testing.T) {
 		"storm_3k_leases", "storm_3k_s", "storm_3k_per_s", "storm_3k_raw_per_s", "storm_3k_ratio",
 		"storm_3k_raw_async_per_s", "storm_3k_raw_batch_per_s", "storm_3k_first_s", "storm_3k_restart_s",
 		"storm_3k_expired", "storm_3k_ok", "storm_3k_max_decisions_per_input", "storm_3k_ticks", "storm_3k_grants_per_s",
-		"storm_3k_cores", "storm_3k_decisions_per_append", "storm_3k_steady_per_s", "storm_3k_sessions", "storm_3k_restart_inputs", "storm_3k_setup_pause_ms", "storm_3k_pause_ms"} {
+		"storm_3k_cores", "storm_3k_decisions_per_append", "storm_3k_steady_per_s", "storm_3k_sessions", "storm_3k_restart_inputs", "storm_3k_setup_pause_ms", "storm_3k_pause_ms",
+		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "queue_inflight", "baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms",
+		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "baseline_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p99_ms"} {
 		v, ok := m[k].(float64)
 		if !ok || !(v > 0) {
 			t.Errorf("%s = %v, want a positive number", k, m[k])
@@ -95,7 +99,7 @@ func TestRunTiny(t *testing.T) {
 	if err := WriteTable(&table, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1 pipeline", "2 round trip p50", "3 replay", "4 fold", "5 resident bytes", "6 restart", "7 expiry storm, 3k leases", "8 SDK, receipts off / on", "pipeline_ratio >= 0.8", "sdk_receipts_ratio >= 0.9", "audit_chain_share <= 0.1", "chain check alone", "storm_3k_ok = 1"} {
+	for _, want := range []string{"1 pipeline", "2 round trip p50", "3 replay", "4 fold", "5 resident bytes", "6 restart", "7 expiry storm, 3k leases", "8 SDK, receipts off / on", "pipeline_ratio >= 0.8", "sdk_receipts_ratio >= 0.9", "audit_chain_share <= 0.1", "chain check alone", "storm_3k_ok = 1", "9 queue, jobs through their life"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

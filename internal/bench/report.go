@@ -106,6 +106,10 @@ func WriteTable(w io.Writer, r *Result) error {
 		row("  the loop's longest turn, setup (ms)", 0, s.SetupPauseMS, "%.1f", 0)
 		row("  the loop's longest turn, storm (ms)", 0, s.PauseMS, "%.1f", 0)
 	}
+	row("9 queue, jobs through their life (per s)", r.BaselineQueuePerS, r.TenureQueuePerS, "%.0f", r.QueueRatio)
+	row("  to the handler's start, alone, p50 (ms)", r.BaselineQueueStartP50, r.TenureQueueStartP50, "%.2f", ratio(r.TenureQueueStartP50, r.BaselineQueueStartP50))
+	row("  to the handler's start, alone, p99 (ms)", r.BaselineQueueStartP99, r.TenureQueueStartP99, "%.2f", ratio(r.TenureQueueStartP99, r.BaselineQueueStartP99))
+	row("  to the handler's start, loaded, p99 (ms)", r.BaselineQueueLoadedP99, r.TenureQueueLoadedP99, "%.0f", ratio(r.TenureQueueLoadedP99, r.BaselineQueueLoadedP99))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
