@@ -312,6 +312,9 @@ func (r *runner) surplus(o *Offer, k uint32) {
 	if r.stop.Err() != nil {
 		<-r.withdrawn
 	}
+	if !r.w.clk.Now().Before(o.localDeadline) {
+		return // lapsed already: nothing to decline
+	}
 	if err := o.Decline(context.Background()); err != nil {
 		r.report(fmt.Errorf("worker: run %s: decline %s: %w", r.queue, o.Token(), err))
 	}
@@ -352,8 +355,13 @@ func (r *runner) work(o *Offer, s *slot) {
 }
 
 // accept ACKs o, resending the same ACK while its verdict is not learned
-// and the offer's ACK deadline has not passed.
+// and the offer's ACK deadline has not passed (an offer read after its
+// deadline, from a coordinator that lagged or a worker that was paused, is
+// not ACKed at all).
 func (r *runner) accept(o *Offer) (*Lease, error) {
+	if !r.w.clk.Now().Before(o.localDeadline) { // an ACK now would be late
+		return nil, fmt.Errorf("%w: the offer's ACK deadline passed before it could be accepted", ErrExpired)
+	}
 	for {
 		l, err := o.Accept(context.Background())
 		if err == nil || !errors.Is(err, ErrNoVerdict) || r.w.ctx.Err() != nil || !r.w.clk.Now().Before(o.localDeadline) {
