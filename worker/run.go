@@ -336,8 +336,7 @@ func (r *runner) work(o *Offer, s *slot) {
 	r.mu.Unlock()
 	if r.stop.Err() != nil { // shutting down before the handler started: give it back
 		r.finishing(s)
-		<-r.withdrawn
-		r.report(r.settle(l, "release", l.Release))
+		r.report(r.result(l, fmt.Errorf("%w: before the handler started", ErrRunStopped), true))
 		r.free(s)
 		return
 	}
