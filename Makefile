@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 60s
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: test test-short bench bench-cluster fuzz fuzz-short lint build run chaos chaos-short
+.PHONY: test test-short bench bench-cluster fuzz fuzz-short lint build run chaos chaos-short drain
 
 build:
 	$(GO) build ./...
@@ -63,6 +63,12 @@ chaos:
 
 chaos-short:
 	@$(call chaos_run,short)
+
+## drain: the end-to-end drain of a queue by three worker processes under SIGKILLs and a SIGSTOP
+## (internal/drain/) with 10,000 jobs; make test runs it with 1,000. DRAINJOBS sets the size.
+DRAINJOBS ?= 10000
+drain:
+	TENURE_DRAIN_JOBS=$(DRAINJOBS) $(GO) test -race -count=1 -timeout 30m -run '^TestDrain$$' -v ./internal/drain/
 
 ## lint: gofmt, go vet, staticcheck.
 lint:

@@ -10,7 +10,7 @@ import (
 
 // The matching that follows every input may offer a queue job to the very
 // worker whose input freed the slot, in that input's decisions, after its
-// verdict (offered/assigned, caused by the worker's pull, result or
+// verdict (assigned, caused by the worker's pull, result or
 // release). Such an offer is no verdict: it reaches Offers(), and the
 // input's waiter gets its own verdict, whichever of the two is read first.
 func TestAssignedOfferIsNoVerdict(t *testing.T) {

@@ -77,7 +77,7 @@
 // number again is harmless, and it announces again every third of the ttl
 // (WithCapacityTTL) so that its capacity never lapses while it runs; a
 // worker that vanishes stops getting offers when the ttl runs out. It
-// accepts the offers the queue makes (offered/assigned) and runs the
+// accepts the offers the queue makes (assigned decisions) and runs the
 // handler on each in a goroutine of its own, with the lease's context,
 // which a cancellation request, an expiry or a revocation cancels with its
 // cause, and which the end of Run's ctx cancels too (ErrRunStopped). The
@@ -96,10 +96,12 @@
 // attempt (the job is retried at once, by another worker). Run then
 // returns nil.
 //
-// A worker restarted under the same id after a crash gets no offers of a
-// queue while the leases its previous process held there are live (the
-// queue counts them against its slots): they expire first, and count as
-// attempts.
+// A worker restarted under the same id after a crash inherits what its
+// previous process left: the queue counts that process's live leases
+// against the new announcement's slots until they expire (each expiry
+// counts as an attempt), and offers made to the previous announcement
+// before the new Run starts reach Offers(), where, unread, they lapse at
+// their ACK deadline (counted too). Start Run right after Connect.
 //
 // In a partitioned deployment each partition matches its own jobs, and a
 // pull goes to one partition. Run announces to every partition, to

@@ -63,9 +63,10 @@ type pullSeen struct {
 type fakeMode int
 
 const (
-	answer     fakeMode = iota // store and answer every input
-	failPub                    // fail every publish (a non-retryable error)
-	noVerdicts                 // store renewals, answer none of them
+	answer      fakeMode = iota // store and answer every input
+	failPub                     // fail every publish (a non-retryable error)
+	noVerdicts                  // store renewals, answer none of them
+	rejectPulls                 // refuse every pull (rejected/bad_value)
 )
 
 type renewSeen struct {
@@ -115,6 +116,9 @@ func (f *fakeCoord) PublishMsg(_ context.Context, msg *nats.Msg, _ ...jetstream.
 		}
 		d.Kind, d.Reason, d.Job = events.KindCapacitySet, events.ReasonOk, events.Job{ID: events.NoJob}
 		d.Capacity = &events.Capacity{Queue: in.Queue, Slots: in.Slots, Until: now.Add(time.Duration(in.TTLMS) * time.Millisecond).UnixNano()}
+		if f.mode == rejectPulls {
+			d.Kind, d.Reason, d.Capacity = events.KindRejected, events.ReasonBadValue, nil
+		}
 	case events.VerbAcquire:
 		d.Kind = events.KindGranted
 	case events.VerbRenew:

@@ -58,7 +58,7 @@ func newJob(o *Offer, l *Lease) *Job {
 // RunOptions.Concurrency at once, until ctx ends. It announces the
 // worker's capacity on the queue (pull inputs, PROTOCOL.md §22.2) and
 // renews the announcement every third of RunOptions.CapacityTTL; it accepts
-// the offers the queue makes to this worker (offered/assigned) and runs h
+// the offers the queue makes to this worker (assigned decisions) and runs h
 // on each in a goroutine of its own, then reports the attempt's result:
 //
 //   - h returns nil: SUCCESS;
@@ -314,6 +314,9 @@ func (r *runner) surplus(o *Offer, k uint32) {
 	if r.stop.Err() != nil {
 		<-r.withdrawn
 	}
+	if !r.w.clk.Now().Before(o.localDeadline) {
+		return // lapsed already: nothing to decline
+	}
 	if err := o.Decline(context.Background()); err != nil {
 		r.report(fmt.Errorf("worker: run %s: decline %s: %w", r.queue, o.Token(), err))
 	}
@@ -335,8 +338,7 @@ func (r *runner) work(o *Offer, s *slot) {
 	r.mu.Unlock()
 	if r.stop.Err() != nil { // shutting down before the handler started: give it back
 		r.finishing(s)
-		<-r.withdrawn
-		r.report(r.settle(l, "release", l.Release))
+		r.report(r.result(l, fmt.Errorf("%w: before the handler started", ErrRunStopped), true))
 		r.free(s)
 		return
 	}
@@ -354,8 +356,13 @@ func (r *runner) work(o *Offer, s *slot) {
 }
 
 // accept ACKs o, resending the same ACK while its verdict is not learned
-// and the offer's ACK deadline has not passed.
+// and the offer's ACK deadline has not passed (an offer read after its
+// deadline, from a coordinator that lagged or a worker that was paused, is
+// not ACKed at all).
 func (r *runner) accept(o *Offer) (*Lease, error) {
+	if !r.w.clk.Now().Before(o.localDeadline) { // an ACK now would be late
+		return nil, fmt.Errorf("%w: the offer's ACK deadline passed before it could be accepted", ErrExpired)
+	}
 	for {
 		l, err := o.Accept(context.Background())
 		if err == nil || !errors.Is(err, ErrNoVerdict) || r.w.ctx.Err() != nil || !r.w.clk.Now().Before(o.localDeadline) {

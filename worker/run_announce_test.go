@@ -164,3 +164,28 @@ func TestRunAnnouncesAgainWhenWithdrawn(t *testing.T) {
 		}
 	})
 }
+
+// A refused announcement (a log below rules revision 4, say) stops Run,
+// which returns the refusal, after withdrawing.
+func TestRunStopsOnARefusedAnnouncement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w, f := fakeWorker(t, 3*time.Second)
+		defer w.Close()
+		f.setMode(rejectPulls)
+		err := w.Run(context.Background(), "q", nop)
+		var ve *VerdictError
+		if !errors.Is(err, ErrRejected) || !errors.As(err, &ve) || ve.Reason != "bad_value" {
+			t.Fatalf("Run: %v, want the refusal", err)
+		}
+		if got := f.pullsSeen(); len(got) != 2 || got[1].slots != 0 {
+			t.Fatalf("pulls %v, want the announcement and the withdrawal", got)
+		}
+		// The queue is free again for another Run.
+		f.setMode(answer)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := w.Run(ctx, "q", nop); err != nil {
+			t.Fatalf("Run after the first returned: %v", err)
+		}
+	})
+}

@@ -536,3 +536,41 @@ func TestRunTwoQueuesOneWorker(t *testing.T) {
 	default:
 	}
 }
+
+// Closing the Worker stops its Runs: the handlers' contexts are cancelled
+// (ErrClosed), and Run returns ErrClosed once they have returned.
+func TestRunStopsWhenTheWorkerCloses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.worker("w1")
+	started := make(chan string, 1)
+	causes := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Run(context.Background(), "q", func(ctx context.Context, j *Job) error {
+			started <- j.ID
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		})
+	}()
+	e.submit(0, "a", "q", events.Input{})
+	waitFor(t, started, "a")
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if cause := <-causes; !errors.Is(cause, ErrClosed) {
+		t.Fatalf("handler's cause %v, want ErrClosed", cause)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Run: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after Close")
+	}
+	if err := w.Run(context.Background(), "q", nop); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run after Close: %v, want ErrClosed", err)
+	}
+}

@@ -254,7 +254,9 @@ func (w *Worker) ID() string { return w.id }
 
 // Offers returns the channel of offers addressed to this worker, in the
 // order the coordinator made them (in a partitioned deployment, in the
-// order each partition's coordinator made them). It is closed by Close.
+// order each partition's coordinator made them), but for the offers of a
+// queue a Run of this worker runs, which go to that Run. It is closed by
+// Close.
 func (w *Worker) Offers() <-chan Offer { return w.offerC }
 
 // Close stops reading decisions, cancels the context of every lease (cause
