@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/coordinator/coordtest"
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
@@ -251,4 +253,77 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A partitioned deployment: the API follows every partition's decision
+// stream into one model; a job is answered with its partition, a queue's
+// stats add up its jobs of every partition, and a worker announcing to
+// each partition is listed once per partition.
+func TestAPIPartitioned(t *testing.T) {
+	const count = 4
+	srv := testutil.StartServer(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	coordtest.RunGroup(t, coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond}, count, 15*time.Second)
+	onc, js := testutil.Connect(t, srv.ClientURL())
+	disp, err := ops.New(onc, "disp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anc, _ := testutil.Connect(t, srv.ClientURL())
+	s, err := api.New(api.Config{Conn: anc, Partitions: count})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := micro.AddService(anc, micro.Config{Name: "tenure", Version: "0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddEndpoints(svc); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; _ = svc.Stop() })
+
+	covered := map[uint32]bool{}
+	var ids []string
+	for i := 0; len(covered) < count; i++ {
+		id := "pj-" + itoa(i)
+		ids = append(ids, id)
+		covered[events.PartitionOf(id, count)] = true
+		if _, err := disp.Submit(ctx, id, "emails"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range uint32(count) {
+		subject := events.Partition{Index: k, Count: count}.InputSubject(events.RoleWorker, "w1", events.NoJob, events.VerbPull)
+		if _, err := js.Publish(ctx, subject, []byte(`{"v":1,"queue":"emails","slots":1,"ttl_ms":600000}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl := api.NewClient(onc, 5*time.Second)
+	var q api.QueueReply
+	testutil.WaitFor(t, 10*time.Second, "one offer per partition", func() bool {
+		q, err = cl.Queue(ctx, "emails")
+		return err == nil && q.Queue.InFlight == count && q.CaughtUp
+	})
+	if st := q.Queue; st.Jobs != len(ids) || st.Queued != len(ids)-count || st.Workers != count || st.Slots != count ||
+		len(st.WorkerList) != count || st.WorkerList[3].Partition != "3" || st.WorkerList[0].Held != 1 || len(q.Seqs) != count {
+		t.Fatalf("queue emails across %d partitions: %+v", count, q)
+	}
+	for _, id := range ids {
+		j, err := cl.Job(ctx, id)
+		if err != nil || j.Partition != itoa(int(events.PartitionOf(id, count))) {
+			t.Fatalf("job %s: %v, partition %q", id, err, j.Partition)
+		}
+	}
+	l, err := cl.Jobs(ctx, api.JobsRequest{Queue: "emails", State: "OFFERED"})
+	if err != nil || l.Total != count || len(l.Jobs) != count || l.Jobs[0].Partition == "" {
+		t.Fatalf("the offered jobs: %v %+v", err, l)
+	}
 }
