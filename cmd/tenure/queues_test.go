@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -152,5 +153,85 @@ func TestQueueCommands(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "mail-1 gone from the API", func() bool {
 		var o, e bytes.Buffer
 		return run(ctx, []string{"jobs", "get", "mail-1", "--nats-url", url}, &o, &e) == 1 && strings.Contains(e.String(), "404 no job mail-1")
+	})
+}
+
+// The README's Queues section, as written, against a real tenure serve:
+// its commands in order (the nats CLI's pull as w1), each printing what
+// its comment says.
+func TestReadmeQueues(t *testing.T) {
+	natsBin := natsCLI(t)
+	log, _ := serveArgs(t, "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval")
+	url := waitLog(t, log, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	waitLog(t, log, regexp.MustCompile(`(INF live|msg=live) `))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	says := map[string]*regexp.Regexp{
+		"submit": regexp.MustCompile(`submitted ok .*mail-1 q=emails`),
+		"pull":   regexp.MustCompile(`"stream":"TENURE_IN"`),
+		// mail-1 offered (in flight, w1's slot taken), or already DEAD on a slow machine
+		"queues":   regexp.MustCompile(`(?m)^emails +0 +0 +0 +(1 +0 +0 +0 +1 +1 +0|0 +1 +0 +0 +1 +1 +1) `),
+		"jobs ls":  regexp.MustCompile(`(?m)^mail-1 +DEAD +emails +1/1 +w1 `),
+		"jobs get": regexp.MustCompile(`"last_reason": "ack_deadline_passed",[\s\S]*"payload": "s3://outbox/mail-1.eml"`),
+		"resolve":  regexp.MustCompile(`resolved retried`),
+	}
+	ran := 0
+	for _, line := range readmeBlock(t, "## Queues", "") {
+		words, _ := shellWords(line)
+		if len(words) == 0 {
+			continue
+		}
+		ran++
+		var out []byte
+		key := ""
+		switch {
+		case words[0] == "nats":
+			key = "pull"
+			var err error
+			out, err = exec.CommandContext(ctx, natsBin, append([]string{"--server", url}, words[1:]...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", line, err, out)
+			}
+		case len(words) > 3 && strings.Join(words[:3], " ") == "go run ./cmd/tenure":
+			key = words[3]
+			if key == "jobs" && len(words) > 4 {
+				key += " " + words[4]
+			}
+			// What a person reading along sees by the time the line is
+			// typed: the offer read by the API, then mail-1 DEAD 1 s later.
+			switch key {
+			case "queues":
+				awaitJob(t, ctx, url, "mail-1", `"generation": 1,`)
+			case "jobs ls":
+				awaitJob(t, ctx, url, "mail-1", `"state": "DEAD"`)
+			}
+			var o, e bytes.Buffer
+			if code := run(ctx, append(words[3:], "--nats-url", url), &o, &e); code != 0 {
+				t.Fatalf("%s: exit %d\n%s%s", line, code, o.String(), e.String())
+			}
+			out = o.Bytes()
+		default:
+			t.Fatalf("the Queues block runs %q: the test does not know it", line)
+		}
+		re, ok := says[key]
+		if !ok {
+			t.Fatalf("the Queues block runs %q: the test does not know what it should print", line)
+		}
+		if !re.Match(out) {
+			t.Fatalf("%s printed\n%s\nwant it to match %s", line, out, re)
+		}
+		t.Logf("%s ->\n%s", line, out)
+	}
+	if ran != len(says) {
+		t.Fatalf("ran %d commands of the Queues block, want %d", ran, len(says))
+	}
+}
+
+// awaitJob waits until tenure jobs get job prints want.
+func awaitJob(t *testing.T, ctx context.Context, url, job, want string) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, job+" "+want, func() bool {
+		var o, e bytes.Buffer
+		return run(ctx, []string{"jobs", "get", job, "--nats-url", url}, &o, &e) == 0 && strings.Contains(o.String(), want)
 	})
 }
