@@ -268,6 +268,14 @@ func (s *Server) respond(r micro.Request, v any) {
 		s.fail(r, 500, "encoding the answer: "+err.Error())
 		return
 	}
+	// The bounds keep every answer far below NATS's default payload limit
+	// (1 MiB); a server configured with a much smaller one would refuse a
+	// long page: say so rather than leave the request to time out. (The
+	// service's connection is to the server of Config.Conn.)
+	if mp := s.cfg.Conn.MaxPayload(); mp > 0 && int64(len(b)) > mp {
+		s.fail(r, 500, "the answer of "+strconv.Itoa(len(b))+" bytes is over the NATS server's payload limit of "+strconv.FormatInt(mp, 10)+": ask for a smaller limit")
+		return
+	}
 	_ = r.Respond(b)
 }
 

@@ -175,7 +175,8 @@ type ErrorReply struct {
 
 // ErrorBody is what went wrong: Code is an HTTP-like status (400 a bad
 // request, 404 no such job or queue, 413 a request too large, 503 the read
-// model is still catching up).
+// model is still catching up, 500 an answer over the NATS server's payload
+// limit).
 type ErrorBody struct {
 	Code        int    `json:"code"`
 	Description string `json:"description"`
