@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -334,4 +335,52 @@ func TestModelPartitionOwnership(t *testing.T) {
 	if !ok || r.Partition != fmt.Sprint(own) || len(r.Seqs) != 4 {
 		t.Fatalf("the job of its own partition: %v %+v", ok, r)
 	}
+}
+
+// The largest answers stay far below NATS's default payload limit (1 MiB;
+// PROTOCOL.md §23.1 says under 200 KB): a page of MaxJobsLimit jobs whose
+// ids, holders, queues and reasons are as long as tokens get, a job whose
+// payload is 4096 control characters (escaped six bytes each), a page of
+// MaxQueuesLimit queues, a queue with MaxWorkersListed workers.
+func TestAnswerSizes(t *testing.T) {
+	const count = 1024
+	m := NewModel(count)
+	long := func(prefix string, i int) string {
+		s := fmt.Sprintf("%s%d-", prefix, i)
+		return s + string(bytes.Repeat([]byte{'x'}, events.MaxTokenLen-len(s)))
+	}
+	now := time.Unix(1<<31, 0)
+	seq := uint64(1 << 52)
+	for i := range MaxJobsLimit + 1 {
+		j := events.Job{ID: long("j", i), LeaseID: long("L", i), Generation: 1 << 52, Holder: long("w", i), State: events.StateUnresolved,
+			Result: events.OutcomeCancelled, Conflict: true, ConflictWith: long("c", i), Queue: long("q", i%MaxQueuesLimit), Submitter: long("d", i),
+			Priority: 9, Attempt: 1000, MaxAttempts: 1000, ReadyAt: now.UnixNano() + 123456789, LastReason: events.ReasonAckDeadlinePassed,
+			HasPayload: true, Payload: string(bytes.Repeat([]byte{1}, events.MaxPayloadBytes)), ExpiresAt: now.UnixNano() + 1}
+		seq++
+		m.Apply(events.PartitionOf(j.ID, count), seq, &events.Decision{Cause: seq, At: now.UnixNano() + 987654321, Kind: events.KindUnresolved, Reason: events.ReasonCancelTimeout, Job: j})
+	}
+	for i := range MaxWorkersListed {
+		m.Apply(uint32(i%count), seq, &events.Decision{Kind: events.KindCapacitySet, Actor: long("w", i), Job: events.Job{ID: events.NoJob},
+			Capacity: &events.Capacity{Queue: long("q", 0), Slots: events.MaxSlots, Until: now.UnixNano() + int64(time.Hour)}})
+	}
+	size := func(what string, v any, most int) {
+		t.Helper()
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d bytes", what, len(b))
+		if len(b) > most {
+			t.Errorf("%s: %d bytes, over %d", what, len(b), most)
+		}
+	}
+	size("a page of jobs", m.List(JobsRequest{Limit: MaxJobsLimit}, now), 200_000)
+	r, _ := m.Job(long("j", 0), now)
+	size("a job with the largest payload", r, 40_000)
+	size("a page of queues", m.Queues(QueuesRequest{Limit: MaxQueuesLimit}, now), 200_000)
+	q, _ := m.Queue(long("q", 0), now)
+	if len(q.Queue.WorkerList) != MaxWorkersListed {
+		t.Fatalf("%d workers listed", len(q.Queue.WorkerList))
+	}
+	size("a queue with its workers", q, 200_000)
 }
