@@ -21,7 +21,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/maknow/tenure/api"
+	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/ops"
@@ -489,5 +492,95 @@ func TestAttackMalformedSubjectVerdictLost(t *testing.T) {
 				seqs[i], subject, v.d.Kind, v.d.Reason, v.subject, v.d.Addressee)
 		}
 	}
+	e.checkHonest(t, h)
+}
+
+// A worker cannot read the state API (tenure.api.>, PROTOCOL.md §23),
+// whose job projections carry lease ids: told an honest worker's live
+// lease id, w2 could claim it and freeze the job in an ownership conflict,
+// the attack above that unguessable lease ids defeat. The API runs as
+// tenure serve runs it, on the coordinator user's connection in the
+// coordinators' micro service; the dispatcher and the coordinator user
+// read an honest live lease through it. w2 asks every endpoint (refused
+// by the server: its publish permissions name none of them, and its
+// account imports none), tries to subscribe to the API's subjects (to take
+// requests or answers; refused), and aims its consumers' deliveries at the
+// endpoints, in the service's queue group (possible: the deliver subject
+// is in the request body), which the API drops unanswered. The honest
+// side loses nothing.
+func TestAttackStateAPIRead(t *testing.T) {
+	t.Parallel()
+	e := newAttackEnv(t)
+	h := e.startHonest(t, honestConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	serving := connect(t, e.b, e.url, "coord")
+	s, err := api.New(api.Config{Conn: serving.nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := micro.AddService(serving.nc, micro.Config{Name: auth.ServiceName, Version: "0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop() }()
+	if err := s.AddEndpoints(svc); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// What w2 is after: an honest live lease id, which the roles trusted
+	// with the deployment's account read.
+	disp := connect(t, e.b, e.url, "disp")
+	var live api.JobReply
+	testutil.WaitFor(t, 20*time.Second, "the dispatcher to read an honest live lease through the API", func() bool {
+		l, err := api.NewClient(disp.nc, 2*time.Second).Jobs(ctx, api.JobsRequest{State: "ACTIVE", Limit: 1})
+		if err != nil || len(l.Jobs) == 0 {
+			return false
+		}
+		live, err = api.NewClient(disp.nc, 2*time.Second).Job(ctx, l.Jobs[0].ID)
+		return err == nil && strings.Contains(string(live.Job), `"lease_id":"L`)
+	})
+	if _, err := api.NewClient(e.reader.nc, 2*time.Second).Queues(ctx, api.QueuesRequest{}); err != nil {
+		t.Fatalf("the coordinator user's request: %v", err)
+	}
+	disp.errs.noViolations(t, "disp")
+
+	target, err := live.Projection()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.attacker(t)
+	subjects := []string{api.SubjectJob, api.SubjectJobs, api.SubjectQueue, api.SubjectQueues}
+	for _, subject := range subjects {
+		a.errs.reset()
+		m, err := a.nc.Request(subject, []byte(`{"job":"`+target.ID+`"}`), 500*time.Millisecond)
+		if err == nil {
+			t.Fatalf("w2's request on %s was answered: %s", subject, m.Data)
+		}
+		a.errs.expectViolation(t, "w2 requesting "+subject, `Publish to "`+subject+`"`)
+	}
+	refused(t, a.client, "w2", subjects...)
+	refusedSub(t, a.client, "w2", "tenure.api.>", api.SubjectJob, "tenure.api.*.*")
+
+	dropped := s.Stats().Dropped
+	for i, subject := range subjects[:events.WorkerConsumers-1] {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := a.js.CreateConsumer(cctx, "TENURE_OUT", jetstream.ConsumerConfig{
+			Name: events.WorkerConsumerName("w2", i), FilterSubject: events.AddresseeFilter("w2"),
+			DeliverSubject: subject, DeliverGroup: "q", DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: time.Minute, MemoryStorage: true,
+		})
+		ccancel()
+		if err != nil {
+			t.Fatalf("w2's push consumer to %s: %v", subject, err)
+		}
+	}
+	// w2's own decisions: give it some.
+	a.inflate(t, 8)
+	testutil.WaitFor(t, 10*time.Second, "the API to drop w2's deliveries", func() bool { return s.Stats().Dropped > dropped })
+	t.Logf("the API dropped %d deliveries aimed at it; refused %d requests", s.Stats().Dropped-dropped, s.Stats().Refused)
 	e.checkHonest(t, h)
 }

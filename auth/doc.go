@@ -61,7 +61,8 @@
 // with any filter (the ops client deletes its short-lived consumer after
 // each call), get decisions by sequence or subject (STREAM.MSG.GET,
 // DIRECT.GET), send requests to the coordinators' "tenure" micro service
-// ($SRV.*, $SRV.*.tenure, $SRV.*.tenure.*, tenure.status.*), and subscribe
+// ($SRV.*, $SRV.*.tenure, $SRV.*.tenure.*, tenure.status.*, and the state
+// API tenure.api.>: job projections and queue stats, PROTOCOL.md §23), and subscribe
 // to _INBOX_<d>.>, tenure.out.> and the chain heads tenure.heads and
 // tenure.heads.* (an auditor's `tenure heads`). It has no stream
 // administration: STREAM.DELETE, PURGE, UPDATE and MSG.DELETE are denied,
@@ -77,7 +78,15 @@
 // $O.TENURE_SNAPSHOTS.>; serve its micro service; and answer requests
 // (allow_responses). Deleting any stream, and updating, purging or deleting
 // messages of TENURE_IN or TENURE_OUT, is refused. It subscribes to
-// _INBOX_<c>.>, its micro service subjects and tenure.status.<c>.
+// _INBOX_<c>.>, its micro service subjects, tenure.status.<c> and the
+// state API's tenure.api.> (tenure serve answers it), which it may also
+// request.
+//
+// No worker may request the state API: a job's projection carries its
+// lease id, and a worker told another worker's live lease id could claim
+// it and freeze the job in an ownership conflict, which unguessable lease
+// ids exist to prevent. A worker's account imports nothing of it and its
+// publish permissions name nothing of it (APISubjects).
 //
 // An archivist <a> (tenure auth init --archivists a; the operators'
 // credential of tenure log, package archive) publishes no input and no

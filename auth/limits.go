@@ -18,7 +18,9 @@ const Limits = `What the server enforces (each worker is in an account of its ow
   the client refuses a bigger message, the server disconnects one that
   sends it), so one worker exhausts only its own.
 - Dispatchers, operators and coordinators share the deployment's account,
-  with the permissions of their role.
+  with the permissions of their role. Only they may request the state API
+  (tenure.api.>: job projections, which carry lease ids, and queue stats);
+  a worker's request is refused.
 
 What Tenure enforces:
 - Identity is the subject's: a body naming another actor is rejected
@@ -58,8 +60,9 @@ What remains:
   of its own consumers push its own decisions to any subject of the
   deployment's account outside tenure.out.> (the server refuses a cycle).
   Streams and the JetStream API ignore such deliveries; core subscribers
-  get them: Tenure's inboxes cannot be named and drop them, and the status
-  endpoint ignores them and answers from a cache at most once a second.
+  get them: Tenure's inboxes cannot be named and drop them, the status
+  endpoint ignores them and answers from a cache at most once a second,
+  and the state API (tenure.api.>) drops them unanswered.
 - Four consumers per worker on each decision stream, on a stream limited
   to 100,000 consumers (streams.DecisionMaxConsumers; an older deployment's
   stream has the server's default of 1,000: raise it with nats stream edit

@@ -72,6 +72,13 @@ const ServiceName = "tenure"
 // tenure.status.<coordinator id>.
 const StatusSubjectPrefix = "tenure.status"
 
+// APISubjects are the subjects of the state API that tenure serve answers
+// (package api, PROTOCOL.md §23): job projections, which carry lease ids,
+// and queue stats. Dispatchers, operators and coordinators may request
+// them; no worker may (a worker told another's live lease id could claim
+// it and freeze the job in an ownership conflict).
+const APISubjects = "tenure.api.>"
+
 // PermissionsFor returns the permissions of actor a for the unpartitioned
 // topology with stream prefix prefix ("" is streams.DefaultPrefix). The
 // package documentation explains them.
@@ -157,7 +164,7 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 			)
 		}
 		p.PublishAllow = append(p.PublishAllow, srv...)
-		p.PublishAllow = append(p.PublishAllow, StatusSubjectPrefix+".*")
+		p.PublishAllow = append(p.PublishAllow, StatusSubjectPrefix+".*", APISubjects)
 		if partitions > 0 {
 			// A partitioned coordinator's status endpoints,
 			// tenure.status.<coordinator id>.<partition>.
@@ -191,6 +198,7 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 			p.PublishAllow = append(p.PublishAllow, "$KV."+kvBucket+".>", "$O."+objBucket+".>",
 				t.HeadSubject()) // its signed chain heads (PROTOCOL.md §20.3)
 		}
+		p.PublishAllow = append(p.PublishAllow, APISubjects) // the state API, which tenure serve answers
 		p.PublishDeny = []string{api + "STREAM.DELETE.*"}
 		for _, t := range topos {
 			for _, s := range []string{t.InputStream(), t.DecisionStream()} {
@@ -202,7 +210,7 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 			}
 		}
 		p.SubscribeAllow = append([]string{inbox}, srv...)
-		p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name)
+		p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name, APISubjects)
 		if partitions > 0 {
 			p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name+".*")
 		}

@@ -1,6 +1,7 @@
 // Package ops is the dispatcher and operator side of Tenure: offer a job to
-// a holder, request its cancellation, resolve an ownership conflict or an
-// unresolved job, and set the policy. Every call publishes one input on
+// a holder, submit a job to a queue (Submit, PROTOCOL.md §22), request its
+// cancellation, resolve an ownership conflict, an unresolved job or a DEAD
+// queue job (Retry, Discard), and set the policy. Every call publishes one input on
 // tenure.in.ops.<id>.<job>.<verb> and returns the coordinator's verdict:
 // the decision whose cause is that input. A verdict that is not an accepted
 // one comes back as a *RejectedError carrying the decision, so that callers
@@ -25,8 +26,8 @@
 //
 // Nothing changes for the caller. On its first call a Client finds out
 // whether the deployment is partitioned (streams.Discover; the count is
-// recorded in the streams and never changes). If it is, offer, cancel and
-// resolve go to the job's partition (tenure.in.ops.<id>.<job>.<verb>.<k>,
+// recorded in the streams and never changes). If it is, offer, submit,
+// cancel and resolve go to the job's partition (tenure.in.ops.<id>.<job>.<verb>.<k>,
 // k the FNV-32a hash of the job modulo the count) and their verdict is
 // read from that partition's decision stream. Each partition folds its own
 // policy, so SetPolicy sends the policy to every partition and waits for

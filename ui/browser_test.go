@@ -539,6 +539,76 @@ func TestBrowserBoard(t *testing.T) {
 	}
 }
 
+// The queues view of the board, in a real browser: a queue's depth (a
+// job ready, one waiting out its backoff after a failed attempt), its live
+// lease, a DEAD job, and the workers announcing capacity with their free
+// slots, updated live; a queue's name filters the board to its jobs, whose
+// rows say their queue and attempts and when a waiting one is ready; a
+// queue job's page shows its queue, attempt, ready_at and why its last
+// attempt ended.
+func TestBrowserQueues(t *testing.T) {
+	bctx := browser(t)
+	e := newEnv(t, false)
+	e.decide("ops.disp.mail-1.submit", `{"v":1,"queue":"emails","max_attempts":2,"backoff_ms":600000,"backoff_max_ms":600000}`)
+	e.decide("ops.disp.mail-2.submit", `{"v":1,"queue":"emails"}`)
+	e.decide("ops.disp.mail-3.submit", `{"v":1,"queue":"emails"}`)
+	e.decide("ops.disp.rep-1.submit", `{"v":1,"queue":"reports","max_attempts":1,"lease_ms":300}`)
+	e.decide("worker.w9.plain-1.acquire", `{"v":1,"lease_ms":600000}`) // a job outside any queue
+
+	board := newTab(t, bctx, "board")
+	board.do(chromedp.Navigate(e.url + "/"))
+	q := func(queue string) string {
+		return `document.querySelector('#queues-rows tr[data-queue="` + queue + `"]')`
+	}
+	cells := func(queue string) string {
+		return `Array.from(` + q(queue) + `.cells).map(c => c.textContent).join('|')`
+	}
+	board.wait("the queues view", q("emails")+` && `+cells("emails")+` === 'emails|3|0|0|0|0|0|0|0'`)
+	board.mark()
+
+	// w1 announces one slot on emails: mail-1 (the first submitted) is
+	// offered; w1 fails it: it waits out its backoff of about 10 minutes,
+	// and mail-2 is offered in its place.
+	e.publish("worker.w1._.pull", `{"v":1,"queue":"emails","slots":1,"ttl_ms":600000}`)
+	testutil.WaitFor(t, 10*time.Second, "mail-1 offered to w1", func() bool { return e.row("mail-1").State == "OFFERED" })
+	l := e.row("mail-1").LeaseID
+	e.decide("worker.w1.mail-1.ack", `{"v":1,"lease_id":"`+l+`","generation":1}`)
+	e.decide("worker.w1.mail-1.result", `{"v":1,"lease_id":"`+l+`","generation":1,"outcome":"FAILED","detail":"SMTP 451"}`)
+	testutil.WaitFor(t, 10*time.Second, "mail-2 offered to w1", func() bool { return e.row("mail-2").State == "OFFERED" })
+	// w2 announces a slot on reports, ACKs rep-1 and lets its lease
+	// expire: its only attempt spent, DEAD (w2's slot free again).
+	e.publish("worker.w2._.pull", `{"v":1,"queue":"reports","slots":1,"ttl_ms":600000}`)
+	testutil.WaitFor(t, 10*time.Second, "rep-1 offered to w2", func() bool { return e.row("rep-1").State == "OFFERED" })
+	e.decide("worker.w2.rep-1.ack", `{"v":1,"lease_id":"`+e.row("rep-1").LeaseID+`","generation":1}`)
+	testutil.WaitFor(t, 10*time.Second, "rep-1 DEAD", func() bool { return e.row("rep-1").State == "DEAD" })
+
+	board.wait("emails: one ready, one waiting, one in flight, w1's slot taken",
+		cells("emails")+` === 'emails|1|1|1|0|0|0|1 · 0 of 1 slots free|0'`)
+	board.wait("reports: one dead, w2's slot free", cells("reports")+` === 'reports|0|0|0|1|0|0|1 · 1 of 1 slots free|0'`)
+	board.wait("the queue rows on the board",
+		`(r => r && r.querySelector('.qinfo').textContent === ' emails · 1/2' && /^ready in \d+m \d\ds$/.test(r.cells[4].textContent))(document.querySelector('#board-rows tr[data-job="mail-1"]'))`)
+	board.notReloaded()
+
+	// A queue's name filters the board to its jobs.
+	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-queue="emails"] a`)))
+	board.wait("the board of queue emails", `new URLSearchParams(location.search).get('queue') === 'emails' && `+
+		`Array.from(document.querySelectorAll('#board-rows tr[data-job]')).map(r => r.dataset.job).join(',') === 'mail-1,mail-2,mail-3'`)
+
+	page := newTab(t, bctx, "job")
+	page.do(chromedp.Navigate(e.url + "/jobs/mail-1"))
+	text := func(id string) string { return `(c => c ? c.textContent : '')(document.querySelector('#` + id + `'))` }
+	page.wait("mail-1's queue cards", text("job-queue")+` === 'emails' && `+text("job-attempt")+` === '1 of 2' && `+
+		text("job-attempt-reason")+` === 'attempt_failed' && /^\d\d:\d\d:\d\d\.\d{3}$/.test(`+text("job-ready")+`) && `+text("job-state")+`.startsWith('QUEUED')`)
+	ready := e.row("mail-1").ReadyAt
+	if got := eval[string](page, `document.querySelector('#job-ready-at').title`); got != time.UnixMilli(ready).UTC().Format("2006-01-02T15:04:05.000Z") {
+		t.Errorf("mail-1's ready_at on its page: %s, want %s", got, time.UnixMilli(ready).UTC())
+	}
+	board.screenshot("queues.png", false)
+	for _, tb := range []*tab{board, page} {
+		tb.checkConsole()
+	}
+}
+
 // checkFits1400 checks that every column of the board in tb, a tab with a
 // 1,400-pixel viewport, is inside the window: nothing to scroll sideways,
 // the last column's right edge inside the table's frame.

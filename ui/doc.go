@@ -8,10 +8,17 @@
 //   - / the lease board: every job with its state, holder, generation, the
 //     time left on its lease or ACK deadline (counting down), its progress,
 //     and the stale, late, duplicate and conflict counters of its current
-//     lease; filtered by state, holder and job, sorted (job ids and
+//     lease (a queue job's queue and attempts, and when it is ready);
+//     filtered by state, holder, queue and job, sorted (job ids and
 //     holders in natural order: batch-2 before batch-10), and paginated on
 //     the server (no request returns more than MaxPageSize rows, whatever
-//     the number of jobs);
+//     the number of jobs). Above it, the queues view (PROTOCOL.md §22): every queue's depth
+//     (QUEUED jobs ready, waiting out a backoff, blocked by a conflict),
+//     its live leases, DEAD, COMPLETED and FAILED jobs, the workers
+//     announcing capacity with their slots and free slots, and its
+//     completions per second over the last minute (package api's Queues,
+//     the aggregates the state API answers); a queue's name filters the
+//     board to its jobs;
 //   - /jobs/{id} a job page: an SVG drawing of the job's leases, one band per
 //     generation from offer to end, with a mark for every decision at its
 //     authoritative time (rejected messages on the band of the generation
@@ -25,9 +32,9 @@
 //   - /audit runs an audit (package audit, as `tenure audit`) on demand,
 //     and counts the decisions stored since the audit on screen began.
 //
-// A job that never had a lease (generation 0: a typo in a job id, a
-// refused offer, a message about a job already retired) is not a row of
-// the board and counts in none of its numbers: the coordinator keeps no
+// A job that never had a lease and is in no queue (generation 0: a typo
+// in a job id, a refused offer, a message about a job already retired) is
+// not a row of the board (a queue job is one from its submit on) and counts in none of its numbers: the coordinator keeps no
 // projection of it either, and rows that no retirement would ever remove
 // would otherwise pile up. Its rejections are in the anomalies feed, and
 // its job page works while it is among the latest DefaultUnleased such
@@ -79,6 +86,7 @@
 //	GET  /api/jobs/{id}            a job page's data (History); ?after=SEQ for newer decisions only
 //	POST /api/jobs/{id}/action     an operator action (ActionRequest, ActionResult)
 //	GET  /api/anomalies            the anomalies feed (AnomalyQuery, AnomalyPage)
+//	GET  /api/queues               the queues view (QueuesPage)
 //	GET  /api/events               live updates (server-sent events)
 //	GET  /api/audit, POST /api/audit   the last audit, or run one (AuditRequest, AuditResult)
 package ui

@@ -320,7 +320,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		pos, seqs, _ := md.positions()
 		md.mu.RUnlock()
 		gauge(descActive, float64(states[events.StateActive]))
-		for st := events.StateOffered; st <= events.StateRevoked; st++ {
+		for st := events.StateOffered; st <= events.StateDead; st++ { // QUEUED and DEAD: queue jobs (rules revision 4)
 			gauge(descJobs, float64(states[st]), st.String())
 		}
 		gauge(descBlocked, float64(blockedN))

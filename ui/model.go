@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/events"
 )
 
@@ -79,13 +80,23 @@ type Row struct {
 	LateProgress    uint64 `json:"late_progress"`
 	Duplicates      uint64 `json:"duplicates"`
 	Conflicts       uint64 `json:"conflicts"`
-	Anomalies       uint64 `json:"anomalies"` // non-accepted verdicts about the job, every generation
-	Decisions       int    `json:"decisions"` // decisions about the job
-	LastSeq         uint64 `json:"last_seq"`  // decision stream sequence of the last one (its partition's)
-	LastCause       uint64 `json:"last_cause"`
-	LastAt          int64  `json:"last_at"`
-	LastKind        string `json:"last_kind"`
-	LastReason      string `json:"last_reason"`
+	// A queue job's (PROTOCOL.md §22.6): its queue, submitter, priority,
+	// attempts counted of its budget, when it may be offered (QUEUED only)
+	// and why its last attempt ended. Absent for other jobs.
+	Queue         string `json:"queue,omitempty"`
+	Submitter     string `json:"submitter,omitempty"`
+	Priority      int64  `json:"priority,omitempty"`
+	Attempt       uint64 `json:"attempt,omitempty"`
+	MaxAttempts   uint64 `json:"max_attempts,omitempty"`
+	ReadyAt       int64  `json:"ready_at,omitempty"`
+	AttemptReason string `json:"attempt_reason,omitempty"`
+	Anomalies     uint64 `json:"anomalies"` // non-accepted verdicts about the job, every generation
+	Decisions     int    `json:"decisions"` // decisions about the job
+	LastSeq       uint64 `json:"last_seq"`  // decision stream sequence of the last one (its partition's)
+	LastCause     uint64 `json:"last_cause"`
+	LastAt        int64  `json:"last_at"`
+	LastKind      string `json:"last_kind"`
+	LastReason    string `json:"last_reason"`
 }
 
 func ms(ns int64) int64 {
@@ -100,6 +111,13 @@ func (e *jobEntry) row() Row {
 	r := Row{
 		ID: j.ID, Partition: e.part.Token(), State: j.State.String(), Anomalies: e.anomalies, Decisions: len(e.seqs),
 		LastSeq: e.seq, LastCause: e.cause, LastAt: ms(e.at), LastKind: e.kind.String(), LastReason: string(e.reason),
+	}
+	if j.Queue != "" {
+		r.Queue, r.Submitter, r.Priority, r.Attempt, r.MaxAttempts = j.Queue, j.Submitter, j.Priority, j.Attempt, j.MaxAttempts
+		r.AttemptReason = string(j.LastReason)
+		if j.State == events.StateQueued {
+			r.ReadyAt = ms(j.ReadyAt)
+		}
 	}
 	if j.Generation == 0 {
 		return r
@@ -199,6 +217,9 @@ type model struct {
 	unleased    map[string]*jobEntry
 	unleasedQ   []*jobEntry
 	unleasedCap int
+	// queues aggregates the queue jobs (package api's Queues, as the state
+	// API's read model does): the board's queues view.
+	queues *api.Queues
 }
 
 // position is how far the model has read one decision stream.
@@ -217,7 +238,7 @@ func newModel(feedCap int, count uint32) *model {
 	return &model{
 		count: count, jobs: make(map[string]*jobEntry), blocked: make(map[string]struct{}),
 		parts: make([]position, max(count, 1)), feedCap: feedCap, changed: make(map[string]struct{}),
-		unleased: make(map[string]*jobEntry), unleasedCap: DefaultUnleased,
+		unleased: make(map[string]*jobEntry), unleasedCap: DefaultUnleased, queues: api.NewQueues(count),
 	}
 }
 
@@ -241,18 +262,24 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 	if m.obs != nil {
 		m.obs.observe(d)
 	}
+	if d.Capacity != nil && (d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn) {
+		// The worker is the addressee: a withdrawal (slots 0, after a
+		// missed ACK) is caused by another input than the worker's.
+		m.queues.Capacity(part, d.Addressee, *d.Capacity)
+	}
 	id := d.Job.ID
 	var e *jobEntry
-	if id != events.NoJob && id != "" && p.Owns(id) && m.jobs[id] == nil && d.Job.Generation == 0 {
-		// A job that never had a lease (a typo, a refused offer, a message
-		// about a retired job): not a row of the board (the coordinator
-		// does not keep it either), but its page works while it is among
-		// the latest unleased jobs.
+	if id != events.NoJob && id != "" && p.Owns(id) && m.jobs[id] == nil && !d.Job.Exists() {
+		// A job that never had a lease and is in no queue (a typo, a
+		// refused offer, a message about a retired job): not a row of the
+		// board (the coordinator does not keep it either), but its page
+		// works while it is among the latest unleased jobs.
 		e = m.unleasedEntry(id, p)
 		e.record(seq, d, unleasedHistory)
 		m.changed[id] = struct{}{}
 	} else if id != events.NoJob && id != "" && p.Owns(id) {
 		e = m.jobs[id]
+		var prev *events.Job // the job before d, for the queues' aggregates
 		if e == nil {
 			// A new job, or an unleased one that got its first lease: it
 			// keeps the decisions it had.
@@ -267,8 +294,19 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 			m.added++
 		} else {
 			m.states[e.job.State]--
+			if e.job.Queue != "" {
+				j := e.job
+				prev = &j
+			}
 		}
 		e.record(seq, d, historyCap)
+		if prev != nil || e.job.Queue != "" {
+			next := &e.job
+			if d.Kind == events.KindRetired {
+				next = nil
+			}
+			m.queues.Observe(part, prev, next, d)
+		}
 		m.states[e.job.State]++
 		if blocked(&e.job) {
 			m.blocked[id] = struct{}{}
@@ -401,6 +439,7 @@ func (m *model) anomalyAt(n uint64) (Anomaly, bool) {
 type Query struct {
 	States  []string // any of these states (empty: all); "LIVE" means OFFERED or ACTIVE
 	Holder  string   // exactly this holder
+	Queue   string   // exactly this queue
 	Job     string   // job ids containing this (case-sensitive)
 	Blocked bool     // only jobs with a pending conflict or UNRESOLVED
 	Sort    string   // id (default), -id, deadline, updated, holder, state, anomalies; ids and holders in natural order (compareIDs)
@@ -505,6 +544,8 @@ func (m *model) page(q Query, now time.Time) Page {
 		case byState && !stateSet[j.State]:
 			return false
 		case q.Holder != "" && j.Holder != q.Holder:
+			return false
+		case q.Queue != "" && j.Queue != q.Queue:
 			return false
 		case q.Job != "" && !strings.Contains(j.ID, q.Job):
 			return false
@@ -721,6 +762,26 @@ func (m *model) anomalies(q AnomalyQuery, now time.Time) AnomalyPage {
 		p.Blocked = append(p.Blocked, m.jobs[id].row())
 	}
 	return p
+}
+
+// QueuesPage is GET /api/queues: the board's queues view, every queue's
+// stats (package api's QueueStats, as the state API answers them) in byte
+// order of their names, at most MaxPageSize of them.
+type QueuesPage struct {
+	Queues []api.QueueStats `json:"queues"`
+	Total  int              `json:"total"` // queues known
+	Now    int64            `json:"now"`   // the server's clock, Unix ms
+}
+
+// queuesPage answers GET /api/queues at now.
+func (m *model) queuesPage(now time.Time) QueuesPage {
+	m.mu.Lock() // the queues' stats settle what became ready by now
+	defer m.mu.Unlock()
+	qs, _, total := m.queues.List("", MaxPageSize, now)
+	if qs == nil {
+		qs = []api.QueueStats{}
+	}
+	return QueuesPage{Queues: qs, Total: total, Now: now.UnixMilli()}
 }
 
 // takeChanges returns and clears the set of jobs changed since the last call.

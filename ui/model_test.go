@@ -428,3 +428,63 @@ func TestModelUnleased(t *testing.T) {
 		t.Fatalf("a repeated typo: %d kept, %d skipped", len(seqs), skipped)
 	}
 }
+
+// Queue jobs are rows of the board from their submit on (generation 0),
+// with their queue fields; the board filters by queue; the queues view
+// counts them (package api's aggregates), with the workers' capacity from
+// capacity_set decisions; a retired queue job leaves both.
+func TestModelQueueJobs(t *testing.T) {
+	m := newModel(0, 0)
+	queued := func(id string, ready int64) events.Job {
+		return events.Job{ID: id, State: events.StateQueued, Queue: "emails", Submitter: "disp", MaxAttempts: 3,
+			Backoff: sec, BackoffMax: 60 * sec, SubmittedAt: sec, ReadyAt: ready}
+	}
+	m.apply(0, 1, decision(1, events.KindSubmitted, events.ReasonOk, queued("m1", sec)))
+	m.apply(0, 2, decision(2, events.KindSubmitted, events.ReasonOk, queued("m2", 2*sec)))
+	m.apply(0, 3, decision(3, events.KindGranted, events.ReasonOk, activeJob("plain", "w1", 1, 90*sec)))
+	capd := &events.Decision{Cause: 4, Of: 1, At: 4 * sec, Kind: events.KindCapacitySet, Reason: events.ReasonOk, Role: events.RoleWorker,
+		Actor: "w7", Verb: events.VerbPull, Addressee: "w7", Job: events.Job{ID: events.NoJob},
+		Capacity: &events.Capacity{Queue: "emails", Slots: 2, Until: 600 * sec}}
+	m.apply(0, 4, capd)
+	off := queued("m1", 0)
+	off.State, off.Generation, off.Holder, off.LeaseID, off.Attempt, off.AckDeadline = events.StateOffered, 1, "w7", "L5-x", 1, 35*sec
+	m.apply(0, 5, decision(5, events.KindAssigned, events.ReasonOk, off))
+	back := queued("m2", 30*sec)
+	back.Attempt, back.LastReason, back.Generation, back.Holder = 1, events.ReasonAttemptFailed, 1, "w7"
+	m.apply(0, 6, decision(6, events.KindRequeued, events.ReasonAttemptFailed, back))
+
+	p := m.page(Query{Queue: "emails"}, time.Unix(5, 0))
+	if p.Total != 2 || p.Jobs != 3 || p.States["QUEUED"] != 1 || p.States["OFFERED"] != 1 {
+		t.Fatalf("the board of queue emails: %+v", p)
+	}
+	r := p.Rows[1]
+	if r.ID != "m2" || r.Queue != "emails" || r.Submitter != "disp" || r.Attempt != 1 || r.MaxAttempts != 3 ||
+		r.ReadyAt != 30_000 || r.AttemptReason != "attempt_failed" {
+		t.Fatalf("m2's row: %+v", r)
+	}
+	if r := p.Rows[0]; r.ID != "m1" || r.ReadyAt != 0 || r.State != "OFFERED" || r.Holder != "w7" {
+		t.Fatalf("m1's row: %+v", r)
+	}
+	qp := m.queuesPage(time.Unix(10, 0))
+	if qp.Total != 1 || len(qp.Queues) != 1 {
+		t.Fatalf("the queues view: %+v", qp)
+	}
+	q := qp.Queues[0]
+	if q.Queue != "emails" || q.Queued != 1 || q.Waiting != 1 || q.Ready != 0 || q.InFlight != 1 || q.Workers != 1 || q.Slots != 2 || q.FreeSlots != 1 {
+		t.Fatalf("queue emails at 10 s: %+v", q)
+	}
+	if q := m.queuesPage(time.Unix(31, 0)).Queues[0]; q.Ready != 1 || q.Waiting != 0 {
+		t.Fatalf("queue emails once m2 is ready: %+v", q)
+	}
+	// Retired (a discarded DEAD job): it leaves the board and the queue.
+	dead := back
+	dead.State = events.StateDead
+	m.apply(0, 7, decision(7, events.KindDead, events.ReasonAttemptFailed, dead))
+	m.apply(0, 8, decision(8, events.KindRetired, events.ReasonDiscarded, dead))
+	if p := m.page(Query{Queue: "emails"}, time.Unix(40, 0)); p.Total != 1 {
+		t.Fatalf("after m2 was discarded: %+v", p)
+	}
+	if q := m.queuesPage(time.Unix(40, 0)).Queues[0]; q.Jobs != 1 || q.Queued != 0 || q.Dead != 0 {
+		t.Fatalf("queue emails after m2 was discarded: %+v", q)
+	}
+}

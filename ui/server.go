@@ -336,6 +336,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/jobs/{id}", s.serveJob)
 	mux.HandleFunc("POST /api/jobs/{id}/action", s.serveAction)
 	mux.HandleFunc("GET /api/anomalies", s.serveAnomalies)
+	mux.HandleFunc("GET /api/queues", s.serveQueues)
 	mux.HandleFunc("GET /api/events", s.serveEvents)
 	mux.HandleFunc("GET /api/audit", s.serveLastAudit)
 	mux.HandleFunc("POST /api/audit", s.serveAudit)
@@ -407,13 +408,13 @@ func intParam(v string, def int) int {
 }
 
 // serveJobs is GET /api/jobs: one page of the board. Parameters: state
-// (comma-separated; LIVE is OFFERED and ACTIVE), holder, q (part of the job
-// id), blocked=1, sort (id, -id, deadline, updated, holder, state,
+// (comma-separated; LIVE is OFFERED and ACTIVE), holder, queue, q (part of
+// the job id), blocked=1, sort (id, -id, deadline, updated, holder, state,
 // anomalies), offset, limit (at most MaxPageSize).
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	q := Query{
-		Holder: v.Get("holder"), Job: v.Get("q"), Blocked: v.Get("blocked") == "1",
+		Holder: v.Get("holder"), Queue: v.Get("queue"), Job: v.Get("q"), Blocked: v.Get("blocked") == "1",
 		Sort: v.Get("sort"), Offset: intParam(v.Get("offset"), 0), Limit: intParam(v.Get("limit"), DefaultPageSize),
 	}
 	if st := v.Get("state"); st != "" {
@@ -442,6 +443,11 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request) {
 		h.Now = time.Now().UnixMilli()
 		writeJSON(w, http.StatusOK, h)
 	}
+}
+
+// serveQueues is GET /api/queues: the queues view (QueuesPage).
+func (s *Server) serveQueues(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.model.queuesPage(time.Now()))
 }
 
 // serveAnomalies is GET /api/anomalies: the feed, newest first, with the

@@ -114,6 +114,8 @@ func TestAPI(t *testing.T) {
 		`tenure_decisions_total{kind="lost_authority",reason="stale_generation"} 1`,
 		"tenure_active_leases 1",
 		`tenure_jobs{state="ACTIVE"} 1`,
+		`tenure_jobs{state="QUEUED"} 0`, // queue jobs (rules revision 4) are counted too
+		`tenure_jobs{state="DEAD"} 0`,
 		"tenure_lease_expiries_total 0",
 		"tenure_inputs_folded_total ",
 		"tenure_fold_lag_seconds ",

@@ -259,7 +259,30 @@ func TestAuthServe(t *testing.T) {
 	if !errors.Is(violations[0], nats.ErrPermissionViolation) {
 		t.Errorf("w1 publishing as w2: %v", violations[0])
 	}
+	violations = nil
 	mu.Unlock()
+
+	// The state API: the dispatcher reads auth-1's projection (tenure jobs
+	// get), the worker is refused by the server (a projection carries
+	// lease ids).
+	if err := testutil.Poll(10*time.Second, func() error {
+		out.Reset()
+		errb.Reset()
+		if code := run(ctx, append([]string{"jobs", "get", "auth-1", "--nats-url", url}, flags(disp)...), &out, &errb); code != 0 {
+			return fmt.Errorf("exit %d: %s", code, errb.String())
+		}
+		return nil
+	}); err != nil || !strings.Contains(out.String(), `"state": "COMPLETED"`) {
+		t.Fatalf("tenure jobs get auth-1 as disp: %v\n%s", err, out.String())
+	}
+	if m, err := wnc.Request("tenure.api.job.get", []byte(`{"job":"auth-1"}`), time.Second); err == nil {
+		t.Fatalf("w1's request on the state API was answered: %s", m.Data)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the permissions violation of w1 requesting the state API", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(violations) > 0 && errors.Is(violations[0], nats.ErrPermissionViolation) && strings.Contains(violations[0].Error(), "tenure.api.job.get")
+	})
 
 	_ = w1.Close()
 	cancel()

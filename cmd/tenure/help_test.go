@@ -51,7 +51,7 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 	// The commands README and the top-level usage name are all there.
 	for _, want := range []string{"serve", "offer", "cancel", "resolve", "policy", "watch", "status", "auth", "auth init",
 		"heads", "log", "log status", "log archive", "log remove", "log restore", "cluster", "cluster up", "chaos",
-		"bench", "demo", "version", "audit", "ui"} {
+		"bench", "demo", "version", "audit", "ui", "submit", "jobs", "jobs ls", "jobs get", "queues"} {
 		if !names[want] {
 			t.Errorf("tenure %s is not among the commands", want)
 		}

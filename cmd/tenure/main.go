@@ -75,8 +75,8 @@ func isHelp(arg string) bool {
 }
 
 func commands() []*command {
-	return []*command{serveCmd, clusterCmd, demoCmd, offerCmd, cancelCmd, resolveCmd, policyCmd, watchCmd,
-		statusCmd, authCmd, auditCmd, logCmd, headsCmd, chaosCmd, uiCmd, benchCmd, versionCmd}
+	return []*command{serveCmd, clusterCmd, demoCmd, offerCmd, submitCmd, cancelCmd, resolveCmd, policyCmd, watchCmd,
+		jobsCmd, queuesCmd, statusCmd, authCmd, auditCmd, logCmd, headsCmd, chaosCmd, uiCmd, benchCmd, versionCmd}
 }
 
 var versionCmd = &command{

@@ -213,14 +213,17 @@ func runCancel(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 
 var resolveCmd = &command{
 	name:    "resolve",
-	summary: "settle an ownership conflict or an UNRESOLVED job",
-	usage:   "tenure resolve --job ID --action affirm|revoke|settle [flags]",
+	summary: "settle an ownership conflict, an UNRESOLVED job or a DEAD queue job",
+	usage:   "tenure resolve --job ID --action affirm|revoke|settle|retry|discard [flags]",
 	help: `Gives an operator's answer where the coordinator may not decide alone:
-  affirm  an ownership conflict, in favour of the live lease named by
-          --holder, --lease-id and --generation: it keeps the job
-  revoke  ends the job's live lease (if any) and clears its conflict
-  settle  gives an UNRESOLVED job (its holder never reconciled a cancel) its
-          terminal outcome, --outcome FAILED or CANCELLED
+  affirm   an ownership conflict, in favour of the live lease named by
+           --holder, --lease-id and --generation: it keeps the job
+  revoke   ends the job's live lease (if any) and clears its conflict
+  settle   gives an UNRESOLVED job (its holder never reconciled a cancel) its
+           terminal outcome, --outcome FAILED or CANCELLED
+  retry    queues a DEAD queue job (its attempt budget spent) again, ready at
+           once, with a fresh budget
+  discard  removes a DEAD queue job: its id is free again
 An action with nothing to act on is refused (rejected/nothing_to_resolve).
 
 ` + opsVerdictHelp,
@@ -231,7 +234,7 @@ func runResolve(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	var o opsCommand
 	o.register(fs)
 	job := fs.String("job", "", "job to resolve (required)")
-	action := fs.String("action", "", "affirm (keep the named live lease), revoke (end it), or settle (give an UNRESOLVED job its outcome)")
+	action := fs.String("action", "", "affirm (keep the named live lease), revoke (end it), settle (give an UNRESOLVED job its outcome), retry or discard (a DEAD queue job)")
 	holder := fs.String("holder", "", "affirm: the holder that keeps the lease")
 	leaseID := fs.String("lease-id", "", "affirm: its lease id")
 	gen := fs.Uint64("generation", 0, "affirm: its generation")
@@ -262,8 +265,14 @@ func runResolve(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 		call = func(ctx context.Context, c *ops.Client) (events.Decision, error) {
 			return c.Settle(ctx, *job, out, *reason)
 		}
+	case "retry":
+		call = func(ctx context.Context, c *ops.Client) (events.Decision, error) { return c.Retry(ctx, *job, *reason) }
+	case "discard":
+		call = func(ctx context.Context, c *ops.Client) (events.Decision, error) {
+			return c.Discard(ctx, *job, *reason)
+		}
 	default:
-		return fmt.Errorf("%w: --action must be affirm, revoke or settle", errUsage)
+		return fmt.Errorf("%w: --action must be affirm, revoke, settle, retry or discard", errUsage)
 	}
 	return o.run(ctx, stdout, call)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
@@ -161,7 +162,12 @@ Several coordinators may serve one deployment: one is live (its leadership
 is a KV entry it renews), the others fold in the background as standbys
 and take over after --leader-ttl. A deployment created with --partitions N
 runs one coordinator per partition in this process. --http also serves the
-web UI, /healthz and /metrics.`,
+web UI, /healthz and /metrics.
+
+It also answers the state API (tenure.api.>, PROTOCOL.md §23: the jobs'
+projections, the queues' depth, workers and rates, for tenure jobs and
+tenure queues) from a read model of the decision stream it rebuilds from
+the first decision at every start; --no-api turns it off.`,
 	run: runServe,
 }
 
@@ -185,6 +191,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	webUI.register(fs, "", "also serve the web UI, /healthz and /metrics on this address, e.g. 127.0.0.1:8080 (default: none)")
 	var headFlags serveHeadFlags
 	headFlags.register(fs)
+	noAPI := fs.Bool("no-api", false, "do not answer the state API (tenure.api.>: jobs, queues), which keeps a read model of the decision stream in memory")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -298,7 +305,12 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		if err != nil {
 			return err
 		}
-		svc, err := addStatusService(nc, g.Coordinators(), *id)
+		stateAPI, err := startAPI(ctx, nc, count, *noAPI, log)
+		if err != nil {
+			return err
+		}
+		defer stateAPI.stop()
+		svc, err := addStatusService(nc, g.Coordinators(), *id, stateAPI.srv)
 		if err != nil {
 			return err
 		}
@@ -317,7 +329,12 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	svc, err := addStatusService(nc, []*coordinator.Coordinator{c}, *id)
+	stateAPI, err := startAPI(ctx, nc, 0, *noAPI, log)
+	if err != nil {
+		return err
+	}
+	defer stateAPI.stop()
+	svc, err := addStatusService(nc, []*coordinator.Coordinator{c}, *id, stateAPI.srv)
 	if err != nil {
 		return err
 	}
@@ -392,12 +409,38 @@ func currentStatus(ctx context.Context, js jetstream.JetStream, c *coordinator.C
 	return st
 }
 
+// runningAPI is the state API of a serve (nil with --no-api) and how to
+// stop it.
+type runningAPI struct {
+	srv  *api.Server
+	stop func()
+}
+
+// startAPI starts the state API's read model (package api), following the
+// decision streams of a deployment of count partitions from their first
+// decision, unless off; stop ends it.
+func startAPI(ctx context.Context, nc *nats.Conn, count uint32, off bool, log *slog.Logger) (*runningAPI, error) {
+	if off {
+		return &runningAPI{stop: func() {}}, nil
+	}
+	s, err := api.New(api.Config{Conn: nc, Partitions: count, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	log.Info("state API: "+api.SubjectsFilter+" (tenure jobs, tenure queues)", "subjects", api.SubjectsFilter)
+	return &runningAPI{srv: s, stop: func() { cancel(); <-done }}, nil
+}
+
 // addStatusService registers the coordinators as a NATS micro service
 // "tenure" with a "status" endpoint (subject tenure.status.<id>), or, for
 // the partitions of a partitioned deployment, one endpoint per partition
 // ("status-p<k>", subject tenure.status.<id>.<k>), each reporting its
-// partition's coordinator in its stats.
-func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string) (micro.Service, error) {
+// partition's coordinator in its stats; and, unless apiSrv is nil, the
+// state API's endpoints (tenure.api.>), whose stats are apiSrv's.
+func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string, apiSrv *api.Server) (micro.Service, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
@@ -437,6 +480,9 @@ func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string) (
 			if c, ok := byName[e.Name]; ok {
 				return stats(c)
 			}
+			if apiSrv != nil {
+				return apiSrv.EndpointStats(e)
+			}
 			return nil
 		},
 	})
@@ -457,6 +503,12 @@ func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string) (
 		}), micro.WithEndpointSubject(subject))
 		if err != nil {
 			return nil, fmt.Errorf("status endpoint: %w", err)
+		}
+	}
+	if apiSrv != nil {
+		if err := apiSrv.AddEndpoints(svc); err != nil {
+			_ = svc.Stop()
+			return nil, err
 		}
 	}
 	return svc, nil

@@ -138,7 +138,9 @@
   // other): the result is shown only where it would add something, so that
   // no label reads "CANCELLED CANCELLED".
   const IMPLIED = { COMPLETED: 'SUCCESS', FAILED: 'FAILED', CANCELLED: 'CANCELLED' };
-  const extraResult = (st, res) => (res && IMPLIED[st] !== res ? res : '');
+  // A queue job QUEUED or DEAD keeps the result of its last attempt, which
+  // its attempt_reason says: not the job's.
+  const extraResult = (st, res) => (res && IMPLIED[st] !== res && st !== 'QUEUED' && st !== 'DEAD' ? res : '');
   const stateText = (st, res) => st + (extraResult(st, res) ? ' ' + res : '');
   const kindBadge = (k) => h('span', { class: 'kind k-' + k, text: k });
   const jobLink = (id) => (id && id !== '_' ? h('a', { href: '/jobs/' + encodeURIComponent(id), class: 'job', text: id }) : h('span', { class: 'muted', text: '(no job)' }));
@@ -160,6 +162,12 @@
   function updateLeft(td, r) {
     const dl = deadlineOf(r);
     td.replaceChildren();
+    if (r.state === 'QUEUED') {
+      // A queue job waits for an offer: ready now, or after its backoff.
+      const wait = (r.ready_at || 0) - now();
+      td.append(h('span', { class: 'dl ready', 'data-ready': r.ready_at || 0, text: wait > 0 ? 'ready in ' + fmtDur(wait) : 'ready' }));
+      return;
+    }
     if (!dl) {
       td.append(h('span', { class: 'muted', text: r.ended_at ? 'ended ' + fmtAgo(r.ended_at) : '–' }));
       return;
@@ -181,7 +189,10 @@
   const num = (n, cls) => h('td', { class: 'num ' + cls + (n > 0 ? ' hot' : ''), text: String(n) });
 
   // ---------- board ----------
-  const STATES = ['LIVE', 'OFFERED', 'ACTIVE', 'EXPIRED', 'ACK_MISSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'RELEASED', 'UNRESOLVED', 'REVOKED'];
+  const STATES = ['LIVE', 'QUEUED', 'OFFERED', 'ACTIVE', 'EXPIRED', 'ACK_MISSED', 'COMPLETED', 'FAILED', 'DEAD', 'CANCELLED', 'RELEASED', 'UNRESOLVED', 'REVOKED'];
+  // A queue job's queue and attempts counted of its budget (PROTOCOL.md §22.6).
+  const queueInfo = (r) => (r.queue ? h('span', { class: 'sub qinfo', title: 'queue ' + r.queue + ', attempt ' + (r.attempt || 0) + ' of ' + r.max_attempts + (r.attempt_reason ? ', the last ended: ' + r.attempt_reason : ''),
+    text: ' ' + r.queue + ' · ' + (r.attempt || 0) + '/' + r.max_attempts }) : null);
   const SORTS = [['id', 'job id'], ['deadline', 'deadline (soonest first)'], ['updated', 'recently updated'], ['holder', 'holder'], ['state', 'state'], ['anomalies', 'most anomalies'], ['-id', 'job id (descending)']];
 
   function boardRow(r) {
@@ -192,7 +203,7 @@
         // A cancellation matters while the lease is live or unreconciled;
         // after that the state says how it ended.
         r.cancel_requested && (LIVE.has(r.state) || r.state === 'UNRESOLVED') ? h('span', { class: 'flag', text: r.cancel_acked ? 'cancel acked' : 'cancel requested' }) : null,
-        r.conflict ? h('span', { class: 'flag bad', title: 'conflict with ' + r.conflict_with, text: 'CONFLICT' }) : null),
+        r.conflict ? h('span', { class: 'flag bad', title: 'conflict with ' + r.conflict_with, text: 'CONFLICT' }) : null, queueInfo(r)),
       h('td', { class: 'holder' }, r.holder ? h('span', { class: 'clip', title: r.holder, text: r.holder }) : '–'),
       h('td', { class: 'gen' }, r.generation ? h('span', { class: 'clip', title: 'generation ' + r.generation + ', lease ' + r.lease_id, text: 'g' + r.generation + ' · ' + r.lease_id }) : '–'),
       leftCell(r),
@@ -205,7 +216,7 @@
   function boardPage(main, sc) {
     const params = new URLSearchParams(location.search);
     const q = {
-      state: params.get('state') || '', holder: params.get('holder') || '', q: params.get('q') || '',
+      state: params.get('state') || '', holder: params.get('holder') || '', queue: params.get('queue') || '', q: params.get('q') || '',
       blocked: params.get('blocked') === '1', sort: params.get('sort') || 'id',
       size: Number(params.get('size')) || config.page_size, page: Math.max(1, Number(params.get('page')) || 1),
     };
@@ -219,10 +230,12 @@
       h('option', { value: '', text: 'all states' }), STATES.map((st) => h('option', { value: st, text: st === 'LIVE' ? 'live (offered or active)' : st })));
     stateSel.value = q.state;
     const holderIn = h('input', { id: 'f-holder', type: 'search', placeholder: 'holder', value: q.holder, size: 12 });
+    const queueIn = h('input', { id: 'f-queue', type: 'search', placeholder: 'queue', value: q.queue, size: 10 });
     const jobIn = h('input', { id: 'f-job', type: 'search', placeholder: 'job id contains…', value: q.q, size: 18 });
     let typing = null;
-    const onType = () => { clearTimeout(typing); typing = setTimeout(() => { q.holder = holderIn.value.trim(); q.q = jobIn.value.trim(); q.page = 1; reload(); }, 300); };
+    const onType = () => { clearTimeout(typing); typing = setTimeout(() => { q.holder = holderIn.value.trim(); q.queue = queueIn.value.trim(); q.q = jobIn.value.trim(); q.page = 1; reload(); }, 300); };
     holderIn.addEventListener('input', onType);
+    queueIn.addEventListener('input', onType);
     jobIn.addEventListener('input', onType);
     const blockedIn = h('input', { id: 'f-blocked', type: 'checkbox', checked: q.blocked, onchange: () => { q.blocked = blockedIn.checked; q.page = 1; reload(); } });
     const sortSel = h('select', { id: 'f-sort', onchange: () => { q.sort = sortSel.value; q.page = 1; reload(); } }, SORTS.map(([v, t]) => h('option', { value: v, text: 'sort: ' + t })));
@@ -232,11 +245,13 @@
     sizeSel.value = String(q.size);
 
     const summary = h('div', { class: 'summary', id: 'summary' });
+    const queuesBox = h('div', { id: 'queues', class: 'queues hidden' });
     const tbody = h('tbody', { id: 'board-rows' });
     const pager = h('div', { class: 'pager', id: 'pager' });
     main.replaceChildren(
       h('h1', {}, 'Lease board'),
-      h('div', { class: 'filters' }, stateSel, holderIn, jobIn, h('label', { class: 'check' }, blockedIn, ' needs an operator'), sortSel, sizeSel),
+      queuesBox,
+      h('div', { class: 'filters' }, stateSel, holderIn, queueIn, jobIn, h('label', { class: 'check' }, blockedIn, ' needs an operator'), sortSel, sizeSel),
       summary,
       h('div', { class: 'tablewrap' }, h('table', { class: 'board', id: 'board' },
         h('thead', {}, h('tr', {}, (config.partitions ? ['Job', 'Part', 'State', 'Holder', 'Lease', 'Time left', 'Progress'] : ['Job', 'State', 'Holder', 'Lease', 'Time left', 'Progress']).map((t) => h('th', { text: t })),
@@ -252,6 +267,7 @@
       const p = new URLSearchParams();
       if (q.state) p.set('state', q.state);
       if (q.holder) p.set('holder', q.holder);
+      if (q.queue) p.set('queue', q.queue);
       if (q.q) p.set('q', q.q);
       if (q.blocked) p.set('blocked', '1');
       if (q.sort !== 'id') p.set('sort', q.sort);
@@ -289,6 +305,8 @@
         h('b', { text: page.jobs.toLocaleString() }), ' jobs · ',
         h('span', { class: 'c-active', text: (st.ACTIVE || 0).toLocaleString() + ' active' }), ' · ',
         h('span', { class: 'c-offered', text: (st.OFFERED || 0).toLocaleString() + ' offered' }), ' · ',
+        ...(st.QUEUED || st.DEAD ? [h('span', { class: 'c-queued', text: (st.QUEUED || 0).toLocaleString() + ' queued' }), ' · ',
+          h('span', { class: st.DEAD ? 'c-dead' : '', text: (st.DEAD || 0).toLocaleString() + ' dead' }), ' · '] : []),
         h('span', { class: page.blocked ? 'c-blocked' : '', text: page.blocked + ' need an operator' }), ' · ',
         h('span', { class: 'muted', text: (page.seqs ? config.partitions + ' partitions, decisions ' + page.seqs.join(' · ') : 'decision ' + page.seq) + (page.caught_up ? '' : ' (catching up…)') }));
       const from = page.total ? page.offset + 1 : 0;
@@ -330,16 +348,61 @@
           if ((ev.added > 0 || ev.outside > 0 || (ev.removed || []).length > 0) && !pending) {
             pending = sc.later(Math.max(0, 1000 - (Date.now() - lastLoad)), () => { pending = null; load(); });
           }
+          if (ev.changed > 0) loadQueuesSoon();
         },
         reset: () => { sc.close(es); es = null; watched = ''; load(); },
       });
     }
+    // The queues view: loaded with the board, again when jobs change (at
+    // most once a second) and every 3 s (readiness, announcements and
+    // rates move with time alone).
+    let queuesPending = null;
+    let queuesAt = 0;
+    function loadQueuesSoon() {
+      if (queuesPending) return;
+      queuesPending = sc.later(Math.max(0, 1000 - (Date.now() - queuesAt)), () => { queuesPending = null; loadQueues(); });
+    }
+    async function loadQueues() {
+      queuesAt = Date.now();
+      let qp;
+      try { qp = await api('/api/queues'); } catch (e) { return; }
+      if (!sc.alive) return;
+      queuesBox.classList.toggle('hidden', qp.queues.length === 0);
+      if (qp.queues.length === 0) { queuesBox.replaceChildren(); return; }
+      const cell = (n, cls, title) => h('td', { class: 'num ' + (cls || '') + (n > 0 && cls ? ' hot' : ''), title, text: String(n) });
+      const rate = (x) => (x > 0 ? x.toFixed(2) : '0');
+      queuesBox.replaceChildren(
+        h('h2', {}, 'Queues ', h('span', { class: 'muted small', text: qp.total > qp.queues.length ? '(the first ' + qp.queues.length + ' of ' + qp.total + ')' : '' })),
+        h('div', { class: 'tablewrap' }, h('table', { class: 'board queues-table', id: 'queues-table' },
+          h('thead', {}, h('tr', {},
+            h('th', { text: 'Queue' }),
+            h('th', { class: 'num', title: 'QUEUED jobs that may be offered now', text: 'Ready' }),
+            h('th', { class: 'num', title: 'QUEUED jobs waiting out a backoff', text: 'Waiting' }),
+            h('th', { class: 'num', title: 'live leases: offered or active', text: 'In flight' }),
+            h('th', { class: 'num', title: 'attempt budget spent: awaiting an operator (retry or discard)', text: 'Dead' }),
+            h('th', { class: 'num', text: 'Completed' }),
+            h('th', { class: 'num', text: 'Failed' }),
+            h('th', { title: 'workers announcing capacity on the queue: their slots, and the slots free', text: 'Workers' }),
+            h('th', { class: 'num', title: 'completions per second over the last minute', text: 'Done/s' }))),
+          h('tbody', { id: 'queues-rows' }, qp.queues.map((x) => h('tr', { 'data-queue': x.queue },
+            h('td', {}, h('a', { href: '/?queue=' + encodeURIComponent(x.queue), class: 'job', text: x.queue })),
+            cell(x.ready, '', 'ready now'),
+            cell(x.waiting, '', 'waiting out a backoff' + (x.blocked ? '; ' + x.blocked + ' more blocked by a conflict' : '')),
+            cell(x.in_flight, '', x.offered + ' offered, ' + x.active + ' active'),
+            cell(x.dead, 'dead'),
+            cell(x.completed),
+            cell(x.failed, 'failed'),
+            h('td', { class: 'workers', title: x.workers + ' standing announcements' }, String(x.workers) + (x.workers ? ' · ' + x.free_slots + ' of ' + x.slots + ' slots free' : '')),
+            h('td', { class: 'num rate', text: rate(x.rates.completed) })))))));
+    }
+    loadQueues();
+    sc.every(3000, loadQueues);
     // Count down without reloading.
     sc.every(200, () => {
       for (const tr of tbody.rows) {
         const r = rows.get(tr.dataset.job);
         if (!r) continue;
-        if (LIVE.has(r.state)) updateLeft(tr.cells[4], r);
+        if (LIVE.has(r.state) || r.state === 'QUEUED') updateLeft(tr.cells[config.partitions ? 5 : 4], r);
         const ago = tr.querySelector('.ago');
         if (ago) ago.textContent = fmtAgo(r.last_at);
       }
@@ -590,7 +653,14 @@
       card('Renewals', String(r.renew_seq || 0)),
       card('Cancel', r.cancel_requested ? (r.cancel_acked ? 'requested, ACKed' : 'requested') : 'no'),
       card('Stale / late / dup / conflict', r.stale + ' / ' + r.late + ' / ' + r.duplicates + ' / ' + r.conflicts, 'job-counters'),
-      card('Decisions', String(r.decisions)));
+      card('Decisions', String(r.decisions)),
+      // A queue job's (PROTOCOL.md §22.6).
+      r.queue ? [
+        card('Queue', h('a', { href: '/?queue=' + encodeURIComponent(r.queue), text: r.queue }), 'job-queue'),
+        card('Attempt', (r.attempt || 0) + ' of ' + r.max_attempts, 'job-attempt'),
+        card('Ready at', r.state === 'QUEUED' ? h('span', { id: 'job-ready-at', title: new Date(r.ready_at).toISOString(), text: fmtClock(r.ready_at) }) : '–', 'job-ready'),
+        card('Last attempt ended', r.attempt_reason || '–', 'job-attempt-reason'),
+        card('Priority · submitter', (r.priority || 0) + ' · ' + r.submitter, 'job-submit')] : null);
   }
   function tickJobLeft(r) {
     const el = $('#job-left');

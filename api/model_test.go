@@ -1,0 +1,386 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
+	"github.com/maknow/tenure/projector"
+)
+
+const ms = int64(time.Millisecond)
+
+// folded is a log folded by the real projector, its decisions applied to
+// a Model as a Server applies what it reads from the decision stream.
+type folded struct {
+	t   tb
+	p   *projector.Projector
+	m   *Model
+	now int64
+	in  uint64 // input sequence
+	out uint64 // decision sequence
+}
+
+// tb is what folded needs of a *testing.T or a *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+func newFolded(t tb) *folded {
+	f := &folded{t: t, p: projector.New(), m: NewModel(0), now: testutil.ScenarioBase}
+	f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision4, LeaseKey: [events.LeaseKeyLen]byte{7}})
+	pol := events.DefaultPolicy()
+	pol.AckTimeout, pol.DefaultLease, pol.MinLease = 300*ms, 600*ms, 100*ms
+	f.step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
+	return f
+}
+
+// step folds one input stored now, then the ticks the coordinator would
+// append while something is due, and applies every decision to the model.
+func (f *folded) step(role events.Role, actor, job string, in events.Input) []events.Decision {
+	f.t.Helper()
+	in.Role, in.Actor, in.Job = role, actor, job
+	var all []events.Decision
+	for {
+		f.in++
+		raw := events.Raw{Seq: f.in, Time: f.now, Subject: events.InputSubject(role, actor, job, in.Verb), Body: events.AppendInputBody(nil, &in)}
+		ds, err := f.p.Step(raw)
+		if err != nil {
+			f.t.Fatalf("input %d: %v", f.in, err)
+		}
+		for i := range ds {
+			f.out++
+			// Through the wire form, as a reader gets it.
+			d, err := events.DecodeDecision(events.AppendDecision(nil, &ds[i]))
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			f.m.Apply(0, f.out, &d)
+			all = append(all, d)
+		}
+		if len(ds) == 0 || !f.p.Due() {
+			return all
+		}
+		role, actor, job, in = events.RoleCoord, "c1", events.NoJob, events.Input{Role: events.RoleCoord, Actor: "c1", Job: events.NoJob, Verb: events.VerbTick}
+	}
+}
+
+func (f *folded) at() time.Time { return time.Unix(0, f.now) }
+
+// check compares the model with the projector's own state: every job's
+// projection, the jobs by state, and each queue's depth, live leases and
+// announcements.
+func (f *folded) check(ids []string) {
+	f.t.Helper()
+	now := f.at()
+	byState := map[string]int{}
+	for _, id := range ids {
+		j, ok := f.p.Job(id)
+		r, got := f.m.Job(id, now)
+		if ok != got {
+			f.t.Fatalf("job %s: in the projection %v, in the model %v", id, ok, got)
+		}
+		if !ok {
+			continue
+		}
+		byState[j.State.String()]++
+		if want := events.AppendJob(nil, &j); !bytes.Equal(r.Job, want) {
+			f.t.Fatalf("job %s in the model:\n%s\nin the projection:\n%s", id, r.Job, want)
+		}
+		back, err := r.Projection()
+		if err != nil || !bytes.Equal(events.AppendJob(nil, &back), r.Job) {
+			f.t.Fatalf("job %s: Projection() does not give back the projection: %v", id, err)
+		}
+	}
+	for st, n := range byState {
+		if l := f.m.List(JobsRequest{State: st, Limit: MaxJobsLimit}, now); l.Total != n {
+			f.t.Fatalf("%d jobs %s listed, %d in the projection", l.Total, st, n)
+		}
+	}
+	want := map[string]projector.QueueStats{}
+	for _, q := range f.p.Queues() {
+		want[q.Name] = q
+	}
+	got := f.m.Queues(QueuesRequest{Limit: MaxQueuesLimit}, now)
+	for _, q := range got.Queues {
+		w := want[q.Queue]
+		if q.Queued-q.Blocked != w.Queued || q.Ready != w.Ready || q.InFlight != w.InFlight || q.Workers != w.Workers || q.Slots != w.Slots {
+			f.t.Fatalf("queue %s at %s: queued %d (blocked %d), ready %d, in flight %d, workers %d, slots %d; the projection: %+v",
+				q.Queue, events.FormatTime(f.now), q.Queued, q.Blocked, q.Ready, q.InFlight, q.Workers, q.Slots, w)
+		}
+		if q.Queued != q.Ready+q.Waiting+q.Blocked || q.InFlight != q.Offered+q.Active {
+			f.t.Fatalf("queue %s: %+v does not add up", q.Queue, q)
+		}
+	}
+	for name, w := range want {
+		if w.Queued+w.InFlight+w.Workers > 0 && !slices.ContainsFunc(got.Queues, func(q QueueStats) bool { return q.Queue == name }) {
+			f.t.Fatalf("queue %s (%+v) is not listed", name, w)
+		}
+	}
+}
+
+// The model derived from the decisions is the projector's state: each
+// job's projection byte for byte, the jobs by state, and each queue's
+// depth, readiness, live leases and announcements, after every input of
+// random logs of queues (submits, pulls, ACKs, results, releases,
+// cancels, retries, discards, retention, time passing).
+func TestModelIsTheFold(t *testing.T) {
+	jobs := []string{"j0", "j1", "j2", "j3", "j4", "j5", "p0"}
+	rapid.Check(t, func(rt *rapid.T) {
+		f := newFolded(rt)
+		pol := events.DefaultPolicy()
+		pol.AckTimeout, pol.DefaultLease, pol.MinLease = 300*ms, 600*ms, 100*ms
+		for range rapid.IntRange(1, 80).Draw(rt, "steps") {
+			f.now += rapid.SampledFrom([]int64{0, 1, 50, 200, 400, 900, 2500}).Draw(rt, "gap") * ms
+			job := rapid.SampledFrom(jobs).Draw(rt, "job")
+			worker := rapid.SampledFrom([]string{"w1", "w2"}).Draw(rt, "worker")
+			j, _ := f.p.Job(job)
+			holder := j.Holder // the lease's holder, or another worker (a claim: an ownership conflict)
+			if holder == "" || rapid.IntRange(0, 9).Draw(rt, "claim") == 0 {
+				holder = worker
+			}
+			switch rapid.IntRange(0, 11).Draw(rt, "op") {
+			case 0, 1:
+				f.step(events.RoleOps, "d1", job, events.Input{Verb: events.VerbSubmit, Queue: rapid.SampledFrom([]string{"q1", "q2"}).Draw(rt, "queue"),
+					MaxAttempts: uint64(rapid.IntRange(0, 3).Draw(rt, "attempts")), BackoffMS: int64(rapid.SampledFrom([]int{0, 100, 1000}).Draw(rt, "backoff"))})
+			case 2, 3:
+				f.step(events.RoleWorker, worker, events.NoJob, events.Input{Verb: events.VerbPull, Queue: rapid.SampledFrom([]string{"q1", "q2"}).Draw(rt, "queue"),
+					Slots: uint64(rapid.IntRange(0, 3).Draw(rt, "slots")), TTLMS: int64(rapid.SampledFrom([]int{500, 3000}).Draw(rt, "ttl"))})
+			case 4, 5:
+				f.step(events.RoleWorker, holder, job, events.Input{Verb: events.VerbAck, LeaseID: j.LeaseID, Generation: j.Generation})
+			case 6, 7:
+				out := rapid.SampledFrom([]events.Outcome{events.OutcomeSuccess, events.OutcomeFailed, events.OutcomeCancelled}).Draw(rt, "outcome")
+				f.step(events.RoleWorker, holder, job, events.Input{Verb: events.VerbResult, LeaseID: j.LeaseID, Generation: j.Generation, Outcome: out,
+					Permanent: out == events.OutcomeFailed && rapid.Bool().Draw(rt, "permanent")})
+			case 8:
+				f.step(events.RoleWorker, holder, job, events.Input{Verb: events.VerbRelease, LeaseID: j.LeaseID, Generation: j.Generation})
+			case 9:
+				act := rapid.SampledFrom([]events.Action{events.ActionRetry, events.ActionDiscard, events.ActionRevoke}).Draw(rt, "action")
+				f.step(events.RoleOps, "admin", job, events.Input{Verb: events.VerbResolve, Action: act})
+			case 10:
+				if rapid.Bool().Draw(rt, "cancel") {
+					f.step(events.RoleOps, "admin", job, events.Input{Verb: events.VerbCancel})
+				} else if job == "p0" {
+					f.step(events.RoleWorker, worker, job, events.Input{Verb: events.VerbAcquire}) // a job outside any queue
+				} else {
+					pol.Retain = rapid.SampledFrom([]int64{0, 1000 * ms}).Draw(rt, "retain")
+					f.step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
+				}
+			default:
+				f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+			}
+			f.check(jobs)
+		}
+	})
+}
+
+// A queue's stats through a job's life: ready, offered, requeued after a
+// backoff (waiting, then ready when its time comes), dead; the workers'
+// announcements and free slots, which lapse; the rates over the last
+// minute and the totals.
+func TestQueueStats(t *testing.T) {
+	f := newFolded(t)
+	for i := range 3 {
+		f.step(events.RoleOps, "d1", fmt.Sprintf("m%d", i), events.Input{Verb: events.VerbSubmit, Queue: "emails", MaxAttempts: 2, BackoffMS: 10_000})
+	}
+	stats := func() QueueStats {
+		t.Helper()
+		r, ok := f.m.Queue("emails", f.at())
+		if !ok {
+			t.Fatal("no queue emails")
+		}
+		return r.Queue
+	}
+	if s := stats(); s.Jobs != 3 || s.Queued != 3 || s.Ready != 3 || s.Waiting != 0 || s.Workers != 0 || s.Totals.Submitted != 3 {
+		t.Fatalf("after three submits: %+v", s)
+	}
+	f.now += int64(time.Second)
+	f.step(events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "emails", Slots: 2, TTLMS: 20_000})
+	s := stats()
+	if s.Offered != 2 || s.InFlight != 2 || s.Ready != 1 || s.Workers != 1 || s.Slots != 2 || s.FreeSlots != 0 ||
+		len(s.WorkerList) != 1 || s.WorkerList[0] != (WorkerCapacity{Worker: "w1", Slots: 2, Held: 2, Until: events.FormatTime(f.now + 20*int64(time.Second))}) {
+		t.Fatalf("after w1's pull of 2 slots: %+v", s)
+	}
+	// w1 fails m0: requeued, waiting out its backoff of about 10 s.
+	j, _ := f.p.Job("m0")
+	f.step(events.RoleWorker, "w1", "m0", events.Input{Verb: events.VerbAck, LeaseID: j.LeaseID, Generation: j.Generation})
+	f.step(events.RoleWorker, "w1", "m0", events.Input{Verb: events.VerbResult, LeaseID: j.LeaseID, Generation: j.Generation, Outcome: events.OutcomeFailed})
+	j, _ = f.p.Job("m0")
+	if j.State != events.StateQueued {
+		t.Fatalf("m0 after a failure: %s", j.State)
+	}
+	// m2 was offered in m0's freed slot.
+	s = stats()
+	if s.Waiting != 1 || s.Ready != 0 || s.InFlight != 2 || s.Totals.Requeued != 1 || s.Totals.Offered != 3 || s.Rates.Offered != 3.0/60 {
+		t.Fatalf("after m0 failed: %+v", s)
+	}
+	l := f.m.List(JobsRequest{Queue: "emails", State: "QUEUED", Limit: 10}, f.at())
+	if len(l.Jobs) != 1 || l.Jobs[0].ID != "m0" || l.Jobs[0].Attempt != 1 || l.Jobs[0].LastReason != "attempt_failed" ||
+		l.Jobs[0].ReadyAt != events.FormatTime(j.ReadyAt) {
+		t.Fatalf("the queued jobs: %+v", l.Jobs)
+	}
+	// w1 completes m1: counted, in the rates too.
+	j1, _ := f.p.Job("m1")
+	f.step(events.RoleWorker, "w1", "m1", events.Input{Verb: events.VerbAck, LeaseID: j1.LeaseID, Generation: j1.Generation})
+	f.step(events.RoleWorker, "w1", "m1", events.Input{Verb: events.VerbResult, LeaseID: j1.LeaseID, Generation: j1.Generation, Outcome: events.OutcomeSuccess})
+	if s := stats(); s.Completed != 1 || s.Totals.Completed != 1 || s.Rates.Completed != 1.0/60 || s.Totals.Failed != 0 || s.InFlight != 1 {
+		t.Fatalf("after m1 completed: %+v", s)
+	}
+	// m0's backoff passes on the server's clock, with no decision: ready.
+	if r, _ := f.m.Queue("emails", time.Unix(0, j.ReadyAt)); r.Queue.Ready != 1 || r.Queue.Waiting != 0 {
+		t.Fatalf("at m0's ready_at: %+v", r.Queue)
+	}
+	// A minute later nothing happened within the window, and w1's
+	// announcement has lapsed.
+	r, _ := f.m.Queue("emails", f.at().Add(time.Minute+time.Second))
+	if r.Queue.Rates != (Rates{WindowS: 60}) || r.Queue.Workers != 0 || len(r.Queue.WorkerList) != 0 || r.Queue.Totals.Offered != 3 {
+		t.Fatalf("a minute later: %+v", r.Queue)
+	}
+	if _, ok := f.m.Queue("nothing", f.at()); ok {
+		t.Fatal("a queue nobody named")
+	}
+}
+
+// job.list pages through the index: in id order, from the cursor, by
+// queue and state, with the total of the selection; a retired job leaves
+// the model, and a queue with nothing left is forgotten.
+func TestListPages(t *testing.T) {
+	f := newFolded(t)
+	var ids []string
+	for i := range 25 {
+		id := fmt.Sprintf("job-%02d", i)
+		ids = append(ids, id)
+		q := "a"
+		if i%5 == 0 {
+			q = "b"
+		}
+		f.step(events.RoleOps, "d1", id, events.Input{Verb: events.VerbSubmit, Queue: q})
+	}
+	f.step(events.RoleWorker, "w1", "plain", events.Input{Verb: events.VerbAcquire})
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("no end to the pages")
+		}
+		r := f.m.List(JobsRequest{After: after, Limit: 7}, f.at())
+		if r.Total != 26 || len(r.Jobs) > 7 {
+			t.Fatalf("a page: total %d, %d jobs", r.Total, len(r.Jobs))
+		}
+		for _, j := range r.Jobs {
+			got = append(got, j.ID)
+		}
+		if r.Next == "" {
+			break
+		}
+		after = r.Next
+	}
+	if want := append(slices.Clone(ids), "plain"); !slices.Equal(got, want) {
+		t.Fatalf("every page: %v", got)
+	}
+	r := f.m.List(JobsRequest{Queue: "b", Limit: 50}, f.at())
+	if r.Total != 5 || len(r.Jobs) != 5 || r.Jobs[0].ID != "job-00" || r.Jobs[4].ID != "job-20" || r.Jobs[0].Queue != "b" || r.Jobs[0].State != "QUEUED" {
+		t.Fatalf("queue b: %+v", r)
+	}
+	if r := f.m.List(JobsRequest{State: "ACTIVE", Limit: 50}, f.at()); r.Total != 1 || r.Jobs[0].ID != "plain" || r.Jobs[0].Queue != "" || r.Jobs[0].Deadline == "" {
+		t.Fatalf("the active jobs: %+v", r)
+	}
+	if r := f.m.List(JobsRequest{Queue: "zzz", Limit: 50}, f.at()); r.Total != 0 || len(r.Jobs) != 0 || r.Jobs == nil {
+		t.Fatalf("an unknown queue: %+v", r)
+	}
+	// Cancelled and retired (retain 1 s): they leave the model.
+	for i := 0; i < 25; i += 5 {
+		f.step(events.RoleOps, "admin", ids[i], events.Input{Verb: events.VerbCancel})
+	}
+	pol := events.DefaultPolicy()
+	pol.AckTimeout, pol.DefaultLease, pol.MinLease, pol.Retain = 300*ms, 600*ms, 100*ms, 1000*ms
+	f.step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
+	f.now += 2 * int64(time.Second)
+	f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+	if _, ok := f.m.Job("job-00", f.at()); ok {
+		t.Fatal("a retired job is still in the model")
+	}
+	if _, ok := f.m.Queue("b", f.at()); ok {
+		t.Fatal("queue b, all of whose jobs were retired, is still known")
+	}
+	if r := f.m.Queues(QueuesRequest{Limit: 10}, f.at()); r.Total != 1 || len(r.Queues) != 1 || r.Queues[0].Queue != "a" || r.Queues[0].Jobs != 20 {
+		t.Fatalf("the queues: %+v", r)
+	}
+	f.check(append(ids, "plain"))
+}
+
+// A decision about a job of another partition (wrong_partition) is not
+// its projection: the model of a partitioned deployment keeps each job's
+// own partition's.
+func TestModelPartitionOwnership(t *testing.T) {
+	m := NewModel(4)
+	j := events.Job{ID: "x", Queue: "q", State: events.StateQueued, Submitter: "d"}
+	own := events.PartitionOf("x", 4)
+	other := (own + 1) % 4
+	m.Apply(other, 1, &events.Decision{Cause: 1, Kind: events.KindRejected, Reason: events.ReasonWrongPartition, Job: j})
+	if _, ok := m.Job("x", time.Now()); ok {
+		t.Fatal("a job taken from another partition's decision")
+	}
+	m.Apply(own, 1, &events.Decision{Cause: 1, Kind: events.KindSubmitted, Reason: events.ReasonOk, Job: j})
+	r, ok := m.Job("x", time.Now())
+	if !ok || r.Partition != fmt.Sprint(own) || len(r.Seqs) != 4 {
+		t.Fatalf("the job of its own partition: %v %+v", ok, r)
+	}
+}
+
+// The largest answers stay far below NATS's default payload limit (1 MiB;
+// PROTOCOL.md §23.1 says under 200 KB): a page of MaxJobsLimit jobs whose
+// ids, holders, queues and reasons are as long as tokens get, a job whose
+// payload is 4096 control characters (escaped six bytes each), a page of
+// MaxQueuesLimit queues, a queue with MaxWorkersListed workers.
+func TestAnswerSizes(t *testing.T) {
+	const count = 1024
+	m := NewModel(count)
+	long := func(prefix string, i int) string {
+		s := fmt.Sprintf("%s%d-", prefix, i)
+		return s + string(bytes.Repeat([]byte{'x'}, events.MaxTokenLen-len(s)))
+	}
+	now := time.Unix(1<<31, 0)
+	seq := uint64(1 << 52)
+	for i := range MaxJobsLimit + 1 {
+		j := events.Job{ID: long("j", i), LeaseID: long("L", i), Generation: 1 << 52, Holder: long("w", i), State: events.StateUnresolved,
+			Result: events.OutcomeCancelled, Conflict: true, ConflictWith: long("c", i), Queue: long("q", i%MaxQueuesLimit), Submitter: long("d", i),
+			Priority: 9, Attempt: 1000, MaxAttempts: 1000, ReadyAt: now.UnixNano() + 123456789, LastReason: events.ReasonAckDeadlinePassed,
+			HasPayload: true, Payload: string(bytes.Repeat([]byte{1}, events.MaxPayloadBytes)), ExpiresAt: now.UnixNano() + 1}
+		seq++
+		m.Apply(events.PartitionOf(j.ID, count), seq, &events.Decision{Cause: seq, At: now.UnixNano() + 987654321, Kind: events.KindUnresolved, Reason: events.ReasonCancelTimeout, Job: j})
+	}
+	for i := range MaxWorkersListed {
+		m.Apply(uint32(i%count), seq, &events.Decision{Kind: events.KindCapacitySet, Actor: long("w", i), Job: events.Job{ID: events.NoJob},
+			Capacity: &events.Capacity{Queue: long("q", 0), Slots: events.MaxSlots, Until: now.UnixNano() + int64(time.Hour)}})
+	}
+	size := func(what string, v any, most int) {
+		t.Helper()
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d bytes", what, len(b))
+		if len(b) > most {
+			t.Errorf("%s: %d bytes, over %d", what, len(b), most)
+		}
+	}
+	size("a page of jobs", m.List(JobsRequest{Limit: MaxJobsLimit}, now), 200_000)
+	r, _ := m.Job(long("j", 0), now)
+	size("a job with the largest payload", r, 40_000)
+	size("a page of queues", m.Queues(QueuesRequest{Limit: MaxQueuesLimit}, now), 200_000)
+	q, _ := m.Queue(long("q", 0), now)
+	if len(q.Queue.WorkerList) != MaxWorkersListed {
+		t.Fatalf("%d workers listed", len(q.Queue.WorkerList))
+	}
+	size("a queue with its workers", q, 200_000)
+}

@@ -1,0 +1,450 @@
+package api
+
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+	"time"
+
+	"github.com/maknow/tenure/events"
+)
+
+// RateWindow is the window of the rates of QueueStats: events per second
+// over the last minute.
+const RateWindow = 60 * time.Second
+
+// MaxWorkersListed bounds the workers a queue's stats list (QueueStats.Workers
+// counts them all).
+const MaxWorkersListed = 100
+
+// Counts are how many times something happened to a queue's jobs, by the
+// decisions that say so (PROTOCOL.md §22): a submit accepted (submitted),
+// an offer the queue made (assigned), a job that ended COMPLETED
+// or FAILED, an attempt that ended and went back to the queue (requeued),
+// a job whose attempt budget was spent (dead).
+type Counts struct {
+	Submitted uint64 `json:"submitted"`
+	Offered   uint64 `json:"offered"`
+	Completed uint64 `json:"completed"`
+	Failed    uint64 `json:"failed"`
+	Requeued  uint64 `json:"requeued"`
+	Dead      uint64 `json:"dead"`
+}
+
+// Rates are Counts per second over the last RateWindow, by the decisions'
+// authoritative times (the log's clock) up to now (the server's clock).
+type Rates struct {
+	WindowS   int64   `json:"window_s"` // the window, in seconds
+	Submitted float64 `json:"submitted"`
+	Offered   float64 `json:"offered"`
+	Completed float64 `json:"completed"`
+	Failed    float64 `json:"failed"`
+	Requeued  float64 `json:"requeued"`
+	Dead      float64 `json:"dead"`
+}
+
+// counters indexes Counts and the buckets of the rates.
+const (
+	cSubmitted = iota
+	cOffered
+	cCompleted
+	cFailed
+	cRequeued
+	cDead
+	nCounters
+)
+
+// WorkerCapacity is one worker's standing announcement on a queue (a pull,
+// PROTOCOL.md §22.2) as its last capacity_set decision set it, with the
+// queue's live leases (OFFERED or ACTIVE) it holds.
+type WorkerCapacity struct {
+	Worker    string `json:"worker"`
+	Partition string `json:"partition,omitempty"` // partitioned deployments: the partition it announced to
+	Slots     uint64 `json:"slots"`
+	Held      int    `json:"held"`  // the queue's live leases it holds (in that partition)
+	Until     string `json:"until"` // when the announcement lapses (RFC 3339)
+}
+
+// QueueStats is what a queue holds now, as the read model knows it: its
+// jobs by state (those the projection keeps: a retired job counts no
+// more), its depth split by readiness, the workers announcing capacity,
+// and what happened to its jobs lately (Rates) and since the first
+// decision read (Totals).
+type QueueStats struct {
+	Queue string `json:"queue"`
+	Jobs  int    `json:"jobs"` // every job of the queue the projection keeps
+	// Queued is the depth, Ready+Waiting+Blocked: Ready may be offered now
+	// (ready_at passed), Waiting backs off (ready_at ahead), Blocked awaits
+	// an operator (a pending ownership conflict).
+	Queued   int `json:"queued"`
+	Ready    int `json:"ready"`
+	Waiting  int `json:"waiting"`
+	Blocked  int `json:"blocked"`
+	InFlight int `json:"in_flight"` // live leases: OFFERED and ACTIVE
+	Offered  int `json:"offered"`
+	Active   int `json:"active"`
+	// Jobs that ended: DEAD (attempt budget spent, awaiting an operator),
+	// COMPLETED, FAILED (a permanent failure, or settled), CANCELLED,
+	// UNRESOLVED (a cancellation not reconciled).
+	Dead       int `json:"dead"`
+	Completed  int `json:"completed"`
+	Failed     int `json:"failed"`
+	Cancelled  int `json:"cancelled"`
+	Unresolved int `json:"unresolved"`
+	// Workers with a standing announcement (until ahead of now), their
+	// slots, and the slots they have free (slots above the live leases
+	// they hold); in a partitioned deployment a worker announces to each
+	// partition, and each announcement counts.
+	Workers   int    `json:"workers"`
+	Slots     uint64 `json:"slots"`
+	FreeSlots uint64 `json:"free_slots"`
+	Rates     Rates  `json:"rates"`
+	Totals    Counts `json:"totals"`
+	// WorkerList is the standing announcements, by worker then partition,
+	// at most MaxWorkersListed (only in the answer about one queue).
+	WorkerList []WorkerCapacity `json:"worker_list,omitempty"`
+}
+
+// holderKey is a worker in a partition.
+type holderKey struct {
+	part   uint32
+	worker string
+}
+
+type capacity struct {
+	slots uint64
+	until int64 // Unix ns
+}
+
+// bucket counts the events of one second.
+type bucket struct {
+	sec int64
+	n   [nCounters]uint32
+}
+
+// queueState is one queue's aggregates.
+type queueState struct {
+	name    string
+	jobs    int
+	states  [16]int          // jobs per events.State
+	blocked int              // QUEUED with a pending conflict
+	waiting map[string]int64 // QUEUED without a conflict, whose ready_at (ns) was ahead when last judged
+	due     dueHeap          // the waiting jobs by ready_at; entries not matching waiting are stale
+	held    map[holderKey]int
+	caps    map[holderKey]capacity
+	ring    [60]bucket
+	totals  [nCounters]uint64
+}
+
+// dueEntry is a waiting job's ready_at.
+type dueEntry struct {
+	at int64
+	id string
+}
+
+type dueHeap []dueEntry
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueEntry)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Queues aggregates the queue jobs of a read model of the decision
+// streams, one queue at a time: the read model tells it every change of a
+// job (Observe) and every capacity_set decision (Capacity), and asks for
+// the stats of a queue at a time of its clock. Its memory is a few
+// kilobytes per queue plus an entry per waiting job and per worker; a
+// queue without jobs and without standing announcements is forgotten.
+//
+// A Queues is not safe for concurrent use, and its queries change it (the
+// waiting jobs whose ready_at passed become ready): its owner holds its
+// own lock, exclusively, around every call.
+type Queues struct {
+	count  uint32 // partitions (0: unpartitioned)
+	queues map[string]*queueState
+	names  idSet
+	last   int64 // the latest time readiness was judged by (ns): a query's, or a decision's; readiness never goes back
+}
+
+// NewQueues returns the queue aggregates of a deployment of count
+// partitions (0: unpartitioned).
+func NewQueues(count uint32) *Queues {
+	return &Queues{count: count, queues: make(map[string]*queueState)}
+}
+
+func (qs *Queues) queue(name string) *queueState {
+	q := qs.queues[name]
+	if q == nil {
+		q = &queueState{name: name, waiting: make(map[string]int64), held: make(map[holderKey]int), caps: make(map[holderKey]capacity)}
+		qs.queues[name] = q
+		qs.names.Add(name)
+	}
+	return q
+}
+
+// forget drops q if nothing is left of it.
+func (qs *Queues) forget(q *queueState) {
+	if q.jobs == 0 && len(q.caps) == 0 && len(q.held) == 0 {
+		delete(qs.queues, q.name)
+		qs.names.Remove(q.name)
+	}
+}
+
+// Observe records that a job of partition part changed from prev (nil: it
+// was not in the read model) to next (nil: it left it, retired) by
+// decision d. Jobs outside any queue are ignored.
+func (qs *Queues) Observe(part uint32, prev, next *events.Job, d *events.Decision) {
+	if prev != nil && prev.Queue != "" {
+		q := qs.queues[prev.Queue]
+		if q != nil {
+			q.remove(part, prev)
+			if next == nil || next.Queue != prev.Queue {
+				defer qs.forget(q)
+			}
+		}
+	}
+	if next == nil || next.Queue == "" {
+		return
+	}
+	// The fold judged readiness at the decision's time: a job ready then
+	// is ready now (the log's clock may run ahead of this server's).
+	qs.last = max(qs.last, d.At)
+	q := qs.queue(next.Queue)
+	q.add(part, next, qs.last)
+	was := events.StateNone
+	if prev != nil {
+		was = prev.State
+	}
+	if (d.Kind == events.KindRequeued || d.Kind == events.KindDead) && was == events.StateFailed {
+		// The FAILED result was an attempt's end, retried or the last of
+		// the budget, not the job's (PROTOCOL.md §22.4): the requeue or
+		// DEAD end follows it in the same input, at the same time.
+		q.uncount(cFailed, d.At)
+	}
+	switch {
+	case d.Kind == events.KindSubmitted:
+		q.count(cSubmitted, d.At)
+	case d.Kind == events.KindOffered || d.Kind == events.KindAssigned:
+		q.count(cOffered, d.At)
+	case d.Kind == events.KindRequeued:
+		q.count(cRequeued, d.At)
+	case d.Kind == events.KindDead:
+		q.count(cDead, d.At)
+	case next.State == events.StateCompleted && was != events.StateCompleted:
+		q.count(cCompleted, d.At)
+	case next.State == events.StateFailed && was != events.StateFailed:
+		q.count(cFailed, d.At)
+	}
+}
+
+// Capacity records a capacity_set decision of worker in partition part:
+// its announcement on c.Queue (slots 0 withdraws it).
+func (qs *Queues) Capacity(part uint32, worker string, c events.Capacity) {
+	k := holderKey{part, worker}
+	if c.Slots == 0 {
+		if q := qs.queues[c.Queue]; q != nil {
+			delete(q.caps, k)
+			qs.forget(q)
+		}
+		return
+	}
+	qs.queue(c.Queue).caps[k] = capacity{slots: c.Slots, until: c.Until}
+}
+
+func (q *queueState) count(c int, at int64) {
+	q.totals[c]++
+	sec := at / int64(time.Second)
+	b := &q.ring[int(uint64(sec)%uint64(len(q.ring)))]
+	if b.sec != sec {
+		*b = bucket{sec: sec}
+	}
+	b.n[c]++
+}
+
+// uncount takes back a count of c at time at.
+func (q *queueState) uncount(c int, at int64) {
+	if q.totals[c] > 0 {
+		q.totals[c]--
+	}
+	sec := at / int64(time.Second)
+	if b := &q.ring[int(uint64(sec)%uint64(len(q.ring)))]; b.sec == sec && b.n[c] > 0 {
+		b.n[c]--
+	}
+}
+
+// add counts job j of partition part; now is the latest time readiness
+// was judged by.
+func (q *queueState) add(part uint32, j *events.Job, now int64) {
+	q.jobs++
+	q.states[j.State]++
+	switch {
+	case j.State == events.StateQueued && j.Conflict:
+		q.blocked++
+	case j.State == events.StateQueued && j.ReadyAt > now:
+		q.waiting[j.ID] = j.ReadyAt
+		heap.Push(&q.due, dueEntry{at: j.ReadyAt, id: j.ID})
+		if len(q.due) > 2*len(q.waiting)+64 {
+			q.compact()
+		}
+	case j.State.Live():
+		q.held[holderKey{part, j.Holder}]++
+	}
+}
+
+// remove uncounts job j of partition part.
+func (q *queueState) remove(part uint32, j *events.Job) {
+	q.jobs--
+	q.states[j.State]--
+	switch {
+	case j.State == events.StateQueued && j.Conflict:
+		q.blocked--
+	case j.State == events.StateQueued:
+		delete(q.waiting, j.ID) // its heap entry is stale now
+	case j.State.Live():
+		k := holderKey{part, j.Holder}
+		if q.held[k]--; q.held[k] <= 0 {
+			delete(q.held, k)
+		}
+	}
+}
+
+// compact drops the stale entries of the due heap.
+func (q *queueState) compact() {
+	h := q.due[:0]
+	for _, e := range q.due {
+		if at, ok := q.waiting[e.id]; ok && at == e.at {
+			h = append(h, e)
+		}
+	}
+	clear(q.due[len(h):])
+	q.due = h
+	heap.Init(&q.due)
+}
+
+// settle makes the waiting jobs whose ready_at is at or before now ready,
+// and drops the announcements that lapsed by now.
+func (q *queueState) settle(now int64) {
+	for len(q.due) > 0 && q.due[0].at <= now {
+		e := heap.Pop(&q.due).(dueEntry)
+		if at, ok := q.waiting[e.id]; ok && at == e.at {
+			delete(q.waiting, e.id)
+		}
+	}
+	for k, c := range q.caps {
+		if c.until <= now {
+			delete(q.caps, k)
+		}
+	}
+}
+
+// judge is the time readiness is judged by at now: never before an
+// earlier judgement (a waiting job made ready stays ready).
+func (qs *Queues) judge(now time.Time) int64 {
+	qs.last = max(qs.last, now.UnixNano())
+	return qs.last
+}
+
+// Stats returns the stats of queue name at now (with its workers, at most
+// MaxWorkersListed), false if the read model knows no such queue.
+func (qs *Queues) Stats(name string, now time.Time) (QueueStats, bool) {
+	q := qs.queues[name]
+	if q == nil {
+		return QueueStats{}, false
+	}
+	t := qs.judge(now)
+	q.settle(t)
+	st := q.stats(t)
+	st.WorkerList = qs.workers(q)
+	qs.forget(q)
+	return st, true
+}
+
+// List returns the stats at now of at most limit queues in byte order of
+// their names, from the first name above after, and the name to continue
+// after ("" when there is no more), and how many queues there are.
+func (qs *Queues) List(after string, limit int, now time.Time) (out []QueueStats, next string, total int) {
+	t := qs.judge(now)
+	var gone []*queueState
+	for c := qs.names.After(after); ; c.Next() {
+		name, ok := c.Peek()
+		if !ok {
+			break
+		}
+		if len(out) == limit {
+			next = out[len(out)-1].Queue
+			break
+		}
+		q := qs.queues[name]
+		q.settle(t)
+		out = append(out, q.stats(t))
+		gone = append(gone, q)
+	}
+	total = qs.names.Len()
+	for _, q := range gone {
+		qs.forget(q) // after the cursor is done with the names
+	}
+	return out, next, total
+}
+
+// Len is the number of queues known.
+func (qs *Queues) Len() int { return qs.names.Len() }
+
+func (q *queueState) stats(now int64) QueueStats {
+	st := QueueStats{
+		Queue: q.name, Jobs: q.jobs,
+		Queued: q.states[events.StateQueued], Blocked: q.blocked, Waiting: len(q.waiting),
+		Offered: q.states[events.StateOffered], Active: q.states[events.StateActive],
+		Dead: q.states[events.StateDead], Completed: q.states[events.StateCompleted], Failed: q.states[events.StateFailed],
+		Cancelled: q.states[events.StateCancelled], Unresolved: q.states[events.StateUnresolved],
+	}
+	st.Ready = st.Queued - st.Waiting - st.Blocked
+	st.InFlight = st.Offered + st.Active
+	for k, c := range q.caps {
+		st.Workers++
+		st.Slots += c.slots
+		if h := uint64(q.held[k]); h < c.slots {
+			st.FreeSlots += c.slots - h
+		}
+	}
+	t := q.totals
+	st.Totals = Counts{Submitted: t[cSubmitted], Offered: t[cOffered], Completed: t[cCompleted], Failed: t[cFailed], Requeued: t[cRequeued], Dead: t[cDead]}
+	var n [nCounters]uint64
+	sec := now / int64(time.Second)
+	for _, b := range q.ring {
+		if b.sec > sec-int64(len(q.ring)) && b.sec <= sec {
+			for i := range n {
+				n[i] += uint64(b.n[i])
+			}
+		}
+	}
+	w := float64(len(q.ring))
+	st.Rates = Rates{WindowS: int64(len(q.ring)), Submitted: float64(n[cSubmitted]) / w, Offered: float64(n[cOffered]) / w,
+		Completed: float64(n[cCompleted]) / w, Failed: float64(n[cFailed]) / w, Requeued: float64(n[cRequeued]) / w, Dead: float64(n[cDead]) / w}
+	return st
+}
+
+// workers lists q's standing announcements (settled), by worker then
+// partition, at most MaxWorkersListed.
+func (qs *Queues) workers(q *queueState) []WorkerCapacity {
+	keys := make([]holderKey, 0, len(q.caps))
+	for k := range q.caps {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b holderKey) int { return cmp.Or(cmp.Compare(a.worker, b.worker), cmp.Compare(a.part, b.part)) })
+	out := make([]WorkerCapacity, 0, min(len(keys), MaxWorkersListed))
+	for _, k := range keys[:min(len(keys), MaxWorkersListed)] {
+		c := q.caps[k]
+		w := WorkerCapacity{Worker: k.worker, Slots: c.slots, Held: q.held[k], Until: events.FormatTime(c.until)}
+		if qs.count > 0 {
+			w.Partition = events.Partition{Index: k.part, Count: qs.count}.Token()
+		}
+		out = append(out, w)
+	}
+	return out
+}

@@ -1,0 +1,183 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/maknow/tenure/events"
+)
+
+// Subjects of the API (PROTOCOL.md §23): requests on each, answered by
+// every `tenure serve` (one of them: the endpoints share the micro
+// service's queue group).
+const (
+	SubjectPrefix  = "tenure.api"
+	SubjectJob     = SubjectPrefix + ".job.get"    // JobRequest → JobReply
+	SubjectJobs    = SubjectPrefix + ".job.list"   // JobsRequest → JobsReply
+	SubjectQueue   = SubjectPrefix + ".queue.get"  // QueueRequest → QueueReply
+	SubjectQueues  = SubjectPrefix + ".queue.list" // QueuesRequest → QueuesReply
+	SubjectsFilter = SubjectPrefix + ".>"          // every subject of the API, for permissions
+)
+
+// Bounds of a request and of the work it makes.
+const (
+	// MaxRequestBytes bounds a request's body; a larger one is refused
+	// (code 413) unread.
+	MaxRequestBytes = 1024
+	// DefaultJobsLimit and MaxJobsLimit bound the jobs of one page of
+	// job.list (a larger limit is MaxJobsLimit).
+	DefaultJobsLimit = 50
+	MaxJobsLimit     = 200
+	// DefaultQueuesLimit and MaxQueuesLimit bound the queues of one page
+	// of queue.list.
+	DefaultQueuesLimit = 50
+	MaxQueuesLimit     = 100
+)
+
+// JobRequest asks for the projection of one job (job.get).
+type JobRequest struct {
+	Job string `json:"job"` // a job id (token)
+}
+
+// JobsRequest asks for a page of jobs (job.list), in byte order of their
+// ids: those of Queue (every job when empty; a queue name otherwise) in
+// State (any when empty; a state name of PROTOCOL.md §13 or §22 otherwise),
+// from the first id above After, at most Limit of them (0 is
+// DefaultJobsLimit; at most MaxJobsLimit).
+type JobsRequest struct {
+	Queue string `json:"queue,omitempty"`
+	State string `json:"state,omitempty"`
+	After string `json:"after,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// QueueRequest asks for the stats of one queue (queue.get).
+type QueueRequest struct {
+	Queue string `json:"queue"`
+}
+
+// QueuesRequest asks for a page of queues with their stats (queue.list),
+// in byte order of their names, from the first above After, at most Limit
+// (0 is DefaultQueuesLimit; at most MaxQueuesLimit).
+type QueuesRequest struct {
+	After string `json:"after,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// Position is where the read model that answered stands: every answer
+// carries it.
+type Position struct {
+	// Seq is the sequence of the last decision read from the decision
+	// stream (partitioned: the sum over the partitions' streams, and Seqs
+	// each one's, in partition order).
+	Seq  uint64   `json:"seq"`
+	Seqs []uint64 `json:"seqs,omitempty"`
+	// CaughtUp is true once the read model has read every decision
+	// stream to the end it had when the reading began: before, it answers
+	// from an older state of the log (and a job it has not read yet is
+	// "catching up", code 503, rather than not found).
+	CaughtUp bool `json:"caught_up"`
+	// Now is the answering server's clock (RFC 3339), by which readiness,
+	// standing announcements and rates are judged.
+	Now string `json:"now"`
+}
+
+// LastDecision is the last decision read about a job.
+type LastDecision struct {
+	Seq    uint64 `json:"seq"`   // its decision stream sequence (in the job's partition's stream)
+	Cause  uint64 `json:"cause"` // the input that caused it
+	At     string `json:"at"`    // its authoritative time (RFC 3339)
+	Kind   string `json:"kind"`
+	Reason string `json:"reason"`
+}
+
+// JobReply is the answer of job.get.
+type JobReply struct {
+	// Job is the job's projection after its last decision, exactly as the
+	// decisions carry it (PROTOCOL.md §10.2, and §22.6 for a queue job).
+	Job       json.RawMessage `json:"job"`
+	Partition string          `json:"partition,omitempty"` // partitioned deployments: the job's partition
+	Last      LastDecision    `json:"last"`
+	Position
+}
+
+// Projection decodes Job into an events.Job.
+func (r *JobReply) Projection() (events.Job, error) {
+	// The projection is decoded where events decodes it, as part of a
+	// decision (events has no decoder of a bare job object).
+	b := make([]byte, 0, len(r.Job)+40)
+	b = append(b, `{"v":1,"kind":"rejected","job":`...)
+	b = append(b, r.Job...)
+	b = append(b, '}')
+	d, err := events.DecodeDecision(b)
+	if err != nil {
+		return events.Job{}, fmt.Errorf("api: the job's projection: %w", err)
+	}
+	return d.Job, nil
+}
+
+// JobSummary is one job of a job.list page: the fields of its projection
+// an operator scans for. Fields of value zero are omitted (a job outside
+// any queue has no queue fields; attempt and priority 0 are absent).
+type JobSummary struct {
+	ID         string `json:"id"`
+	Partition  string `json:"partition,omitempty"`
+	State      string `json:"state"`
+	Generation uint64 `json:"generation"`
+	Holder     string `json:"holder,omitempty"`
+	Result     string `json:"result,omitempty"`
+	// Deadline is a live lease's next deadline (RFC 3339): an offer's
+	// ack_deadline, an active lease's expires_at.
+	Deadline    string       `json:"deadline,omitempty"`
+	Conflict    bool         `json:"conflict,omitempty"`
+	Queue       string       `json:"queue,omitempty"`
+	Priority    int64        `json:"priority,omitempty"`
+	Attempt     uint64       `json:"attempt,omitempty"`
+	MaxAttempts uint64       `json:"max_attempts,omitempty"`
+	ReadyAt     string       `json:"ready_at,omitempty"`    // QUEUED: when it may be offered
+	LastReason  string       `json:"last_reason,omitempty"` // why its last attempt ended
+	Last        LastDecision `json:"last"`
+}
+
+// JobsReply is the answer of job.list.
+type JobsReply struct {
+	Jobs []JobSummary `json:"jobs"`
+	// Next is the id to ask After for the next page; absent on the last.
+	Next string `json:"next,omitempty"`
+	// Total is how many jobs match the request's queue and state.
+	Total int `json:"total"`
+	Limit int `json:"limit"` // the limit applied
+	Position
+}
+
+// QueueReply is the answer of queue.get.
+type QueueReply struct {
+	Queue QueueStats `json:"queue"`
+	Position
+}
+
+// QueuesReply is the answer of queue.list: the stats of each queue
+// (without WorkerList).
+type QueuesReply struct {
+	Queues []QueueStats `json:"queues"`
+	Next   string       `json:"next,omitempty"` // the name to ask After for the next page; absent on the last
+	Total  int          `json:"total"`          // queues known
+	Limit  int          `json:"limit"`
+	Position
+}
+
+// ErrorReply is the body of an error answer; its headers
+// Nats-Service-Error-Code and Nats-Service-Error carry the same code and
+// description (the NATS micro convention).
+type ErrorReply struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is what went wrong: Code is an HTTP-like status (400 a bad
+// request, 404 no such job or queue, 413 a request too large, 503 the read
+// model is still catching up, 500 an answer over the NATS server's payload
+// limit).
+type ErrorBody struct {
+	Code        int    `json:"code"`
+	Description string `json:"description"`
+}

@@ -1,0 +1,470 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/maknow/tenure/api"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/ops"
+)
+
+// parsePositional parses args whose positional arguments may come before,
+// between or after the flags (tenure submit <job> --queue Q), and returns
+// the positional ones.
+func parsePositional(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// oneJob returns the one positional argument of a command about a job.
+func oneJob(fs *flag.FlagSet, pos []string) (string, error) {
+	switch {
+	case len(pos) == 0:
+		return "", fmt.Errorf("%w: give the job id (see %s --help)", errUsage, fs.Name())
+	case len(pos) > 1:
+		return "", fmt.Errorf("%w: unexpected argument %q after the job id (see %s --help)", errUsage, pos[1], fs.Name())
+	case !events.ValidToken(pos[0]):
+		return "", fmt.Errorf("%w: job id %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, pos[0])
+	}
+	return pos[0], nil
+}
+
+var submitCmd = &command{
+	name:    "submit",
+	summary: "submit a job to a queue, for workers that pull (dispatcher)",
+	usage: `tenure submit <job> --queue Q [--priority N --max-attempts N --backoff D --backoff-max D
+              --lease D --ack-timeout D --payload S|--payload-file F] [flags]`,
+	help: `Submits job <job> to queue --queue (PROTOCOL.md §22): it waits QUEUED until
+the queue offers it to a worker that announced capacity on it (a pull, as
+the worker SDK's Run does), highest --priority first and submitters taking
+turns. An attempt that ends without success (FAILED, no ACK, an expired
+lease) is retried after --backoff, doubled each time up to --backoff-max,
+until --max-attempts attempts counted: then the job is DEAD, until an
+operator retries or discards it (tenure resolve --action retry|discard).
+Each attempt's lease and ACK timeout are --lease and --ack-timeout (the
+policy's by default); --payload (or --payload-file, - for stdin: at most
+4096 bytes of UTF-8) goes to the worker with every offer.
+
+Submitting the same job again with the same flags (a retry after a lost
+verdict) is no error: the verdict says duplicate/duplicate_submit and
+nothing changes; other flags are refused (rejected/submit_conflicts).
+
+` + opsVerdictHelp,
+	run: runSubmit,
+}
+
+func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	var o opsCommand
+	o.register(fs)
+	queue := fs.String("queue", "", "the queue (required)")
+	priority := fs.Int("priority", 0, "0 to 9, higher is offered first")
+	attempts := fs.Int("max-attempts", 0, "the attempt budget, 1 to 1000 (default 3)")
+	backoff := fs.Duration("backoff", 0, "the wait before the first retry, doubled for each later one (default 1s)")
+	backoffMax := fs.Duration("backoff-max", 0, "the cap of the backoff (default 1h)")
+	lease := fs.Duration("lease", 0, "each attempt's lease duration (default: the policy's)")
+	ackTimeout := fs.Duration("ack-timeout", 0, "the time each offered worker has to ACK (default: the policy's)")
+	payload := fs.String("payload", "", "opaque text given to the worker with each offer, at most 4096 bytes")
+	payloadFile := fs.String("payload-file", "", "read the payload from `FILE` (- for stdin)")
+	pos, err := parsePositional(fs, args)
+	if err != nil {
+		return err
+	}
+	job, err := oneJob(fs, pos)
+	if err != nil {
+		return err
+	}
+	if err := needToken("queue", *queue); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var opts []ops.SubmitOption
+	add := func(flag string, opt ops.SubmitOption) {
+		if given[flag] {
+			opts = append(opts, opt)
+		}
+	}
+	add("priority", ops.WithPriority(*priority))
+	add("max-attempts", ops.WithMaxAttempts(*attempts))
+	if given["backoff"] || given["backoff-max"] {
+		opts = append(opts, ops.WithBackoff(*backoff, *backoffMax))
+	}
+	add("lease", ops.WithLease(*lease))
+	add("ack-timeout", ops.WithAckTimeout(*ackTimeout))
+	switch {
+	case given["payload"] && given["payload-file"]:
+		return fmt.Errorf("%w: --payload or --payload-file, not both", errUsage)
+	case given["payload"]:
+		opts = append(opts, ops.WithPayload(*payload))
+	case given["payload-file"]:
+		p, err := readPayload(*payloadFile)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, ops.WithPayload(p))
+	}
+	// The options check their values: a bad one is a mistake on the
+	// command line, found before anything is published.
+	var check ops.SubmitOptions
+	for _, opt := range opts {
+		if err := opt(&check); err != nil {
+			return fmt.Errorf("%w: %v (see tenure submit --help)", errUsage, err)
+		}
+	}
+	return o.run(ctx, stdout, func(ctx context.Context, c *ops.Client) (events.Decision, error) {
+		d, err := c.Submit(ctx, job, *queue, opts...)
+		if err == nil && ops.IsDuplicateSubmit(d) && !o.asJSON {
+			defer fmt.Fprintln(stdout, "  already submitted with the same fields: nothing changed")
+		}
+		return d, err
+	})
+}
+
+// readPayload reads a payload file (- is stdin): at most
+// events.MaxPayloadBytes.
+func readPayload(path string) (string, error) {
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return "", fmt.Errorf("%w: --payload-file: %v", errUsage, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, events.MaxPayloadBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("--payload-file %s: %w", path, err)
+	}
+	if len(b) > events.MaxPayloadBytes {
+		return "", fmt.Errorf("%w: --payload-file %s is over %d bytes: put a reference to it in the payload instead", errUsage, path, events.MaxPayloadBytes)
+	}
+	return string(b), nil
+}
+
+// apiCommand holds what the commands reading the state API share.
+type apiCommand struct {
+	conn    connFlags
+	asJSON  bool
+	timeout time.Duration
+}
+
+func (a *apiCommand) register(fs *flag.FlagSet) {
+	a.conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
+	fs.BoolVar(&a.asJSON, "json", false, "print the API's answer as JSON (PROTOCOL.md §23)")
+	fs.DurationVar(&a.timeout, "timeout", 5*time.Second, "how long to wait for the answer")
+}
+
+// client connects and returns a client of the API, and the connection to
+// close.
+func (a *apiCommand) client() (*api.Client, func(), error) {
+	defaultURL(&a.conn)
+	nc, err := a.conn.connect("tenure-api")
+	if err != nil {
+		return nil, nil, err
+	}
+	return api.NewClient(nc, a.timeout), nc.Close, nil
+}
+
+// apiHelp ends the help of every command reading the state API.
+const apiHelp = `Asks the state API of a running tenure serve (tenure.api.>, PROTOCOL.md
+§23), which answers from its read model of the decision stream: its
+answer may be behind the log by the time that read takes, and says so while
+the read model is still catching up. Only the ops and coordinator roles of
+tenure auth init may ask. --json prints the answer as the API gave it.`
+
+var jobsCmd = &command{
+	name:    "jobs",
+	summary: "list jobs, or show one job's projection (ls, get)",
+	usage:   "tenure jobs <ls|get> [flags]",
+	help: `Reads jobs from the state API: tenure jobs ls lists them page by page,
+tenure jobs get <job> shows one job's projection.
+
+` + apiHelp,
+	subs: jobsSubs,
+	run:  runJobs,
+}
+
+var jobsSubs = []*command{
+	{name: "jobs ls", summary: "list jobs, by queue and state", usage: "tenure jobs ls [--queue Q] [--state S] [--after ID] [--limit N] [flags]",
+		help: `Lists the jobs the coordinator keeps, in byte order of their ids, at most
+--limit (200) of them: those of --queue (every job without it) in --state
+(QUEUED, OFFERED, ACTIVE, DEAD, COMPLETED, FAILED, ...). When there are
+more, the last line says how to ask for the next page (--after).
+
+` + apiHelp, run: runJobsLs},
+	{name: "jobs get", summary: "show one job's projection", usage: "tenure jobs get <job> [flags]",
+		help: `Shows the projection of job <job> after its last decision, as the decisions
+carry it (PROTOCOL.md §10.2, and §22.6 for a queue job: queue, attempt,
+ready_at...), with that decision.
+
+` + apiHelp, run: runJobsGet},
+}
+
+func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: a subcommand: ls or get (see tenure jobs --help)", errUsage)
+	}
+	if isHelp(args[0]) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return nil
+	}
+	for _, c := range jobsSubs {
+		if c.name == "jobs "+args[0] {
+			return c.exec(ctx, args[1:], stdout, stderr)
+		}
+	}
+	return fmt.Errorf("%w: unknown subcommand %q: ls or get (see tenure jobs --help)", errUsage, args[0])
+}
+
+func runJobsLs(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	var a apiCommand
+	a.register(fs)
+	var q api.JobsRequest
+	fs.StringVar(&q.Queue, "queue", "", "only the jobs of this queue")
+	fs.StringVar(&q.State, "state", "", "only the jobs in this state (QUEUED, OFFERED, ACTIVE, DEAD, COMPLETED, FAILED, ...)")
+	fs.StringVar(&q.After, "after", "", "start after this job id (the next page)")
+	fs.IntVar(&q.Limit, "limit", api.DefaultJobsLimit, fmt.Sprintf("at most this many jobs, 1 to %d", api.MaxJobsLimit))
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	q.State = strings.ToUpper(q.State)
+	if _, ok := events.ParseState(q.State); q.State != "" && !ok {
+		return fmt.Errorf("%w: --state %s: not a job state (QUEUED, OFFERED, ACTIVE, DEAD, COMPLETED, FAILED, ...)", errUsage, q.State)
+	}
+	if q.Limit < 1 || q.Limit > api.MaxJobsLimit {
+		return fmt.Errorf("%w: --limit must be 1 to %d", errUsage, api.MaxJobsLimit)
+	}
+	for name, v := range map[string]string{"queue": q.Queue, "after": q.After} {
+		if v != "" {
+			if err := needToken(name, v); err != nil {
+				return err
+			}
+		}
+	}
+	c, closeConn, err := a.client()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	r, err := c.Jobs(ctx, q)
+	if err != nil {
+		return err
+	}
+	if a.asJSON {
+		return printJSON(stdout, r)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tQUEUE\tATTEMPT\tHOLDER\tGEN\tREADY/DEADLINE\tLAST DECISION")
+	for _, j := range r.Jobs {
+		queue, attempt := "-", "-"
+		if j.Queue != "" {
+			queue, attempt = j.Queue, fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts)
+		}
+		when := cmp.Or(j.ReadyAt, j.Deadline, "-")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s/%s\n", j.ID, j.State, queue, attempt, cmp.Or(j.Holder, "-"), j.Generation, when, j.Last.Kind, j.Last.Reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d of %d jobs%s\n", len(r.Jobs), r.Total, behind(r.Position))
+	if r.Next != "" {
+		fmt.Fprintf(stdout, "more: tenure jobs ls%s --after %s\n", lsFilters(q), r.Next)
+	}
+	return nil
+}
+
+// lsFilters repeats a listing's filters, for the line naming the next page.
+func lsFilters(q api.JobsRequest) string {
+	var b strings.Builder
+	if q.Queue != "" {
+		b.WriteString(" --queue " + q.Queue)
+	}
+	if q.State != "" {
+		b.WriteString(" --state " + q.State)
+	}
+	if q.Limit != api.DefaultJobsLimit {
+		fmt.Fprintf(&b, " --limit %d", q.Limit)
+	}
+	return b.String()
+}
+
+func runJobsGet(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	var a apiCommand
+	a.register(fs)
+	pos, err := parsePositional(fs, args)
+	if err != nil {
+		return err
+	}
+	job, err := oneJob(fs, pos)
+	if err != nil {
+		return err
+	}
+	c, closeConn, err := a.client()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	r, err := c.Job(ctx, job)
+	if err != nil {
+		return err
+	}
+	if a.asJSON {
+		return printJSON(stdout, r)
+	}
+	where := ""
+	if r.Partition != "" {
+		where = " (partition " + r.Partition + ")"
+	}
+	fmt.Fprintf(stdout, "job %s%s after decision %d (%s/%s of input %d at %s)%s\n", job, where, r.Last.Seq, r.Last.Kind, r.Last.Reason, r.Last.Cause, r.Last.At, behind(r.Position))
+	var out bytes.Buffer
+	if err := json.Indent(&out, r.Job, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = out.WriteTo(stdout)
+	return err
+}
+
+var queuesCmd = &command{
+	name:    "queues",
+	summary: "the queues: depth, in flight, dead, done, workers, rates",
+	usage:   "tenure queues [--queue Q] [flags]",
+	help: `Prints every queue (or --queue Q alone, with its workers) as the state API
+sees it: its depth (QUEUED jobs ready to be offered, waiting out a backoff,
+or blocked by an ownership conflict), its live leases (offered or active),
+its DEAD, COMPLETED and FAILED jobs, the workers announcing capacity with
+their slots and free slots, and the completions, failures and requeues per
+second over the last minute.
+
+` + apiHelp,
+	run: runQueues,
+}
+
+// maxQueuePages bounds the pages tenure queues reads (MaxQueuesLimit
+// queues each).
+const maxQueuePages = 100
+
+func runQueues(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	var a apiCommand
+	a.register(fs)
+	queue := fs.String("queue", "", "only this queue, with its workers")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *queue != "" {
+		if err := needToken("queue", *queue); err != nil {
+			return err
+		}
+	}
+	c, closeConn, err := a.client()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	var all []api.QueueStats
+	var pos api.Position
+	more := ""
+	if *queue != "" {
+		r, err := c.Queue(ctx, *queue)
+		if err != nil {
+			return err
+		}
+		if a.asJSON {
+			return printJSON(stdout, r)
+		}
+		all, pos = []api.QueueStats{r.Queue}, r.Position
+	} else {
+		after := ""
+		for page := 0; ; page++ {
+			r, err := c.Queues(ctx, api.QueuesRequest{After: after, Limit: api.MaxQueuesLimit})
+			if err != nil {
+				return err
+			}
+			if a.asJSON {
+				if err := printJSON(stdout, r); err != nil {
+					return err
+				}
+			}
+			all, pos = append(all, r.Queues...), r.Position
+			if after = r.Next; after == "" {
+				break
+			}
+			if page+1 == maxQueuePages {
+				more = fmt.Sprintf("%d more queues not shown (of %d)", r.Total-len(all), r.Total)
+				break
+			}
+		}
+		if a.asJSON {
+			return nil
+		}
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tREADY\tWAITING\tBLOCKED\tIN FLIGHT\tDEAD\tCOMPLETED\tFAILED\tWORKERS\tSLOTS\tFREE\tDONE/S\tFAILED/S\tREQUEUED/S")
+	for _, q := range all {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.2f\t%.2f\n", q.Queue, q.Ready, q.Waiting, q.Blocked, q.InFlight,
+			q.Dead, q.Completed, q.Failed, q.Workers, q.Slots, q.FreeSlots, q.Rates.Completed, q.Rates.Failed, q.Rates.Requeued)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if *queue != "" && len(all[0].WorkerList) > 0 {
+		fmt.Fprintln(stdout)
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKER\tPARTITION\tSLOTS\tHELD\tUNTIL")
+		for _, w := range all[0].WorkerList {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", w.Worker, cmp.Or(w.Partition, "-"), w.Slots, w.Held, w.Until)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if more != "" {
+		fmt.Fprintln(stdout, more)
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(stdout, "no queue yet (tenure submit <job> --queue Q makes one)")
+	}
+	if b := behind(pos); b != "" {
+		fmt.Fprintln(stdout, strings.TrimPrefix(b, " "))
+	}
+	return nil
+}
+
+// behind says that an answer came from a read model still catching up.
+func behind(p api.Position) string {
+	if p.CaughtUp {
+		return ""
+	}
+	return fmt.Sprintf(" (the API's read model is still catching up with the decision stream, at decision %d)", p.Seq)
+}
+
+func printJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
