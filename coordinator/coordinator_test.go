@@ -524,6 +524,10 @@ func TestChainBreakRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, _, js := newServer(t)
 			r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery = -1 })
+			// The coordinator's own first inputs (the rules, then the
+			// default policy) decided first: caught up before them, it
+			// could be stopped between storing one and deciding it.
+			waitDecision(t, js, "the default policy set", func(d events.Decision) bool { return d.Kind == events.KindPolicySet })
 			publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
 			waitCaughtUp(t, js, r)
 			r.stop()

@@ -72,17 +72,19 @@ func TestHostileWorkerGrabsOffers(t *testing.T) {
 	})
 	const jobs = 20
 	for i := range jobs {
-		publish(t, js, events.RoleOps, "d1", fmt.Sprintf("job-%02d", i), events.VerbSubmit, `{"v":1,"queue":"q","max_attempts":1,"ack_timeout_ms":150}`)
+		publish(t, js, events.RoleOps, "d1", fmt.Sprintf("job-%02d", i), events.VerbSubmit, `{"v":1,"queue":"q","max_attempts":1,"ack_timeout_ms":300}`)
 	}
-	grab := func() {
-		publish(t, js, events.RoleWorker, "w-evil", events.NoJob, events.VerbPull, `{"v":1,"queue":"q","slots":256,"ttl_ms":60000}`)
+	announce := func(worker string, slots int) {
+		publish(t, js, events.RoleWorker, worker, events.NoJob, events.VerbPull, fmt.Sprintf(`{"v":1,"queue":"q","slots":%d,"ttl_ms":60000}`, slots))
 	}
-	grab()
-	publish(t, js, events.RoleWorker, "w-good", events.NoJob, events.VerbPull, `{"v":1,"queue":"q","slots":2,"ttl_ms":60000}`)
 	acked := map[string]bool{}
 	completed := map[string]bool{}
-	testutil.WaitFor(t, 30*time.Second, "every job completed by the honest worker", func() bool {
-		grab() // again and again
+	done := 0
+	testutil.WaitFor(t, 60*time.Second, "every job completed by the honest worker", func() bool {
+		// Both announce again and again: the hostile one to grab every
+		// job it can, the honest one as the SDK does after a withdrawal.
+		announce("w-evil", 256)
+		announce("w-good", 2)
 		for _, m := range readStream(t, js, "TENURE_OUT") {
 			d, err := events.DecodeDecision(m.data)
 			if err != nil {
@@ -98,15 +100,15 @@ func TestHostileWorkerGrabsOffers(t *testing.T) {
 			case d.Kind == events.KindAcked && j.Holder == "w-good" && !completed[j.ID]:
 				completed[j.ID] = true
 				publish(t, js, events.RoleWorker, "w-good", j.ID, events.VerbResult, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":%d,"outcome":"SUCCESS"}`, j.LeaseID, j.Generation))
-			}
-		}
-		done := 0
-		for _, m := range readStream(t, js, "TENURE_OUT") {
-			if d, err := events.DecodeDecision(m.data); err == nil && d.Kind == events.KindCompleted && d.Job.State == events.StateCompleted {
+			case d.Kind == events.KindCompleted && j.State == events.StateCompleted:
 				done++
 			}
 		}
-		return done == jobs
+		if done == jobs {
+			return true
+		}
+		done = 0
+		return false
 	})
 	evilOffers, withdrawn := 0, 0
 	for _, m := range readStream(t, js, "TENURE_OUT") {
