@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/maknow/tenure/internal/testutil"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -398,6 +399,17 @@ func TestRunShutdownReleasesAndWithdraws(t *testing.T) {
 		}
 	}
 	e.caughtUp()
+	// The watcher's core subscription may still be delivering the last
+	// decisions the coordinator stored.
+	testutil.WaitFor(t, 10*time.Second, "the watcher to see both releases", func() bool {
+		n := 0
+		for _, d := range wa.all() {
+			if d.Actor == "w1" && d.Kind == events.KindReleased {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	// The last of w1's pulls withdrew the capacity, before the releases.
 	var withdrawSeq uint64
 	releases := 0
