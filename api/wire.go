@@ -103,17 +103,11 @@ type JobReply struct {
 
 // Projection decodes Job into an events.Job.
 func (r *JobReply) Projection() (events.Job, error) {
-	// The projection is decoded where events decodes it, as part of a
-	// decision (events has no decoder of a bare job object).
-	b := make([]byte, 0, len(r.Job)+40)
-	b = append(b, `{"v":1,"kind":"rejected","job":`...)
-	b = append(b, r.Job...)
-	b = append(b, '}')
-	d, err := events.DecodeDecision(b)
+	j, err := events.DecodeJob(r.Job)
 	if err != nil {
 		return events.Job{}, fmt.Errorf("api: the job's projection: %w", err)
 	}
-	return d.Job, nil
+	return j, nil
 }
 
 // JobSummary is one job of a job.list page: the fields of its projection

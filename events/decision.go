@@ -476,46 +476,8 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 		return d, bad("verb", w.Input.Verb)
 	}
 	d.Actor = w.Input.Actor
-	wj := &w.Job
-	j := &d.Job
-	j.ID, j.LeaseID, j.Generation, j.Holder = wj.ID, wj.LeaseID, wj.Generation, wj.Holder
-	if j.State, ok = ParseState(wj.State); !ok {
-		return d, bad("state", wj.State)
-	}
-	if wj.AckState != "" {
-		if j.AckState, ok = ParseAckState(wj.AckState); !ok {
-			return d, bad("ack_state", wj.AckState)
-		}
-	}
-	if wj.Result != "" {
-		if j.Result, ok = ParseOutcome(wj.Result); !ok {
-			return d, bad("result", wj.Result)
-		}
-	}
-	j.Duration = wj.LeaseMS * 1e6
-	j.RenewSeq, j.ProgressSeq, j.ProgressValue = wj.RenewSeq, wj.ProgressSeq, wj.ProgressValue
-	j.CancelReq, j.CancelAck, j.LeaseExpired, j.Conflict, j.ConflictWith = wj.CancelReq, wj.CancelAck, wj.LeaseExpired, wj.Conflict, wj.ConflictWith
-	j.Stale, j.Late, j.LateProgress, j.Duplicates, j.Conflicts = wj.Stale, wj.Late, wj.LateProgress, wj.Duplicates, wj.Conflicts
-	j.Queue, j.Submitter, j.Priority, j.Attempt, j.MaxAttempts = wj.Queue, wj.Submitter, wj.Priority, wj.Attempt, wj.MaxAttempts
-	j.Turn = wj.Turn
-	j.Backoff, j.BackoffMax = wj.BackoffMS*1e6, wj.BackoffMaxMS*1e6
-	j.AttemptLease, j.AttemptAck = wj.AttemptLease*1e6, wj.AttemptAck*1e6
-	j.SubmitSeq, j.LastReason = wj.SubmitSeq, Reason(wj.LastReason)
-	if wj.Payload != nil {
-		j.Payload, j.HasPayload = *wj.Payload, true
-	}
-	for _, f := range []struct {
-		dst *int64
-		src string
-	}{
-		{&j.IssuedAt, wj.IssuedAt}, {&j.ExpiresAt, wj.ExpiresAt}, {&j.AckDeadline, wj.AckDeadline},
-		{&j.AckedAt, wj.AckedAt}, {&j.RenewAt, wj.RenewAt}, {&j.ProgressAt, wj.ProgressAt},
-		{&j.CancelAt, wj.CancelAt}, {&j.CancelBy, wj.CancelBy}, {&j.EndedAt, wj.EndedAt},
-		{&j.SubmittedAt, wj.SubmittedAt}, {&j.ReadyAt, wj.ReadyAt},
-	} {
-		if *f.dst, err = parseTime(f.src); err != nil {
-			return d, err
-		}
+	if err := jobFromWire(&w.Job, &d.Job); err != nil {
+		return d, err
 	}
 	if w.Policy != nil {
 		d.Policy = &Policy{
@@ -757,6 +719,67 @@ func (r *decReader) queueFields(j *Job) {
 	if r.opt(`,"payload":`) {
 		j.Payload, j.HasPayload = r.text(), true
 	}
+}
+
+// jobFromWire converts a job object decoded by encoding/json.
+func jobFromWire(wj *wireJob, j *Job) error {
+	var ok bool
+	var err error
+	bad := func(field, v string) error { return fmt.Errorf("events: decode job: bad %s %q", field, v) }
+	j.ID, j.LeaseID, j.Generation, j.Holder = wj.ID, wj.LeaseID, wj.Generation, wj.Holder
+	if j.State, ok = ParseState(wj.State); !ok {
+		return bad("state", wj.State)
+	}
+	if wj.AckState != "" {
+		if j.AckState, ok = ParseAckState(wj.AckState); !ok {
+			return bad("ack_state", wj.AckState)
+		}
+	}
+	if wj.Result != "" {
+		if j.Result, ok = ParseOutcome(wj.Result); !ok {
+			return bad("result", wj.Result)
+		}
+	}
+	j.Duration = wj.LeaseMS * 1e6
+	j.RenewSeq, j.ProgressSeq, j.ProgressValue = wj.RenewSeq, wj.ProgressSeq, wj.ProgressValue
+	j.CancelReq, j.CancelAck, j.LeaseExpired, j.Conflict, j.ConflictWith = wj.CancelReq, wj.CancelAck, wj.LeaseExpired, wj.Conflict, wj.ConflictWith
+	j.Stale, j.Late, j.LateProgress, j.Duplicates, j.Conflicts = wj.Stale, wj.Late, wj.LateProgress, wj.Duplicates, wj.Conflicts
+	j.Queue, j.Submitter, j.Priority, j.Attempt, j.MaxAttempts = wj.Queue, wj.Submitter, wj.Priority, wj.Attempt, wj.MaxAttempts
+	j.Turn = wj.Turn
+	j.Backoff, j.BackoffMax = wj.BackoffMS*1e6, wj.BackoffMaxMS*1e6
+	j.AttemptLease, j.AttemptAck = wj.AttemptLease*1e6, wj.AttemptAck*1e6
+	j.SubmitSeq, j.LastReason = wj.SubmitSeq, Reason(wj.LastReason)
+	if wj.Payload != nil {
+		j.Payload, j.HasPayload = *wj.Payload, true
+	}
+	for _, f := range []struct {
+		dst *int64
+		src string
+	}{
+		{&j.IssuedAt, wj.IssuedAt}, {&j.ExpiresAt, wj.ExpiresAt}, {&j.AckDeadline, wj.AckDeadline},
+		{&j.AckedAt, wj.AckedAt}, {&j.RenewAt, wj.RenewAt}, {&j.ProgressAt, wj.ProgressAt},
+		{&j.CancelAt, wj.CancelAt}, {&j.CancelBy, wj.CancelBy}, {&j.EndedAt, wj.EndedAt},
+		{&j.SubmittedAt, wj.SubmittedAt}, {&j.ReadyAt, wj.ReadyAt},
+	} {
+		if *f.dst, err = parseTime(f.src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeJob parses a job projection as AppendJob writes it (the "job"
+// object of a decision, which the state API also answers on its own).
+func DecodeJob(data []byte) (Job, error) {
+	var wj wireJob
+	if err := json.Unmarshal(data, &wj); err != nil {
+		return Job{}, fmt.Errorf("events: decode job: %w", err)
+	}
+	var j Job
+	if err := jobFromWire(&wj, &j); err != nil {
+		return Job{}, err
+	}
+	return j, nil
 }
 
 // decReader reads the canonical decision encoding; ok turns false at the

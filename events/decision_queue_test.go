@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -164,4 +165,24 @@ func FuzzQueuePayloadDecision(f *testing.F) {
 			t.Fatalf("round trip of %s: %+v, %v", b, got, err)
 		}
 	})
+}
+
+// DecodeJob reads back what AppendJob writes, for every job a decision
+// round trip covers, queue jobs included.
+func TestDecodeJob(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 2000 {
+		d := randomDecision(rng)
+		b := AppendJob(nil, &d.Job)
+		j, err := DecodeJob(b)
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if got := AppendJob(nil, &j); string(got) != string(b) {
+			t.Fatalf("DecodeJob then AppendJob:\n got  %s\n want %s", got, b)
+		}
+	}
+	if _, err := DecodeJob([]byte(`{"id":"x","state":"SLEEPING"}`)); err == nil {
+		t.Fatal("an unknown state decoded")
+	}
 }
