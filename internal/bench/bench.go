@@ -170,7 +170,12 @@ type Result struct {
 	SinglePipelineRatio   float64 `json:"pipeline_single_ratio"`
 	TenureSDKPerS         float64 `json:"tenure_pipeline_sdk_per_s"` // SDK workers, verdicts consumed
 	SDKPipelineRatio      float64 `json:"pipeline_sdk_ratio"`
-	TenureRenewErrors     float64 `json:"tenure_pipeline_sdk_errors"` // SDK renewals not accepted
+	// The SDK's fair baseline (issue 20): publishers on their own
+	// connections that read their answers from the output stream, as SDK
+	// workers read their verdicts.
+	BaselineSDKPipelinePerS float64 `json:"baseline_pipeline_sdk_per_s"`
+	SDKFairRatio            float64 `json:"pipeline_sdk_fair_ratio"`    // tenure_pipeline_sdk_per_s / baseline_pipeline_sdk_per_s
+	TenureRenewErrors       float64 `json:"tenure_pipeline_sdk_errors"` // SDK renewals not accepted
 
 	// 8. Receipts (run after the pipeline): SDK workers end to end with
 	// receipts off and on, in alternating windows of the same run.

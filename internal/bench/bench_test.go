@@ -72,12 +72,27 @@ func TestRunTiny(t *testing.T) {
 		"storm_3k_raw_async_per_s", "storm_3k_raw_batch_per_s", "storm_3k_first_s", "storm_3k_restart_s",
 		"storm_3k_expired", "storm_3k_ok", "storm_3k_max_decisions_per_input", "storm_3k_ticks", "storm_3k_grants_per_s",
 		"storm_3k_cores", "storm_3k_decisions_per_append", "storm_3k_steady_per_s", "storm_3k_sessions", "storm_3k_restart_inputs", "storm_3k_setup_pause_ms", "storm_3k_pause_ms",
-		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "queue_inflight", "baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms",
-		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "baseline_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p99_ms"} {
+	} {
 		v, ok := m[k].(float64)
 		if !ok || !(v > 0) {
 			t.Errorf("%s = %v, want a positive number", k, m[k])
 		}
+	}
+	// The SDK's fair baseline runs (its figure may be 0 in a window this
+	// short when fsyncs stall: it is there, a number).
+	// So may a queue side's (the scenario fails if neither completed a job).
+	for _, k := range []string{"baseline_pipeline_sdk_per_s", "pipeline_sdk_fair_ratio",
+		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "queue_inflight", "baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms",
+		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "baseline_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p99_ms"} {
+		if _, ok := m[k].(float64); !ok {
+			t.Errorf("%s = %v, want a number", k, m[k])
+		}
+	}
+	if m["queue_inflight"] != 16.0 || m["baseline_queue_per_s"].(float64)+m["tenure_queue_per_s"].(float64) <= 0 {
+		t.Errorf("queue: %v in flight, %v and %v jobs/s", m["queue_inflight"], m["baseline_queue_per_s"], m["tenure_queue_per_s"])
+	}
+	if !strings.Contains(progress.String(), "publishers reading their answers") {
+		t.Errorf("the fair SDK baseline did not run:\n%s", progress.String())
 	}
 	// Every one of the storm's 3,000 leases expired exactly once, fired by
 	// ticks of at most MaxFiredPerInput expiries each.

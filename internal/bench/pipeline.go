@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,13 @@ func (b *runner) pipeline(ctx context.Context) error {
 	}
 	r.TenureSDKPerS, r.SDKPipelineRatio, r.TenureRenewErrors = sdk, ratio(sdk, base), float64(errs)
 	b.logf("  tenure through the SDK, verdicts consumed: %.0f renewals/s (%d errors), %.2f cores busy: %.1f µs CPU each; ratio %.2f", sdk, errs, b.lastCPU, b.lastCPU/sdk*1e6, r.SDKPipelineRatio)
+
+	fair, err := b.baselineSDKPipeline(ctx)
+	if err != nil {
+		return fmt.Errorf("baseline whose publishers read their answers: %w", err)
+	}
+	r.BaselineSDKPipelinePerS, r.SDKFairRatio = fair, ratio(sdk, fair)
+	b.logf("  baseline, %d publishers reading their answers: %.0f inputs/s answered and read, %.2f cores busy; the SDK's ratio to it %.2f", b.cfg.PipelineWorkers, fair, b.lastCPU, r.SDKFairRatio)
 	return nil
 }
 
@@ -542,4 +550,133 @@ func acquireSet(ctx context.Context, url, prefix string, nWorkers, perWorker int
 		return nil, closeAll, fmt.Errorf("acquire: %w", e)
 	}
 	return leases, closeAll, nil
+}
+
+// baselineSDKPipeline is the fair baseline of the SDK path (issue 20):
+// PipelineWorkers publishers, each on its own connection as SDK workers
+// are, each keeping PipelineLeases inputs published and not yet answered,
+// and each learning its answers as SDK workers learn their verdicts: from
+// the output stream, through an ordered consumer filtered to its own
+// subjects, created before it publishes. A consumer connection (the
+// coordinator's stand-in) reads the inputs in order and appends one
+// 200-byte answer per input on the publisher's subject. An input counts
+// once its publisher has read its answer.
+func (b *runner) baselineSDKPipeline(ctx context.Context) (float64, error) {
+	srv, err := b.startServer(b.newDir("baseline-sdk"), false)
+	if err != nil {
+		return 0, err
+	}
+	defer srv.Shutdown()
+	ncC, err := connect(srv.ClientURL(), "bench-baseline-consumer")
+	if err != nil {
+		return 0, err
+	}
+	defer ncC.Close()
+	var failed atomic.Value
+	jsC, err := asyncJS(ncC, 4096, &failed)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := jsC.CreateStream(ctx, baselineStream("BASE_IN", "base.in.>")); err != nil {
+		return 0, err
+	}
+	if _, err := jsC.CreateStream(ctx, baselineStream("BASE_OUT", "base.out.>")); err != nil {
+		return 0, err
+	}
+	stop := b.profile("pipeline-baseline-sdk")
+	defer stop()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	// The coordinator's stand-in: one answer per input, on the
+	// publisher's own subject (base.in.<w>.renew -> base.out.<w>.renewed).
+	in, err := jsC.OrderedConsumer(cctx, "BASE_IN", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, err
+	}
+	answer := payload(200, "answer")
+	cc, err := in.Consume(func(m jetstream.Msg) {
+		w := strings.TrimSuffix(strings.TrimPrefix(m.Subject(), "base.in."), ".renew")
+		if _, err := jsC.PublishMsgAsync(&nats.Msg{Subject: "base.out." + w + ".renewed", Data: answer}, jetstream.WithStallWait(30*time.Second)); err != nil && cctx.Err() == nil {
+			failed.CompareAndSwap(nil, err)
+		}
+	}, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return 0, err
+	}
+	defer cc.Stop()
+
+	var answered atomic.Int64
+	for i := range b.cfg.PipelineWorkers {
+		id := fmt.Sprintf("w%d", i)
+		nc, err := connect(srv.ClientURL(), "bench-baseline-"+id)
+		if err != nil {
+			return 0, err
+		}
+		defer nc.Close()
+		js, err := asyncJS(nc, 4096, &failed)
+		if err != nil {
+			return 0, err
+		}
+		tokens := make(chan struct{}, b.cfg.PipelineLeases)
+		for range b.cfg.PipelineLeases {
+			tokens <- struct{}{}
+		}
+		out, err := js.OrderedConsumer(cctx, "BASE_OUT", jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"base.out." + id + ".>"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			return 0, err
+		}
+		oc, err := out.Consume(func(jetstream.Msg) {
+			answered.Add(1)
+			select {
+			case tokens <- struct{}{}:
+			default:
+			}
+		}, jetstream.PullMaxMessages(1024))
+		if err != nil {
+			return 0, err
+		}
+		defer oc.Stop()
+		wg.Go(func() {
+			input := payload(100, "input")
+			subject := "base.in." + id + ".renew"
+			for {
+				select {
+				case <-tokens:
+				case <-cctx.Done():
+					return
+				}
+				if _, err := js.PublishAsync(subject, input, jetstream.WithStallWait(30*time.Second)); err != nil {
+					if cctx.Err() == nil {
+						failed.CompareAndSwap(nil, err)
+					}
+					return
+				}
+			}
+		})
+	}
+	select {
+	case <-time.After(b.cfg.PipelineWarmup):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	c0, t0, cpu0 := answered.Load(), time.Now(), cpuTime()
+	select {
+	case <-time.After(b.cfg.PipelineDuration):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	c1, el := answered.Load(), time.Since(t0).Seconds()
+	b.lastCPU = (cpuTime() - cpu0).Seconds() / el
+	cancel()
+	if e, ok := failed.Load().(error); ok {
+		return 0, e
+	}
+	// No answer in the window is a figure too (0): with --sync always on a
+	// disk that others share, per-message fsyncs can stall for seconds.
+	return float64(c1-c0) / el, nil
 }
