@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -261,7 +262,11 @@ func (a *agreement) check(name, subject string, body []byte) events.Reason {
 	case cov.c == covered && exception:
 		t.Errorf("%s: listed as an exception (%s), but its reason %s is covered by the schemas", name, why, r)
 	case cov.c == covered || cov.c == partly && !exception:
-		a.counts["rejected by both"]++
+		if errors.Is(err, errNotJSON) {
+			a.counts["rejected by both (not one JSON document)"]++
+		} else {
+			a.counts["rejected by both"]++
+		}
 		if err == nil {
 			t.Errorf("%s: the decoder rejects %s on %s (%s: %s), the schema accepts it", name, quote(body), subject, r, cov.how)
 		}
