@@ -79,8 +79,14 @@ func loadSchemas(t testing.TB) *schemas {
 // document: no instance to validate, so no schema accepts them.
 var errNotJSON = errors.New("not one JSON document")
 
+// fataler is what validate needs of a *testing.T or a *rapid.T.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // validate checks body against the schema at uri.
-func (s *schemas) validate(t testing.TB, uri string, body []byte) error {
+func (s *schemas) validate(t fataler, uri string, body []byte) error {
 	t.Helper()
 	sch, ok := s.byURI[uri]
 	if !ok {
@@ -94,7 +100,7 @@ func (s *schemas) validate(t testing.TB, uri string, body []byte) error {
 }
 
 // validateInput checks an input body against the schema its subject names.
-func (s *schemas) validateInput(t testing.TB, subject string, body []byte) error {
+func (s *schemas) validateInput(t fataler, subject string, body []byte) error {
 	t.Helper()
 	uri, err := InputURI(subject)
 	if err != nil {
