@@ -122,3 +122,27 @@ func TestProtocolExamples(t *testing.T) {
 	a.done()
 	t.Logf("%d input examples, %d stored inputs, %d decisions, %d nats commands", examples, stored, decisions, commands)
 }
+
+// PROTOCOL.md §24 names the files and every reason the schemas do not
+// fully cover (wrong_partition aside: the fold's partition check, not the
+// decoder's).
+func TestProtocolSection24(t *testing.T) {
+	data, err := os.ReadFile(protocolDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(data), "\n## 24. Machine-readable schemas\n")
+	if !ok {
+		t.Fatalf("%s has no §24", protocolDoc)
+	}
+	for _, f := range []string{"schema/input/<verb>.json", "schema/" + DecisionPath, "schema/" + DefsPath, "#/$defs/single", "#/$defs/batch"} {
+		if !strings.Contains(sec, "`"+f+"`") {
+			t.Errorf("§24 does not name %s", f)
+		}
+	}
+	for r, c := range reasonCoverage {
+		if c.c != covered && r != "wrong_partition" && !strings.Contains(sec, "`"+string(r)+"`") {
+			t.Errorf("§24 does not name %s, which the schemas do not fully cover (%s)", r, c.how)
+		}
+	}
+}

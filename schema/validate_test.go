@@ -12,7 +12,10 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 )
+
+func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
 
 // schemas are the compiled schemas of Files, by URI: every input schema
 // (a renew's as a whole and its #/$defs/single and #/$defs/batch) and the
