@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -296,4 +297,34 @@ func quote(body []byte) string {
 		return fmt.Sprintf("%q... (%d bytes)", body[:200], len(body))
 	}
 	return fmt.Sprintf("%q", body)
+}
+
+// The patterns of the lease key and of a lease id's tag are exactly the
+// strict unpadded base64url encodings of 32 and 16 bytes: every last
+// character, against the decoder for the key, against encoding/base64
+// for the tag.
+func TestBase64URLPatterns(t *testing.T) {
+	s := loadSchemas(t)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	const subject = "tenure.in.coord.c1._.rules"
+	granted := func(leaseID string) []byte {
+		return []byte(`{"v":1,"cause":3,"n":0,"of":1,"at":"2026-01-01T00:00:00Z","kind":"granted","accepted":true,"reason":"ok",` +
+			`"input":{"role":"worker","actor":"w1","verb":"acquire"},"addressee":"w1","job":{"id":"j","lease_id":"` + leaseID +
+			`","generation":1,"holder":"w1","state":"ACTIVE","ack_state":"ACQUIRED","lease_ms":1000,"renew_seq":0,"progress_seq":0,` +
+			`"progress_value":0,"cancel_requested":false,"cancel_acked":false,"lease_expired":false,"conflict":false,` +
+			`"stale":0,"late":0,"late_progress":0,"duplicates":0,"conflicts":0}}`)
+	}
+	for _, c := range alphabet {
+		key := strings.Repeat("A", 42) + string(c)
+		body := []byte(`{"v":1,"revision":4,"lease_key":"` + key + `"}`)
+		decoded := decodeReason(subject, body) == ""
+		if valid := s.validateInput(t, subject, body) == nil; valid != decoded {
+			t.Errorf("lease key ending in %c: the schema says valid %v, the decoder %v", c, valid, decoded)
+		}
+		tag := strings.Repeat("A", 21) + string(c)
+		_, err := base64.RawURLEncoding.Strict().DecodeString(tag)
+		if valid := s.validate(t, BaseURI+DecisionPath, granted("L3-"+tag)) == nil; valid != (err == nil) {
+			t.Errorf("lease id tag ending in %c: the schema says valid %v, strict base64url %v", c, valid, err == nil)
+		}
+	}
 }
