@@ -147,9 +147,8 @@ func AppendDecision(b []byte, d *Decision) []byte {
 		b = appendString(b, c.Queue)
 		b = append(b, `,"slots":`...)
 		b = strconv.AppendUint(b, c.Slots, 10)
-		b = append(b, `,"until":"`...)
-		b = AppendTime(b, c.Until)
-		b = append(b, `"}`...)
+		b = appendTimeField(b, "until", c.Until) // omitted when 0: no standing announcement (slots 0)
+		b = append(b, '}')
 	}
 	return append(b, '}')
 }
@@ -676,8 +675,7 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		c := &Capacity{Queue: r.str()}
 		r.lit(`,"slots":`)
 		c.Slots = r.uint()
-		r.lit(`,"until":`)
-		c.Until = r.time()
+		c.Until = r.optTime(`,"until":`)
 		r.lit(`}`)
 		d.Capacity = c
 	}

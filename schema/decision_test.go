@@ -13,15 +13,9 @@ import (
 )
 
 // reasonTableAdditions are the (kind, reason) pairs the fold emits that the
-// table of PROTOCOL.md §12 does not list in its "kinds" column: a queue's
-// offer is assigned/ok (projector/queue.go, assign) and a missed ACK's
-// withdrawal of the announcement withdrawn/ack_deadline_passed (§22.4 says
-// so; the table's row of ack_deadline_passed omits it). The decision schema
-// follows the fold.
-var reasonTableAdditions = map[string][]string{
-	"assigned":  {"ok"},
-	"withdrawn": {"ack_deadline_passed"},
-}
+// table of PROTOCOL.md §12 does not list in its "kinds" column (none: the
+// test fails if the table and the schema part).
+var reasonTableAdditions = map[string][]string{}
 
 // protocolReasonsByKind reads the table of PROTOCOL.md §12: the reasons
 // each decision kind comes with.
@@ -51,15 +45,17 @@ func protocolReasonsByKind(t *testing.T) map[string][]string {
 		cells := strings.Split(l, "|")
 		reason := strings.Trim(strings.TrimSpace(cells[1]), "`")
 		var kinds []string
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(cells[2]), "every accepted kind except"); ok {
-			except := names.FindAllStringSubmatch(rest, -1)
-			for _, k := range accepted {
-				if !slices.ContainsFunc(except, func(m []string) bool { return m[1] == k }) {
-					kinds = append(kinds, k)
+		for _, part := range strings.Split(cells[2], ";") { // "every accepted kind except `x`; `y`"
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(part), "every accepted kind except"); ok {
+				except := names.FindAllStringSubmatch(rest, -1)
+				for _, k := range accepted {
+					if !slices.ContainsFunc(except, func(m []string) bool { return m[1] == k }) {
+						kinds = append(kinds, k)
+					}
 				}
+				continue
 			}
-		} else {
-			for _, m := range names.FindAllStringSubmatch(cells[2], -1) {
+			for _, m := range names.FindAllStringSubmatch(part, -1) {
 				kinds = append(kinds, m[1])
 			}
 		}
@@ -220,10 +216,14 @@ func TestDecisionRejects(t *testing.T) {
 			t.Errorf("%s: the schema accepts %s", name, cases[name])
 		}
 	}
-	// The withdrawn decision as the fold writes it is valid.
+	// The withdrawn decision as the fold writes it (slots 0, no until) is valid.
 	w := set(set(set(set(capacity, "kind", "withdrawn"), "accepted", false), "reason", "ack_deadline_passed"), "capacity.slots", 0)
-	w = set(w, "capacity.until", "1970-01-01T00:00:00Z")
+	w = set(w, "capacity.until", nil)
 	if err := s.validate(t, BaseURI+DecisionPath, []byte(w)); err != nil {
 		t.Errorf("withdrawn: %s", short(err))
+	}
+	// With slots 0 no announcement stands: no until.
+	if err := s.validate(t, BaseURI+DecisionPath, []byte(set(w, "capacity.until", "1970-01-01T00:00:00Z"))); err == nil {
+		t.Error("withdrawn: the schema accepts an until with slots 0")
 	}
 }
