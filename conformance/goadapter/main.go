@@ -97,7 +97,7 @@ func (a *adapter) event(name string, fields obj) {
 }
 
 // serve reads commands until stdin ends, carrying out each in a goroutine
-// of its own, and waits for them.
+// of its own.
 func (a *adapter) serve(in io.Reader) error {
 	a.write(obj{"event": "ready", "protocol": protocol, "sdk": "go", "version": "github.com/maknow/tenure/worker", "at_ms": time.Now().UnixMilli()})
 	sc := bufio.NewScanner(in)
@@ -115,13 +115,15 @@ func (a *adapter) serve(in io.Reader) error {
 		c.name, _ = c.args["cmd"].(string)
 		a.cmds.Go(func() { a.do(c) })
 	}
-	a.cmds.Wait()
 	return sc.Err()
 }
 
-// shutdown closes what the session left open (stdin ended without close).
+// shutdown closes what the session left open (stdin ended without
+// close): closing the worker ends the SDK calls still waiting, then
+// their replies are written.
 func (a *adapter) shutdown() {
 	a.closeAll()
+	a.cmds.Wait()
 	a.watchers.Wait()
 }
 
@@ -384,6 +386,8 @@ func (a *adapter) waitOffer(c command) (obj, error) {
 		case <-ch:
 		case <-timeout.C:
 			return nil, &failure{"timeout", fmt.Sprintf("wait_offer: no offer within %v ms", ms)}
+		case <-a.closing:
+			return nil, &failure{"invalid", "wait_offer: the worker was closed"}
 		}
 	}
 }
