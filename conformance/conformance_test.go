@@ -15,29 +15,41 @@ import (
 var (
 	adapterCmd = flag.String("adapter", os.Getenv("TENURE_CONFORMANCE_ADAPTER"),
 		"the command line of an adapter to run the scenarios against too, run by sh -c in the module's root (TENURE_CONFORMANCE_ADAPTER)")
-	adapterName = flag.String("adapter-name", envOr("TENURE_CONFORMANCE_NAME", "ext"),
-		"the subtest name of -adapter's run: TestConformance/<name>/<scenario> (TENURE_CONFORMANCE_NAME)")
+	adapterName = flag.String("adapter-name", os.Getenv("TENURE_CONFORMANCE_NAME"),
+		"the subtest name of -adapter's run, TestConformance/<name>/<scenario> (TENURE_CONFORMANCE_NAME; default: the name -run gives that subtest, else ext)")
 )
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// externalName is the subtest name of the other adapter's run: the one
+// given, else the one -run selects (-run TestConformance/ts/... runs it as
+// ts), else ext.
+func externalName() string {
+	if *adapterName != "" {
+		return *adapterName
 	}
-	return def
+	if f := flag.Lookup("test.run"); f != nil {
+		parts := strings.Split(f.Value.String(), "/")
+		if len(parts) >= 2 && strings.Trim(parts[0], "^$") == "TestConformance" {
+			name := strings.Trim(parts[1], "^$")
+			if name != "" && name != "go" && !strings.ContainsAny(name, `.*+?()[]{}|\`) {
+				return name
+			}
+		}
+	}
+	return "ext"
 }
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
 
 // TestConformance plays every scenario against the Go SDK's adapter
 // (TestConformance/go) and, if one is named, another adapter
-// (TestConformance/<-adapter-name>).
+// (TestConformance/<externalName()>).
 func TestConformance(t *testing.T) {
 	t.Run("go", func(t *testing.T) {
 		bin := buildGoAdapter(t)
 		conformance.Run(t, conformance.Adapter{Command: shellQuote(bin), Dir: ".."})
 	})
 	if *adapterCmd != "" {
-		t.Run(*adapterName, func(t *testing.T) {
+		t.Run(externalName(), func(t *testing.T) {
 			conformance.Run(t, conformance.Adapter{Command: *adapterCmd, Dir: ".."})
 		})
 	}
