@@ -1,0 +1,586 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// defaultWait bounds a step that waits (await_*, expect_projection,
+// caught_up) when it names no timeout_ms.
+const defaultWait = 15 * time.Second
+
+// Run plays every scenario of scenarios/ against the adapter a, one
+// subtest each (named after the scenario's file), each on a deployment
+// and an adapter process of its own.
+func Run(t *testing.T, a Adapter) {
+	t.Helper()
+	scs, err := Scenarios()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range scs {
+		t.Run(sc.Name, func(t *testing.T) { RunScenario(t, a, sc) })
+	}
+}
+
+// RunScenario plays one scenario against the adapter a: it starts an
+// embedded nats-server and a coordinator, starts the adapter, plays the
+// steps in order and ends the adapter's session with close. A step that
+// fails ends the test, naming the scenario, the step and what was seen.
+func RunScenario(t *testing.T, a Adapter, sc Scenario) {
+	t.Helper()
+	d, err := startDeployment(t, sc.StreamPrefix)
+	if err != nil {
+		t.Fatalf("scenario %s: deployment: %v", sc.Name, err)
+	}
+	p, err := startProc(a, []string{
+		"TENURE_NATS_URL=" + d.srv.ClientURL(),
+		"TENURE_WORKER_ID=" + sc.Worker,
+		"TENURE_STREAM_PREFIX=" + sc.StreamPrefix,
+		"TENURE_ADAPTER_PROTOCOL=1",
+	})
+	if err != nil {
+		t.Fatalf("scenario %s: %v", sc.Name, err)
+	}
+	s := &session{
+		t: t, sc: sc, d: d, p: p, vars: map[string]any{},
+		marks: map[string]mark{}, pending: map[string]<-chan map[string]any{},
+	}
+	t.Cleanup(func() {
+		if s.p != nil {
+			s.p.kill()
+			<-s.p.exited
+		}
+	})
+	for i, st := range sc.Steps {
+		s.step = i + 1
+		if err := s.play(st); err != nil {
+			s.fail(st, err)
+		}
+		if err := p.brokenErr(); err != nil {
+			s.fail(st, fmt.Errorf("adapter protocol: %w", err))
+		}
+	}
+	s.finish()
+}
+
+// session is one scenario being played.
+type session struct {
+	t       *testing.T
+	sc      Scenario
+	d       *deployment
+	p       *proc
+	step    int                              // 1-based, for messages
+	vars    map[string]any                   // what steps kept with "as"
+	marks   map[string]mark                  // positions kept by "mark"
+	pending map[string]<-chan map[string]any // async commands by "as"
+	closed  bool                             // the scenario sent close
+}
+
+// mark is a position in the three logs.
+type mark struct{ events, decisions, inputs int }
+
+func (s *session) fail(st Step, err error) {
+	s.t.Helper()
+	s.t.Logf("adapter stderr:\n%s", tail(s.p.stderr.String(), 6000))
+	s.t.Logf("adapter events (last 40):\n%s", describeEvents(s.p.events.snapshot(max(0, s.p.events.len()-40))))
+	s.t.Logf("decisions (last 60):\n%s", describeDecisions(s.d.decisions.snapshot(max(0, s.d.decisions.len()-60))))
+	s.t.Fatalf("scenario %s: step %d (%s %s): %v", s.sc.Name, s.step, st.Op, st, err)
+}
+
+// finish ends the session: close (unless the scenario sent it), the end
+// of stdin, and the adapter's exit with status 0.
+func (s *session) finish() {
+	s.t.Helper()
+	end := Step{Op: "end", Fields: map[string]any{"end": "close, then end of stdin"}}
+	if !s.closed {
+		if _, err := s.command("close", nil, replyTimeout); err != nil {
+			s.fail(end, err)
+		}
+	}
+	if err := s.p.end(); err != nil {
+		s.fail(end, fmt.Errorf("adapter exit: %w", err))
+	}
+	if err := s.p.brokenErr(); err != nil {
+		s.fail(end, fmt.Errorf("adapter protocol: %w", err))
+	}
+	s.p = nil
+}
+
+// lookup is the value of a reference name.field.field.
+func (s *session) lookup(ref string) (any, error) {
+	if ref == "worker" {
+		return s.sc.Worker, nil
+	}
+	parts := strings.Split(ref, ".")
+	v, ok := s.vars[parts[0]]
+	if !ok {
+		return nil, fmt.Errorf("${%s}: no step kept %q", ref, parts[0])
+	}
+	v, err := field(v, parts[1:])
+	if err != nil {
+		return nil, fmt.Errorf("${%s}: %w", ref, err)
+	}
+	return v, nil
+}
+
+// get is field name of the step, references substituted.
+func (s *session) get(st Step, name string) (any, error) {
+	return substitute(st.Fields[name], s.lookup)
+}
+
+func (s *session) keep(st Step, v any) {
+	if name, ok := st.Fields["as"].(string); ok {
+		s.vars[name] = v
+	}
+}
+
+func (s *session) timeout(st Step, def time.Duration) time.Duration {
+	if ms, ok := st.Fields["timeout_ms"].(float64); ok {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return def
+}
+
+func (s *session) since(st Step) (mark, error) {
+	name, ok := st.Fields["since"].(string)
+	if !ok {
+		return mark{}, nil
+	}
+	m, ok := s.marks[name]
+	if !ok {
+		return mark{}, fmt.Errorf("since: no mark %q", name)
+	}
+	return m, nil
+}
+
+func (s *session) play(st Step) error {
+	switch st.Op {
+	case "do":
+		return s.do(st)
+	case "await_reply":
+		name, _ := st.Fields["await_reply"].(string)
+		ch, ok := s.pending[name]
+		if !ok {
+			return fmt.Errorf("no async command %q", name)
+		}
+		delete(s.pending, name)
+		m, err := s.p.reply(ch, s.timeout(st, replyTimeout))
+		if err != nil {
+			return err
+		}
+		return s.checkReply(st, m)
+	case "publish":
+		return s.publish(st)
+	case "await_event", "await_decision", "await_input":
+		return s.await(st)
+	case "expect_projection":
+		return s.expectProjection(st)
+	case "expect_count":
+		return s.expectCount(st)
+	case "expect_order":
+		return s.expectOrder(st)
+	case "expect_newer_token":
+		return s.expectNewerToken(st)
+	case "expect_equal":
+		v, err := s.get(st, "expect_equal")
+		if err != nil {
+			return err
+		}
+		vs, ok := v.([]any)
+		if !ok || len(vs) != 2 {
+			return errors.New("expect_equal: want two values")
+		}
+		if !reflect.DeepEqual(vs[0], vs[1]) {
+			return fmt.Errorf("have %s and %s: want them equal", text(vs[0]), text(vs[1]))
+		}
+		return nil
+	case "coordinator":
+		switch st.Fields["coordinator"] {
+		case "stop":
+			return s.d.stopCoordinator()
+		case "start":
+			return s.d.startCoordinator()
+		case "restart":
+			if err := s.d.stopCoordinator(); err != nil {
+				return err
+			}
+			return s.d.startCoordinator()
+		}
+		return fmt.Errorf("coordinator: want stop, start or restart")
+	case "sleep_ms":
+		ms, _ := st.Fields["sleep_ms"].(float64)
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		return nil
+	case "mark":
+		name, _ := st.Fields["mark"].(string)
+		s.marks[name] = mark{events: s.p.events.len(), decisions: s.d.decisions.len(), inputs: s.d.inputs.len()}
+		return nil
+	case "caught_up":
+		return s.d.caughtUp(s.timeout(st, defaultWait))
+	}
+	return fmt.Errorf("unknown operation %s", st.Op)
+}
+
+// command sends one command and waits for its reply.
+func (s *session) command(name string, args map[string]any, timeout time.Duration) (map[string]any, error) {
+	_, ch, err := s.p.send(name, args)
+	if err != nil {
+		return nil, err
+	}
+	return s.p.reply(ch, timeout)
+}
+
+func (s *session) do(st Step) error {
+	name := st.Fields["do"].(string)
+	args := map[string]any{}
+	for k, v := range st.Fields {
+		if !contains(reservedDo, k) {
+			sv, err := substitute(v, s.lookup)
+			if err != nil {
+				return err
+			}
+			args[k] = sv
+		}
+	}
+	if name == "close" {
+		s.closed = true
+	}
+	_, ch, err := s.p.send(name, args)
+	if err != nil {
+		return err
+	}
+	if async, _ := st.Fields["async"].(bool); async {
+		s.pending[st.Fields["as"].(string)] = ch
+		return nil
+	}
+	m, err := s.p.reply(ch, replyTimeout)
+	if err != nil {
+		return err
+	}
+	return s.checkReply(st, m)
+}
+
+// checkReply checks a reply against the step's "error" or "result" and
+// keeps the result (or the error object) under "as".
+func (s *session) checkReply(st Step, m map[string]any) error {
+	ok, _ := m["ok"].(bool)
+	want, wantErr := st.Fields["error"]
+	if wantErr {
+		if ok {
+			return fmt.Errorf("reply %s: want an error matching %s", text(m), text(want))
+		}
+		p, err := s.get(st, "error")
+		if err != nil {
+			return err
+		}
+		if err := match(p, m["error"]); err != nil {
+			return fmt.Errorf("error %s: %w", text(m["error"]), err)
+		}
+		s.keep(st, m["error"])
+		return nil
+	}
+	if !ok {
+		return fmt.Errorf("reply is an error: %s", text(m["error"]))
+	}
+	if _, has := st.Fields["result"]; has {
+		p, err := s.get(st, "result")
+		if err != nil {
+			return err
+		}
+		if err := match(p, m["result"]); err != nil {
+			return fmt.Errorf("result %s: %w", text(m["result"]), err)
+		}
+	}
+	s.keep(st, m["result"])
+	return nil
+}
+
+func (s *session) publish(st Step) error {
+	subject, err := s.get(st, "publish")
+	if err != nil {
+		return err
+	}
+	subj, _ := subject.(string)
+	if !strings.HasPrefix(subj, "tenure.in.") {
+		return fmt.Errorf("publish: subject %q: want tenure.in.<role>.<actor>.<job>.<verb>", subj)
+	}
+	body, err := s.get(st, "body")
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	msgID, err := s.get(st, "msg_id")
+	if err != nil {
+		return err
+	}
+	id, _ := msgID.(string)
+	timeout := s.timeout(st, defaultWait)
+	ack, err := s.d.publish(subj, data, id, timeout)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", subj, err)
+	}
+	res := map[string]any{"seq": float64(ack.Sequence), "duplicate": ack.Duplicate, "stream": ack.Stream}
+	if want, ok := st.Fields["duplicate"].(bool); ok && want != ack.Duplicate {
+		return fmt.Errorf("PubAck %s: want duplicate %v", text(res), want)
+	}
+	if _, ok := st.Fields["verdict"]; ok {
+		p, err := s.get(st, "verdict")
+		if err != nil {
+			return err
+		}
+		if str, ok := p.(string); ok {
+			kind, reason, _ := strings.Cut(str, "/")
+			p = map[string]any{"kind": kind, "reason": reason}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		e, err := s.d.decisions.wait(ctx, 0, func(e entry) error {
+			if !isVerdictOf(e, ack.Sequence) {
+				return errSkip
+			}
+			return match(p, e.v)
+		})
+		if err != nil {
+			return fmt.Errorf("the verdict of input %d: want %s: %w", ack.Sequence, text(p), err)
+		}
+		res["verdict"] = e.v
+	}
+	s.keep(st, res)
+	return nil
+}
+
+func (s *session) await(st Step) error {
+	p, err := s.get(st, st.Op)
+	if err != nil {
+		return err
+	}
+	m, err := s.since(st)
+	if err != nil {
+		return err
+	}
+	var f *feed
+	from := 0
+	switch st.Op {
+	case "await_event":
+		f, from = s.p.events, m.events
+	case "await_decision":
+		f, from = s.d.decisions, m.decisions
+	default:
+		f, from = s.d.inputs, m.inputs
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout(st, defaultWait))
+	defer cancel()
+	cand := candidate(p)
+	e, err := f.wait(ctx, from, func(e entry) error {
+		if match(cand, e.v) != nil {
+			return errSkip
+		}
+		return match(p, e.v)
+	})
+	if err != nil {
+		return fmt.Errorf("want %s: %w", text(p), err)
+	}
+	s.keep(st, e.v)
+	return nil
+}
+
+// candidate is the part of a pattern that says what an entry is about
+// (an event's name, a decision's kind and job, an input's subject): the
+// entries that match it and not the whole pattern are near misses.
+func candidate(p any) any {
+	m, ok := p.(map[string]any)
+	if !ok {
+		return nil
+	}
+	c := map[string]any{}
+	for _, k := range []string{"event", "kind", "subject", "job"} {
+		if v, ok := m[k]; ok {
+			switch x := v.(type) {
+			case string:
+				c[k] = x
+			case map[string]any:
+				if id, ok := x["id"].(string); ok {
+					c[k] = map[string]any{"id": id}
+				}
+			}
+		}
+	}
+	return c
+}
+
+// expectProjection waits until the latest decision about the job shows a
+// projection matching the step's "match".
+func (s *session) expectProjection(st Step) error {
+	job, err := s.get(st, "expect_projection")
+	if err != nil {
+		return err
+	}
+	p, err := s.get(st, "match")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout(st, defaultWait))
+	defer cancel()
+	_, err = s.d.decisions.wait(ctx, 0, func(e entry) error {
+		j, _ := e.v["job"].(map[string]any)
+		if j == nil || j["id"] != job {
+			return errSkip
+		}
+		if later := s.latest(job, e.seq); later {
+			return errSkip // a later decision about the job is stored
+		}
+		if err := match(p, j); err != nil {
+			return fmt.Errorf("decision %d (%s/%s): %w", e.seq, text(e.v["kind"]), text(e.v["reason"]), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("the projection of %s: want %s: %w", text(job), text(p), err)
+	}
+	return nil
+}
+
+// latest reports whether the runner has read a decision about job after
+// decision seq.
+func (s *session) latest(job any, seq uint64) bool {
+	for _, e := range s.d.decisions.snapshot(0) {
+		if j, _ := e.v["job"].(map[string]any); e.seq > seq && j != nil && j["id"] == job {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *session) expectCount(st Step) error {
+	m, err := s.since(st)
+	if err != nil {
+		return err
+	}
+	p, err := s.get(st, "match")
+	if err != nil {
+		return err
+	}
+	want, _ := st.Fields["count"].(float64)
+	var es []entry
+	switch st.Fields["expect_count"] {
+	case "events":
+		es = s.p.events.snapshot(m.events)
+	case "decisions":
+		es = s.d.decisions.snapshot(m.decisions)
+	case "inputs":
+		es = s.d.inputs.snapshot(m.inputs)
+	default:
+		return errors.New(`expect_count: want "events", "decisions" or "inputs"`)
+	}
+	var seen []string
+	for _, e := range es {
+		if match(p, e.v) == nil {
+			seen = append(seen, text(e.v))
+		}
+	}
+	if float64(len(seen)) != want {
+		return fmt.Errorf("%d %s match %s, want %v: %s", len(seen), st.Fields["expect_count"], text(p), want, strings.Join(seen, "; "))
+	}
+	return nil
+}
+
+func (s *session) expectOrder(st Step) error {
+	v, err := s.get(st, "expect_order")
+	if err != nil {
+		return err
+	}
+	vs, ok := v.([]any)
+	if !ok || len(vs) < 2 {
+		return errors.New("expect_order: want two times or more")
+	}
+	strict, _ := st.Fields["strict"].(bool)
+	prev, err := instant(vs[0])
+	if err != nil {
+		return err
+	}
+	for _, x := range vs[1:] {
+		t, err := instant(x)
+		if err != nil {
+			return err
+		}
+		if t.Before(prev) || strict && t.Equal(prev) {
+			return fmt.Errorf("%s is after %s: want them in order", prev.UTC().Format(time.RFC3339Nano), t.UTC().Format(time.RFC3339Nano))
+		}
+		prev = t
+	}
+	return nil
+}
+
+func (s *session) expectNewerToken(st Step) error {
+	v, err := s.get(st, "expect_newer_token")
+	if err != nil {
+		return err
+	}
+	m, _ := v.(map[string]any)
+	olderS, _ := m["older"].(string)
+	newerS, _ := m["newer"].(string)
+	older, err := parseToken(olderS)
+	if err != nil {
+		return err
+	}
+	newer, err := parseToken(newerS)
+	if err != nil {
+		return err
+	}
+	switch {
+	case older.job != newer.job:
+		return fmt.Errorf("tokens %s and %s name different jobs", olderS, newerS)
+	case newer.gen <= older.gen:
+		return fmt.Errorf("token %s: generation not above %s's", newerS, olderS)
+	case newer.leaseSeq <= older.leaseSeq:
+		return fmt.Errorf("token %s: lease id sequence not above %s's", newerS, olderS)
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func describeEvents(es []entry) string {
+	var b strings.Builder
+	for _, e := range es {
+		fmt.Fprintf(&b, "  %s\n", text(e.v))
+	}
+	return b.String()
+}
+
+// describeDecisions renders decisions one line each: sequence, cause,
+// kind/reason, addressee, and the job's id, generation, holder and state.
+func describeDecisions(es []entry) string {
+	var b strings.Builder
+	for _, e := range es {
+		j, _ := e.v["job"].(map[string]any)
+		fmt.Fprintf(&b, "  #%d cause %s %s/%s to %s: job %s gen %s holder %s %s\n", e.seq, text(e.v["cause"]),
+			text(e.v["kind"]), text(e.v["reason"]), text(e.v["addressee"]),
+			text(j["id"]), text(j["generation"]), text(j["holder"]), text(j["state"]))
+	}
+	return b.String()
+}
