@@ -15,7 +15,9 @@ import (
 var (
 	// ErrLostAuthority means the worker no longer holds the lease: it must
 	// stop side effects at once. Every other authority-ending sentinel comes
-	// with it.
+	// with it, the local deadline's ErrExpired included. A cancel request
+	// (ErrCancelRequested alone) does not end authority: the holder stops
+	// its work, then still ACKs the request and reports the result.
 	ErrLostAuthority = verdict.ErrLostAuthority
 	// ErrStaleGeneration means a newer generation of the job exists (a
 	// newer holder was granted the job), or a Fence refused an older token.

@@ -291,11 +291,13 @@ func (l *Lease) onDeadline() {
 	dl, unknown := l.deadline, l.pendingSeq != 0
 	l.mu.Unlock()
 	at := dl.Format(time.RFC3339Nano)
+	// ErrLostAuthority too: the worker must assume the lease gone (its doc:
+	// every authority-ending sentinel comes with it).
 	if unknown {
-		l.lose(fmt.Errorf("%w: local deadline %s passed before the renewal's verdict was learned: %w", ErrExpired, at, ErrNoVerdict))
+		l.lose(fmt.Errorf("%w: local deadline %s passed before the renewal's verdict was learned: %w (%w)", ErrExpired, at, ErrNoVerdict, ErrLostAuthority))
 		return
 	}
-	l.lose(fmt.Errorf("%w: local deadline %s passed", ErrExpired, at))
+	l.lose(fmt.Errorf("%w: local deadline %s passed (%w)", ErrExpired, at, ErrLostAuthority))
 }
 
 // extend moves the local deadline after an accepted renewal published just

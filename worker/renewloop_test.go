@@ -217,8 +217,8 @@ func TestRenewLoopBackoffOnFailure(t *testing.T) {
 			t.Fatalf("authority lost at +%v (Expires +%v), want at the local deadline +3s", at.Sub(start), l.Expires().Sub(start))
 		}
 		cause := context.Cause(l.Context())
-		if !errors.Is(cause, ErrExpired) || !errors.Is(cause, ErrNoVerdict) {
-			t.Fatalf("cause %v, want ErrExpired and ErrNoVerdict", cause)
+		if !errors.Is(cause, ErrExpired) || !errors.Is(cause, ErrNoVerdict) || !errors.Is(cause, ErrLostAuthority) {
+			t.Fatalf("cause %v, want ErrExpired, ErrNoVerdict and ErrLostAuthority", cause)
 		}
 		synctest.Wait()
 		// Interval 1 s (a third of 3 s); then retries every 250 ms (a
@@ -272,8 +272,8 @@ func TestRenewLoopDeadlineWhileAwaiting(t *testing.T) {
 			t.Fatalf("authority lost at +%v, want at the local deadline +3s", got)
 		}
 		cause := context.Cause(l.Context())
-		if !errors.Is(cause, ErrExpired) || !errors.Is(cause, ErrNoVerdict) {
-			t.Fatalf("cause %v, want ErrExpired and ErrNoVerdict", cause)
+		if !errors.Is(cause, ErrExpired) || !errors.Is(cause, ErrNoVerdict) || !errors.Is(cause, ErrLostAuthority) {
+			t.Fatalf("cause %v, want ErrExpired, ErrNoVerdict and ErrLostAuthority", cause)
 		}
 		if got := f.seen(); len(got) != 1 || !got[0].at.Equal(start.Add(time.Second)) {
 			t.Fatalf("renewals %v, want one at +1s (its verdict awaited since)", got)
