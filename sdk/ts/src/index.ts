@@ -1,0 +1,21 @@
+// @tenure/worker: Tenure's worker SDK for TypeScript and JavaScript, a port
+// of the Go SDK (package worker). See README.md.
+
+export { connect, Worker } from "./worker.js";
+export type { WorkerOptions, CallOptions } from "./worker.js";
+export {
+  DEFAULT_OFFER_BUFFER, DEFAULT_PUBLISH_TIMEOUT_MS, DEFAULT_STREAM_PREFIX, DEFAULT_VERDICT_TIMEOUT_MS, MIN_PUBLISH_TIMEOUT_MS,
+} from "./worker.js";
+export { Lease, DEFAULT_RENEW_FRACTION } from "./lease.js";
+export type { LeaseOptions } from "./lease.js";
+export { Offer } from "./offer.js";
+export type { Handler, Job, RunOptions } from "./run.js";
+export { ErrorCode, TenureError, VerdictError, isError, permanent, verdictCodes } from "./errors.js";
+export { Fence, formatFencingToken, parseFencingToken } from "./fence.js";
+export type { FencingToken } from "./fence.js";
+export { realClock } from "./clock.js";
+export type { Clock, Timer } from "./clock.js";
+export {
+  acceptedKind, derivedKind, validToken, timeMs, MAX_BATCH, MAX_SEQ, MAX_SLOTS, MAX_TEXT_BYTES, PROTOCOL_VERSION,
+} from "./protocol.js";
+export type { Decision, JobProjection, Kind, Outcome, State } from "./protocol.js";

@@ -1,0 +1,462 @@
+// run(): the jobs of a queue (PROTOCOL.md §22), the Go SDK's worker.Run.
+// The worker announces capacity (pull), the queue's fold offers (assigned
+// decisions), a handler runs each job under its lease's signal, and the
+// handler's end becomes the attempt's result.
+
+import type { Timer } from "./clock.js";
+import { ErrorCode, TenureError, VerdictError, isError, sdkError } from "./errors.js";
+import type { Lease } from "./lease.js";
+import type { Offer } from "./offer.js";
+import { DEFAULT_CAPACITY_TTL_MS, MAX_CAPACITY_TTL_MS, MAX_SLOTS, NO_JOB, cleanText, timeMs } from "./protocol.js";
+import { sleep, type Worker } from "./worker.js";
+
+/** One attempt of a queue job, as the queue offered it (§22.6). */
+export interface Job {
+  readonly id: string;
+  readonly queue: string;
+  /** Opaque to Tenure; undefined when the submit carried none (an empty string is a payload). */
+  readonly payload: string | undefined;
+  /** This attempt's number, from 1 (declines and releases are not counted). */
+  readonly attempt: number;
+  readonly maxAttempts: number;
+  readonly priority: number;
+  /** The ops actor that submitted it. */
+  readonly submitter: string;
+  /** On the coordinator's clock, ms since the epoch. */
+  readonly submittedAt: number;
+  /** Why the previous attempt ended ("" on the first). */
+  readonly lastReason: string;
+  /**
+   * The attempt's lease: its token for every side effect, progress(),
+   * deadline, cancelRequested. run() reports the result itself when the
+   * handler returns; a handler that calls complete or release has ended the
+   * lease, and run() then reports nothing more.
+   */
+  readonly lease: Lease;
+}
+
+/**
+ * Runs one attempt of a queue job. signal is aborted the moment the lease's
+ * authority is lost (its reason as the lease's) and when the run shuts down
+ * (a RunStopped error). Resolve for SUCCESS; throw to fail the attempt
+ * (retried after a backoff while the job's attempt budget lasts); throw
+ * permanent(err) to fail the job without retry.
+ */
+export type Handler = (job: Job, signal: AbortSignal) => Promise<void> | void;
+
+/** Configures one run(). */
+export interface RunOptions {
+  /** The most handlers at once, 1 to 256: the slots announced (§22.2). Default 1. */
+  concurrency?: number;
+  /** How long each announcement stands (ttl_ms), 1 to 600000 ms; run() announces again every third of it. Default 30000. */
+  capacityTtlMs?: number;
+  /** Aborting it shuts the run down: capacity withdrawn, handlers' signals aborted, unfinished work released. */
+  signal?: AbortSignal;
+}
+
+const enum SlotState { Accepting, Running, Finishing }
+
+interface Slot {
+  state: SlotState;
+  lease: Lease | undefined;
+}
+
+/** @internal One run() of a Worker. */
+export class Runner {
+  readonly #w: Worker;
+  readonly #queue: string;
+  readonly #h: Handler;
+  readonly #concurrency: number;
+  readonly #ttl: number;
+  readonly #every: number; // between announcements: a third of the ttl
+  readonly #retry: number; // after an announcement whose verdict was not learned
+  readonly #stopCtl = new AbortController(); // the run's signal, the Worker closed, or a refused pull
+  readonly #userSignal: AbortSignal | undefined;
+  #fatal: Error | undefined;
+
+  #withdrawnResolve!: () => void;
+  readonly #withdrawn = new Promise<void>((r) => (this.#withdrawnResolve = r));
+
+  readonly #slots = new Set<Slot>();
+  #running = 0; // slots accepting an offer or running a handler
+  readonly #tasks = new Set<Promise<void>>();
+
+  // The announcement.
+  #annBusy: Promise<void> = Promise.resolve();
+  #stale = false; // the coordinator withdrew it (a missed ACK): announce again at once
+  #ok = false; // the last pull was accepted
+  #annSlots = 0; // the slots it announced
+  #due = 0; // the next pull is due then, whatever changes
+  #wakeAnnouncer: (() => void) | undefined;
+  #woken = false;
+
+  constructor(w: Worker, queue: string, h: Handler, o: RunOptions) {
+    const c = o.concurrency ?? 1;
+    if (!Number.isInteger(c) || c < 1 || c > MAX_SLOTS) throw new RangeError(`worker: run: concurrency ${c}: want 1 to ${MAX_SLOTS}`);
+    const ttl = o.capacityTtlMs ?? DEFAULT_CAPACITY_TTL_MS;
+    if (!Number.isInteger(ttl) || ttl < 1 || ttl > MAX_CAPACITY_TTL_MS) {
+      throw new RangeError(`worker: run: capacity ttl ${ttl} ms: want whole milliseconds from 1 to ${MAX_CAPACITY_TTL_MS}`);
+    }
+    this.#w = w;
+    this.#queue = queue;
+    this.#h = h;
+    this.#concurrency = c;
+    this.#ttl = ttl;
+    this.#every = Math.max(ttl / 3, 1);
+    this.#retry = Math.max(this.#every / 4, 1);
+    this.#userSignal = o.signal;
+  }
+
+  get #stopped(): boolean {
+    return this.#stopCtl.signal.aborted;
+  }
+
+  /** @internal The run itself; removeRoute stops routing offers to it once the capacity is withdrawn. */
+  async _run(removeRoute: () => void): Promise<void> {
+    const stop = this.#stopCtl;
+    const onUser = () => stop.abort(sdkError(`worker: run ${this.#queue} stopped`, [ErrorCode.RunStopped], this.#userSignal?.reason));
+    const onClose = () => stop.abort(this.#w._closeSignal.reason);
+    if (this.#userSignal?.aborted) onUser();
+    this.#userSignal?.addEventListener("abort", onUser, { once: true });
+    this.#w._closeSignal.addEventListener("abort", onClose, { once: true });
+    try {
+      const announcer = this.#announcer();
+      await new Promise<void>((r) => (stop.signal.aborted ? r() : stop.signal.addEventListener("abort", () => r(), { once: true })));
+      this.#wake();
+      await announcer;
+      // Shutdown: the handlers' signals are aborted (stop ended); the
+      // capacity is withdrawn before any release or decline is sent, so
+      // that the queue does not offer those jobs to this worker again.
+      await this.#withdraw();
+      this.#withdrawnResolve();
+      // Every offer made before the withdrawal was dispatched before its
+      // verdict (decisions arrive in order): this run has them all.
+      removeRoute();
+      while (this.#tasks.size > 0) await Promise.allSettled([...this.#tasks]);
+    } finally {
+      this.#userSignal?.removeEventListener("abort", onUser);
+      this.#w._closeSignal.removeEventListener("abort", onClose);
+      this.#withdrawnResolve();
+    }
+    if (this.#fatal) throw this.#fatal;
+    if (this.#w.closed) throw this.#w._closeSignal.reason;
+  }
+
+  #go(p: Promise<void>): void {
+    const t = p.catch((err) => this.#w._report(err));
+    this.#tasks.add(t);
+    void t.finally(() => this.#tasks.delete(t));
+  }
+
+  /** @internal An offer of this run's queue (an assigned decision addressed to this worker). */
+  _offer(o: Offer): void {
+    const s = this.#reserve();
+    if (s) this.#go(this.#work(o, s));
+    else this.#go(this.#surplus(o));
+  }
+
+  // Takes a free slot, if there is one and the run is not shutting down.
+  #reserve(): Slot | undefined {
+    if (this.#stopped || this.#running >= this.#concurrency) return undefined;
+    const s: Slot = { state: SlotState.Accepting, lease: undefined };
+    this.#slots.add(s);
+    this.#running++;
+    this.#wake();
+    return s;
+  }
+
+  // An offer that came when no slot was free (a lease the coordinator
+  // ended while its handler still runs frees a slot there first). The
+  // announcement is corrected first, so that the queue does not offer the
+  // declined job again; if a slot was freed meanwhile the offer takes it.
+  // A decline is not counted as an attempt.
+  async #surplus(o: Offer): Promise<void> {
+    if (!this.#stopped) {
+      await this.#announce();
+      const s = this.#reserve();
+      if (s) return this.#work(o, s);
+    }
+    if (this.#stopped) await this.#withdrawn;
+    if (this.#w._clock.now() >= o.localDeadline) return; // lapsed already: nothing to decline
+    try {
+      await o.decline();
+    } catch (err) {
+      this.#w._report(new Error(`worker: run ${this.#queue}: decline ${o.job}: ${msg(err)}`, { cause: err }));
+    }
+  }
+
+  // Accepts o in slot s, runs the handler and reports the result.
+  async #work(o: Offer, s: Slot): Promise<void> {
+    let l: Lease;
+    try {
+      l = await this.#accept(o);
+    } catch (err) {
+      this.#free(s);
+      this.#w._report(new Error(`worker: run ${this.#queue}: accept ${o.job}: ${msg(err)}`, { cause: err }));
+      return;
+    }
+    const onLost = () => this.#wake(); // a lost lease is no longer held
+    l.signal.addEventListener("abort", onLost, { once: true });
+    try {
+      s.lease = l;
+      s.state = SlotState.Running;
+      if (this.#stopped) { // shutting down before the handler started: give it back
+        this.#finishing(s);
+        this.#report(await this.#result(l, sdkError("worker: run stopped before the handler started", [ErrorCode.RunStopped]), true));
+        return;
+      }
+      const hctl = new AbortController();
+      const onLease = () => hctl.abort(l.signal.reason);
+      const onStop = () => hctl.abort(sdkError(`worker: run ${this.#queue} stopped`, [ErrorCode.RunStopped], this.#stopCtl.signal.reason));
+      if (l.signal.aborted) onLease();
+      l.signal.addEventListener("abort", onLease, { once: true });
+      this.#stopCtl.signal.addEventListener("abort", onStop, { once: true });
+      let herr: unknown;
+      try {
+        await this.#h(jobOf(o, l), hctl.signal);
+      } catch (err) {
+        herr = err ?? new Error("handler threw " + String(err));
+      } finally {
+        l.signal.removeEventListener("abort", onLease);
+        this.#stopCtl.signal.removeEventListener("abort", onStop);
+      }
+      const shutdown = this.#stopped;
+      this.#finishing(s); // the handler no longer runs: its slot is free
+      this.#report(await this.#result(l, herr, shutdown));
+    } finally {
+      l.signal.removeEventListener("abort", onLost);
+      this.#free(s);
+    }
+  }
+
+  // ACKs o, resending the same ACK while its verdict is not learned and the
+  // offer's ACK deadline has not passed (an offer read after its deadline
+  // is not ACKed at all).
+  async #accept(o: Offer): Promise<Lease> {
+    const clock = this.#w._clock;
+    if (clock.now() >= o.localDeadline) {
+      throw sdkError("the offer's ACK deadline passed before it could be accepted", [ErrorCode.Expired]);
+    }
+    for (;;) {
+      try {
+        return await o.accept();
+      } catch (err) {
+        if (!isError(err, ErrorCode.NoVerdict) || this.#w.closed || clock.now() >= o.localDeadline) throw err;
+      }
+      await this.#pause();
+    }
+  }
+
+  async #pause(): Promise<void> {
+    await sleep(this.#w._clock, 50, this.#w._closeSignal).catch(() => undefined);
+  }
+
+  // Reports the result of the handler that threw herr (undefined: resolved)
+  // on lease l (shutdown: after the run's shutdown began); returns what
+  // went wrong.
+  async #result(l: Lease, herr: unknown, shutdown: boolean): Promise<Error | undefined> {
+    if (l.signal.aborted) {
+      const cause = l.signal.reason;
+      if (isError(cause, ErrorCode.LeaseEnded)) return undefined; // the handler completed or released it itself
+      if (cancelPending(cause)) return this.#reconcile(l, herr);
+      return new Error(`worker: run ${this.#queue}: job ${l}: authority lost (${msg(cause)}), the handler's end (${herr === undefined ? "resolved" : msg(herr)}) not reported`, { cause });
+    }
+    let err: Error | undefined;
+    if (herr === undefined) {
+      err = await this.#settle(l, "complete", () => l.complete("SUCCESS", undefined));
+    } else if (isError(herr, ErrorCode.Permanent)) {
+      err = await this.#settle(l, "complete", () => l.failPermanently(detailOf(herr)));
+    } else if (shutdown) {
+      await this.#withdrawn;
+      err = await this.#settle(l, "release", () => l.release());
+    } else {
+      err = await this.#settle(l, "complete", () => l.complete("FAILED", detailOf(herr)));
+    }
+    if (err && cancelPending(err)) return this.#reconcile(l, herr); // requested while the result was on its way
+    return err;
+  }
+
+  // Answers a cancellation request: cancel ACK, then CANCELLED.
+  async #reconcile(l: Lease, herr: unknown): Promise<Error | undefined> {
+    const detail = herr === undefined ? "cancelled on request" : detailOf(`cancelled on request: ${msg(herr)}`);
+    const e1 = await this.#settle(l, "cancel_ack", () => l.ackCancel());
+    const e2 = await this.#settle(l, "complete", () => l.complete("CANCELLED", detail));
+    if (e2) return e1 ? new AggregateError([e1, e2], `${e1.message}; ${e2.message}`) : e2;
+    return undefined;
+  }
+
+  // Sends one of l's closing inputs, again while its verdict is not
+  // learned and the lease's local deadline has not passed; a duplicate
+  // verdict says an earlier one was accepted.
+  async #settle(l: Lease, what: string, op: () => Promise<void>): Promise<Error | undefined> {
+    for (;;) {
+      try {
+        await op();
+        return undefined;
+      } catch (err) {
+        if (isError(err, ErrorCode.Duplicate)) return undefined;
+        if (!isError(err, ErrorCode.NoVerdict) || this.#w.closed || this.#w._clock.now() >= l.deadline) {
+          return wrapErr(`worker: run ${this.#queue}: ${what}`, err);
+        }
+      }
+      await this.#pause();
+    }
+  }
+
+  #finishing(s: Slot): void {
+    if (s.state !== SlotState.Finishing) {
+      s.state = SlotState.Finishing;
+      this.#running--;
+    }
+    this.#wake();
+  }
+
+  #free(s: Slot): void {
+    if (!this.#slots.has(s)) return;
+    if (s.state !== SlotState.Finishing) this.#running--;
+    this.#slots.delete(s);
+    this.#wake();
+  }
+
+  #report(err: Error | undefined): void {
+    if (err) this.#w._report(err);
+  }
+
+  // The slots to announce: the leases held (those of running handlers and
+  // of offers being accepted, live at the coordinator) plus the free slots.
+  #desired(): number {
+    if (this.#stopped) return 0;
+    let held = 0;
+    for (const s of this.#slots) {
+      if (s.state !== SlotState.Finishing && !endedAtCoordinator(s.lease)) held++;
+    }
+    return this.#concurrency - this.#running + held;
+  }
+
+  #wake(): void {
+    this.#woken = true;
+    this.#wakeAnnouncer?.();
+  }
+
+  // Keeps the announcement standing and right until the run shuts down:
+  // at once, every third of the ttl, and whenever the slots to announce
+  // change.
+  async #announcer(): Promise<void> {
+    await this.#announce();
+    while (!this.#stopped) {
+      if (!this.#woken) {
+        let t: Timer | undefined;
+        await new Promise<void>((resolve) => {
+          this.#wakeAnnouncer = resolve;
+          t = this.#w._clock.setTimer(resolve, this.#due - this.#w._clock.now());
+        });
+        t?.stop();
+        this.#wakeAnnouncer = undefined;
+      }
+      this.#woken = false;
+      if (this.#stopped) return;
+      await this.#announce();
+    }
+  }
+
+  // Sends the announcement if it is due or its slots changed (unless a
+  // failed one waits for its retry), and learns its verdict. A refusal
+  // stops the run. One pull at a time, stored in the order decided.
+  #announce(): Promise<void> {
+    const p = this.#annBusy.then(async () => {
+      const want = this.#desired();
+      const t0 = this.#w._clock.now();
+      const stale = this.#stale;
+      this.#stale = false;
+      if (!stale && t0 < this.#due && (!this.#ok || want === this.#annSlots)) return;
+      try {
+        await this.#pull(want, this.#stopCtl.signal);
+        this.#ok = true;
+        this.#annSlots = want;
+        this.#due = t0 + this.#every;
+      } catch (err) {
+        this.#ok = false;
+        if (err instanceof VerdictError || (err instanceof TenureError && err.cause instanceof VerdictError)) {
+          this.#due = this.#w._clock.now() + this.#every;
+          if (!this.#fatal) {
+            this.#fatal = err as Error;
+            this.#stopCtl.abort(err);
+          }
+        } else {
+          this.#due = this.#w._clock.now() + this.#retry;
+          if (!this.#stopped) this.#w._report(err);
+        }
+      }
+    });
+    this.#annBusy = p.catch(() => undefined);
+    return p;
+  }
+
+  /** @internal The coordinator withdrew the announcement (an offer's ACK deadline passed, §22.4): announce again at once. */
+  _withdrawn(): void {
+    this.#stale = true;
+    this.#wake();
+  }
+
+  // Announces slots 0.
+  async #withdraw(): Promise<void> {
+    const p = this.#annBusy.then(async () => {
+      try {
+        await this.#pull(0);
+      } catch (err) {
+        this.#w._report(new Error(`worker: run ${this.#queue}: withdraw: ${msg(err)}`, { cause: err }));
+      }
+    });
+    this.#annBusy = p;
+    await p;
+  }
+
+  // Announces slots and learns the verdict: resolves on capacity_set,
+  // rejects with a VerdictError for a refusal, or an error with code
+  // NoVerdict or Closed.
+  async #pull(slots: number, signal?: AbortSignal): Promise<void> {
+    const p = this.#w._newInput(NO_JOB, "pull", { queue: this.#queue, slots, ttl_ms: this.#ttl });
+    const d = await this.#w._send(p, signal).catch((err) => {
+      throw wrapErr(`worker: run ${this.#queue}: pull ${slots} slots`, err);
+    });
+    if (d.kind !== "capacity_set") throw new VerdictError(d);
+  }
+}
+
+function jobOf(o: Offer, l: Lease): Job {
+  const j = o.decision.job;
+  return Object.freeze({
+    id: j.id, queue: j.queue ?? "", payload: j.payload, attempt: j.attempt ?? 0, maxAttempts: j.max_attempts ?? 0,
+    priority: j.priority ?? 0, submitter: j.submitter ?? "", submittedAt: timeMs(j.submitted_at),
+    lastReason: j.last_reason ?? "", lease: l,
+  });
+}
+
+// Whether l is known to be no longer live at the coordinator: its
+// authority was lost otherwise than by a cancellation request (after which
+// the lease stays live until its result).
+function endedAtCoordinator(l: Lease | undefined): boolean {
+  return l !== undefined && l.signal.aborted && !cancelPending(l.signal.reason);
+}
+
+// Whether a lease's reason is a cancellation request that leaves the lease
+// live until the worker reconciles it (not one that ended it: an
+// unresolved cancellation, a cancel deadline passed).
+function cancelPending(cause: unknown): boolean {
+  return isError(cause, ErrorCode.CancelRequested) && !isError(cause, ErrorCode.LostAuthority);
+}
+
+// The text of err as a result's detail: control characters replaced by
+// spaces, cut to 256 bytes on a character boundary.
+function detailOf(err: unknown): string {
+  return cleanText(typeof err === "string" ? err : msg(err));
+}
+
+function msg(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function wrapErr(what: string, err: unknown): Error {
+  if (err instanceof TenureError) return new TenureError(`${what}: ${err.message}`, err.codes, { cause: err });
+  return new Error(`${what}: ${msg(err)}`, { cause: err });
+}

@@ -1,0 +1,816 @@
+// The Worker: one worker identity connected to Tenure. It publishes the
+// worker's inputs with a Nats-Msg-Id each, learns their verdicts from the
+// decisions addressed to it (read through one JetStream ordered consumer
+// created before anything is published, PROTOCOL.md §15), routes offers,
+// cancellation requests and expiries, and runs the renewer that coalesces
+// the renewals of its leases.
+
+import { randomBytes } from "node:crypto";
+
+import type { NatsConnection } from "@nats-io/nats-core";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import type { ConsumerMessages, JetStreamClient, JsMsg, PubAck } from "@nats-io/jetstream";
+
+import { realClock, type Clock } from "./clock.js";
+import { closedError, ErrorCode, isError, sdkError, TenureError, VerdictError } from "./errors.js";
+import {
+  addresseeFilter, decodeDecision, derivedKind, encodeInput, inputSubject, MAX_BATCH, MAX_DURATION_MS, NO_JOB,
+  timeMs, validToken, type Decision, type InputFields, type LeaseRef, type WorkerVerb,
+} from "./protocol.js";
+import { Lease, type LeaseOptions, leaseOptions } from "./lease.js";
+import { Offer } from "./offer.js";
+import { Runner, type Handler, type RunOptions } from "./run.js";
+
+/** Defaults of WorkerOptions and LeaseOptions (those of the Go SDK). */
+export const DEFAULT_STREAM_PREFIX = "TENURE";
+export const DEFAULT_VERDICT_TIMEOUT_MS = 10_000;
+export const DEFAULT_PUBLISH_TIMEOUT_MS = 2_000;
+export const DEFAULT_OFFER_BUFFER = 256;
+/** The shortest one publish attempt of a lease's input may take (see WorkerOptions.publishTimeoutMs). */
+export const MIN_PUBLISH_TIMEOUT_MS = 100;
+
+// Unclaimed decisions kept for a caller that has not asked yet (a verdict
+// that overtook its PubAck, a cancel request that overtook its lease).
+const STASH_SIZE = 4096;
+// Renewal inputs awaiting their verdicts at once: while both are out, due
+// renewals queue up and leave together in one batch renew.
+const MAX_RENEW_BATCHES = 2;
+// Inactivity threshold of the decision consumer (the Go SDK's).
+const CONSUMER_INACTIVE_MS = 30_000;
+
+/** Configures a Worker. Every field is optional. */
+export interface WorkerOptions {
+  /** Names the input (<prefix>_IN) and decision (<prefix>_OUT) streams. Default "TENURE". */
+  streamPrefix?: string;
+  /**
+   * The JetStream API prefix. Default: the worker API prefix JS.<prefix>.API
+   * when something answers there (a worker in an account of its own, as
+   * `tenure auth init` configures it), else $JS.API.
+   */
+  apiPrefix?: string;
+  /**
+   * The name prefix of the decision consumer: its consumers are named
+   * <prefix>_1, <prefix>_2, ... (a replacement takes the next). Default:
+   * random. Under `tenure auth init`'s permissions use "tw_<id>", whose
+   * names _1 to _3 the worker's account may create.
+   */
+  consumerNamePrefix?: string;
+  /** Bounds one call: the publish with its retries and the wait for the verdict. Default 10 s. */
+  verdictTimeoutMs?: number;
+  /**
+   * Bounds one publish attempt; a timed-out attempt is retried with the
+   * same Nats-Msg-Id. A lease's inputs bound each attempt further by half
+   * the time left before the lease's local deadline, not below 100 ms.
+   * Default 2 s.
+   */
+  publishTimeoutMs?: number;
+  /** Offers kept for offers() readers; when full the oldest is dropped (reported). Default 256. */
+  offerBuffer?: number;
+  /** Receives asynchronous errors: the consumer's, undecodable decisions, dropped offers, run()'s. */
+  onError?: (err: Error) => void;
+  /** The clock of renew loops and local deadlines (tests give a fake). Default: the real one. */
+  clock?: Clock;
+}
+
+interface ResolvedOptions {
+  streamPrefix: string;
+  verdictTimeoutMs: number;
+  publishTimeoutMs: number;
+  offerBuffer: number;
+  onError: ((err: Error) => void) | undefined;
+}
+
+/**
+ * One input to publish: its body and Msg-Id are fixed once, so that every
+ * retry is the same message, deduplicated by the input stream.
+ * @internal
+ */
+export interface Input {
+  job: string;
+  verb: WorkerVerb;
+  body: Uint8Array;
+  msgId: string;
+  /** Local time just before the first publish attempt. */
+  t0?: number;
+  /** An attempt went out: a duplicate PubAck is then its own. */
+  sent: boolean;
+  /** The local deadline of the lease the input belongs to: it bounds each attempt. */
+  deadline?: number;
+}
+
+/** @internal */
+export interface RenewResult {
+  d?: Decision;
+  t0: number;
+  err?: Error;
+}
+
+/** @internal */
+export interface RenewReq {
+  ref: LeaseRef;
+  deadline: number;
+  done: (r: RenewResult) => void;
+}
+
+interface Waiter {
+  ds: Decision[];
+  n: number;
+  wake: (() => void) | null;
+}
+
+/** Options of one call. */
+export interface CallOptions {
+  /** Abandons the wait (the input may still be stored and judged: the error is NoVerdict). */
+  signal?: AbortSignal;
+}
+
+/**
+ * Connects worker `id` (1 to 64 of [A-Za-z0-9_-]) to Tenure over nc, a
+ * connection from @nats-io/transport-node that the caller keeps owning
+ * (close() does not close it).
+ *
+ * Before it returns it creates the ordered consumer that reads the
+ * decisions addressed to the worker (tenure.out.<id>.>) from the decision
+ * stream's next sequence on, so that every verdict of an input published
+ * later reaches it. Partitioned deployments (PROTOCOL.md §18) are not
+ * supported: connect throws when the deployment is one.
+ */
+export async function connect(nc: NatsConnection, id: string, opts: WorkerOptions = {}): Promise<Worker> {
+  if (!validToken(id)) throw new TypeError(`worker: invalid id ${JSON.stringify(id)}: want 1 to 64 of [A-Za-z0-9_-], not "_"`);
+  const o: ResolvedOptions = {
+    streamPrefix: opts.streamPrefix ?? DEFAULT_STREAM_PREFIX,
+    verdictTimeoutMs: positive("verdictTimeoutMs", opts.verdictTimeoutMs, DEFAULT_VERDICT_TIMEOUT_MS),
+    publishTimeoutMs: positive("publishTimeoutMs", opts.publishTimeoutMs, DEFAULT_PUBLISH_TIMEOUT_MS),
+    offerBuffer: positive("offerBuffer", opts.offerBuffer, DEFAULT_OFFER_BUFFER),
+    onError: opts.onError,
+  };
+  if (!/^[A-Za-z0-9_-]+$/.test(o.streamPrefix)) throw new TypeError(`worker: invalid stream prefix ${JSON.stringify(o.streamPrefix)}`);
+  const out = `${o.streamPrefix}_OUT`;
+  const timeout = o.verdictTimeoutMs;
+  // A worker in an account of its own reaches the deployment's JetStream
+  // API under the worker prefix (PROTOCOL.md §4); else under $JS.API.
+  let apiPrefix = opts.apiPrefix;
+  let lastSeq: number | undefined;
+  if (apiPrefix === undefined) {
+    const workerPrefix = `JS.${o.streamPrefix}.API`;
+    try {
+      lastSeq = await decisionStreamLastSeq(nc, workerPrefix, out, timeout);
+      apiPrefix = workerPrefix;
+    } catch (err) {
+      if (!noResponders(err)) throw streamError(out, err);
+      apiPrefix = "$JS.API";
+    }
+  }
+  if (lastSeq === undefined) {
+    try {
+      lastSeq = await decisionStreamLastSeq(nc, apiPrefix, out, timeout);
+    } catch (err) {
+      throw streamError(out, err, await partitioned(nc, apiPrefix, o.streamPrefix, timeout));
+    }
+  }
+  const js = jetstream(nc, { apiPrefix, timeout });
+  const w = new Worker(id, js, o, opts.clock ?? realClock);
+  await w._start(out, lastSeq + 1, opts.consumerNamePrefix ?? `c${randomBytes(16).toString("hex")}`);
+  return w;
+}
+
+function positive(name: string, v: number | undefined, def: number): number {
+  if (v === undefined) return def;
+  if (!(v > 0) || !Number.isFinite(v)) throw new RangeError(`worker: ${name} ${v}: want > 0`);
+  return v;
+}
+
+async function decisionStreamLastSeq(nc: NatsConnection, apiPrefix: string, out: string, timeout: number): Promise<number> {
+  const jsm = await jetstreamManager(nc, { apiPrefix, timeout, checkAPI: false });
+  const si = await jsm.streams.info(out);
+  return si.state.last_seq;
+}
+
+async function partitioned(nc: NatsConnection, apiPrefix: string, prefix: string, timeout: number): Promise<boolean> {
+  try {
+    await decisionStreamLastSeq(nc, apiPrefix, `${prefix}_P0_OUT`, timeout);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function streamError(out: string, err: unknown, isPartitioned = false): Error {
+  if (isPartitioned) {
+    return new Error(`worker: the deployment is partitioned (${out} does not exist, ${out.replace(/_OUT$/, "_P0_OUT")} does): ` +
+      "this SDK supports unpartitioned deployments only (see its README)", { cause: err });
+  }
+  return new Error(`worker: decision stream ${out}: ${errMessage(err)}`, { cause: err });
+}
+
+function errMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function noResponders(err: unknown): boolean {
+  for (let e: unknown = err, i = 0; e instanceof Error && i < 8; i++, e = e.cause) {
+    if (e.name === "NoResponders" || e.name === "JetStreamNotEnabled") return true;
+    const re = e as unknown as { isNoResponders?: () => boolean };
+    if (e.name === "RequestError" && typeof re.isNoResponders === "function" && re.isNoResponders()) return true;
+  }
+  return false;
+}
+
+/**
+ * Reports whether a publish error leaves the outcome unknown or may clear
+ * by itself: a timeout, no responders (a stream leader being elected), no
+ * JetStream leader, the stream's ingest queue full.
+ */
+function retryable(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === "ClosedConnectionError" || err.name === "DrainingConnectionError") return false;
+  if (err.name === "TimeoutError" || noResponders(err)) return true;
+  if (err.name === "JetStreamApiError") {
+    const code = (err as { code?: number }).code;
+    return code === 10008 || code === 10009 || code === 10167;
+  }
+  // A request made while reconnecting.
+  return err.name === "ConnectionError" || err.name === "RequestError";
+}
+
+/**
+ * One worker identity connected to Tenure: create it with connect(), close
+ * it when done. Every method may be called at any time, concurrently.
+ */
+export class Worker {
+  readonly id: string;
+  /** @internal */ readonly _clock: Clock;
+  /** @internal */ readonly _opts: ResolvedOptions;
+  readonly #js: JetStreamClient;
+  readonly #closeCtl = new AbortController();
+  #in = "";
+  #out = "";
+  #messages: ConsumerMessages | undefined;
+
+  readonly #waiters = new Map<number, Waiter>();
+  readonly #leases = new Map<string, Lease>();
+  #stash: Decision[] = [];
+  readonly #offerQ: Offer[] = [];
+  readonly #offerWaiters: Array<(o: Offer | null) => void> = [];
+  readonly #runs = new Map<string, Runner>();
+
+  #renewQ: RenewReq[] = [];
+  #renewN = 0;
+  #renewKick = false;
+  #inflight = new Set<Promise<unknown>>();
+
+  /** @internal */
+  constructor(id: string, js: JetStreamClient, o: ResolvedOptions, clock: Clock) {
+    this.id = id;
+    this.#js = js;
+    this._opts = o;
+    this._clock = clock;
+    this.#in = `${o.streamPrefix}_IN`;
+  }
+
+  /** @internal Creates the decision consumer, from startSeq on, and starts reading. */
+  async _start(out: string, startSeq: number, namePrefix: string): Promise<void> {
+    this.#out = out;
+    const c = await this.#js.consumers.get(out, {
+      name_prefix: namePrefix,
+      filter_subjects: addresseeFilter(this.id),
+      opt_start_seq: startSeq,
+      inactive_threshold: CONSUMER_INACTIVE_MS,
+    });
+    // The consumer exists on the server now: every decision stored from
+    // startSeq on will be delivered, whenever the pulls begin.
+    this.#messages = await c.consume({ max_messages: 512, callback: (m) => this.#onMsg(m) });
+    void this.#watchConsumer(this.#messages);
+  }
+
+  async #watchConsumer(msgs: ConsumerMessages): Promise<void> {
+    try {
+      for await (const s of msgs.status()) {
+        if (this.closed) return;
+        switch (s.type) {
+          case "heartbeats_missed": case "consumer_deleted": case "stream_not_found": case "consumer_not_found":
+          case "ordered_consumer_recreated":
+            this._report(new Error(`worker: decision consumer on ${this.#out}: ${s.type}`));
+        }
+      }
+      const err = await msgs.closed();
+      if (err && !this.closed) this._report(new Error(`worker: decision consumer on ${this.#out} stopped: ${errMessage(err)}`, { cause: err }));
+    } catch (err) {
+      if (!this.closed) this._report(new Error(`worker: decision consumer on ${this.#out}: ${errMessage(err)}`, { cause: err }));
+    }
+  }
+
+  /** Whether close() was called. */
+  get closed(): boolean {
+    return this.#closeCtl.signal.aborted;
+  }
+
+  /** @internal Aborted, with a Closed error, by close(). */
+  get _closeSignal(): AbortSignal {
+    return this.#closeCtl.signal;
+  }
+
+  /**
+   * Stops reading decisions, aborts every lease's signal (a Closed error)
+   * and stops their renewals. Leases are not released: they expire at the
+   * coordinator. Does not close the NATS connection. Idempotent.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.#closeCtl.abort(closedError());
+    for (const [k, l] of this.#leases) {
+      l._finish(closedError());
+      this.#leases.delete(k);
+    }
+    for (const r of this.#renewQ) r.done({ t0: this._clock.now(), err: closedError() });
+    this.#renewQ = [];
+    for (const wake of this.#offerWaiters.splice(0)) wake(null);
+    for (const wt of this.#waiters.values()) wt.wake?.();
+    await this.#messages?.close().catch(() => undefined);
+    await Promise.allSettled([...this.#inflight]);
+  }
+
+  /** @internal Tells the onError handler, unless the Worker is closed. */
+  _report(err: unknown): void {
+    if (this.closed || !this._opts.onError) return;
+    try {
+      this._opts.onError(err instanceof Error ? err : new Error(String(err)));
+    } catch {
+      // an error handler's own error is nobody's
+    }
+  }
+
+  /** @internal Tracks a background task, so that close() waits for it. */
+  _track<T>(p: Promise<T>): Promise<T> {
+    this.#inflight.add(p);
+    void p.finally(() => this.#inflight.delete(p)).catch(() => undefined);
+    return p;
+  }
+
+  // ---- Decisions ----
+
+  #onMsg(m: JsMsg): void {
+    // Only this consumer's stream, and only decisions addressed to this
+    // worker: anything else was aimed at the inbox by someone else.
+    if (m.info.stream !== this.#out || !m.subject.startsWith(`tenure.out.${this.id}.`)) {
+      this._report(new Error(`worker: dropped a message of stream ${m.info.stream} on ${m.subject}: not a decision addressed to ${this.id}`));
+      return;
+    }
+    let d: Decision;
+    try {
+      d = decodeDecision(m.data);
+    } catch (err) {
+      this._report(new Error(`worker: decision ${m.subject}: ${errMessage(err)}`, { cause: err }));
+      return;
+    }
+    this._dispatch(d);
+  }
+
+  /** @internal Routes one decision addressed to this worker. */
+  _dispatch(d: Decision): void {
+    if (this.closed) return;
+    if (this.#verdictOfMine(d)) {
+      const wt = this.#waiters.get(d.cause);
+      if (wt) {
+        wt.ds.push(d);
+        if (wt.ds.length >= wt.n || d.job.id === NO_JOB) {
+          this.#waiters.delete(d.cause);
+          wt.wake?.();
+        }
+        return;
+      }
+      this.#stashIt(d); // its PubAck has not come back yet
+      return;
+    }
+    switch (d.kind) {
+      case "assigned": {
+        // An offer the queue made (§22.3): to the run() of its queue, or
+        // to offers() like any offer.
+        if (d.job.holder !== this.id) return;
+        const r = d.job.queue !== undefined ? this.#runs.get(d.job.queue) : undefined;
+        if (r) {
+          r._offer(new Offer(this, d, this._clock.now()));
+          return;
+        }
+        this.#queueOffer(d);
+        return;
+      }
+      case "withdrawn":
+        if (d.capacity && d.addressee === this.id) this.#runs.get(d.capacity.queue)?._withdrawn();
+        return;
+      case "offered":
+        if (d.job.holder === this.id) this.#queueOffer(d);
+        return;
+      case "cancel_requested": case "expired": case "unresolved": case "resolved": {
+        const k = leaseKey(d.job.id, d.job.lease_id ?? "");
+        const l = this.#leases.get(k);
+        if (l) {
+          if (l._handle(d)) this.#leases.delete(k);
+          return;
+        }
+        this.#stashIt(d); // its lease is being registered
+      }
+    }
+  }
+
+  // A verdict of one of this worker's inputs: not derived, caused by an
+  // input of this worker (an assigned offer is derived even when this
+  // worker's input caused it).
+  #verdictOfMine(d: Decision): boolean {
+    return !derivedKind(d.kind) && d.input.role === "worker" && d.input.actor === this.id;
+  }
+
+  #stashIt(d: Decision): void {
+    if (this.#stash.length >= STASH_SIZE) this.#stash.shift();
+    this.#stash.push(d);
+  }
+
+  /** @internal Adds l and applies, in order, the stashed decisions about it. */
+  _register(l: Lease): void {
+    if (this.closed) {
+      l._finish(closedError());
+      throw closedError();
+    }
+    const k = leaseKey(l.token.job, l.token.leaseId);
+    this.#leases.set(k, l);
+    let ended = false;
+    this.#stash = this.#stash.filter((d) => {
+      if (!this.#verdictOfMine(d) && d.job.id === l.token.job && d.job.lease_id === l.token.leaseId) {
+        ended = l._handle(d) || ended;
+        return false;
+      }
+      return true;
+    });
+    if (ended) this.#leases.delete(k);
+  }
+
+  /** @internal */
+  _unregister(l: Lease): void {
+    const k = leaseKey(l.token.job, l.token.leaseId);
+    if (this.#leases.get(k) === l) this.#leases.delete(k);
+  }
+
+  // ---- Offers ----
+
+  #queueOffer(d: Decision): void {
+    const o = new Offer(this, d, this._clock.now());
+    const wake = this.#offerWaiters.shift();
+    if (wake) {
+      wake(o);
+      return;
+    }
+    if (this.#offerQ.length >= this._opts.offerBuffer) {
+      const old = this.#offerQ.shift()!;
+      this._report(new Error(`worker: offer of job ${old.job} (lease ${old.leaseId}) dropped: offer buffer full`));
+    }
+    this.#offerQ.push(o);
+  }
+
+  /** @internal The next offer, or null once closed or signal aborted. */
+  _nextOffer(signal?: AbortSignal): Promise<Offer | null> {
+    const o = this.#offerQ.shift();
+    if (o) return Promise.resolve(o);
+    if (this.closed || signal?.aborted) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      const wake = (x: Offer | null) => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve(x);
+      };
+      const onAbort = () => {
+        const i = this.#offerWaiters.indexOf(wake);
+        if (i >= 0) this.#offerWaiters.splice(i, 1);
+        resolve(null);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#offerWaiters.push(wake);
+    });
+  }
+
+  /**
+   * The offers addressed to this worker, in the order the coordinator made
+   * them, as an async iterable: `for await (const o of w.offers()) ...`.
+   * The offers of a queue that a run() of this worker runs go to that run
+   * instead. Several iterators share the offers (each gets different
+   * ones). An iterator ends when the Worker closes or signal is aborted.
+   */
+  offers(opts: { signal?: AbortSignal } = {}): AsyncIterableIterator<Offer> {
+    const w = this;
+    const { signal } = opts;
+    async function* gen(): AsyncGenerator<Offer> {
+      for (;;) {
+        const o = await w._nextOffer(signal);
+        if (o === null) return;
+        yield o;
+      }
+    }
+    return gen();
+  }
+
+  // ---- Acquire and run ----
+
+  /**
+   * Asks for a new lease on job and returns it once granted. Under
+   * competition exactly one acquirer gets it; the others get a VerdictError
+   * with codes Rejected and LeaseHeld whose decision's job names the
+   * holder. An error with code NoVerdict means the outcome is unknown (a
+   * lease granted but never learned simply expires).
+   */
+  async acquire(job: string, opts: LeaseOptions & CallOptions = {}): Promise<Lease> {
+    if (!validToken(job)) throw new TypeError(`worker: acquire: invalid job ${JSON.stringify(job)}`);
+    const lo = leaseOptions(opts);
+    const p = this._newInput(job, "acquire", { lease_ms: lo.leaseMs });
+    if (lo.leaseMs !== undefined) p.deadline = this._clock.now() + lo.leaseMs; // its attempts fit in the lease asked for
+    let d: Decision;
+    try {
+      d = await this._send(p, opts.signal);
+    } catch (err) {
+      throw wrap(`worker: acquire ${job}`, err);
+    }
+    if (d.kind !== "granted") throw new VerdictError(d);
+    return Lease._start(this, d, p.t0!, lo);
+  }
+
+  /**
+   * Takes the jobs of queue (PROTOCOL.md §22) and runs handler on each, at
+   * most `concurrency` at once, until opts.signal is aborted. See README.md
+   * "Queues" for what each outcome of the handler reports. Resolves once
+   * the run has shut down and every handler has returned; rejects with the
+   * refusal of an announcement (a VerdictError), or a Closed error when the
+   * Worker closed under it.
+   */
+  async run(queue: string, handler: Handler, opts: RunOptions = {}): Promise<void> {
+    if (!validToken(queue)) throw new TypeError(`worker: run: invalid queue ${JSON.stringify(queue)}`);
+    if (typeof handler !== "function") throw new TypeError("worker: run: handler is not a function");
+    if (this.closed) throw closedError();
+    if (this.#runs.has(queue)) throw new TenureError(`worker: run ${queue}: queue already run by this worker`, [ErrorCode.AlreadyRunning]);
+    const r = new Runner(this, queue, handler, opts);
+    this.#runs.set(queue, r);
+    try {
+      await r._run(() => {
+        if (this.#runs.get(queue) === r) this.#runs.delete(queue);
+      });
+    } finally {
+      if (this.#runs.get(queue) === r) this.#runs.delete(queue);
+    }
+  }
+
+  // ---- Publishing ----
+
+  /** @internal An input of this worker, its body and Msg-Id fixed. */
+  _newInput(job: string, verb: WorkerVerb, fields: InputFields): Input {
+    return { job, verb, body: encodeInput(fields, Date.now()), msgId: this._newMsgId(), sent: false };
+  }
+
+  /**
+   * @internal "<id>-<random UUID v4>": namespaced by the worker and
+   * unguessable, so that no other publisher can suppress this worker's
+   * input through the input stream's duplicate window (§4, §14).
+   */
+  _newMsgId(): string {
+    return `${this.id}-${crypto.randomUUID()}`;
+  }
+
+  /** @internal Publishes p (with retries, same Msg-Id) and waits for its verdict. */
+  async _send(p: Input, signal?: AbortSignal): Promise<Decision> {
+    const { ds, err } = await this._sendN(p, 1, signal);
+    if (err) throw err;
+    return ds[0]!;
+  }
+
+  /**
+   * @internal _send for an input with n verdicts (a batch renew of n
+   * leases). The error is Closed, or matches NoVerdict; it comes with the
+   * verdicts learned so far.
+   */
+  async _sendN(p: Input, n: number, signal?: AbortSignal): Promise<{ ds: Decision[]; err?: TenureError }> {
+    if (this.closed) return { ds: [], err: closedError() }; // publish nothing after close
+    const signals = [AbortSignal.timeout(this._opts.verdictTimeoutMs), this.#closeCtl.signal];
+    if (signal) signals.push(signal);
+    const call = AbortSignal.any(signals);
+    p.t0 ??= this._clock.now();
+    let seq: number;
+    try {
+      seq = await this.#publish(p, call);
+    } catch (err) {
+      return { ds: [], err: this.#callErr(err) };
+    }
+    return this.#awaitN(seq, n, call);
+  }
+
+  #callErr(err: unknown): TenureError {
+    if (this.closed) return closedError();
+    if (err instanceof TenureError && err.is(ErrorCode.NoVerdict)) return err;
+    return sdkError(`worker: verdict not learned in time: ${errMessage(err)}`, [ErrorCode.NoVerdict], err);
+  }
+
+  // Stores p in the input stream and returns its sequence. Attempts that
+  // may have failed in transit are retried with the same Msg-Id until
+  // signal is aborted: if an earlier attempt was stored, the stream answers
+  // with that attempt's sequence.
+  async #publish(p: Input, signal: AbortSignal): Promise<number> {
+    const subject = inputSubject(this.id, p.job, p.verb);
+    let wait = 10;
+    for (;;) {
+      if (signal.aborted) throw abortReason(signal, `publish ${subject}`);
+      const first = !p.sent;
+      p.sent = true;
+      const timeout = publishTimeout(this._opts.publishTimeoutMs, p.deadline, this._clock.now());
+      let ack: PubAck | undefined;
+      let lastErr: unknown;
+      try {
+        ack = await raceAbort(this.#js.publish(subject, p.body, { msgID: p.msgId, expect: { streamName: this.#in }, timeout }), signal);
+      } catch (err) {
+        if (signal.aborted) throw abortReason(signal, `publish ${subject}`, err);
+        lastErr = err;
+      }
+      if (ack) {
+        if (ack.stream !== this.#in) throw new Error(`publish ${subject}: stored by stream ${ack.stream}, want ${this.#in}`);
+        if (ack.duplicate && first) {
+          // The SDK never sent this Msg-Id before, so the stream holds
+          // another publisher's message under it (the duplicate window is
+          // stream-wide): resend under a fresh id rather than adopt it.
+          const old = p.msgId;
+          p.msgId = this._newMsgId();
+          p.sent = false;
+          this._report(new Error(`worker: ${p.verb} ${p.job}: Nats-Msg-Id ${old} was already used by input ${ack.seq} of another publisher; resending with Msg-Id ${p.msgId}`));
+          continue;
+        }
+        return ack.seq;
+      }
+      if (!retryable(lastErr)) throw new Error(`publish ${subject}: ${errMessage(lastErr)}`, { cause: lastErr });
+      try {
+        await sleep(this._clock, wait, signal);
+      } catch {
+        throw abortReason(signal, `publish ${subject}`, lastErr);
+      }
+      wait = Math.min(2 * wait, 500);
+    }
+  }
+
+  // Waits for the n verdicts of input seq, or for one about no job (the
+  // whole input rejected), which is then the only one.
+  async #awaitN(seq: number, n: number, signal: AbortSignal): Promise<{ ds: Decision[]; err?: TenureError }> {
+    const ds: Decision[] = [];
+    let whole = false;
+    this.#stash = this.#stash.filter((d) => {
+      if (ds.length < n && !whole && d.cause === seq && this.#verdictOfMine(d)) {
+        ds.push(d);
+        whole = d.job.id === NO_JOB;
+        return false;
+      }
+      return true;
+    });
+    if (ds.length >= n || whole) return { ds };
+    const wt: Waiter = { ds, n, wake: null };
+    this.#waiters.set(seq, wt);
+    await new Promise<void>((resolve) => {
+      if (signal.aborted) return resolve();
+      const onAbort = () => resolve();
+      wt.wake = () => {
+        signal.removeEventListener("abort", onAbort);
+        resolve();
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+    if (this.#waiters.get(seq) === wt) this.#waiters.delete(seq);
+    if (wt.ds.length >= n || wt.ds.some((d) => d.job.id === NO_JOB)) return { ds: wt.ds };
+    if (this.closed) return { ds: wt.ds, err: closedError() };
+    return {
+      ds: wt.ds,
+      err: sdkError(`worker: verdict not learned in time: input ${seq}: ${wt.ds.length} of ${n} verdicts: ${errMessage(signal.reason)}`,
+        [ErrorCode.NoVerdict], signal.reason),
+    };
+  }
+
+  // ---- Renewals ----
+
+  /** @internal Hands req to the renewer; resolves with its outcome. */
+  _renewVia(ref: LeaseRef, deadline: number): Promise<RenewResult> {
+    if (this.closed) return Promise.resolve({ t0: this._clock.now(), err: closedError() });
+    return new Promise((done) => {
+      this.#renewQ.push({ ref, deadline, done });
+      // Renewals falling due in the same turn of the event loop (the
+      // timers of several leases firing together) leave in one input.
+      if (!this.#renewKick) {
+        this.#renewKick = true;
+        setImmediate(() => {
+          this.#renewKick = false;
+          this.#kickRenewer();
+        });
+      }
+    });
+  }
+
+  // Sends the queued renewals, at most 256 per input and two inputs at a
+  // time: when the worker is idle a renewal leaves at once; under load,
+  // those that fall due while two are being judged leave together.
+  #kickRenewer(): void {
+    while (this.#renewN < MAX_RENEW_BATCHES && this.#renewQ.length > 0 && !this.closed) {
+      const batch = this.#renewQ.splice(0, MAX_BATCH);
+      this.#renewN++;
+      void this._track(this.#sendRenewals(batch)).finally(() => {
+        this.#renewN--;
+        this.#kickRenewer();
+      });
+    }
+  }
+
+  // Publishes one input for the renewals of batch (a single renew for one,
+  // a batch renew for more) and hands each its verdict.
+  async #sendRenewals(batch: RenewReq[]): Promise<void> {
+    let p: Input;
+    if (batch.length === 1) {
+      const r = batch[0]!.ref;
+      p = this._newInput(r.job, "renew", { lease_id: r.lease_id, generation: r.generation, renew_seq: r.renew_seq, lease_ms: r.lease_ms });
+    } else {
+      p = this._newInput(NO_JOB, "renew", { leases: batch.map((r) => r.ref) });
+    }
+    p.t0 = this._clock.now();
+    for (const r of batch) {
+      if (p.deadline === undefined || r.deadline < p.deadline) p.deadline = r.deadline; // attempts fit in the earliest lease
+    }
+    const { ds, err } = await this._sendN(p, batch.length);
+    const answered = new Array<boolean>(batch.length).fill(false);
+    for (const d of ds) {
+      if (d.job.id === NO_JOB) { // the whole input rejected: the verdict of every lease
+        batch.forEach((r, i) => {
+          if (!answered[i]) {
+            answered[i] = true;
+            r.done({ d, t0: p.t0! });
+          }
+        });
+        break;
+      }
+      const i = batch.findIndex((r, i) => !answered[i] && r.ref.job === d.job.id);
+      if (i >= 0) {
+        answered[i] = true;
+        batch[i]!.done({ d, t0: p.t0! });
+      }
+    }
+    const e = err ?? sdkError(`worker: input ${p.msgId}: verdict missing`, [ErrorCode.NoVerdict]);
+    batch.forEach((r, i) => {
+      if (!answered[i]) r.done({ t0: p.t0!, err: e });
+    });
+  }
+}
+
+function leaseKey(job: string, leaseId: string): string {
+  return `${job}\u0000${leaseId}`;
+}
+
+/**
+ * The timeout of one publish attempt made at now of an input of a lease
+ * whose local deadline is deadline (undefined: no lease): half the time
+ * left, between MIN_PUBLISH_TIMEOUT_MS and base.
+ */
+function publishTimeout(base: number, deadline: number | undefined, now: number): number {
+  if (deadline === undefined) return base;
+  return Math.min(base, Math.max((deadline - now) / 2, MIN_PUBLISH_TIMEOUT_MS));
+}
+
+function abortReason(signal: AbortSignal, what: string, last?: unknown): Error {
+  const why = errMessage(signal.reason);
+  return new Error(`${what}: ${why}${last !== undefined ? ` (last attempt: ${errMessage(last)})` : ""}`, { cause: signal.reason });
+}
+
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => { signal.removeEventListener("abort", onAbort); resolve(v); },
+      (e) => { signal.removeEventListener("abort", onAbort); reject(e); },
+    );
+  });
+}
+
+/** @internal Waits ms on clock; rejects when signal is aborted. */
+export function sleep(clock: Clock, ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      t.stop();
+      reject(signal!.reason);
+    };
+    const t = clock.setTimer(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** @internal Wraps err with what the call was, keeping its codes (TenureError) as the cause's. */
+export function wrap(what: string, err: unknown): Error {
+  if (err instanceof TenureError) return new TenureError(`${what}: ${err.message}`, err.codes, { cause: err });
+  return new Error(`${what}: ${errMessage(err)}`, { cause: err });
+}
+
+/** @internal Local duration granted by decision d: expires_at - at (ms). */
+export function grantedMs(expiresAt: string | undefined, from: string | undefined): number {
+  const v = timeMs(expiresAt) - timeMs(from);
+  return Number.isFinite(v) ? Math.min(Math.max(v, 0), MAX_DURATION_MS) : 0;
+}
+
+export { isError };
