@@ -83,6 +83,7 @@ export class Lease {
   #deadlineTimer: Timer | undefined;
   #renewTimer: Timer | undefined;
   #interval: number;
+  #leaseMs: number;
   #renewSeq: number;
   #pendingSeq = 0; // renew_seq of the renewal whose verdict is not known yet
   #pendingT0: number | undefined;
@@ -93,7 +94,8 @@ export class Lease {
     this.#w = w;
     this.#opts = lo;
     this.token = Object.freeze({ job: j.id, leaseId: j.lease_id ?? "", generation: j.generation ?? 0 });
-    this.#interval = renewInterval(j.lease_ms ?? 0, lo.renewFraction);
+    this.#leaseMs = j.lease_ms ?? 0;
+    this.#interval = renewInterval(this.#leaseMs, lo.renewFraction);
     this.#renewSeq = j.renew_seq ?? 0;
     this.#progressSeq = j.progress_seq ?? 0;
     // The local deadline: the local time just before the input was first
@@ -129,6 +131,11 @@ export class Lease {
   /** The generation. */
   get generation(): number {
     return this.token.generation;
+  }
+
+  /** The lease duration the coordinator granted with the last accepted grant, ACK or renewal (job.lease_ms), in milliseconds. */
+  get leaseMs(): number {
+    return this.#leaseMs;
   }
 
   /** The token as "<job>/<lease id>/<generation>". */
@@ -342,7 +349,10 @@ export class Lease {
     if (this.signal.aborted) return; // authority given up is never taken back
     this.#deadline = t0 + durMs;
     this.#armDeadline();
-    if (leaseMs !== undefined && leaseMs > 0) this.#interval = renewInterval(leaseMs, this.#opts.renewFraction);
+    if (leaseMs !== undefined && leaseMs > 0) {
+      this.#leaseMs = leaseMs;
+      this.#interval = renewInterval(leaseMs, this.#opts.renewFraction);
+    }
   }
 
   #scheduleRenew(ms: number): void {
