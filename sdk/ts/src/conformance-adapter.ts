@@ -82,7 +82,9 @@ function causeObject(reason: unknown): Obj {
   delete o.kind;
   const v = verdictOf(reason);
   let cause: string;
-  if (v) {
+  if (!(reason instanceof VerdictError) && isError(reason, ErrorCode.RunStopped)) {
+    cause = "run_stopped"; // a handler's signal ended by the run's end, whatever ended the run
+  } else if (v) {
     if (v.kind === "cancel_requested" || v.reason === "cancel_requested") cause = "cancel_requested";
     else if (v.kind === "unresolved" || (v.kind === "resolved" && v.reason === "settled")) cause = "unresolved";
     else if (v.kind === "resolved" && v.reason === "lease_revoked") cause = "revoked";
@@ -90,8 +92,7 @@ function causeObject(reason: unknown): Obj {
     else if (v.is(ErrorCode.StaleGeneration)) cause = "stale_generation";
     else if (v.is(ErrorCode.Expired)) cause = "expired";
     else cause = "lost_authority";
-  } else if (isError(reason, ErrorCode.RunStopped)) cause = "run_stopped"; // a handler's signal: the run's end, not the lease's
-  else if (isError(reason, ErrorCode.LeaseEnded)) cause = "ended";
+  } else if (isError(reason, ErrorCode.LeaseEnded)) cause = "ended";
   else if (isError(reason, ErrorCode.Closed)) cause = "closed";
   else if (isError(reason, ErrorCode.Expired)) cause = "local_deadline";
   else cause = "lost_authority";
