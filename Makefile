@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 60s
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: test test-short bench bench-cluster fuzz fuzz-short lint build run chaos chaos-short drain
+.PHONY: test test-ts test-short bench bench-cluster fuzz fuzz-short lint build run chaos chaos-short drain
 
 build:
 	$(GO) build ./...
@@ -19,10 +19,27 @@ browser_note = found=; for b in chromium chromium-browser google-chrome google-c
 	echo '*** make test: no headless Chromium on the PATH: the browser tests of the web board (ui/) are SKIPPED.' >&2; \
 	echo '*** Install it with: apt-get install chromium  (or set TENURE_CHROMIUM to a Chrome or Chromium).' >&2; fi
 
+## The TypeScript worker SDK (sdk/ts) is tested with Node.js 20 or later and npm: without them
+## make test skips it and says so, unless TENURE_REQUIRE_NODE=1 (.ci/run sets it), which makes
+## their absence a failure.
+node_ok = command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && \
+	node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' 2>/dev/null
+node_note = echo '*** make test: no Node.js 20+ and npm on the PATH: the TypeScript SDK tests (sdk/ts) are SKIPPED.' >&2; \
+	echo '*** Install them with: apt-get install nodejs npm  (Node.js 20 or later), then: make test-ts' >&2
+
 test:
 	@$(browser_note)
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@if $(node_ok); then $(MAKE) --no-print-directory test-ts; \
+	elif [ "$${TENURE_REQUIRE_NODE:-}" = 1 ]; then echo 'make test: TENURE_REQUIRE_NODE=1 but no Node.js 20+ and npm on the PATH' >&2; exit 1; \
+	else $(node_note); fi
 	@$(browser_note)
+
+## test-ts: the TypeScript worker SDK (sdk/ts): its dependencies from the committed lockfile,
+## the build (tsc to dist/), then its tests (node --test) against a real `tenure serve`, which
+## they build from this tree once.
+test-ts:
+	cd sdk/ts && npm ci --no-audit --no-fund && npm run build && npm test
 
 ## bench: `tenure bench --quick` in both durability modes (raw JetStream baseline vs Tenure, same run;
 ## see BENCHMARKS.md), then the Go benchmarks of the fold (decode and encode included).
