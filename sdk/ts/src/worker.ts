@@ -51,8 +51,9 @@ export interface WorkerOptions {
   /**
    * The name prefix of the decision consumer: its consumers are named
    * <prefix>_1, <prefix>_2, ... (a replacement takes the next). Default:
-   * random. Under `tenure auth init`'s permissions use "tw_<id>", whose
-   * names _1 to _3 the worker's account may create.
+   * "tw_<id>" when the JetStream API is the worker API prefix (a worker in
+   * an account of its own, as `tenure auth init` configures it, may create
+   * the names tw_<id>_0 to _3 only), else random.
    */
   consumerNamePrefix?: string;
   /** Bounds one call: the publish with its retries and the wait for the verdict. Default 10 s. */
@@ -151,8 +152,8 @@ export async function connect(nc: NatsConnection, id: string, opts: WorkerOption
   // API under the worker prefix (PROTOCOL.md §4); else under $JS.API.
   let apiPrefix = opts.apiPrefix;
   let lastSeq: number | undefined;
+  const workerPrefix = `JS.${o.streamPrefix}.API`;
   if (apiPrefix === undefined) {
-    const workerPrefix = `JS.${o.streamPrefix}.API`;
     try {
       lastSeq = await decisionStreamLastSeq(nc, workerPrefix, out, timeout);
       apiPrefix = workerPrefix;
@@ -170,7 +171,10 @@ export async function connect(nc: NatsConnection, id: string, opts: WorkerOption
   }
   const js = jetstream(nc, { apiPrefix, timeout });
   const w = new Worker(id, js, o, opts.clock ?? realClock);
-  await w._start(out, lastSeq + 1, opts.consumerNamePrefix ?? `c${randomBytes(16).toString("hex")}`);
+  // In an account of its own (the worker API prefix), the worker may name
+  // only its few consumers tw_<id>_0 to _3 (tenure auth init, §4).
+  const namePrefix = opts.consumerNamePrefix ?? (apiPrefix === workerPrefix ? `tw_${id}` : `c${randomBytes(16).toString("hex")}`);
+  await w._start(out, lastSeq + 1, namePrefix);
   return w;
 }
 

@@ -60,10 +60,13 @@ export class Serve {
   readonly #proc: ChildProcess;
   #log = "";
 
-  private constructor(url: string, dir: string, proc: ChildProcess) {
+  readonly #auth: { user: string; password: string; inbox_prefix: string } | undefined;
+
+  private constructor(url: string, dir: string, proc: ChildProcess, auth?: { user: string; password: string; inbox_prefix: string }) {
     this.url = url;
     this.dir = dir;
     this.#proc = proc;
+    this.#auth = auth;
   }
 
   /** The log so far (stderr and stdout). */
@@ -77,13 +80,13 @@ export class Serve {
    * inputs (rules, policy) to be decided, so that every input of a test is
    * judged under the rules revision in force.
    */
-  static async start(extra: string[] = []): Promise<Serve> {
+  static async start(extra: string[] = [], auth?: { user: string; password: string; inbox_prefix: string }): Promise<Serve> {
     const bin = tenureBinary();
     const dir = mkdtempSync(join(tmpdir(), "tenure-ts-"));
     const port = await freePort();
     const args = ["serve", "--listen", `127.0.0.1:${port}`, "--data", dir, "--sync", "interval", "--no-heads", ...extra];
     const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
-    const s = new Serve(`nats://127.0.0.1:${port}`, dir, proc);
+    const s = new Serve(`nats://127.0.0.1:${port}`, dir, proc, auth);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`tenure serve: no "live" line in 30 s:\n${s.#log}`)), 30_000);
       const onData = (b: Buffer) => {
@@ -115,9 +118,10 @@ export class Serve {
     return s;
   }
 
-  /** A NATS connection to the server. */
+  /** A NATS connection to the server (as the coordinator's user under a server configuration with users). */
   connect(name: string): Promise<NatsConnection> {
-    return natsConnect({ servers: this.url, name });
+    const a = this.#auth;
+    return natsConnect({ servers: this.url, name, ...(a ? { user: a.user, pass: a.password, inboxPrefix: a.inbox_prefix } : {}) });
   }
 
   /** Stops the server (SIGTERM, then SIGKILL) and removes its data directory. */
