@@ -191,15 +191,17 @@ describe("run", () => {
   });
 
   test("a withdrawn announcement is made again at once", async () => {
-    // An ACK timeout of 1 ms: the SDK does not ACK an offer read after its
-    // deadline, the queue's fold withdraws the announcement, and run()
-    // announces again at once, long before its ttl/3 renewal.
+    // An ACK timeout of 1 ms, and this process stalled for 200 ms right
+    // after the submit (as a paused worker would be): the offer's ACK
+    // deadline passes first, the queue's fold withdraws the announcement,
+    // and run() announces again at once, long before its ttl/3 renewal.
     const queue = uniq("q");
     const job = uniq("job");
     const watch = await Decisions.follow(nc, `tenure.out.*.*.*`);
     const r = await runWorker(queue, () => undefined, { capacityTtlMs: 600_000 });
     const first = await watch.waitFor((d) => d.kind === "capacity_set" && d.addressee === r.w.id);
     await ops.submit(job, queue, { ack_timeout_ms: 1 });
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200); // blocks the event loop: no ACK goes out
     const w1 = await watch.waitFor((d) => d.kind === "withdrawn" && d.addressee === r.w.id);
     const again = await watch.waitFor((d) => d.kind === "capacity_set" && d.addressee === r.w.id && d !== first,
       5_000, watch.seen.indexOf(w1));
