@@ -588,17 +588,32 @@ export class Worker {
    */
   async _sendN(p: Input, n: number, signal?: AbortSignal): Promise<{ ds: Decision[]; err?: TenureError }> {
     if (this.closed) return { ds: [], err: closedError() }; // publish nothing after close
-    const signals = [AbortSignal.timeout(this._opts.verdictTimeoutMs), this.#closeCtl.signal];
-    if (signal) signals.push(signal);
-    const call = AbortSignal.any(signals);
-    p.t0 ??= this._clock.now();
-    let seq: number;
-    try {
-      seq = await this.#publish(p, call);
-    } catch (err) {
-      return { ds: [], err: this.#callErr(err) };
+    // The call's own signal: the verdict timeout, close(), the caller's
+    // signal; one controller and one timer, removed when the call ends.
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(new Error(`no verdict in ${this._opts.verdictTimeoutMs} ms`)), this._opts.verdictTimeoutMs);
+    timer.unref?.();
+    const sources = signal ? [this.#closeCtl.signal, signal] : [this.#closeCtl.signal];
+    const onAbort = function (this: AbortSignal) {
+      ctl.abort(this.reason);
+    };
+    for (const s of sources) {
+      if (s.aborted) ctl.abort(s.reason);
+      else s.addEventListener("abort", onAbort, { once: true });
     }
-    return this.#awaitN(seq, n, call);
+    try {
+      p.t0 ??= this._clock.now();
+      let seq: number;
+      try {
+        seq = await this.#publish(p, ctl.signal);
+      } catch (err) {
+        return { ds: [], err: this.#callErr(err) };
+      }
+      return await this.#awaitN(seq, n, ctl.signal);
+    } finally {
+      clearTimeout(timer);
+      for (const s of sources) s.removeEventListener("abort", onAbort);
+    }
   }
 
   #callErr(err: unknown): TenureError {
