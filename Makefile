@@ -36,10 +36,12 @@ test:
 	@$(browser_note)
 
 ## test-ts: the TypeScript worker SDK (sdk/ts): its dependencies from the committed lockfile,
-## the build (tsc to dist/), then its tests (node --test) against a real `tenure serve`, which
-## they build from this tree once.
+## the build (tsc to dist/), its tests (node --test) against a real `tenure serve`, which they
+## build from this tree once, then the conformance kit's scenarios against its adapter.
 test-ts:
 	cd sdk/ts && npm ci --no-audit --no-fund && npm run build && npm test
+	TENURE_CONFORMANCE_ADAPTER='node sdk/ts/dist/conformance-adapter.js' TENURE_CONFORMANCE_NAME=ts \
+		$(GO) test -count=1 -timeout 10m -run '^TestConformance$$/^ts$$' ./conformance/
 
 ## bench: `tenure bench --quick` in both durability modes (raw JetStream baseline vs Tenure, same run;
 ## see BENCHMARKS.md), then the Go benchmarks of the fold (decode and encode included).

@@ -333,8 +333,7 @@ export class Lease {
       return;
     }
     const at = new Date(this.#deadline).toISOString();
-    // Authority is lost: the codes include LostAuthority, which the Go
-    // SDK's local-deadline cause does not carry (see README.md).
+    // Authority is lost: LostAuthority with Expired, as the Go SDK's cause.
     if (this.#pendingSeq !== 0) {
       this.#lose(new TenureError(`worker: lease ${this}: local deadline ${at} passed before the renewal's verdict was learned`,
         [ErrorCode.Expired, ErrorCode.NoVerdict, ErrorCode.LostAuthority]));
