@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,93 +110,10 @@ func (s *Server) Stats() Stats {
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for k, t := range s.topos {
-		wg.Go(func() { s.followPartition(ctx, uint32(k), t) })
+		wg.Go(func() { follow.Feed(ctx, s.js, t.DecisionStream(), uint32(k), s.model, s.log.With("in", "api")) })
 	}
 	wg.Wait()
 	return nil
-}
-
-// followPartition reads partition k's decision stream into the model until
-// ctx ends, from the model's position on, again after its Follower stops.
-func (s *Server) followPartition(ctx context.Context, k uint32, t streams.Topology) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		before := s.model.PositionOf(k)
-		err := s.follow(ctx, k, t)
-		if ctx.Err() != nil {
-			return
-		}
-		if s.model.PositionOf(k) > before {
-			backoff = 100 * time.Millisecond
-		}
-		s.log.Debug("api: following the decision stream again", "stream", t.DecisionStream(), "err", err, "after", s.model.PositionOf(k))
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// follow reads partition k's decision stream from the model's position on
-// until ctx ends or the Follower stops. The partition is caught up once
-// the model has reached the stream's last sequence as it was when the
-// reading began.
-func (s *Server) follow(ctx context.Context, k uint32, t streams.Topology) error {
-	var target atomic.Uint64
-	target.Store(math.MaxUint64)
-	cfg := follow.Config{
-		Stream: t.DecisionStream(), StartSeq: s.model.PositionOf(k) + 1, PullAhead: 4096,
-		OnError: func(err error) { s.log.Debug("api: following", "err", err) },
-	}
-	f := follow.Start(ctx, s.js, cfg, func(_ context.Context, m follow.Msg) {
-		if m.Err != nil {
-			return
-		}
-		d, err := events.DecodeDecision(m.Data)
-		if err != nil {
-			s.log.Warn("api: undecodable decision", "stream", cfg.Stream, "seq", m.Seq, "err", err)
-			s.model.Skip(k, m.Seq)
-		} else {
-			s.model.Apply(k, m.Seq, &d)
-		}
-		if m.Seq >= target.Load() {
-			s.model.SetCaughtUp(k)
-		}
-	})
-	defer f.Stop()
-	select {
-	case <-f.Ready():
-	case <-f.Done():
-		return f.Err()
-	}
-	// The end of the stream as the reading began, retried until the
-	// stream answers.
-	for ctx.Err() == nil {
-		st, err := s.js.Stream(ctx, t.DecisionStream())
-		var info *jetstream.StreamInfo
-		if err == nil {
-			info, err = st.Info(ctx)
-		}
-		if err == nil {
-			target.Store(info.State.LastSeq)
-			if s.model.PositionOf(k) >= info.State.LastSeq {
-				s.model.SetCaughtUp(k)
-			}
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-f.Done():
-			return f.Err()
-		case <-time.After(time.Second):
-		}
-	}
-	select {
-	case <-ctx.Done():
-	case <-f.Done():
-	}
-	return f.Err()
 }
 
 // Endpoint names of the micro service (`nats micro info tenure` lists

@@ -382,6 +382,14 @@ func (m *model) unleasedEntry(id string, p events.Partition) *jobEntry {
 }
 
 // skip records an undecodable decision at seq of partition part.
+// sink is the model as follow.Feed feeds it.
+type sink struct{ m *model }
+
+func (s sink) PositionOf(part uint32) uint64                     { return s.m.position(part) }
+func (s sink) Apply(part uint32, seq uint64, d *events.Decision) { s.m.apply(part, seq, d) }
+func (s sink) Skip(part uint32, seq uint64)                      { s.m.skip(part, seq) }
+func (s sink) SetCaughtUp(part uint32)                           { s.m.setCaughtUp(part) }
+
 func (m *model) skip(part uint32, seq uint64) {
 	m.mu.Lock()
 	m.parts[part].seq = seq

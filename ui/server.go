@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -176,109 +174,10 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.hub.run(ctx) })
 	for k, t := range s.topos {
-		wg.Go(func() { s.followPartition(ctx, uint32(k), t) })
+		wg.Go(func() { follow.Feed(ctx, s.js, t.DecisionStream(), uint32(k), sink{s.model}, s.log.With("in", "ui")) })
 	}
 	wg.Wait()
 	return nil
-}
-
-// followPartition reads partition k's decision stream (t's) into the model
-// until ctx ends, from the model's position in it on, starting again after
-// the position when its Follower stops.
-func (s *Server) followPartition(ctx context.Context, k uint32, t streams.Topology) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		before := s.model.position(k)
-		err := s.follow(ctx, k, t)
-		if ctx.Err() != nil {
-			return
-		}
-		if s.model.position(k) > before {
-			backoff = 100 * time.Millisecond
-		}
-		s.log.Debug("ui: following the decision stream again", "stream", t.DecisionStream(), "err", err, "after", s.model.position(k))
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// follow reads partition k's decision stream from the model's position on,
-// until ctx ends (nil) or the Follower stops on an error. The partition is
-// caught up once the model has reached the stream's last sequence as it
-// was when the reading began.
-func (s *Server) follow(ctx context.Context, k uint32, t streams.Topology) error {
-	var target atomic.Uint64
-	target.Store(math.MaxUint64)
-	errc := make(chan error, 1) // why the Follower stopped, if it stopped on its own
-	cfg := follow.Config{
-		Stream: t.DecisionStream(), StartSeq: s.model.position(k) + 1, PullAhead: 4096,
-		OnError: func(err error) { s.log.Debug("ui: following", "err", err) },
-	}
-	f := follow.Start(ctx, s.js, cfg, func(_ context.Context, m follow.Msg) {
-		if m.Err != nil {
-			select {
-			case errc <- m.Err:
-			default:
-			}
-			return
-		}
-		d, err := events.DecodeDecision(m.Data)
-		if err != nil {
-			s.log.Warn("ui: undecodable decision", "stream", cfg.Stream, "seq", m.Seq, "err", err)
-			s.model.skip(k, m.Seq)
-		} else {
-			s.model.apply(k, m.Seq, &d)
-		}
-		if m.Seq >= target.Load() {
-			s.model.setCaughtUp(k)
-		}
-	})
-	defer f.Stop()
-	select {
-	case <-f.Ready():
-	case <-f.Done():
-	}
-	// The end of the stream as the reading began: retried until the
-	// stream answers, as the Follower retries its consumer.
-	for ctx.Err() == nil {
-		st, err := s.js.Stream(ctx, t.DecisionStream())
-		var info *jetstream.StreamInfo
-		if err == nil {
-			info, err = st.Info(ctx)
-		}
-		if err == nil {
-			target.Store(info.State.LastSeq)
-			if s.model.position(k) >= info.State.LastSeq {
-				s.model.setCaughtUp(k)
-			}
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-f.Done():
-			return stopped(errc)
-		case <-time.After(time.Second):
-		}
-	}
-	select {
-	case <-ctx.Done():
-	case <-f.Done():
-	}
-	f.Stop()
-	return stopped(errc)
-}
-
-// stopped is why a Follower stopped on its own (errc), or nil.
-func stopped(errc <-chan error) error {
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
-	}
 }
 
 // Serve runs the server on ln until ctx ends: Run, and HTTP on ln, shut
