@@ -176,6 +176,16 @@ type Result struct {
 	BaselineSDKPipelinePerS float64 `json:"baseline_pipeline_sdk_per_s"`
 	SDKFairRatio            float64 `json:"pipeline_sdk_fair_ratio"`    // tenure_pipeline_sdk_per_s / baseline_pipeline_sdk_per_s
 	TenureRenewErrors       float64 `json:"tenure_pipeline_sdk_errors"` // SDK renewals not accepted
+	// The same fair baseline whose answers are shaped like Tenure's
+	// verdicts (issue 20's measured model of what separates the SDK path
+	// from it): each answer carries the body and the header set of a
+	// renewal verdict the SDK run stored (a fresh Nats-Msg-Id each, in the
+	// stream's duplicate window as Tenure's are), appended with an expected
+	// last sequence as the coordinator's single writer appends.
+	BaselineSDKShapedPerS float64 `json:"baseline_pipeline_sdk_shaped_per_s"`
+	SDKShapedRatio        float64 `json:"pipeline_sdk_shaped_ratio"` // tenure_pipeline_sdk_per_s / baseline_pipeline_sdk_shaped_per_s
+	DecisionBytes         float64 `json:"decision_bytes"`            // the body of that verdict, bytes
+	DecisionHeaderBytes   float64 `json:"decision_header_bytes"`     // its headers as stored, bytes
 
 	// 8. Receipts (run after the pipeline): SDK workers end to end with
 	// receipts off and on, in alternating windows of the same run.

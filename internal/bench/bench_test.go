@@ -81,7 +81,7 @@ func TestRunTiny(t *testing.T) {
 	// The SDK's fair baseline runs (its figure may be 0 in a window this
 	// short when fsyncs stall: it is there, a number).
 	// So may a queue side's (the scenario fails if neither completed a job).
-	for _, k := range []string{"baseline_pipeline_sdk_per_s", "pipeline_sdk_fair_ratio",
+	for _, k := range []string{"baseline_pipeline_sdk_per_s", "pipeline_sdk_fair_ratio", "baseline_pipeline_sdk_shaped_per_s", "pipeline_sdk_shaped_ratio",
 		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "queue_inflight", "baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms",
 		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "baseline_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p99_ms"} {
 		if _, ok := m[k].(float64); !ok {
@@ -90,6 +90,14 @@ func TestRunTiny(t *testing.T) {
 	}
 	if m["queue_inflight"] != 16.0 || m["baseline_queue_per_s"].(float64)+m["tenure_queue_per_s"].(float64) <= 0 {
 		t.Errorf("queue: %v in flight, %v and %v jobs/s", m["queue_inflight"], m["baseline_queue_per_s"], m["tenure_queue_per_s"])
+	}
+	// The shaped baseline's answers are a renewal verdict as stored: a
+	// body of several hundred bytes and Tenure's headers.
+	if b, h := m["decision_bytes"].(float64), m["decision_header_bytes"].(float64); b < 500 || h < 100 {
+		t.Errorf("the shaped baseline's template: %v bytes of body, %v of headers", b, h)
+	}
+	if !strings.Contains(progress.String(), "answers shaped like verdicts") {
+		t.Errorf("the shaped SDK baseline did not run:\n%s", progress.String())
 	}
 	if !strings.Contains(progress.String(), "publishers reading their answers") {
 		t.Errorf("the fair SDK baseline did not run:\n%s", progress.String())

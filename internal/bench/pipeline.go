@@ -55,19 +55,28 @@ func (b *runner) pipeline(ctx context.Context) error {
 	r.TenureSinglePerS, r.SinglePipelineRatio = single, ratio(single, base)
 	b.logf("  tenure, one lease per input: %.0f renewals/s, %.2f cores busy: %.1f µs CPU each; ratio %.2f", single, b.lastCPU, b.lastCPU/single*1e6, r.SinglePipelineRatio)
 
-	sdk, errs, err := b.sdkPipeline(ctx)
+	sdk, errs, shape, err := b.sdkPipeline(ctx)
 	if err != nil {
 		return fmt.Errorf("tenure through the SDK: %w", err)
 	}
 	r.TenureSDKPerS, r.SDKPipelineRatio, r.TenureRenewErrors = sdk, ratio(sdk, base), float64(errs)
 	b.logf("  tenure through the SDK, verdicts consumed: %.0f renewals/s (%d errors), %.2f cores busy: %.1f µs CPU each; ratio %.2f", sdk, errs, b.lastCPU, b.lastCPU/sdk*1e6, r.SDKPipelineRatio)
 
-	fair, err := b.baselineSDKPipeline(ctx)
+	fair, err := b.baselineSDKPipeline(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("baseline whose publishers read their answers: %w", err)
 	}
 	r.BaselineSDKPipelinePerS, r.SDKFairRatio = fair, ratio(sdk, fair)
 	b.logf("  baseline, %d publishers reading their answers: %.0f inputs/s answered and read, %.2f cores busy; the SDK's ratio to it %.2f", b.cfg.PipelineWorkers, fair, b.lastCPU, r.SDKFairRatio)
+
+	shaped, err := b.baselineSDKPipeline(ctx, shape)
+	if err != nil {
+		return fmt.Errorf("baseline whose answers are shaped like verdicts: %w", err)
+	}
+	r.BaselineSDKShapedPerS, r.SDKShapedRatio = shaped, ratio(sdk, shaped)
+	r.DecisionBytes, r.DecisionHeaderBytes = float64(len(shape.Data)), float64(headerBytes(shapedHeader(shape.Header, 0)))
+	b.logf("  the same, answers shaped like verdicts (%d-byte body, %d bytes of headers): %.0f inputs/s answered and read, %.2f cores busy; the SDK's ratio to it %.2f",
+		len(shape.Data), int(r.DecisionHeaderBytes), shaped, b.lastCPU, r.SDKShapedRatio)
 	return nil
 }
 
@@ -432,27 +441,30 @@ func (b *runner) wirePipeline(ctx context.Context, batched bool) (verdicts, inpu
 // loop (Lease.Renew; the SDK coalesces the renewals that are due together
 // into batch renews), each learning its verdicts from the decision stream.
 // The rate is that of the verdicts stored.
-func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64, err error) {
+//
+// shape is the last verdict the run stored (its subject, body and headers as
+// stored), the template of the shaped baseline's answers.
+func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64, shape *nats.Msg, err error) {
 	const name = "pipeline-tenure-sdk"
 	srv, co, err := b.tenureServer(name)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer srv.Shutdown()
 	defer co.stop()
 	nc, err := connect(srv.ClientURL(), "bench-admin")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	leases, closeAll, err := acquireMany(ctx, srv.ClientURL(), b.cfg.PipelineWorkers, b.cfg.PipelineLeases)
 	defer closeAll()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	b.logf("  %d leases acquired by %d SDK workers", len(leases), b.cfg.PipelineWorkers)
 
@@ -483,12 +495,69 @@ func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64,
 	cancel()
 	wg.Wait()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	if e, ok := firstErr.Load().(error); ok {
 		b.logf("  first renewal error: %v", e)
 	}
-	return rates[0], nerr.Load(), nil
+	out, err := js.Stream(ctx, streams.Topology{}.DecisionStream())
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	last, err := out.GetLastMsgForSubject(ctx, ">")
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("the last verdict: %w", err)
+	}
+	if d, err := events.DecodeDecision(last.Data); err != nil || d.Kind != events.KindRenewed {
+		return 0, 0, nil, fmt.Errorf("the last decision stored is not a renewal verdict (%s, %v)", d.Kind, err)
+	}
+	// The get's own headers (Nats-Stream, Nats-Sequence, Nats-Subject,
+	// Nats-Time-Stamp) are not the message's.
+	stored := nats.Header{}
+	for k, v := range last.Header {
+		switch k {
+		case "Nats-Stream", "Nats-Sequence", "Nats-Subject", "Nats-Time-Stamp", "Nats-Last-Sequence", "Nats-Num-Pending":
+		default:
+			stored[k] = v
+		}
+	}
+	return rates[0], nerr.Load(), &nats.Msg{Subject: last.Subject, Data: last.Data, Header: stored}, nil
+}
+
+// shapedHeader is the header set of tmpl with the values of the answer
+// appended after `last` answers: its own message id, cause and expected
+// last sequence; other values as in tmpl, but no atomic batch headers.
+func shapedHeader(tmpl nats.Header, last uint64) nats.Header {
+	h := make(nats.Header, len(tmpl))
+	n := strconv.FormatUint(last+1, 10)
+	for k, v := range tmpl {
+		switch k {
+		case "Nats-Msg-Id":
+			h[k] = []string{"answer-" + n}
+		case "Nats-Expected-Last-Sequence":
+			h[k] = []string{strconv.FormatUint(last, 10)}
+		case events.HeaderCause:
+			h[k] = []string{n}
+		case "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit":
+			// Stored with a verdict appended in an atomic batch; a single
+			// append (the stand-in's) carries none.
+		default:
+			h[k] = v
+		}
+	}
+	return h
+}
+
+// headerBytes is the size of h as NATS encodes it (NATS/1.0 line, one
+// "key: value" line per value, the blank line).
+func headerBytes(h nats.Header) int {
+	n := len("NATS/1.0\r\n") + 2
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
 }
 
 // acquireMany connects nWorkers SDK workers and acquires perWorker leases of
@@ -561,8 +630,17 @@ func acquireSet(ctx context.Context, url, prefix string, nWorkers, perWorker int
 // coordinator's stand-in) reads the inputs in order and appends one
 // 200-byte answer per input on the publisher's subject. An input counts
 // once its publisher has read its answer.
-func (b *runner) baselineSDKPipeline(ctx context.Context) (float64, error) {
-	srv, err := b.startServer(b.newDir("baseline-sdk"), false)
+//
+// With shape (a verdict as stored), each answer is shaped like it: its body,
+// and its header set with values of the answer's own (a fresh Nats-Msg-Id,
+// which enters the stream's duplicate window, the expected last sequence
+// of a single writer, the cause); without, a 200-byte body and no headers.
+func (b *runner) baselineSDKPipeline(ctx context.Context, shape *nats.Msg) (float64, error) {
+	name := "baseline-sdk"
+	if shape != nil {
+		name = "baseline-sdk-shaped"
+	}
+	srv, err := b.startServer(b.newDir(name), false)
 	if err != nil {
 		return 0, err
 	}
@@ -583,7 +661,7 @@ func (b *runner) baselineSDKPipeline(ctx context.Context) (float64, error) {
 	if _, err := jsC.CreateStream(ctx, baselineStream("BASE_OUT", "base.out.>")); err != nil {
 		return 0, err
 	}
-	stop := b.profile("pipeline-baseline-sdk")
+	stop := b.profile("pipeline-" + name)
 	defer stop()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -598,9 +676,15 @@ func (b *runner) baselineSDKPipeline(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	answer := payload(200, "answer")
+	var answers uint64 // the stand-in's answers so far: its stream's last sequence
 	cc, err := in.Consume(func(m jetstream.Msg) {
 		w := strings.TrimSuffix(strings.TrimPrefix(m.Subject(), "base.in."), ".renew")
-		if _, err := jsC.PublishMsgAsync(&nats.Msg{Subject: "base.out." + w + ".renewed", Data: answer}, jetstream.WithStallWait(30*time.Second)); err != nil && cctx.Err() == nil {
+		am := &nats.Msg{Subject: "base.out." + w + ".renewed", Data: answer}
+		if shape != nil {
+			am.Data, am.Header = shape.Data, shapedHeader(shape.Header, answers)
+		}
+		answers++
+		if _, err := jsC.PublishMsgAsync(am, jetstream.WithStallWait(30*time.Second)); err != nil && cctx.Err() == nil {
 			failed.CompareAndSwap(nil, err)
 		}
 	}, jetstream.PullMaxMessages(1024))

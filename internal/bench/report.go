@@ -83,6 +83,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	row("  one lease per input (per s)", r.BaselinePipelinePerS, r.TenureSinglePerS, "%.0f", r.SinglePipelineRatio)
 	row("  SDK, verdicts consumed (per s)", r.BaselinePipelinePerS, r.TenureSDKPerS, "%.0f", r.SDKPipelineRatio)
 	row("  SDK vs publishers reading answers (per s)", r.BaselineSDKPipelinePerS, r.TenureSDKPerS, "%.0f", r.SDKFairRatio)
+	row("  the same, answers shaped like verdicts (per s)", r.BaselineSDKShapedPerS, r.TenureSDKPerS, "%.0f", r.SDKShapedRatio)
 	row("8 SDK, receipts off / on (per s)", r.SDKReceiptsOffPerS, r.SDKReceiptsOnPerS, "%.0f", r.SDKReceiptsRatio)
 	row("  CPU per renewal, off / on (µs)", r.SDKReceiptsOffCPUUs, r.SDKReceiptsOnCPUUs, "%.1f", ratio(r.SDKReceiptsOffCPUUs, r.SDKReceiptsOnCPUUs))
 	row("2 round trip p50 (µs)", r.BaselineRTTP50, r.TenureRTTP50, "%.0f", r.RTTP50Ratio)
