@@ -44,11 +44,25 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	quiet := fs.Bool("q", false, "no progress on stderr")
 	clusterMode := fs.Bool("cluster", false, "instead: throughput with 1, 2 and 4 partitions on a local 3-node cluster of real processes (R3 streams), next to raw JetStream on the same cluster")
 	natsServer := fs.String("nats-server", "", "with --cluster: a nats-server binary for the nodes (default: this binary's embedded server)")
+	clusterLeases := fs.Int("cluster-leases", 0, "with --cluster: leases per SDK worker (8 workers; default 512: as many in flight as the raw baseline keeps)")
+	clusterParts := fs.String("partitions", "", "with --cluster: comma-separated partition counts to measure (default 1,2,4)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *clusterMode {
-		ccfg := bench.ClusterConfig{Dir: *dir, NatsServer: *natsServer}
+		ccfg := bench.ClusterConfig{Dir: *dir, NatsServer: *natsServer, Leases: *clusterLeases}
+		if *clusterLeases < 0 {
+			return fmt.Errorf("%w: --cluster-leases: want a positive lease count", errUsage)
+		}
+		if *clusterParts != "" {
+			for _, s := range strings.Split(*clusterParts, ",") {
+				n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+				if err != nil || n == 0 || n > 64 {
+					return fmt.Errorf("%w: --partitions: %q is not a partition count from 1 to 64", errUsage, s)
+				}
+				ccfg.Partitions = append(ccfg.Partitions, uint32(n))
+			}
+		}
 		if *quick {
 			ccfg.Window = 5 * time.Second
 		}
@@ -64,9 +78,9 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 			return enc.Encode(res)
 		}
 		fmt.Fprintf(stdout, "cluster: %d nodes (real processes, loopback, R3, sync always), %d SDK workers x %d leases\n", res.Nodes, res.Workers, res.Leases)
-		fmt.Fprintf(stdout, "%-11s %16s %14s %7s\n", "partitions", "tenure renew/s", "raw msgs/s", "ratio")
+		fmt.Fprintf(stdout, "%-11s %16s %14s %7s %17s %7s\n", "partitions", "tenure renew/s", "raw msgs/s", "ratio", "raw shaped msgs/s", "ratio")
 		for _, p := range res.Points {
-			fmt.Fprintf(stdout, "%-11d %16.0f %14.0f %7.2f\n", p.Partitions, p.TenurePerS, p.RawPerS, p.Ratio)
+			fmt.Fprintf(stdout, "%-11d %16.0f %14.0f %7.2f %17.0f %7.2f\n", p.Partitions, p.TenurePerS, p.RawPerS, p.Ratio, p.RawShapedPerS, p.ShapedRatio)
 		}
 		return nil
 	}

@@ -24,7 +24,7 @@ type ClusterConfig struct {
 	Partitions []uint32      // partition counts to measure, default 1, 2, 4
 	Nodes      int           // nats-server nodes, default 3 (R3 streams)
 	Workers    int           // SDK workers, default 8
-	Leases     int           // leases per worker, default 100
+	Leases     int           // leases per worker, default 512 (8 x 512 in flight, as the raw baseline keeps unacknowledged)
 	Window     time.Duration // measuring window per count, default 10 s
 	Tenure     string        // the tenure binary for the processes (default: this executable)
 	NatsServer string        // a nats-server binary for the nodes (default: `tenure cluster node`)
@@ -43,7 +43,7 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 		c.Workers = 8
 	}
 	if c.Leases == 0 {
-		c.Leases = 100
+		c.Leases = 512
 	}
 	if c.Window == 0 {
 		c.Window = 10 * time.Second
@@ -53,11 +53,16 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 
 // ClusterPoint is the measurement of one partition count.
 type ClusterPoint struct {
-	Partitions  uint32  `json:"partitions"`
-	TenurePerS  float64 `json:"tenure_renewals_per_s"` // renewal verdicts stored per second, every partition together
-	RawPerS     float64 `json:"raw_per_s"`             // raw JetStream: ~200-byte async publishes stored per second into as many R3 streams
-	Ratio       float64 `json:"ratio"`                 // TenurePerS / RawPerS
-	RenewErrors int64   `json:"renew_errors"`
+	Partitions uint32  `json:"partitions"`
+	TenurePerS float64 `json:"tenure_renewals_per_s"` // renewal verdicts stored per second, every partition together
+	RawPerS    float64 `json:"raw_per_s"`             // raw JetStream: ~200-byte async publishes stored per second into as many R3 streams, as many in flight as Tenure's leases
+	Ratio      float64 `json:"ratio"`                 // TenurePerS / RawPerS
+	// The same with messages shaped like a renewal verdict (its body and
+	// stored header set, a fresh Nats-Msg-Id each): one verdict's write,
+	// without the input or the fold.
+	RawShapedPerS float64 `json:"raw_shaped_per_s"`
+	ShapedRatio   float64 `json:"shaped_ratio"` // TenurePerS / RawShapedPerS
+	RenewErrors   int64   `json:"renew_errors"`
 }
 
 // ClusterResult is the result of `tenure bench --cluster`.
@@ -180,41 +185,72 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, parts uint32, dir stri
 	pt.TenurePerS = float64(n1-n0) / el.Seconds()
 	pt.RenewErrors = nerr.Load()
 
-	// Raw JetStream on the same cluster: as many R3 streams as partitions,
-	// one async publisher each, ~200-byte messages.
+	// The template of the shaped baseline: the last verdict stored.
+	shape, err := lastVerdict(ctx, js, outs[0].DecisionStream())
+	if err != nil {
+		return pt, err
+	}
+	inflight := cfg.Workers * cfg.Leases
+	if pt.RawPerS, err = rawCluster(ctx, c.URL(), js, parts, inflight, nil, cfg.Window, "BENCH_RAW_"); err != nil {
+		return pt, err
+	}
+	if pt.RawShapedPerS, err = rawCluster(ctx, c.URL(), js, parts, inflight, shape, cfg.Window, "BENCH_SHAPED_"); err != nil {
+		return pt, err
+	}
+	pt.Ratio = ratio(pt.TenurePerS, pt.RawPerS)
+	pt.ShapedRatio = ratio(pt.TenurePerS, pt.RawShapedPerS)
+	return pt, nil
+}
+
+// rawCluster is the raw JetStream baseline on the cluster at url: as many
+// R3 streams as partitions (named prefix<k>), one async publisher each on a
+// connection of its own, together keeping inflight messages unacknowledged
+// (as many as Tenure's leases); ~200-byte messages without headers, or,
+// with shape, messages shaped like shape (its body and header set, a fresh
+// Nats-Msg-Id each). The rate is that of the messages stored.
+func rawCluster(ctx context.Context, url string, js jetstream.JetStream, parts uint32, inflight int, shape *nats.Msg, window time.Duration, prefix string) (float64, error) {
 	body := make([]byte, 200)
 	for i := range body {
 		body[i] = 'x'
 	}
+	if shape != nil {
+		body = shape.Data
+	}
 	var raws []jetstream.Stream
 	for k := range parts {
-		name := "BENCH_RAW_" + strconv.Itoa(int(k))
-		s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench.raw." + strconv.Itoa(int(k))},
-			Replicas: min(cfg.Nodes, 3), Storage: jetstream.FileStorage})
+		name := prefix + strconv.Itoa(int(k))
+		s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench." + name},
+			Replicas: 3, Storage: jetstream.FileStorage})
 		if err != nil {
-			return pt, err
+			return 0, err
 		}
 		raws = append(raws, s)
 	}
+	pending := max(1, inflight/int(parts))
 	rctx, rcancel := context.WithCancel(ctx)
 	var rwg sync.WaitGroup
 	var firstErr atomic.Value
 	for k := range parts {
 		rwg.Go(func() {
-			pnc, err := nats.Connect(c.URL())
+			pnc, err := nats.Connect(url)
 			if err != nil {
 				firstErr.CompareAndSwap(nil, err)
 				return
 			}
 			defer pnc.Close()
-			pjs, err := jetstream.New(pnc, jetstream.WithPublishAsyncMaxPending(1024))
+			pjs, err := jetstream.New(pnc, jetstream.WithPublishAsyncMaxPending(pending))
 			if err != nil {
 				firstErr.CompareAndSwap(nil, err)
 				return
 			}
-			subj := "bench.raw." + strconv.Itoa(int(k))
-			for rctx.Err() == nil {
-				if _, err := pjs.PublishAsync(subj, body, jetstream.WithStallWait(10*time.Second)); err != nil && rctx.Err() == nil {
+			subj := "bench." + prefix + strconv.Itoa(int(k))
+			for n := uint64(0); rctx.Err() == nil; n++ {
+				m := &nats.Msg{Subject: subj, Data: body}
+				if shape != nil {
+					m.Header = shapedHeader(shape.Header, n)
+					delete(m.Header, "Nats-Expected-Last-Sequence") // several publishers' acks race; the id stays
+				}
+				if _, err := pjs.PublishMsgAsync(m, jetstream.WithStallWait(10*time.Second)); err != nil && rctx.Err() == nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
@@ -236,26 +272,27 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, parts uint32, dir stri
 		}
 		return n, nil
 	}
-	time.Sleep(cfg.Window / 5)
+	time.Sleep(window / 5)
 	r0, err := rawStored()
 	if err != nil {
 		rcancel()
 		rwg.Wait()
-		return pt, err
+		return 0, err
 	}
-	t0 = time.Now()
-	time.Sleep(cfg.Window)
+	t0 := time.Now()
+	time.Sleep(window)
 	r1, err := rawStored()
-	el = time.Since(t0)
+	el := time.Since(t0)
 	rcancel()
 	rwg.Wait()
 	if err != nil {
-		return pt, err
+		return 0, err
 	}
 	if e, ok := firstErr.Load().(error); ok {
-		return pt, fmt.Errorf("raw publish: %w", e)
+		return 0, fmt.Errorf("raw publish: %w", e)
 	}
-	pt.RawPerS = float64(r1-r0) / el.Seconds()
-	pt.Ratio = ratio(pt.TenurePerS, pt.RawPerS)
-	return pt, nil
+	for _, s := range raws { // the next baseline has the nodes to itself
+		_ = js.DeleteStream(ctx, s.CachedInfo().Config.Name)
+	}
+	return float64(r1-r0) / el.Seconds(), nil
 }

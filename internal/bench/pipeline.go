@@ -500,16 +500,27 @@ func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64,
 	if e, ok := firstErr.Load().(error); ok {
 		b.logf("  first renewal error: %v", e)
 	}
-	out, err := js.Stream(ctx, streams.Topology{}.DecisionStream())
+	shape, err = lastVerdict(ctx, js, streams.Topology{}.DecisionStream())
 	if err != nil {
 		return 0, 0, nil, err
 	}
+	return rates[0], nerr.Load(), shape, nil
+}
+
+// lastVerdict is the last message of stream (a decision stream Tenure's
+// renewals were just appended to) as stored: subject, body and headers,
+// which must be a renewal verdict's.
+func lastVerdict(ctx context.Context, js jetstream.JetStream, stream string) (*nats.Msg, error) {
+	out, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
 	last, err := out.GetLastMsgForSubject(ctx, ">")
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("the last verdict: %w", err)
+		return nil, fmt.Errorf("the last verdict: %w", err)
 	}
 	if d, err := events.DecodeDecision(last.Data); err != nil || d.Kind != events.KindRenewed {
-		return 0, 0, nil, fmt.Errorf("the last decision stored is not a renewal verdict (%s, %v)", d.Kind, err)
+		return nil, fmt.Errorf("the last decision stored is not a renewal verdict (%s, %v)", d.Kind, err)
 	}
 	// The get's own headers (Nats-Stream, Nats-Sequence, Nats-Subject,
 	// Nats-Time-Stamp) are not the message's.
@@ -521,7 +532,7 @@ func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64,
 			stored[k] = v
 		}
 	}
-	return rates[0], nerr.Load(), &nats.Msg{Subject: last.Subject, Data: last.Data, Header: stored}, nil
+	return &nats.Msg{Subject: last.Subject, Data: last.Data, Header: stored}, nil
 }
 
 // shapedHeader is the header set of tmpl with the values of the answer
