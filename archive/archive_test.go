@@ -48,6 +48,10 @@ func newEnv(t *testing.T, top streams.Topology) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The tests write their logs by hand, no coordinator ends the genesis.
+	if h.In, err = streams.EndGenesis(context.Background(), js, top); err != nil {
+		t.Fatal(err)
+	}
 	return &env{srv: srv, js: js, h: h, top: top}
 }
 

@@ -47,6 +47,9 @@ func TestGoldenScenariosAuditClean(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if h.In, err = streams.EndGenesis(context.Background(), js, streams.Topology{}); err != nil { // a log by hand
+				t.Fatal(err)
+			}
 			e := &env{srv: srv, nc: nc, js: js, h: h}
 			n := 0
 			datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -823,6 +826,9 @@ func TestDataDir(t *testing.T) {
 	nc, js := testutil.Connect(t, srv.ClientURL())
 	h, err := streams.Ensure(context.Background(), js, streams.Topology{}, time.Minute)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if h.In, err = streams.EndGenesis(context.Background(), js, streams.Topology{}); err != nil { // a log by hand
 		t.Fatal(err)
 	}
 	e := &env{srv: srv, nc: nc, js: js, h: h}

@@ -45,6 +45,10 @@ func newEnv(t testing.TB, top streams.Topology, opts ...testutil.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The tests write their logs by hand, no coordinator ends the genesis.
+	if h.In, err = streams.EndGenesis(context.Background(), js, top); err != nil {
+		t.Fatal(err)
+	}
 	return &env{srv: srv, nc: nc, js: js, h: h, top: top}
 }
 

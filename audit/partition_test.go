@@ -49,6 +49,11 @@ func newPartitioned(t *testing.T) *partitioned {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i, pt := range memTopology.Partitions(partitions) { // the inputs come before the coordinators
+		if hs[i].In, err = streams.EndGenesis(ctx, js, pt); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d := &partitioned{srv: srv, js: js, topos: memTopology.Partitions(partitions), hs: hs}
 	publish := func(subject, body string) *jetstream.PubAck {
 		t.Helper()

@@ -74,10 +74,25 @@
 // streams only (create, info, message get, direct get, consumers with their
 // acks and flow control); update, purge and delete messages only on the
 // KV_TENURE_LEADER and OBJ_TENURE_SNAPSHOTS streams (replacing a snapshot
-// purges the old object's chunks); put to $KV.TENURE_LEADER.> and
-// $O.TENURE_SNAPSHOTS.>; serve its micro service; and answer requests
-// (allow_responses). Deleting any stream, and updating, purging or deleting
-// messages of TENURE_IN or TENURE_OUT, is refused. It subscribes to
+// purges the old object's chunks); update TENURE_IN (below); put to
+// $KV.TENURE_LEADER.> and $O.TENURE_SNAPSHOTS.>; serve its micro service;
+// and answer requests (allow_responses). Deleting any stream, purging or
+// deleting messages of TENURE_IN or TENURE_OUT, and updating TENURE_OUT,
+// is refused.
+//
+// The update of TENURE_IN is the end of its genesis (streams.EndGenesis,
+// PROTOCOL.md §1.1): a new input stream takes only the coordinators' rules
+// and policy inputs (tenure.in.coord.*._.rules, tenure.in.coord.*._.policy,
+// which only coordinators may publish) until the live coordinator has
+// stored them and widens it to tenure.in.>. NATS permissions cannot limit
+// an update to that change, so a coordinator's credential could also change
+// TENURE_IN's other settings (a maximum age or count, which would remove
+// inputs; sources; sealing) where the server allows it (it refuses to
+// cancel DenyDelete or DenyPurge, and roll-ups need purges). Every
+// coordinator's start (streams.Ensure) and every audit
+// (streams.Handles.Verify) checks the input stream's lock-down as it finds
+// it and refuses one so changed; keep coordinator credentials as carefully
+// as the decision stream they write. It subscribes to
 // _INBOX_<c>.>, its micro service subjects, tenure.status.<c> and the
 // state API's tenure.api.> (tenure serve answers it), which it may also
 // request.

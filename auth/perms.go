@@ -197,17 +197,22 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 			}
 			p.PublishAllow = append(p.PublishAllow, "$KV."+kvBucket+".>", "$O."+objBucket+".>",
 				t.HeadSubject()) // its signed chain heads (PROTOCOL.md §20.3)
+			// The end of the input stream's genesis (streams.EndGenesis):
+			// the live coordinator widens a new input stream's subjects
+			// once its rules are stored. The server cannot restrict an
+			// update to that change; see the package documentation.
+			p.PublishAllow = append(p.PublishAllow, api+"STREAM.UPDATE."+in)
 		}
 		p.PublishAllow = append(p.PublishAllow, APISubjects) // the state API, which tenure serve answers
 		p.PublishDeny = []string{api + "STREAM.DELETE.*"}
 		for _, t := range topos {
 			for _, s := range []string{t.InputStream(), t.DecisionStream()} {
 				p.PublishDeny = append(p.PublishDeny,
-					api+"STREAM.UPDATE."+s,
 					api+"STREAM.PURGE."+s,
 					api+"STREAM.MSG.DELETE."+s,
 				)
 			}
+			p.PublishDeny = append(p.PublishDeny, api+"STREAM.UPDATE."+t.DecisionStream())
 		}
 		p.SubscribeAllow = append([]string{inbox}, srv...)
 		p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name, APISubjects)

@@ -209,6 +209,9 @@ func TestAppenderDropsForgedReplies(t *testing.T) {
 	if _, err := streams.Ensure(ctx, js, top, time.Second); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := streams.EndGenesis(ctx, js, top); err != nil { // no coordinator runs: the attacker's inputs must be stored
+		t.Fatal(err)
+	}
 	a, err := newAppender(nc, top.DecisionStream(), 16, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func TestGoldenScenariosEndToEnd(t *testing.T) {
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			t.Parallel()
-			srv, _, js := newServer(t)
+			srv, _, js := newOpenServer(t) // a log written by hand
 			var n uint64
 			// Collect the inputs with the golden harness's own parser.
 			datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -375,7 +375,7 @@ func TestCrashAtRandomPoints(t *testing.T) {
 // decision written by someone else before the coordinator ever ran) makes the
 // coordinator refuse to go live with ErrDivergence, and write nothing.
 func TestRefusesToGoLiveOnDivergence(t *testing.T) {
-	_, nc, js := newServer(t)
+	_, nc, js := newOpenServer(t)
 	seq := publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
 	// The fold would say "granted"; a foreign writer stored "rejected".
 	p := projector.New()

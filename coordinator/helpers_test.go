@@ -277,10 +277,24 @@ func verdict(ds []events.Decision) events.Decision {
 	return events.Decision{}
 }
 
+// newServer starts a server and creates the topology as Ensure does: the
+// input stream in genesis, taking only coordinators' rules and policy
+// inputs until a coordinator goes live.
 func newServer(t testing.TB) (*embedded.Server, *nats.Conn, jetstream.JetStream) {
 	srv := testutil.StartServer(t)
 	nc, js := testutil.Connect(t, srv.ClientURL())
 	if _, err := streams.Ensure(context.Background(), js, streams.Topology{}, 600*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	return srv, nc, js
+}
+
+// newOpenServer is newServer with the input stream's genesis ended at once
+// (streams.EndGenesis), for tests that write a log by hand before any
+// coordinator runs, or that play a deployment made before genesis existed.
+func newOpenServer(t testing.TB) (*embedded.Server, *nats.Conn, jetstream.JetStream) {
+	srv, nc, js := newServer(t)
+	if _, err := streams.EndGenesis(context.Background(), js, streams.Topology{}); err != nil {
 		t.Fatal(err)
 	}
 	return srv, nc, js

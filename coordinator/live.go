@@ -48,6 +48,9 @@ func (s *session) runLive() error {
 	if err := s.ensureRules(); err != nil {
 		return err
 	}
+	if err := s.endGenesis(); err != nil {
+		return err
+	}
 	c.live.Store(true)
 	c.wentLive.Add(1)
 	c.setState(StateLive, "")

@@ -200,7 +200,9 @@ func TestSnapshotChainChecked(t *testing.T) {
 // it appends them after it. The early lease keeps its revision-1 id; every
 // later one is keyed.
 func TestRulesAfterAnEarlyInput(t *testing.T) {
-	srv, _, js := newServer(t)
+	// An input stream made before genesis existed (streams.EndGenesis):
+	// a new one takes no early input (TestGenesisRefusesInputsBeforeTheRules).
+	srv, _, js := newOpenServer(t)
 	early := publish(t, js, events.RoleWorker, "w1", "early", events.VerbAcquire, `{"v":1}`)
 	if early != 1 {
 		t.Fatalf("early input stored as %d", early)

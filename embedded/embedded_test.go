@@ -49,6 +49,9 @@ func TestEmbeddedRestartKeepsAckedMessages(t *testing.T) {
 			if _, err := streams.Ensure(ctx, js, streams.Topology{}, leaderTTL); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := streams.EndGenesis(ctx, js, streams.Topology{}); err != nil { // no coordinator: inputs by hand
+				t.Fatal(err)
+			}
 			for i := 1; i <= n; i++ {
 				ack, err := js.Publish(ctx, "tenure.in.worker.w1.j1.progress", []byte(fmt.Sprint(i)))
 				if err != nil {
@@ -253,6 +256,9 @@ func TestStartLocksDataDir(t *testing.T) {
 	srv := testutil.StartServerIn(t, dir, testutil.SyncAlways())
 	_, js := testutil.Connect(t, srv.ClientURL())
 	if _, err := streams.Ensure(ctx, js, streams.Topology{}, leaderTTL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streams.EndGenesis(ctx, js, streams.Topology{}); err != nil { // no coordinator: inputs by hand
 		t.Fatal(err)
 	}
 	if _, err := js.Publish(ctx, "tenure.in.worker.w1.j1.progress", []byte("1")); err != nil {

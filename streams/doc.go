@@ -20,6 +20,11 @@
 // for; it never loosens or tightens an existing stream itself. Open only looks
 // things up and is what read-only tools such as auditors use.
 //
+// A new input stream starts in genesis (Topology.GenesisSubjects): it takes
+// only the coordinators' rules and policy inputs, so that a brand-new log
+// starts with them, until the live coordinator widens it (EndGenesis) to
+// every input subject. Ensure, Open and Verify accept it in either state.
+//
 // One process per data directory (DESIGN.md §7): LockDir takes an
 // exclusive lock on a directory, an flock(2) on its lock file
 // (LockFileName) that the kernel drops when the holder dies, and writes

@@ -52,6 +52,20 @@ func TestPartitionMappingRoutesLikePartitionOf(t *testing.T) {
 	if n, err := streams.Discover(ctx, js, streams.Topology{}); err != nil || n != count {
 		t.Fatalf("Discover = %d, %v; want %d", n, err, count)
 	}
+	// In genesis, a mapped input finds no stream; each partition's own
+	// coordinator rules subject does.
+	if _, err := js.Publish(ctx, events.InputSubject(events.RoleWorker, "w1", "job-0", events.VerbAcquire), []byte(`{"v":1}`)); !errors.Is(streams.Classify(err), streams.ErrNoResponders) {
+		t.Fatalf("publish in genesis: %v, want no responders", err)
+	}
+	for _, pt := range (streams.Topology{}).Partitions(count) {
+		ack, err := js.Publish(ctx, pt.Partition.InputSubject(events.RoleCoord, "c1", events.NoJob, events.VerbRules), []byte(`{"v":1}`))
+		if err != nil || ack.Stream != pt.InputStream() {
+			t.Fatalf("rules of %s in genesis: %v, %+v", pt.Partition, err, ack)
+		}
+		if _, err := streams.EndGenesis(ctx, js, pt); err != nil {
+			t.Fatal(err)
+		}
+	}
 	seen := make([]int, count)
 	for i := 0; i < 200; i++ {
 		job := fmt.Sprintf("job-%d", i*31)

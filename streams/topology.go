@@ -190,16 +190,101 @@ func (t Topology) HeadSubject() string {
 // "TENURE_SNAPSHOTS" by default (its stream is "OBJ_TENURE_SNAPSHOTS").
 func (t Topology) SnapshotBucket() string { return t.base() + "_SNAPSHOTS" }
 
-// InputConfig is the configuration Ensure creates the input stream with.
+// InputConfig is the configuration of the input stream once its genesis is
+// over: every input subject of the partition (GenesisConfig is the one
+// Ensure creates it with).
 func (t Topology) InputConfig() jetstream.StreamConfig {
-	return t.lockedDown(t.InputStream(), t.Partition.InputFilter(),
+	return t.lockedDown(t.InputStream(), []string{t.Partition.InputFilter()},
 		"Tenure inputs: append-only, every event as published")
+}
+
+// Genesis of the input stream. A brand-new deployment's log must start with
+// the coordinator's rules input and default policy (PROTOCOL.md §1.1): an
+// input stored before them would be judged by rules revision 1, under which
+// anyone can name a lease. So Ensure creates a missing input stream with the
+// genesis subjects only, those of a coordinator's rules and policy inputs
+// (GenesisSubjects); any other input published then finds no stream (the
+// publisher gets no responders, a transient error, and stores nothing). The
+// live coordinator, once it has stored the rules and the default policy
+// (or found them stored), widens the stream to InputConfig's subjects with
+// EndGenesis, before it declares itself live. Ensure, Open and Verify
+// accept a stream in genesis (a standby, a restarted serve, an auditor of
+// a deployment whose coordinator has not gone live yet) but never widen
+// it; any subject set other than the genesis one and InputConfig's is a
+// *ConfigMismatchError. A stream that already has every input subject (any
+// deployment made before genesis existed) is never narrowed.
+
+// GenesisSubjects are the subjects of an input stream in genesis: the
+// rules and policy inputs of any coordinator of the partition,
+// tenure.in.coord.*._.rules and tenure.in.coord.*._.policy (with the
+// partition token appended in a partitioned deployment). tenure auth init
+// lets only coordinators publish tenure.in.coord.<id>.>.
+func (t Topology) GenesisSubjects() []string {
+	return []string{
+		t.Partition.InputSubject(events.RoleCoord, "*", events.NoJob, events.VerbRules),
+		t.Partition.InputSubject(events.RoleCoord, "*", events.NoJob, events.VerbPolicy),
+	}
+}
+
+// GenesisConfig is the configuration Ensure creates a missing input stream
+// with: InputConfig with GenesisSubjects as its subjects.
+func (t Topology) GenesisConfig() jetstream.StreamConfig {
+	cfg := t.InputConfig()
+	cfg.Subjects = t.GenesisSubjects()
+	return cfg
+}
+
+// InGenesis reports whether cfg, the configuration of t's input stream as
+// the server has it, is that of a stream in genesis: its subjects are
+// exactly GenesisSubjects.
+func (t Topology) InGenesis(cfg jetstream.StreamConfig) bool {
+	return sameSet(cfg.Subjects, t.GenesisSubjects())
+}
+
+// EndGenesis widens t's input stream, when it is in genesis, to every input
+// subject of the partition (InputConfig's), changing nothing else of its
+// configuration, and returns it with its new configuration checked. A
+// stream that already has InputConfig's subjects is returned as it is (so
+// EndGenesis is idempotent, and coordinators racing to it both succeed); a
+// stream with any other subjects is a *ConfigMismatchError.
+//
+// Only a coordinator that has seen the rules input and the default policy
+// stored calls it (tests and tools that write a log of their own may, for
+// their log); Ensure never does. It needs $JS.API.STREAM.UPDATE on the
+// input stream, which tenure auth init grants the coordinators.
+func EndGenesis(ctx context.Context, js jetstream.JetStream, t Topology) (jetstream.Stream, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	t = t.withDefaults()
+	want := t.InputConfig()
+	s, err := js.Stream(ctx, want.Name)
+	if err != nil {
+		return nil, fmt.Errorf("streams: look up stream %s: %w", want.Name, Classify(err))
+	}
+	if got := s.CachedInfo().Config; t.InGenesis(got) {
+		got.Subjects = want.Subjects
+		if s, err = js.UpdateStream(ctx, got); err != nil {
+			return nil, fmt.Errorf("streams: end the genesis of stream %s (widen its subjects to %v): %w", want.Name, want.Subjects, Classify(err))
+		}
+	}
+	got := s.CachedInfo().Config
+	if err := checkLockDown(want, got, nil); err != nil {
+		return nil, err
+	}
+	if err := checkDurability(want, got); err != nil {
+		return nil, err
+	}
+	if err := checkPartition(want, got); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // DecisionConfig is the configuration Ensure creates the decision stream
 // with: the input stream's lock-down, plus atomic batch publish.
 func (t Topology) DecisionConfig() jetstream.StreamConfig {
-	cfg := t.lockedDown(t.DecisionStream(), t.Partition.DecisionFilter(),
+	cfg := t.lockedDown(t.DecisionStream(), []string{t.Partition.DecisionFilter()},
 		"Tenure decisions: append-only, written by the coordinator only")
 	cfg.AllowAtomicPublish = true
 	// Every worker may hold events.WorkerConsumers consumers on it: the
@@ -221,7 +306,7 @@ const DecisionMaxConsumers = 100_000
 // lockedDown is the configuration both streams share: limits retention with
 // no limit at all, discard new, and every setting that lets a publisher or an
 // API call remove or replace stored messages switched off.
-func (t Topology) lockedDown(name, subject, description string) jetstream.StreamConfig {
+func (t Topology) lockedDown(name string, subjects []string, description string) jetstream.StreamConfig {
 	t = t.withDefaults()
 	var meta map[string]string
 	if t.Partition.Partitioned() {
@@ -240,7 +325,7 @@ func (t Topology) lockedDown(name, subject, description string) jetstream.Stream
 		Metadata:          meta,
 		Name:              name,
 		Description:       description,
-		Subjects:          []string{subject},
+		Subjects:          subjects,
 		Retention:         jetstream.LimitsPolicy,
 		MaxConsumers:      -1,
 		MaxMsgs:           -1,
@@ -288,6 +373,11 @@ func (e *ConfigMismatchError) Error() string {
 // Ensure creates whatever of the topology is missing and returns handles on
 // all of it. It is idempotent and safe to run from several processes at once.
 //
+// A missing input stream is created in genesis, with the coordinators' rules
+// and policy subjects only (GenesisSubjects); the coordinator widens it once
+// they are stored (EndGenesis). Ensure accepts an input stream in genesis,
+// and never widens it.
+//
 // An existing stream is never updated. If its configuration differs from the
 // topology in a way that matters for safety (the lock-down, limits, subjects,
 // storage, fewer replicas, a shorter duplicate window, no publish acks, lazy
@@ -310,10 +400,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, t Topology, leaderTTL t
 	t = t.withDefaults()
 	var h Handles
 	var err error
-	if h.In, err = ensureStream(ctx, js, t.InputConfig()); err != nil {
+	// A missing input stream is created in genesis (GenesisSubjects).
+	if h.In, err = ensureStream(ctx, js, t.InputConfig(), t.GenesisSubjects()); err != nil {
 		return nil, err
 	}
-	if h.Out, err = ensureStream(ctx, js, t.DecisionConfig()); err != nil {
+	if h.Out, err = ensureStream(ctx, js, t.DecisionConfig(), nil); err != nil {
 		return nil, err
 	}
 	if h.Leader, err = ensureLeader(ctx, js, t, leaderTTL); err != nil {
@@ -386,7 +477,8 @@ func transientRetry(ctx context.Context, op func(context.Context) error) error {
 }
 
 // Verify checks the lock-down of the input and decision streams as last seen
-// (their cached info): the subjects of the topology, limits retention without
+// (their cached info): the subjects of the topology (an input stream in
+// genesis, with GenesisSubjects only, is accepted), limits retention without
 // limits, no delete, purge, roll-up, per-message TTL, schedules, counters,
 // sources or subject transform. It is what an auditor asks before trusting
 // the log: whether the history could have been rewritten or trimmed through
@@ -394,11 +486,14 @@ func transientRetry(ctx context.Context, op func(context.Context) error) error {
 // difference found, nil if there is none.
 func (h *Handles) Verify(t Topology) error {
 	t = t.withDefaults()
-	for _, c := range []struct{ want, got jetstream.StreamConfig }{
-		{t.InputConfig(), h.In.CachedInfo().Config},
-		{t.DecisionConfig(), h.Out.CachedInfo().Config},
+	for _, c := range []struct {
+		want, got jetstream.StreamConfig
+		genesis   []string
+	}{
+		{t.InputConfig(), h.In.CachedInfo().Config, t.GenesisSubjects()},
+		{t.DecisionConfig(), h.Out.CachedInfo().Config, nil},
 	} {
-		if err := checkLockDown(c.want, c.got); err != nil {
+		if err := checkLockDown(c.want, c.got, c.genesis); err != nil {
 			return err
 		}
 		if err := checkPartition(c.want, c.got); err != nil {
@@ -408,12 +503,19 @@ func (h *Handles) Verify(t Topology) error {
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+// ensureStream looks up stream want.Name, creating it when it is missing
+// (with genesis as its subjects when not nil, else want's), and checks what
+// it finds against want (or genesis, for the subjects).
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, genesis []string) (jetstream.Stream, error) {
 	s, err := js.Stream(ctx, want.Name)
 	switch {
 	case err == nil:
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		s, err = js.CreateStream(ctx, want)
+		create := want
+		if genesis != nil {
+			create.Subjects = genesis
+		}
+		s, err = js.CreateStream(ctx, create)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// Another process created it between our look-up and our
 			// create, with another configuration: judge what it made.
@@ -428,7 +530,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	// Check even what we just created: a server that ignored a setting it
 	// does not know must not pass unnoticed.
 	got := s.CachedInfo().Config
-	if err := checkLockDown(want, got); err != nil {
+	if err := checkLockDown(want, got, genesis); err != nil {
 		return nil, err
 	}
 	if err := checkDurability(want, got); err != nil {
@@ -441,14 +543,18 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 }
 
 // checkLockDown compares the settings that decide whether stored messages
-// can be removed, replaced or injected from elsewhere.
-func checkLockDown(want, got jetstream.StreamConfig) error {
+// can be removed, replaced or injected from elsewhere. The subjects must be
+// want's, or genesis when it is not nil (an input stream in genesis).
+func checkLockDown(want, got jetstream.StreamConfig, genesis []string) error {
 	bad := func(field string, w, g any) error {
 		return &ConfigMismatchError{Stream: want.Name, Field: field, Want: fmt.Sprint(w), Got: fmt.Sprint(g)}
 	}
 	limited := func(n int64) bool { return n > 0 }
 	switch {
-	case !sameSet(want.Subjects, got.Subjects):
+	case !sameSet(want.Subjects, got.Subjects) && (genesis == nil || !sameSet(genesis, got.Subjects)):
+		if genesis != nil {
+			return bad("Subjects", fmt.Sprintf("%v (or %v in genesis)", want.Subjects, genesis), got.Subjects)
+		}
 		return bad("Subjects", want.Subjects, got.Subjects)
 	case got.Retention != jetstream.LimitsPolicy:
 		return bad("Retention", jetstream.LimitsPolicy, got.Retention)

@@ -101,6 +101,17 @@ func TestEnsureIsIdempotentAndLocksDown(t *testing.T) {
 	if h1.In.CachedInfo().Created != h2.In.CachedInfo().Created {
 		t.Errorf("second Ensure recreated the input stream")
 	}
+	// The input stream is created in genesis, and Ensure leaves it so;
+	// EndGenesis (the coordinator's, once its rules are stored) widens it.
+	if got := h2.In.CachedInfo().Config.Subjects; !slices.Equal(got, top.GenesisSubjects()) {
+		t.Fatalf("input stream created with subjects %v, want the genesis ones %v", got, top.GenesisSubjects())
+	}
+	if err := h2.Verify(top); err != nil {
+		t.Errorf("Verify in genesis: %v", err)
+	}
+	if h2.In, err = streams.EndGenesis(ctx, js, top); err != nil {
+		t.Fatalf("EndGenesis: %v", err)
+	}
 
 	for _, s := range []struct {
 		h       jetstream.Stream
@@ -186,6 +197,9 @@ func TestLockedDownStreamsRefuseRemoval(t *testing.T) {
 	ctx := testCtx(t)
 	h, err := streams.Ensure(ctx, js, streams.Topology{}, leaderTTL)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if h.In, err = streams.EndGenesis(ctx, js, streams.Topology{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []struct {

@@ -525,11 +525,15 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 	}
 	in := w.ins[p.part.Index]
 	wait := 10 * time.Millisecond
+	var noStream bool      // an attempt found no stream taking the subject
+	var lastNoStream error // its error
 	for {
 		first := !p.sent
 		p.sent = true
 		actx, cancel := context.WithTimeout(ctx, publishTimeout(w.opts.PublishTimeout, p.deadline, w.clk.Now()))
-		ack, err := w.pub.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(in))
+		// No retries inside the client: this loop retries no responders
+		// itself, so that a ctx ending meanwhile still reports them.
+		ack, err := w.pub.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(in), jetstream.WithRetryAttempts(0))
 		cancel()
 		if err == nil && ack.Stream != in {
 			// Never with the expected-stream header; the verdict is
@@ -549,11 +553,20 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 		if !retryable(err) {
 			return 0, fmt.Errorf("publish %s: %w", msg.Subject, err)
 		}
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+			noStream, lastNoStream = true, err
+		}
 		t := w.clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return 0, fmt.Errorf("publish %s: %w (last attempt: %w)", msg.Subject, context.Cause(ctx), err)
+			if noStream {
+				// No stream takes the subject: most often a brand-new
+				// deployment whose coordinator has not gone live yet (its
+				// input stream is in genesis, PROTOCOL.md §1.1).
+				return 0, fmt.Errorf("publish %s: %w (no input stream takes the subject yet: is the coordinator live? %w)", msg.Subject, context.Cause(ctx), streams.Classify(lastNoStream))
+			}
+			return 0, fmt.Errorf("publish %s: %w (last attempt: %w)", msg.Subject, context.Cause(ctx), streams.Classify(err))
 		case <-t.C():
 		}
 		wait = min(2*wait, 500*time.Millisecond)
@@ -562,7 +575,8 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 
 // retryable reports whether a publish error leaves the outcome unknown or
 // may clear by itself: a timeout, no responders (a stream leader being
-// elected), a connection being re-established.
+// elected, or a new deployment's input stream still in genesis, which the
+// coordinator widens when it goes live), a connection being re-established.
 func retryable(err error) bool {
 	switch {
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, context.Canceled):

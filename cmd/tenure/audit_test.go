@@ -79,6 +79,9 @@ func newAuditEnv(t *testing.T, srv *embedded.Server, top streams.Topology) *audi
 	if err != nil {
 		t.Fatal(err)
 	}
+	if h.In, err = streams.EndGenesis(ctx, js, top); err != nil { // a log by hand
+		t.Fatal(err)
+	}
 	e := &auditEnv{url: srv.ClientURL(), js: js, h: h}
 	p := projector.New()
 	for _, w := range auditWorkload {
@@ -477,6 +480,11 @@ func partitionedDeployment(t *testing.T, srv *embedded.Server, count uint32) (js
 	hs, err := streams.EnsureAll(ctx, js, streams.Topology{}, count, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, pt := range (streams.Topology{}).Partitions(count) { // the inputs come before the coordinators
+		if _, err := streams.EndGenesis(ctx, js, pt); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range 16 {
 		job := fmt.Sprintf("job-%d", i)

@@ -99,6 +99,10 @@ func (b *runner) buildLog(ctx context.Context, dir string, n int) error {
 	if err != nil {
 		return err
 	}
+	// A log written by WriteLog, not by a coordinator: no genesis.
+	if _, err := streams.EndGenesis(ctx, js, top); err != nil {
+		return err
+	}
 	_, _, err = WriteLog(ctx, js, top, h.Snapshots, n)
 	return err
 }
