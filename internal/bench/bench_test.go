@@ -67,7 +67,7 @@ func TestRunTiny(t *testing.T) {
 		"sdk_receipts_off_per_s", "sdk_receipts_on_per_s", "sdk_receipts_ratio", "sdk_receipts_ratio_min", "sdk_receipts_ratio_max", "sdk_receipts_off_cpu_us", "sdk_receipts_on_cpu_us",
 		"sdk_receipts_written_per_s", "sdk_receipts_per_verdict", "sdk_receipts_lines", "sdk_receipts_bytes",
 		"baseline_replay_per_s", "audit_replay_per_s", "replay_ratio",
-		"baseline_replay_cpu_us", "baseline_replay_both_cpu_us", "audit_replay_cpu_us", "replay_cpu_ratio", "chain_per_s", "chain_mb_per_s", "audit_chain_share", "fold_per_s", "bytes_per_job",
+		"baseline_replay_cpu_us", "baseline_replay_both_cpu_us", "audit_replay_cpu_us", "replay_cpu_ratio", "baseline_replay_cores", "audit_replay_cores", "chain_per_s", "chain_mb_per_s", "audit_chain_share", "fold_per_s", "bytes_per_job",
 		"restart_snapshot_s", "restart_cold_s", "expiry_p50_ms", "expiry_p99_ms",
 		"storm_3k_leases", "storm_3k_s", "storm_3k_per_s", "storm_3k_raw_per_s", "storm_3k_ratio",
 		"storm_3k_raw_async_per_s", "storm_3k_raw_batch_per_s", "storm_3k_first_s", "storm_3k_restart_s",
