@@ -30,6 +30,18 @@ type readFn func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, str
 // readOrdered reads through an ordered consumer, 8,192 messages pulled
 // ahead (as the bench's baseline and, through package follow, the audit).
 func readOrdered(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string, last uint64) error {
+	return readOrderedAhead(8192)(ctx, nc, js, stream, last)
+}
+
+// readOrderedAhead reads through an ordered consumer, ahead messages
+// pulled ahead.
+func readOrderedAhead(ahead int) readFn {
+	return func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string, last uint64) error {
+		return orderedRead(ctx, js, stream, last, ahead)
+	}
+}
+
+func orderedRead(ctx context.Context, js jetstream.JetStream, stream string, last uint64, ahead int) error {
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return err
@@ -46,7 +58,7 @@ func readOrdered(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, str
 		if meta.Sequence.Stream == last {
 			close(done)
 		}
-	}, jetstream.PullMaxMessages(8192))
+	}, jetstream.PullMaxMessages(ahead))
 	if err != nil {
 		return err
 	}
@@ -160,7 +172,8 @@ func readDirect(batch, ahead int) readFn {
 //	TENURE_READ_METHODS=300000 TENURE_READ_DIR=/tmp/log go test -run TestReadMethods -v ./internal/bench
 //
 // TENURE_READ_ONLY (method names), TENURE_READ_STREAMS (in, out, both) and
-// TENURE_READ_ROUNDS (3) narrow it. See BENCHMARKS.md, "Audit replay
+// TENURE_READ_ROUNDS (3) narrow it; TENURE_READ_CONNS=2 reads the decision
+// stream on a connection of its own. See BENCHMARKS.md, "Audit replay
 // (issue 20)".
 func TestReadMethods(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("TENURE_READ_METHODS"))
@@ -209,6 +222,13 @@ func TestReadMethods(t *testing.T) {
 	nc, _ := connect(srv.ClientURL(), "r")
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
+	// TENURE_READ_CONNS=2: the decision stream on a connection of its own.
+	nc2, js2 := nc, js
+	if os.Getenv("TENURE_READ_CONNS") == "2" {
+		nc2, _ = connect(srv.ClientURL(), "r2")
+		defer nc2.Close()
+		js2, _ = jetstream.New(nc2)
+	}
 	in, out := top.InputStream(), top.DecisionStream()
 	lin, _ := lastSeq(ctx, js, in)
 	lout, _ := lastSeq(ctx, js, out)
@@ -217,6 +237,7 @@ func TestReadMethods(t *testing.T) {
 		f    readFn
 	}{
 		{"ordered8192", readOrdered},
+		{"ordered32768", readOrderedAhead(32768)},
 		{"fetch8192", readFetch(8192)},
 		{"direct1024x2", readDirect(1024, 2)},
 		{"direct4096x2", readDirect(4096, 2)},
@@ -249,12 +270,12 @@ func TestReadMethods(t *testing.T) {
 				c0, t0 := cpuTime(), time.Now()
 				var wg sync.WaitGroup
 				for _, s := range names {
-					l := lin
+					l, c, j := lin, nc, js
 					if s == out {
-						l = lout
+						l, c, j = lout, nc2, js2
 					}
 					wg.Go(func() {
-						if err := m.f(ctx, nc, js, s, l); err != nil {
+						if err := m.f(ctx, c, j, s, l); err != nil {
 							t.Errorf("%s %s: %v", m.name, s, err)
 						}
 					})
