@@ -223,6 +223,20 @@ type Result struct {
 	AuditReplayPerS     float64 `json:"audit_replay_per_s"`
 	ReplayRatio         float64 `json:"replay_ratio"`
 	ReplayBothRatio     float64 `json:"replay_both_ratio"` // against the read of both streams
+	// CPU time of the whole process (server and readers) per input, of
+	// the one-stream read (its faster run), the read of both streams and
+	// the audit; their ratio, one stream / audit, is what replay_ratio
+	// comes to when the reads keep the machine's cores busy.
+	BaselineReplayCPUUs  float64 `json:"baseline_replay_cpu_us"`
+	BaselineReplay2CPUUs float64 `json:"baseline_replay_both_cpu_us"`
+	AuditReplayCPUUs     float64 `json:"audit_replay_cpu_us"`
+	ReplayCPURatio       float64 `json:"replay_cpu_ratio"`
+	// The cores the one-stream read (its faster run) and the audit kept
+	// busy: CPU time over wall-clock time. replay_ratio is
+	// replay_cpu_ratio x audit_replay_cores / baseline_replay_cores, so a
+	// run in which the neighbours took cores from the audit shows here.
+	BaselineReplayCores float64 `json:"baseline_replay_cores"`
+	AuditReplayCores    float64 `json:"audit_replay_cores"`
 	AuditOK             float64 `json:"audit_ok"`          // 1 when the audit reproduced every decision
 	ChainPerS           float64 `json:"chain_per_s"`       // the decision chain's check alone (hash, parse, compare), decisions per second of one goroutine, from memory
 	ChainMBPerS         float64 `json:"chain_mb_per_s"`    // the bytes it hashes (subjects and bodies), MB per second

@@ -66,7 +66,8 @@ func TestRunTiny(t *testing.T) {
 		"baseline_rtt_p50_us", "baseline_rtt_p99_us", "tenure_rtt_p50_us", "tenure_rtt_p99_us",
 		"sdk_receipts_off_per_s", "sdk_receipts_on_per_s", "sdk_receipts_ratio", "sdk_receipts_ratio_min", "sdk_receipts_ratio_max", "sdk_receipts_off_cpu_us", "sdk_receipts_on_cpu_us",
 		"sdk_receipts_written_per_s", "sdk_receipts_per_verdict", "sdk_receipts_lines", "sdk_receipts_bytes",
-		"baseline_replay_per_s", "audit_replay_per_s", "replay_ratio", "chain_per_s", "chain_mb_per_s", "audit_chain_share", "fold_per_s", "bytes_per_job",
+		"baseline_replay_per_s", "audit_replay_per_s", "replay_ratio",
+		"baseline_replay_cpu_us", "baseline_replay_both_cpu_us", "audit_replay_cpu_us", "replay_cpu_ratio", "baseline_replay_cores", "audit_replay_cores", "chain_per_s", "chain_mb_per_s", "audit_chain_share", "fold_per_s", "bytes_per_job",
 		"restart_snapshot_s", "restart_cold_s", "expiry_p50_ms", "expiry_p99_ms",
 		"storm_3k_leases", "storm_3k_s", "storm_3k_per_s", "storm_3k_raw_per_s", "storm_3k_ratio",
 		"storm_3k_raw_async_per_s", "storm_3k_raw_batch_per_s", "storm_3k_first_s", "storm_3k_restart_s",
@@ -122,7 +123,7 @@ func TestRunTiny(t *testing.T) {
 	if err := WriteTable(&table, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1 pipeline", "2 round trip p50", "3 replay", "4 fold", "5 resident bytes", "6 restart", "7 expiry storm, 3k leases", "8 SDK, receipts off / on", "pipeline_ratio >= 0.8", "sdk_receipts_ratio >= 0.9", "audit_chain_share <= 0.1", "chain check alone", "storm_3k_ok = 1", "9 queue, jobs through their life"} {
+	for _, want := range []string{"1 pipeline", "2 round trip p50", "3 replay", "4 fold", "5 resident bytes", "6 restart", "7 expiry storm, 3k leases", "8 SDK, receipts off / on", "pipeline_ratio >= 0.8", "sdk_receipts_ratio >= 0.9", "audit_chain_share <= 0.1", "chain check alone", "CPU per input, one stream / audit", "storm_3k_ok = 1", "9 queue, jobs through their life"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

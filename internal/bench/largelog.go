@@ -318,23 +318,35 @@ func (b *runner) replay(ctx context.Context, srv *embedded.Server) error {
 	if err != nil {
 		return err
 	}
+	// Every read is also timed in CPU (the whole process: the embedded
+	// server and the readers, both on this machine's cores): on a machine
+	// whose cores the reads keep busy, the ratio of the CPU per input is
+	// what the ratio of the rates comes to, whatever else runs beside.
 	stop := b.profile("replay-baseline")
+	c0 := cpuTime()
 	raw1, err := readStreams(ctx, js, top.InputStream())
+	cpu1 := cpuTime() - c0
 	stop()
 	if err != nil {
 		return err
 	}
+	c0 = cpuTime()
 	both, err := readStreams(ctx, js, top.InputStream(), top.DecisionStream())
+	cpuBoth := cpuTime() - c0
 	if err != nil {
 		return err
 	}
 	stop = b.profile("replay-audit")
+	c0 = cpuTime()
 	rep, err := audit.Run(ctx, audit.Config{JS: js, Topology: top})
+	cpuAudit := cpuTime() - c0
 	stop()
 	if err != nil {
 		return err
 	}
+	c0 = cpuTime()
 	raw2, err := readStreams(ctx, js, top.InputStream())
+	cpu2 := cpuTime() - c0
 	if err != nil {
 		return err
 	}
@@ -352,6 +364,17 @@ func (b *runner) replay(ctx context.Context, srv *embedded.Server) error {
 	r.AuditReplayPerS = rep.Rate()
 	r.ReplayRatio = ratio(r.AuditReplayPerS, r.BaselineReplayPerS)
 	r.ReplayBothRatio = ratio(r.AuditReplayPerS, r.BaselineReplay2PerS)
+	perInput := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(inputs) }
+	rawCPU := cpu1 // of the faster read, as raw
+	if raw2 < raw1 {
+		rawCPU = cpu2
+	}
+	r.BaselineReplayCPUUs = perInput(rawCPU)
+	r.BaselineReplay2CPUUs = perInput(cpuBoth)
+	r.AuditReplayCPUUs = perInput(cpuAudit)
+	r.ReplayCPURatio = ratio(r.BaselineReplayCPUUs, r.AuditReplayCPUUs)
+	r.BaselineReplayCores = ratio(rawCPU.Seconds(), raw.Seconds())
+	r.AuditReplayCores = ratio(cpuAudit.Seconds(), rep.Elapsed.Seconds())
 	if rep.OK() && rep.Inputs == inputs {
 		r.AuditOK = 1
 	}
@@ -360,6 +383,8 @@ func (b *runner) replay(ctx context.Context, srv *embedded.Server) error {
 	r.AuditChainShare = ratio(chain.hashing.Seconds(), rep.Elapsed.Seconds())
 	b.logf("  in-order read of %d inputs: %.0f/s (both streams, %d decisions too: %.0f inputs/s)", inputs, r.BaselineReplayPerS, decisions, r.BaselineReplay2PerS)
 	b.logf("  audit replay-and-verify: %.0f inputs/s (%d verified, ok %v): ratio %.2f", r.AuditReplayPerS, rep.Verified, rep.OK(), r.ReplayRatio)
+	b.logf("  CPU per input (whole process): one stream %.1f µs, both streams %.1f µs, audit %.1f µs: ratio %.2f; cores kept busy: one stream %.2f, audit %.2f",
+		r.BaselineReplayCPUUs, r.BaselineReplay2CPUUs, r.AuditReplayCPUUs, r.ReplayCPURatio, r.BaselineReplayCores, r.AuditReplayCores)
 	b.logf("  chain check over the %d stored decisions alone: %.0f decisions/s (%.0f MB/s hashed), %.3f s; %.1f%% of the audit's %.2f s",
 		chain.decisions, r.ChainPerS, r.ChainMBPerS, chain.hashing.Seconds(), 100*r.AuditChainShare, rep.Elapsed.Seconds())
 	return nil

@@ -93,6 +93,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	row("  expiry latency p99 (ms)", 0, r.ExpiryP99, "%.1f", 0)
 	row("3 replay of the log (inputs/s)", r.BaselineReplayPerS, r.AuditReplayPerS, "%.0f", r.ReplayRatio)
 	row("  both streams read (inputs/s)", r.BaselineReplay2PerS, r.AuditReplayPerS, "%.0f", ratio(r.AuditReplayPerS, r.BaselineReplay2PerS))
+	row("  CPU per input, one stream / audit (µs)", r.BaselineReplayCPUUs, r.AuditReplayCPUUs, "%.1f", r.ReplayCPURatio)
 	row("  chain check alone (decisions/s)", 0, r.ChainPerS, "%.0f", 0)
 	row("4 fold, 1 core (inputs/CPU s)", 0, r.FoldPerS, "%.0f", 0)
 	row("  per wall-clock second", 0, r.FoldWallPerS, "%.0f", 0)
