@@ -65,7 +65,13 @@ import (
 //     is not counted).
 //
 // On the machine BENCHMARKS.md describes, batches win by ten times with
-// sync always and lose by half with sync interval.
+// sync always and lose by half with sync interval. A process that
+// configures the server itself (tenure serve with its embedded server)
+// knows which, and says so (Config.AppendMode): then the appender never
+// measures, and spends no epoch appending the worse way (a second or two
+// of a 1,000,000-lease expiry storm one by one with sync always; SDK
+// workers' bursts of renewals misled the measurement into batches with
+// sync interval, a tenth of the SDK path's rate).
 //
 // (orbit.go's jetstreamext.PublishMsgBatch speaks the same protocol, but
 // waits for each batch's reply before returning, and by default for an
@@ -137,6 +143,7 @@ type appender struct {
 	rate      [2]float64 // decisions/s achieved one by one, in batches (0: unknown)
 	epochs    int        // epochs counted since the last trial
 	now       func() time.Time
+	fixed     bool // the way is given (Config.AppendMode), not measured
 }
 
 // maxSingles is how many single appends may be in flight.
@@ -151,6 +158,9 @@ func (a *appender) maxSingles() int {
 // are still waiting to be sent. An epoch counts only if the backlog lasted
 // all through it.
 func (a *appender) measure(n uint64, backlog bool) {
+	if a.fixed {
+		return
+	}
 	now := a.now()
 	if !backlog {
 		a.epochFrom = time.Time{}
@@ -192,18 +202,21 @@ func (a *appender) measure(n uint64, backlog bool) {
 	}
 }
 
-// newAppender returns the appender of stream on nc, timed by clk (nil: the
+// newAppender returns the appender of stream on nc appending the way mode
+// says (measuring the ways under AppendMeasure), timed by clk (nil: the
 // real clock).
-func newAppender(nc *nats.Conn, stream string, maxUnits int, log *slog.Logger, clk clock.Clock) (*appender, error) {
+func newAppender(nc *nats.Conn, stream string, maxUnits int, mode AppendMode, log *slog.Logger, clk clock.Clock) (*appender, error) {
 	var r [8]byte
 	_, _ = rand.Read(r[:]) // never fails
 	a := &appender{
 		nc: nc, stream: stream, inbox: privateInbox(nc),
-		replies: make(chan *nats.Msg, maxUnits+16),
-		batchID: "tb" + hex.EncodeToString(r[:]),
-		hdr:     nats.Header{},
-		log:     log,
-		now:     clock.OrReal(clk).Now,
+		replies:  make(chan *nats.Msg, maxUnits+16),
+		batchID:  "tb" + hex.EncodeToString(r[:]),
+		hdr:      nats.Header{},
+		log:      log,
+		now:      clock.OrReal(clk).Now,
+		fixed:    mode != AppendMeasure,
+		batching: mode == AppendBatched,
 	}
 	var err error
 	if a.sub, err = nc.ChanSubscribe(a.inbox+".*", a.replies); err != nil {

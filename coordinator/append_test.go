@@ -82,6 +82,15 @@ func TestAppendModeChoice(t *testing.T) {
 	if a.batching {
 		t.Fatalf("a tie: batching %v, rates %v", a.batching, a.rate)
 	}
+	// A way given by Config.AppendMode is kept whatever is measured.
+	for _, mode := range []AppendMode{AppendBatched, AppendOneByOne} {
+		a = &appender{now: func() time.Time { return now }, log: testLogger(), fixed: true, batching: mode == AppendBatched}
+		run([2]float64{30000, 15000}, 2*time.Second) // batches lose
+		run([2]float64{2000, 20000}, 2*time.Second)  // batches win
+		if a.batching != (mode == AppendBatched) || a.rate != [2]float64{} {
+			t.Fatalf("%s: batching %v, rates %v", mode, a.batching, a.rate)
+		}
+	}
 	// No backlog: no measurement, no change.
 	a = &appender{now: func() time.Time { return now }, log: testLogger()}
 	for range 1000 {
@@ -104,7 +113,7 @@ func TestAtomicBatchAppend(t *testing.T) {
 	if _, err := streams.Ensure(ctx, js, streams.Topology{}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newAppender(nc, streams.Topology{}.DecisionStream(), 16, testLogger(), nil)
+	a, err := newAppender(nc, streams.Topology{}.DecisionStream(), 16, AppendMeasure, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +221,7 @@ func TestAppenderDropsForgedReplies(t *testing.T) {
 	if _, err := streams.EndGenesis(ctx, js, top); err != nil { // no coordinator runs: the attacker's inputs must be stored
 		t.Fatal(err)
 	}
-	a, err := newAppender(nc, top.DecisionStream(), 16, testLogger(), nil)
+	a, err := newAppender(nc, top.DecisionStream(), 16, AppendMeasure, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +91,41 @@ const (
 	snapshotName            = streams.SnapshotObject
 )
 
+// AppendMode is what a coordinator knows of how its decision stream stores
+// messages, which decides how it appends under a backlog (append.go):
+// atomic batches are one write (one fsync, one consensus proposal) for
+// many decisions, but nats-server stages each batch of a one-replica file
+// stream in a file store of its own, some milliseconds whatever the sync
+// mode, so they win only when every message is fsynced or replicated.
+type AppendMode uint8
+
+const (
+	// AppendMeasure, the default, compares both ways while a backlog
+	// lasts and keeps the better (for a server whose durability the
+	// coordinator cannot know: the client cannot ask how it syncs).
+	AppendMeasure AppendMode = iota
+	// AppendBatched appends in atomic batches whenever decisions queue up,
+	// never trying one by one: for a stream that fsyncs every message
+	// (sync_interval always) or is replicated.
+	AppendBatched
+	// AppendOneByOne never batches: for a one-replica stream of a server
+	// that fsyncs on an interval, where batches cost more than they save.
+	AppendOneByOne
+)
+
+// String is the mode's name: measure, batched or one-by-one.
+func (m AppendMode) String() string {
+	switch m {
+	case AppendMeasure:
+		return "measure"
+	case AppendBatched:
+		return "batched"
+	case AppendOneByOne:
+		return "one-by-one"
+	}
+	return "AppendMode(" + strconv.Itoa(int(m)) + ")"
+}
+
 // Config configures a coordinator.
 type Config struct {
 	ID               string           // identity: actor token of its tick and policy inputs
@@ -101,9 +137,13 @@ type Config struct {
 	MaxInflight      int              // decisions derived and not yet acknowledged; the loop stops reading inputs beyond
 	AppendBatch      int              // most decisions per atomic batch append (at most 1000, the server's limit); negative: never batch
 	AppendBatches    int              // atomic batches awaiting their reply
-	TickSlack        time.Duration    // how long after a deadline to append a tick
-	Logger           *slog.Logger
-	Metrics          Metrics // optional observer of folds and appends (nil: none); see PartitionMetrics for a Group
+	// AppendMode says how the decision stream stores what it is sent, when
+	// the process that configures the server knows (see AppendMode); the
+	// default, AppendMeasure, finds out by measuring.
+	AppendMode AppendMode
+	TickSlack  time.Duration // how long after a deadline to append a tick
+	Logger     *slog.Logger
+	Metrics    Metrics // optional observer of folds and appends (nil: none); see PartitionMetrics for a Group
 	// LeaseKey is the lease key this coordinator writes into the rules input
 	// when it moves a log to rules revision 2 (PROTOCOL.md §14): nil, the
 	// default, draws one from crypto/rand. Only tests and documentation

@@ -35,7 +35,7 @@ var errYield = errors.New("coordinator: partition handed over")
 func (s *session) runLive() error {
 	c := s.c
 	var err error
-	if s.app, err = newAppender(c.cfg.Conn, c.cfg.Topology.DecisionStream(), c.cfg.MaxInflight, c.log, c.clk); err != nil {
+	if s.app, err = newAppender(c.cfg.Conn, c.cfg.Topology.DecisionStream(), c.cfg.MaxInflight, c.cfg.AppendMode, c.log, c.clk); err != nil {
 		return err
 	}
 	// Decisions of the last input that a crash left unstored come first.

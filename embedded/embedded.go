@@ -217,6 +217,14 @@ func start(cfg Config, dataDir string) (*Server, error) {
 	return &Server{srv: srv}, nil
 }
 
+// SyncAlways reports whether the server fsyncs every write before it
+// acknowledges it (sync_interval always), as it runs: Config.SyncAlways or
+// its configuration file's setting.
+func (e *Server) SyncAlways() bool {
+	c := e.srv.JetStreamConfig()
+	return c != nil && c.SyncAlways
+}
+
 // ClientURL is the URL clients connect to, e.g. "nats://127.0.0.1:4222"; a
 // wildcard listen address is given as the loopback address.
 func (e *Server) ClientURL() string {

@@ -307,3 +307,22 @@ func TestStartLocksDataDir(t *testing.T) {
 		t.Fatalf("after restart: %+v %v, want the 2 inputs", info, err)
 	}
 }
+
+// SyncAlways reports the sync mode the server runs with: Config.SyncAlways,
+// or a configuration file's sync_interval when Config leaves it off (what
+// tenure serve tells its coordinator, coordinator.AppendMode).
+func TestSyncAlways(t *testing.T) {
+	if srv := testutil.StartServer(t); srv.SyncAlways() {
+		t.Errorf("default server: SyncAlways true")
+	}
+	if srv := testutil.StartServer(t, testutil.SyncAlways()); !srv.SyncAlways() {
+		t.Errorf("SyncAlways server: SyncAlways false")
+	}
+	conf := filepath.Join(t.TempDir(), "sync.conf")
+	if err := os.WriteFile(conf, []byte("jetstream { sync_interval: always }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if srv := testutil.StartServer(t, testutil.ConfigFile(conf)); !srv.SyncAlways() {
+		t.Errorf("server whose file says sync_interval always: SyncAlways false")
+	}
+}

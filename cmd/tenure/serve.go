@@ -214,6 +214,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	count := uint32(*partitions)
 
 	ownServer := conn.url == ""
+	appendMode := coordinator.AppendMeasure // a server of its own: set below
 	if ownServer {
 		host, portStr, err := net.SplitHostPort(*listen)
 		if err != nil {
@@ -252,7 +253,14 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		}
 		defer srv.Shutdown()
 		conn.url = srv.ClientURL()
-		log.Info("embedded nats-server ready", "data", dir, "sync", *sync)
+		// This process knows how its server stores: the coordinator
+		// appends the better way at once instead of measuring
+		// (coordinator.AppendMode).
+		appendMode = coordinator.AppendOneByOne
+		if srv.SyncAlways() {
+			appendMode = coordinator.AppendBatched
+		}
+		log.Info("embedded nats-server ready", "data", dir, "sync", *sync, "sync_always", srv.SyncAlways(), "appends", appendMode)
 	}
 	dataSet := false
 	fs.Visit(func(f *flag.Flag) { dataSet = dataSet || f.Name == "data" })
@@ -299,6 +307,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas, LogRetention: *logRetention}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
 		Metrics: webUI.coordinatorMetrics(count), HeadSigner: headSigner, HeadInterval: headFlags.interval,
+		AppendMode: appendMode,
 	}
 	if count > 0 {
 		g, err := coordinator.NewGroup(cfg, count)

@@ -266,7 +266,7 @@ func (b *runner) restart(ctx context.Context, srv *embedded.Server) error {
 		stop := b.profile(name)
 		defer stop()
 		t0 := time.Now()
-		co, err := b.startCoordinator(srv.ClientURL(), mod)
+		co, err := b.startCoordinator(srv, mod)
 		if err != nil {
 			return 0, coordinator.Stats{}, err
 		}

@@ -143,7 +143,7 @@ func (b *runner) tenureRTT(ctx context.Context) ([]time.Duration, error) {
 		return nil, err
 	}
 	defer srv.Shutdown()
-	co, err := b.startCoordinator(srv.ClientURL(), nil)
+	co, err := b.startCoordinator(srv, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func (b *runner) expiry(ctx context.Context) error {
 		return err
 	}
 	defer srv.Shutdown()
-	co, err := b.startCoordinator(srv.ClientURL(), nil)
+	co, err := b.startCoordinator(srv, nil)
 	if err != nil {
 		return err
 	}

@@ -226,7 +226,7 @@ func (b *runner) tenureServer(name string) (*embedded.Server, *coord, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	co, err := b.startCoordinator(srv.ClientURL(), nil)
+	co, err := b.startCoordinator(srv, nil)
 	if err != nil {
 		srv.Shutdown()
 		return nil, nil, err

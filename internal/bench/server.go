@@ -115,15 +115,20 @@ func (m *appendMetrics) take() (int, int, time.Duration, time.Duration) {
 	return d, a, l / time.Duration(a), ml
 }
 
-// startCoordinator starts a coordinator on its own connection, with the
-// default configuration (what tenure serve runs) but for mod.
-func (b *runner) startCoordinator(url string, mod func(*coordinator.Config)) (*coord, error) {
-	nc, err := connect(url, "bench-coordinator")
+// startCoordinator starts a coordinator of srv on its own connection, with
+// the configuration tenure serve runs with its embedded server (the default
+// one, appending the way srv's sync mode favours: coordinator.AppendMode)
+// but for mod.
+func (b *runner) startCoordinator(srv *embedded.Server, mod func(*coordinator.Config)) (*coord, error) {
+	nc, err := connect(srv.ClientURL(), "bench-coordinator")
 	if err != nil {
 		return nil, err
 	}
 	m := &appendMetrics{}
-	cfg := coordinator.Config{ID: "bench-c1", Conn: nc, Metrics: m}
+	cfg := coordinator.Config{ID: "bench-c1", Conn: nc, Metrics: m, AppendMode: coordinator.AppendOneByOne}
+	if srv.SyncAlways() {
+		cfg.AppendMode = coordinator.AppendBatched
+	}
 	cfg.Logger = b.cfg.CoordinatorLog
 	if mod != nil {
 		mod(&cfg)

@@ -98,7 +98,7 @@ func (b *runner) soak(ctx context.Context) error {
 			c.SnapshotEvery = b.cfg.SoakSnapshotEvery
 		}
 	}
-	co, err := b.startCoordinator(srv.ClientURL(), retained)
+	co, err := b.startCoordinator(srv, retained)
 	if err != nil {
 		return err
 	}
@@ -243,7 +243,7 @@ func (b *runner) soak(ctx context.Context) error {
 		}
 		co = nil
 		start := time.Now()
-		if co, err = b.startCoordinator(srv.ClientURL(), retained); err != nil {
+		if co, err = b.startCoordinator(srv, retained); err != nil {
 			return err
 		}
 		if err := co.waitLive(5 * time.Minute); err != nil {

@@ -216,7 +216,7 @@ func (b *runner) stormSetup(ctx context.Context, dir string, n int, rate float64
 		return time.Time{}, 0, err
 	}
 	defer srv.Shutdown()
-	co, err := b.startCoordinator(srv.ClientURL(), nil)
+	co, err := b.startCoordinator(srv, nil)
 	if err != nil {
 		return time.Time{}, 0, err
 	}
@@ -410,7 +410,7 @@ func (b *runner) stormSetup(ctx context.Context, dir string, n int, rate float64
 // baseline stores messages of its size).
 func (b *runner) stormRun(ctx context.Context, srv *embedded.Server, n int, base uint64, s *Storm, label string) ([]byte, error) {
 	t0 := time.Now()
-	co, err := b.startCoordinator(srv.ClientURL(), nil)
+	co, err := b.startCoordinator(srv, nil)
 	if err != nil {
 		return nil, err
 	}
