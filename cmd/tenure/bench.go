@@ -78,9 +78,10 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 			return enc.Encode(res)
 		}
 		fmt.Fprintf(stdout, "cluster: %d nodes (real processes, loopback, R3, sync always), %d SDK workers x %d leases\n", res.Nodes, res.Workers, res.Leases)
-		fmt.Fprintf(stdout, "%-11s %16s %14s %7s %17s %7s\n", "partitions", "tenure renew/s", "raw msgs/s", "ratio", "raw shaped msgs/s", "ratio")
+		fmt.Fprintf(stdout, "%-11s %16s %14s %7s %17s %7s   %s\n", "partitions", "tenure renew/s", "raw msgs/s", "ratio", "raw shaped msgs/s", "ratio", "CPU µs per unit: tenure (nodes + serve + workers) / raw / shaped; tenure's cores")
 		for _, p := range res.Points {
-			fmt.Fprintf(stdout, "%-11d %16.0f %14.0f %7.2f %17.0f %7.2f\n", p.Partitions, p.TenurePerS, p.RawPerS, p.Ratio, p.RawShapedPerS, p.ShapedRatio)
+			fmt.Fprintf(stdout, "%-11d %16.0f %14.0f %7.2f %17.0f %7.2f   %.1f (%.1f + %.1f + %.1f) / %.1f / %.1f; %.2f\n", p.Partitions, p.TenurePerS, p.RawPerS, p.Ratio, p.RawShapedPerS, p.ShapedRatio,
+				p.TenureCPUUs, p.TenureNodesCPUUs, p.TenureServeCPUUs, p.TenureWorkersCPUUs, p.RawCPUUs, p.RawShapedCPUUs, p.TenureCores)
 		}
 		return nil
 	}

@@ -269,3 +269,20 @@ func TestSoak(t *testing.T) {
 		t.Fatal("the default run must run the storm and not the soak")
 	}
 }
+
+// procCPU reads a process's CPU time from /proc as Getrusage gives it for
+// this one.
+func TestProcCPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc on this system: clusterCPU counts this process alone")
+	}
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+	}
+	got, want := procCPU(os.Getpid()), cpuTime()
+	if got <= 0 || got > want+20*time.Millisecond || got < want-100*time.Millisecond {
+		t.Errorf("procCPU = %v, Getrusage %v", got, want)
+	}
+	if procCPU(0) != 0 || procCPU(-1) != 0 {
+		t.Errorf("procCPU of no process is not 0")
+	}
+}

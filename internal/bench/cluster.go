@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,19 @@ type ClusterPoint struct {
 	// without the input or the fold.
 	RawShapedPerS float64 `json:"raw_shaped_per_s"`
 	ShapedRatio   float64 `json:"shaped_ratio"` // TenurePerS / RawShapedPerS
-	RenewErrors   int64   `json:"renew_errors"`
+	// CPU time of every process (the nodes, tenure serve, this one's
+	// workers or publishers) per unit stored, and the cores Tenure's run
+	// kept busy: on two cores, throughput is cores / CPU per unit.
+	TenureCPUUs float64 `json:"tenure_cpu_us"`
+	TenureCores float64 `json:"tenure_cores"`
+	// TenureCPUUs split: the nodes, tenure serve (the coordinators), this
+	// process (the SDK workers).
+	TenureNodesCPUUs   float64 `json:"tenure_nodes_cpu_us"`
+	TenureServeCPUUs   float64 `json:"tenure_serve_cpu_us"`
+	TenureWorkersCPUUs float64 `json:"tenure_workers_cpu_us"`
+	RawCPUUs           float64 `json:"raw_cpu_us"`
+	RawShapedCPUUs     float64 `json:"raw_shaped_cpu_us"`
+	RenewErrors        int64   `json:"renew_errors"`
 }
 
 // ClusterResult is the result of `tenure bench --cluster`.
@@ -173,10 +186,10 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, parts uint32, dir stri
 		wg.Wait()
 		return pt, err
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), cpuSplit(c)
 	time.Sleep(cfg.Window)
 	n1, err := stored()
-	el := time.Since(t0)
+	el, cpu1 := time.Since(t0), cpuSplit(c)
 	cancel()
 	wg.Wait()
 	if err != nil {
@@ -184,6 +197,13 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, parts uint32, dir stri
 	}
 	pt.TenurePerS = float64(n1-n0) / el.Seconds()
 	pt.RenewErrors = nerr.Load()
+	perUnit := func(d time.Duration) float64 { return ratio(d.Seconds()/el.Seconds()*1e6, pt.TenurePerS) }
+	pt.TenureNodesCPUUs = perUnit(cpu1.nodes - cpu0.nodes)
+	pt.TenureServeCPUUs = perUnit(cpu1.serve - cpu0.serve)
+	pt.TenureWorkersCPUUs = perUnit(cpu1.self - cpu0.self)
+	all := cpu1.nodes + cpu1.serve + cpu1.self - cpu0.nodes - cpu0.serve - cpu0.self
+	pt.TenureCores = all.Seconds() / el.Seconds()
+	pt.TenureCPUUs = perUnit(all)
 
 	// The template of the shaped baseline: the last verdict stored.
 	shape, err := lastVerdict(ctx, js, outs[0].DecisionStream())
@@ -191,12 +211,15 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, parts uint32, dir stri
 		return pt, err
 	}
 	inflight := cfg.Workers * cfg.Leases
-	if pt.RawPerS, err = rawCluster(ctx, c.URL(), js, parts, inflight, nil, cfg.Window, "BENCH_RAW_"); err != nil {
+	var cores float64
+	if pt.RawPerS, cores, err = rawCluster(ctx, c, js, parts, inflight, nil, cfg.Window, "BENCH_RAW_"); err != nil {
 		return pt, err
 	}
-	if pt.RawShapedPerS, err = rawCluster(ctx, c.URL(), js, parts, inflight, shape, cfg.Window, "BENCH_SHAPED_"); err != nil {
+	pt.RawCPUUs = ratio(cores*1e6, pt.RawPerS)
+	if pt.RawShapedPerS, cores, err = rawCluster(ctx, c, js, parts, inflight, shape, cfg.Window, "BENCH_SHAPED_"); err != nil {
 		return pt, err
 	}
+	pt.RawShapedCPUUs = ratio(cores*1e6, pt.RawShapedPerS)
 	pt.Ratio = ratio(pt.TenurePerS, pt.RawPerS)
 	pt.ShapedRatio = ratio(pt.TenurePerS, pt.RawShapedPerS)
 	return pt, nil
@@ -207,8 +230,10 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, parts uint32, dir stri
 // connection of its own, together keeping inflight messages unacknowledged
 // (as many as Tenure's leases); ~200-byte messages without headers, or,
 // with shape, messages shaped like shape (its body and header set, a fresh
-// Nats-Msg-Id each). The rate is that of the messages stored.
-func rawCluster(ctx context.Context, url string, js jetstream.JetStream, parts uint32, inflight int, shape *nats.Msg, window time.Duration, prefix string) (float64, error) {
+// Nats-Msg-Id each). The rate is that of the messages stored; cores, the
+// CPU time every process of the cluster and this one used per second of it.
+func rawCluster(ctx context.Context, c *cluster.Cluster, js jetstream.JetStream, parts uint32, inflight int, shape *nats.Msg, window time.Duration, prefix string) (rate, cores float64, err error) {
+	url := c.URL()
 	body := make([]byte, 200)
 	for i := range body {
 		body[i] = 'x'
@@ -222,7 +247,7 @@ func rawCluster(ctx context.Context, url string, js jetstream.JetStream, parts u
 		s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"bench." + name},
 			Replicas: 3, Storage: jetstream.FileStorage})
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		raws = append(raws, s)
 	}
@@ -277,22 +302,74 @@ func rawCluster(ctx context.Context, url string, js jetstream.JetStream, parts u
 	if err != nil {
 		rcancel()
 		rwg.Wait()
-		return 0, err
+		return 0, 0, err
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), clusterCPU(c)
 	time.Sleep(window)
 	r1, err := rawStored()
-	el := time.Since(t0)
+	el, cpu1 := time.Since(t0), clusterCPU(c)
 	rcancel()
 	rwg.Wait()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if e, ok := firstErr.Load().(error); ok {
-		return 0, fmt.Errorf("raw publish: %w", e)
+		return 0, 0, fmt.Errorf("raw publish: %w", e)
 	}
 	for _, s := range raws { // the next baseline has the nodes to itself
 		_ = js.DeleteStream(ctx, s.CachedInfo().Config.Name)
 	}
-	return float64(r1-r0) / el.Seconds(), nil
+	return float64(r1-r0) / el.Seconds(), (cpu1 - cpu0).Seconds() / el.Seconds(), nil
+}
+
+// clusterCPU is the CPU time (user and system) used so far by c's nodes and
+// coordinators and by this process (the workers, the raw publishers): on
+// Linux, from /proc; elsewhere this process's alone.
+func clusterCPU(c *cluster.Cluster) time.Duration {
+	t := cpuSplit(c)
+	return t.nodes + t.serve + t.self
+}
+
+// cpuUse is the CPU time used so far by a cluster's nodes, by its tenure
+// serve processes, and by this process.
+type cpuUse struct{ nodes, serve, self time.Duration }
+
+func cpuSplit(c *cluster.Cluster) cpuUse {
+	u := cpuUse{self: cpuTime()}
+	for _, p := range c.Nodes {
+		u.nodes += procCPU(p.Pid())
+	}
+	for _, p := range c.Coordinators {
+		u.serve += procCPU(p.Pid())
+	}
+	return u
+}
+
+// procCPU is the CPU time process pid has used (utime and stime of
+// /proc/<pid>/stat, in clock ticks of 10 ms, the value Linux gives every
+// architecture's USER_HZ); 0 if it cannot be read.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count the fields after its closing one.
+	k := strings.LastIndexByte(string(b), ')')
+	if k < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[k+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64) // field 14
+	st, err2 := strconv.ParseUint(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
