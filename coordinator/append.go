@@ -65,13 +65,14 @@ import (
 //     is not counted).
 //
 // On the machine BENCHMARKS.md describes, batches win by ten times with
-// sync always and lose by half with sync interval. A process that
-// configures the server itself (tenure serve with its embedded server)
-// knows which, and says so (Config.AppendMode): then the appender never
-// measures, and spends no epoch appending the worse way (a second or two
-// of a 1,000,000-lease expiry storm one by one with sync always; SDK
-// workers' bursts of renewals misled the measurement into batches with
-// sync interval, a tenth of the SDK path's rate).
+// sync always; with sync interval they lose by half in the pipeline but win
+// by a fifth for a queue's load, and the measurement is misled into them by
+// SDK workers' bursts of renewals (a tenth of the SDK path's rate). A
+// process that configures the server itself (tenure serve with its
+// embedded server) knows when batches always win, and says so
+// (Config.AppendMode): with sync always the appender batches at once and
+// spends no epoch one by one (a second or two of a 1,000,000-lease expiry
+// storm's decisions were fsynced one at a time).
 //
 // (orbit.go's jetstreamext.PublishMsgBatch speaks the same protocol, but
 // waits for each batch's reply before returning, and by default for an

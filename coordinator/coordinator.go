@@ -109,7 +109,10 @@ const (
 	// (sync_interval always) or is replicated.
 	AppendBatched
 	// AppendOneByOne never batches: for a one-replica stream of a server
-	// that fsyncs on an interval, where batches cost more than they save.
+	// that fsyncs on an interval, under loads where batches cost more than
+	// they save (SDK workers renewing in bursts; not a queue's, for which
+	// they save a fifth: BENCHMARKS.md). tenure serve leaves that to the
+	// measurement.
 	AppendOneByOne
 )
 

@@ -253,10 +253,12 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		}
 		defer srv.Shutdown()
 		conn.url = srv.ClientURL()
-		// This process knows how its server stores: the coordinator
-		// appends the better way at once instead of measuring
-		// (coordinator.AppendMode).
-		appendMode = coordinator.AppendOneByOne
+		// This process knows how its server stores: with sync always,
+		// atomic batches win whatever the load (one fsync for many
+		// decisions), so the coordinator batches at once instead of
+		// measuring (coordinator.AppendMode). With sync interval it
+		// measures: batches win for some loads (a queue's) and lose for
+		// others (SDK workers' bursts of renewals), BENCHMARKS.md.
 		if srv.SyncAlways() {
 			appendMode = coordinator.AppendBatched
 		}

@@ -117,15 +117,15 @@ func (m *appendMetrics) take() (int, int, time.Duration, time.Duration) {
 
 // startCoordinator starts a coordinator of srv on its own connection, with
 // the configuration tenure serve runs with its embedded server (the default
-// one, appending the way srv's sync mode favours: coordinator.AppendMode)
-// but for mod.
+// one, batching at once when srv syncs always: coordinator.AppendMode) but
+// for mod.
 func (b *runner) startCoordinator(srv *embedded.Server, mod func(*coordinator.Config)) (*coord, error) {
 	nc, err := connect(srv.ClientURL(), "bench-coordinator")
 	if err != nil {
 		return nil, err
 	}
 	m := &appendMetrics{}
-	cfg := coordinator.Config{ID: "bench-c1", Conn: nc, Metrics: m, AppendMode: coordinator.AppendOneByOne}
+	cfg := coordinator.Config{ID: "bench-c1", Conn: nc, Metrics: m}
 	if srv.SyncAlways() {
 		cfg.AppendMode = coordinator.AppendBatched
 	}
