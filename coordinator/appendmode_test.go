@@ -16,6 +16,10 @@ import (
 // AppendOneByOne never batches; both store the same decisions, every one
 // verdict renewed.
 func TestAppendMode(t *testing.T) {
+	_, nc0, _ := newServer(t)
+	if _, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc0, AppendMode: coordinator.AppendOneByOne + 1}); err == nil || !strings.Contains(err.Error(), "unknown append mode AppendMode(3)") {
+		t.Fatalf("New with append mode 3: %v, want an unknown append mode error", err)
+	}
 	for _, tc := range []struct {
 		mode    coordinator.AppendMode
 		batched bool

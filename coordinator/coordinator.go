@@ -306,6 +306,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.HeadInterval < 0 {
 		return nil, fmt.Errorf("coordinator: negative head interval %v", cfg.HeadInterval)
 	}
+	if cfg.AppendMode > AppendOneByOne {
+		return nil, fmt.Errorf("coordinator: unknown append mode %v", cfg.AppendMode)
+	}
 	js, err := jetstream.New(cfg.Conn,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxInflight),
 		jetstream.WithPublishAsyncTimeout(10*time.Second))
