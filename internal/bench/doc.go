@@ -17,7 +17,11 @@
 //     appends every verdict. The headline renews a worker's due leases in
 //     batch renews, as the SDK does under load; then one lease per input;
 //     then SDK workers end to end, each also consuming its verdicts from the
-//     decision stream (which the baseline's publisher does not do).
+//     decision stream (which the baseline's publisher does not do). The SDK
+//     path's fair baselines (issue 20): publishers on their own connections
+//     that read their answers from the output stream as SDK workers do,
+//     with 200-byte answers, then with answers shaped like the last renewal
+//     verdict the SDK run stored (its body and stored headers).
 //  2. One-at-a-time latency. Baseline: publish an input, wait until its reply
 //     is stored and seen by the publisher's consumer. Tenure: Lease.Renew, the
 //     verdict's round trip through the SDK. Also the expiry latency: from a
@@ -47,6 +51,11 @@
 //     cancels. The ratio is on / off; the receipt files are read back
 //     afterwards (every line a valid receipt) and give the receipts written
 //     per second. It runs after the pipeline (--only receipts alone).
+//
+// Cluster is `tenure bench --cluster`: on a local cluster of real nodes, SDK
+// workers against raw R3 publishes with as many units in flight, raw
+// messages of 200 bytes and shaped like verdicts, and the CPU time every
+// process spends per unit stored.
 //
 // Run returns a Result; WriteTable and WriteJSON print it.
 package bench
