@@ -150,7 +150,9 @@ func (s *session) endGenesis() error {
 		return nil // as Ensure found it: widened (streams are never narrowed)
 	}
 	if _, err := streams.EndGenesis(s.ctx, c.js, top); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
+		// A denied request is never answered: under permissions made by
+		// a tenure auth init older than genesis, this is a timeout.
+		return fmt.Errorf("coordinator: %w (the coordinator needs $JS.API.STREAM.UPDATE.%s: regenerate credentials made by a tenure auth init older than the input stream's genesis)", err, top.InputStream())
 	}
 	c.log.Info("input stream open to every input", "stream", top.InputStream(), "subjects", top.InputConfig().Subjects)
 	return nil
