@@ -168,8 +168,12 @@ type Result struct {
 	TenurePipelineCPUUs   float64 `json:"tenure_pipeline_cpu_us"`       // CPU time of the whole process per renewal accepted
 	TenureSinglePerS      float64 `json:"tenure_pipeline_single_per_s"` // one lease per input
 	SinglePipelineRatio   float64 `json:"pipeline_single_ratio"`
-	TenureSDKPerS         float64 `json:"tenure_pipeline_sdk_per_s"` // SDK workers, verdicts consumed
-	SDKPipelineRatio      float64 `json:"pipeline_sdk_ratio"`
+	// The baseline pipeline again, its answers shaped like the last verdict
+	// the one-lease run stored (issue 20's model of that row).
+	BaselineShapedPerS float64 `json:"baseline_pipeline_shaped_per_s"`
+	SingleShapedRatio  float64 `json:"pipeline_single_shaped_ratio"` // tenure_pipeline_single_per_s / baseline_pipeline_shaped_per_s
+	TenureSDKPerS      float64 `json:"tenure_pipeline_sdk_per_s"`    // SDK workers, verdicts consumed
+	SDKPipelineRatio   float64 `json:"pipeline_sdk_ratio"`
 	// The SDK's fair baseline (issue 20): publishers on their own
 	// connections that read their answers from the output stream, as SDK
 	// workers read their verdicts.

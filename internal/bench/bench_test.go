@@ -83,6 +83,7 @@ func TestRunTiny(t *testing.T) {
 	// short when fsyncs stall: it is there, a number).
 	// So may a queue side's (the scenario fails if neither completed a job).
 	for _, k := range []string{"baseline_pipeline_sdk_per_s", "pipeline_sdk_fair_ratio", "baseline_pipeline_sdk_shaped_per_s", "pipeline_sdk_shaped_ratio",
+		"baseline_pipeline_shaped_per_s", "pipeline_single_shaped_ratio",
 		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "queue_inflight", "baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms",
 		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "baseline_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p99_ms"} {
 		if _, ok := m[k].(float64); !ok {

@@ -30,7 +30,7 @@ import (
 // consume their verdicts.
 func (b *runner) pipeline(ctx context.Context) error {
 	inflight := b.cfg.PipelineWorkers * b.cfg.PipelineLeases
-	base, err := b.baselinePipeline(ctx, inflight)
+	base, err := b.baselinePipeline(ctx, inflight, nil)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
@@ -39,7 +39,7 @@ func (b *runner) pipeline(ctx context.Context) error {
 	r.BaselinePipelineCPUUs = b.lastCPU / base * 1e6
 	b.logf("  baseline pipeline: %.0f inputs/s answered (%d in flight), %.2f cores busy: %.1f µs CPU each", base, inflight, b.lastCPU, r.BaselinePipelineCPUUs)
 
-	ten, inputs, err := b.wirePipeline(ctx, true)
+	ten, inputs, _, err := b.wirePipeline(ctx, true)
 	if err != nil {
 		return fmt.Errorf("tenure: %w", err)
 	}
@@ -48,12 +48,19 @@ func (b *runner) pipeline(ctx context.Context) error {
 	r.TenurePipelineCPUUs = b.lastCPU / ten * 1e6
 	b.logf("  tenure pipeline:   %.0f renewals/s accepted (%.0f batch renew inputs/s), %.2f cores busy: %.1f µs CPU each; ratio %.2f", ten, inputs, b.lastCPU, r.TenurePipelineCPUUs, r.PipelineRatio)
 
-	single, _, err := b.wirePipeline(ctx, false)
+	single, _, singleShape, err := b.wirePipeline(ctx, false)
 	if err != nil {
 		return fmt.Errorf("tenure, one lease per input: %w", err)
 	}
 	r.TenureSinglePerS, r.SinglePipelineRatio = single, ratio(single, base)
 	b.logf("  tenure, one lease per input: %.0f renewals/s, %.2f cores busy: %.1f µs CPU each; ratio %.2f", single, b.lastCPU, b.lastCPU/single*1e6, r.SinglePipelineRatio)
+
+	shaped, err := b.baselinePipeline(ctx, inflight, singleShape)
+	if err != nil {
+		return fmt.Errorf("baseline, answers shaped like verdicts: %w", err)
+	}
+	r.BaselineShapedPerS, r.SingleShapedRatio = shaped, ratio(single, shaped)
+	b.logf("  baseline, answers shaped like verdicts: %.0f inputs/s answered, %.2f cores busy; one lease per input's ratio to it %.2f", shaped, b.lastCPU, r.SingleShapedRatio)
 
 	sdk, errs, shape, err := b.sdkPipeline(ctx)
 	if err != nil {
@@ -69,14 +76,14 @@ func (b *runner) pipeline(ctx context.Context) error {
 	r.BaselineSDKPipelinePerS, r.SDKFairRatio = fair, ratio(sdk, fair)
 	b.logf("  baseline, %d publishers reading their answers: %.0f inputs/s answered and read, %.2f cores busy; the SDK's ratio to it %.2f", b.cfg.PipelineWorkers, fair, b.lastCPU, r.SDKFairRatio)
 
-	shaped, err := b.baselineSDKPipeline(ctx, shape)
+	sdkShaped, err := b.baselineSDKPipeline(ctx, shape)
 	if err != nil {
 		return fmt.Errorf("baseline whose answers are shaped like verdicts: %w", err)
 	}
-	r.BaselineSDKShapedPerS, r.SDKShapedRatio = shaped, ratio(sdk, shaped)
+	r.BaselineSDKShapedPerS, r.SDKShapedRatio = sdkShaped, ratio(sdk, sdkShaped)
 	r.DecisionBytes, r.DecisionHeaderBytes = float64(len(shape.Data)), float64(headerBytes(shapedHeader(shape.Header, 0)))
 	b.logf("  the same, answers shaped like verdicts (%d-byte body, %d bytes of headers): %.0f inputs/s answered and read, %.2f cores busy; the SDK's ratio to it %.2f",
-		len(shape.Data), int(r.DecisionHeaderBytes), shaped, b.lastCPU, r.SDKShapedRatio)
+		len(shape.Data), int(r.DecisionHeaderBytes), sdkShaped, b.lastCPU, r.SDKShapedRatio)
 	return nil
 }
 
@@ -130,8 +137,15 @@ func (b *runner) windowOf(ctx context.Context, js jetstream.JetStream, stream1, 
 // published and not yet answered; a consumer connection reads them in order
 // and appends one 200-byte message per input. The rate is that of the
 // answers stored.
-func (b *runner) baselinePipeline(ctx context.Context, inflight int) (float64, error) {
-	srv, err := b.startServer(b.newDir("baseline-pipeline"), false)
+//
+// With shape (a verdict as stored), each answer is shaped like it, as in
+// baselineSDKPipeline.
+func (b *runner) baselinePipeline(ctx context.Context, inflight int, shape *nats.Msg) (float64, error) {
+	name := "baseline-pipeline"
+	if shape != nil {
+		name = "baseline-pipeline-shaped"
+	}
+	srv, err := b.startServer(b.newDir(name), false)
 	if err != nil {
 		return 0, err
 	}
@@ -168,7 +182,7 @@ func (b *runner) baselinePipeline(ctx context.Context, inflight int) (float64, e
 	if _, err := jsP.CreateStream(ctx, baselineStream("BASE_OUT", "base.out.>")); err != nil {
 		return 0, err
 	}
-	stop := b.profile("pipeline-baseline")
+	stop := b.profile(strings.Replace(name, "baseline-pipeline", "pipeline-baseline", 1))
 	defer stop()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -180,8 +194,14 @@ func (b *runner) baselinePipeline(ctx context.Context, inflight int) (float64, e
 	}
 	out := payload(200, "answer")
 	var consErr atomic.Value
+	var answers uint64 // the consumer's answers so far: its stream's last sequence
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if _, err := jsC.PublishMsgAsync(&nats.Msg{Subject: "base.out.w1.job.renewed", Data: out}, jetstream.WithStallWait(30*time.Second)); err != nil {
+		am := &nats.Msg{Subject: "base.out.w1.job.renewed", Data: out}
+		if shape != nil {
+			am.Data, am.Header = shape.Data, shapedHeader(shape.Header, answers)
+		}
+		answers++
+		if _, err := jsC.PublishMsgAsync(am, jetstream.WithStallWait(30*time.Second)); err != nil {
 			consErr.Store(err)
 		}
 	}, jetstream.PullMaxMessages(1024))
@@ -271,26 +291,26 @@ func (b *runner) measure(ctx context.Context, name string, js jetstream.JetStrea
 // process, as the baseline's publisher counts answers in process). batched,
 // a worker renews all its due leases in batch renews of up to 256, as the SDK
 // does under load; otherwise one lease per input. The rate is that of the
-// verdicts stored.
-func (b *runner) wirePipeline(ctx context.Context, batched bool) (verdicts, inputs float64, err error) {
+// verdicts stored; shape is the last verdict stored (lastVerdict).
+func (b *runner) wirePipeline(ctx context.Context, batched bool) (verdicts, inputs float64, shape *nats.Msg, err error) {
 	name := "pipeline-tenure"
 	if !batched {
 		name = "pipeline-tenure-single"
 	}
 	srv, co, err := b.tenureServer(name)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer srv.Shutdown()
 	defer co.stop()
 	nc, err := connect(srv.ClientURL(), "bench-workers")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	// Acquire every lease.
 	type lease struct {
@@ -310,30 +330,47 @@ func (b *runner) wirePipeline(ctx context.Context, batched bool) (verdicts, inpu
 				Data:    []byte(`{"v":1,"lease_ms":3600000}`),
 			}, jetstream.WithStallWait(30*time.Second))
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, nil, err
 			}
 			futures[w] = append(futures[w], f)
 		}
 	}
 	var last uint64
+	seqs := make([][]uint64, nw) // each acquire's input sequence
 	for w := range nw {
+		seqs[w] = make([]uint64, nl)
 		for k, f := range futures[w] {
 			select {
 			case ack := <-f.Ok():
-				leases[w][k].id = "L" + strconv.FormatUint(ack.Sequence, 10)
+				seqs[w][k] = ack.Sequence
 				last = max(last, ack.Sequence)
 			case err := <-f.Err():
-				return 0, 0, err
+				return 0, 0, nil, err
 			case <-time.After(time.Minute):
-				return 0, 0, fmt.Errorf("acquire: %w", errTimeout)
+				return 0, 0, nil, fmt.Errorf("acquire: %w", errTimeout)
 			}
 		}
 	}
 	for co.c.Stats().InputsFolded < last {
 		if err := ctx.Err(); err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		time.Sleep(time.Millisecond)
+	}
+	// Each lease's id, from its grant (under the current rules a lease id
+	// is keyed, PROTOCOL.md §14: nobody can derive it from the sequence).
+	granted, grants, err := grantedLeases(ctx, js, streams.Topology{}.DecisionStream())
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	for w := range nw {
+		for k := range nl {
+			id, ok := granted[seqs[w][k]]
+			if !ok {
+				return 0, 0, nil, fmt.Errorf("acquire of %s (input %d) not granted", leases[w][k].job, seqs[w][k])
+			}
+			leases[w][k].id = id
+		}
 	}
 	b.logf("  %d leases acquired by %d simulated workers", nw*nl, nw)
 
@@ -424,16 +461,98 @@ func (b *runner) wirePipeline(ctx context.Context, batched bool) (verdicts, inpu
 	cancel()
 	wg.Wait()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	if e, ok := failed.Load().(error); ok {
-		return 0, 0, e
+		return 0, 0, nil, e
 	}
 	// Every verdict a renewal: nothing was refused.
 	if st := co.c.Stats(); st.LostAuthority != 0 {
-		return 0, 0, fmt.Errorf("the coordinator lost authority %d times", st.LostAuthority)
+		return 0, 0, nil, fmt.Errorf("the coordinator lost authority %d times", st.LostAuthority)
 	}
-	return rates[0], rates[1], nil
+	// Every verdict a renewal (the rate counts the decisions stored).
+	if err := checkRenewed(ctx, js, streams.Topology{}.DecisionStream(), grants, 2000); err != nil {
+		return 0, 0, nil, err
+	}
+	if shape, err = lastVerdict(ctx, js, streams.Topology{}.DecisionStream()); err != nil {
+		return 0, 0, nil, err
+	}
+	return rates[0], rates[1], shape, nil
+}
+
+// grantedLeases reads the decision stream and returns the lease id of every
+// granted acquire by its input's sequence, and the stream's last sequence
+// read.
+func grantedLeases(ctx context.Context, js jetstream.JetStream, stream string) (ids map[uint64]string, last uint64, err error) {
+	out, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, 0, err
+	}
+	info, err := out.Info(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	cons, err := out.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, 0, err
+	}
+	ids = make(map[uint64]string)
+	for n := uint64(0); n < info.State.Msgs; {
+		batch, err := cons.Fetch(4096, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, 0, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			d, err := events.DecodeDecision(m.Data())
+			if err != nil {
+				return nil, 0, fmt.Errorf("decision: %w", err)
+			}
+			if d.Kind == events.KindGranted {
+				ids[d.Cause] = d.Job.LeaseID
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, 0, err
+		}
+		if got == 0 {
+			return nil, 0, fmt.Errorf("reading %s: %d of %d decisions: %w", stream, n, info.State.Msgs, errTimeout)
+		}
+		n += uint64(got)
+	}
+	return ids, info.State.LastSeq, nil
+}
+
+// checkRenewed fails unless each of the last n decisions of stream after
+// sequence after (the grants) is a renewal verdict: the pipeline's rate
+// counts the decisions stored, which must be renewals, not refusals.
+func checkRenewed(ctx context.Context, js jetstream.JetStream, stream string, after, n uint64) error {
+	out, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	info, err := out.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.LastSeq <= after {
+		return fmt.Errorf("no decision after the grants: no renewal was decided")
+	}
+	for seq := info.State.LastSeq; seq > after && seq+n > info.State.LastSeq; seq-- {
+		m, err := out.GetMsg(ctx, seq)
+		if err != nil {
+			return fmt.Errorf("decision %d: %w", seq, err)
+		}
+		d, err := events.DecodeDecision(m.Data)
+		if err != nil {
+			return fmt.Errorf("decision %d: %w", seq, err)
+		}
+		if d.Kind != events.KindRenewed {
+			return fmt.Errorf("decision %d is %s/%s, not a renewal: the pipeline's renewals were refused", seq, d.Kind, d.Reason)
+		}
+	}
+	return nil
 }
 
 // sdkPipeline: PipelineWorkers SDK workers, each on its own connection,
@@ -507,32 +626,39 @@ func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64,
 	return rates[0], nerr.Load(), shape, nil
 }
 
-// lastVerdict is the last message of stream (a decision stream Tenure's
-// renewals were just appended to) as stored: subject, body and headers,
-// which must be a renewal verdict's.
+// lastVerdict is the last renewal verdict of stream (a decision stream
+// Tenure's renewals were just appended to), within its last 1,000
+// messages, as stored: subject, body and headers.
 func lastVerdict(ctx context.Context, js jetstream.JetStream, stream string) (*nats.Msg, error) {
 	out, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, err
 	}
-	last, err := out.GetLastMsgForSubject(ctx, ">")
+	info, err := out.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("the last verdict: %w", err)
+		return nil, err
 	}
-	if d, err := events.DecodeDecision(last.Data); err != nil || d.Kind != events.KindRenewed {
-		return nil, fmt.Errorf("the last decision stored is not a renewal verdict (%s, %v)", d.Kind, err)
-	}
-	// The get's own headers (Nats-Stream, Nats-Sequence, Nats-Subject,
-	// Nats-Time-Stamp) are not the message's.
-	stored := nats.Header{}
-	for k, v := range last.Header {
-		switch k {
-		case "Nats-Stream", "Nats-Sequence", "Nats-Subject", "Nats-Time-Stamp", "Nats-Last-Sequence", "Nats-Num-Pending":
-		default:
-			stored[k] = v
+	for seq := info.State.LastSeq; seq > 0 && seq+1000 > info.State.LastSeq; seq-- {
+		m, err := out.GetMsg(ctx, seq)
+		if err != nil {
+			return nil, fmt.Errorf("decision %d: %w", seq, err)
 		}
+		if d, err := events.DecodeDecision(m.Data); err != nil || d.Kind != events.KindRenewed {
+			continue
+		}
+		// The get's own headers (Nats-Stream, Nats-Sequence, Nats-Subject,
+		// Nats-Time-Stamp) are not the message's.
+		stored := nats.Header{}
+		for k, v := range m.Header {
+			switch k {
+			case "Nats-Stream", "Nats-Sequence", "Nats-Subject", "Nats-Time-Stamp", "Nats-Last-Sequence", "Nats-Num-Pending":
+			default:
+				stored[k] = v
+			}
+		}
+		return &nats.Msg{Subject: m.Subject, Data: m.Data, Header: stored}, nil
 	}
-	return &nats.Msg{Subject: last.Subject, Data: last.Data, Header: stored}, nil
+	return nil, fmt.Errorf("no renewal verdict among the last 1,000 decisions of %s", stream)
 }
 
 // shapedHeader is the header set of tmpl with the values of the answer

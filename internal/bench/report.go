@@ -81,6 +81,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	row("1 pipeline (per s)", r.BaselinePipelinePerS, r.TenurePipelinePerS, "%.0f", r.PipelineRatio)
 	row("  CPU per unit (µs)", r.BaselinePipelineCPUUs, r.TenurePipelineCPUUs, "%.1f", ratio(r.BaselinePipelineCPUUs, r.TenurePipelineCPUUs))
 	row("  one lease per input (per s)", r.BaselinePipelinePerS, r.TenureSinglePerS, "%.0f", r.SinglePipelineRatio)
+	row("  the same, answers shaped like verdicts (per s)", r.BaselineShapedPerS, r.TenureSinglePerS, "%.0f", r.SingleShapedRatio)
 	row("  SDK, verdicts consumed (per s)", r.BaselinePipelinePerS, r.TenureSDKPerS, "%.0f", r.SDKPipelineRatio)
 	row("  SDK vs publishers reading answers (per s)", r.BaselineSDKPipelinePerS, r.TenureSDKPerS, "%.0f", r.SDKFairRatio)
 	row("  the same, answers shaped like verdicts (per s)", r.BaselineSDKShapedPerS, r.TenureSDKPerS, "%.0f", r.SDKShapedRatio)
