@@ -64,20 +64,28 @@ func logSub(sub, summary, help string) *command {
 // runLog dispatches tenure log <sub>; fs, which has no flags, prints log's
 // help (on stdout, as it always has).
 func runLog(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	return dispatchSub(ctx, fs, "log", "status, archive, remove or restore", logSubs, args, stdout, stderr)
+}
+
+// dispatchSub runs the subcommand of `tenure <group>` that args name among
+// subs (each named "<group> <sub>"); with no subcommand, or an unknown one,
+// a usage error listing them (choices); --help prints fs's usage, group's
+// help, on stdout.
+func dispatchSub(ctx context.Context, fs *flag.FlagSet, group, choices string, subs []*command, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: a subcommand: status, archive, remove or restore (see tenure log --help)", errUsage)
+		return fmt.Errorf("%w: a subcommand: %s (see tenure %s --help)", errUsage, choices, group)
 	}
 	if isHelp(args[0]) {
 		fs.SetOutput(stdout)
 		fs.Usage()
 		return nil
 	}
-	for _, c := range logSubs {
-		if c.name == "log "+args[0] {
+	for _, c := range subs {
+		if c.name == group+" "+args[0] {
 			return c.exec(ctx, args[1:], stdout, stderr)
 		}
 	}
-	return fmt.Errorf("%w: unknown subcommand %q: status, archive, remove or restore (see tenure log --help)", errUsage, args[0])
+	return fmt.Errorf("%w: unknown subcommand %q: %s (see tenure %s --help)", errUsage, args[0], choices, group)
 }
 
 // runLogSub is tenure log <sub>: fs is named "tenure log <sub>".

@@ -222,20 +222,7 @@ ready_at...), with that decision.
 }
 
 func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: a subcommand: ls or get (see tenure jobs --help)", errUsage)
-	}
-	if isHelp(args[0]) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return nil
-	}
-	for _, c := range jobsSubs {
-		if c.name == "jobs "+args[0] {
-			return c.exec(ctx, args[1:], stdout, stderr)
-		}
-	}
-	return fmt.Errorf("%w: unknown subcommand %q: ls or get (see tenure jobs --help)", errUsage, args[0])
+	return dispatchSub(ctx, fs, "jobs", "ls or get", jobsSubs, args, stdout, stderr)
 }
 
 func runJobsLs(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
