@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -492,34 +493,19 @@ func grantedLeases(ctx context.Context, js jetstream.JetStream, stream string) (
 	if err != nil {
 		return nil, 0, err
 	}
-	cons, err := out.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, 0, err
-	}
 	ids = make(map[uint64]string)
-	for n := uint64(0); n < info.State.Msgs; {
-		batch, err := cons.Fetch(4096, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, 0, err
+	var bad error
+	err = readDecisions(ctx, js, stream, 1, info.State.LastSeq, false, func(m jetstream.Msg, _ *jetstream.MsgMetadata) {
+		d, err := events.DecodeDecision(m.Data())
+		switch {
+		case err != nil:
+			bad = cmp.Or(bad, fmt.Errorf("decision: %w", err))
+		case d.Kind == events.KindGranted:
+			ids[d.Cause] = d.Job.LeaseID
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			d, err := events.DecodeDecision(m.Data())
-			if err != nil {
-				return nil, 0, fmt.Errorf("decision: %w", err)
-			}
-			if d.Kind == events.KindGranted {
-				ids[d.Cause] = d.Job.LeaseID
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return nil, 0, err
-		}
-		if got == 0 {
-			return nil, 0, fmt.Errorf("reading %s: %d of %d decisions: %w", stream, n, info.State.Msgs, errTimeout)
-		}
-		n += uint64(got)
+	})
+	if err = cmp.Or(err, bad); err != nil {
+		return nil, 0, err
 	}
 	return ids, info.State.LastSeq, nil
 }
