@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/bench"
 )
 
@@ -57,8 +58,8 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		if *clusterParts != "" {
 			for _, s := range strings.Split(*clusterParts, ",") {
 				n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
-				if err != nil || n == 0 || n > 64 {
-					return fmt.Errorf("%w: --partitions: %q is not a partition count from 1 to 64", errUsage, s)
+				if err != nil || n == 0 || n > events.MaxPartitions {
+					return fmt.Errorf("%w: --partitions: %q is not a partition count from 1 to %d", errUsage, s, events.MaxPartitions)
 				}
 				ccfg.Partitions = append(ccfg.Partitions, uint32(n))
 			}
