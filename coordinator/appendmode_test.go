@@ -20,6 +20,9 @@ func TestAppendMode(t *testing.T) {
 	if _, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc0, AppendMode: coordinator.AppendOneByOne + 1}); err == nil || !strings.Contains(err.Error(), "unknown append mode AppendMode(3)") {
 		t.Fatalf("New with append mode 3: %v, want an unknown append mode error", err)
 	}
+	if _, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc0, AppendMode: coordinator.AppendBatched, AppendBatch: -1}); err == nil || !strings.Contains(err.Error(), "negative AppendBatch") {
+		t.Fatalf("New batched but never batching: %v, want an error", err)
+	}
 	for _, tc := range []struct {
 		mode    coordinator.AppendMode
 		batched bool

@@ -309,6 +309,10 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.AppendMode > AppendOneByOne {
 		return nil, fmt.Errorf("coordinator: unknown append mode %v", cfg.AppendMode)
 	}
+	if cfg.AppendMode == AppendBatched && cfg.AppendBatch < 0 {
+		// Batched would hold singles to maxSinglesSlow and never batch.
+		return nil, errors.New("coordinator: append mode batched with a negative AppendBatch (never batch)")
+	}
 	js, err := jetstream.New(cfg.Conn,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxInflight),
 		jetstream.WithPublishAsyncTimeout(10*time.Second))
