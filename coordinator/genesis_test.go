@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
@@ -176,5 +177,45 @@ func TestGenesisTwoCoordinatorsAtOnce(t *testing.T) {
 	checkGenesisLog(t, inputs)
 	if seq != 3 {
 		t.Fatalf("the acquire is input %d, want 3", seq)
+	}
+}
+
+// A sealed input stream (anyone who may update it can seal it, and
+// JetStream cannot unseal it) is refused before going live, with a remedy
+// that does not send the operator to `nats stream edit`.
+func TestSealedInputStreamRefused(t *testing.T) {
+	srv, _, js := newServer(t)
+	ctx := context.Background()
+	r := startCoordinator(t, srv.ClientURL(), "c1")
+	testutil.WaitFor(t, 10*time.Second, "c1 live", func() bool { return r.c.Stats().Live })
+	r.stop()
+
+	s, err := js.Stream(ctx, "TENURE_IN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Sealed = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("seal: %v", err)
+	}
+
+	c2 := startCoordinator(t, srv.ClientURL(), "c2")
+	var err2 error
+	select {
+	case err2 = <-c2.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a coordinator on a sealed input stream did not stop")
+	}
+	c2.done <- nil // for the cleanup's stop
+	var mm *streams.ConfigMismatchError
+	if !errors.As(err2, &mm) || mm.Stream != "TENURE_IN" || mm.Field != "Sealed" {
+		t.Fatalf("Run = %v, want a Sealed mismatch on TENURE_IN", err2)
+	}
+	if st := c2.c.Stats(); st.State != coordinator.StateRefused || st.Live {
+		t.Errorf("state %q (live %v), want refused", st.State, st.Live)
+	}
+	if rem := coordinator.Remedy(err2); !strings.Contains(rem, "sealed") || strings.Contains(rem, "nats stream edit") {
+		t.Errorf("remedy %q", rem)
 	}
 }

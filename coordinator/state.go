@@ -62,6 +62,11 @@ func Remedy(err error) string {
 		return "the streams were created without log retention, and JetStream cannot cancel a stream's DenyPurge: " +
 			"run without --log-retention (the deployment keeps its whole log), or create a new deployment with it " +
 			"(another stream prefix or data directory)"
+	case errors.As(err, &mismatch) && mismatch.Field == "Sealed":
+		return "the stream " + mismatch.Stream + " is sealed: it takes no more messages and JetStream cannot unseal it. " +
+			"Its log is still whole and readable (run `tenure audit`); find who sealed it (any credential that may update " +
+			"the stream: under tenure auth init, a coordinator's or the administrator's), then continue on a new " +
+			"deployment (another stream prefix or data directory) and keep auditing the old streams"
 	case errors.As(err, &mismatch):
 		return "a stream or bucket exists with a configuration Tenure cannot use (" + mismatch.Error() +
 			"): fix it with `nats stream edit`, or use another stream prefix"

@@ -556,6 +556,10 @@ func checkLockDown(want, got jetstream.StreamConfig, genesis []string) error {
 			return bad("Subjects", fmt.Sprintf("%v (or %v in genesis)", want.Subjects, genesis), got.Subjects)
 		}
 		return bad("Subjects", want.Subjects, got.Subjects)
+	case got.Sealed:
+		// A sealed stream refuses every message and cannot be unsealed:
+		// recovery is a new deployment prefix (README.md, "Migrations").
+		return bad("Sealed", false, got.Sealed)
 	case got.Retention != jetstream.LimitsPolicy:
 		return bad("Retention", jetstream.LimitsPolicy, got.Retention)
 	case limited(got.MaxMsgs):

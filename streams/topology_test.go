@@ -416,3 +416,44 @@ func TestVerifyReportsUnsafeLog(t *testing.T) {
 		t.Errorf("Verify = %v, want DenyDelete mismatch on TENURE_IN", err)
 	}
 }
+
+// A sealed stream takes no more messages and can never be unsealed, and
+// anyone allowed to update the input stream (a coordinator, in genesis: see
+// auth/doc.go) can seal it. Ensure and Verify name it rather than let a
+// coordinator go live on a log that refuses every input.
+func TestEnsureAndVerifyRefuseASealedStream(t *testing.T) {
+	for _, name := range []string{"TENURE_IN", "TENURE_OUT"} {
+		t.Run(name, func(t *testing.T) {
+			js := startJS(t)
+			ctx := testCtx(t)
+			var top streams.Topology
+			if _, err := streams.Ensure(ctx, js, top, leaderTTL); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := streams.EndGenesis(ctx, js, top); err != nil {
+				t.Fatal(err)
+			}
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := s.CachedInfo().Config
+			cfg.Sealed = true
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				t.Fatalf("seal: %v", err)
+			}
+
+			var mm *streams.ConfigMismatchError
+			if _, err := streams.Ensure(ctx, js, top, leaderTTL); !errors.As(err, &mm) || mm.Stream != name || mm.Field != "Sealed" {
+				t.Errorf("Ensure = %v, want a Sealed mismatch on %s", err, name)
+			}
+			h, err := streams.Open(ctx, js, top)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if err := h.Verify(top); !errors.As(err, &mm) || mm.Stream != name || mm.Field != "Sealed" {
+				t.Errorf("Verify = %v, want a Sealed mismatch on %s", err, name)
+			}
+		})
+	}
+}
