@@ -206,6 +206,11 @@ func TestReadMethods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// WriteLog writes the rules and the policy itself: the genesis
+		// subjects alone would refuse its worker inputs.
+		if _, err := streams.EndGenesis(ctx, js, top); err != nil {
+			t.Fatal(err)
+		}
 		if _, _, err := WriteLog(ctx, js, top, h.Snapshots, n); err != nil {
 			t.Fatal(err)
 		}
