@@ -34,7 +34,7 @@
 //
 // Leases renew automatically, every RenewFraction of their duration, and
 // on demand (Lease.Renew). All renewals of a Worker go through one renewer
-// that keeps at most eight renewal inputs awaiting their verdicts: when the
+// that keeps at most four renewal inputs awaiting their verdicts: when the
 // worker is idle a renewal leaves at once, alone
 // (tenure.in.worker.<id>.<job>.renew); under load, the renewals that fall due
 // while the inputs in flight are being judged leave together in one batch
@@ -55,7 +55,7 @@
 // matched by partition and sequence: every partition numbers its inputs
 // itself. Renewals coalesce per partition (a batch renew names leases of
 // one partition, and is sent to that partition's subject with job token
-// "_"), with at most eight renewal inputs in flight per partition. Offers and
+// "_"), with at most four renewal inputs in flight per partition. Offers and
 // every other decision arrive from all partitions; their order is each
 // partition's.
 //

@@ -14,13 +14,16 @@ import (
 // together, in one batch renew, when one comes back: renewals coalesce under
 // load and go alone, at once, when the worker is idle.
 //
-// Eight, not two (as it was until issue 20): a worker with two inputs of up
+// Four, not two (as it was until issue 20): a worker with two inputs of up
 // to 256 leases in flight waits for every verdict of one before the next
-// leaves, and the pipeline behind it sits idle meanwhile. With eight, the SDK
-// path of `tenure bench` (8 workers x 512 leases, sync interval) went from
-// 35,000-41,600 to 42,700-50,100 renewals/s (1.46 to 1.70 cores busy), and
-// with sync always stayed where it was (27,600 and 27,000): BENCHMARKS.md.
-const maxRenewBatches = 8
+// leaves, and the pipeline behind it sits partly idle meanwhile. Measured
+// with tenure bench --quick --only pipeline (8 workers x 512 leases),
+// interleaved runs: with sync interval two gave 25,971-41,574 renewals/s
+// at 1.45 cores busy, four 31,923-52,377 at 1.62-1.64, eight about as
+// four; with sync always two and four were equal (25,559-26,528 and
+// 25,746-25,844), while eight (20,076-27,008) stores more, smaller
+// inputs, each fsynced on its own (BENCHMARKS.md, issue 20).
+const maxRenewBatches = 4
 
 // renewReq is one lease's renewal handed to the worker's renewer. A lease
 // has one renewal in flight at a time (Lease.renewMu), so it reuses one.
