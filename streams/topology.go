@@ -558,7 +558,8 @@ func checkLockDown(want, got jetstream.StreamConfig, genesis []string) error {
 		return bad("Subjects", want.Subjects, got.Subjects)
 	case got.Sealed:
 		// A sealed stream refuses every message and cannot be unsealed:
-		// recovery is a new deployment prefix (README.md, "Migrations").
+		// the way on is a new deployment (README.md, "When it will not go
+		// live").
 		return bad("Sealed", false, got.Sealed)
 	case got.Retention != jetstream.LimitsPolicy:
 		return bad("Retention", jetstream.LimitsPolicy, got.Retention)

@@ -20,9 +20,10 @@ import (
 // with tenure bench --quick --only pipeline (8 workers x 512 leases),
 // interleaved runs: with sync interval two gave 25,971-41,574 renewals/s
 // at 1.45 cores busy, four 31,923-52,377 at 1.62-1.64, eight about as
-// four; with sync always two and four were equal (25,559-26,528 and
-// 25,746-25,844), while eight (20,076-27,008) stores more, smaller
-// inputs, each fsynced on its own (BENCHMARKS.md, issue 20).
+// four; with sync always two and four were equal when run alternately
+// (25,559 and 26,528 against 25,746 and 25,844; two gave 27,604-29,144 in
+// other runs), while eight (20,076-27,008) stores more, smaller inputs,
+// each fsynced on its own (BENCHMARKS.md, issue 20).
 const maxRenewBatches = 4
 
 // renewReq is one lease's renewal handed to the worker's renewer. A lease
