@@ -53,6 +53,28 @@ func readStream(t testing.TB, js jetstream.JetStream, name string) []msg {
 	return out
 }
 
+// readStreamFrom returns the messages of stream name from sequence from to
+// its last, and the sequence after them (from, if there were none).
+func readStreamFrom(t testing.TB, js jetstream.JetStream, name string, from uint64) ([]msg, uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatalf("stream %s: %v", name, err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	var out []msg
+	for ; from <= last; from++ {
+		m, err := s.GetMsg(ctx, from)
+		if err != nil {
+			t.Fatalf("get %s #%d: %v", name, from, err)
+		}
+		out = append(out, msg{seq: m.Sequence, time: m.Time.UnixNano(), subject: m.Subject, data: m.Data, header: m.Header})
+	}
+	return out, from
+}
+
 // foldStoredIn folds stored inputs of one partition (the zero Partition:
 // unpartitioned) with a fresh projector and returns the decisions as
 // (subject, body) pairs.

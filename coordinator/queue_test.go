@@ -79,13 +79,21 @@ func TestHostileWorkerGrabsOffers(t *testing.T) {
 	}
 	acked := map[string]bool{}
 	completed := map[string]bool{}
-	done := 0
+	done := map[string]bool{}
+	// Each round reads only the decisions stored since the last one: the
+	// honest worker must ack an offer within the jobs' 300 ms, and a round
+	// that read the whole, growing stream took longer than that under a
+	// loaded CI machine, so every offer to it expired before its ack (the
+	// test then timed out).
+	next := uint64(1)
 	testutil.WaitFor(t, 60*time.Second, "every job completed by the honest worker", func() bool {
 		// Both announce again and again: the hostile one to grab every
 		// job it can, the honest one as the SDK does after a withdrawal.
 		announce("w-evil", 256)
 		announce("w-good", 2)
-		for _, m := range readStream(t, js, "TENURE_OUT") {
+		var ms []msg
+		ms, next = readStreamFrom(t, js, "TENURE_OUT", next)
+		for _, m := range ms {
 			d, err := events.DecodeDecision(m.data)
 			if err != nil {
 				t.Fatal(err)
@@ -101,14 +109,10 @@ func TestHostileWorkerGrabsOffers(t *testing.T) {
 				completed[j.ID] = true
 				publish(t, js, events.RoleWorker, "w-good", j.ID, events.VerbResult, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":%d,"outcome":"SUCCESS"}`, j.LeaseID, j.Generation))
 			case d.Kind == events.KindCompleted && j.State == events.StateCompleted:
-				done++
+				done[j.ID] = true
 			}
 		}
-		if done == jobs {
-			return true
-		}
-		done = 0
-		return false
+		return len(done) == jobs
 	})
 	evilOffers, withdrawn := 0, 0
 	for _, m := range readStream(t, js, "TENURE_OUT") {
@@ -126,7 +130,7 @@ func TestHostileWorkerGrabsOffers(t *testing.T) {
 	if evilOffers == 0 || withdrawn == 0 {
 		t.Fatalf("the hostile worker was offered %d jobs and withdrawn %d times: the test did not attack", evilOffers, withdrawn)
 	}
-	t.Logf("%d jobs completed; the hostile worker grabbed %d offers and lost its announcement %d times", jobs, evilOffers, withdrawn)
+	t.Logf("%d jobs completed; the hostile worker grabbed %d offers and lost its announcement %d times; %d decisions stored", jobs, evilOffers, withdrawn, next-1)
 	waitCaughtUp(t, js, r)
 	checkChain(t, js)
 }
