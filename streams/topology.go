@@ -268,14 +268,7 @@ func EndGenesis(ctx context.Context, js jetstream.JetStream, t Topology) (jetstr
 			return nil, fmt.Errorf("streams: end the genesis of stream %s (widen its subjects to %v): %w", want.Name, want.Subjects, Classify(err))
 		}
 	}
-	got := s.CachedInfo().Config
-	if err := checkLockDown(want, got, nil); err != nil {
-		return nil, err
-	}
-	if err := checkDurability(want, got); err != nil {
-		return nil, err
-	}
-	if err := checkPartition(want, got); err != nil {
+	if err := checkStream(want, s.CachedInfo().Config, nil); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -478,9 +471,9 @@ func transientRetry(ctx context.Context, op func(context.Context) error) error {
 
 // Verify checks the lock-down of the input and decision streams as last seen
 // (their cached info): the subjects of the topology (an input stream in
-// genesis, with GenesisSubjects only, is accepted), limits retention without
-// limits, no delete, purge, roll-up, per-message TTL, schedules, counters,
-// sources or subject transform. It is what an auditor asks before trusting
+// genesis, with GenesisSubjects only, is accepted), not sealed, limits
+// retention without limits, no delete, purge, roll-up, per-message TTL,
+// schedules, counters, sources or subject transform. It is what an auditor asks before trusting
 // the log: whether the history could have been rewritten or trimmed through
 // the streams' own settings. It returns a *ConfigMismatchError for the first
 // difference found, nil if there is none.
@@ -529,17 +522,23 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	// Check even what we just created: a server that ignored a setting it
 	// does not know must not pass unnoticed.
-	got := s.CachedInfo().Config
-	if err := checkLockDown(want, got, genesis); err != nil {
-		return nil, err
-	}
-	if err := checkDurability(want, got); err != nil {
-		return nil, err
-	}
-	if err := checkPartition(want, got); err != nil {
+	if err := checkStream(want, s.CachedInfo().Config, genesis); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkStream is every check of a stream Tenure uses: its lock-down (with
+// genesis, the input stream's subjects in genesis are accepted too), its
+// durability and its partition.
+func checkStream(want, got jetstream.StreamConfig, genesis []string) error {
+	if err := checkLockDown(want, got, genesis); err != nil {
+		return err
+	}
+	if err := checkDurability(want, got); err != nil {
+		return err
+	}
+	return checkPartition(want, got)
 }
 
 // checkLockDown compares the settings that decide whether stored messages
