@@ -32,29 +32,13 @@ type msg struct {
 // readStream reads every message of a stream, in order, with direct gets.
 func readStream(t testing.TB, js jetstream.JetStream, name string) []msg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatalf("stream %s: %v", name, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []msg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("get %s #%d: %v", name, seq, err)
-		}
-		out = append(out, msg{seq: m.Sequence, time: m.Time.UnixNano(), subject: m.Subject, data: m.Data, header: m.Header})
-	}
+	out, _ := readStreamFrom(t, js, name, 0)
 	return out
 }
 
-// readStreamFrom returns the messages of stream name from sequence from to
-// its last, and the sequence after them (from, if there were none).
+// readStreamFrom returns the messages of stream name from sequence from (0:
+// its first) to its last, and the sequence after them (from, if there were
+// none).
 func readStreamFrom(t testing.TB, js jetstream.JetStream, name string, from uint64) ([]msg, uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -63,9 +47,12 @@ func readStreamFrom(t testing.TB, js jetstream.JetStream, name string, from uint
 	if err != nil {
 		t.Fatalf("stream %s: %v", name, err)
 	}
-	last := s.CachedInfo().State.LastSeq
+	st := s.CachedInfo().State
+	if from == 0 {
+		from = st.FirstSeq
+	}
 	var out []msg
-	for ; from <= last; from++ {
+	for ; from <= st.LastSeq && st.Msgs > 0; from++ {
 		m, err := s.GetMsg(ctx, from)
 		if err != nil {
 			t.Fatalf("get %s #%d: %v", name, from, err)
