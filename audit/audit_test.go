@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,29 +112,14 @@ func TestGoldenScenariosAuditClean(t *testing.T) {
 // decodedHash rebuilds the state hash from every stored decision, decoded.
 func decodedHash(t *testing.T, e *env) audit.Hash {
 	t.Helper()
-	jobs := map[string]events.Job{}
-	caps := map[[2]string]projector.Capacity{}
-	var cause uint64
-	var at int64
-	var policy *events.Policy
+	var r projector.Rebuilder
 	var rules *projector.Rules
 	for _, m := range e.readStream(t, "TENURE_OUT") {
 		d, err := events.DecodeDecision(m.data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch {
-		case d.Kind == events.KindRetired:
-			jobs[d.Job.ID] = events.Job{ID: d.Job.ID} // gone
-		case d.Job.ID != events.NoJob && d.Job.Exists():
-			jobs[d.Job.ID] = d.Job
-		case d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn:
-			caps[[2]string{d.Capacity.Queue, d.Addressee}] = projector.Capacity{Worker: d.Addressee, Capacity: *d.Capacity, Seq: d.Cause}
-		}
-		cause, at = d.Cause, d.At
-		if d.Kind == events.KindPolicySet {
-			policy = d.Policy
-		}
+		r.Add(&d)
 		if d.Kind == events.KindRulesSet {
 			// The key is in the rules input that caused it, never in a decision.
 			var in events.Input
@@ -149,7 +133,7 @@ func decodedHash(t *testing.T, e *env) audit.Hash {
 			rules = &projector.Rules{Revision: d.Revision, LeaseKey: in.LeaseKey}
 		}
 	}
-	h, err := projector.RebuildHash(nil, cause, at, policy, rules, maps.Values(jobs), maps.Values(caps))
+	h, err := r.Hash(nil, rules)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -182,12 +182,8 @@ type checker struct {
 	startDec uint64 // the last decision before it
 
 	// The state the stored decisions describe.
-	jobs    map[string]events.Job
-	caps    map[[2]string]projector.Capacity // the latest capacity_set decision of each queue and worker (RebuildHash)
-	sCause  uint64
-	sAt     int64
-	sPolicy *events.Policy
-	sRev    uint32 // the revision of the last rules_set decision (0: none)
+	state projector.Rebuilder
+	sRev  uint32 // the revision of the last rules_set decision (0: none)
 
 	// The decision chain: chain is the value of decision prevDec (as
 	// computed, or as stored after a break, so that each break is found
@@ -209,7 +205,7 @@ type checker struct {
 func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *checker {
 	c := &checker{
 		opts: opts, in: in, out: lookahead{r: out}, base: st.Base,
-		p: st.Projector, inEnd: st.InputEnd, jobs: make(map[string]events.Job),
+		p: st.Projector, inEnd: st.InputEnd,
 		snap: st.Snapshot, snapData: st.SnapshotData,
 		rep: &Report{InputEnd: st.InputEnd, DecisionEnd: st.DecisionEnd, Strict: opts.Strict, Snapshot: st.Snapshot},
 	}
@@ -228,7 +224,7 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 		c.claimFor = make(map[uint64]Hash)
 	}
 	c.rep.LastInput = c.lastInput
-	c.sCause, c.sAt = c.p.LastSeq(), c.p.Now()
+	c.state.From(c.p.LastSeq(), c.p.Now())
 	if st.LastDecision != 0 {
 		c.last, c.hasLast, c.lastSeq = st.Last, true, st.LastDecision
 	}
@@ -641,22 +637,7 @@ func (c *checker) orphan(s *StoredDecision, k *skey, detail string) {
 // decoding the stored body would give the same projection; only the
 // decisions that are not verified are decoded (applyStoredBody).
 func (c *checker) applyStored(d *events.Decision) {
-	switch {
-	case d.Kind == events.KindRetired:
-		c.jobs[d.Job.ID] = events.Job{ID: d.Job.ID} // generation 0: gone (RebuildHash)
-	case d.Job.ID != events.NoJob && d.Job.Exists():
-		c.jobs[d.Job.ID] = d.Job
-	case (d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn) && d.Capacity != nil:
-		if c.caps == nil {
-			c.caps = map[[2]string]projector.Capacity{}
-		}
-		c.caps[[2]string{d.Capacity.Queue, d.Addressee}] = projector.Capacity{Worker: d.Addressee, Capacity: *d.Capacity, Seq: d.Cause}
-	}
-	c.sCause, c.sAt = d.Cause, d.At
-	if d.Kind == events.KindPolicySet && d.Policy != nil {
-		p := *d.Policy
-		c.sPolicy = &p
-	}
+	c.state.Add(d)
 	if d.Kind == events.KindRulesSet {
 		c.sRev = d.Revision
 	}
@@ -690,14 +671,13 @@ func (c *checker) finish() {
 		}
 	}
 	rep.FoldHash = c.p.StateHash()
-	policy := c.sPolicy
 	var rules *projector.Rules
 	if c.sRev != 0 {
 		// The revision as the stored decisions say; the key, which no
 		// decision carries, from the input stream (the fold's).
 		rules = &projector.Rules{Revision: c.sRev, LeaseKey: c.p.Rules().LeaseKey}
 	}
-	h, err := projector.RebuildHash(c.base, c.sCause, c.sAt, policy, rules, maps.Values(c.jobs), maps.Values(c.caps))
+	h, err := c.state.Hash(c.base, rules)
 	if err == nil {
 		rep.StoredHash = h
 	}

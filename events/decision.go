@@ -150,6 +150,16 @@ func AppendDecision(b []byte, d *Decision) []byte {
 		b = appendTimeField(b, "until", c.Until) // omitted when 0: no standing announcement (slots 0)
 		b = append(b, '}')
 	}
+	if s := d.Standing; s != nil { // revision 5 on
+		b = append(b, `,"standing":{"queue":`...)
+		b = appendString(b, s.Queue)
+		b = append(b, `,"window":`...)
+		b = strconv.AppendUint(b, s.Window, 10)
+		b = append(b, `,"strikes":`...)
+		b = strconv.AppendUint(b, s.Strikes, 10)
+		b = appendTimeField(b, "held_until", s.HeldUntil) // omitted when 0: not held
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 
@@ -223,6 +233,9 @@ func AppendJob(b []byte, j *Job) []byte {
 	b = strconv.AppendUint(b, uint64(j.Conflicts), 10)
 	if j.Queue != "" {
 		b = appendQueueFields(b, j)
+	}
+	if j.Withheld { // revision 5 on: lease_id "" and no payload, for need to know
+		b = append(b, `,"withheld":true`...)
 	}
 	return append(b, '}')
 }
@@ -351,6 +364,14 @@ type wireDecision struct {
 	Rules      *wireRules      `json:"rules"`
 	Checkpoint *wireCheckpoint `json:"checkpoint"`
 	Capacity   *wireCapacity   `json:"capacity"`
+	Standing   *wireStanding   `json:"standing"`
+}
+
+type wireStanding struct {
+	Queue     string `json:"queue"`
+	Window    uint64 `json:"window"`
+	Strikes   uint64 `json:"strikes"`
+	HeldUntil string `json:"held_until"`
 }
 
 type wireCapacity struct {
@@ -422,6 +443,7 @@ type wireJob struct {
 	ReadyAt      string  `json:"ready_at"`
 	LastReason   string  `json:"last_reason"`
 	Payload      *string `json:"payload"` // nil: absent
+	Withheld     bool    `json:"withheld"`
 }
 
 type wirePolicy struct {
@@ -505,6 +527,13 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 			return d, err
 		}
 		d.Capacity = c
+	}
+	if w.Standing != nil {
+		s := &Standing{Queue: w.Standing.Queue, Window: w.Standing.Window, Strikes: w.Standing.Strikes}
+		if s.HeldUntil, err = parseTime(w.Standing.HeldUntil); err != nil {
+			return d, err
+		}
+		d.Standing = s
 	}
 	return d, nil
 }
@@ -630,6 +659,7 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		if r.opt(`,"queue":`) {
 			r.queueFields(j)
 		}
+		j.Withheld = r.opt(`,"withheld":true`)
 		r.lit(`}`)
 	}
 	if r.opt(`,"policy":{"min_lease_ms":`) {
@@ -678,6 +708,16 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		c.Until = r.optTime(`,"until":`)
 		r.lit(`}`)
 		d.Capacity = c
+	}
+	if r.opt(`,"standing":{"queue":`) {
+		s := &Standing{Queue: r.str()}
+		r.lit(`,"window":`)
+		s.Window = r.uint()
+		r.lit(`,"strikes":`)
+		s.Strikes = r.uint()
+		s.HeldUntil = r.optTime(`,"held_until":`)
+		r.lit(`}`)
+		d.Standing = s
 	}
 	r.lit(`}`)
 	return r.ok && r.i == len(r.b)
@@ -750,6 +790,7 @@ func jobFromWire(wj *wireJob, j *Job) error {
 	if wj.Payload != nil {
 		j.Payload, j.HasPayload = *wj.Payload, true
 	}
+	j.Withheld = wj.Withheld
 	for _, f := range []struct {
 		dst *int64
 		src string

@@ -91,6 +91,12 @@ func randomDecision(r *rand.Rand) Decision {
 	if r.IntN(4) == 0 {
 		d.Capacity = &Capacity{Queue: "q" + tok(), Slots: r.Uint64N(MaxSlots + 1), Until: tm()}
 	}
+	if r.IntN(4) == 0 { // revision 5
+		d.Standing = &Standing{Queue: "q" + tok(), Window: r.Uint64N(MaxWindow + 1), Strikes: r.Uint64(), HeldUntil: tm()}
+	}
+	if j.ID != "" && r.IntN(5) == 0 { // revision 5: need to know
+		j.LeaseID, j.Payload, j.HasPayload, j.Withheld = "", "", false, true
+	}
 	return d
 }
 

@@ -9,13 +9,14 @@ import (
 
 // Decisions of existing logs are compared by their bytes (the auditor, the
 // chain, the golden files): a decision without a queue job or a capacity
-// must encode exactly as before revision 4, whatever the queue fields of
-// its Job hold once Queue is "" (they are then not part of the projection).
+// (nor, from revision 5, a standing or withheld fields) must encode exactly
+// as before revision 4, whatever the queue fields of its Job hold once
+// Queue is "" (they are then not part of the projection).
 func TestAppendDecisionOutsideQueuesUnchanged(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for range 20000 {
 		d := randomDecision(r)
-		d.Job.Queue, d.Capacity = "", nil
+		d.Job.Queue, d.Capacity, d.Standing, d.Job.Withheld = "", nil, nil, false
 		if got, want := AppendDecision(nil, &d), appendDecisionRev3(nil, &d); string(got) != string(want) {
 			t.Fatalf("encoding changed:\n got %s\nwant %s", got, want)
 		}

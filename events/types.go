@@ -219,8 +219,23 @@ const (
 	// detail of a duration_out_of_policy rejection, which names the limits
 	// in force. The snapshot format 4 carries queue jobs and capacities.
 	Revision4 = 4
+	// Revision5 adds need to know and fair queues (PROTOCOL.md §4.1,
+	// §22.3): a decision addressed to a worker about a job whose current
+	// lease that worker does not hold withholds the lease id and the
+	// payload (Job.Withheld); a worker's standing on a queue (Standing:
+	// its window of offers, its consecutive refusals and the hold they
+	// put on it), lowered by its refusals (a declined offer, a release, a
+	// missed ACK, an expiry) and raised by its successes; matching that
+	// offers to the eligible worker holding the fewest of the queue's
+	// leases and never hands a job straight back to the worker whose
+	// refusal ended its last attempt while another announces; queue jobs
+	// no longer bounded by the policy's max_generations (only by MaxSeq:
+	// another worker's refusals never end a job); and a cancel of a queue
+	// job that is never followed by another offer of it. The snapshot
+	// format 5 carries the standings.
+	Revision5 = 5
 	// CurrentRevision is the revision a coordinator moves its log to.
-	CurrentRevision = Revision4
+	CurrentRevision = Revision5
 )
 
 // LeaseKeyLen is the length of the lease key of a rules input, in bytes
@@ -247,6 +262,27 @@ const (
 	// makes; more matches wait for the next input (Due reports them, and
 	// the coordinator appends a tick at once).
 	MaxOffersPerInput = MaxBatch
+)
+
+// Standing limits (revision 5 on; PROTOCOL.md §22.3). They are part of
+// protocol version 1.
+const (
+	// InitialWindow is the window of a worker the queue has no standing
+	// of: at most this many of the queue's live leases are offered to it
+	// at once, whatever slots it announces.
+	InitialWindow = 8
+	// MaxWindow is the largest window: a worker's window grows by one
+	// with each of its successes, up to this.
+	MaxWindow = MaxSlots
+	// HoldBaseMS and HoldMaxMS bound the hold a refusal puts on a worker:
+	// after its s-th consecutive refusal it is offered nothing of the
+	// queue for min(HoldMaxMS, HoldBaseMS * 2^(s-1)) ms.
+	HoldBaseMS = 1000
+	HoldMaxMS  = 300000
+	// StandingMemoryMS is how long a standing is remembered after the
+	// last decision that carried it; then it is forgotten (the worker is
+	// new to the queue again).
+	StandingMemoryMS = 3600000
 )
 
 // MaxFiredPerInput bounds, from revision 2 on, the due deadlines an input
@@ -600,6 +636,32 @@ type Job struct {
 	Attempt      uint64 // attempts counted so far (a declined offer or a release does not count)
 	ReadyAt      int64  // QUEUED: when it may be offered
 	LastReason   Reason // why its last attempt ended ("" before any)
+
+	// Withheld (revision 5 on) is set on the projection a decision carries
+	// to a worker that does not hold the job's current lease: its LeaseID
+	// is "" and its payload absent (need to know, PROTOCOL.md §4.1). The
+	// fold's own state never has it; Reveal restores the two from the
+	// job's previous projection.
+	Withheld bool
+}
+
+// Reveal gives j, a projection with fields withheld, the lease id and the
+// payload of prev, the job's projection before it (as a reader of every
+// decision of the job has it): the withheld fields are the same as
+// there, since a decision that creates a lease or a payload is never
+// withheld. It reports false, leaving j as it is, when prev is not of the
+// same job and generation (a reader that missed decisions).
+func (j *Job) Reveal(prev *Job) bool {
+	if !j.Withheld {
+		return true
+	}
+	if prev.ID != j.ID || prev.Generation != j.Generation || prev.Withheld {
+		return false
+	}
+	j.LeaseID = prev.LeaseID
+	j.Payload, j.HasPayload = prev.Payload, prev.HasPayload
+	j.Withheld = false
+	return true
 }
 
 // Exists reports whether j is a job of the projection: it had a lease, or
@@ -628,6 +690,22 @@ type Decision struct {
 	Revision   uint32      // the rules revision in force, on rules_set decisions only
 	Checkpoint *Checkpoint // the anchored state hash, on checkpointed decisions only
 	Capacity   *Capacity   // the worker's capacity, on capacity_set decisions only (revision 4 on)
+	// Standing is the addressee's standing on a queue after the decision
+	// (revision 5 on): on capacity_set, on withdrawn, and on the completed
+	// decision of a queue job's SUCCESS.
+	Standing *Standing
+}
+
+// Standing is a worker's standing on a queue (revision 5 on, PROTOCOL.md
+// §22.3): the queue offers it at most Window of its live leases at once,
+// and nothing before HeldUntil (0: not held); Strikes counts its
+// consecutive refusals. A standing of InitialWindow, no strikes and no
+// hold is the standing of a worker new to the queue.
+type Standing struct {
+	Queue     string
+	Window    uint64
+	Strikes   uint64
+	HeldUntil int64
 }
 
 // Capacity is a worker's announced capacity on a queue (revision 4 on):

@@ -47,6 +47,7 @@ func Describe(d *events.Decision, base int64) string {
 		if c.Until != 0 {
 			b.WriteString(" until=" + o.time(c.Until))
 		}
+		describeStanding(&b, d.Standing, o)
 		return b.String()
 	}
 	if c := d.Checkpoint; c != nil {
@@ -55,7 +56,20 @@ func Describe(d *events.Decision, base int64) string {
 	}
 	b.WriteString(" -> ")
 	b.WriteString(DescribeJob(&d.Job, o))
+	describeStanding(&b, d.Standing, o)
 	return b.String()
+}
+
+// describeStanding appends a decision's standing (revision 5), if any.
+func describeStanding(b *strings.Builder, s *events.Standing, o MatrixOptions) {
+	if s == nil {
+		return
+	}
+	b.WriteString(" standing(" + s.Queue + " window=" + strconv.FormatUint(s.Window, 10) + " strikes=" + strconv.FormatUint(s.Strikes, 10))
+	if s.HeldUntil != 0 {
+		b.WriteString(" held=" + o.time(s.HeldUntil))
+	}
+	b.WriteByte(')')
 }
 
 // DescribeJob renders a projection compactly; see Describe.
@@ -86,6 +100,9 @@ func DescribeJob(j *events.Job, o MatrixOptions) string {
 		if j.HasPayload {
 			w("payload=", strconv.Quote(j.Payload))
 		}
+		if j.Withheld {
+			w("payload=withheld")
+		}
 		if j.Generation == 0 {
 			w(j.State.String())
 			if j.Result != events.OutcomeNone {
@@ -99,7 +116,11 @@ func DescribeJob(j *events.Job, o MatrixOptions) string {
 		return b.String()
 	}
 	w("g", strconv.FormatUint(j.Generation, 10))
-	w(j.LeaseID)
+	if j.Withheld {
+		w("lease=withheld")
+	} else {
+		w(j.LeaseID)
+	}
 	w(j.Holder)
 	w(j.State.String())
 	w("ack=", j.AckState.String())

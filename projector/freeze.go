@@ -134,16 +134,27 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 		r.varint("policy")
 	}
 	r.uvarint("policy")
-	if m := string(base[:len(snapshotMagic)]); m == snapshotMagic3 || m == snapshotMagic4 {
+	m := string(base[:len(snapshotMagic)])
+	if m == snapshotMagic3 || m == snapshotMagic4 || m == snapshotMagic5 {
 		r.varint("policy")
 	}
-	if string(base[:len(snapshotMagic)]) == snapshotMagic4 {
+	if m == snapshotMagic4 || m == snapshotMagic5 {
 		for n := r.uvarint("capacity count"); n > 0 && r.err == nil; n-- {
 			r.strBytes("capacity queue")
 			r.strBytes("capacity worker")
 			r.uvarint("capacity slots")
 			r.varint("capacity until")
 			r.uvarint("capacity sequence")
+		}
+	}
+	if m == snapshotMagic5 {
+		for n := r.uvarint("standing count"); n > 0 && r.err == nil; n-- {
+			r.strBytes("standing queue")
+			r.strBytes("standing worker")
+			r.uvarint("standing window")
+			r.uvarint("standing strikes")
+			r.varint("standing hold")
+			r.varint("standing time")
 		}
 	}
 	n := r.uvarint("job count")
@@ -213,7 +224,7 @@ func skipJobRest(r *snapReader) {
 	for range 11 {
 		r.varint("job times")
 	}
-	if hdr != nil && hdr[3]&0x10 != 0 { // a queue job (format 4)
+	if hdr != nil && hdr[3]&0x10 != 0 { // a queue job (format 4 on)
 		for range queueStrs {
 			r.strBytes("queue strings")
 		}

@@ -65,6 +65,12 @@ type Projector struct {
 	expiries capExpiries // announcements by expiry, for sweep
 	pending  bool        // matching stopped at its limit with matches left
 
+	// Standings (revision 5 on, standing.go): snapshots hold them; the
+	// timer heaps are derived.
+	standings map[standingKey]*standing
+	holds     standingTimers // hold ends: wake-ups for matching
+	forgets   standingTimers // when standings are forgotten
+
 	// Change tracking for Freeze (freeze.go): nil until Track.
 	changed  map[string]events.Job // latest projection of each job changed since frozen (Generation 0: gone)
 	frozen   *Frozen               // the state changed tracks changes from
@@ -138,11 +144,18 @@ func (p *Projector) Job(id string) (events.Job, bool) {
 // NextDeadline returns the earliest pending deadline (ack deadline, lease
 // expiry or cancel deadline), if any. The coordinator appends a tick input
 // when it is due and no input has arrived.
+//
+// From revision 5 on the end of a hold on a worker (standing.go) is one
+// too: matching may then offer to it.
 func (p *Projector) NextDeadline() (int64, bool) {
-	if len(p.heap) == 0 {
-		return 0, false
+	d, ok := int64(0), false
+	if len(p.heap) > 0 {
+		d, ok = p.heap[0].deadline, true
 	}
-	return p.heap[0].deadline, true
+	if len(p.holds) > 0 && (!ok || p.holds[0].at < d) {
+		d, ok = p.holds[0].at, true
+	}
+	return d, ok
 }
 
 // Step applies one stored input and returns its decisions: first those fired
@@ -169,6 +182,9 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 	}
 	if p.rev >= events.Revision4 {
 		p.sweep()
+	}
+	if p.rev >= events.Revision5 {
+		p.sweepStandings()
 	}
 	p.fire(limit)
 	if derr != nil {
@@ -243,11 +259,37 @@ func (p *Projector) emit(j *job, kind events.Kind, reason events.Reason, address
 		if p.changed != nil {
 			p.changed[j.ID] = j.Job
 		}
+		if p.rev >= events.Revision5 && p.withholds(j, d.Addressee) {
+			d.Job.LeaseID, d.Job.Payload, d.Job.HasPayload, d.Job.Withheld = "", "", false, true
+		}
 	} else {
 		d.Job.ID = events.NoJob
 	}
 	p.out = append(p.out, d)
 	return &p.out[len(p.out)-1]
+}
+
+// withholds reports whether a decision about j addressed to addressee
+// withholds j's lease id and payload (revision 5 on, need to know,
+// PROTOCOL.md §4.1): a live lease id is a capability, and a payload may
+// hold its submitter's secrets. Both go to the job's current holder (who
+// was offered it, or acquired it), to its submitter, and to every
+// decision of an input of the roles trusted with the deployment
+// (dispatchers, operators, coordinators), which read every decision
+// anyway; a decision of any other input addressed to anyone else (a
+// worker naming a job it does not hold: acquire of a held or queued job,
+// a claim of a lease it was not told, a stale generation, a malformed
+// body about the job) withholds them.
+func (p *Projector) withholds(j *job, addressee string) bool {
+	switch {
+	case p.in.Role == events.RoleOps || p.in.Role == events.RoleCoord:
+		return false
+	case addressee == j.Holder && j.Generation != 0:
+		return false
+	case j.Queue != "" && addressee == j.Submitter:
+		return false
+	}
+	return j.Exists()
 }
 
 // rejectInput records an input that could not be decoded.
@@ -597,7 +639,10 @@ func (p *Projector) result() {
 		j.Result = in.Outcome
 		j.State = outcomeState(in.Outcome)
 		p.end(j, p.now)
-		p.emit(j, events.KindCompleted, events.ReasonOk, in.Actor)
+		d := p.emit(j, events.KindCompleted, events.ReasonOk, in.Actor)
+		if p.rev >= events.Revision5 && j.Queue != "" && in.Outcome == events.OutcomeSuccess {
+			d.Standing = p.succeed(j.Queue, j.Holder)
+		}
 		retry := in.Outcome == events.OutcomeFailed && !in.Permanent
 		p.attemptEnd(j, events.ReasonAttemptFailed, retry, retry)
 	case events.StateOffered, events.StateAckMissed:
@@ -652,10 +697,15 @@ func (p *Projector) release() {
 			j.AckState = events.AckDeclined
 			reason = events.ReasonOfferDeclined
 		}
+		refused := p.rev >= events.Revision5 && j.Queue != "" &&
+			(reason == events.ReasonReleased || !p.surplus(j))
 		j.State = events.StateReleased
 		p.end(j, p.now)
 		p.emit(j, events.KindReleased, events.ReasonOk, in.Actor)
 		p.attemptEnd(j, reason, false, true)
+		if refused {
+			p.refuse(j, j.Holder, reason)
+		}
 	case events.StateReleased:
 		p.duplicate(j, events.ReasonDuplicateRelease)
 	case events.StateExpired:
@@ -990,9 +1040,14 @@ func (p *Projector) expire(j *job) (retired bool) {
 			// again at once, and the worker's announcement withdrawn,
 			// so that a worker that vanished, or one that grabs offers
 			// it never ACKs, holds up no more jobs and spends no
-			// attempt of anyone's job (PROTOCOL.md §22.4).
+			// attempt of anyone's job (PROTOCOL.md §22.4); from
+			// revision 5 on a refusal, which lowers its standing.
 			p.attemptEnd(j, events.ReasonAckDeadlinePassed, false, true)
-			p.withdraw(j.Queue, j.Holder, events.ReasonAckDeadlinePassed)
+			if p.rev >= events.Revision5 {
+				p.refuse(j, j.Holder, events.ReasonAckDeadlinePassed)
+			} else {
+				p.withdraw(j.Queue, j.Holder, events.ReasonAckDeadlinePassed)
+			}
 		}
 	case j.CancelReq && t == j.ExpiresAt:
 		j.State = events.StateUnresolved
@@ -1008,6 +1063,9 @@ func (p *Projector) expire(j *job) (retired bool) {
 		j.LeaseExpired = true
 		p.emit(j, events.KindExpired, events.ReasonLeaseExpired, j.Holder)
 		p.attemptEnd(j, events.ReasonLeaseExpired, true, true)
+		if p.rev >= events.Revision5 && j.Queue != "" {
+			p.refuse(j, j.Holder, events.ReasonLeaseExpired)
+		}
 	}
 	return false
 }

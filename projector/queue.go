@@ -362,6 +362,21 @@ func (p *Projector) pull() {
 	p.touched(q)
 	d := p.emit(nil, events.KindCapacitySet, events.ReasonOk, in.Actor)
 	d.Capacity = &events.Capacity{Queue: q.name, Slots: in.Slots, Until: until}
+	if p.rev >= events.Revision5 {
+		d.Standing = p.touchStanding(q.name, in.Actor)
+	}
+}
+
+// surplus reports whether the decline of queue job j's offer returns
+// surplus (revision 5): its worker lowered its announcement on the queue
+// below the live leases it holds there, this offer included, before
+// declining (a worker serving several partitions declines the offers it
+// got more of than it has free slots, PROTOCOL.md §22.7), or withdrew it.
+// Such a decline is no refusal.
+func (p *Projector) surplus(j *job) bool {
+	q := p.queues[j.Queue]
+	c := q.caps[j.Holder]
+	return c == nil || uint64(q.held[j.Holder]) > c.slots
 }
 
 // withdraw ends worker's standing announcement on queue, if any, with a
@@ -411,6 +426,10 @@ func (p *Projector) match() {
 	if p.offerLimit > 0 {
 		limit = p.offerLimit
 	}
+	if p.rev >= events.Revision5 {
+		p.matchFair(limit)
+		return
+	}
 	n := 0
 	for i := 0; i < len(p.active); i++ {
 		name := p.active[i]
@@ -438,11 +457,131 @@ func (p *Projector) match() {
 	}
 }
 
+// matchFair is matching from revision 5 on: the worker first, the one
+// that holds the fewest of the queue's live leases among those eligible
+// (an announcement standing, not held, fewer live leases of the queue
+// than both its slots and its window), ties to the earliest announcement;
+// then the job for it (pickJobFor). A worker for which no ready job is
+// allowed is passed over for the rest of the input.
+func (p *Projector) matchFair(limit int) {
+	n := 0
+	var passed []string
+	for i := 0; i < len(p.active); i++ {
+		name := p.active[i]
+		q := p.queues[name]
+		passed = passed[:0]
+		for q.pickJob(p.now) != nil {
+			w := p.pickWorkerFair(q, passed)
+			if w == "" {
+				break
+			}
+			j := q.pickJobFor(p.now, w)
+			if j == nil {
+				passed = append(passed, w)
+				continue
+			}
+			if n == limit {
+				p.pending = true
+				return
+			}
+			n++
+			p.assign(q, j, w)
+			if len(p.active) <= i || p.active[i] != name {
+				i-- // the queue left the active list: the next one moved here
+				break
+			}
+		}
+	}
+}
+
+// pickWorkerFair is the eligible worker of q holding the fewest of its
+// live leases, ties to the earliest announcement, but for those passed;
+// "" if none.
+func (p *Projector) pickWorkerFair(q *queue, passed []string) string {
+	best, bestHeld, bestSeq := "", uint64(0), uint64(0)
+	for w, c := range q.caps {
+		held := uint64(q.held[w])
+		if c.until <= p.now || held >= c.slots {
+			continue
+		}
+		st := p.standingOf(q.name, w)
+		if st.heldUntil > p.now || held >= st.window || slices.Contains(passed, w) {
+			continue
+		}
+		if best == "" || held < bestHeld || held == bestHeld && c.seq < bestSeq {
+			best, bestHeld, bestSeq = w, held, c.seq
+		}
+	}
+	return best
+}
+
+// pickJobFor is pickJob for worker w (revision 5): a job whose last
+// attempt w ended by refusing it (isRefusal: declined, released, not
+// ACKed, left to expire) is not offered to w again while another worker
+// announces on the queue, so that a job one worker cannot (or will not)
+// run goes to the others. Such a job at the head of its submitter's
+// ready jobs keeps that submitter's others from w for now.
+func (q *queue) pickJobFor(now int64, w string) *job {
+	others := -1 // unknown until a refused job asks
+	for pr := events.MaxPriority; pr >= 0; pr-- {
+		var best *job
+		for _, s := range q.subs {
+			h := s.ready[pr]
+			if len(h) == 0 || h[0].ReadyAt > now {
+				continue
+			}
+			c := h[0]
+			if c.Holder == w && isRefusal(c.LastReason) {
+				if others < 0 {
+					others = q.othersAnnounce(now, w)
+				}
+				if others == 1 {
+					continue
+				}
+			}
+			if best == nil || c.Turn < best.Turn || c.Turn == best.Turn && readyLess(c, best) {
+				best = c
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
+	return nil
+}
+
+// othersAnnounce is 1 if a worker other than w has an announcement
+// standing on q at now, else 0. (An announcement made again with a
+// shorter ttl stays in caps until its first expiry's sweep: caps may hold
+// some that no longer stand.)
+func (q *queue) othersAnnounce(now int64, w string) int {
+	for o, c := range q.caps {
+		if o != w && c.until > now {
+			return 1
+		}
+	}
+	return 0
+}
+
 // matchable reports whether some queue has a ready job and a free slot.
 func (p *Projector) matchable() bool {
 	for _, name := range p.active {
-		if q := p.queues[name]; q.pickJob(p.now) != nil && q.pickWorker(p.now) != "" {
-			return true
+		q := p.queues[name]
+		if q.pickJob(p.now) == nil {
+			continue
+		}
+		if p.rev < events.Revision5 {
+			if q.pickWorker(p.now) != "" {
+				return true
+			}
+			continue
+		}
+		var passed []string
+		for w := p.pickWorkerFair(q, nil); w != ""; w = p.pickWorkerFair(q, passed) {
+			if q.pickJobFor(p.now, w) != nil {
+				return true
+			}
+			passed = append(passed, w)
 		}
 	}
 	return false
@@ -492,14 +631,24 @@ func (q *queue) pickWorker(now int64) string {
 
 // assign offers j to worker w, or ends it DEAD if it reached the policy's
 // max_generations.
+//
+// From revision 5 on the policy's max_generations does not bound a queue
+// job (its attempt budget does: another worker's refusals must never end
+// it); only events.MaxSeq does, the largest generation a worker can name,
+// which no deployment reaches (2^53 offers: 285 years at a million a
+// second).
 func (p *Projector) assign(q *queue, j *job, w string) {
 	p.dequeue(j)
-	if j.Generation >= p.policy.MaxGenerations {
+	if bound := p.policy.MaxGenerations; p.rev >= events.Revision5 && j.Generation >= events.MaxSeq ||
+		p.rev < events.Revision5 && j.Generation >= bound {
 		j.State = events.StateDead
 		j.EndedAt = p.now
 		p.schedule(j)
-		p.emit(j, events.KindDead, events.ReasonMaxGenerations, j.Submitter).Detail =
-			"generation " + u64(j.Generation) + " reached the policy's max_generations"
+		d := p.emit(j, events.KindDead, events.ReasonMaxGenerations, j.Submitter)
+		d.Detail = "generation " + u64(j.Generation) + " reached the policy's max_generations"
+		if p.rev >= events.Revision5 {
+			d.Detail = "generation " + u64(j.Generation) + " is the largest a worker can name (2^53-1)"
+		}
 		return
 	}
 	dur := p.policy.DefaultLease
@@ -526,11 +675,18 @@ func (p *Projector) assign(q *queue, j *job, w string) {
 // queue job j (PROTOCOL.md §22.4): the lease is uncounted, and when the job
 // goes on (retry) it is queued again, after a backoff if the attempt
 // counted, or ends DEAD when the attempt counted and the budget is spent.
+//
+// From revision 5 on a job whose cancellation was requested never goes on:
+// once an operator's cancel is accepted, no later decision offers the job
+// again, whatever its holder reconciles with.
 func (p *Projector) attemptEnd(j *job, reason events.Reason, counted, retry bool) {
 	if j.Queue == "" {
 		return
 	}
 	p.liveEnd(j)
+	if p.rev >= events.Revision5 && j.CancelReq {
+		retry = false
+	}
 	if !retry {
 		return
 	}

@@ -1,9 +1,8 @@
 package projector_test
 
 import (
-	"fmt"
-	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/maknow/tenure/events"
@@ -37,12 +36,30 @@ import (
 // inputs gives the same decisions byte for byte, and that the state hash
 // rebuilt from the decisions alone (RebuildHash, as the audit does) is the
 // fold's.
+//
+// Under revision 5 (need to know, fair queues) also:
+//
+//   - no decision carries a lease id or a payload to a worker that does not
+//     hold the job's current lease (unless it is the job's submitter or the
+//     input is an operator's or the coordinator's): those are withheld;
+//   - no job ends DEAD for a reason that is not its own attempts' (a missed
+//     ACK, a decline, a release, max_generations), so no worker's refusals
+//     end another's job;
+//   - no worker is offered a job while a hold is on it, nor more of a
+//     queue's live leases than its window;
+//   - no job is offered to the worker whose refusal ended its last attempt
+//     while another worker announces on the queue;
+//   - a cancelled job is never offered again;
+//
+// and the standings too are rebuilt from the decisions.
 func TestQueueProperties(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		fire, offer int
-	}{{"limits", 0, 0}, {"fire1-offer1", 1, 1}} {
-		t.Run(c.name, func(t *testing.T) { queueProperties(t, c.fire, c.offer) })
+		rev         uint32
+	}{{"limits", 0, 0, events.Revision4}, {"fire1-offer1", 1, 1, events.Revision4},
+		{"rev5", 0, 0, events.Revision5}, {"rev5-fire1-offer1", 1, 1, events.Revision5}} {
+		t.Run(c.name, func(t *testing.T) { queueProperties(t, c.fire, c.offer, c.rev) })
 	}
 }
 
@@ -51,7 +68,7 @@ type qlease struct {
 	gen        uint64
 }
 
-func queueProperties(t *testing.T, fireLimit, offerLimit int) {
+func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 	jobs := []string{"j0", "j1", "j2", "j3", "j4", "j5"}
 	queues := []string{"q1", "q2"}
 	workers := []string{"w1", "w2", "w3"}
@@ -96,7 +113,7 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 			all = append(all, ds...)
 			return slices.Clone(ds) // Step reuses its slice
 		}
-		step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision4, LeaseKey: propLeaseKey})
+		step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: rev, LeaseKey: propLeaseKey})
 		pol := events.DefaultPolicy()
 		pol.AckTimeout, pol.DefaultLease, pol.MinLease, pol.CancelTimeout = 300*ms, 600*ms, 100*ms, 500*ms
 		step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
@@ -108,7 +125,9 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 			slots uint64
 			until int64
 		}
-		caps := map[[2]string]cap{} // (queue, worker) -> announcement
+		caps := map[[2]string]cap{}                  // (queue, worker) -> announcement
+		standings := map[[2]string]events.Standing{} // (queue, worker) -> standing (revision 5)
+		cancelled := map[string]bool{}               // queue jobs whose cancel was accepted (revision 5)
 		steps := rapid.IntRange(1, 120).Draw(t, "steps")
 		for range steps {
 			now += rapid.SampledFrom([]int64{0, 0, 1, 50, 200, 400, 900, 2500}).Draw(t, "gap") * ms
@@ -126,7 +145,41 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 				return seen[rapid.IntRange(0, len(seen)-1).Draw(t, "lease")]
 			}
 			worker := rapid.SampledFrom(workers).Draw(t, "worker")
-			switch rapid.IntRange(0, 13).Draw(t, "op") {
+			op := rapid.IntRange(0, 16).Draw(t, "op")
+			if op >= 14 {
+				// The holder of a live lease acts on it (ACK, result, release),
+				// as an honest worker does: the paths a random claim rarely takes.
+				var liveIDs []string
+				for _, id := range jobs {
+					if j, ok := before[id]; ok && j.State.Live() {
+						liveIDs = append(liveIDs, id)
+					}
+				}
+				if len(liveIDs) == 0 {
+					op = 13
+				} else {
+					j := before[rapid.SampledFrom(liveIDs).Draw(t, "live job")]
+					in := events.Input{LeaseID: j.LeaseID, Generation: j.Generation}
+					holder := j.Holder
+					switch {
+					case j.State == events.StateOffered && rapid.Bool().Draw(t, "ack"):
+						in.Verb = events.VerbAck
+					case rapid.IntRange(0, 4).Draw(t, "cancel live") == 0:
+						in = events.Input{Verb: events.VerbCancel} // an operator cancels it, in the middle of the work
+						ds = step(events.RoleOps, "admin", j.ID, in)
+						break
+					case rapid.IntRange(0, 3).Draw(t, "release") == 0:
+						in.Verb = events.VerbRelease
+					default:
+						in.Verb = events.VerbResult
+						in.Outcome = rapid.SampledFrom([]events.Outcome{events.OutcomeSuccess, events.OutcomeFailed, events.OutcomeCancelled}).Draw(t, "outcome")
+					}
+					if in.Verb != events.VerbCancel {
+						ds = step(events.RoleWorker, holder, j.ID, in)
+					}
+				}
+			}
+			switch op {
 			case 0, 1:
 				in := events.Input{Verb: events.VerbSubmit, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
 					Priority: int64(rapid.IntRange(0, 2).Draw(t, "prio")), MaxAttempts: uint64(rapid.IntRange(0, 3).Draw(t, "attempts")),
@@ -161,7 +214,7 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 				pol.Retain = rapid.SampledFrom([]int64{0, 0, 1000 * ms}).Draw(t, "retain")
 				pol.MaxGenerations = uint64(rapid.SampledFrom([]int{2, 1000}).Draw(t, "maxgen"))
 				ds = step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
-			default:
+			case 13:
 				ds = step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
 			}
 			for len(ds) > 0 && p.Due() { // the coordinator ticks while something is due
@@ -186,6 +239,12 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 			}
 			for _, d := range ds {
 				j := d.Job
+				if rev >= events.Revision5 {
+					checkNeedToKnow(t, &d, before)
+				}
+				if d.Standing != nil {
+					standings[[2]string{d.Standing.Queue, d.Addressee}] = *d.Standing
+				}
 				if d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn {
 					if d.Capacity.Slots == 0 {
 						delete(caps, [2]string{d.Capacity.Queue, d.Addressee})
@@ -205,6 +264,21 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 				if d.Kind == events.KindDead && d.Reason == events.ReasonAckDeadlinePassed {
 					t.Fatalf("%s: offers never ACKed sent a job DEAD", describeAll([]events.Decision{d}))
 				}
+				if rev >= events.Revision5 && d.Kind == events.KindDead && d.Reason != events.ReasonAttemptFailed &&
+					d.Reason != events.ReasonLeaseExpired && d.Reason != events.ReasonLeaseRevoked {
+					t.Fatalf("%s: a job DEAD for a reason not its own attempts'", describeAll([]events.Decision{d}))
+				}
+				if rev >= events.Revision5 && j.Queue != "" {
+					if d.Kind == events.KindCancelRequested {
+						cancelled[j.ID] = true
+					}
+					if d.Kind == events.KindSubmitted || d.Kind == events.KindRetired {
+						delete(cancelled, j.ID) // a new job of that id
+					}
+					if (d.Kind == events.KindAssigned || d.Kind == events.KindRequeued) && cancelled[j.ID] {
+						t.Fatalf("%s: a cancelled job goes on; the input:\n%s", describeAll([]events.Decision{d}), describeAll(ds))
+					}
+				}
 				if j.Queue != "" && j.Attempt > j.MaxAttempts {
 					t.Fatalf("%s: attempt %d of a budget of %d", describeAll([]events.Decision{d}), j.Attempt, j.MaxAttempts)
 				}
@@ -220,6 +294,24 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 						c, ok := caps[k]
 						if !ok || c.until <= d.At || uint64(held[k]) >= c.slots {
 							t.Fatalf("%s: offered to %s holding %d with announcement %+v (standing %v)", describeAll([]events.Decision{d}), j.Holder, held[k], c, ok)
+						}
+						if rev >= events.Revision5 {
+							st, known := standings[k]
+							if !known || st.Window == 0 {
+								st = events.Standing{Window: events.InitialWindow}
+							}
+							if st.HeldUntil > d.At || uint64(held[k]) >= st.Window {
+								t.Fatalf("%s: offered to %s holding %d with standing %+v", describeAll([]events.Decision{d}), j.Holder, held[k], st)
+							}
+							if b, ok := before[j.ID]; ok && b.State == events.StateQueued && b.Holder == j.Holder &&
+								(b.LastReason == events.ReasonOfferDeclined || b.LastReason == events.ReasonReleased ||
+									b.LastReason == events.ReasonAckDeadlinePassed || b.LastReason == events.ReasonLeaseExpired) {
+								for other, oc := range caps {
+									if other[0] == j.Queue && other[1] != j.Holder && oc.until > d.At {
+										t.Fatalf("%s: offered back to %s, whose refusal ended its last attempt, while %s announces", describeAll([]events.Decision{d}), j.Holder, other[1])
+									}
+								}
+							}
 						}
 						held[k]++
 					}
@@ -295,7 +387,11 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 		}
 		for i := range got {
 			if string(got[i]) != string(encoded[i]) {
-				t.Fatalf("replay with restores differs at decision %d:\n got  %s\n want %s", i, got[i], encoded[i])
+				ctx := ""
+				for k := max(0, i-8); k < min(len(got), i+3); k++ {
+					ctx += "\n G " + string(got[k]) + "\n W " + string(encoded[k])
+				}
+				t.Fatalf("replay with restores differs at decision %d:\n got  %s\n want %s%s", i, got[i], encoded[i], ctx)
 			}
 		}
 		if q.StateHash() != p.StateHash() {
@@ -303,31 +399,46 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int) {
 		}
 
 		// The state the decisions describe is the fold's.
-		latest := map[string]events.Job{}
-		latestCaps := map[[2]string]projector.Capacity{}
-		var policy *events.Policy
+		var rb projector.Rebuilder
 		for i := range all {
 			d := &all[i]
-			switch {
-			case d.Kind == events.KindRetired:
-				latest[d.Job.ID] = events.Job{ID: d.Job.ID}
-			case d.Job.ID != events.NoJob && d.Job.Exists():
-				latest[d.Job.ID] = d.Job
-			case d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn:
-				latestCaps[[2]string{d.Capacity.Queue, d.Addressee}] = projector.Capacity{Worker: d.Addressee, Capacity: *d.Capacity, Seq: d.Cause}
-			case d.Kind == events.KindPolicySet:
-				policy = d.Policy
+			if d.Job.Withheld {
+				if prev, ok := rb.Job(d.Job.ID); !ok || prev.Generation != d.Job.Generation {
+					t.Fatalf("decision %d/%d: withheld fields of job %s not revealed by its previous projection", d.Cause, d.N, d.Job.ID)
+				}
 			}
+			rb.Add(d)
 		}
-		last := all[len(all)-1]
 		rules := p.Rules()
-		h, err := projector.RebuildHash(nil, last.Cause, last.At, policy, &rules, maps.Values(latest), maps.Values(latestCaps))
+		h, err := rb.Hash(nil, &rules)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if h != p.StateHash() {
-			ids := slices.Sorted(maps.Keys(latest))
-			t.Fatalf("the state rebuilt from the decisions differs from the fold's (jobs %v)", fmt.Sprint(ids))
+			t.Fatal("the state rebuilt from the decisions differs from the fold's")
 		}
 	})
+}
+
+// checkNeedToKnow fails t if decision d carries to a worker a lease id or a
+// payload it may not learn (revision 5): only the job's holder, its
+// submitter, and the decisions of operators' and the coordinator's inputs
+// carry them. before is every job's projection before d's input.
+func checkNeedToKnow(t *rapid.T, d *events.Decision, before map[string]events.Job) {
+	j := &d.Job
+	if j.ID == events.NoJob || !j.Exists() || d.Role == events.RoleOps || d.Role == events.RoleCoord {
+		return
+	}
+	if d.Addressee == j.Holder && j.Generation != 0 || j.Queue != "" && d.Addressee == j.Submitter {
+		if j.Withheld {
+			t.Fatalf("%s: withheld from the holder or submitter", describeAll([]events.Decision{*d}))
+		}
+		return
+	}
+	if !j.Withheld || j.LeaseID != "" || j.HasPayload || j.Payload != "" {
+		t.Fatalf("%s: carries job %s's lease id or payload to %s, who does not hold it", describeAll([]events.Decision{*d}), j.ID, d.Addressee)
+	}
+	if b, ok := before[j.ID]; ok && b.LeaseID != "" && strings.Contains(d.Detail, b.LeaseID) {
+		t.Fatalf("%s: the detail names the lease id", describeAll([]events.Decision{*d}))
+	}
 }

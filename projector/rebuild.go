@@ -1,7 +1,9 @@
 package projector
 
 import (
+	"fmt"
 	"iter"
+	"maps"
 
 	"github.com/maknow/tenure/events"
 )
@@ -28,7 +30,15 @@ import (
 // worker and queue (give the capacity_set decisions: worker the addressee,
 // seq the cause), slots 0 removing it; those whose until is at or before
 // now are not standing, and are left out.
-func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity]) ([32]byte, error) {
+//
+// From revision 5 on it also holds the workers' standings: each standing
+// standings yields replaces the one of its worker and queue (give the
+// latest decision that carried each: worker its addressee, At its time);
+// those forgotten by now, or equal to a new worker's, are left out. A
+// projection with fields withheld (events.Job.Withheld) takes them from
+// the job's projection before it (events.Job.Reveal): give jobs revealed
+// from the decisions before them, as a reader of the whole stream can.
+func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity], standings iter.Seq[Standing]) ([32]byte, error) {
 	q := New()
 	if base != nil {
 		if err := q.Restore(base); err != nil {
@@ -48,8 +58,14 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 			continue
 		}
 		if cur, ok := q.jobs[j.ID]; ok {
+			if !j.Reveal(&cur.Job) {
+				return [32]byte{}, fmt.Errorf("projector: rebuild: job %s: a projection with its lease id withheld, not of the generation before it", j.ID)
+			}
 			cur.Job = j
 			continue
+		}
+		if j.Withheld {
+			return [32]byte{}, fmt.Errorf("projector: rebuild: job %s: a projection with its lease id withheld, and none before it", j.ID)
 		}
 		q.jobs[j.ID] = &job{Job: j, heapIdx: -1}
 	}
@@ -61,6 +77,15 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 				continue
 			}
 			qu.caps[c.Worker] = &capacity{slots: c.Slots, until: c.Until, seq: c.Seq}
+		}
+	}
+	if standings != nil {
+		for st := range standings {
+			key := standingKey{st.Queue, st.Worker}
+			if q.standings == nil {
+				q.standings = map[standingKey]*standing{}
+			}
+			q.standings[key] = &standing{window: st.Window, strikes: st.Strikes, heldUntil: st.HeldUntil, touchedAt: st.At}
 		}
 	}
 	return q.StateHash(), nil
@@ -75,3 +100,65 @@ type Rules struct {
 // Rules returns the rules in force. The lease key is the secret lease ids
 // are derived from: whoever can read the input stream has it anyway.
 func (p *Projector) Rules() Rules { return Rules{p.rev, p.leaseKey} }
+
+// Rebuilder collects, from decisions given in stream order, what
+// RebuildHash takes: each job's latest projection (withheld fields
+// revealed from the one before, events.Job.Reveal; a retired job gone),
+// each worker's latest announcement and standing on each queue, the
+// latest policy, and the cause and time of the last decision. The zero
+// value is ready to use.
+type Rebuilder struct {
+	jobs      map[string]events.Job
+	caps      map[[2]string]Capacity
+	standings map[[2]string]Standing
+	policy    *events.Policy
+	cause     uint64
+	at        int64
+}
+
+// From sets the cause and time Hash takes when no decision follows (those
+// of the state a base holds).
+func (r *Rebuilder) From(cause uint64, at int64) { r.cause, r.at = cause, at }
+
+// Add takes the next decision.
+func (r *Rebuilder) Add(d *events.Decision) {
+	if r.jobs == nil {
+		r.jobs = map[string]events.Job{}
+		r.caps = map[[2]string]Capacity{}
+		r.standings = map[[2]string]Standing{}
+	}
+	switch {
+	case d.Kind == events.KindRetired:
+		r.jobs[d.Job.ID] = events.Job{ID: d.Job.ID} // generation 0: gone
+	case d.Job.ID != events.NoJob && d.Job.Exists():
+		j := d.Job
+		if prev, ok := r.jobs[j.ID]; ok {
+			j.Reveal(&prev) // else RebuildHash reveals it from the base, or says it cannot
+		}
+		r.jobs[j.ID] = j
+	case (d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn) && d.Capacity != nil:
+		r.caps[[2]string{d.Capacity.Queue, d.Addressee}] = Capacity{Worker: d.Addressee, Capacity: *d.Capacity, Seq: d.Cause}
+	}
+	if s := d.Standing; s != nil {
+		r.standings[[2]string{s.Queue, d.Addressee}] = Standing{Worker: d.Addressee, Standing: *s, At: d.At}
+	}
+	if d.Kind == events.KindPolicySet && d.Policy != nil {
+		p := *d.Policy
+		r.policy = &p
+	}
+	r.cause, r.at = d.Cause, d.At
+}
+
+// Job is the latest projection of job id taken (ok false if none, or
+// retired).
+func (r *Rebuilder) Job(id string) (events.Job, bool) {
+	j, ok := r.jobs[id]
+	return j, ok && j.Exists()
+}
+
+// Hash is RebuildHash of what was taken, from base (a Snapshot; nil for the
+// empty state) with rules (nil: base's), at the last decision's cause and
+// time.
+func (r *Rebuilder) Hash(base []byte, rules *Rules) ([32]byte, error) {
+	return RebuildHash(base, r.cause, r.at, r.policy, rules, maps.Values(r.jobs), maps.Values(r.caps), maps.Values(r.standings))
+}

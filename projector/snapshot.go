@@ -23,14 +23,18 @@ import (
 // strings, slots uvarint, until varint, the pull's sequence uvarint), and
 // queue jobs: flag bit 4 marks one (bit 5: it has a payload), whose record
 // goes on with its queue fields (queueFields). A job outside any queue
-// encodes as in format 3. A state always encodes in the format of its
-// revision, so the state hash of a state of an earlier revision never
-// changed.
+// encodes as in format 3. Format 5 (revision 5 on) adds, after the
+// capacities, the standings (a count, then per standing, by queue then
+// worker: queue and worker as strings, window and strikes uvarint, the
+// end of its hold varint (0: not held), the time of its last decision
+// varint). A state always encodes in the format of its revision, so the
+// state hash of a state of an earlier revision never changed.
 const (
 	snapshotMagic  = "TNRSNAP1"
 	snapshotMagic2 = "TNRSNAP2"
 	snapshotMagic3 = "TNRSNAP3"
 	snapshotMagic4 = "TNRSNAP4"
+	snapshotMagic5 = "TNRSNAP5"
 )
 
 // ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
@@ -58,6 +62,10 @@ func (p *Projector) Snapshot() []byte {
 // sequence, the time and the policy.
 func (p *Projector) appendHeader(b []byte) []byte {
 	switch {
+	case p.rev >= events.Revision5:
+		b = append(b, snapshotMagic5...)
+		b = binary.AppendUvarint(b, uint64(p.rev))
+		b = append(b, p.leaseKey[:]...)
 	case p.rev >= events.Revision4:
 		b = append(b, snapshotMagic4...)
 		b = binary.AppendUvarint(b, uint64(p.rev))
@@ -93,6 +101,19 @@ func (p *Projector) appendHeader(b []byte) []byte {
 			b = binary.AppendUvarint(b, c.Slots)
 			b = binary.AppendVarint(b, c.Until)
 			b = binary.AppendUvarint(b, c.Seq)
+		}
+	}
+	if p.rev >= events.Revision5 {
+		sts := p.Standings()
+		b = binary.AppendUvarint(b, uint64(len(sts)))
+		for i := range sts {
+			st := &sts[i]
+			b = appendStr(b, st.Queue)
+			b = appendStr(b, st.Worker)
+			b = binary.AppendUvarint(b, st.Window)
+			b = binary.AppendUvarint(b, st.Strikes)
+			b = binary.AppendVarint(b, st.HeldUntil)
+			b = binary.AppendVarint(b, st.At)
 		}
 	}
 	return b
@@ -241,7 +262,7 @@ func (p *Projector) Restore(snap []byte) error {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	magic := string(snap[:len(snapshotMagic)])
-	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 {
+	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
@@ -258,7 +279,9 @@ func (p *Projector) Restore(snap []byte) error {
 		case snapshotMagic3:
 			lo, hi, format = events.Revision3, events.Revision3, 3
 		case snapshotMagic4:
-			lo, hi, format = events.Revision4, events.CurrentRevision, 4
+			lo, hi, format = events.Revision4, events.Revision4, 4
+		case snapshotMagic5:
+			lo, hi, format = events.Revision5, events.CurrentRevision, 5
 		}
 		rev := r.uvarint("revision")
 		key := r.bytes(events.LeaseKeyLen, "lease key")
@@ -277,7 +300,8 @@ func (p *Projector) Restore(snap []byte) error {
 		*f = r.varint("policy")
 	}
 	pol.MaxGenerations = r.uvarint("policy")
-	format4 := magic == snapshotMagic4
+	format5 := magic == snapshotMagic5
+	format4 := magic == snapshotMagic4 || format5 // format 5 is format 4 and the standings
 	if magic == snapshotMagic3 || format4 {
 		pol.Retain = r.varint("policy")
 	}
@@ -311,6 +335,39 @@ func (p *Projector) Restore(snap []byte) error {
 				return fmt.Errorf("%w: capacities not sorted at %q/%q", ErrBadSnapshot, c.Queue, c.Worker)
 			case c.Slots == 0 || c.Slots > events.MaxSlots || c.Until <= q.now || c.Seq == 0 || c.Seq > q.lastSeq:
 				return fmt.Errorf("%w: capacity %q/%q out of range", ErrBadSnapshot, c.Queue, c.Worker)
+			}
+		}
+	}
+	var sts []Standing
+	if format5 {
+		n := r.uvarint("standing count")
+		if n > uint64(len(r.b)/8) {
+			return fmt.Errorf("%w: standing count %d", ErrBadSnapshot, n)
+		}
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			var st Standing
+			st.Queue = string(r.strBytes("standing queue"))
+			st.Worker = string(r.strBytes("standing worker"))
+			st.Window = r.uvarint("standing window")
+			st.Strikes = r.uvarint("standing strikes")
+			st.HeldUntil = r.varint("standing hold")
+			st.At = r.varint("standing time")
+			sts = append(sts, st)
+		}
+		if r.err != nil {
+			return r.err
+		}
+		for i := range sts {
+			st := &sts[i]
+			s := standing{window: st.Window, strikes: st.Strikes, heldUntil: st.HeldUntil, touchedAt: st.At}
+			switch {
+			case !events.ValidToken(st.Queue) || !events.ValidToken(st.Worker):
+				return fmt.Errorf("%w: standing %q/%q: not valid tokens", ErrBadSnapshot, st.Queue, st.Worker)
+			case i > 0 && (sts[i-1].Queue > st.Queue || sts[i-1].Queue == st.Queue && sts[i-1].Worker >= st.Worker):
+				return fmt.Errorf("%w: standings not sorted at %q/%q", ErrBadSnapshot, st.Queue, st.Worker)
+			case st.Window == 0 || st.Window > events.MaxWindow || st.HeldUntil != 0 && st.HeldUntil <= q.now ||
+				st.At > q.now || s.forgetAt() <= q.now || s.isNew(q.now):
+				return fmt.Errorf("%w: standing %q/%q out of range", ErrBadSnapshot, st.Queue, st.Worker)
 			}
 		}
 	}
@@ -442,6 +499,21 @@ func (p *Projector) Restore(snap []byte) error {
 		qu.caps[c.Worker] = &capacity{slots: c.Slots, until: c.Until, seq: c.Seq}
 		q.expiries.push(capExpiry{until: c.Until, queue: qu.name, owner: c.Worker, seq: c.Seq})
 		q.touched(qu)
+	}
+	for i := range sts {
+		st := &sts[i]
+		key := standingKey{st.Queue, st.Worker}
+		if q.standings == nil {
+			q.standings = make(map[standingKey]*standing, len(sts))
+		}
+		s := &standing{window: st.Window, strikes: st.Strikes, heldUntil: st.HeldUntil, touchedAt: st.At}
+		s.forgetQueued = s.forgetAt()
+		q.forgets.push(standingTimer{at: s.forgetQueued, key: key})
+		if s.heldUntil != 0 {
+			s.holdQueued = s.heldUntil
+			q.holds.push(standingTimer{at: s.heldUntil, key: key})
+		}
+		q.standings[key] = s
 	}
 	q.pending = q.matchable()
 	*p = *q
