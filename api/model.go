@@ -127,7 +127,9 @@ func (m *Model) Apply(part uint32, seq uint64, d *events.Decision) {
 }
 
 func (e *entry) record(seq uint64, d *events.Decision) {
-	e.job = d.Job
+	j := d.Job
+	j.Reveal(&e.job) // withheld fields (revision 5): the previous projection's
+	e.job = j
 	e.seq, e.cause, e.at, e.kind, e.reason = seq, d.Cause, d.At, d.Kind, d.Reason
 }
 

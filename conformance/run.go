@@ -439,6 +439,7 @@ func (s *session) expectProjection(st Step) error {
 		if later := s.latest(job, e.seq); later {
 			return errSkip // a later decision about the job is stored
 		}
+		j = s.reveal(j, e.seq)
 		if err := match(p, j); err != nil {
 			return fmt.Errorf("decision %d (%s/%s): %w", e.seq, text(e.v["kind"]), text(e.v["reason"]), err)
 		}
@@ -448,6 +449,38 @@ func (s *session) expectProjection(st Step) error {
 		return fmt.Errorf("the projection of %s: want %s: %w", text(job), text(p), err)
 	}
 	return nil
+}
+
+// reveal returns j, the projection of a decision at seq, with the fields
+// a decision withholds for need to know (rules revision 5: "withheld",
+// the lease id and the payload) taken from the latest earlier decision
+// about the same job and generation that carries them, as a reader of the
+// whole stream has them (PROTOCOL.md §10.2).
+func (s *session) reveal(j map[string]any, seq uint64) map[string]any {
+	if j["withheld"] != true {
+		return j
+	}
+	var from map[string]any
+	for _, e := range s.d.decisions.snapshot(0) {
+		p, _ := e.v["job"].(map[string]any)
+		if e.seq < seq && p != nil && p["id"] == j["id"] && p["generation"] == j["generation"] && p["withheld"] != true {
+			from = p
+		}
+	}
+	if from == nil {
+		return j
+	}
+	out := make(map[string]any, len(j))
+	for k, v := range j {
+		if k != "withheld" {
+			out[k] = v
+		}
+	}
+	out["lease_id"] = from["lease_id"]
+	if pl, ok := from["payload"]; ok {
+		out["payload"] = pl
+	}
+	return out
 }
 
 // latest reports whether the runner has read a decision about job after

@@ -719,6 +719,17 @@ func TestHostileInputs(t *testing.T) {
 			continue
 		}
 		prev := prevOf(d.Job.ID)
+		// Need to know (rules revision 5): no verdict of a hostile case
+		// tells its sender a lease id or payload of a lease it does not
+		// hold; the fields withheld are those of the projection before.
+		if _, isCase := bySeq[d.Cause]; isCase && d.Role != events.RoleOps && d.Role != events.RoleCoord &&
+			d.Job.Exists() && d.Addressee != d.Job.Holder && (d.Job.LeaseID != "" || d.Job.HasPayload) {
+			t.Errorf("decision %d/%d of input %d (%s/%s of job %s) tells %s the lease id or payload of %s's lease",
+				d.N, d.Of, d.Cause, d.Kind, d.Reason, d.Job.ID, d.Addressee, d.Job.Holder)
+		}
+		if !d.Job.Reveal(&prev) {
+			t.Errorf("decision %d/%d of input %d: job %s withheld, not revealed by the projection before", d.N, d.Of, d.Cause, d.Job.ID)
+		}
 		proj[d.Job.ID] = d.Job
 		if d.Kind.Derived() {
 			t.Errorf("decision %d/%d of input %d: unexpected %s/%s of job %s", d.N, d.Of, d.Cause, d.Kind, d.Reason, d.Job.ID)

@@ -11,13 +11,14 @@ import (
 
 // A queue job whose attempt ended waits its backoff, and is offered again
 // by a tick the coordinator appends when its ready_at comes (the job's
-// wake-up deadline), not by some later input; with its budget spent it
-// ends DEAD, also by a tick, with no input from the worker after its ACKs.
+// wake-up deadline) and the worker's hold ends (its own), not by some
+// later input; with its budget spent it ends DEAD, also by a tick, with
+// no input from the worker after its ACKs but one announcement.
 func TestQueueRetryThroughTick(t *testing.T) {
 	srv, _, js := newServer(t)
 	r := startCoordinator(t, srv.ClientURL(), "c1")
-	waitDecision(t, js, "the log at revision 4", func(d events.Decision) bool {
-		return d.Kind == events.KindRulesSet && d.Revision == events.Revision4
+	waitDecision(t, js, "the log at the current revision", func(d events.Decision) bool {
+		return d.Kind == events.KindRulesSet && d.Revision == events.CurrentRevision
 	})
 	seq := publish(t, js, events.RoleOps, "d1", "mail-1", events.VerbSubmit,
 		`{"v":1,"queue":"emails","max_attempts":2,"backoff_ms":400,"lease_ms":200}`)
@@ -38,14 +39,26 @@ func TestQueueRetryThroughTick(t *testing.T) {
 	if requeued.Reason != events.ReasonLeaseExpired || requeued.Job.ReadyAt <= requeued.Job.EndedAt {
 		t.Fatalf("requeued %s, ready at %d, ended at %d", requeued.Reason, requeued.Job.ReadyAt, requeued.Job.EndedAt)
 	}
+	// The expiry was w1's refusal (rules revision 5): its announcement is
+	// withdrawn and it is held for a second. It announces again at once;
+	// the offer comes by the tick the coordinator appends when both the
+	// job's backoff and w1's hold have ended.
+	withdrawn := waitDecision(t, js, "the withdrawal", func(d events.Decision) bool {
+		return d.Kind == events.KindWithdrawn && d.Addressee == "w1" && d.Reason == events.ReasonLeaseExpired
+	})
+	if withdrawn.Standing == nil || withdrawn.Standing.Strikes != 1 || withdrawn.Standing.HeldUntil != withdrawn.At+1e9 {
+		t.Fatalf("withdrawn with standing %+v at %d", withdrawn.Standing, withdrawn.At)
+	}
+	publish(t, js, events.RoleWorker, "w1", events.NoJob, events.VerbPull, `{"v":1,"queue":"emails","slots":1,"ttl_ms":60000}`)
 	second := waitDecision(t, js, "the second offer", func(d events.Decision) bool {
 		return d.Kind == events.KindAssigned && d.Job.ID == "mail-1" && d.Job.Generation == 2
 	})
-	if second.Verb != events.VerbTick || second.Role != events.RoleCoord || second.At < requeued.Job.ReadyAt {
-		t.Fatalf("second offer caused by %s/%s at %d, ready at %d: want a tick at or after ready_at", second.Role, second.Verb, second.At, requeued.Job.ReadyAt)
+	wake := max(requeued.Job.ReadyAt, withdrawn.Standing.HeldUntil)
+	if second.Verb != events.VerbTick || second.Role != events.RoleCoord || second.At < wake {
+		t.Fatalf("second offer caused by %s/%s at %d, ready at %d, hold until %d: want a tick at or after both", second.Role, second.Verb, second.At, requeued.Job.ReadyAt, withdrawn.Standing.HeldUntil)
 	}
-	if late := second.At - requeued.Job.ReadyAt; late > 2e9 {
-		t.Fatalf("second offer %d ms after ready_at", late/1e6)
+	if late := second.At - wake; late > 2e9 {
+		t.Fatalf("second offer %d ms after ready_at and the hold's end", late/1e6)
 	}
 	seq = publish(t, js, events.RoleWorker, "w1", "mail-1", events.VerbAck, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":2}`, second.Job.LeaseID))
 	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindAcked {
@@ -67,8 +80,8 @@ func TestQueueRetryThroughTick(t *testing.T) {
 func TestHostileWorkerGrabsOffers(t *testing.T) {
 	srv, _, js := newServer(t)
 	r := startCoordinator(t, srv.ClientURL(), "c1")
-	waitDecision(t, js, "the log at revision 4", func(d events.Decision) bool {
-		return d.Kind == events.KindRulesSet && d.Revision == events.Revision4
+	waitDecision(t, js, "the log at the current revision", func(d events.Decision) bool {
+		return d.Kind == events.KindRulesSet && d.Revision == events.CurrentRevision
 	})
 	const jobs = 20
 	for i := range jobs {

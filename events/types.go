@@ -223,7 +223,7 @@ const (
 	// §22.3): a decision addressed to a worker about a job whose current
 	// lease that worker does not hold withholds the lease id and the
 	// payload (Job.Withheld); a worker's standing on a queue (Standing:
-	// its window of offers, its consecutive refusals and the hold they
+	// its window of offers, its episodes of refusals and the hold they
 	// put on it), lowered by its refusals (a declined offer, a release, a
 	// missed ACK, an expiry) and raised by its successes; matching that
 	// offers to the eligible worker holding the fewest of the queue's
@@ -699,8 +699,9 @@ type Decision struct {
 // Standing is a worker's standing on a queue (revision 5 on, PROTOCOL.md
 // §22.3): the queue offers it at most Window of its live leases at once,
 // and nothing before HeldUntil (0: not held); Strikes counts its
-// consecutive refusals. A standing of InitialWindow, no strikes and no
-// hold is the standing of a worker new to the queue.
+// episodes of refusals since its last success (one refusal, or several
+// while it was held). A standing of InitialWindow, no strikes and no hold
+// is the standing of a worker new to the queue.
 type Standing struct {
 	Queue     string
 	Window    uint64

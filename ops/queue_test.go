@@ -138,6 +138,10 @@ func TestRetryAndDiscard(t *testing.T) {
 		t.Fatalf("retry: %v %s/%s %+v", err, d.Kind, d.Reason, d.Job)
 	}
 	requireInputBody(t, js, d.Cause, `{"v":1,"action":"retry","reason":"the mail server is back"}`)
+	// The expiry was w1's refusal (rules revision 5): its announcement was
+	// withdrawn, and it is held for a second; it announces again, and is
+	// offered the job once the hold ends.
+	pull()
 	ackOffer(d.Cause - 1)
 	dead = awaitDecision(t, js, "tenure.out.disp.jd.dead", dead.Cause)
 	if _, err := c.Discard(ctx, "plain-job", ""); !errors.As(err, &rej) || rej.Reason != events.ReasonNoSuchJob {

@@ -336,7 +336,7 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 				}
 				switch j.State {
 				case events.StateQueued, events.StateOffered, events.StateActive, events.StateCompleted, events.StateFailed,
-					events.StateDead, events.StateCancelled, events.StateUnresolved:
+					events.StateDead, events.StateCancelled, events.StateUnresolved, events.StateRevoked: // REVOKED: revision 5, a cancelled job whose lease an operator revoked
 				default:
 					t.Fatalf("queue job %s in state %s", id, j.State)
 				}

@@ -9,7 +9,7 @@ import (
 
 // Standings (rules revision 5, PROTOCOL.md §22.3). A worker's standing on
 // a queue is what the queue learnt of it: its window (the most of the
-// queue's live leases offered to it at once), its consecutive refusals
+// queue's live leases offered to it at once), its episodes of refusals
 // (strikes) and the hold the last of them put on it. A refusal (an offer
 // declined, a lease released, an ACK missed, a lease left to expire)
 // halves the window and holds the worker for a time that doubles with
@@ -150,18 +150,23 @@ func isRefusal(reason events.Reason) bool {
 }
 
 // refuse follows a refusal (revision 5) by worker of an attempt of queue
-// job j, for reason: the worker's strikes go up by one, its window halves
-// (at least 1), it is held for holdMS(strikes), and its announcement on
-// the queue, if any, is withdrawn: a withdrawn decision addressed to it
-// says so, with its standing.
+// job j, for reason: unless the worker is held already, its strikes go up
+// by one, its window halves (at least 1) and it is held for
+// holdMS(strikes); and its announcement on the queue, if any, is
+// withdrawn: a withdrawn decision addressed to it says so, with its
+// standing. A refusal while held changes nothing more: the leases of a
+// worker that crashed expire together, the rest of a batch of declines
+// come together, and one episode is one strike.
 func (p *Projector) refuse(j *job, worker string, reason events.Reason) {
 	queue := j.Queue
 	s := p.standingOf(queue, worker)
-	if s.strikes != 1<<64-1 {
-		s.strikes++
+	if s.heldUntil <= p.now {
+		if s.strikes != 1<<64-1 {
+			s.strikes++
+		}
+		s.window = max(1, s.window/2)
+		s.heldUntil = addTime(p.now, holdMS(s.strikes)*1e6)
 	}
-	s.window = max(1, s.window/2)
-	s.heldUntil = addTime(p.now, holdMS(s.strikes)*1e6)
 	if q := p.queues[queue]; q != nil && q.caps[worker] != nil {
 		delete(q.caps, worker)
 		p.touched(q)

@@ -347,7 +347,9 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 // record makes d, at sequence seq, the entry's last decision, keeping
 // the sequences of its last keep to 2*keep decisions.
 func (e *jobEntry) record(seq uint64, d *events.Decision, keep int) {
-	e.job = d.Job
+	j := d.Job
+	j.Reveal(&e.job) // withheld fields (revision 5): the previous projection's
+	e.job = j
 	e.seq, e.cause, e.at, e.kind, e.reason = seq, d.Cause, d.At, d.Kind, d.Reason
 	e.seqs = append(e.seqs, seq)
 	if len(e.seqs) > 2*keep {

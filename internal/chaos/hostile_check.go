@@ -185,6 +185,7 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 	verdicts := make(map[uint64][]string)
 	expired := make(map[string]int64) // lease id -> stored time of its expiry
 	var lastCause uint64
+	rev := uint32(events.Revision1)
 	for _, s := range ds {
 		d := &s.d
 		lastCause = d.Cause
@@ -196,6 +197,16 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 		j := d.Job
 		hasJob := j.ID != "" && j.ID != events.NoJob
 		prev, had := proj[j.ID]
+		if d.Kind == events.KindRulesSet {
+			rev = d.Revision
+		}
+		if rev >= events.Revision5 && hos && hasJob && d.Addressee == hid && j.Exists() && j.Holder != hid && (j.LeaseID != "" || j.HasPayload) {
+			// Need to know (rules revision 5): a decision addressed to a
+			// worker about a lease it does not hold withholds the lease
+			// id, the capability to claim it, and the payload.
+			h.Findings.add("decision %d (%s/%s of job %s) told %s the lease id or payload of %q's lease", s.m.Seq, d.Kind, d.Reason, j.ID, hid, j.Holder)
+		}
+		j.Reveal(&prev) // withheld fields: the projection before's
 		what := func() string {
 			return fmt.Sprintf("decision %d (%s/%s of job %s) caused by %s's input %d on %s", s.m.Seq, d.Kind, d.Reason, j.ID, hid, d.Cause, m.Subject)
 		}
