@@ -576,11 +576,14 @@ func TestBrowserQueues(t *testing.T) {
 	e.decide("worker.w1.mail-1.result", `{"v":1,"lease_id":"`+l+`","generation":1,"outcome":"FAILED","detail":"SMTP 451"}`)
 	testutil.WaitFor(t, 10*time.Second, "mail-2 offered to w1", func() bool { return e.row("mail-2").State == "OFFERED" })
 	// w2 announces a slot on reports, ACKs rep-1 and lets its lease
-	// expire: its only attempt spent, DEAD (w2's slot free again).
+	// expire: its only attempt spent, DEAD. The expiry is w2's refusal
+	// (rules revision 5), which withdraws its announcement: it announces
+	// again (w2's slot free again).
 	e.publish("worker.w2._.pull", `{"v":1,"queue":"reports","slots":1,"ttl_ms":600000}`)
 	testutil.WaitFor(t, 10*time.Second, "rep-1 offered to w2", func() bool { return e.row("rep-1").State == "OFFERED" })
 	e.decide("worker.w2.rep-1.ack", `{"v":1,"lease_id":"`+e.row("rep-1").LeaseID+`","generation":1}`)
 	testutil.WaitFor(t, 10*time.Second, "rep-1 DEAD", func() bool { return e.row("rep-1").State == "DEAD" })
+	e.publish("worker.w2._.pull", `{"v":1,"queue":"reports","slots":1,"ttl_ms":600000}`)
 
 	board.wait("emails: one ready, one waiting, one in flight, w1's slot taken",
 		cells("emails")+` === 'emails|1|1|1|0|0|0|1 · 0 of 1 slots free|0'`)

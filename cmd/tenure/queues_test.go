@@ -117,6 +117,17 @@ func TestQueueCommands(t *testing.T) {
 	}
 	ackOffer(1)
 	testutil.WaitFor(t, 20*time.Second, "mail-1 DEAD", func() bool { return getJSON("mail-1")["state"] == "DEAD" })
+	// The expiry was w1's refusal (rules revision 5): its announcement was
+	// withdrawn and it is held for a second. It announces again.
+	if _, err := nc.Request("tenure.in.worker.w1._.pull", []byte(`{"v":1,"queue":"emails","slots":1,"ttl_ms":600000}`), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 20*time.Second, "w1's announcement in the API", func() bool {
+		var o, e bytes.Buffer
+		var qs api.QueuesReply
+		return run(ctx, []string{"queues", "--json", "--nats-url", url}, &o, &e) == 0 &&
+			json.Unmarshal(o.Bytes(), &qs) == nil && len(qs.Queues) == 1 && qs.Queues[0].Workers == 1
+	})
 	if j := getJSON("mail-2"); j["state"] != "CANCELLED" || j["payload"] != "line 1\nline 2\n" || j["priority"] != 9.0 || j["backoff_ms"] != 2000.0 {
 		t.Fatalf("mail-2: %v", j)
 	}
