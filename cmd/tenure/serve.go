@@ -162,7 +162,9 @@ Several coordinators may serve one deployment: one is live (its leadership
 is a KV entry it renews), the others fold in the background as standbys
 and take over after --leader-ttl. A deployment created with --partitions N
 runs one coordinator per partition in this process. --http also serves the
-web UI, /healthz and /metrics.
+web UI, /healthz and /metrics; the UI opens only to a token, and serve makes
+two in the data directory on its first start (board-operator.token and
+board-viewer.token; the log says where).
 
 It also answers the state API (tenure.api.>, PROTOCOL.md §23: the jobs'
 projections, the queues' depth, workers and rates, for tenure jobs and

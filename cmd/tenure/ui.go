@@ -241,7 +241,11 @@ var uiCmd = &command{
 /metrics for a running Tenure, reading its streams. The pages are embedded in
 the binary: no external resource is loaded. A partitioned deployment (the
 partition count its streams record) is followed in every partition: one
-board of the jobs of all partitions.`,
+board of the jobs of all partitions. The UI opens only to a token (viewer:
+no lease id, no payload; operator: everything, and the actions with
+--ui-actions): name its files with --ui-token-file (tenure auth init writes
+them; tenure serve --http makes them in its data directory), or make them
+with --ui-token-dir.`,
 	run: runUI,
 }
 
