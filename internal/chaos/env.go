@@ -97,6 +97,7 @@ type env struct {
 	urls    string
 	coords  []*proc
 	ids     []string
+	boards  []string // the coordinators' web boards, http://127.0.0.1:port
 	workers []*proc
 	// The hostile workers (tenure chaos hostile), their ids and control
 	// file, and the round of attacks last opened.
@@ -136,17 +137,21 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	}
 	e.er = &EnvReport{Name: name, Lease: e.lease}
 	rep.Envs = append(rep.Envs, e.er)
-	ports, err := freePorts(2 * nodes)
+	// A client and a route port per node, and a web board port per
+	// coordinator.
+	ports, err := freePorts(2*nodes + 2)
 	if err != nil {
 		return e, err
 	}
+	boardPorts := ports[2*nodes:]
 	var urls, routes []string
 	for i := range nodes {
 		urls = append(urls, url(ports[2*i]))
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[2*i+1]))
 	}
 	e.urls = strings.Join(urls, ",")
-	actors := []auth.Actor{{Name: "c1", Role: auth.RoleCoordinator}, {Name: "c2", Role: auth.RoleCoordinator}, {Name: "disp", Role: auth.RoleDispatcher}}
+	actors := []auth.Actor{{Name: "c1", Role: auth.RoleCoordinator}, {Name: "c2", Role: auth.RoleCoordinator}, {Name: "disp", Role: auth.RoleDispatcher},
+		{Name: boardActor, Role: auth.RoleOperator}}
 	for i := range cfg.Workers {
 		actors = append(actors, auth.Actor{Name: fmt.Sprintf("w%d", i+1), Role: auth.RoleWorker})
 	}
@@ -209,6 +214,12 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	for i := range 2 {
 		id := fmt.Sprintf("c%d", i+1)
 		e.ids = append(e.ids, id)
+		// Each coordinator serves the web board, with operator actions
+		// published as the board's ops user, as tenure auth init's summary
+		// says; nobody in the run holds its tokens (the hostile worker
+		// attacks it without).
+		board := "127.0.0.1:" + strconv.Itoa(boardPorts[i])
+		e.boards = append(e.boards, "http://"+board)
 		c := &proc{name: name + "/" + id, path: cfg.Tenure, restart: true, logPath: filepath.Join(dir, id+".log"),
 			args: func() []string {
 				// Snapshots every few inputs or never, so that restarts go
@@ -216,7 +227,9 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 				every := []string{"-1", "300", "2000"}[rng.IntN(3)]
 				return append([]string{"serve", "--id", id, "--leader-ttl", "1s",
 					"--replicas", strconv.Itoa(replicas), "--snapshot-every", every, "--snapshot-interval", "2s",
-					"--log-format", "json"}, e.auth.credential(id).Flags()...)
+					"--log-format", "json",
+					"--http", board, "--ui-token-dir", filepath.Join(dir, "board"),
+					"--ui-actions", "--ui-credential", e.auth.credentialPath(boardActor)}, e.auth.credential(id).Flags()...)
 			}}
 		e.coords = append(e.coords, c)
 		if err := c.start(); err != nil {
@@ -252,7 +265,7 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 			args: func() []string {
 				return []string{"chaos", "hostile", "--credential", e.auth.credentialPath(id), "--id", id, "--journal", journalPath(dir, id),
 					"--control", e.hostileCtl, "--records", recordsPath(dir, id), "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10),
-					"--attacks", strings.Join(e.er.Attacks, ",")}
+					"--attacks", strings.Join(e.er.Attacks, ","), "--boards", strings.Join(e.boards, ",")}
 			}}
 		e.hostiles = append(e.hostiles, h)
 		if err := h.start(); err != nil {
@@ -264,6 +277,9 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	}
 	return e, nil
 }
+
+// boardActor is the ops user of the coordinators' web boards' actions.
+const boardActor = "board"
 
 // recordsPath is the attack records file of hostile worker id in dir.
 func recordsPath(dir, id string) string { return filepath.Join(dir, "attacks-"+id+".ndjson") }
