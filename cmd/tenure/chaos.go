@@ -34,8 +34,8 @@ worker is SIGSTOPped for longer than its lease, the nats-server is SIGKILLed
 and restarted, and in a 3-node cluster the stream leaders step down and the
 nodes are SIGKILLed one at a time; during each schedule the hostile worker
 attacks (bad inputs, guessed lease ids, consumer hogging, forged
-deliveries, predictable tick ids, floods, the coordinators' web boards
-without a credential). After every schedule the streams
+deliveries, predictable tick ids, floods, the web board without a
+credential). After every schedule the streams
 are checked (lost and phantom inputs, double holders, stale effects, gaps,
 audit, liveness, and what the hostile inputs achieved). Exit status 0 only
 if every check passed. make chaos-short and make chaos build the binaries

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,7 +98,8 @@ type env struct {
 	urls    string
 	coords  []*proc
 	ids     []string
-	boards  []string // the coordinators' web boards, http://127.0.0.1:port
+	board   *proc    // the web board (tenure ui)
+	boards  []string // its URL, http://127.0.0.1:port
 	workers []*proc
 	// The hostile workers (tenure chaos hostile), their ids and control
 	// file, and the round of attacks last opened.
@@ -137,13 +139,12 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	}
 	e.er = &EnvReport{Name: name, Lease: e.lease}
 	rep.Envs = append(rep.Envs, e.er)
-	// A client and a route port per node, and a web board port per
-	// coordinator.
-	ports, err := freePorts(2*nodes + 2)
+	// A client and a route port per node, and the web board's.
+	ports, err := freePorts(2*nodes + 1)
 	if err != nil {
 		return e, err
 	}
-	boardPorts := ports[2*nodes:]
+	boardPort := ports[2*nodes]
 	var urls, routes []string
 	for i := range nodes {
 		urls = append(urls, url(ports[2*i]))
@@ -214,12 +215,6 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	for i := range 2 {
 		id := fmt.Sprintf("c%d", i+1)
 		e.ids = append(e.ids, id)
-		// Each coordinator serves the web board, with operator actions
-		// published as the board's ops user, as tenure auth init's summary
-		// says; nobody in the run holds its tokens (the hostile worker
-		// attacks it without).
-		board := "127.0.0.1:" + strconv.Itoa(boardPorts[i])
-		e.boards = append(e.boards, "http://"+board)
 		c := &proc{name: name + "/" + id, path: cfg.Tenure, restart: true, logPath: filepath.Join(dir, id+".log"),
 			args: func() []string {
 				// Snapshots every few inputs or never, so that restarts go
@@ -227,9 +222,7 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 				every := []string{"-1", "300", "2000"}[rng.IntN(3)]
 				return append([]string{"serve", "--id", id, "--leader-ttl", "1s",
 					"--replicas", strconv.Itoa(replicas), "--snapshot-every", every, "--snapshot-interval", "2s",
-					"--log-format", "json",
-					"--http", board, "--ui-token-dir", filepath.Join(dir, "board"),
-					"--ui-actions", "--ui-credential", e.auth.credentialPath(boardActor)}, e.auth.credential(id).Flags()...)
+					"--log-format", "json"}, e.auth.credential(id).Flags()...)
 			}}
 		e.coords = append(e.coords, c)
 		if err := c.start(); err != nil {
@@ -242,6 +235,9 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		}
 	}
 	if _, err := e.waitLive(ctx, 60*time.Second); err != nil {
+		return e, err
+	}
+	if err := e.startBoard(ctx, boardPort); err != nil {
 		return e, err
 	}
 	e.nextBatch(0)
@@ -278,8 +274,42 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	return e, nil
 }
 
-// boardActor is the ops user of the coordinators' web boards' actions.
+// boardActor is the ops user of the web board's actions.
 const boardActor = "board"
+
+// startBoard starts the web board (tenure ui) on 127.0.0.1:port, reading
+// the streams as the orchestrator and publishing operator actions as the
+// board's ops user, as tenure auth init's summary says, and waits until it
+// answers. Its tokens are made in the run directory and nobody in the run
+// holds them: the hostile worker attacks the board without. It is a
+// process of its own, never a fault's target, so that a coordinator's
+// restart does no more than before (the board reads the whole decision
+// stream when it starts).
+func (e *env) startBoard(ctx context.Context, port int) error {
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	e.board = &proc{name: e.name + "/board", path: e.cfg.Tenure, restart: true, logPath: filepath.Join(e.dir, "board.log"),
+		args: func() []string {
+			return append([]string{"ui", "--nats-url", e.urls, "--http", addr, "--ui-token-dir", filepath.Join(e.dir, "board"),
+				"--ui-actions", "--ui-credential", e.auth.credentialPath(boardActor), "--log-format", "json"}, e.auth.adminFlags()...)
+		}}
+	if err := e.board.start(); err != nil {
+		return err
+	}
+	e.boards = []string{"http://" + addr}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := client.Get(e.boards[0] + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("chaos: %s: the web board on %s does not answer: %v", e.name, addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 // recordsPath is the attack records file of hostile worker id in dir.
 func recordsPath(dir, id string) string { return filepath.Join(dir, "attacks-"+id+".ndjson") }
@@ -656,6 +686,9 @@ func (e *env) close() {
 	}
 	if e.opsJ != nil {
 		e.opsJ.Close()
+	}
+	if e.board != nil {
+		e.board.close()
 	}
 	for _, c := range e.coords {
 		c.close()
