@@ -162,6 +162,21 @@ func (tb *tab) wait(what, predicate string) {
 	}
 }
 
+// settle is wait for a predicate across a navigation (a form's answer, a
+// redirect): one that ends the page under the poll is polled again.
+func (tb *tab) settle(what, predicate string) {
+	tb.t.Helper()
+	if err := testutil.Poll(20*time.Second, func() error {
+		ok, err := chromedp.Run(tb.ctx, chromedp.Evaluate[bool](predicate))
+		if err == nil && !ok {
+			err = errors.New("not yet")
+		}
+		return err
+	}); err != nil {
+		tb.t.Fatalf("%s tab: waiting for %s: %v\npage: %s", tb.name, what, err, tb.text())
+	}
+}
+
 func eval[T any](tb *tab, expr string) T {
 	tb.t.Helper()
 	v, err := chromedp.Run(tb.ctx, chromedp.Evaluate[T](expr))
@@ -180,6 +195,21 @@ func (tb *tab) notReloaded() {
 	if got := eval[string](tb, `String(window.__tenureMark)`); got != "kept" {
 		tb.t.Fatalf("%s tab was reloaded (mark %q)", tb.name, got)
 	}
+}
+
+// expectConsole takes out of the console's errors, once, one that
+// contains what: an error the test caused on purpose.
+func (tb *tab) expectConsole(what string) {
+	tb.t.Helper()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for i, e := range tb.errs {
+		if strings.Contains(e, what) {
+			tb.errs = slices.Delete(tb.errs, i, i+1)
+			return
+		}
+	}
+	tb.t.Errorf("%s tab: no console error with %q (%q)", tb.name, what, tb.errs)
 }
 
 func (tb *tab) checkConsole() {
@@ -215,6 +245,19 @@ func (tb *tab) screenshot(name string, full bool) {
 		tb.t.Fatal(err)
 	}
 	tb.t.Logf("wrote %s (%d bytes)", path, len(png))
+}
+
+// login logs the browser of bctx in to e's board with the token of role,
+// through the login page as a person does (tabs of one browser share its
+// cookies), and returns the tab, on the board.
+func (e *env) browserLogin(bctx context.Context, role BoardRole) *tab {
+	e.t.Helper()
+	tb := newTab(e.t.(*testing.T), bctx, "login")
+	tb.do(chromedp.Navigate(e.url + "/"))
+	tb.wait("the login form", `document.querySelector('#login-form') !== null`)
+	tb.do(chromedp.SendKeys(chromedp.CSS("#token"), e.tokens[role].String()), chromedp.Click(chromedp.CSS("#login-submit")))
+	tb.settle("the board after the login as "+string(role), `location.pathname === '/' && (w => w !== null && w.textContent === '`+string(role)+`')(document.querySelector('#who'))`)
+	return tb
 }
 
 var secsRE = regexp.MustCompile(`^(?:(\d+)m )?(\d+(?:\.\d)?)s$`)
@@ -273,6 +316,7 @@ func TestBrowser(t *testing.T) {
 	start := time.Now()
 	bctx := browser(t)
 	e := newEnv(t, false)
+	e.browserLogin(bctx, Operator)
 	e.background()
 
 	board := newTab(t, bctx, "board")
@@ -420,12 +464,75 @@ func TestBrowser(t *testing.T) {
 	t.Logf("browser test took %v", time.Since(start).Round(time.Millisecond))
 }
 
+// A viewer in a real browser: a wrong token gets the login form again
+// with its error; the viewer's token opens the board, whose pages show the
+// job (holder, generation, timeline, matrix) without its lease id or
+// payload anywhere in the document, no audit and no action (the server
+// has them on, for operators); logging out ends the session.
+func TestBrowserViewer(t *testing.T) {
+	bctx := browser(t)
+	e := newEnv(t, true)
+	job, lease := e.secretJob()
+
+	tb := newTab(t, bctx, "viewer")
+	tb.do(chromedp.Navigate(e.url + "/jobs/" + job))
+	tb.wait("the login form", `document.querySelector('#login-form') !== null`)
+	tb.do(chromedp.SendKeys(chromedp.CSS("#token"), "tenure_operator_guess"), chromedp.Click(chromedp.CSS("#login-submit")))
+	tb.settle("the wrong token's error", `(m => m !== null && m.textContent.startsWith('That is not a token'))(document.querySelector('#login-error'))`)
+	tb.expectConsole("status of 401") // the refused login's answer
+	e.browserLogin(bctx, Viewer)
+	secretsIn := func(tb *tab) string {
+		html := eval[string](tb, `document.documentElement.outerHTML`)
+		for _, s := range []string{lease, secretPayload} {
+			if strings.Contains(html, s) {
+				return s
+			}
+		}
+		return ""
+	}
+	tb.do(chromedp.Navigate(e.url + "/"))
+	row := `document.querySelector('#board-rows tr[data-job="` + job + `"]')`
+	tb.wait("the job on the viewer's board", `(r => r !== null && r.cells[2].textContent === 'w1' && r.cells[3].textContent === 'g1')(`+row+`)`)
+	if s := secretsIn(tb); s != "" {
+		t.Fatalf("the viewer's board shows %q", s)
+	}
+	if vis := eval[bool](tb, `getComputedStyle(document.querySelector('nav a[data-nav="audit"]')).display !== 'none'`); vis {
+		t.Error("the Audit link is shown to a viewer")
+	}
+	tb.do(chromedp.Navigate(e.url + "/jobs/" + job))
+	tb.wait("the viewer's job page", `document.querySelectorAll('#timeline-svg .band').length === 1 && document.querySelectorAll('#matrix tbody tr').length >= 3 && document.querySelector('#interleaved .body-hidden') !== null`)
+	if got := eval[[]string](tb, `Array.from(document.querySelectorAll('#matrix tbody tr')).map(tr => tr.cells[1].textContent)`); got[len(got)-1] != Hidden {
+		t.Errorf("the matrix's lease ids: %q, want %q", got, Hidden)
+	}
+	if has := eval[bool](tb, `document.querySelector('#job-audit-run') !== null || document.querySelector('#act-cancel') !== null`); has {
+		t.Error("a viewer's job page offers an audit or an action")
+	}
+	if s := secretsIn(tb); s != "" {
+		t.Fatalf("the viewer's job page shows %q", s)
+	}
+	tb.do(chromedp.Navigate(e.url + "/anomalies"))
+	tb.wait("the viewer's anomalies", `document.querySelector('#feed-rows tr[data-job="`+job+`"]') !== null`)
+	if s := secretsIn(tb); s != "" {
+		t.Fatalf("the viewer's anomalies show %q", s)
+	}
+	tb.do(chromedp.Navigate(e.url + "/audit"))
+	tb.wait("the audit page's refusal", `document.querySelector('#audit-viewer') !== null && document.querySelector('#audit-run') === null`)
+
+	// Logging out ends the session: the board asks for a token again.
+	tb.do(chromedp.Click(chromedp.CSS("#logout")))
+	tb.settle("the login page after the logout", `location.pathname === '/login' && document.querySelector('#login-form') !== null`)
+	tb.do(chromedp.Navigate(e.url + "/"))
+	tb.settle("the login form after the logout", `document.querySelector('#login-form') !== null && document.querySelector('#board-rows') === null`)
+	tb.checkConsole()
+}
+
 // With --ui-actions, the job page's operator action is an input the
 // coordinator judges; the page shows the verdict and the lease's new state
 // without a reload.
 func TestBrowserActions(t *testing.T) {
 	bctx := browser(t)
 	e := newEnv(t, true)
+	e.browserLogin(bctx, Operator)
 	e.decide("worker.w1.j1.acquire", `{"v":1,"lease_ms":600000}`)
 	page := newTab(t, bctx, "job")
 	page.do(chromedp.Navigate(e.url + "/jobs/j1"))
@@ -464,6 +571,7 @@ func TestBrowserActions(t *testing.T) {
 func TestBrowserBoard(t *testing.T) {
 	bctx := browser(t)
 	e := newEnv(t, false)
+	e.browserLogin(bctx, Operator)
 	var want []string
 	for _, n := range []int{10, 2, 1, 11, 3, 12, 9, 4, 5, 8, 6, 7} {
 		job := fmt.Sprintf("batch-%d", n)
@@ -549,6 +657,7 @@ func TestBrowserBoard(t *testing.T) {
 func TestBrowserQueues(t *testing.T) {
 	bctx := browser(t)
 	e := newEnv(t, false)
+	e.browserLogin(bctx, Operator)
 	e.decide("ops.disp.mail-1.submit", `{"v":1,"queue":"emails","max_attempts":2,"backoff_ms":600000,"backoff_max_ms":600000}`)
 	e.decide("ops.disp.mail-2.submit", `{"v":1,"queue":"emails"}`)
 	e.decide("ops.disp.mail-3.submit", `{"v":1,"queue":"emails"}`)
@@ -638,6 +747,7 @@ func (tb *tab) checkFits1400() {
 func TestBrowserZoom(t *testing.T) {
 	bctx := browser(t)
 	e := newEnv(t, false)
+	e.browserLogin(bctx, Operator)
 	e.decide("worker.w1.zoom-1.acquire", `{"v":1,"lease_ms":600000}`)
 	g1 := e.row("zoom-1").LeaseID
 	e.decide("worker.w1.zoom-1.progress", `{"v":1,"lease_id":"`+g1+`","generation":1,"progress_seq":1,"value":40}`)

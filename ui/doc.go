@@ -68,25 +68,79 @@
 // every partition. Operator actions go through package ops, which
 // publishes to the job's partition.
 //
-// The UI is read-only by default. With Config.Actions (--ui-actions) a job
-// page offers the operator actions of package ops: request a cancellation,
-// revoke, affirm, settle. Each is an input published as an ops actor and
-// judged by the coordinator like any other; the page shows the verdict.
-// Requests that change something must come from the UI's own pages
-// (http.CrossOriginProtection).
+// # Access
+//
+// The board opens only to a credential: a token (Token: "tenure_<role>_"
+// and 256 random bits from crypto/rand, in a file of mode 0600) with the
+// role it grants. `tenure auth init` writes OperatorTokenFile and
+// ViewerTokenFile beside its credentials; `tenure serve --http` makes the
+// pair in its data directory on its first start (EnsureTokenFiles) and
+// logs where they are, never what they are; --ui-token-file FILE names
+// others. The server keeps the SHA-256 of each token, compares in constant
+// time, and keeps sessions by the SHA-256 of their ids.
+//
+//   - A person logs in at /login with a token's text; the answer is a
+//     session cookie (SessionCookie: HttpOnly, SameSite=Strict, Path=/,
+//     Secure over TLS or with Config.SecureCookies) lasting
+//     Config.SessionTTL, and POST /logout ends it. A program sends
+//     Authorization: Bearer <token> instead.
+//   - Without a credential every page redirects to /login (303), and every
+//     other request answers 401 (with WWW-Authenticate: Bearer): the JSON
+//     API, the live updates, the scripts. Only /healthz, /metrics, the login
+//     page and its style sheet and icon are open.
+//   - Every state-changing request (an action, an audit, the logout) must
+//     come from this site: Sec-Fetch-Site, if sent, says same-origin (or
+//     none), and Origin, if sent, names this host. A request with a session
+//     cookie is a browser's: it must carry one of the two (a browser sends
+//     Origin on every POST, so their absence is not taken for the same
+//     site) and the session's CSRF token in CSRFHeader (an HMAC-SHA256 of
+//     the session id under a key of the process, which the pages read from
+//     GET /api/config, an answer no other site can read). A bearer token
+//     without a cookie needs no CSRF token: a browser adds no Authorization
+//     header by itself, and another site's page cannot add one to a request
+//     here without a CORS preflight, which this server never grants; its
+//     Origin, if it has one, is still checked. The login form (no session
+//     yet) must come with an Origin or Sec-Fetch-Site of this site, so that
+//     no other site logs a browser in with a token of its choosing.
+//   - A viewer (Viewer) sees the jobs, their states, holders, generations,
+//     deadlines, counters and timelines, the queues and the anomalies; no
+//     lease id (a live one is a capability: whoever knows it can renew,
+//     complete or claim the lease, and freeze the job in an ownership
+//     conflict), no payload (it may carry a submitter's secrets), no input
+//     body (a body names the lease it claims and a submit its payload): a
+//     viewer's rows have no lease_id, a job page's decisions are re-encoded
+//     with Hidden for the lease id and payload (the timeline draws the
+//     same), and its inputs come without body (History.Redacted,
+//     HistoryInput.Redacted). Audits are the operator's (their reports
+//     name lease ids and input bodies, and each replays the whole log), and
+//     so are actions: a viewer gets 403.
+//   - An operator (Operator) sees everything, runs audits, and, with
+//     Config.Actions (--ui-actions), uses the operator actions of package
+//     ops on a job page: request a cancellation, revoke, affirm, settle.
+//     Each is an input published as the ops actor Config.ActorID, on
+//     Config.ActionsConn (`tenure serve --ui-credential`, the ops user
+//     `tenure auth init` makes for the board, since the coordinator's user
+//     may publish no ops input), judged by the coordinator like any other;
+//     the page shows the verdict.
 //
 // /healthz answers 200 only while a coordinator is live or a warm standby,
 // saying which (Health); /metrics serves Metrics in the Prometheus text
-// format through the standard client library.
+// format through the standard client library. Both stay open, for probes
+// and scrapers, and carry counts only: sequences, lags, jobs per state,
+// decisions per kind and reason, and coordinator ids and partitions as
+// labels; no job id, worker name, lease id or payload (a coordinator id is
+// a name, not a secret: it is in every tick's subject).
 //
 // The JSON API, used by the pages:
 //
-//	GET  /api/config               what the pages need (actions on or off)
+//	GET  /api/config               what the pages need: the session's role and CSRF token, actions on or off
 //	GET  /api/jobs                 a page of the board (Query, Page)
 //	GET  /api/jobs/{id}            a job page's data (History); ?after=SEQ for newer decisions only
 //	POST /api/jobs/{id}/action     an operator action (ActionRequest, ActionResult)
 //	GET  /api/anomalies            the anomalies feed (AnomalyQuery, AnomalyPage)
 //	GET  /api/queues               the queues view (QueuesPage)
 //	GET  /api/events               live updates (server-sent events)
-//	GET  /api/audit, POST /api/audit   the last audit, or run one (AuditRequest, AuditResult)
+//	GET  /api/audit, POST /api/audit   the last audit, or run one (AuditRequest, AuditResult); operators only
+//	GET  /login, POST /login       the login form, and a login (token, next): a session cookie
+//	POST /logout                   the end of the session
 package ui

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +35,130 @@ type env struct {
 	metrics *Metrics
 	ui      *Server
 	url     string // http://127.0.0.1:port
+	tokens  map[BoardRole]Token
+	op      *client // the operator's session, logged in through the login page: what e.get and e.post use
+}
+
+// testTokens makes a token of each role.
+func testTokens(t testing.TB) map[BoardRole]Token {
+	t.Helper()
+	out := make(map[BoardRole]Token)
+	for _, role := range []BoardRole{Operator, Viewer} {
+		tok, err := NewToken(role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[role] = tok
+	}
+	return out
+}
+
+// serve starts the UI server of cfg (with the env's tokens) on a real
+// loopback port until ctx ends, and logs the operator in.
+func (e *env) serve(ctx context.Context, wg *sync.WaitGroup, cfg Config) {
+	e.t.Helper()
+	e.tokens = testTokens(e.t)
+	cfg.Tokens = []Token{e.tokens[Operator], e.tokens[Viewer]}
+	u, err := New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.ui = u
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.url = "http://" + ln.Addr().String()
+	wg.Go(func() { _ = u.Serve(ctx, ln) })
+	e.op = e.login(Operator)
+}
+
+// client is a browser's session of the board: a cookie jar holding the
+// session cookie the login page set, and the session's CSRF token.
+type client struct {
+	e    *env
+	hc   *http.Client
+	csrf string
+	role BoardRole
+}
+
+// login logs in with the token of role through the login form, as a
+// browser does (its Origin is the board's), and reads the session's CSRF
+// token from /api/config.
+func (e *env) login(role BoardRole) *client {
+	e.t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &client{e: e, hc: &http.Client{Jar: jar}, role: role}
+	form := url.Values{"token": {e.tokens[role].String()}, "next": {"/"}}
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", e.url)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		e.t.Fatalf("login: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/" {
+		e.t.Fatalf("login as %s: %d at %s", role, resp.StatusCode, resp.Request.URL)
+	}
+	var cfg uiConfig
+	if code := c.get("/api/config", &cfg); code != http.StatusOK || cfg.Role != role || cfg.CSRF == "" {
+		e.t.Fatalf("config after the login as %s: %d %+v", role, code, cfg)
+	}
+	c.csrf = cfg.CSRF
+	return c
+}
+
+// do sends req on the session and returns its status and body.
+func (c *client) do(req *http.Request) (int, []byte) {
+	c.e.t.Helper()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.e.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// get fetches path on the session and decodes its JSON into v (if not nil).
+func (c *client) get(path string, v any) int {
+	c.e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, c.e.url+path, nil)
+	code, b := c.do(req)
+	if v != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, v); err != nil {
+			c.e.t.Fatalf("GET %s: %v\n%s", path, err, b)
+		}
+	}
+	return code
+}
+
+// raw fetches path on the session: its status and body.
+func (c *client) raw(path string) (int, string) {
+	c.e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, c.e.url+path, nil)
+	code, b := c.do(req)
+	return code, string(b)
+}
+
+// post sends body as JSON to path, as the UI's own pages do (Origin and
+// the CSRF token), and decodes the answer.
+func (c *client) post(path string, body any, v any) int {
+	c.e.t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, c.e.url+path, strings.NewReader(string(b)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", c.e.url)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set(CSRFHeader, c.csrf)
+	code, rb := c.do(req)
+	if v != nil && len(rb) > 0 {
+		if err := json.Unmarshal(rb, v); err != nil {
+			c.e.t.Fatalf("POST %s: %v\n%s", path, err, rb)
+		}
+	}
+	return code
 }
 
 func newEnv(t testing.TB, actions bool) *env {
@@ -58,18 +184,8 @@ func newEnv(t testing.TB, actions bool) *env {
 		}
 		return []CoordinatorStatus{st}, nil
 	}
-	u, err := New(Config{Conn: nc, Status: status, Metrics: e.metrics, Actions: actions, FlushInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.ui = u
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.url = "http://" + ln.Addr().String()
-	wg.Go(func() { _ = u.Serve(ctx, ln) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	e.serve(ctx, &wg, Config{Conn: nc, Status: status, Metrics: e.metrics, Actions: actions, FlushInterval: 50 * time.Millisecond})
 	testutil.WaitFor(e.t, 20*time.Second, "the coordinator to go live", func() bool { return c.Stats().Live })
 	return e
 }
@@ -102,42 +218,18 @@ func (e *env) decide(subject, body string) (seq uint64, verdict string) {
 	return seq, verdict
 }
 
-// get fetches path from the UI and decodes its JSON into v (if not nil).
+// get fetches path as the operator's session and decodes its JSON into v
+// (if not nil).
 func (e *env) get(path string, v any) int {
 	e.t.Helper()
-	resp, err := http.Get(e.url + path)
-	if err != nil {
-		e.t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if v != nil && len(b) > 0 {
-		if err := json.Unmarshal(b, v); err != nil {
-			e.t.Fatalf("GET %s: %v\n%s", path, err, b)
-		}
-	}
-	return resp.StatusCode
+	return e.op.get(path, v)
 }
 
-// post sends body as JSON to path, as the UI's own pages do, and decodes the answer.
+// post sends body as JSON to path as the operator's page does, and decodes
+// the answer.
 func (e *env) post(path string, body any, v any) int {
 	e.t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, e.url+path, strings.NewReader(string(b)))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	rb, _ := io.ReadAll(resp.Body)
-	if v != nil && len(rb) > 0 {
-		if err := json.Unmarshal(rb, v); err != nil {
-			e.t.Fatalf("POST %s: %v\n%s", path, err, rb)
-		}
-	}
-	return resp.StatusCode
+	return e.op.post(path, body, v)
 }
 
 // row is job's row in the UI's read model (it fails the test if there is none).

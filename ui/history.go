@@ -50,6 +50,9 @@ type HistoryInput struct {
 	LeaseID    string `json:"lease_id,omitempty"`
 	Generation uint64 `json:"generation,omitempty"`
 	Missing    bool   `json:"missing,omitempty"` // not found in the input stream
+	// Redacted says that Body and LeaseID are left out: the page is a
+	// viewer's (package doc: What a viewer sees).
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 // History is a job page's data: the job's row, its decisions and the
@@ -63,6 +66,9 @@ type History struct {
 	Skipped   int               `json:"skipped"` // older decisions left out
 	Seq       uint64            `json:"seq"`
 	Now       int64             `json:"now"`
+	// Redacted says that lease ids, payloads and input bodies are hidden:
+	// the page is a viewer's.
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 const fetchers = 8
@@ -95,8 +101,8 @@ func fetch(ctx context.Context, st jetstream.Stream, seqs []uint64) ([]*jetstrea
 
 // history reads job id's decisions after decision sequence after (0: all,
 // at most MaxHistory) and their inputs, from the streams of the job's
-// partition.
-func (s *Server) history(ctx context.Context, id string, after uint64) (*History, bool, error) {
+// partition; for a viewer, without lease ids, payloads and input bodies.
+func (s *Server) history(ctx context.Context, id string, after uint64, viewer bool) (*History, bool, error) {
 	row, seqs, skipped, ok := s.model.job(id, s.cfg.MaxHistory)
 	if !ok {
 		return nil, false, nil
@@ -105,8 +111,11 @@ func (s *Server) history(ctx context.Context, id string, after uint64) (*History
 		i, _ := slices.BinarySearch(seqs, after+1)
 		seqs, skipped = seqs[i:], 0
 	}
+	if viewer {
+		row = row.redacted()
+	}
 	h := &History{Row: row, Columns: projector.MatrixColumns, Skipped: skipped, Seq: row.LastSeq,
-		Decisions: []HistoryDecision{}, Inputs: []HistoryInput{}}
+		Decisions: []HistoryDecision{}, Inputs: []HistoryInput{}, Redacted: viewer}
 	if len(seqs) == 0 {
 		return h, true, nil
 	}
@@ -132,11 +141,18 @@ func (s *Server) history(ctx context.Context, id string, after uint64) (*History
 		if err != nil {
 			continue
 		}
+		data := m.Data
+		if viewer {
+			// The decision as stored, less the lease id and payload: the
+			// same drawing, no capability.
+			d.Job = redactedJob(d.Job)
+			data = events.AppendDecision(nil, &d)
+		}
 		r := projector.MatrixRow(&d, projector.MatrixOptions{})
 		h.Decisions = append(h.Decisions, HistoryDecision{
 			Seq: seqs[i], Cause: d.Cause, N: d.N, Of: d.Of, At: ms(d.At), Kind: d.Kind.String(),
 			Accepted: d.Kind.Accepted(), Derived: d.Kind.Derived(), Reason: string(d.Reason), Detail: d.Detail,
-			Generation: d.Job.Generation, Describe: projector.Describe(&d, 0), Matrix: r[:], Decision: m.Data,
+			Generation: d.Job.Generation, Describe: projector.Describe(&d, 0), Matrix: r[:], Decision: data,
 		})
 		if len(causes) == 0 || causes[len(causes)-1] != d.Cause {
 			causes = append(causes, d.Cause)
@@ -155,7 +171,7 @@ func (s *Server) history(ctx context.Context, id string, after uint64) (*History
 			h.Inputs = append(h.Inputs, hi)
 			continue
 		}
-		hi.At, hi.AtText, hi.Subject, hi.Body = ms(m.Time.UnixNano()), events.FormatTime(m.Time.UnixNano()), m.Subject, string(m.Data)
+		hi.At, hi.AtText, hi.Subject = ms(m.Time.UnixNano()), events.FormatTime(m.Time.UnixNano()), m.Subject
 		// The subject as PROTOCOL.md describes it: without the partition token.
 		subject, _ := top.Partition.StripInput(m.Subject)
 		if sub, err := events.ParseInputSubject(subject); err == nil || sub.Role != events.RoleNone {
@@ -170,6 +186,11 @@ func (s *Server) history(ctx context.Context, id string, after uint64) (*History
 					break
 				}
 			}
+		}
+		if viewer {
+			hi.LeaseID, hi.Redacted = "", true // the generation it names stays: the timeline places it by that
+		} else {
+			hi.Body = string(m.Data)
 		}
 		h.Inputs = append(h.Inputs, hi)
 	}

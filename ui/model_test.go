@@ -137,7 +137,8 @@ func TestBoard100kJobs(t *testing.T) {
 	const n = 100_000
 	srv := testutil.StartServer(t)
 	nc, _ := testutil.Connect(t, srv.ClientURL())
-	s, err := New(Config{Conn: nc})
+	viewer := testTokens(t)[Viewer]
+	s, err := New(Config{Conn: nc, Tokens: []Token{viewer}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,9 @@ func TestBoard100kJobs(t *testing.T) {
 		{"?state=COMPLETED&holder=w1&sort=anomalies", n / 100, DefaultPageSize, "job-000001", nil},
 	} {
 		start := time.Now()
-		resp, err := http.Get(hs.URL + "/api/jobs" + c.query)
+		req, _ := http.NewRequest(http.MethodGet, hs.URL+"/api/jobs"+c.query, nil)
+		req.Header.Set("Authorization", "Bearer "+viewer.String())
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,6 @@ package ui
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -56,18 +55,8 @@ func newPartitionedEnv(t *testing.T, count uint32, silent ...uint32) *env {
 		}
 		return out, nil
 	}
-	u, err := New(Config{Conn: nc, Partitions: count, Status: status, Metrics: e.metrics, FlushInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.ui = u
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.url = "http://" + ln.Addr().String()
-	wg.Go(func() { _ = u.Serve(ctx, ln) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	e.serve(ctx, &wg, Config{Conn: nc, Partitions: count, Status: status, Metrics: e.metrics, FlushInterval: 50 * time.Millisecond})
 	testutil.WaitFor(e.t, 30*time.Second, "every partition's coordinator to go live", func() bool {
 		for _, st := range g.Stats() {
 			if !st.Live {
@@ -365,7 +354,7 @@ func TestPartitionedResume(t *testing.T) {
 		e.decide("worker.w1."+job+".acquire", `{"v":1,"lease_ms":60000}`)
 	}
 	topos := streams.Topology{}.Partitions(count)
-	u, err := New(Config{Conn: e.nc, Partitions: count, Status: func(context.Context) ([]CoordinatorStatus, error) { return nil, nil }})
+	u, err := New(Config{Conn: e.nc, Partitions: count, Tokens: []Token{e.tokens[Viewer]}, Status: func(context.Context) ([]CoordinatorStatus, error) { return nil, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,6 +417,7 @@ func TestBrowserPartitioned(t *testing.T) {
 	bctx := browser(t)
 	const count = 3
 	e := newPartitionedEnv(t, count)
+	e.browserLogin(bctx, Operator)
 	jobs := partitionJobs(t, count)
 	for _, job := range jobs {
 		e.decide("worker.w1."+job+".acquire", `{"v":1,"lease_ms":300000}`)

@@ -50,13 +50,28 @@ type Config struct {
 	// Metrics are served on /metrics (nil: NewMetrics()). Give the same
 	// Metrics to the coordinator of this process, if any.
 	Metrics *Metrics
+	// Tokens are the credentials that open the board, each granting its
+	// role (NewToken, ReadTokenFile, EnsureTokenFiles): at least one. The
+	// server keeps only their SHA-256.
+	Tokens []Token
+	// SessionTTL is how long a login lasts (default DefaultSessionTTL).
+	SessionTTL time.Duration
+	// SecureCookies marks the session cookie Secure even on a request
+	// that did not come over TLS: for a board behind a proxy that ends
+	// TLS. (A request over TLS always gets a Secure cookie.)
+	SecureCookies bool
 	// Actions enables operator actions (cancel, revoke, affirm, settle)
-	// from the job page; each is an input published as the ops actor
-	// ActorID, judged by the coordinator like any other. Off by default:
-	// the UI is read-only.
+	// from the job page, for sessions of the operator role; each is an
+	// input published as the ops actor ActorID, judged by the coordinator
+	// like any other. Off by default: the UI is read-only.
 	Actions bool
 	// ActorID is the ops identity of actions (default DefaultActor).
 	ActorID string
+	// ActionsConn is the connection the actions publish on (default
+	// Conn): under `tenure auth init`'s permissions, a connection of an
+	// ops user whose name is ActorID (tenure serve --ui-credential), since
+	// the coordinator's user may publish no ops input.
+	ActionsConn *nats.Conn
 	// StandbyMaxBehind is how many decisions a standby coordinator may be
 	// behind the decision stream and still be ready (warm); default
 	// DefaultStandbyMaxBehind.
@@ -83,6 +98,7 @@ type Server struct {
 	model   *model
 	hub     *hub
 	metrics *Metrics
+	access  *access
 	ops     *ops.Client
 	handler http.Handler
 	done    chan struct{}
@@ -129,13 +145,21 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui: jetstream: %w", err)
 	}
-	s := &Server{cfg: cfg, topos: cfg.Topology.Partitions(cfg.Partitions), js: js, log: cfg.Logger, metrics: cfg.Metrics, done: make(chan struct{})}
+	acc, err := newAccess(cfg.Tokens, cfg.SessionTTL, cfg.SecureCookies)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, topos: cfg.Topology.Partitions(cfg.Partitions), js: js, log: cfg.Logger, metrics: cfg.Metrics, access: acc, done: make(chan struct{})}
 	if s.cfg.Status == nil {
 		s.cfg.Status = StatusFromService(cfg.Conn, 300*time.Millisecond)
 	}
 	s.cfg.Status = s.cachedStatus(s.cfg.Status)
 	if cfg.Actions {
-		if s.ops, err = ops.New(cfg.Conn, cfg.ActorID, ops.WithPrefix(cfg.Topology.Prefix)); err != nil {
+		conn := cfg.ActionsConn
+		if conn == nil {
+			conn = cfg.Conn
+		}
+		if s.ops, err = ops.New(conn, cfg.ActorID, ops.WithPrefix(cfg.Topology.Prefix)); err != nil {
 			return nil, fmt.Errorf("ui: %w", err)
 		}
 	}
@@ -162,7 +186,8 @@ func (s *Server) cachedStatus(f func(context.Context) ([]CoordinatorStatus, erro
 }
 
 // Handler is the HTTP handler of every page, API endpoint, /healthz and
-// /metrics. Pages get live updates only while Run (or Serve) runs.
+// /metrics, each behind its access check (the package doc). Pages get live
+// updates only while Run (or Serve) runs.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Run follows the decision stream (every partition's, one follow.Follower
@@ -241,10 +266,13 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/audit", s.serveAudit)
 	mux.HandleFunc("GET /healthz", s.serveHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
-	// Non-safe requests (actions, audits) must come from the UI's own
-	// pages, not from another site (Sec-Fetch-Site / Origin checks).
-	cop := http.NewCrossOriginProtection()
-	return securityHeaders(cop.Handler(mux))
+	mux.HandleFunc("GET /login", s.serveLogin)
+	mux.HandleFunc("POST /login", s.serveLogin)
+	mux.HandleFunc("POST /logout", s.serveLogout)
+	// Every request but /healthz, /metrics and the login page's needs a
+	// credential; state-changing ones (actions, audits, the logout) must
+	// come from this site's pages, with the session's CSRF token.
+	return securityHeaders(s.guard(mux))
 }
 
 func securityHeaders(h http.Handler) http.Handler {
@@ -272,12 +300,17 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // uiConfig is GET /api/config: what the pages need to know.
 type uiConfig struct {
-	Actions bool   `json:"actions"`
-	Actor   string `json:"actor,omitempty"`
-	Page    int    `json:"page_size"`
-	MaxPage int    `json:"max_page_size"`
-	Input   string `json:"input_stream"`    // partitioned: partition 0's
-	Output  string `json:"decision_stream"` // partitioned: partition 0's
+	// Role is the session's (viewer or operator); CSRF the token its
+	// state-changing requests send in CSRFHeader (absent for a bearer
+	// token, which needs none).
+	Role    BoardRole `json:"role"`
+	CSRF    string    `json:"csrf,omitempty"`
+	Actions bool      `json:"actions"`
+	Actor   string    `json:"actor,omitempty"`
+	Page    int       `json:"page_size"`
+	MaxPage int       `json:"max_page_size"`
+	Input   string    `json:"input_stream"`    // partitioned: partition 0's
+	Output  string    `json:"decision_stream"` // partitioned: partition 0's
 	// Partitions is the partition count (absent when unpartitioned);
 	// Inputs and Outputs name every partition's streams, in order.
 	Partitions uint32   `json:"partitions,omitempty"`
@@ -285,15 +318,19 @@ type uiConfig struct {
 	Outputs    []string `json:"decision_streams,omitempty"`
 }
 
-func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
-	c := uiConfig{Actions: s.cfg.Actions, Page: DefaultPageSize, MaxPage: MaxPageSize,
+func (s *Server) serveConfig(w http.ResponseWriter, r *http.Request) {
+	p, _ := who(r)
+	c := uiConfig{Role: p.role, Actions: s.cfg.Actions && p.role == Operator, Page: DefaultPageSize, MaxPage: MaxPageSize,
 		Input: s.topos[0].InputStream(), Output: s.topos[0].DecisionStream(), Partitions: s.cfg.Partitions}
 	if s.cfg.Partitions > 0 {
 		for _, t := range s.topos {
 			c.Inputs, c.Outputs = append(c.Inputs, t.InputStream()), append(c.Outputs, t.DecisionStream())
 		}
 	}
-	if s.cfg.Actions {
+	if p.session != "" {
+		c.CSRF = s.access.csrf(p.session)
+	}
+	if c.Actions {
 		c.Actor = s.cfg.ActorID
 	}
 	writeJSON(w, http.StatusOK, c)
@@ -319,7 +356,11 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	if st := v.Get("state"); st != "" {
 		q.States = strings.Split(st, ",")
 	}
-	writeJSON(w, http.StatusOK, s.model.page(q, time.Now()))
+	page := s.model.page(q, time.Now())
+	if viewerOnly(r) {
+		page = page.redacted()
+	}
+	writeJSON(w, http.StatusOK, page)
 }
 
 // serveJob is GET /api/jobs/{id}: the job page's data; ?after=SEQ for only
@@ -332,7 +373,7 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
-	h, ok, err := s.history(r.Context(), id, after)
+	h, ok, err := s.history(r.Context(), id, after, viewerOnly(r))
 	switch {
 	case !ok:
 		writeError(w, http.StatusNotFound, "no decision about job "+id)
@@ -356,5 +397,9 @@ func (s *Server) serveAnomalies(w http.ResponseWriter, r *http.Request) {
 	before, _ := strconv.ParseUint(v.Get("before"), 10, 64)
 	after, _ := strconv.ParseUint(v.Get("after"), 10, 64)
 	q := AnomalyQuery{Before: before, After: after, Job: v.Get("job"), Kind: v.Get("kind"), Limit: intParam(v.Get("limit"), DefaultPageSize)}
-	writeJSON(w, http.StatusOK, s.model.anomalies(q, time.Now()))
+	page := s.model.anomalies(q, time.Now())
+	if viewerOnly(r) {
+		page = page.redacted()
+	}
+	writeJSON(w, http.StatusOK, page)
 }

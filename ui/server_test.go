@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -188,13 +187,8 @@ func must[T any](v T, err error) T {
 // text fetches path as text.
 func (e *env) text(path string) string {
 	e.t.Helper()
-	resp, err := http.Get(e.url + path)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	_, b := e.op.raw(path)
+	return b
 }
 
 // Operator actions, when enabled, are inputs judged by the coordinator;
@@ -241,13 +235,9 @@ func TestActions(t *testing.T) {
 	// A request from another site is refused before it is read.
 	req, _ := http.NewRequest(http.MethodPost, e.url+"/api/jobs/j1/action", strings.NewReader(`{"action":"revoke"}`))
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("cross-site action: %d", resp.StatusCode)
+	req.Header.Set(CSRFHeader, e.op.csrf)
+	if code, _ := e.op.do(req); code != http.StatusForbidden {
+		t.Fatalf("cross-site action: %d", code)
 	}
 	if got := e.row("j1").State; got != "ACTIVE" {
 		t.Fatalf("state after the refused revoke: %s", got)
@@ -261,7 +251,7 @@ func TestEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/api/events?watch=j1,j2&feed=0", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.op.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +329,7 @@ func TestHealth(t *testing.T) {
 	}
 	var sts []CoordinatorStatus
 	var stErr error
-	s, err := New(Config{Conn: nc, StandbyMaxBehind: 2, Status: func(context.Context) ([]CoordinatorStatus, error) { return sts, stErr }})
+	s, err := New(Config{Conn: nc, StandbyMaxBehind: 2, Tokens: []Token{testTokens(t)[Viewer]}, Status: func(context.Context) ([]CoordinatorStatus, error) { return sts, stErr }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,7 @@ const (
 )
 
 type subscriber struct {
+	viewer   bool // its rows are redacted (a viewer's page)
 	watch    map[string]struct{}
 	job      string
 	wantFeed bool
@@ -147,6 +148,9 @@ func (h *hub) flush() {
 				}
 			}
 			rows := h.m.rows(ids)
+			if s.viewer {
+				rows = redactRows(rows)
+			}
 			var removed []string
 			if len(rows) < len(ids) {
 				have := make(map[string]bool, len(rows))
@@ -165,6 +169,9 @@ func (h *hub) flush() {
 			}))
 			if _, ok := changed[s.job]; ok && s.job != "" {
 				if row, ok := h.m.jobRow(s.job); ok {
+					if s.viewer {
+						row = row.redacted()
+					}
 					frames = append(frames, frame("job", jobEvent{Seq: sum.Seq, Row: row}))
 				}
 			}
@@ -209,9 +216,10 @@ func parseIDs(s string, limit int) map[string]struct{} {
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	sub := &subscriber{
-		watch: parseIDs(q.Get("watch"), MaxPageSize),
-		job:   q.Get("job"),
-		ch:    make(chan []byte, subBuffer),
+		viewer: viewerOnly(r),
+		watch:  parseIDs(q.Get("watch"), MaxPageSize),
+		job:    q.Get("job"),
+		ch:     make(chan []byte, subBuffer),
 	}
 	if sub.job != "" && !events.ValidToken(sub.job) {
 		http.Error(w, "invalid job id", http.StatusBadRequest)
@@ -243,9 +251,16 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	for id := range sub.watch {
 		ids = append(ids, id)
 	}
-	initial := [][]byte{frame("board", boardEvent{Seq: sum.Seq, Jobs: sum.Jobs, Blocked: sum.Blocked, Feed: sum.Feed, Rows: s.model.rows(ids)})}
+	rows := s.model.rows(ids)
+	if sub.viewer {
+		rows = redactRows(rows)
+	}
+	initial := [][]byte{frame("board", boardEvent{Seq: sum.Seq, Jobs: sum.Jobs, Blocked: sum.Blocked, Feed: sum.Feed, Rows: rows})}
 	if sub.job != "" {
 		if row, ok := s.model.jobRow(sub.job); ok {
+			if sub.viewer {
+				row = row.redacted()
+			}
 			initial = append(initial, frame("job", jobEvent{Seq: sum.Seq, Row: row}))
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/ui"
 )
 
 // maxGenerated bounds --workers and --dispatchers.
@@ -38,10 +39,12 @@ one credential file per actor.`,
 var authInitCmd = &command{
 	name:    "auth init",
 	summary: "write a nats-server authorization (server.conf), one credential per actor, and optionally a CA with TLS certificates",
-	usage:   "tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--archivists a1] [--coordinators c1] [--partitions N] [--nkeys] [--tls] [--force]",
+	usage:   "tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--archivists a1] [--coordinators c1] [--board NAME] [--partitions N] [--nkeys] [--tls] [--force]",
 	help: `Writes DIR/server.conf (a nats-server authorization binding every actor to its subjects),
 one DIR/<name>.creds.json per actor (and <name>.nk with --nkeys), and with --tls a CA and
-certificates. Every file is mode 0600. Existing files are not overwritten without --force.`,
+certificates; and for the web board, its tokens (` + ui.OperatorTokenFile + `, ` + ui.ViewerTokenFile + `)
+and the ops user its operator actions publish as (board by default). Every file is mode 0600.
+Existing files are not overwritten without --force.`,
 	run: runAuthInit,
 }
 
@@ -104,6 +107,7 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 	fs.Var(&operators, "operators", "operator names, comma-separated (same permissions as dispatchers)")
 	fs.Var(&archivists, "archivists", "archivist names, comma-separated: the operators' credential of tenure log (archive, remove, restore), the only one that may purge the streams")
 	fs.Var(&coordinators, "coordinators", "coordinator names, comma-separated; each is the --id of a `tenure serve` (default coord)")
+	board := fs.String("board", "board", "name of the web board's ops user, whose credential its operator actions publish as (tenure serve --ui-actions --ui-credential); --board= writes neither it nor the board's tokens")
 	useNKeys := fs.Bool("nkeys", false, "authenticate with nkeys (a seed file per actor) instead of bcrypt-hashed passwords")
 	useTLS := fs.Bool("tls", false, "generate a CA, a server certificate and client certificates, and require TLS")
 	verify := fs.Bool("tls-verify", true, "with --tls: require a client certificate from the CA (verify: true)")
@@ -140,6 +144,9 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 	if len(coordinators) == 0 {
 		coordinators = names{"coord"}
 	}
+	if *board != "" && !events.ValidToken(*board) {
+		usage("--board: invalid name %q: want 1 to %d of [A-Za-z0-9_-], not %q", *board, events.MaxTokenLen, events.NoJob)
+	}
 	if *partitions > events.MaxPartitions {
 		usage("--partitions: at most %d", events.MaxPartitions)
 	}
@@ -154,6 +161,11 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 		for _, n := range g.list {
 			actors = append(actors, auth.Actor{Name: n, Role: g.role})
 		}
+	}
+	if *board != "" {
+		// The board's operator actions are ops inputs: an operator of its
+		// own, so that they publish as nobody else.
+		actors = append(actors, auth.Actor{Name: *board, Role: auth.RoleOperator})
 	}
 	if err := auth.ValidateActors(actors); err != nil {
 		usage("%v", strings.TrimPrefix(err.Error(), "auth: "))
@@ -173,6 +185,17 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 		fmt.Fprintln(stderr, "tenure auth init:", strings.TrimPrefix(err.Error(), "auth: "))
 		return errUsage
 	}
+	if *board != "" {
+		// The board's tokens, beside the credentials: written (mode
+		// 0600, never over an existing file without --force) with them.
+		for _, role := range []ui.BoardRole{ui.Operator, ui.Viewer} {
+			t, err := ui.NewToken(role)
+			if err != nil {
+				return err
+			}
+			b.Files = append(b.Files, auth.File{Name: ui.TokenFile(role), Data: []byte(t.String() + "\n")})
+		}
+	}
 	if err := b.Write(*force); err != nil {
 		var exist *auth.ExistError
 		if errors.As(err, &exist) {
@@ -181,12 +204,13 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 		}
 		return err
 	}
-	printAuthSummary(stdout, b, *prefix)
+	printAuthSummary(stdout, b, *prefix, *board)
 	return nil
 }
 
-// printAuthSummary is the README of a generated directory.
-func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
+// printAuthSummary is the README of a generated directory (board: the web
+// board's ops user, "" for none).
+func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	rel := func(name string) string { return filepath.Join(b.Dir, name) }
 	p("# Tenure authorization in %s", b.Dir)
@@ -215,6 +239,10 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 	}
 	if b.TLS {
 		p("  %-34s per actor: its client certificate and key", "<name>"+auth.CertSuffix+", <name>"+auth.KeySuffix)
+	}
+	if board != "" {
+		p("  %-34s the web board's tokens (256 random bits each), operator's and viewer's:", ui.OperatorTokenFile)
+		p("  %-34s log in with one (\"Web board\" below); %s is the ops user of its actions", ui.ViewerTokenFile, board+auth.CredentialSuffix)
 	}
 	p("")
 	p("## Actors and permissions")
@@ -298,13 +326,29 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix string) {
 	}
 	p("")
 	for _, c := range b.Credentials {
-		if c.Role == auth.RoleDispatcher || c.Role == auth.RoleOperator {
+		if (c.Role == auth.RoleDispatcher || c.Role == auth.RoleOperator) && c.Name != board {
 			p("%s %s, from the command line:", c.Role, c.Name)
 			p("  tenure offer --as %s --nats-url %s %s --inbox-prefix %s%s --job JOB --holder WORKER", c.Name, c.URL, secret(c), c.InboxPrefix, tlsFlags(c))
 			p("  (and likewise cancel, resolve, policy, watch)")
 			p("")
 			break
 		}
+	}
+	if c, ok := b.Credential(board); ok && board != "" {
+		p("## Web board")
+		p("")
+		p("tenure serve --http ADDR (or tenure ui) opens its board only to a token: log in at its /login with the")
+		p("contents of a token file, or send Authorization: Bearer <token> (JSON clients). Add to the coordinator's")
+		p("command above:")
+		p("  --http 127.0.0.1:8080 --ui-token-file %s --ui-token-file %s", rel(ui.OperatorTokenFile), rel(ui.ViewerTokenFile))
+		p("and, for operator actions (cancel, revoke, affirm, settle), published as ops user %s, whose permissions", c.Name)
+		p("allow them where the coordinator's do not:")
+		p("  --ui-actions --ui-credential %s", rel(c.Name+auth.CredentialSuffix))
+		p("  %-22s operator: sees lease ids and payloads, runs audits, and the actions with --ui-actions", ui.OperatorTokenFile)
+		p("  %-22s viewer: jobs, states, holders, counters, timelines; no lease id, no payload, no input body", ui.ViewerTokenFile)
+		p("/healthz and /metrics stay open and carry counts only. Give a token only to those who may hold its role:")
+		p("an operator token shows the lease ids that are a worker's capabilities.")
+		p("")
 	}
 	for _, c := range b.Credentials {
 		if c.Role == auth.RoleArchivist {

@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +23,7 @@ import (
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
+	"github.com/maknow/tenure/ui"
 	sdk "github.com/maknow/tenure/worker"
 )
 
@@ -81,8 +87,8 @@ func TestAuthInitFiles(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	want := []string{"server.conf", "ca.pem", "ca-key.pem", "server-cert.pem", "server-key.pem"}
-	for _, n := range []string{"coord", "disp", "op1", "op2", "w1", "w2"} {
+	want := []string{"server.conf", "ca.pem", "ca-key.pem", "server-cert.pem", "server-key.pem", "board-operator.token", "board-viewer.token"}
+	for _, n := range []string{"coord", "disp", "op1", "op2", "board", "w1", "w2"} {
 		want = append(want, n+".creds.json", n+".nk", n+".cert.pem", n+".key.pem")
 	}
 	ents, err := os.ReadDir(dir)
@@ -108,9 +114,18 @@ func TestAuthInitFiles(t *testing.T) {
 		"account:         TENURE_W_w1, of its own",
 		"JS.TENURE.API.CONSUMER.CREATE.TENURE_OUT.tw_w1_{0..3}.tenure.out.w1.>",
 		"What the server enforces",
+		"--ui-token-file " + filepath.Join(dir, "board-operator.token") + " --ui-token-file " + filepath.Join(dir, "board-viewer.token") + "\n",
+		"--ui-actions --ui-credential " + filepath.Join(dir, "board.creds.json") + "\n",
 	} {
 		if !strings.Contains(stdout, s) {
 			t.Errorf("summary without %q:\n%s", s, stdout)
+		}
+	}
+	for _, role := range []ui.BoardRole{ui.Operator, ui.Viewer} {
+		if tok, err := ui.ReadTokenFile(filepath.Join(dir, ui.TokenFile(role))); err != nil || tok.Role != role {
+			t.Errorf("%s token file: %v %v", role, tok.Role, err)
+		} else if strings.Contains(stdout, tok.String()) {
+			t.Errorf("the summary prints the %s token", role)
 		}
 	}
 	conf, _ := os.ReadFile(filepath.Join(dir, "server.conf"))
@@ -453,6 +468,170 @@ func TestAuthServePartitioned(t *testing.T) {
 	}
 	mu.Unlock()
 
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exit %d:\n%s", code, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if s := logs.String(); strings.Contains(s, "ermission") {
+		t.Errorf("serve logged a permissions problem:\n%s", s)
+	}
+}
+
+// boardSession logs in to the board at web with token, as a browser does
+// (the login form, its Origin), and returns the session's client and CSRF
+// token.
+func boardSession(t *testing.T, web, token string) (*http.Client, string) {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	req, _ := http.NewRequest(http.MethodPost, web+"/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", web)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	req, _ = http.NewRequest(http.MethodGet, web+"/api/config", nil)
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var cfg struct {
+		Role    string `json:"role"`
+		CSRF    string `json:"csrf"`
+		Actions bool   `json:"actions"`
+		Actor   string `json:"actor"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil || cfg.Role != "operator" || cfg.CSRF == "" || !cfg.Actions || cfg.Actor != "board" {
+		t.Fatalf("the board's config after the login: %d %+v %v", resp.StatusCode, cfg, err)
+	}
+	return c, cfg.CSRF
+}
+
+// `tenure serve --http --ui-actions` under `tenure auth init`'s
+// configuration, with the board's tokens and its ops user's credential as
+// the summary says: an operator logged in to the board cancels a worker's
+// lease from it. The action is an input of ops user board (whose
+// permissions allow it; the coordinator's user may publish no ops input),
+// accepted, and nothing anywhere logs a permissions problem.
+func TestAuthServeUIActions(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if code, _, stderr := runAuthCmd("init", "--out", dir, "--worker", "w1", "--bcrypt-cost", "4"); code != 0 {
+		t.Fatalf("auth init: exit %d: %s", code, stderr)
+	}
+	coord, err := auth.ReadCredential(filepath.Join(dir, "coord.creds.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1c, err := auth.ReadCredential(filepath.Join(dir, "w1.creds.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		args := []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval",
+			"--id", "coord", "--server-config", filepath.Join(dir, "server.conf"),
+			"--user", coord.User, "--password", coord.Password, "--inbox-prefix", coord.InboxPrefix,
+			"--http", "127.0.0.1:0", "--ui-token-file", filepath.Join(dir, "board-operator.token"), "--ui-token-file", filepath.Join(dir, "board-viewer.token"),
+			"--ui-actions", "--ui-credential", filepath.Join(dir, "board.creds.json")}
+		done <- run(ctx, args, &bytes.Buffer{}, &logs)
+	}()
+	natsURL := waitServing(t, &logs, done, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	web := waitServing(t, &logs, done, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
+
+	// The coordinator live first (the board's ops user may ask it).
+	boardCred, err := auth.ReadCredential(filepath.Join(dir, "board.creds.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bnc, err := boardCred.Connect(natsURL, nats.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bnc.Close()
+	if err := testutil.Poll(30*time.Second, func() error { return statusLive(bnc, "tenure.status.coord") }); err != nil {
+		t.Fatalf("coordinator not live: %v\n%s", err, logs.String())
+	}
+	wnc, err := w1c.Connect(natsURL, nats.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wnc.Close()
+	w1, err := sdk.Connect(wnc, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Close()
+	var l *sdk.Lease
+	if err := testutil.Poll(30*time.Second, func() error {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		defer acancel()
+		l, err = w1.Acquire(actx, "ui-1", sdk.WithLeaseDuration(10*time.Minute))
+		return err
+	}); err != nil {
+		t.Fatalf("acquire: %v\n%s", err, logs.String())
+	}
+
+	tok, err := ui.ReadTokenFile(filepath.Join(dir, "board-operator.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, csrf := boardSession(t, web, tok.String())
+	body := fmt.Sprintf(`{"action":"cancel","lease_id":%q,"generation":%d,"reason":"from the board"}`, l.Token().LeaseID, l.Token().Generation)
+	req, _ := http.NewRequest(http.MethodPost, web+"/api/jobs/ui-1/action", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", web)
+	req.Header.Set(ui.CSRFHeader, csrf)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var res ui.ActionResult
+	_ = json.Unmarshal(b, &res)
+	if resp.StatusCode != http.StatusOK || !res.Accepted || res.Kind != "cancel_requested" {
+		t.Fatalf("the board's cancel: %d %s\n%s", resp.StatusCode, b, logs.String())
+	}
+	// The worker's lease is asked to stop: the cancellation reached it.
+	select {
+	case <-l.CancelRequested():
+	case <-time.After(10 * time.Second):
+		t.Fatal("w1 was not told of the cancellation")
+	}
+	// The input is ops user board's (once the board's read model has it).
+	var hist ui.History
+	if err := testutil.Poll(10*time.Second, func() error {
+		hist = ui.History{}
+		req, _ := http.NewRequest(http.MethodGet, web+"/api/jobs/ui-1", nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&hist); err != nil || !hist.Row.CancelRequested {
+			return fmt.Errorf("%d %v: %+v", resp.StatusCode, err, hist.Row)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the job on the board after its cancel: %v", err)
+	}
+	if n := len(hist.Inputs); n == 0 || hist.Inputs[n-1].Subject != "tenure.in.ops.board.ui-1.cancel" {
+		t.Fatalf("the board's cancel's input: %+v", hist.Inputs)
+	}
+
+	_ = w1.Close()
 	cancel()
 	select {
 	case code := <-done:

@@ -34,7 +34,8 @@ worker is SIGSTOPped for longer than its lease, the nats-server is SIGKILLed
 and restarted, and in a 3-node cluster the stream leaders step down and the
 nodes are SIGKILLed one at a time; during each schedule the hostile worker
 attacks (bad inputs, guessed lease ids, consumer hogging, forged
-deliveries, predictable tick ids, floods). After every schedule the streams
+deliveries, predictable tick ids, floods, the web board without a
+credential). After every schedule the streams
 are checked (lost and phantom inputs, double holders, stale effects, gaps,
 audit, liveness, and what the hostile inputs achieved). Exit status 0 only
 if every check passed. make chaos-short and make chaos build the binaries
@@ -208,6 +209,7 @@ func runChaosHostile(ctx context.Context, fs *flag.FlagSet, args []string, _, st
 	fs.StringVar(&cfg.Records, "records", "", "file of its attack records (JSON lines)")
 	fs.DurationVar(&cfg.Lease, "lease", time.Second, "lease duration of its own leases")
 	attacks := fs.String("attacks", "", "attack types, comma-separated (default: all)")
+	boards := fs.String("boards", "", "the web boards to attack (the board attack), comma-separated base URLs, e.g. http://127.0.0.1:8080")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {
@@ -215,6 +217,9 @@ func runChaosHostile(ctx context.Context, fs *flag.FlagSet, args []string, _, st
 	}
 	if *attacks != "" {
 		cfg.Attacks = strings.Split(*attacks, ",")
+	}
+	if *boards != "" {
+		cfg.Boards = strings.Split(*boards, ",")
 	}
 	if cfg.Credential == "" || cfg.ID == "" || cfg.Journal == "" || cfg.Control == "" || cfg.Records == "" {
 		return fmt.Errorf("%w: --credential, --id, --journal, --control and --records are required", errUsage)

@@ -16,6 +16,7 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/ui"
 )
 
 // The operator commands, tenure watch and tenure status on a partitioned
@@ -87,8 +88,9 @@ func TestPartitionedCommands(t *testing.T) {
 	// on the server); its board is checked once the jobs are offered.
 	var uiLog syncBuffer
 	uiDone := make(chan int, 1)
+	uiTokens := t.TempDir() // made there
 	go func() {
-		uiDone <- run(ctx, []string{"ui", "--nats-url", url, "--http", "127.0.0.1:0"}, &bytes.Buffer{}, &uiLog)
+		uiDone <- run(ctx, []string{"ui", "--nats-url", url, "--http", "127.0.0.1:0", "--ui-token-dir", uiTokens}, &bytes.Buffer{}, &uiLog)
 	}()
 	defer func() {
 		cancel()
@@ -207,7 +209,7 @@ func TestPartitionedCommands(t *testing.T) {
 	}
 	requireRows(live.String())
 	// The web UI's board: every job, with its partition.
-	getJSON(t, web+"/api/jobs?limit=500", func(code int, b map[string]any) bool {
+	getJSONAs(t, web+"/api/jobs?limit=500", boardToken(t, uiTokens, ui.Viewer), func(code int, b map[string]any) bool {
 		rows, _ := b["rows"].([]any)
 		parts := make(map[string]string)
 		for _, r := range rows {

@@ -162,7 +162,9 @@ Several coordinators may serve one deployment: one is live (its leadership
 is a KV entry it renews), the others fold in the background as standbys
 and take over after --leader-ttl. A deployment created with --partitions N
 runs one coordinator per partition in this process. --http also serves the
-web UI, /healthz and /metrics.
+web UI, /healthz and /metrics; the UI opens only to a token, and serve makes
+two in the data directory on its first start (board-operator.token and
+board-viewer.token; the log says where).
 
 It also answers the state API (tenure.api.>, PROTOCOL.md §23: the jobs'
 projections, the queues' depth, workers and rates, for tenure jobs and
@@ -188,7 +190,8 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	logFormat := fs.String("log-format", "text", "text (coloured on a terminal) or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var webUI uiFlags
-	webUI.register(fs, "", "also serve the web UI, /healthz and /metrics on this address, e.g. 127.0.0.1:8080 (default: none)")
+	webUI.register(fs, "", "also serve the web UI, /healthz and /metrics on this address, e.g. 127.0.0.1:8080 (default: none)",
+		"directory of the board's token files ("+ui.OperatorTokenFile+", "+ui.ViewerTokenFile+"), made there on the first start (default: the data directory)")
 	var headFlags serveHeadFlags
 	headFlags.register(fs)
 	noAPI := fs.Bool("no-api", false, "do not answer the state API (tenure.api.>: jobs, queues), which keeps a read model of the decision stream in memory")
@@ -204,6 +207,17 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	}
 	if err := webUI.check(); err != nil {
 		return err
+	}
+	dataSet := false
+	fs.Visit(func(f *flag.Flag) { dataSet = dataSet || f.Name == "data" })
+	// The board's tokens are kept in the data directory, unless given.
+	uiTokenDir := ""
+	if conn.url == "" || dataSet {
+		if uiTokenDir, err = filepath.Abs(*data); err != nil {
+			return err
+		}
+	} else if webUI.http != "" && len(webUI.tokenFiles) == 0 && webUI.tokenDir == "" {
+		return fmt.Errorf("%w: --http with --nats-url and no --data: give the board's tokens (--ui-token-file FILE, as tenure auth init writes them, or --ui-token-dir DIR, where they are made)", errUsage)
 	}
 	if *partitions > events.MaxPartitions {
 		return fmt.Errorf("%w: --partitions: at most %d", errUsage, events.MaxPartitions)
@@ -264,8 +278,6 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		}
 		log.Info("embedded nats-server ready", "data", dir, "sync", *sync, "sync_always", srv.SyncAlways(), "appends", appendMode)
 	}
-	dataSet := false
-	fs.Visit(func(f *flag.Flag) { dataSet = dataSet || f.Name == "data" })
 	if *id == "" {
 		switch {
 		case ownServer:
@@ -326,7 +338,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 			return err
 		}
 		defer func() { _ = svc.Stop() }()
-		stopUI, err := webUI.startLocal(ctx, nc, g.Coordinators(), streams.Topology{Replicas: *replicas}, count, log)
+		stopUI, err := webUI.startLocal(ctx, nc, conn.url, uiTokenDir, g.Coordinators(), streams.Topology{Replicas: *replicas}, count, log)
 		if err != nil {
 			return err
 		}
@@ -350,7 +362,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
-	stopUI, err := webUI.startLocal(ctx, nc, []*coordinator.Coordinator{c}, streams.Topology{Replicas: *replicas}, 0, log)
+	stopUI, err := webUI.startLocal(ctx, nc, conn.url, uiTokenDir, []*coordinator.Coordinator{c}, streams.Topology{Replicas: *replicas}, 0, log)
 	if err != nil {
 		return err
 	}

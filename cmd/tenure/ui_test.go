@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
+	"github.com/maknow/tenure/ui"
 )
 
 // waitLog waits for re's first group in a log buffer.
@@ -51,13 +53,35 @@ func waitServing(t *testing.T, b *syncBuffer, done <-chan int, re *regexp.Regexp
 // getJSON polls url until ok accepts its status and decoded body.
 func getJSON(t *testing.T, url string, ok func(code int, body map[string]any) bool) map[string]any {
 	t.Helper()
+	return getJSONAs(t, url, "", ok)
+}
+
+// boardToken reads the board token of role in dir (what tenure serve
+// --http makes in its data directory, tenure auth init in its output).
+func boardToken(t *testing.T, dir string, role ui.BoardRole) string {
+	t.Helper()
+	tok, err := ui.ReadTokenFile(filepath.Join(dir, ui.TokenFile(role)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.String()
+}
+
+// getJSONAs is getJSON with the board token tok as a bearer token ("":
+// none).
+func getJSONAs(t *testing.T, url, tok string, ok func(code int, body map[string]any) bool) map[string]any {
+	t.Helper()
 	var (
 		body map[string]any
 		code int
 	)
 	if err := testutil.Poll(20*time.Second, func() error {
 		body, code = nil, 0
-		if resp, err := http.Get(url); err == nil {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			code = resp.StatusCode
@@ -80,12 +104,24 @@ func TestServeHTTPAndUI(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 2)
+	data := t.TempDir()
 	go func() {
-		done <- run(ctx, []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1",
+		done <- run(ctx, []string{"serve", "--data", data, "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1",
 			"--http", "127.0.0.1:0"}, &bytes.Buffer{}, &stderr)
 	}()
 	natsURL := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
 	web := waitLog(t, &stderr, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
+	// The board's tokens are in the data directory (the log says where,
+	// never what they are), mode 0600.
+	opFile := waitLog(t, &stderr, regexp.MustCompile(`log in with the token in (\S+)`))
+	if opFile != filepath.Join(data, ui.OperatorTokenFile) {
+		t.Errorf("the log names %s as the operator's token file", opFile)
+	}
+	op, viewer := boardToken(t, data, ui.Operator), boardToken(t, data, ui.Viewer)
+	if strings.Contains(stderr.String(), op) || strings.Contains(stderr.String(), viewer) {
+		t.Fatalf("the log holds a token:\n%s", stderr.String())
+	}
+	getJSON(t, web+"/api/jobs", func(code int, _ map[string]any) bool { return code == http.StatusUnauthorized })
 	// Ready (200) comes before the coordinator has gone live: wait for live.
 	hz := getJSON(t, web+"/healthz", func(code int, b map[string]any) bool { return code == 200 && b["role"] == "live" })
 	if hz["role"] != "live" || hz["coordinator"] != "c1" {
@@ -103,7 +139,7 @@ func TestServeHTTPAndUI(t *testing.T) {
 		rows, _ := b["rows"].([]any)
 		return code == 200 && len(rows) == 1 && rows[0].(map[string]any)["holder"] == "w1"
 	}
-	getJSON(t, web+"/api/jobs", hasJob)
+	getJSONAs(t, web+"/api/jobs", op, hasJob)
 	resp, err := http.Get(web + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -116,17 +152,21 @@ func TestServeHTTPAndUI(t *testing.T) {
 		}
 	}
 
-	// The UI on its own, reading the same server; read-only.
+	// The UI on its own, reading the same server, with the viewer's token
+	// of the serve's data directory; read-only.
 	go func() {
-		done <- run(ctx, []string{"ui", "--nats-url", natsURL, "--http", "127.0.0.1:0"}, &bytes.Buffer{}, &uiErr)
+		done <- run(ctx, []string{"ui", "--nats-url", natsURL, "--http", "127.0.0.1:0", "--ui-token-file", filepath.Join(data, ui.ViewerTokenFile)}, &bytes.Buffer{}, &uiErr)
 	}()
 	web2 := waitLog(t, &uiErr, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
 	hz = getJSON(t, web2+"/healthz", func(code int, b map[string]any) bool { return code == 200 })
 	if hz["role"] != "live" || hz["coordinator"] != "c1" {
 		t.Fatalf("standalone healthz %v", hz)
 	}
-	getJSON(t, web2+"/api/jobs", hasJob)
-	getJSON(t, web2+"/api/config", func(code int, b map[string]any) bool { return code == 200 && b["actions"] == false })
+	getJSONAs(t, web2+"/api/jobs", viewer, hasJob)
+	getJSONAs(t, web2+"/api/config", viewer, func(code int, b map[string]any) bool {
+		return code == 200 && b["actions"] == false && b["role"] == "viewer"
+	})
+	getJSONAs(t, web2+"/api/jobs", op, func(code int, _ map[string]any) bool { return code == http.StatusUnauthorized }) // not one of its tokens
 
 	cancel()
 	for range 2 {
@@ -151,8 +191,9 @@ func TestServePartitionedHTTP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
+	data := t.TempDir()
 	go func() {
-		done <- run(ctx, []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1",
+		done <- run(ctx, []string{"serve", "--data", data, "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1",
 			"--partitions", "2", "--http", "127.0.0.1:0"}, &bytes.Buffer{}, &stderr)
 	}()
 	natsURL := waitLog(t, &stderr, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
@@ -182,7 +223,8 @@ func TestServePartitionedHTTP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	getJSON(t, web+"/api/jobs", func(code int, b map[string]any) bool {
+	op := boardToken(t, data, ui.Operator)
+	getJSONAs(t, web+"/api/jobs", op, func(code int, b map[string]any) bool {
 		rows, _ := b["rows"].([]any)
 		if code != 200 || len(rows) != 2 {
 			return false
@@ -196,7 +238,7 @@ func TestServePartitionedHTTP(t *testing.T) {
 		return true
 	})
 	for job, k := range jobs {
-		h := getJSON(t, web+"/api/jobs/"+job, func(code int, b map[string]any) bool { return code == 200 })
+		h := getJSONAs(t, web+"/api/jobs/"+job, op, func(code int, b map[string]any) bool { return code == 200 })
 		inputs, _ := h["inputs"].([]any)
 		if len(inputs) != 1 || !strings.HasSuffix(inputs[0].(map[string]any)["subject"].(string), ".acquire."+k) {
 			t.Fatalf("job page of %s (partition %s): %v", job, k, h)
@@ -246,6 +288,10 @@ func TestUIUsageErrors(t *testing.T) {
 		{"ui", "--prefix", "a b"},
 		{"ui", "extra"},
 		{"serve", "--ui-actions"},
+		{"serve", "--http", "127.0.0.1:0", "--ui-credential", "x.creds.json"}, // without --ui-actions
+		{"serve", "--http", "127.0.0.1:0", "--ui-token-file", "a", "--ui-token-dir", "b"},
+		{"serve", "--http", "127.0.0.1:0", "--nats-url", "nats://127.0.0.1:1"}, // no data directory for the tokens
+		{"ui", "--http", "127.0.0.1:0"},                                        // no token
 	} {
 		if code := run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
 			t.Errorf("tenure %v: exit %d, want 2", args, code)

@@ -4,7 +4,8 @@
 // Run (what `tenure chaos`, `make chaos` and `make chaos-short` call) starts
 // nats-server processes (one server, or a 3-node cluster with replicated
 // streams) running the accounts `tenure auth init` generates, two `tenure
-// serve` coordinators, worker processes (`tenure chaos worker`: RunWorker,
+// serve` coordinators, the web board (`tenure ui` on loopback, operator
+// actions on, published as the board's ops user), worker processes (`tenure chaos worker`: RunWorker,
 // the worker SDK on a journaled connection), a hostile worker (`tenure
 // chaos hostile`: RunHostile) and a dispatcher that offers and cancels jobs,
 // each connected with its own credentials (auth.go). Then it runs seeded
@@ -16,7 +17,9 @@
 // and completing throughout; during every schedule's faults the hostile
 // worker, holding nothing but a worker's credentials, attacks (AttackTypes:
 // the bad inputs of its catalogue, claims under guessed lease ids, consumer
-// hogging, forged deliveries, predictable tick ids, floods).
+// hogging, forged deliveries, predictable tick ids, floods, and the web
+// board without a credential: a worker on the board's host reaches its
+// loopback).
 //
 // Every client's connection dials through a Tap, which journals from the
 // wire every input the client sent and every PubAck it received. After
@@ -29,8 +32,10 @@
 // not cancelled to have ended within two lease durations after the faults
 // stopped. The hostile checks (HostileResult) require that no hostile input
 // was accepted on, or changed, another actor's lease, that only holders,
-// time and operators ended leases, and that every case of the catalogue got
-// its verdict or was refused by the server. The checks are pure functions
+// time and operators ended leases, that every case of the catalogue got
+// its verdict or was refused by the server, and that the board refused
+// every request made without a credential (and showed no lease id of the
+// log on /healthz and /metrics, open to anyone). The checks are pure functions
 // of the streams, the journals and the hostile workers' records, so they
 // are tested on synthetic logs.
 package chaos

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,6 +98,8 @@ type env struct {
 	urls    string
 	coords  []*proc
 	ids     []string
+	board   *proc    // the web board (tenure ui)
+	boards  []string // its URL, http://127.0.0.1:port
 	workers []*proc
 	// The hostile workers (tenure chaos hostile), their ids and control
 	// file, and the round of attacks last opened.
@@ -136,17 +139,20 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	}
 	e.er = &EnvReport{Name: name, Lease: e.lease}
 	rep.Envs = append(rep.Envs, e.er)
-	ports, err := freePorts(2 * nodes)
+	// A client and a route port per node, and the web board's.
+	ports, err := freePorts(2*nodes + 1)
 	if err != nil {
 		return e, err
 	}
+	boardPort := ports[2*nodes]
 	var urls, routes []string
 	for i := range nodes {
 		urls = append(urls, url(ports[2*i]))
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[2*i+1]))
 	}
 	e.urls = strings.Join(urls, ",")
-	actors := []auth.Actor{{Name: "c1", Role: auth.RoleCoordinator}, {Name: "c2", Role: auth.RoleCoordinator}, {Name: "disp", Role: auth.RoleDispatcher}}
+	actors := []auth.Actor{{Name: "c1", Role: auth.RoleCoordinator}, {Name: "c2", Role: auth.RoleCoordinator}, {Name: "disp", Role: auth.RoleDispatcher},
+		{Name: boardActor, Role: auth.RoleOperator}}
 	for i := range cfg.Workers {
 		actors = append(actors, auth.Actor{Name: fmt.Sprintf("w%d", i+1), Role: auth.RoleWorker})
 	}
@@ -231,6 +237,9 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 	if _, err := e.waitLive(ctx, 60*time.Second); err != nil {
 		return e, err
 	}
+	if err := e.startBoard(ctx, boardPort); err != nil {
+		return e, err
+	}
 	e.nextBatch(0)
 	for i := range cfg.Workers {
 		id := fmt.Sprintf("w%d", i+1)
@@ -252,7 +261,7 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 			args: func() []string {
 				return []string{"chaos", "hostile", "--credential", e.auth.credentialPath(id), "--id", id, "--journal", journalPath(dir, id),
 					"--control", e.hostileCtl, "--records", recordsPath(dir, id), "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10),
-					"--attacks", strings.Join(e.er.Attacks, ",")}
+					"--attacks", strings.Join(e.er.Attacks, ","), "--boards", strings.Join(e.boards, ",")}
 			}}
 		e.hostiles = append(e.hostiles, h)
 		if err := h.start(); err != nil {
@@ -263,6 +272,43 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		return e, err
 	}
 	return e, nil
+}
+
+// boardActor is the ops user of the web board's actions.
+const boardActor = "board"
+
+// startBoard starts the web board (tenure ui) on 127.0.0.1:port, reading
+// the streams as the orchestrator and publishing operator actions as the
+// board's ops user, as tenure auth init's summary says, and waits until it
+// answers. Its tokens are made in the run directory and nobody in the run
+// holds them: the hostile worker attacks the board without. It is a
+// process of its own, never a fault's target, so that a coordinator's
+// restart does no more than before (the board reads the whole decision
+// stream when it starts).
+func (e *env) startBoard(ctx context.Context, port int) error {
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	e.board = &proc{name: e.name + "/board", path: e.cfg.Tenure, restart: true, logPath: filepath.Join(e.dir, "board.log"),
+		args: func() []string {
+			return append([]string{"ui", "--nats-url", e.urls, "--http", addr, "--ui-token-dir", filepath.Join(e.dir, "board"),
+				"--ui-actions", "--ui-credential", e.auth.credentialPath(boardActor), "--log-format", "json"}, e.auth.adminFlags()...)
+		}}
+	if err := e.board.start(); err != nil {
+		return err
+	}
+	e.boards = []string{"http://" + addr}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := client.Get(e.boards[0] + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("chaos: %s: the web board on %s does not answer: %v", e.name, addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // recordsPath is the attack records file of hostile worker id in dir.
@@ -640,6 +686,9 @@ func (e *env) close() {
 	}
 	if e.opsJ != nil {
 		e.opsJ.Close()
+	}
+	if e.board != nil {
+		e.board.close()
 	}
 	for _, c := range e.coords {
 		c.close()

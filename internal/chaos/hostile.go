@@ -9,8 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -39,6 +42,7 @@ type HostileConfig struct {
 	Records    string        // its AttackRecords, JSON lines; Records+".done" holds the last round done (HostileDone)
 	Lease      time.Duration // lease duration of its own leases
 	Attacks    []string      // the attack types it makes (nil: AttackTypes)
+	Boards     []string      // the web boards it attacks (AttackBoard), e.g. http://127.0.0.1:8080: on its host, as a worker on a coordinator's host reaches loopback
 	Seed       uint64
 	Logger     *slog.Logger
 }
@@ -82,7 +86,7 @@ func readJSON(path string, v any) error {
 // its four consumer names on the decision stream) that attacks the
 // deployment while the honest workers work. In every round the
 // orchestrator opens, it runs two or three attacks (AttackTypes, dealt from
-// a shuffled deck so that every type comes up within three rounds) at
+// a shuffled deck so that every type comes up within four rounds) at
 // random points of the round, and records each (AttackRecord). Its
 // randomness is its seed's; its connection is journaled like the honest
 // workers' (Tap), so that its inputs are in the checked log with the
@@ -241,6 +245,8 @@ func (h *hostile) attack(ctx context.Context, round int, typ string) AttackRecor
 		h.tickIDs(actx, &rec)
 	case AttackFlood:
 		h.flood(actx, &rec)
+	case AttackBoard:
+		h.board(actx, &rec)
 	}
 	// The server reports a permissions violation after the message, on the
 	// connection: a round trip, and a moment for the handler.
@@ -830,6 +836,123 @@ func (h *hostile) flood(ctx context.Context, rec *AttackRecord) {
 	id := h.msgID()
 	fs = append(fs, h.publish(rec, h.subject(h.cfg.ID+"-flood-big", "progress"), bytes.Repeat([]byte(" "), h.maxBody(id)+1), id))
 	h.await(ctx, rec, fs)
+}
+
+// boardBody bounds what the board attack keeps of an answer.
+const boardBody = 256 << 10
+
+// board asks every web board (HostileConfig.Boards) for its pages and its
+// API without a credential, with forged ones (a session cookie, a guessed
+// bearer token, a token as basic auth, the board's own Origin and a CSRF
+// header, which a program, unlike a browser, sets at will), and tries an
+// action, an audit, a logout and a login with a guessed token. Each must
+// be refused: a page with a redirect to the login page, anything else with
+// 401. It keeps what /healthz and /metrics, open to anyone, answer.
+func (h *hostile) board(ctx context.Context, rec *AttackRecord) {
+	p := &BoardProbe{Boards: len(h.cfg.Boards)}
+	rec.Board = p
+	if len(h.cfg.Boards) == 0 {
+		rec.note("no board to attack")
+		return
+	}
+	job := h.target()
+	rec.Targets = []string{job}
+	client := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	guess := "tenure_operator_" + h.randomChars(43)
+	forged := []struct {
+		name string
+		set  func(r *http.Request, base string)
+	}{
+		{"no credential", func(*http.Request, string) {}},
+		{"a forged session cookie", func(r *http.Request, _ string) {
+			r.AddCookie(&http.Cookie{Name: "tenure_session", Value: h.randomChars(43)})
+		}},
+		{"a guessed bearer token", func(r *http.Request, _ string) { r.Header.Set("Authorization", "Bearer "+guess) }},
+		{"a token as basic auth", func(r *http.Request, _ string) { r.SetBasicAuth("operator", guess) }},
+		{"the board's Origin and a CSRF header", func(r *http.Request, base string) {
+			r.Header.Set("Origin", base)
+			r.Header.Set("Sec-Fetch-Site", "same-origin")
+			r.Header.Set("X-Tenure-CSRF", h.randomChars(43))
+		}},
+	}
+	type try struct {
+		method, path, body, contentType string
+		page                            bool // a page: its refusal is a redirect to the login page
+	}
+	var tries []try
+	for _, path := range []string{"/", "/jobs/" + job, "/anomalies", "/audit"} {
+		tries = append(tries, try{method: http.MethodGet, path: path, page: true})
+	}
+	for _, path := range []string{"/api/config", "/api/jobs", "/api/jobs?state=LIVE&limit=500", "/api/jobs/" + job, "/api/anomalies", "/api/queues",
+		"/api/audit", "/api/events?watch=" + job + "&job=" + job + "&feed=0", "/assets/app.js"} {
+		tries = append(tries, try{method: http.MethodGet, path: path})
+	}
+	tries = append(tries,
+		try{method: http.MethodPost, path: "/api/jobs/" + job + "/action", body: `{"action":"cancel","reason":"hostile"}`, contentType: "application/json"},
+		try{method: http.MethodPost, path: "/api/jobs/" + job + "/action", body: `{"action":"revoke"}`, contentType: "text/plain"},
+		try{method: http.MethodPost, path: "/api/audit", body: `{}`, contentType: "application/json"},
+		try{method: http.MethodPost, path: "/logout", contentType: "application/json"},
+	)
+	do := func(base, method, path, body, contentType string, set func(*http.Request, string)) (int, http.Header, string, bool) {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		if err != nil {
+			rec.note("request: " + err.Error())
+			return 0, nil, "", false
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		set(req, base)
+		rec.Published++
+		resp, err := client.Do(req)
+		if err != nil {
+			rec.Unanswered++ // a board down (its coordinator killed), or the time out
+			rec.note("board: no answer")
+			return 0, nil, "", false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, boardBody))
+		p.Reached++
+		return resp.StatusCode, resp.Header, string(b), true
+	}
+	for _, base := range h.cfg.Boards {
+		for _, t := range tries {
+			for _, f := range forged {
+				code, hdr, _, ok := do(base, t.method, t.path, t.body, t.contentType, f.set)
+				if !ok {
+					continue
+				}
+				refused := code == http.StatusUnauthorized
+				if t.page {
+					refused = code == http.StatusSeeOther && strings.HasPrefix(hdr.Get("Location"), "/login")
+				}
+				if refused {
+					rec.Refused++
+					rec.note(fmt.Sprintf("board: %d", code))
+				} else {
+					p.Answered = append(p.Answered, fmt.Sprintf("%s %s%s (%s): %d", t.method, base, t.path, f.name, code))
+				}
+			}
+		}
+		// A login with a guessed token, from the board's own form as far
+		// as the headers say.
+		code, hdr, _, ok := do(base, http.MethodPost, "/login", neturl.Values{"token": {guess}}.Encode(), "application/x-www-form-urlencoded",
+			func(r *http.Request, base string) { r.Header.Set("Origin", base) })
+		if ok {
+			if code == http.StatusUnauthorized && len(hdr.Values("Set-Cookie")) == 0 {
+				rec.Refused++
+				rec.note(fmt.Sprintf("board: login %d", code))
+			} else {
+				p.Answered = append(p.Answered, fmt.Sprintf("POST %s/login (a guessed token): %d, cookies %q", base, code, hdr.Values("Set-Cookie")))
+			}
+		}
+		// Open to anyone: kept for the checks.
+		for _, path := range []string{"/healthz", "/metrics"} {
+			if _, _, body, ok := do(base, http.MethodGet, path, "", "", func(*http.Request, string) {}); ok {
+				p.Open = append(p.Open, OpenAnswer{URL: base + path, Body: body})
+			}
+		}
+	}
 }
 
 // ReadAttackRecords reads the records files (attacks-*.ndjson) of dir; a

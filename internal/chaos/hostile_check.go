@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -20,10 +21,11 @@ const (
 	AttackForgedDelivery = "forged-delivery" // push consumers and replies aimed at the deployment's subjects
 	AttackTickIDs        = "tick-ids"        // the old predictable tick Msg-Ids of its own leases' deadlines
 	AttackFlood          = "flood"           // many inputs, and large bodies
+	AttackBoard          = "board"           // the web boards' pages and API without a credential
 )
 
 // AttackTypes lists the attack types in the report's order.
-var AttackTypes = []string{AttackBadInput, AttackLeaseGuess, AttackConsumerHog, AttackForgedDelivery, AttackTickIDs, AttackFlood}
+var AttackTypes = []string{AttackBadInput, AttackLeaseGuess, AttackConsumerHog, AttackForgedDelivery, AttackTickIDs, AttackFlood, AttackBoard}
 
 // AttackRecord is what the hostile worker says about one of its attacks
 // (one JSON line of its records file): what it sent and what the server
@@ -45,6 +47,26 @@ type AttackRecord struct {
 	Errors     map[string]int `json:"errors,omitempty"` // answers and errors, by description (a few)
 	Expect     []Expect       `json:"expect,omitempty"`
 	Leases     []OwnLease     `json:"leases,omitempty"`
+	Board      *BoardProbe    `json:"board,omitempty"` // the board attack's answers
+}
+
+// BoardProbe is what the board attack got from the web boards
+// (HostileConfig.Boards): every page must send it to the login page and
+// every other request answer 401, whatever it forges (a session cookie, a
+// bearer or basic token, the board's own Origin, a CSRF header); /healthz
+// and /metrics answer, and their bodies are kept for the checks (no lease
+// id of the log may be in them).
+type BoardProbe struct {
+	Boards   int          `json:"boards"`             // boards it was given
+	Reached  int          `json:"reached"`            // requests a board answered (any status)
+	Answered []string     `json:"answered,omitempty"` // requests answered with anything but the refusal, e.g. "GET /api/jobs (no credential): 200"
+	Open     []OpenAnswer `json:"open,omitempty"`     // the answers of the open endpoints
+}
+
+// OpenAnswer is the body of an open endpoint of a board (/healthz, /metrics).
+type OpenAnswer struct {
+	URL  string `json:"url"`
+	Body string `json:"body"`
 }
 
 // Expect is what one input of an attack must get: the verdict Verdict
@@ -73,7 +95,9 @@ type HostileResult struct {
 	// its holder, time, a dispatcher or operator may end one); a case of
 	// the catalogue without its one verdict; a case the server must refuse
 	// stored; a consumer on the decision stream under a name that is not
-	// one of the hostile worker's own.
+	// one of the hostile worker's own; a request of the board attack
+	// answered with anything but the refusal, or a lease id of the log in
+	// what the board's open endpoints answered.
 	Findings Findings
 	Stats    HostileStats
 }
@@ -99,6 +123,10 @@ type HostileStats struct {
 	OthersExpired int
 	ExpiredNear   map[string]int
 	ByType        map[string]*AttackTotals // the records, by attack type
+	// The board attack's requests that a board answered, those answered
+	// with anything but the refusal (findings), and the answers of the open
+	// endpoints searched for lease ids.
+	BoardReached, BoardAnswered, BoardOpen int
 }
 
 // AttackTotals sums the records of one attack type.
@@ -134,6 +162,53 @@ func sameLease(a, b events.Job) bool {
 	a.Stale, a.Late, a.LateProgress, a.Duplicates, a.Conflicts = 0, 0, 0, 0, 0
 	b.Stale, b.Late, b.LateProgress, b.Duplicates, b.Conflicts = 0, 0, 0, 0, 0
 	return bytes.Equal(events.AppendJob(nil, &a), events.AppendJob(nil, &b))
+}
+
+// leaseIDShape is the form of a lease id: L<sequence>, and from rules
+// revision 2 on 22 random characters after a dash.
+var leaseIDShape = regexp.MustCompile(`\bL[0-9]+(?:-[A-Za-z0-9_-]{22})?`)
+
+// checkBoards checks the board attacks' answers: every request refused (a
+// page sent to the login page, the rest 401), some of them reached a
+// board, and no lease id of the log in what the open endpoints answered.
+func checkBoards(ds []stored, c *Clients, h *HostileResult) {
+	var probes []*AttackRecord
+	for i := range c.Attacks {
+		if a := &c.Attacks[i]; a.Type == AttackBoard {
+			probes = append(probes, a)
+		}
+	}
+	if len(probes) == 0 {
+		return
+	}
+	leases := make(map[string]bool)
+	for i := range ds {
+		if id := ds[i].d.Job.LeaseID; id != "" {
+			leases[id] = true
+		}
+	}
+	for _, a := range probes {
+		if a.Board == nil {
+			h.Findings.add("%s's board attack of round %d recorded no answer", a.Hostile, a.Round)
+			continue
+		}
+		h.Stats.BoardReached += a.Board.Reached
+		for _, what := range a.Board.Answered {
+			h.Stats.BoardAnswered++
+			h.Findings.add("%s's board attack of round %d: %s, without a credential", a.Hostile, a.Round, what)
+		}
+		for _, o := range a.Board.Open {
+			h.Stats.BoardOpen++
+			for _, id := range leaseIDShape.FindAllString(o.Body, -1) {
+				if leases[id] {
+					h.Findings.add("%s's board attack of round %d: %s, open to anyone, shows lease id %s", a.Hostile, a.Round, o.URL, id)
+				}
+			}
+		}
+	}
+	if h.Stats.BoardReached == 0 {
+		h.Findings.add("the board attacks (%d) reached no board: nothing was tried", len(probes))
+	}
 }
 
 // checkHostile runs the hostile checks: over the decisions, in order,
@@ -179,6 +254,8 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 			}
 		}
 	}
+
+	checkBoards(ds, c, h)
 
 	proj := make(map[string]events.Job) // every job's latest projection
 	others := make(map[string]bool)     // jobs another actor named or held

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,11 @@ func hostileStory(t *testing.T) *story {
 func allAttacks() []AttackRecord {
 	var out []AttackRecord
 	for _, typ := range AttackTypes {
-		out = append(out, AttackRecord{Hostile: "h1", Type: typ, Published: 1, Stored: 1})
+		r := AttackRecord{Hostile: "h1", Type: typ, Published: 1, Stored: 1}
+		if typ == AttackBoard {
+			r.Board = &BoardProbe{Boards: 1, Reached: 1, Open: []OpenAnswer{{URL: "http://127.0.0.1:1/metrics", Body: "tenure_active_leases 1\n"}}}
+		}
+		out = append(out, r)
 	}
 	return out
 }
@@ -89,8 +94,39 @@ func TestHostileClean(t *testing.T) {
 	// achieved, but not everything was tried.
 	c := s.clients()
 	c.Hostile = []string{"h1"}
-	if line := finalLine(t, Check(s.log(s.fold()), c)); !strings.HasSuffix(line, " hostile=FAIL(6)") {
+	if line := finalLine(t, Check(s.log(s.fold()), c)); !strings.HasSuffix(line, " hostile=FAIL(7)") {
 		t.Errorf("final line without attacks %q", line)
+	}
+}
+
+// The board attack fails the hostile check when a board answered a
+// request without a credential, when /healthz or /metrics showed a lease id
+// of the log (w3's live L16), or when no request reached a board.
+func TestHostileBoard(t *testing.T) {
+	s := hostileStory(t)
+	ds := s.fold()
+	for _, c := range []struct {
+		probe *BoardProbe
+		want  string
+	}{
+		{&BoardProbe{Boards: 2, Reached: 10, Answered: []string{"GET http://127.0.0.1:1/api/jobs (no credential): 200"}}, "GET http://127.0.0.1:1/api/jobs (no credential): 200, without a credential"},
+		{&BoardProbe{Boards: 2, Reached: 10, Open: []OpenAnswer{{URL: "http://127.0.0.1:1/healthz", Body: `{"job":"j3","lease":"L16"}`}}}, "http://127.0.0.1:1/healthz, open to anyone, shows lease id L16"},
+		{&BoardProbe{Boards: 2}, "reached no board"},
+		{nil, "recorded no answer"},
+	} {
+		c2 := hostileClients(s)
+		for i := range c2.Attacks {
+			if c2.Attacks[i].Type == AttackBoard {
+				c2.Attacks[i].Board = c.probe
+			}
+		}
+		r := Check(s.log(ds), c2)
+		if r.Hostile.OK() || !slices.ContainsFunc(r.Hostile.Findings.Items, func(f string) bool { return strings.Contains(f, c.want) }) {
+			t.Errorf("%+v: findings %q, want one with %q", c.probe, r.Hostile.Findings.Items, c.want)
+		}
+		if line := finalLine(t, r); !strings.Contains(line, " hostile=FAIL(") {
+			t.Errorf("%+v: final line %q", c.probe, line)
+		}
 	}
 }
 

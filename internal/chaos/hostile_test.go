@@ -2,8 +2,13 @@ package chaos
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,19 +20,23 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/ui"
 	"github.com/maknow/tenure/worker"
 )
 
 // The hostile worker end to end, on a real server running the generated
-// accounts with a real coordinator: three rounds of attacks (every attack
-// type) while an honest worker holds a lease of the chaos dispatcher's
-// naming; then the checks of a chaos run, on the streams, the journals and
-// the records, find nothing, every attack type ran and was aimed at the
-// honest job, and the honest lease was never lost.
+// accounts with a real coordinator and its web board: four rounds of
+// attacks (every attack type) while an honest worker holds a lease of the
+// chaos dispatcher's naming; then the checks of a chaos run, on the
+// streams, the journals and the records, find nothing, every attack type
+// ran and was aimed at the honest job (the board refused every request
+// the hostile worker made without its token, which opens it), and the
+// honest lease was never lost.
 func TestChaosHostileRounds(t *testing.T) {
 	dir := t.TempDir()
 	a, err := newEnvAuth(dir, auth.DefaultURL, []auth.Actor{
-		{Name: "c1", Role: auth.RoleCoordinator}, {Name: "w1", Role: auth.RoleWorker}, {Name: "h1", Role: auth.RoleWorker}})
+		{Name: "c1", Role: auth.RoleCoordinator}, {Name: "w1", Role: auth.RoleWorker}, {Name: "h1", Role: auth.RoleWorker},
+		{Name: boardActor, Role: auth.RoleOperator}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +81,58 @@ func TestChaosHostileRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The coordinator's web board, as the chaos coordinators serve it:
+	// on loopback, operator actions published as the board's ops user.
+	bnc, _, err := connectCredential(a.credentialPath(boardActor), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bnc.Close()
+	tok, err := ui.NewToken(ui.Operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	board, err := ui.New(ui.Config{Conn: cnc, Tokens: []ui.Token{tok}, Actions: true, ActorID: boardActor, ActionsConn: bnc,
+		Status: func(context.Context) ([]ui.CoordinatorStatus, error) {
+			return []ui.CoordinatorStatus{{Stats: c.Stats()}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- board.Serve(ctx, ln) }()
+	boardURL := "http://" + ln.Addr().String()
+	// With the token, the board shows the honest lease: what the hostile
+	// worker, without it, must not see.
+	if err := testutil.Poll(10*time.Second, func() error {
+		req, _ := http.NewRequest(http.MethodGet, boardURL+"/api/jobs/s-b1-j0", nil)
+		req.Header.Set("Authorization", "Bearer "+tok.String())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), lease.Token().LeaseID) {
+			return fmt.Errorf("%d %.200s", resp.StatusCode, b)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the board with its token: %v", err)
+	}
+
 	hctx, hstop := context.WithCancel(ctx)
 	control, records := filepath.Join(dir, "hostile.json"), recordsPath(dir, "h1")
 	hran := make(chan error, 1)
 	go func() {
 		hran <- RunHostile(hctx, HostileConfig{Credential: a.credentialPath("h1"), URL: url, ID: "h1", Journal: journalPath(dir, "h1"),
-			Control: control, Records: records, Lease: 300 * time.Millisecond, Seed: 1})
+			Control: control, Records: records, Lease: 300 * time.Millisecond, Seed: 1, Boards: []string{boardURL}})
 	}()
-	for round := 1; round <= 3; round++ {
+	for round := 1; round <= 4; round++ {
 		if err := writeJSON(control, HostileControl{Round: round, Until: time.Now().Add(600 * time.Millisecond).UnixNano()}); err != nil {
 			t.Fatal(err)
 		}
@@ -144,6 +197,9 @@ func TestChaosHostileRounds(t *testing.T) {
 	if st.Inputs == 0 || st.OnOthers == 0 || st.Cases == 0 || st.CasesAsExpected+st.CasesRefused+st.CasesNotStored != st.Cases || st.OwnLeases == 0 {
 		t.Errorf("hostile stats: %+v", st)
 	}
+	if b := st.ByType[AttackBoard]; b == nil || st.BoardReached == 0 || st.BoardAnswered != 0 || st.BoardOpen == 0 || b.Refused == 0 {
+		t.Errorf("the board attack: %+v, %d requests reached the board, %d answered, %d open answers", b, st.BoardReached, st.BoardAnswered, st.BoardOpen)
+	}
 	if hog := st.ByType[AttackConsumerHog]; hog != nil && (hog.Consumers == 0 || hog.Refused == 0) {
 		t.Errorf("consumer hogging: %d consumers created, %d refused: the server should have let it make its own and refused the others", hog.Consumers, hog.Refused)
 	}
@@ -152,5 +208,8 @@ func TestChaosHostileRounds(t *testing.T) {
 	cancel()
 	if err := <-ran; err != nil && ctx.Err() == nil {
 		t.Errorf("coordinator: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("board: %v", err)
 	}
 }

@@ -168,6 +168,9 @@ func runEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, name
 	for _, p := range slices.Concat(e.coords, e.workers, e.hostiles) {
 		e.er.Exits = append(e.er.Exits, p.exits()...)
 	}
+	if e.board != nil {
+		e.er.Exits = append(e.er.Exits, e.board.exits()...)
+	}
 	for _, s := range e.servers {
 		e.er.Exits = append(e.er.Exits, s.p.exits()...)
 	}

@@ -54,6 +54,9 @@
   async function api(path, opts) {
     const r = await fetch(path, opts);
     if (r.status === 204) return null;
+    // The session ended (expired, logged out elsewhere, the server
+    // restarted): the page itself now answers the login form.
+    if (r.status === 401) { location.reload(); throw new Error('not logged in'); }
     let body;
     try { body = await r.json(); } catch (e) { body = {}; }
     if (!r.ok) {
@@ -64,8 +67,11 @@
     }
     return body;
   }
+  // Every state-changing request carries the session's CSRF token (from
+  // /api/config, which no other site can read); the server also checks
+  // that it comes from this site (Origin, Sec-Fetch-Site).
   const post = (path, body) => api(path, {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body || {}),
+    method: 'POST', headers: { 'Content-Type': 'application/json', 'X-Tenure-CSRF': config.csrf || '' }, body: JSON.stringify(body || {}),
   });
 
   // ---------- page scope: timers and event sources closed on navigation ----------
@@ -129,7 +135,10 @@
     b.classList.toggle('hidden', n === 0);
   }
 
-  let config = { actions: false, page_size: 50, max_page_size: 500 };
+  let config = { role: 'viewer', actions: false, page_size: 50, max_page_size: 500 };
+  const operator = () => config.role === 'operator';
+  // A lease as the role may see it: a viewer's rows have no lease id.
+  const leaseText = (r) => 'g' + r.generation + (r.lease_id ? ' · ' + r.lease_id : '');
 
   // ---------- shared rendering ----------
   const LIVE = new Set(['OFFERED', 'ACTIVE']);
@@ -205,7 +214,7 @@
         r.cancel_requested && (LIVE.has(r.state) || r.state === 'UNRESOLVED') ? h('span', { class: 'flag', text: r.cancel_acked ? 'cancel acked' : 'cancel requested' }) : null,
         r.conflict ? h('span', { class: 'flag bad', title: 'conflict with ' + r.conflict_with, text: 'CONFLICT' }) : null, queueInfo(r)),
       h('td', { class: 'holder' }, r.holder ? h('span', { class: 'clip', title: r.holder, text: r.holder }) : '–'),
-      h('td', { class: 'gen' }, r.generation ? h('span', { class: 'clip', title: 'generation ' + r.generation + ', lease ' + r.lease_id, text: 'g' + r.generation + ' · ' + r.lease_id }) : '–'),
+      h('td', { class: 'gen' }, r.generation ? h('span', { class: 'clip', title: 'generation ' + r.generation + (r.lease_id ? ', lease ' + r.lease_id : ''), text: leaseText(r) }) : '–'),
       leftCell(r),
       progressCell(r),
       num(r.stale, 'stale'), num(r.late, 'late'), num(r.duplicates, 'dup'), num(r.conflicts, 'conflicts'),
@@ -646,7 +655,7 @@
       config.partitions ? card('Partition', r.partition + ' of ' + config.partitions, 'job-partition') : null,
       card('State', [stateBadge(r.state), extraResult(r.state, r.result) ? ' ' + r.result : '', r.conflict ? h('span', { class: 'flag bad', text: ' CONFLICT with ' + r.conflict_with }) : ''], 'job-state'),
       card('Holder', r.holder || '–', 'job-holder'),
-      card('Lease', r.generation ? 'g' + r.generation + ' · ' + r.lease_id : '–', 'job-lease'),
+      card('Lease', r.generation ? leaseText(r) : '–', 'job-lease'),
       card('ACK', r.ack_state || '–'),
       card(dl ? (dl[0] === 'ack' ? 'ACK deadline in' : dl[0] === 'lease' ? 'Lease expires in' : 'Cancel deadline in') : 'Time left', leftTd, 'job-left-card'),
       card('Progress', [bar, ' ' + (r.progress_value || 0) + '% (#' + (r.progress_seq || 0) + ')']),
@@ -674,6 +683,9 @@
   // The operator actions that apply to the job now. reason and out are
   // kept by the page across live updates.
   function actionsPanel(r, reload, reason, out) {
+    if (!operator()) {
+      return h('p', { class: 'muted small', text: 'Read-only: a viewer\'s session (operator actions need an operator token).' });
+    }
     if (!config.actions) {
       return h('p', { class: 'muted small', text: 'Read-only: operator actions are off (start the UI with --ui-actions to allow them).' });
     }
@@ -732,7 +744,7 @@
           h('span', { class: 'at', title: inp.at_text, text: fmtClock(inp.at) }), ' ',
           inp.missing ? h('span', { class: 'error', text: 'not found in the input stream' }) : [
             h('span', { class: 'who', text: inp.role + '/' + inp.actor + ' ' + inp.verb }), ' ',
-            h('code', { class: 'body', text: inp.body })]),
+            inp.redacted ? h('span', { class: 'muted small body-hidden', text: '(body hidden from viewers)' }) : h('code', { class: 'body', text: inp.body })]),
         h('ul', { class: 'verdicts' }, ds.map((d) => h('li', { class: d.accepted ? 'acc' : d.derived ? 'der' : 'rej' },
           kindBadge(d.kind), ' ', h('b', { text: d.reason }), d.detail ? h('span', { class: 'detail', text: ' (' + d.detail + ')' }) : null,
           h('div', { class: 'describe', text: d.describe }))))));
@@ -781,7 +793,7 @@
       head,
       h('h2', {}, 'Leases ', zoomBox), legend(), tlBox,
       h('h2', {}, 'Evidence matrix ', h('span', { class: 'muted small', text: '(seed 000 §13: one row per decision about the job, as stored)' })), matrixBox,
-      h('div', { class: 'auditrow' }, auditBtn, auditBox),
+      operator() ? h('div', { class: 'auditrow' }, auditBtn, auditBox) : null,
       h('h2', {}, 'Inputs and verdicts'), listBox);
 
     function renderAll() {
@@ -896,7 +908,7 @@
       blockedBox.replaceChildren(h('table', { class: 'board', id: 'blocked-table' }, h('tbody', {}, rows.map((r) => h('tr', { 'data-job': r.id },
         h('td', {}, jobLink(r.id)), h('td', {}, stateBadge(r.state)),
         h('td', { text: r.conflict ? 'ownership conflict: ' + r.conflict_with + ' claims the lease of ' + r.holder : 'cancellation not reconciled: settle it' }),
-        h('td', { class: 'gen', text: 'g' + r.generation + ' · ' + r.lease_id })))),
+        h('td', { class: 'gen', text: leaseText(r) })))),
         total > rows.length ? h('tr', {}, h('td', { colspan: 4, class: 'muted', text: (total - rows.length) + ' more' })) : null));
     }
     async function load(before) {
@@ -1046,6 +1058,7 @@
     if (p === '/' || p === '') { nav = 'board'; boardPage(main, scope); }
     else if (p.startsWith('/jobs/')) { nav = 'board'; jobPage(main, scope, decodeURIComponent(p.slice(6))); }
     else if (p === '/anomalies') { nav = 'anomalies'; anomaliesPage(main, scope); }
+    else if (p === '/audit' && !operator()) { nav = 'audit'; main.replaceChildren(h('h1', { text: 'Audit' }), h('p', { class: 'muted', id: 'audit-viewer', text: 'Audits need the operator role: their reports name lease ids and input bodies. Log in with an operator token, or run tenure audit.' })); }
     else if (p === '/audit') { nav = 'audit'; auditPage(main, scope); }
     else main.replaceChildren(h('h1', { text: 'Not found' }), h('p', {}, h('a', { href: '/', text: 'back to the board' })));
     document.querySelectorAll('nav a').forEach((a) => a.classList.toggle('on', a.dataset.nav === nav));
@@ -1064,6 +1077,19 @@
 
   async function start() {
     try { config = await api('/api/config'); } catch (e) { /* keep the defaults */ }
+    // Who is logged in, and the way out (a cookie session has a CSRF
+    // token; a bearer token has no session to end).
+    $('#who').textContent = config.role;
+    $('#who').title = config.role === 'operator' ? 'operator: sees lease ids and payloads' : 'viewer: no lease id, no payload, no input body';
+    const nav = document.querySelector('nav a[data-nav="audit"]');
+    if (nav && !operator()) nav.classList.add('hidden');
+    const out = $('#logout');
+    if (config.csrf) {
+      out.classList.remove('hidden');
+      out.addEventListener('click', async () => {
+        try { await post('/logout', {}); } finally { location.href = '/login'; }
+      });
+    }
     route();
     pollHealth();
     setInterval(pollHealth, 5000);

@@ -1,0 +1,50 @@
+package ui
+
+import (
+	"github.com/maknow/tenure/events"
+)
+
+// Hidden stands, in what a viewer is shown, for a lease id or a payload:
+// in a decision's job, its evidence-matrix row and its description.
+const Hidden = "(hidden)"
+
+// What a viewer is shown (the package doc, Access): the answers an
+// operator gets less every lease id and payload, and a job page's inputs
+// less their bodies (history does those).
+
+// redacted is r as a viewer sees it.
+func (r Row) redacted() Row {
+	r.LeaseID = ""
+	return r
+}
+
+func redactRows(rows []Row) []Row {
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		out[i] = r.redacted()
+	}
+	return out
+}
+
+// redactedJob is j with its lease id and payload hidden.
+func redactedJob(j events.Job) events.Job {
+	if j.LeaseID != "" {
+		j.LeaseID = Hidden
+	}
+	if j.HasPayload {
+		j.Payload = Hidden
+	}
+	return j
+}
+
+// redacted is p as a viewer sees it.
+func (p AnomalyPage) redacted() AnomalyPage {
+	p.Blocked = redactRows(p.Blocked)
+	return p
+}
+
+// redacted is p as a viewer sees it.
+func (p Page) redacted() Page {
+	p.Rows = redactRows(p.Rows)
+	return p
+}
