@@ -294,19 +294,25 @@ func EndGenesis(ctx context.Context, js jetstream.JetStream, t streams.Topology,
 	}
 	clk = clock.OrReal(clk)
 	for {
-		ready, err := genesisReady(ctx, js, t)
+		// Each attempt within genesisAttempt: a request a cluster drops
+		// (no leader yet) is tried again, not waited for until ctx ends.
+		actx, cancel := context.WithTimeout(ctx, genesisAttempt)
+		ready, err := genesisReady(actx, js, t)
+		if err == nil && ready {
+			_, err = streams.EndGenesis(actx, js, t)
+			var mismatch *streams.ConfigMismatchError
+			if err == nil || errors.As(err, &mismatch) {
+				cancel()
+				return err == nil, err
+			}
+			err = nil // not answered: again
+		}
+		cancel()
 		switch {
 		case errors.Is(err, errGenesisOver):
 			return false, nil
 		case err != nil:
 			return false, err
-		case ready:
-			_, err := streams.EndGenesis(ctx, js, t)
-			var mismatch *streams.ConfigMismatchError
-			if err == nil || errors.As(err, &mismatch) {
-				return err == nil, err
-			}
-			// Not answered (a cluster electing a leader): again.
 		}
 		tm := clk.NewTimer(poll)
 		select {
@@ -317,6 +323,9 @@ func EndGenesis(ctx context.Context, js jetstream.JetStream, t streams.Topology,
 		}
 	}
 }
+
+// genesisAttempt bounds each look-up and update of EndGenesis.
+const genesisAttempt = 5 * time.Second
 
 // ErrGenesisBroken means an input stream in genesis holds, as input 1,
 // something other than a coordinator's rules input: EndGenesis does not

@@ -71,7 +71,11 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	var count uint32
 	clk := tclock.OrReal(nil)
 	for {
-		n, err := streams.Discover(ctx, js, top)
+		// One attempt at a time: a request the server refuses is never
+		// answered.
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		n, err := streams.Discover(actx, js, top)
+		acancel()
 		if err == nil {
 			count = n
 			break

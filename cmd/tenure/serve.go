@@ -129,13 +129,13 @@ func (c *connFlags) resolved() (streams.ConnectConfig, string, error) {
 	return cfg, inbox, nil
 }
 
-func (c *connFlags) connect(name string) (*nats.Conn, error) {
+func (c *connFlags) connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 	cfg, inbox, err := c.resolved()
 	if err != nil {
 		return nil, err
 	}
 	cfg.Name = name
-	return streams.Connect(cfg, nats.CustomInboxPrefix(streams.PrivateInboxPrefix(inbox)))
+	return streams.Connect(cfg, append([]nats.Option{nats.CustomInboxPrefix(streams.PrivateInboxPrefix(inbox))}, extra...)...)
 }
 
 // newLogger returns coloured text logs on a terminal (tint), JSON otherwise
@@ -381,7 +381,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	// may aim a push consumer of its own decisions at any of them) run on
 	// a connection of their own, so that a flood there is dropped on it,
 	// never slowing the coordinator's appends on nc.
-	svc, err := conn.connect("tenure-service-" + *id)
+	svc, err := conn.connect("tenure-service-"+*id, nats.ErrorHandler(serviceErrors(log)))
 	if err != nil {
 		return err
 	}
@@ -622,6 +622,36 @@ const (
 	servicePendingMsgs  = 1024
 	servicePendingBytes = 4 << 20
 )
+
+// serviceErrors is the error handler of serve's service connection: a
+// flood aimed at its subjects overflows their pending limits (a slow
+// consumer: the client library drops and counts what is over), which it
+// logs once a minute at most, with how many drops came since; other errors
+// are logged as they come.
+func serviceErrors(log *slog.Logger) nats.ErrHandler {
+	var mu sync.Mutex
+	var last time.Time
+	var since int
+	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if !errors.Is(err, nats.ErrSlowConsumer) {
+			log.Warn("service connection", "err", err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		since++
+		if time.Since(last) < time.Minute {
+			return
+		}
+		subject := ""
+		if sub != nil {
+			subject = sub.Subject
+		}
+		log.Warn("service connection: messages dropped over the pending limit (a flood aimed at the status or state API subjects; the coordinator's own connection is not affected)",
+			"subject", subject, "slow_consumer_events", since)
+		last, since = time.Now(), 0
+	}
+}
 
 // genesisMode is how the coordinators of a serve connected with conn end
 // a brand-new input stream's genesis (coordinator.Config.Genesis), and the
