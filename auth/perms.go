@@ -392,13 +392,8 @@ func adminPermissions(a Actor, prefix string, partitions uint32) Permissions {
 	const api = "$JS.API."
 	base := streams.Topology{Prefix: prefix}
 	p := Permissions{PublishAllow: []string{api + "INFO", api + "STREAM.NAMES", api + "STREAM.LIST"}}
-	// Both decision streams streams.Discover looks up (the unpartitioned
-	// one, then partition 0's), whatever the deployment: tenure genesis
-	// waits for a deployment that does not exist yet.
 	if partitions > 0 {
 		p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO."+base.DecisionStream())
-	} else {
-		p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO."+base.Partitions(1)[0].DecisionStream())
 	}
 	for _, t := range base.Partitions(partitions) {
 		for _, s := range []string{t.InputStream(), t.DecisionStream(), "KV_" + t.LeaderBucket(), "OBJ_" + t.SnapshotBucket()} {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,22 +65,22 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	}
 	top := streams.Topology{Prefix: *prefix}
 	fmt.Fprintf(stdout, "waiting for the deployment's streams and its coordinator's rules and policy (%s)...\n", conn.url)
-	// The deployment may not exist yet (its coordinator not started):
-	// wait for it, then for each partition's rules.
-	var count uint32
+	// The deployment may not exist yet (its coordinator not started): wait
+	// for its decision stream, unpartitioned or partition 0's (listed by
+	// name: a credential of one form may not look up the other), then for
+	// each partition's rules.
+	p0 := top.Partitions(1)[0].DecisionStream()
 	clk := tclock.OrReal(nil)
-	for {
-		// One attempt at a time: a request the server refuses is never
-		// answered.
+	for found := false; !found; {
+		// One attempt at a time: a request a cluster drops is tried again.
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		n, err := streams.Discover(actx, js, top)
-		acancel()
-		if err == nil {
-			count = n
-			break
+		names := js.StreamNames(actx)
+		for n := range names.Name() {
+			found = found || n == top.DecisionStream() || n == p0
 		}
-		if !errors.Is(err, streams.ErrStreamNotFound) && !errors.Is(err, streams.ErrTransient) {
-			return err
+		acancel()
+		if found {
+			break
 		}
 		t := clk.NewTimer(genesisPoll)
 		select {
@@ -90,6 +89,12 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 			return fmt.Errorf("genesis: no deployment with stream prefix %s found: %w", *prefix, ctx.Err())
 		case <-t.C():
 		}
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	count, err := streams.Discover(dctx, js, top)
+	dcancel()
+	if err != nil {
+		return err
 	}
 	for _, pt := range top.Partitions(count) {
 		widened, err := coordinator.EndGenesis(ctx, js, pt, clk, genesisPoll)
