@@ -243,7 +243,18 @@ web UI, /healthz and /metrics.
 It also answers the state API (tenure.api.>, PROTOCOL.md §23: the jobs'
 projections, the queues' depth, workers and rates, for tenure jobs and
 tenure queues) from a read model of the decision stream it rebuilds from
-the first decision at every start; --no-api turns it off.`,
+the first decision at every start; --no-api turns it off. The status and
+$SRV endpoints, the state API and the web UI use a second connection
+(tenure-service-<id>), so that a flood aimed at their subjects never
+slows the coordinator's own.
+
+On a brand-new deployment under tenure auth init (--credential of its
+coordinator), the coordinator's credential may update no stream: once its
+rules and policy are stored it waits, saying so in its status and log, for
+the administrator's tenure genesis to widen the input stream, then goes
+live. Later starts need nothing of it. Without authorization it widens the
+stream itself. While live, a change of its streams' configuration that its
+start would refuse makes it refuse at once.`,
 	run: runServe,
 }
 
