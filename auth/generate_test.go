@@ -218,6 +218,7 @@ func TestPermissionSubjectsAreServerAPI(t *testing.T) {
 		server.JSDirectMsgGet, server.JSDirectGetLastBySubject, server.JSApiConsumerCreate,
 		server.JSApiConsumerCreateEx, server.JSApiDurableCreate, server.JSApiConsumerInfo,
 		server.JSApiConsumerDelete, fmt.Sprintf(server.JSApiRequestNextT, "*", "*"),
+		server.JSApiStreams, server.JSApiStreamList, // the administrator's
 	}
 	all := append(slices.Clone(actors), auth.Actor{Name: "op", Role: auth.RoleOperator})
 	for _, a := range all {

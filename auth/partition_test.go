@@ -173,6 +173,7 @@ func serverAPI() []string {
 		server.JSDirectMsgGet, server.JSDirectGetLastBySubject, server.JSApiConsumerCreate,
 		server.JSApiConsumerCreateEx, server.JSApiDurableCreate, server.JSApiConsumerInfo,
 		server.JSApiConsumerDelete, fmt.Sprintf(server.JSApiRequestNextT, "*", "*"),
+		server.JSApiStreams, server.JSApiStreamList, // the administrator's
 	}
 }
 
