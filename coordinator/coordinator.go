@@ -29,6 +29,13 @@
 // constant time and an encoder goroutine of the session encodes it
 // (snapshot.go); the loop's longest turns are reported (Metrics.LoopPause).
 //
+// The streams' configuration: a live coordinator watches it (watch.go: the
+// stream-updated advisories, and Config.StreamCheckInterval) and refuses,
+// appending nothing more, once it is less safe than its start accepts. A
+// brand-new input stream's genesis is ended by the coordinator itself or,
+// with Config.Genesis GenesisAdmin, by an administrator (EndGenesis) while
+// the coordinator waits (genesis.go).
+//
 // Signed chain heads: with Config.HeadSigner, the live coordinator publishes
 // periodically, as core NATS messages on Topology.HeadSubject(), a signed
 // head (package heads) of the last decision the stream acknowledged, so
@@ -389,8 +396,9 @@ func (c *Coordinator) Stats() Stats {
 }
 
 // Run creates the topology if needed and coordinates until ctx ends (nil),
-// the stored decisions diverge from the fold (ErrDivergence) or the input
-// stream has a gap (ErrInputGap). Losing
+// the stored decisions diverge from the fold (ErrDivergence), the input
+// stream has a gap (ErrInputGap) or a stream's configuration changes, while
+// live, into one its start would refuse (ErrStreamChanged, watch.go). Losing
 // authority or a transient JetStream failure makes it resynchronise from the
 // streams and stand by, never exit.
 //
