@@ -237,7 +237,9 @@ func TestPushConsumerFloodSparesTheCoordinator(t *testing.T) {
 	if got := after - before; got > uint64(pushed)/10 {
 		t.Errorf("the server sent the coordinator's connection %d messages while %d decisions were pushed at the service subjects", got, pushed)
 	}
-	if st, err := coordinatorStatus(dnc, "tenure.status.coord"); err != nil || !st.Live {
-		t.Errorf("coordinator after the flood: %+v, %v", st, err)
+	// The status endpoint may have dropped requests with the flood (that
+	// is its bounded backlog); it answers again once the flood is over.
+	if err := testutil.Poll(20*time.Second, func() error { return statusLive(dnc, "tenure.status.coord") }); err != nil {
+		t.Errorf("coordinator after the flood: %v", err)
 	}
 }
