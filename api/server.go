@@ -125,15 +125,25 @@ var endpoints = []struct{ name, subject string }{
 	{"api-queue-list", SubjectQueues},
 }
 
+// Pending limits of each endpoint's subscription (AddEndpoints).
+const (
+	PendingMsgs  = 1024
+	PendingBytes = 4 << 20
+)
+
 // AddEndpoints adds the API's endpoints to svc (the coordinators'
 // "tenure" micro service, in tenure serve), under the default queue
-// group: several servers share the requests.
+// group: several servers share the requests. Each endpoint's subscription
+// holds at most PendingMsgs messages (PendingBytes bytes) not yet
+// handled: beyond, a flood aimed at its subject (a push consumer
+// delivering there) is dropped by the client library and counted, not
+// buffered.
 func (s *Server) AddEndpoints(svc micro.Service) error {
 	handlers := []func(micro.Request){s.serveJob, s.serveJobs, s.serveQueue, s.serveQueues}
 	for i, e := range endpoints {
 		h := handlers[i]
 		if err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(r micro.Request) { s.handle(r, h) }),
-			micro.WithEndpointSubject(e.subject)); err != nil {
+			micro.WithEndpointSubject(e.subject), micro.WithEndpointPendingLimits(PendingMsgs, PendingBytes)); err != nil {
 			return fmt.Errorf("api: endpoint %s: %w", e.subject, err)
 		}
 	}

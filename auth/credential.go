@@ -78,6 +78,10 @@ func (c Credential) Connect(url string, extra ...nats.Option) (*nats.Conn, error
 // Flags are the tenure command-line connection flags of this actor (with
 // the URL), e.g. --nats-url nats://127.0.0.1:4222 --user w1 --password ...
 // --inbox-prefix _INBOX_w1.
+//
+// Deprecated: they put the password on a command line, which ps shows to
+// every local user; give tenure commands --credential <name>.creds.json
+// (the file Bundle.Write writes) instead.
 func (c Credential) Flags() []string {
 	f := []string{"--nats-url", c.URL}
 	if c.NKeySeedFile != "" {

@@ -1,6 +1,7 @@
 // Package auth generates a nats-server authorization for Tenure: one NATS
-// user per actor (worker, dispatcher, operator, coordinator, archivist), each bound by
-// server permissions to the subjects of its role and identity, their
+// user per actor (worker, dispatcher, operator, coordinator, archivist,
+// administrator), each bound by server permissions to the subjects of its
+// role and identity, their
 // credentials, and optionally a private CA with server and client TLS
 // certificates. It is what `tenure auth init` writes.
 //
@@ -72,30 +73,46 @@
 // policy), tenure.out.> (decisions) and tenure.heads (its signed chain
 // heads; tenure.heads.<k> for each partition k when partitioned); use the JetStream API on its four
 // streams only (create, info, message get, direct get, consumers with their
-// acks and flow control); update, purge and delete messages only on the
-// KV_TENURE_LEADER and OBJ_TENURE_SNAPSHOTS streams (replacing a snapshot
-// purges the old object's chunks); update TENURE_IN (below); put to
-// $KV.TENURE_LEADER.> and $O.TENURE_SNAPSHOTS.>; serve its micro service;
-// and answer requests (allow_responses). Deleting any stream, purging or
-// deleting messages of TENURE_IN or TENURE_OUT, and updating TENURE_OUT,
-// is refused.
+// acks and flow control); update the KV_TENURE_LEADER stream (the bucket's
+// TTL follows --leader-ttl) and purge the OBJ_TENURE_SNAPSHOTS one
+// (replacing a snapshot purges the old object's chunks), its only stream
+// administration; put to $KV.TENURE_LEADER.> and $O.TENURE_SNAPSHOTS.>;
+// serve its micro service; and answer requests (allow_responses). Deleting
+// any stream or any stream's messages, and updating or purging TENURE_IN
+// or TENURE_OUT, is refused.
 //
-// The update of TENURE_IN is the end of its genesis (streams.EndGenesis,
-// PROTOCOL.md §1.1): a new input stream takes only the coordinators' rules
-// and policy inputs (tenure.in.coord.*._.rules, tenure.in.coord.*._.policy,
-// which only coordinators may publish) until the live coordinator has
-// stored them and widens it to tenure.in.>. NATS permissions cannot limit
-// an update to that change, so a coordinator's credential could also change
-// TENURE_IN's other settings (a maximum age or count, which would remove
-// inputs; sources; sealing) where the server allows it (it refuses to
-// cancel DenyDelete or DenyPurge, and roll-ups need purges). Every
-// coordinator's start (streams.Ensure) and every audit
-// (streams.Handles.Verify) checks the input stream's lock-down as it finds
-// it and refuses one so changed; keep coordinator credentials as carefully
-// as the decision stream they write. It subscribes to
-// _INBOX_<c>.>, its micro service subjects, tenure.status.<c> and the
-// state API's tenure.api.> (tenure serve answers it), which it may also
-// request.
+// No coordinator may update its log's streams because NATS permissions
+// cannot limit what an update sets: a credential that may update TENURE_IN
+// can give it a maximum count with discard old or a maximum age (which
+// removes inputs, DenyPurge or not), a small maximum count (which makes
+// every input fail), sources or a seal. The one update a deployment needs,
+// the end of the input stream's genesis (streams.EndGenesis, PROTOCOL.md
+// §1.1: a new input stream takes only the coordinators' rules and policy
+// inputs until they are stored, then tenure.in.>), is the administrator's
+// (below): the coordinator stores its rules and policy and waits
+// (coordinator.GenesisAdmin, which tenure serve chooses for a credential
+// of this package whose permissions lack the update), and `tenure genesis`
+// with the administrator's credential widens the stream. Detection backs
+// the prevention: the live coordinator subscribes to the stream-updated
+// advisories of TENURE_IN and TENURE_OUT ($JS.EVENT.ADVISORY.STREAM.UPDATED.
+// TENURE_IN and .TENURE_OUT, in its subscribe permissions) and re-reads
+// their configuration on an interval, and refuses (state refused, nothing
+// more appended) as soon as it is less safe than its start accepts; every
+// start (streams.Ensure) and every audit (streams.Handles.Verify) checks it
+// too. It subscribes to _INBOX_<c>.>, its micro service subjects,
+// tenure.status.<c>, those advisories and the state API's tenure.api.>
+// (tenure serve answers it), which it may also request.
+//
+// The administrator <adm> (tenure auth init --admin, default "admin"; the
+// operator's key of the deployment's streams, not for daily use) may read
+// TENURE_IN, TENURE_OUT, KV_TENURE_LEADER and OBJ_TENURE_SNAPSHOTS (info,
+// message and direct gets, consumers with their acks and flow control),
+// list the stream names, and update those four streams: the end of genesis
+// (`tenure genesis`) and the stream edits an operator decides on (a live
+// coordinator refuses one that makes its log less safe). It publishes no
+// input, no decision and no chain head, and may delete no stream, purge
+// none (the archivist's right) and delete no message. It subscribes to
+// _INBOX_<adm>.> only.
 //
 // No worker may request the state API: a job's projection carries its
 // lease id, and a worker told another worker's live lease id could claim
@@ -112,7 +129,8 @@
 // it is the only role with a purge of the log, which package archive makes
 // only below a segment it archived and verified, on streams created for log
 // retention. Stream deletes, updates and single-message deletes are denied
-// to it as to everybody. It subscribes to _INBOX_<a>.> only.
+// to it as to everybody but the administrator, who may update streams. It
+// subscribes to _INBOX_<a>.> only.
 //
 // Nobody can roll up TENURE_IN or TENURE_OUT: the streams deny it by
 // configuration (streams.Topology), which also denies deletes and, unless

@@ -128,7 +128,8 @@ func TestStandbyCoordinator(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, auth.Options{Actors: append([]auth.Actor{{Name: "coord2", Role: auth.RoleCoordinator}}, actors...)})
 	c2c := connect(t, e.b, e.url, "coord2")
-	c2, err := coordinator.New(coordinator.Config{ID: "coord2", Conn: c2c.nc, LeaderTTL: 600 * time.Millisecond, SnapshotEvery: 2, SnapshotInterval: 50 * time.Millisecond})
+	c2, err := coordinator.New(coordinator.Config{ID: "coord2", Conn: c2c.nc, LeaderTTL: 600 * time.Millisecond, SnapshotEvery: 2, SnapshotInterval: 50 * time.Millisecond,
+		Genesis: coordinator.GenesisAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestGenerateRejects(t *testing.T) {
 		{"gt", auth.Options{Actors: []auth.Actor{w(">")}}, "invalid actor name"},
 		{"space", auth.Options{Actors: []auth.Actor{w("w 1")}}, "invalid actor name"},
 		{"too long", auth.Options{Actors: []auth.Actor{w(strings.Repeat("a", 65))}}, "invalid actor name"},
-		{"unknown role", auth.Options{Actors: []auth.Actor{{Name: "x", Role: "admin"}}}, "unknown role"},
+		{"unknown role", auth.Options{Actors: []auth.Actor{{Name: "x", Role: "root"}}}, "unknown role"},
 		{"duplicate across roles", auth.Options{Actors: []auth.Actor{w("x"), {Name: "x", Role: auth.RoleDispatcher}}}, "used twice"},
 		{"verify without tls", auth.Options{Actors: []auth.Actor{w("w1")}, TLSVerify: true}, "TLSVerify"},
 		{"bad prefix", auth.Options{Actors: []auth.Actor{w("w1")}, StreamPrefix: "A.B"}, "prefix"},
@@ -218,6 +218,7 @@ func TestPermissionSubjectsAreServerAPI(t *testing.T) {
 		server.JSDirectMsgGet, server.JSDirectGetLastBySubject, server.JSApiConsumerCreate,
 		server.JSApiConsumerCreateEx, server.JSApiDurableCreate, server.JSApiConsumerInfo,
 		server.JSApiConsumerDelete, fmt.Sprintf(server.JSApiRequestNextT, "*", "*"),
+		server.JSApiStreams, server.JSApiStreamList, // the administrator's
 	}
 	all := append(slices.Clone(actors), auth.Actor{Name: "op", Role: auth.RoleOperator})
 	for _, a := range all {

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/heads"
 	"github.com/maknow/tenure/internal/testutil"
+	"github.com/maknow/tenure/streams"
 )
 
 // actors is the cast of the permission tests.
@@ -25,6 +27,7 @@ var actors = []auth.Actor{
 	{Name: "disp", Role: auth.RoleDispatcher},
 	{Name: "w1", Role: auth.RoleWorker},
 	{Name: "w2", Role: auth.RoleWorker},
+	{Name: "admin", Role: auth.RoleAdmin},
 }
 
 // generate writes a bundle for actors into a fresh directory. Tests use the
@@ -36,6 +39,11 @@ func generate(t testing.TB, opts auth.Options) *auth.Bundle {
 	}
 	if opts.Actors == nil {
 		opts.Actors = actors
+	}
+	if !slices.ContainsFunc(opts.Actors, func(a auth.Actor) bool { return a.Role == auth.RoleAdmin }) {
+		// The administrator, as tenure auth init writes it: the genesis of
+		// every new deployment is its (endGenesis).
+		opts.Actors = append(slices.Clone(opts.Actors), auth.Actor{Name: "admin", Role: auth.RoleAdmin})
 	}
 	if opts.BcryptCost == 0 {
 		opts.BcryptCost = 4
@@ -229,7 +237,27 @@ func receivesHead(t *testing.T, c *client, who, subject string, trigger func()) 
 func (e *env) startCoordinator(t *testing.T, cfg coordinator.Config) {
 	t.Helper()
 	e.launchCoordinator(t, cfg)
+	endGenesis(t, e.b, e.url, cfg.Topology)
 	testutil.WaitFor(t, 20*time.Second, "coordinator live", func() bool { return e.c.Stats().Live })
+}
+
+// endGenesis is the administrator's `tenure genesis` on a deployment whose
+// coordinator runs (or starts): it waits for the coordinator's rules and
+// policy and widens the input stream of every partition of top's
+// deployment (count partitions, 0: top itself); on a deployment past
+// genesis it does nothing.
+func endGenesis(t testing.TB, b *auth.Bundle, url string, top streams.Topology) {
+	t.Helper()
+	admin := connect(t, b, url, "admin")
+	defer admin.nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, pt := range top.Partitions(b.Partitions) {
+		if _, err := coordinator.EndGenesis(ctx, admin.js, pt, nil, 10*time.Millisecond); err != nil {
+			t.Fatalf("the administrator's end of genesis of %s: %v", pt.InputStream(), err)
+		}
+	}
+	admin.errs.noViolations(t, "admin")
 }
 
 // launchCoordinator starts a coordinator, as startCoordinator, without
@@ -238,6 +266,7 @@ func (e *env) launchCoordinator(t *testing.T, cfg coordinator.Config) {
 	t.Helper()
 	e.coord = connect(t, e.b, e.url, "coord", nats.MaxReconnects(-1))
 	cfg.ID, cfg.Conn = "coord", e.coord.nc
+	cfg.Genesis = coordinator.GenesisAdmin // tenure auth init's coordinator may not update streams
 	if cfg.LeaderTTL == 0 {
 		cfg.LeaderTTL = 600 * time.Millisecond
 	}

@@ -306,9 +306,8 @@ func TestDispatcherConfinement(t *testing.T) {
 }
 
 // The coordinator user writes decisions and its own ticks, but can delete,
-// purge or rewrite neither stream, update the decision stream, nor speak
-// for anyone else. (It may update the input stream: the end of its genesis,
-// streams.EndGenesis, which the live coordinator of this test made.)
+// purge, update or rewrite neither stream, nor speak for anyone else. (The
+// end of the input stream's genesis is the administrator's.)
 func TestCoordinatorConfinement(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, auth.Options{})
@@ -323,6 +322,11 @@ func TestCoordinatorConfinement(t *testing.T) {
 		"$JS.API.STREAM.MSG.DELETE.TENURE_IN",
 		"$JS.API.STREAM.MSG.DELETE.TENURE_OUT",
 		"$JS.API.STREAM.UPDATE.TENURE_OUT",
+		"$JS.API.STREAM.UPDATE.TENURE_IN",
+		"$JS.API.STREAM.UPDATE.OBJ_TENURE_SNAPSHOTS",
+		"$JS.API.STREAM.PURGE.KV_TENURE_LEADER",
+		"$JS.API.STREAM.MSG.DELETE.KV_TENURE_LEADER",
+		"$JS.API.STREAM.MSG.DELETE.OBJ_TENURE_SNAPSHOTS",
 		"$JS.API.STREAM.CREATE.OTHER",
 		"tenure.in.worker.w1.job-1.acquire",
 		"tenure.in.ops.coord.job-1.offer",

@@ -62,7 +62,11 @@ What remains:
   Streams and the JetStream API ignore such deliveries; core subscribers
   get them: Tenure's inboxes cannot be named and drop them, the status
   endpoint ignores them and answers from a cache at most once a second,
-  and the state API (tenure.api.>) drops them unanswered.
+  and the state API (tenure.api.>) drops them unanswered. tenure serve
+  answers status, $SRV and the state API, and watches the stream
+  advisories, on a connection of its own with bounded pending limits: a
+  flood there is dropped and counted on it, never slowing the
+  coordinator's appends.
 - Four consumers per worker on each decision stream, on a stream limited
   to 100,000 consumers (streams.DecisionMaxConsumers; an older deployment's
   stream has the server's default of 1,000: raise it with nats stream edit
@@ -72,6 +76,11 @@ What remains:
   may delete any consumer on TENURE_OUT (workers' included, which the SDK
   recreates without a gap), read every decision, and share connection and
   subscription limits with the coordinators (none).
+- No coordinator may update, purge or delete messages of TENURE_IN or
+  TENURE_OUT (an update could trim its own log): the end of a new input
+  stream's genesis is the administrator's (tenure genesis), and a live
+  coordinator refuses, at once, a stream changed into a less safe
+  configuration by anyone.
 - The coordinator user writes TENURE_OUT: what it writes is trusted (the
   expected-last-sequence fence stops a second writer, not a wrong one);
   replaying the log (tenure audit) is the check.`

@@ -23,6 +23,14 @@ const (
 	// the input and decision streams, which it does only for segments it
 	// archived and verified. It publishes no input and no decision.
 	RoleArchivist Role = "archivist"
+	// RoleAdmin is the operator's key of the deployment's streams (tenure
+	// auth init writes one, "admin"), not for daily use: it reads every
+	// stream of the deployment and may update their configuration, which
+	// no other role may (the end of the input stream's genesis, `tenure
+	// genesis`; a `nats stream edit` an operator decides on). It publishes
+	// no input and no decision, and may delete, purge or remove messages
+	// of no stream.
+	RoleAdmin Role = "admin"
 )
 
 // inputRole is the role token of the actor's input subjects.
@@ -34,7 +42,7 @@ func (r Role) inputRole() (events.Role, error) {
 		return events.RoleOps, nil
 	case RoleCoordinator:
 		return events.RoleCoord, nil
-	case RoleArchivist:
+	case RoleArchivist, RoleAdmin:
 		return 0, nil // no input subjects
 	}
 	return 0, fmt.Errorf("auth: unknown role %q", string(r))
@@ -104,8 +112,11 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 	if partitions > events.MaxPartitions {
 		return Permissions{}, fmt.Errorf("auth: %d partitions: at most %d", partitions, events.MaxPartitions)
 	}
-	if a.Role == RoleArchivist {
+	switch a.Role {
+	case RoleArchivist:
 		return archivistPermissions(a, prefix, partitions), nil
+	case RoleAdmin:
+		return adminPermissions(a, prefix, partitions), nil
 	}
 	const api = "$JS.API."
 	inbox := InboxPrefix(a.Name) + ".>"
@@ -120,6 +131,7 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 		api + "CONSUMER.DELETE.*.*",
 	}
 	srv := []string{"$SRV.*", "$SRV.*." + ServiceName, "$SRV.*." + ServiceName + ".*"}
+	const advisory = "$JS.EVENT.ADVISORY.STREAM.UPDATED."
 	base := streams.Topology{Prefix: prefix}
 	topos := base.Partitions(partitions)
 	var p Permissions
@@ -188,33 +200,37 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 				p.PublishAllow = append(p.PublishAllow, api+"STREAM.CREATE."+s)
 				p.PublishAllow = append(p.PublishAllow, readStream(s)...)
 			}
-			for _, s := range []string{kv, obj} {
-				p.PublishAllow = append(p.PublishAllow,
-					api+"STREAM.UPDATE."+s,
-					api+"STREAM.PURGE."+s,
-					api+"STREAM.MSG.DELETE."+s,
-				)
-			}
-			p.PublishAllow = append(p.PublishAllow, "$KV."+kvBucket+".>", "$O."+objBucket+".>",
+			p.PublishAllow = append(p.PublishAllow,
+				// The leader bucket's TTL follows --leader-ttl
+				// (streams.Ensure updates it), and replacing a snapshot
+				// purges the old object's chunks: the only stream
+				// administration it has, on its two buckets.
+				api+"STREAM.UPDATE."+kv,
+				api+"STREAM.PURGE."+obj,
+				"$KV."+kvBucket+".>", "$O."+objBucket+".>",
 				t.HeadSubject()) // its signed chain heads (PROTOCOL.md §20.3)
-			// The end of the input stream's genesis (streams.EndGenesis):
-			// the live coordinator widens a new input stream's subjects
-			// once its rules are stored. The server cannot restrict an
-			// update to that change; see the package documentation.
-			p.PublishAllow = append(p.PublishAllow, api+"STREAM.UPDATE."+in)
 		}
 		p.PublishAllow = append(p.PublishAllow, APISubjects) // the state API, which tenure serve answers
-		p.PublishDeny = []string{api + "STREAM.DELETE.*"}
+		// No update of the log's streams (the end of the input stream's
+		// genesis is the administrator's, RoleAdmin: an update's body can
+		// set any limit, which would let this credential trim its own
+		// log), no purge, no message delete.
+		p.PublishDeny = []string{api + "STREAM.DELETE.*", api + "STREAM.MSG.DELETE.*"}
 		for _, t := range topos {
 			for _, s := range []string{t.InputStream(), t.DecisionStream()} {
 				p.PublishDeny = append(p.PublishDeny,
 					api+"STREAM.PURGE."+s,
-					api+"STREAM.MSG.DELETE."+s,
+					api+"STREAM.UPDATE."+s,
 				)
 			}
-			p.PublishDeny = append(p.PublishDeny, api+"STREAM.UPDATE."+t.DecisionStream())
 		}
 		p.SubscribeAllow = append([]string{inbox}, srv...)
+		for _, t := range topos {
+			// The stream-updated advisories of its log's streams, its
+			// watch of their configuration (coordinator.AdvisorySubject).
+			p.SubscribeAllow = append(p.SubscribeAllow,
+				advisory+t.InputStream(), advisory+t.DecisionStream())
+		}
 		p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name, APISubjects)
 		if partitions > 0 {
 			p.SubscribeAllow = append(p.SubscribeAllow, StatusSubjectPrefix+"."+a.Name+".*")
@@ -363,6 +379,32 @@ func archivistPermissions(a Actor, prefix string, partitions uint32) Permissions
 		events.InputPrefix + ".>", events.DecisionFilter,
 		api + "STREAM.DELETE.*", api + "STREAM.UPDATE.*", api + "STREAM.MSG.DELETE.*",
 	}
+	p.SubscribeAllow = []string{InboxPrefix(a.Name) + ".>"}
+	return p
+}
+
+// adminPermissions are RoleAdmin's: read every stream of the deployment
+// (the input and decision streams, the leader and snapshot buckets' streams)
+// and update their configuration, look up the JetStream account and the
+// stream names; no input, no decision, no chain head, and no stream delete,
+// purge or message delete.
+func adminPermissions(a Actor, prefix string, partitions uint32) Permissions {
+	const api = "$JS.API."
+	base := streams.Topology{Prefix: prefix}
+	p := Permissions{PublishAllow: []string{api + "INFO", api + "STREAM.NAMES", api + "STREAM.LIST"}}
+	if partitions > 0 {
+		p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO."+base.DecisionStream())
+	}
+	for _, t := range base.Partitions(partitions) {
+		for _, s := range []string{t.InputStream(), t.DecisionStream(), "KV_" + t.LeaderBucket(), "OBJ_" + t.SnapshotBucket()} {
+			p.PublishAllow = append(p.PublishAllow, readStream(s)...)
+			p.PublishAllow = append(p.PublishAllow, api+"STREAM.UPDATE."+s)
+		}
+	}
+	p.PublishDeny = append([]string{
+		events.InputPrefix + ".>", events.DecisionFilter,
+		api + "STREAM.DELETE.*", api + "STREAM.PURGE.*", api + "STREAM.MSG.DELETE.*",
+	}, streams.HeadFilters()...)
 	p.SubscribeAllow = []string{InboxPrefix(a.Name) + ".>"}
 	return p
 }

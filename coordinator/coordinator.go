@@ -29,6 +29,13 @@
 // constant time and an encoder goroutine of the session encodes it
 // (snapshot.go); the loop's longest turns are reported (Metrics.LoopPause).
 //
+// The streams' configuration: a live coordinator watches it (watch.go: the
+// stream-updated advisories, and Config.StreamCheckInterval) and refuses,
+// appending nothing more, once it is less safe than its start accepts. A
+// brand-new input stream's genesis is ended by the coordinator itself or,
+// with Config.Genesis GenesisAdmin, by an administrator (EndGenesis) while
+// the coordinator waits (genesis.go).
+//
 // Signed chain heads: with Config.HeadSigner, the live coordinator publishes
 // periodically, as core NATS messages on Topology.HeadSubject(), a signed
 // head (package heads) of the last decision the stream acknowledged, so
@@ -87,8 +94,10 @@ const (
 	DefaultAppendBatches    = 2
 	DefaultTickSlack        = time.Millisecond
 	DefaultHeadInterval     = 5 * time.Second
-	leaderKey               = "leader"
-	snapshotName            = streams.SnapshotObject
+	// DefaultStreamCheckInterval is Config.StreamCheckInterval's default.
+	DefaultStreamCheckInterval = 5 * time.Second
+	leaderKey                  = "leader"
+	snapshotName               = streams.SnapshotObject
 )
 
 // AppendMode is what a coordinator knows of how its decision stream stores
@@ -161,6 +170,28 @@ type Config struct {
 	// passed. It must be a server nkey with its seed (heads.CheckSigner).
 	HeadSigner   nkeys.KeyPair
 	HeadInterval time.Duration
+	// Genesis says who ends the genesis of a brand-new input stream
+	// (PROTOCOL.md §1.1): GenesisSelf, the default, the coordinator
+	// itself once its rules and policy are stored; GenesisAdmin, an
+	// administrator (`tenure genesis`, EndGenesis), for a coordinator
+	// whose credential may not update the stream (tenure auth init's).
+	Genesis GenesisMode
+	// GenesisCommand is what the status and the log of a coordinator
+	// waiting for the end of genesis tell the operator to run (default
+	// DefaultGenesisCommand); tenure serve names the administrator's
+	// credential file when it finds it.
+	GenesisCommand string
+	// WatchConn is the connection of the subscriptions to the streams'
+	// updated advisories ($JS.EVENT.ADVISORY.STREAM.UPDATED.<stream>,
+	// watch.go). Any push consumer of the deployment's account can be
+	// aimed at those subjects (a worker may create one delivering its own
+	// decisions there), so give it a connection other than Conn: a flood
+	// on it then cannot slow Conn's appends (nil: Conn).
+	WatchConn *nats.Conn
+	// StreamCheckInterval is how often the live coordinator reads its
+	// streams' configuration again, whether or not an advisory came (they
+	// can be missed): default DefaultStreamCheckInterval.
+	StreamCheckInterval time.Duration
 	// Clock times everything the coordinator waits for (nil: the real
 	// clock): the live loop's tick, leadership-expiry, snapshot, overdue
 	// and head timers, the appender's timeouts, the leadership renewer,
@@ -182,6 +213,9 @@ type Config struct {
 	// snapshotTaken, set by tests, runs in the live loop after it takes
 	// (freezes) a snapshot (to make that turn slow).
 	snapshotTaken func()
+	// noAdvisories, set by tests, makes the watch of the streams'
+	// configuration rely on its interval alone (watch.go).
+	noAdvisories bool
 	// encodingSnapshot, set by tests, runs in the encoder before it encodes
 	// a snapshot the live loop asked for.
 	encodingSnapshot func(context.Context)
@@ -212,6 +246,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HeadInterval == 0 {
 		c.HeadInterval = DefaultHeadInterval
+	}
+	if c.GenesisCommand == "" {
+		c.GenesisCommand = DefaultGenesisCommand
+	}
+	if c.WatchConn == nil {
+		c.WatchConn = c.Conn
+	}
+	if c.StreamCheckInterval == 0 {
+		c.StreamCheckInterval = DefaultStreamCheckInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -306,6 +349,12 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.HeadInterval < 0 {
 		return nil, fmt.Errorf("coordinator: negative head interval %v", cfg.HeadInterval)
 	}
+	if cfg.Genesis > GenesisAdmin {
+		return nil, fmt.Errorf("coordinator: unknown genesis mode %v", cfg.Genesis)
+	}
+	if cfg.StreamCheckInterval < 0 {
+		return nil, fmt.Errorf("coordinator: negative stream check interval %v", cfg.StreamCheckInterval)
+	}
 	if cfg.AppendMode > AppendOneByOne {
 		return nil, fmt.Errorf("coordinator: unknown append mode %v", cfg.AppendMode)
 	}
@@ -347,8 +396,9 @@ func (c *Coordinator) Stats() Stats {
 }
 
 // Run creates the topology if needed and coordinates until ctx ends (nil),
-// the stored decisions diverge from the fold (ErrDivergence) or the input
-// stream has a gap (ErrInputGap). Losing
+// the stored decisions diverge from the fold (ErrDivergence), the input
+// stream has a gap (ErrInputGap) or a stream's configuration changes, while
+// live, into one its start would refuse (ErrStreamChanged, watch.go). Losing
 // authority or a transient JetStream failure makes it resynchronise from the
 // streams and stand by, never exit.
 //
@@ -400,6 +450,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		if errors.Is(err, ErrDivergence) || errors.Is(err, ErrInputGap) {
 			c.setState(StateRefused, refusal(err))
 			c.log.Error("refusing to go live", "err", err, "what_to_do", Remedy(err))
+			return err
+		}
+		if errors.Is(err, ErrStreamChanged) {
+			c.setState(StateRefused, refusal(err))
+			c.log.Error("refusing to go on: a stream's configuration changed under the coordinator; it appends nothing more", "err", err, "what_to_do", Remedy(err))
 			return err
 		}
 		wait := backoff

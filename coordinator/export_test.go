@@ -20,3 +20,8 @@ func SetSnapshotHook(cfg *Config, f func()) { cfg.snapshotTaken = f }
 // each snapshot the live loop took, with the encoder's context (tests use
 // it to hold an encoding while the loop goes on).
 func SetEncodeHook(cfg *Config, f func(context.Context)) { cfg.encodingSnapshot = f }
+
+// SetNoAdvisories makes cfg's live sessions watch their streams'
+// configuration on the interval only, without subscribing to the
+// stream-updated advisories (tests use it to see the interval at work).
+func SetNoAdvisories(cfg *Config) { cfg.noAdvisories = true }

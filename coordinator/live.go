@@ -48,7 +48,15 @@ func (s *session) runLive() error {
 	if err := s.ensureRules(); err != nil {
 		return err
 	}
-	if err := s.endGenesis(); err != nil {
+	// The watch of the streams' configuration lives as long as this live
+	// phase: from here on, a change less safe than the topology is found
+	// at once (an advisory) or within StreamCheckInterval.
+	w, err := s.startWatch()
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	if err := s.awaitGenesis(w); err != nil {
 		return err
 	}
 	c.live.Store(true)
@@ -179,6 +187,8 @@ func (s *session) runLive() error {
 		case now := <-headC:
 			woke = clk.Now()
 			s.publishHead(now)
+		case err := <-w.found:
+			return err
 		case <-s.ctx.Done():
 			return nil
 		}

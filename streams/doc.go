@@ -22,8 +22,11 @@
 //
 // A new input stream starts in genesis (Topology.GenesisSubjects): it takes
 // only the coordinators' rules and policy inputs, so that a brand-new log
-// starts with them, until the live coordinator widens it (EndGenesis) to
-// every input subject. Ensure, Open and Verify accept it in either state.
+// starts with them, until it is widened (EndGenesis: by the coordinator
+// when its credential may update the stream, else by the administrator's
+// tenure genesis) to every input subject. Ensure, Open and Verify accept
+// it in either state. Handles.Check reads both streams' configuration again
+// and checks it as Ensure does: the live coordinator's watch of a change.
 //
 // One process per data directory (DESIGN.md §7): LockDir takes an
 // exclusive lock on a directory, an flock(2) on its lock file

@@ -248,10 +248,13 @@ func (t Topology) InGenesis(cfg jetstream.StreamConfig) bool {
 // EndGenesis is idempotent, and coordinators racing to it both succeed); a
 // stream with any other subjects is a *ConfigMismatchError.
 //
-// Only a coordinator that has seen the rules input and the default policy
-// stored calls it (tests and tools that write a log of their own may, for
-// their log); Ensure never does. It needs $JS.API.STREAM.UPDATE on the
-// input stream, which tenure auth init grants the coordinators.
+// Only once the rules input and the default policy are stored may it be
+// called: by a coordinator whose credential may update the stream (Config
+// Genesis GenesisSelf), or by the administrator's `tenure genesis`
+// (coordinator.EndGenesis waits for them first); tests and tools that write
+// a log of their own may, for their log. Ensure never does. It needs
+// $JS.API.STREAM.UPDATE on the input stream, which tenure auth init grants
+// the administrator only.
 func EndGenesis(ctx context.Context, js jetstream.JetStream, t Topology) (jetstream.Stream, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
@@ -494,6 +497,45 @@ func (h *Handles) Verify(t Topology) error {
 		}
 	}
 	return nil
+}
+
+// Check reads the configuration of the input and decision streams from
+// the server again (refreshing the handles' cached info) and checks it as
+// Ensure checks an existing stream: the lock-down of Verify, durability
+// (storage, replicas, duplicate window, acks, persistence, discard new) and
+// the partition. It is what a live coordinator runs whenever a stream's
+// configuration may have changed (a stream-updated advisory, or on an
+// interval), so that a change made behind its back is found at once, not
+// at its next start. With genesis, an input stream in genesis
+// (GenesisSubjects) is accepted, and inGenesis reports it; without, its
+// subjects must be InputConfig's (a stream narrowed back to genesis is a
+// Subjects mismatch). A stream that cannot be read is an error wrapping
+// Classify's (ErrTransient, ErrStreamNotFound, ...); a configuration less
+// safe than t's is a *ConfigMismatchError.
+func (h *Handles) Check(ctx context.Context, t Topology, genesis bool) (inGenesis bool, err error) {
+	if err := t.validate(); err != nil {
+		return false, err
+	}
+	t = t.withDefaults()
+	in, err := h.In.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("streams: stream %s info: %w", t.InputStream(), Classify(err))
+	}
+	out, err := h.Out.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("streams: stream %s info: %w", t.DecisionStream(), Classify(err))
+	}
+	var gen []string
+	if genesis {
+		gen = t.GenesisSubjects()
+	}
+	if err := checkStream(t.InputConfig(), in.Config, gen); err != nil {
+		return false, err
+	}
+	if err := checkStream(t.DecisionConfig(), out.Config, nil); err != nil {
+		return false, err
+	}
+	return genesis && t.InGenesis(in.Config), nil
 }
 
 // ensureStream looks up stream want.Name, creating it when it is missing

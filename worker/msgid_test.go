@@ -14,6 +14,7 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
+	"github.com/maknow/tenure/streams"
 )
 
 // A worker cannot suppress another worker's input by publishing, first and
@@ -30,6 +31,7 @@ func TestMsgIDCollisionResent(t *testing.T) {
 		{Name: "coord", Role: auth.RoleCoordinator},
 		{Name: "w1", Role: auth.RoleWorker},
 		{Name: "w2", Role: auth.RoleWorker},
+		{Name: "admin", Role: auth.RoleAdmin},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +55,7 @@ func TestMsgIDCollisionResent(t *testing.T) {
 		return nc, js
 	}
 	cnc, cjs := conn("coord")
-	c, err := coordinator.New(coordinator.Config{ID: "coord", Conn: cnc, LeaderTTL: 600 * time.Millisecond})
+	c, err := coordinator.New(coordinator.Config{ID: "coord", Conn: cnc, LeaderTTL: 600 * time.Millisecond, Genesis: coordinator.GenesisAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +68,13 @@ func TestMsgIDCollisionResent(t *testing.T) {
 			t.Errorf("coordinator: %v", err)
 		}
 	})
+	// The administrator ends the genesis, as tenure genesis does.
+	_, ajs := conn("admin")
+	gctx, gcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer gcancel()
+	if _, err := coordinator.EndGenesis(gctx, ajs, streams.Topology{}, nil, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
 	testutil.WaitFor(t, 20*time.Second, "coordinator live", func() bool { return c.Stats().Live })
 
 	// w1 (hostile) publishes first with the id w2 will use.

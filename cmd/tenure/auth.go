@@ -39,7 +39,7 @@ one credential file per actor.`,
 var authInitCmd = &command{
 	name:    "auth init",
 	summary: "write a nats-server authorization (server.conf), one credential per actor, and optionally a CA with TLS certificates",
-	usage:   "tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--archivists a1] [--coordinators c1] [--board NAME] [--partitions N] [--nkeys] [--tls] [--force]",
+	usage:   "tenure auth init --out DIR [--workers N | --worker w1,w2] [--dispatchers M | --dispatcher d1] [--operators o1] [--archivists a1] [--coordinators c1] [--admin NAME] [--board NAME] [--partitions N] [--nkeys] [--tls] [--force]",
 	help: `Writes DIR/server.conf (a nats-server authorization binding every actor to its subjects),
 one DIR/<name>.creds.json per actor (and <name>.nk with --nkeys), and with --tls a CA and
 certificates; and for the web board, its tokens (` + ui.OperatorTokenFile + `, ` + ui.ViewerTokenFile + `)
@@ -108,6 +108,7 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 	fs.Var(&archivists, "archivists", "archivist names, comma-separated: the operators' credential of tenure log (archive, remove, restore), the only one that may purge the streams")
 	fs.Var(&coordinators, "coordinators", "coordinator names, comma-separated; each is the --id of a `tenure serve` (default coord)")
 	board := fs.String("board", "board", "name of the web board's ops user, whose credential its operator actions publish as (tenure serve --ui-actions --ui-credential); --board= writes neither it nor the board's tokens")
+	admin := fs.String("admin", "admin", "name of the administrator: the operator's key of the deployment's streams (tenure genesis on a brand-new deployment, stream edits), not for daily use")
 	useNKeys := fs.Bool("nkeys", false, "authenticate with nkeys (a seed file per actor) instead of bcrypt-hashed passwords")
 	useTLS := fs.Bool("tls", false, "generate a CA, a server certificate and client certificates, and require TLS")
 	verify := fs.Bool("tls-verify", true, "with --tls: require a client certificate from the CA (verify: true)")
@@ -153,7 +154,7 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 	if len(tlsHosts) > 0 && !*useTLS {
 		usage("--tls-hosts needs --tls")
 	}
-	var actors []auth.Actor
+	actors := []auth.Actor{{Name: *admin, Role: auth.RoleAdmin}}
 	for _, g := range []struct {
 		role auth.Role
 		list names
@@ -278,7 +279,7 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 		if len(c.Permissions.PublishDeny) > 0 {
 			p("  publish deny:    %s", strings.Join(firstPartition(c.Permissions.PublishDeny, prefix), " "))
 		}
-		p("  subscribe allow: %s", strings.Join(c.Permissions.SubscribeAllow, " "))
+		p("  subscribe allow: %s", strings.Join(firstPartition(c.Permissions.SubscribeAllow, prefix), " "))
 		if b.Partitions > 1 {
 			p("  (the %s_P0_ subjects shown stand for those of every partition, %s_P0_ to %s_P%d_)", prefix, prefix, prefix, b.Partitions-1)
 		}
@@ -292,11 +293,21 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 	p("")
 	p("## Run")
 	p("")
+	// Secrets never go on a command line (ps shows it to every local
+	// user): tenure commands take the credential file, other clients the
+	// nkey seed file or the password through the environment.
+	credFlag := func(c auth.Credential) string { return "--credential " + rel(c.Name+auth.CredentialSuffix) }
 	secret := func(c auth.Credential) string {
 		if c.NKeySeedFile != "" {
 			return "--nkey " + c.NKeySeedFile
 		}
-		return "--user " + c.User + " --password \"$(jq -r .password " + rel(c.Name+auth.CredentialSuffix) + ")\""
+		return "--user " + c.User
+	}
+	secretEnv := func(c auth.Credential) string {
+		if c.NKeySeedFile != "" {
+			return ""
+		}
+		return "NATS_PASSWORD=\"$(jq -r .password " + rel(c.Name+auth.CredentialSuffix) + ")\" "
 	}
 	tlsFlags := func(c auth.Credential) string {
 		s := ""
@@ -312,23 +323,45 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 	if prefix != streams.DefaultPrefix {
 		pfx = " (stream prefix " + prefix + ": the embedding program's Topology.Prefix)"
 	}
+	parts := ""
+	if b.Partitions > 0 {
+		parts = fmt.Sprintf(" --partitions %d", b.Partitions)
+	}
+	var admin *auth.Credential
+	for i, c := range b.Credentials {
+		if c.Role == auth.RoleAdmin {
+			admin = &b.Credentials[i]
+			break
+		}
+	}
 	for _, c := range b.Credentials {
 		if c.Role != auth.RoleCoordinator {
 			continue
 		}
+		serve := fmt.Sprintf("tenure serve --server-config %s --id %s %s%s", b.ServerConfigPath(), c.Name, credFlag(c), parts)
 		p("Coordinator %s, with the embedded nats-server%s:", c.Name, pfx)
-		parts := ""
-		if b.Partitions > 0 {
-			parts = fmt.Sprintf(" --partitions %d", b.Partitions)
+		if admin != nil {
+			p("  brand-new deployment, the first start: the coordinator, then (in another shell, once) the administrator's")
+			p("  end of the input stream's genesis, which waits for the coordinator's rules and policy, widens the stream")
+			p("  and exits; the coordinator says it waits for it, then goes live:")
+			p("    %s", serve)
+			p("    tenure genesis %s", credFlag(*admin))
+			p("  every later start:")
 		}
-		p("  tenure serve --server-config %s --id %s %s --inbox-prefix %s%s%s", b.ServerConfigPath(), c.Name, secret(c), c.InboxPrefix, tlsFlags(c), parts)
-		p("  (or, against a nats-server that runs %s: add --nats-url %s)", auth.ServerConfigFile, c.URL)
+		p("    %s", serve)
+		p("  (or, against a nats-server that runs %s: add --nats-url %s, and to tenure genesis too)", auth.ServerConfigFile, c.URL)
+	}
+	if admin != nil {
+		p("")
+		p("The administrator %s (%s) may update the deployment's streams, which no coordinator may: keep it", admin.Name, rel(admin.Name+auth.CredentialSuffix))
+		p("offline once the deployment is live (a stream edit is an operator's decision; a live coordinator refuses one")
+		p("that makes its log less safe).")
 	}
 	p("")
 	for _, c := range b.Credentials {
 		if (c.Role == auth.RoleDispatcher || c.Role == auth.RoleOperator) && c.Name != board {
 			p("%s %s, from the command line:", c.Role, c.Name)
-			p("  tenure offer --as %s --nats-url %s %s --inbox-prefix %s%s --job JOB --holder WORKER", c.Name, c.URL, secret(c), c.InboxPrefix, tlsFlags(c))
+			p("  tenure offer --as %s %s --job JOB --holder WORKER", c.Name, credFlag(c))
 			p("  (and likewise cancel, resolve, policy, watch)")
 			p("")
 			break
@@ -337,7 +370,7 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 	if c, ok := b.Credential(board); ok && board != "" {
 		p("## Web board")
 		p("")
-		p("tenure serve --http ADDR (or tenure ui) opens its board only to a token: log in at its /login with the")
+		p("The board of tenure serve --http ADDR (or of tenure ui) opens only to a token: log in at its /login with the")
 		p("contents of a token file, or send Authorization: Bearer <token> (JSON clients). Add to the coordinator's")
 		p("command above:")
 		p("  --http 127.0.0.1:8080 --ui-token-file %s --ui-token-file %s", rel(ui.OperatorTokenFile), rel(ui.ViewerTokenFile))
@@ -353,7 +386,7 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 	for _, c := range b.Credentials {
 		if c.Role == auth.RoleArchivist {
 			p("archivist %s, retention of the log (README \"Retention of the log\"):", c.Name)
-			p("  tenure log archive --nats-url %s %s --inbox-prefix %s%s --archive DIR", c.URL, secret(c), c.InboxPrefix, tlsFlags(c))
+			p("  tenure log archive %s --archive DIR", credFlag(c))
 			p("  (and likewise remove, restore, status; and tenure audit --archive DIR)")
 			p("")
 			break
@@ -368,8 +401,9 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 		p("  nc, err := cred.Connect(\"\") // URL, user/password or nkey, inbox prefix, TLS")
 		p("  w, err := worker.Connect(nc, %q)", c.Name)
 		p("or with any NATS client: user %s and its password (or nkey %s), inbox prefix %s, TLS files as in the credential;", c.Name, c.Name+auth.NKeySuffix, c.InboxPrefix)
-		p("with the nats CLI: nats --server %s %s --inbox-prefix %s --js-api-prefix %s%s req tenure.in.worker.%s.JOB.acquire '{\"v\":1}'",
-			c.URL, secret(c), c.InboxPrefix, c.JetStreamAPIPrefix, tlsFlags(c), c.Name)
+		p("with the nats CLI (the password from the environment, not the command line):")
+		p("  %snats --server %s %s --inbox-prefix %s --js-api-prefix %s%s req tenure.in.worker.%s.JOB.acquire '{\"v\":1}'",
+			secretEnv(c), c.URL, secret(c), c.InboxPrefix, c.JetStreamAPIPrefix, tlsFlags(c), c.Name)
 		p("(and likewise for the other workers)")
 		p("")
 		break

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -88,7 +89,7 @@ func TestAuthInitFiles(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	want := []string{"server.conf", "ca.pem", "ca-key.pem", "server-cert.pem", "server-key.pem", "board-operator.token", "board-viewer.token"}
-	for _, n := range []string{"coord", "disp", "op1", "op2", "board", "w1", "w2"} {
+	for _, n := range []string{"admin", "coord", "disp", "op1", "op2", "board", "w1", "w2"} {
 		want = append(want, n+".creds.json", n+".nk", n+".cert.pem", n+".key.pem")
 	}
 	ents, err := os.ReadDir(dir)
@@ -108,7 +109,8 @@ func TestAuthInitFiles(t *testing.T) {
 		}
 	}
 	for _, s := range []string{
-		"tenure serve --server-config " + filepath.Join(dir, "server.conf") + " --id coord --nkey " + filepath.Join(dir, "coord.nk") + " --inbox-prefix _INBOX_coord --tlsca ",
+		"tenure serve --server-config " + filepath.Join(dir, "server.conf") + " --id coord --credential " + filepath.Join(dir, "coord.creds.json") + "\n",
+		"tenure genesis --credential " + filepath.Join(dir, "admin.creds.json") + "\n",
 		"tenure offer --as disp ",
 		"subscribe allow: _INBOX_w1.> tenure.heads tenure.heads.*\n", // and the chain heads its account imports
 		"account:         TENURE_W_w1, of its own",
@@ -165,11 +167,11 @@ func TestAuthServe(t *testing.T) {
 		}
 		return c
 	}
-	coord, disp, w1c := cred("coord"), cred("disp"), cred("w1")
+	disp, w1c := cred("disp"), cred("w1")
 	flags := func(c auth.Credential) []string {
-		return []string{"--user", c.User, "--password", c.Password, "--inbox-prefix", c.InboxPrefix,
-			"--tlsca", c.TLSCAFile, "--tlscert", c.TLSCertFile, "--tlskey", c.TLSKeyFile}
+		return []string{"--credential", filepath.Join(dir, c.Name+".creds.json")}
 	}
+	coord := cred("coord")
 
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -181,6 +183,7 @@ func TestAuthServe(t *testing.T) {
 		done <- run(ctx, args, &bytes.Buffer{}, &logs)
 	}()
 	url := waitServing(t, &logs, done, regexp.MustCompile(`connect workers to ((?:nats|tls)://127\.0\.0\.1:\d+)`))
+	runGenesisAs(t, dir, url)
 
 	// The dispatcher asks the coordinator's status service (the coordinator
 	// answers on the dispatcher's own inbox: allow_responses).
@@ -342,7 +345,7 @@ func TestAuthServePartitioned(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("auth init: exit %d: %s", code, stderr)
 	}
-	for _, s := range []string{" --inbox-prefix _INBOX_coord --partitions 4\n", "TENURE_P0_OUT", "TENURE_P0_ to TENURE_P3_"} {
+	for _, s := range []string{" --credential " + filepath.Join(dir, "coord.creds.json") + " --partitions 4\n", "TENURE_P0_OUT", "TENURE_P0_ to TENURE_P3_"} {
 		if !strings.Contains(summary, s) {
 			t.Errorf("summary without %q:\n%s", s, summary)
 		}
@@ -359,7 +362,7 @@ func TestAuthServePartitioned(t *testing.T) {
 	}
 	coord, disp, w1c := cred("coord"), cred("disp"), cred("w1")
 	flags := func(c auth.Credential) []string {
-		return []string{"--user", c.User, "--password", c.Password, "--inbox-prefix", c.InboxPrefix}
+		return []string{"--credential", filepath.Join(dir, c.Name+".creds.json")}
 	}
 
 	// A configuration generated for another count is refused at start-up.
@@ -382,6 +385,7 @@ func TestAuthServePartitioned(t *testing.T) {
 		done <- run(ctx, args, &bytes.Buffer{}, &logs)
 	}()
 	url := waitServing(t, &logs, done, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	runGenesisAs(t, dir, url)
 
 	var mu sync.Mutex
 	var violations []error
@@ -527,10 +531,6 @@ func TestAuthServeUIActions(t *testing.T) {
 	if code, _, stderr := runAuthCmd("init", "--out", dir, "--worker", "w1", "--bcrypt-cost", "4"); code != 0 {
 		t.Fatalf("auth init: exit %d: %s", code, stderr)
 	}
-	coord, err := auth.ReadCredential(filepath.Join(dir, "coord.creds.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	w1c, err := auth.ReadCredential(filepath.Join(dir, "w1.creds.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -542,13 +542,14 @@ func TestAuthServeUIActions(t *testing.T) {
 	go func() {
 		args := []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval",
 			"--id", "coord", "--server-config", filepath.Join(dir, "server.conf"),
-			"--user", coord.User, "--password", coord.Password, "--inbox-prefix", coord.InboxPrefix,
+			"--credential", filepath.Join(dir, "coord.creds.json"),
 			"--http", "127.0.0.1:0", "--ui-token-file", filepath.Join(dir, "board-operator.token"), "--ui-token-file", filepath.Join(dir, "board-viewer.token"),
 			"--ui-actions", "--ui-credential", filepath.Join(dir, "board.creds.json")}
 		done <- run(ctx, args, &bytes.Buffer{}, &logs)
 	}()
 	natsURL := waitServing(t, &logs, done, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
 	web := waitServing(t, &logs, done, regexp.MustCompile(`web UI on (http://127\.0\.0\.1:\d+)/`))
+	runGenesisAs(t, dir, natsURL) // a brand-new deployment: the administrator ends its genesis
 
 	// The coordinator live first (the board's ops user may ask it).
 	boardCred, err := auth.ReadCredential(filepath.Join(dir, "board.creds.json"))
@@ -644,4 +645,164 @@ func TestAuthServeUIActions(t *testing.T) {
 	if s := logs.String(); strings.Contains(s, "ermission") {
 		t.Errorf("serve logged a permissions problem:\n%s", s)
 	}
+}
+
+// runGenesisAs runs `tenure genesis` with the administrator's credential of
+// the tenure auth init in dir against url: the first start of a brand-new
+// deployment.
+func runGenesisAs(t *testing.T, dir, url string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"genesis", "--credential", filepath.Join(dir, "admin.creds.json"), "--nats-url", url, "--timeout", "30s"}, &out, &errb); code != 0 {
+		t.Fatalf("tenure genesis: exit %d: %s%s", code, out.String(), errb.String())
+	}
+}
+
+// printedRun returns the command lines of tenure auth init's summary that
+// start with "tenure <command> " (as printed, after the indentation), in
+// order, split into arguments.
+func printedRun(summary, command string) [][]string {
+	var out [][]string
+	for _, line := range strings.Split(summary, "\n") {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, "tenure "+command+" ") {
+			out = append(out, strings.Fields(l)[1:])
+		}
+	}
+	return out
+}
+
+// A brand-new deployment under tenure auth init goes live by the printed
+// instructions, run as printed (only the embedded server's data directory,
+// port and sync mode added, and the server's URL for the commands that
+// connect to it): the first start's serve waits, saying so, for the
+// administrator's tenure genesis, which widens the input stream; the
+// coordinator then goes live without a restart, and the printed dispatcher
+// line offers. A later start, by the "every later start" line on the same
+// data directory, goes live by itself. No printed line holds a password
+// (ps shows a command line to every local user).
+func TestAuthPrintedRunLines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, summary, stderr := runAuthCmd("init", "--out", dir, "--worker", "w1", "--dispatcher", "disp", "--tls", "--bcrypt-cost", "4")
+	if code != 0 {
+		t.Fatalf("auth init: exit %d: %s", code, stderr)
+	}
+	for _, name := range []string{"admin", "coord", "disp", "w1"} {
+		c, err := auth.ReadCredential(filepath.Join(dir, name+".creds.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Password == "" || strings.Contains(summary, c.Password) {
+			t.Fatalf("%s's password (%d characters) printed in the summary:\n%s", name, len(c.Password), summary)
+		}
+	}
+	serves, geneses, offers := printedRun(summary, "serve"), printedRun(summary, "genesis"), printedRun(summary, "offer")
+	if len(serves) != 2 || !slices.Equal(serves[0], serves[1]) || len(geneses) != 1 || len(offers) != 1 {
+		t.Fatalf("want the first start's serve and genesis, the later starts' serve and an offer; got serve %q, genesis %q, offer %q in:\n%s", serves, geneses, offers, summary)
+	}
+	for _, l := range append(append(slices.Clone(serves), geneses...), offers...) {
+		if slices.Contains(l, "--password") {
+			t.Fatalf("a printed line takes --password: %q", l)
+		}
+	}
+	data := t.TempDir()
+	serve := func(ctx context.Context, logs *syncBuffer) (url string, done chan int) {
+		done = make(chan int, 1)
+		go func() {
+			done <- run(ctx, append(slices.Clone(serves[0]), "--data", data, "--listen", "127.0.0.1:-1", "--sync", "interval"), &bytes.Buffer{}, logs)
+		}()
+		return waitServing(t, logs, done, regexp.MustCompile(`connect workers to (tls://127\.0\.0\.1:\d+)`)), done
+	}
+	stop := func(cancel context.CancelFunc, done chan int, logs *syncBuffer) {
+		t.Helper()
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Fatalf("serve exit %d:\n%s", code, logs.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("serve did not stop")
+		}
+		if s := logs.String(); strings.Contains(s, "ermission") || strings.Contains(s, "iolation") {
+			t.Errorf("serve logged a permissions problem:\n%s", s)
+		}
+	}
+	disp, err := auth.ReadCredential(filepath.Join(dir, "disp.creds.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url, done := serve(ctx, &logs)
+	dnc, err := disp.Connect(url, nats.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dnc.Close()
+	// Standby, naming the command to run (as printed), until it runs.
+	if err := testutil.Poll(30*time.Second, func() error {
+		st, err := coordinatorStatus(dnc, "tenure.status.coord")
+		if err != nil {
+			return err
+		}
+		if st.State != "standby" || !strings.Contains(st.Reason, strings.Join(append([]string{"tenure"}, geneses[0]...), " ")) {
+			return fmt.Errorf("state %s, reason %q", st.State, st.Reason)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("coordinator not waiting for tenure genesis: %v\n%s", err, logs.String())
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, append(slices.Clone(geneses[0]), "--nats-url", url, "--timeout", "30s"), &out, &errb); code != 0 || !strings.Contains(out.String(), "TENURE_IN: genesis ended") {
+		t.Fatalf("tenure genesis as printed: exit %d: %s%s", code, out.String(), errb.String())
+	}
+	if err := testutil.Poll(30*time.Second, func() error { return statusLive(dnc, "tenure.status.coord") }); err != nil {
+		t.Fatalf("coordinator not live after tenure genesis: %v\n%s", err, logs.String())
+	}
+	offer := func(ctx context.Context, job string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		args := slices.Clone(offers[0])
+		for i, a := range args {
+			args[i] = strings.NewReplacer("JOB", job, "WORKER", "w1").Replace(a)
+		}
+		if code := run(ctx, append(args, "--nats-url", url, "--json"), &out, &errb); code != 0 || !strings.Contains(out.String(), `"kind":"offered"`) {
+			t.Fatalf("tenure offer %q: exit %d: %s%s", args, code, out.String(), errb.String())
+		}
+	}
+	offer(ctx, "printed-1")
+	dnc.Close()
+	stop(cancel, done, &logs)
+
+	// A later start: live by itself.
+	var logs2 syncBuffer
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	url, done = serve(ctx2, &logs2)
+	dnc, err = disp.Connect(url, nats.Timeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dnc.Close()
+	if err := testutil.Poll(30*time.Second, func() error { return statusLive(dnc, "tenure.status.coord") }); err != nil {
+		t.Fatalf("coordinator not live on a later start: %v\n%s", err, logs2.String())
+	}
+	offer(ctx2, "printed-2")
+	stop(cancel2, done, &logs2)
+}
+
+// coordinatorStatus asks a coordinator's status service for its status.
+func coordinatorStatus(nc *nats.Conn, subject string) (status, error) {
+	var st status
+	resp, err := nc.Request(subject, nil, time.Second)
+	if err != nil {
+		return st, fmt.Errorf("%s: %w", subject, err)
+	}
+	if err := json.Unmarshal(resp.Data, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", subject, err)
+	}
+	return st, nil
 }

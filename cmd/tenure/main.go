@@ -76,7 +76,7 @@ func isHelp(arg string) bool {
 
 func commands() []*command {
 	return []*command{serveCmd, clusterCmd, demoCmd, offerCmd, submitCmd, cancelCmd, resolveCmd, policyCmd, watchCmd,
-		jobsCmd, queuesCmd, statusCmd, authCmd, auditCmd, logCmd, headsCmd, chaosCmd, uiCmd, benchCmd, versionCmd}
+		jobsCmd, queuesCmd, statusCmd, authCmd, genesisCmd, auditCmd, logCmd, headsCmd, chaosCmd, uiCmd, benchCmd, versionCmd}
 }
 
 var versionCmd = &command{

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/maknow/tenure/api"
+	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
@@ -31,35 +33,109 @@ import (
 )
 
 // connFlags are the usual NATS connection options, shared by every command
-// that talks to a server.
+// that talks to a server. The password comes from --password-file, the
+// environment (NATS_PASSWORD) or a credential file (--credential), so that
+// it need not be on the command line; --password, which every local user
+// can read in ps, is kept for compatibility and warned about.
 type connFlags struct {
-	url, creds, nkey, user, password, tlsCA, tlsCert, tlsKey, inbox string
+	url, creds, nkey, user, password, passwordFile, tlsCA, tlsCert, tlsKey, inbox string
+
+	cred     *auth.Credential // --credential, read when parsed
+	credPath string
+	set      map[string]bool // the connection flags given
+	warn     io.Writer       // where --password's warning goes: the flag set's output
 }
+
+// passwordEnv is the environment variable a password is read from when no
+// flag gives one.
+const passwordEnv = "NATS_PASSWORD"
 
 func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
-	fs.StringVar(&c.url, "nats-url", os.Getenv("NATS_URL"), urlHelp+" (env NATS_URL)")
-	fs.StringVar(&c.creds, "creds", "", "NATS credentials file")
-	fs.StringVar(&c.nkey, "nkey", "", "NATS nkey seed file")
-	fs.StringVar(&c.user, "user", "", "NATS user")
-	fs.StringVar(&c.password, "password", "", "NATS password")
-	fs.StringVar(&c.tlsCA, "tlsca", "", "CA certificate file to verify the server")
-	fs.StringVar(&c.tlsCert, "tlscert", "", "client certificate file")
-	fs.StringVar(&c.tlsKey, "tlskey", "", "client private key file")
-	fs.StringVar(&c.inbox, "inbox-prefix", "", "reply inbox prefix, e.g. _INBOX_<user> when permissions allow only that (tenure auth init)")
+	c.set, c.warn = map[string]bool{}, fs.Output()
+	str := func(p *string, name, value, usage string) {
+		fs.Func(name, usage, func(v string) error { *p, c.set[name] = v, true; return nil })
+		*p = value
+	}
+	str(&c.url, "nats-url", os.Getenv("NATS_URL"), urlHelp+" (env NATS_URL; default with --credential: the credential's URL)")
+	fs.Func("credential", "credential file of tenure auth init (<name>.creds.json): URL, user and password or nkey seed file, inbox prefix and TLS files in one; other connection flags given override its values", func(v string) error {
+		cr, err := auth.ReadCredential(v)
+		if err != nil {
+			return err
+		}
+		c.cred, c.credPath, c.set["credential"] = &cr, v, true
+		return nil
+	})
+	str(&c.creds, "creds", "", "NATS credentials file")
+	str(&c.nkey, "nkey", "", "NATS nkey seed file")
+	str(&c.user, "user", "", "NATS user")
+	str(&c.passwordFile, "password-file", "", "file holding the NATS password (its first line)")
+	str(&c.password, "password", "", "NATS password: visible to every local user in ps; prefer --password-file, --credential or env "+passwordEnv)
+	str(&c.tlsCA, "tlsca", "", "CA certificate file to verify the server")
+	str(&c.tlsCert, "tlscert", "", "client certificate file")
+	str(&c.tlsKey, "tlskey", "", "client private key file")
+	str(&c.inbox, "inbox-prefix", "", "reply inbox prefix, e.g. _INBOX_<user> when permissions allow only that (tenure auth init)")
 }
 
-func (c *connFlags) connect(name string) (*nats.Conn, error) {
-	return streams.Connect(streams.ConnectConfig{
-		URL: c.url, Name: name, CredsFile: c.creds, NKeySeedFile: c.nkey,
+// resolved is the connection configuration of the flags: the credential's
+// values under the flags given, and the password from --password,
+// --password-file or NATS_PASSWORD, in that order.
+func (c *connFlags) resolved() (streams.ConnectConfig, string, error) {
+	cfg := streams.ConnectConfig{
+		URL: c.url, CredsFile: c.creds, NKeySeedFile: c.nkey,
 		User: c.user, Password: c.password, TLSCAFile: c.tlsCA, TLSCertFile: c.tlsCert, TLSKeyFile: c.tlsKey,
-	}, c.inboxOption()...)
+	}
+	inbox := c.inbox
+	if c.set["password"] && c.set["password-file"] {
+		return cfg, "", fmt.Errorf("%w: --password and --password-file are exclusive", errUsage)
+	}
+	if c.set["password"] && c.warn != nil {
+		fmt.Fprintln(c.warn, "tenure: warning: --password is visible to every local user (ps); use --password-file, --credential or env "+passwordEnv)
+	}
+	if c.set["password-file"] {
+		b, err := os.ReadFile(c.passwordFile)
+		if err != nil {
+			return cfg, "", fmt.Errorf("%w: --password-file: %v", errUsage, err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		cfg.Password = strings.TrimRight(line, "\r")
+	}
+	if cr := c.cred; cr != nil {
+		if c.set["creds"] || c.set["nkey"] || c.set["user"] && cr.NKeySeedFile != "" {
+			return cfg, "", fmt.Errorf("%w: --credential %s authenticates already: give no --creds, --nkey or --user with it", errUsage, c.credPath)
+		}
+		if cfg.URL == "" {
+			cfg.URL = cr.URL
+		}
+		if !c.set["user"] {
+			cfg.User = cr.User
+		}
+		if cfg.Password == "" && !c.set["password"] {
+			cfg.Password = cr.Password
+		}
+		cfg.NKeySeedFile = cr.NKeySeedFile
+		if !c.set["tlsca"] {
+			cfg.TLSCAFile = cr.TLSCAFile
+		}
+		if !c.set["tlscert"] && !c.set["tlskey"] {
+			cfg.TLSCertFile, cfg.TLSKeyFile = cr.TLSCertFile, cr.TLSKeyFile
+		}
+		if !c.set["inbox-prefix"] {
+			inbox = cr.InboxPrefix
+		}
+	}
+	if cfg.Password == "" && cfg.User != "" {
+		cfg.Password = os.Getenv(passwordEnv)
+	}
+	return cfg, inbox, nil
 }
 
-// inboxOption is the connection's inbox prefix: --inbox-prefix (or nats'
-// default) followed by a random token, so that no other client can aim
-// replies at this one's inboxes (streams.PrivateInboxPrefix).
-func (c *connFlags) inboxOption() []nats.Option {
-	return []nats.Option{nats.CustomInboxPrefix(streams.PrivateInboxPrefix(c.inbox))}
+func (c *connFlags) connect(name string, extra ...nats.Option) (*nats.Conn, error) {
+	cfg, inbox, err := c.resolved()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Name = name
+	return streams.Connect(cfg, append([]nats.Option{nats.CustomInboxPrefix(streams.PrivateInboxPrefix(inbox))}, extra...)...)
 }
 
 // newLogger returns coloured text logs on a terminal (tint), JSON otherwise
@@ -169,7 +245,18 @@ board-viewer.token; the log says where).
 It also answers the state API (tenure.api.>, PROTOCOL.md §23: the jobs'
 projections, the queues' depth, workers and rates, for tenure jobs and
 tenure queues) from a read model of the decision stream it rebuilds from
-the first decision at every start; --no-api turns it off.`,
+the first decision at every start; --no-api turns it off. The status and
+$SRV endpoints, the state API and the web UI use a second connection
+(tenure-service-<id>), so that a flood aimed at their subjects never
+slows the coordinator's own.
+
+On a brand-new deployment under tenure auth init (--credential of its
+coordinator), the coordinator's credential may update no stream: once its
+rules and policy are stored it waits, saying so in its status and log, for
+the administrator's tenure genesis to widen the input stream, then goes
+live. Later starts need nothing of it. Without authorization it widens the
+stream itself. While live, a change of its streams' configuration that its
+start would refuse makes it refuse at once.`,
 	run: runServe,
 }
 
@@ -312,6 +399,16 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		return err
 	}
 	defer nc.Close()
+	// The responders on subjects anyone in the deployment's account can
+	// reach (status, $SRV, the state API, the stream advisories: a worker
+	// may aim a push consumer of its own decisions at any of them) run on
+	// a connection of their own, so that a flood there is dropped on it,
+	// never slowing the coordinator's appends on nc.
+	svc, err := conn.connect("tenure-service-"+*id, nats.ErrorHandler(serviceErrors(log)))
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
 
 	if *replicas == 0 {
 		*replicas = defaultReplicas(nc)
@@ -321,24 +418,28 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		ID: *id, Conn: nc, Topology: streams.Topology{Replicas: *replicas, LogRetention: *logRetention}, LeaderTTL: *leaderTTL,
 		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Logger: log,
 		Metrics: webUI.coordinatorMetrics(count), HeadSigner: headSigner, HeadInterval: headFlags.interval,
-		AppendMode: appendMode,
+		AppendMode: appendMode, WatchConn: svc,
+	}
+	cfg.Genesis, cfg.GenesisCommand = genesisMode(&conn, cfg.Topology)
+	if cfg.Genesis == coordinator.GenesisAdmin {
+		log.Info("the input stream's genesis, on a brand-new deployment, is the administrator's: this coordinator's credential may not update streams", "command", cfg.GenesisCommand)
 	}
 	if count > 0 {
 		g, err := coordinator.NewGroup(cfg, count)
 		if err != nil {
 			return err
 		}
-		stateAPI, err := startAPI(ctx, nc, count, *noAPI, log)
+		stateAPI, err := startAPI(ctx, svc, count, *noAPI, log)
 		if err != nil {
 			return err
 		}
 		defer stateAPI.stop()
-		svc, err := addStatusService(nc, g.Coordinators(), *id, stateAPI.srv)
+		service, err := addStatusService(svc, g.Coordinators(), *id, stateAPI.srv)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = svc.Stop() }()
-		stopUI, err := webUI.startLocal(ctx, nc, conn.url, uiTokenDir, g.Coordinators(), streams.Topology{Replicas: *replicas}, count, log)
+		defer func() { _ = service.Stop() }()
+		stopUI, err := webUI.startLocal(ctx, svc, conn.url, uiTokenDir, g.Coordinators(), streams.Topology{Replicas: *replicas}, count, log)
 		if err != nil {
 			return err
 		}
@@ -352,17 +453,17 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	stateAPI, err := startAPI(ctx, nc, 0, *noAPI, log)
+	stateAPI, err := startAPI(ctx, svc, 0, *noAPI, log)
 	if err != nil {
 		return err
 	}
 	defer stateAPI.stop()
-	svc, err := addStatusService(nc, []*coordinator.Coordinator{c}, *id, stateAPI.srv)
+	service, err := addStatusService(svc, []*coordinator.Coordinator{c}, *id, stateAPI.srv)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = svc.Stop() }()
-	stopUI, err := webUI.startLocal(ctx, nc, conn.url, uiTokenDir, []*coordinator.Coordinator{c}, streams.Topology{Replicas: *replicas}, 0, log)
+	defer func() { _ = service.Stop() }()
+	stopUI, err := webUI.startLocal(ctx, svc, conn.url, uiTokenDir, []*coordinator.Coordinator{c}, streams.Topology{Replicas: *replicas}, 0, log)
 	if err != nil {
 		return err
 	}
@@ -523,7 +624,7 @@ func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string, a
 			}
 			b, _ := json.Marshal(stats(c))
 			_ = r.Respond(b)
-		}), micro.WithEndpointSubject(subject))
+		}), micro.WithEndpointSubject(subject), micro.WithEndpointPendingLimits(servicePendingMsgs, servicePendingBytes))
 		if err != nil {
 			return nil, fmt.Errorf("status endpoint: %w", err)
 		}
@@ -535,6 +636,73 @@ func addStatusService(nc *nats.Conn, cs []*coordinator.Coordinator, id string, a
 		}
 	}
 	return svc, nil
+}
+
+// Pending limits of the status endpoints' subscriptions: past them, a
+// flood aimed at the status subject (a push consumer delivering there) is
+// dropped by the client library and counted, on the service connection.
+const (
+	servicePendingMsgs  = 1024
+	servicePendingBytes = 4 << 20
+)
+
+// serviceErrors is the error handler of serve's service connection: a
+// flood aimed at its subjects overflows their pending limits (a slow
+// consumer: the client library drops and counts what is over), which it
+// logs once a minute at most, with how many drops came since; other errors
+// are logged as they come.
+func serviceErrors(log *slog.Logger) nats.ErrHandler {
+	var mu sync.Mutex
+	var last time.Time
+	var since int
+	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if !errors.Is(err, nats.ErrSlowConsumer) {
+			log.Warn("service connection", "err", err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		since++
+		if time.Since(last) < time.Minute {
+			return
+		}
+		subject := ""
+		if sub != nil {
+			subject = sub.Subject
+		}
+		log.Warn("service connection: messages dropped over the pending limit (a flood aimed at the status or state API subjects; the coordinator's own connection is not affected)",
+			"subject", subject, "slow_consumer_events", since)
+		last, since = time.Now(), 0
+	}
+}
+
+// genesisMode is how the coordinators of a serve connected with conn end
+// a brand-new input stream's genesis (coordinator.Config.Genesis), and the
+// command their status names while they wait: with a credential of tenure
+// auth init whose permissions do not allow it to update the input stream
+// (every coordinator's since the administrator's role exists), the
+// administrator's tenure genesis, with the administrator's credential
+// beside it when there is one; otherwise the coordinator itself, which
+// waits for the same command if its update is refused.
+func genesisMode(conn *connFlags, top streams.Topology) (coordinator.GenesisMode, string) {
+	cmd := coordinator.DefaultGenesisCommand
+	cr := conn.cred
+	if cr == nil {
+		return coordinator.GenesisSelf, cmd
+	}
+	admin := filepath.Join(filepath.Dir(conn.credPath), "admin"+auth.CredentialSuffix)
+	if c, err := auth.ReadCredential(admin); err == nil && c.Role == auth.RoleAdmin {
+		if abs, err := filepath.Abs(admin); err == nil {
+			admin = abs
+		}
+		cmd = "tenure genesis --credential " + admin
+	}
+	// The input stream, or partition 0's: the same right on each.
+	updates := []string{"$JS.API.STREAM.UPDATE." + top.InputStream(), "$JS.API.STREAM.UPDATE." + top.Partitions(1)[0].InputStream()}
+	if cr.Role == auth.RoleCoordinator && !slices.ContainsFunc(cr.Permissions.PublishAllow, func(s string) bool { return slices.Contains(updates, s) }) {
+		return coordinator.GenesisAdmin, cmd
+	}
+	return coordinator.GenesisSelf, cmd
 }
 
 // statusEndpoint is the name of c's status endpoint.

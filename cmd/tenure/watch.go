@@ -25,7 +25,11 @@ import (
 )
 
 func defaultURL(c *connFlags) {
-	if c.url == "" {
+	switch {
+	case c.url != "":
+	case c.cred != nil:
+		c.url = c.cred.URL
+	default:
 		c.url = "nats://127.0.0.1:4222"
 	}
 }

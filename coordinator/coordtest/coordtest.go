@@ -19,6 +19,15 @@ import (
 // live coordinator, failing the test after within.
 func RunGroup(t testing.TB, cfg coordinator.Config, count uint32, within time.Duration) *coordinator.Group {
 	t.Helper()
+	g := StartGroup(t, cfg, count)
+	WaitLive(t, g, within)
+	return g
+}
+
+// StartGroup is RunGroup without the wait for every partition to be live
+// (for a group whose genesis an administrator ends: WaitLive after).
+func StartGroup(t testing.TB, cfg coordinator.Config, count uint32) *coordinator.Group {
+	t.Helper()
 	g, err := coordinator.NewGroup(cfg, count)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +46,14 @@ func RunGroup(t testing.TB, cfg coordinator.Config, count uint32, within time.Du
 			t.Errorf("coordinator group did not stop")
 		}
 	})
-	testutil.WaitFor(t, within, fmt.Sprintf("all %d partitions live", count), func() bool {
+	return g
+}
+
+// WaitLive waits until every partition of g has a live coordinator,
+// failing the test after within.
+func WaitLive(t testing.TB, g *coordinator.Group, within time.Duration) {
+	t.Helper()
+	testutil.WaitFor(t, within, fmt.Sprintf("all %d partitions live", len(g.Coordinators())), func() bool {
 		live := 0
 		for _, st := range g.Stats() {
 			if st.Live {
@@ -46,5 +62,4 @@ func RunGroup(t testing.TB, cfg coordinator.Config, count uint32, within time.Du
 		}
 		return live == len(g.Coordinators())
 	})
-	return g
 }

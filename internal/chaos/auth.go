@@ -1,12 +1,16 @@
 package chaos
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"golang.org/x/crypto/bcrypt"
@@ -30,6 +34,10 @@ import (
 // adminUser is the orchestrator's user in the deployment's account.
 const adminUser = "chaos-orchestrator"
 
+// adminName is the deployment's administrator (auth.RoleAdmin), whose
+// credential ends the genesis of the input stream (tenure genesis).
+const adminName = "admin"
+
 // envAuth is the generated configuration of one environment.
 type envAuth struct {
 	b        *auth.Bundle
@@ -41,6 +49,11 @@ type envAuth struct {
 // written into them (the cheapest bcrypt cost: every connection checks a
 // hash).
 func newEnvAuth(dir, urls string, actors []auth.Actor) (*envAuth, error) {
+	if !slices.ContainsFunc(actors, func(a auth.Actor) bool { return a.Role == auth.RoleAdmin }) {
+		// The administrator, as tenure auth init writes it: it ends the
+		// genesis of every new deployment (env.endGenesis).
+		actors = append(slices.Clone(actors), auth.Actor{Name: adminName, Role: auth.RoleAdmin})
+	}
 	b, err := auth.Generate(auth.Options{Dir: filepath.Join(dir, "auth"), Actors: actors, URL: urls, BcryptCost: bcrypt.MinCost})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: auth: %w", err)
@@ -65,15 +78,6 @@ func newEnvAuth(dir, urls string, actors []auth.Actor) (*envAuth, error) {
 	return a, nil
 }
 
-// credential returns the credential of actor name.
-func (a *envAuth) credential(name string) auth.Credential {
-	c, ok := a.b.Credential(name)
-	if !ok {
-		panic("chaos: no credential for " + name)
-	}
-	return c
-}
-
 // credentialPath is the file of actor name's credential.
 func (a *envAuth) credentialPath(name string) string {
 	return filepath.Join(a.b.Dir, name+auth.CredentialSuffix)
@@ -96,4 +100,18 @@ func connectCredential(path, url string, extra ...nats.Option) (*nats.Conn, auth
 	}
 	nc, err := c.Connect(url, extra...)
 	return nc, c, err
+}
+
+// endGenesis runs `tenure genesis` with the administrator's credential, as
+// an operator does on a brand-new deployment: it waits for the first
+// coordinator's rules and policy and widens the input stream.
+func (e *env) endGenesis(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, e.cfg.Tenure, "genesis", "--credential", e.auth.credentialPath(adminName),
+		"--nats-url", e.urls, "--timeout", "80s").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("chaos: %s: tenure genesis: %w: %s", e.name, err, out)
+	}
+	return nil
 }

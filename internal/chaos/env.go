@@ -220,15 +220,18 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 				// Snapshots every few inputs or never, so that restarts go
 				// through both paths.
 				every := []string{"-1", "300", "2000"}[rng.IntN(3)]
-				return append([]string{"serve", "--id", id, "--leader-ttl", "1s",
+				return []string{"serve", "--id", id, "--leader-ttl", "1s",
 					"--replicas", strconv.Itoa(replicas), "--snapshot-every", every, "--snapshot-interval", "2s",
-					"--log-format", "json"}, e.auth.credential(id).Flags()...)
+					"--log-format", "json", "--nats-url", e.urls, "--credential", e.auth.credentialPath(id)}
 			}}
 		e.coords = append(e.coords, c)
 		if err := c.start(); err != nil {
 			return e, err
 		}
-		if i == 0 { // the first one creates the topology
+		if i == 0 { // the first one creates the topology; the administrator ends its genesis
+			if err := e.endGenesis(ctx); err != nil {
+				return e, err
+			}
 			if _, err := e.waitLive(ctx, 60*time.Second); err != nil {
 				return e, err
 			}

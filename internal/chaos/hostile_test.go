@@ -53,12 +53,27 @@ func TestChaosHostileRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cnc.Close()
-	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: cnc, LeaderTTL: time.Second})
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: cnc, LeaderTTL: time.Second, Genesis: coordinator.GenesisAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
+	// The administrator ends the genesis (tenure genesis, in process).
+	gnc, _, err := connectCredential(a.credentialPath(adminName), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ajs, err := jetstream.New(gnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, gcancel := context.WithTimeout(ctx, 20*time.Second)
+	if _, err := coordinator.EndGenesis(gctx, ajs, streams.Topology{}, nil, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	gcancel()
+	gnc.Close()
 	testutil.WaitFor(t, 20*time.Second, "the coordinator live", func() bool { return c.Stats().Live })
 
 	// The honest worker, journaled like the chaos workers.

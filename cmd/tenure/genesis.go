@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	tclock "github.com/maknow/tenure/clock"
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/streams"
+)
+
+var genesisCmd = &command{
+	name:    "genesis",
+	summary: "end a brand-new deployment's genesis as its administrator (once, with tenure auth init's admin credential)",
+	usage:   "tenure genesis --credential DIR/admin.creds.json [flags]",
+	help: `A brand-new deployment's input stream takes only the coordinators' rules and
+policy inputs until they are stored (PROTOCOL.md §1.1, genesis); then it is
+widened to every input. Under tenure auth init's permissions no coordinator
+may update a stream (an update could also trim its log), so the
+administrator does it, once: tenure genesis waits for the deployment's
+streams and for the coordinator's rules and policy (start tenure serve
+before or after it), widens the input stream of every partition, and exits.
+The coordinator, which says in its status and log that it waits for this
+command, notices the widening and goes live. On a deployment past genesis it
+does nothing. Later starts of the coordinator need nothing of it.`,
+	run: runGenesis,
+}
+
+// genesisPoll is how often tenure genesis reads the streams while it waits.
+const genesisPoll = 100 * time.Millisecond
+
+func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	var conn connFlags
+	conn.register(fs, "NATS server of the deployment (default nats://127.0.0.1:4222, the local embedded one)")
+	prefix := fs.String("prefix", streams.DefaultPrefix, "stream name prefix of the topology")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long (0: wait until interrupted)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if !validPrefix(*prefix) {
+		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, *prefix)
+	}
+	if *timeout < 0 {
+		return fmt.Errorf("%w: --timeout must not be negative", errUsage)
+	}
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	defaultURL(&conn)
+	nc, err := conn.connect("tenure-genesis")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	top := streams.Topology{Prefix: *prefix}
+	fmt.Fprintf(stdout, "waiting for the deployment's streams and its coordinator's rules and policy (%s)...\n", conn.url)
+	// The deployment may not exist yet (its coordinator not started): wait
+	// for its decision stream, unpartitioned or partition 0's (listed by
+	// name: a credential of one form may not look up the other), then for
+	// each partition's rules.
+	p0 := top.Partitions(1)[0].DecisionStream()
+	clk := tclock.OrReal(nil)
+	for found := false; !found; {
+		// One attempt at a time: a request a cluster drops is tried again.
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		names := js.StreamNames(actx)
+		for n := range names.Name() {
+			found = found || n == top.DecisionStream() || n == p0
+		}
+		acancel()
+		if found {
+			break
+		}
+		t := clk.NewTimer(genesisPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("genesis: no deployment with stream prefix %s found: %w", *prefix, ctx.Err())
+		case <-t.C():
+		}
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	count, err := streams.Discover(dctx, js, top)
+	dcancel()
+	if err != nil {
+		return err
+	}
+	for _, pt := range top.Partitions(count) {
+		widened, err := coordinator.EndGenesis(ctx, js, pt, clk, genesisPoll)
+		if err != nil {
+			return fmt.Errorf("genesis of %s: %w", pt.InputStream(), err)
+		}
+		if widened {
+			fmt.Fprintf(stdout, "%s: genesis ended, open to %s\n", pt.InputStream(), pt.InputConfig().Subjects[0])
+		} else {
+			fmt.Fprintf(stdout, "%s: past its genesis already, nothing to do\n", pt.InputStream())
+		}
+	}
+	return nil
+}
