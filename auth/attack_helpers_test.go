@@ -870,23 +870,19 @@ func (e *attackEnv) awaitVerdicts(t testing.TB, timeout time.Duration, seqs ...u
 
 // verdict publishes body on w2's subject tail and returns its verdict, read
 // as w2 reads its own decisions (a JetStream consumer filtered to
-// tenure.out.w2.>, from the decision stream's end before the publish).
+// tenure.out.w2.>, created before the publish with deliver policy new: a
+// worker has no stream info).
 func (a *attacker) verdict(t testing.TB, tail, body string) events.Decision {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	s, err := a.js.Stream(ctx, "TENURE_OUT")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Its own consumer, under the one of its names it keeps for this (a
 	// worker may use no other names); made anew from the stream's end.
 	name := events.WorkerConsumerName("w2", events.WorkerConsumers-1)
 	_ = a.js.DeleteConsumer(ctx, "TENURE_OUT", name)
 	cons, err := a.js.CreateConsumer(ctx, "TENURE_OUT", jetstream.ConsumerConfig{
 		Name: name, FilterSubject: events.AddresseeFilter("w2"), AckPolicy: jetstream.AckNonePolicy,
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: s.CachedInfo().State.LastSeq + 1,
-		InactiveThreshold: time.Minute,
+		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: time.Minute,
 	})
 	if err != nil {
 		t.Fatalf("w2 reading its decisions: %v", err)
@@ -907,17 +903,16 @@ func (a *attacker) verdict(t testing.TB, tail, body string) events.Decision {
 	}
 }
 
-// coordinatorID is what w2 learns of the coordinator's id: the addressee of
-// the default policy's verdict (or of a tick's), as listed by the decision
-// stream's info.
+// coordinatorID is what w2 is told of the coordinator's id (it cannot list
+// the decision subjects itself: TestAttackDecisionSubjectsEnumerated; the
+// strongest attacker knows it anyway): the addressee of the default
+// policy's verdict (or of a tick's), as the decision stream's info lists
+// it to the harness.
 func (a *attacker) coordinatorID(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := a.js.Stream(ctx, "TENURE_OUT")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := a.e.stream(t, "TENURE_OUT")
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter("tenure.out.*._.*"))
 	if err != nil {
 		t.Fatalf("w2 reading the decision subjects: %v", err)

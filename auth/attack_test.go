@@ -11,9 +11,12 @@ package auth_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -197,22 +200,21 @@ func TestAttackForgedInputsViaPredictedInbox(t *testing.T) {
 	})
 }
 
-// A worker cannot freeze another worker's job by naming its lease: w2
-// learns the honest workers' job ids from the decision stream's info (a
-// subjects filter lists every decision subject), then claims every lease
-// id up to the input stream's end, generation 1, with batch renewals of
-// those jobs. No ownership conflict may be recorded on an honest lease,
-// and the honest leases' renewals go on being accepted.
+// A worker cannot freeze another worker's job by naming its lease: w2 is
+// told the honest workers' job ids (as the decision stream's info lists
+// them to the harness: a worker cannot list them itself,
+// TestAttackDecisionSubjectsEnumerated, but the strongest attacker knows
+// them), then claims every lease id up to the input stream's end,
+// generation 1, with batch renewals of those jobs. No ownership conflict
+// may be recorded on an honest lease, and the honest leases' renewals go on
+// being accepted.
 func TestAttackJobFrozenByGuessedLeaseID(t *testing.T) {
 	t.Parallel()
 	e := newAttackEnv(t)
 	h := e.startHonest(t, honestConfig{})
 	a := e.attacker(t)
 	ctx := context.Background()
-	out, err := a.js.Stream(ctx, "TENURE_OUT")
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := e.stream(t, "TENURE_OUT")
 	attacked := map[string]bool{}
 	guesses := 0
 	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline) && len(attacked) < 8; {
@@ -583,4 +585,47 @@ func TestAttackStateAPIRead(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the API to drop w2's deliveries", func() bool { return s.Stats().Dropped > dropped })
 	t.Logf("the API dropped %d deliveries aimed at it; refused %d requests", s.Stats().Dropped-dropped, s.Stats().Refused)
 	e.checkHonest(t, h)
+}
+
+// A worker cannot list the deployment's job ids and worker names. A stream
+// info request with a subjects filter answers every subject of the stream
+// with its message count, and a decision's subject is
+// tenure.out.<addressee>.<job>.<kind>: NATS cannot restrict a request's
+// body, so a worker may not ask for stream info at all. w2 asks for the
+// decision stream's, with the filter tenure.out.>, under its API prefix
+// (refused: a permissions violation, no answer) and under the plain one
+// (likewise); the honest workers' SDKs, under the same permissions, work
+// end to end without it.
+func TestAttackDecisionSubjectsEnumerated(t *testing.T) {
+	t.Parallel()
+	e := newAttackEnv(t)
+	h := e.startHonest(t, honestConfig{})
+	h.waitProgress(t, 2, 20*time.Second) // the honest workers hold and complete leases
+	a := e.attacker(t)
+	for _, s := range []string{"TENURE_OUT", "TENURE_IN"} {
+		listsNoSubjects(t, a.client, "w2", s, "JS.TENURE.API.", "$JS.API.")
+	}
+	e.checkHonest(t, h)
+}
+
+// listsNoSubjects asks, as c, for stream's info with a subjects filter
+// under each API prefix, and fails unless each request is refused by the
+// server (a permissions violation) and gets no answer.
+func listsNoSubjects(t *testing.T, c *client, who, stream string, prefixes ...string) {
+	t.Helper()
+	for _, p := range prefixes {
+		c.errs.reset()
+		subject := p + "STREAM.INFO." + stream
+		m, err := c.nc.Request(subject, []byte(`{"subjects_filter":"tenure.>"}`), time.Second)
+		if err == nil {
+			var info struct {
+				State struct {
+					Subjects map[string]uint64 `json:"subjects"`
+				} `json:"state"`
+			}
+			_ = json.Unmarshal(m.Data, &info)
+			t.Fatalf("%s asked for %s: answered, listing %d subjects: %v", who, subject, len(info.State.Subjects), first(slices.Sorted(maps.Keys(info.State.Subjects)), 6))
+		}
+		c.errs.expectViolation(t, who+" asking for "+subject, `Publish to "`+subject+`"`)
+	}
 }

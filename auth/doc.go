@@ -37,13 +37,19 @@
 // A worker <w>, in its own account, may publish
 //
 //	tenure.in.worker.<w>.>                                              its inputs (imported: PubAcks come back)
-//	JS.TENURE.API.STREAM.INFO.TENURE_OUT                                the decision stream's last sequence
 //	JS.TENURE.API.CONSUMER.CREATE.TENURE_OUT.tw_<w>_<i>.tenure.out.<w>.>  its consumers, filtered to its own decisions only
 //	JS.TENURE.API.CONSUMER.INFO.TENURE_OUT.tw_<w>_<i>
 //	JS.TENURE.API.CONSUMER.DELETE.TENURE_OUT.tw_<w>_<i>
 //	JS.TENURE.API.CONSUMER.MSG.NEXT.TENURE_OUT.tw_<w>_<i>                 pull from them
 //
-// for i from 0 to events.WorkerConsumers-1, and subscribe to its own reply
+// for i from 0 to events.WorkerConsumers-1, and no stream info: a stream
+// info request may carry a subjects filter, and its answer would list
+// every decision subject (tenure.out.<addressee>.<job>.<kind>) with its
+// count, the job ids and worker names of the whole deployment; NATS
+// cannot restrict a request's body. The SDK learns where to start reading
+// from the answer to its first consumer's creation (deliver policy new)
+// and finds the deployment by looking up its first consumer name
+// (streams.DiscoverWorker). It may subscribe to its own reply
 // inbox _INBOX_<w>.> and to the coordinators' signed chain heads,
 // tenure.heads and tenure.heads.* (PROTOCOL.md §20.3), which its account
 // imports as streams (HeadStreams: messages flow one way, to the worker,
@@ -145,8 +151,12 @@
 // TENURE_P<k>_OUT for workers (consumers filtered to tenure.out.<w>.> only)
 // and dispatchers, TENURE_P<k>_IN, TENURE_P<k>_OUT, KV_TENURE_P<k>_LEADER and
 // OBJ_TENURE_P<k>_SNAPSHOTS for the coordinator, for k from 0 to N-1
-// (PartitionedPermissionsFor). Everybody keeps stream info on TENURE_OUT,
-// which streams.Discover looks up first; dispatchers may also request
+// (PartitionedPermissionsFor). Everybody but workers keeps stream info on
+// TENURE_OUT, which streams.Discover looks up first; a worker may instead
+// send the look-ups of its first consumer name on TENURE_OUT and on
+// TENURE_P<N>_OUT, which its account does not import (they get "no
+// responders" at once: that is how streams.DiscoverWorker tells a
+// partitioned deployment and counts its partitions). Dispatchers may also request
 // tenure.status.*.* and coordinators subscribe to tenure.status.<c>.*, the
 // per-partition status endpoints. The publish subjects do not change:
 // tenure.in.<role>.<id>.> covers the seven-token partition form, and
@@ -173,8 +183,8 @@
 // Limits (which `tenure auth init` prints) says what the server enforces,
 // what Tenure itself enforces, and what remains: publish rates,
 // Nats-Msg-Id values (the worker SDK resends an input whose first attempt
-// collides with another publisher's id), the subjects listed by stream info,
-// push consumers' deliver subjects, and the content of what the coordinator
+// collides with another publisher's id), push consumers' deliver subjects,
+// and the content of what the coordinator
 // writes (which the audit checks).
 //
 // # Files

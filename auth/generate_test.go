@@ -259,9 +259,15 @@ func TestPermissionSubjectsAreServerAPI(t *testing.T) {
 	}
 	// And the prefix is applied.
 	p, _ := auth.PermissionsFor(auth.Actor{Name: "w1", Role: auth.RoleWorker}, "ACME")
-	if !slices.Contains(p.PublishAllow, "JS.ACME.API.STREAM.INFO.ACME_OUT") ||
+	if !slices.Contains(p.PublishAllow, "JS.ACME.API.CONSUMER.INFO.ACME_OUT.tw_w1_0") ||
 		!slices.Contains(p.PublishAllow, "JS.ACME.API.CONSUMER.CREATE.ACME_OUT.tw_w1_3.tenure.out.w1.>") {
 		t.Errorf("prefix ACME: %v", p.PublishAllow)
+	}
+	// And no stream info: its subjects filter lists every decision subject.
+	for _, s := range p.PublishAllow {
+		if strings.Contains(s, ".STREAM.") {
+			t.Errorf("prefix ACME: a worker may publish %s", s)
+		}
 	}
 }
 

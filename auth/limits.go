@@ -6,10 +6,11 @@ package auth
 // auth/attack_test.go pin each point). `tenure auth init` prints it.
 const Limits = `What the server enforces (each worker is in an account of its own):
 - A worker publishes only its own inputs (tenure.in.worker.<id>.>) and
-  reaches, under the worker API prefix (JS.TENURE.API), only the info of
-  the decision streams and its own four consumers on each (names
-  tw_<id>_0..3, filtered to tenure.out.<id>.>): create, read, pull,
-  delete. No other consumer name, no other filter, no stream
+  reaches, under the worker API prefix (JS.TENURE.API), only its own four
+  consumers on each decision stream (names tw_<id>_0..3, filtered to
+  tenure.out.<id>.>): create, read, pull, delete. No stream info (whose
+  subjects filter would list every decision subject: job ids, worker
+  names), no other consumer name, no other filter, no stream
   administration, no message get, no core subscription to decisions (whose
   reply subjects would show the coordinator's inboxes), nothing of another
   worker's account.
@@ -53,9 +54,6 @@ What remains:
   UUID>"), and the first attempt of an input that comes back "duplicate" is
   a collision: the Go SDK resends it under a fresh id (a bare client must
   do the same).
-- Stream info (which the SDK needs) accepts a subjects filter: a worker can
-  list every decision subject with its message count, that is the
-  addressees, job ids and decision kinds of all (never a body).
 - A consumer's configuration is in the request body: a worker can make one
   of its own consumers push its own decisions to any subject of the
   deployment's account outside tenure.out.> (the server refuses a cycle).

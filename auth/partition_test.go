@@ -94,18 +94,33 @@ func TestPartitionedPermissions(t *testing.T) {
 			if rest, ok := strings.CutPrefix(s, api); ok && !slices.ContainsFunc(serverAPI(), func(pat string) bool { return subset("$JS.API."+rest, pat) }) {
 				t.Errorf("%s: %s is no JetStream API subject of the server", a.Name, s)
 			}
-			if strings.Contains(s, "TENURE") || strings.Contains(s, "ACME_OUT") && s != api+"STREAM.INFO.ACME_OUT" {
+			// The unpartitioned decision stream, which does not exist: the
+			// first look-up of discovery (a worker's, of its first consumer
+			// name, which its account does not import).
+			probe := api + "STREAM.INFO.ACME_OUT"
+			if a.Role == auth.RoleWorker {
+				probe = api + "CONSUMER.INFO.ACME_OUT." + events.WorkerConsumerName(a.Name, 0)
+			}
+			if strings.Contains(s, "TENURE") || strings.Contains(s, "ACME_OUT") && s != probe {
 				t.Errorf("%s: %s names an unpartitioned stream or the default prefix", a.Name, s)
 			}
 		}
 		for k := range partitions {
 			out := fmt.Sprintf("ACME_P%d_OUT", k)
-			if !slices.Contains(p.PublishAllow, api+"STREAM.INFO."+out) {
-				t.Errorf("%s: no stream info on %s", a.Name, out)
+			if has := slices.Contains(p.PublishAllow, api+"STREAM.INFO."+out); has != (a.Role != auth.RoleWorker) {
+				t.Errorf("%s: stream info on %s: %v", a.Name, out, has)
 			}
 		}
 		switch a.Role {
 		case auth.RoleWorker:
+			// The look-up one past the last partition ends the count.
+			past := fmt.Sprintf("%sCONSUMER.INFO.ACME_P%d_OUT.%s", api, partitions, events.WorkerConsumerName(a.Name, 0))
+			if !slices.Contains(p.PublishAllow, past) {
+				t.Errorf("%s: no %s in %v", a.Name, past, p.PublishAllow)
+			}
+			if slices.ContainsFunc(auth.WorkerImports(a.Name, "ACME", partitions), func(im auth.Import) bool { return im.To == past }) {
+				t.Errorf("%s: %s is imported", a.Name, past)
+			}
 			for i := range events.WorkerConsumers {
 				want := api + "CONSUMER.CREATE.ACME_P3_OUT." + events.WorkerConsumerName(a.Name, i) + ".tenure.out." + a.Name + ".>"
 				if !slices.Contains(p.PublishAllow, want) {
@@ -324,14 +339,10 @@ func TestPartitionedConfinement(t *testing.T) {
 			t.Fatal("w1 created a consumer on w2's decisions")
 		}
 		w1.errs.expectViolation(t, "w1 consumer on tenure.out.w2.>", "JS.TENURE.API.CONSUMER.CREATE.TENURE_P1_OUT.")
-		// The SDK's way, an ordered consumer: refused the same way.
-		s, err := w1.js.Stream(ctx, "TENURE_P1_OUT")
-		if err != nil {
-			t.Fatal(err)
-		}
+		// An ordered consumer: refused the same way.
 		octx, ocancel := context.WithTimeout(ctx, time.Second)
 		defer ocancel()
-		if c, err := s.OrderedConsumer(octx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"tenure.out.w2.>"}}); err == nil {
+		if c, err := w1.js.OrderedConsumer(octx, "TENURE_P1_OUT", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"tenure.out.w2.>"}}); err == nil {
 			if m, err := c.Next(jetstream.FetchMaxWait(time.Second)); err == nil {
 				t.Fatalf("w1 read w2's decision %s", m.Subject())
 			}
@@ -350,6 +361,15 @@ func TestPartitionedConfinement(t *testing.T) {
 		}
 		// A core subscription to decisions is refused too (its own included).
 		refusedSub(t, w1, "w1", "tenure.out.w2.>", "tenure.out.*.*.*.1", "tenure.out.w1.>")
+	})
+	t.Run("no stream info", func(t *testing.T) {
+		// Which would list every decision subject of a partition (job
+		// ids, worker names); the worker SDK finds the partitions by
+		// looking up its consumer names instead (partitionedEndToEnd).
+		for k := range uint32(partitions) {
+			listsNoSubjects(t, w1, "w1", fmt.Sprintf("TENURE_P%d_OUT", k), "JS.TENURE.API.", "$JS.API.")
+		}
+		listsNoSubjects(t, w1, "w1", "TENURE_OUT", "JS.TENURE.API.")
 	})
 	t.Run("chain heads", func(t *testing.T) {
 		// Each partition's on its own subject, naming its own stream; a

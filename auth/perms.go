@@ -99,7 +99,9 @@ func PermissionsFor(a Actor, prefix string) (Permissions, error) {
 // prefix: the JetStream API permissions of PermissionsFor on the streams and
 // buckets of every partition (TENURE_P<k>_OUT, ...) instead of the
 // unpartitioned ones, plus stream info on the unpartitioned decision stream,
-// which streams.Discover looks up first (and finds missing). Partitions 0 is
+// which streams.Discover looks up first (and finds missing); a worker,
+// which may read no stream info, may instead send the unanswered look-ups
+// of streams.DiscoverWorker (workerProbes). Partitions 0 is
 // PermissionsFor.
 func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permissions, error) {
 	if !events.ValidToken(a.Name) {
@@ -153,6 +155,7 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 				p.PublishAllow = append(p.PublishAllow, im.To)
 			}
 		}
+		p.PublishAllow = append(p.PublishAllow, workerProbes(a.Name, prefix, partitions)...)
 		// The chain heads, which its account imports as a stream
 		// (HeadStreams), to keep as witnesses; it cannot publish them.
 		p.SubscribeAllow = append([]string{inbox}, streams.HeadFilters()...)
@@ -278,13 +281,9 @@ func Exports(prefix string, partitions uint32) []Export {
 	const api = "$JS.API."
 	base := streams.Topology{Prefix: prefix}
 	ex := []Export{{Subject: events.InputPrefix + "." + events.RoleWorker.String() + ".>"}}
-	if partitions > 0 {
-		ex = append(ex, Export{Subject: api + "STREAM.INFO." + base.DecisionStream()})
-	}
 	for _, t := range base.Partitions(partitions) {
 		out := t.DecisionStream()
 		ex = append(ex,
-			Export{Subject: api + "STREAM.INFO." + out},
 			Export{Subject: api + "CONSUMER.CREATE." + out + ".>"},
 			Export{Subject: api + "CONSUMER.INFO." + out + ".*"},
 			Export{Subject: api + "CONSUMER.DELETE." + out + ".*"},
@@ -305,12 +304,13 @@ func HeadStreams() []string { return streams.HeadFilters() }
 // WorkerImports are the services worker name's account imports: its own
 // inputs (tenure.in.worker.<name>.>, PubAcks included), and, under the
 // worker API prefix (streams.Topology.WorkerAPIPrefix, JS.TENURE.API by
-// default), the info of the decision streams and, for each of its
-// events.WorkerConsumers consumer names on each decision stream, consumer
-// creation filtered to its own decisions, consumer info, deletion and pull
-// requests. Nothing else of the deployment's account is reachable from it:
-// no core subscription to decisions (which would show the coordinator's
-// reply inboxes), no other consumer name (a stream's consumers are a shared
+// default), for each of its events.WorkerConsumers consumer names on each
+// decision stream, consumer creation filtered to its own decisions,
+// consumer info, deletion and pull requests. Nothing else of the
+// deployment's account is reachable from it: no stream info (whose
+// subjects filter lists every decision subject: job ids, worker names), no
+// core subscription to decisions (which would show the coordinator's reply
+// inboxes), no other consumer name (a stream's consumers are a shared
 // resource), no input of another actor.
 func WorkerImports(name, prefix string, partitions uint32) []Import {
 	const api = "$JS.API."
@@ -318,12 +318,8 @@ func WorkerImports(name, prefix string, partitions uint32) []Import {
 	local := base.WorkerAPIPrefix() + "."
 	im := []Import{{Subject: events.ActorInputFilter(events.RoleWorker, name)}}
 	apiImport := func(sub string) Import { return Import{Subject: api + sub, To: local + sub} }
-	if partitions > 0 {
-		im = append(im, apiImport("STREAM.INFO."+base.DecisionStream()))
-	}
 	for _, t := range base.Partitions(partitions) {
 		out := t.DecisionStream()
-		im = append(im, apiImport("STREAM.INFO."+out))
 		for _, c := range events.WorkerConsumerNames(name) {
 			im = append(im,
 				apiImport("CONSUMER.CREATE."+out+"."+c+"."+events.AddresseeFilter(name)),
@@ -334,6 +330,25 @@ func WorkerImports(name, prefix string, partitions uint32) []Import {
 		}
 	}
 	return im
+}
+
+// workerProbes are the subjects worker name may publish that its account
+// does not import: in a partitioned deployment, the look-ups of its first
+// consumer name on the unpartitioned decision stream and on the partition
+// stream one past the last (<prefix>_P<partitions>_OUT), under the worker
+// API prefix. Nothing answers them ("no responders", at once), which is how
+// streams.DiscoverWorker finds, without any stream info, that the
+// deployment is partitioned and where its partitions end.
+func workerProbes(name, prefix string, partitions uint32) []string {
+	if partitions == 0 {
+		return nil
+	}
+	base := streams.Topology{Prefix: prefix}
+	past := base
+	past.Partition = events.Partition{Index: partitions, Count: partitions + 1}
+	c := events.WorkerConsumerName(name, 0)
+	local := base.WorkerAPIPrefix() + ".CONSUMER.INFO."
+	return []string{local + base.DecisionStream() + "." + c, local + past.DecisionStream() + "." + c}
 }
 
 // readStream is the JetStream API a reader of stream s uses: its info,

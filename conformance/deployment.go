@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
@@ -36,6 +39,11 @@ type deployment struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	coord *runningCoordinator
+	// With Scenario.Auth: the credentials of tenure auth init's
+	// configuration, and a connection of each actor the runner publishes
+	// as, by "<role>.<actor>" (the runner reads as the coordinator's user).
+	bundle *auth.Bundle
+	pubs   map[string]jetstream.JetStream
 
 	decisions *feed // every decision stored, in stream order
 	inputs    *feed // every input stored, in stream order
@@ -48,11 +56,20 @@ type runningCoordinator struct {
 	done   chan error
 }
 
-// startDeployment starts everything; t.Cleanup stops it.
-func startDeployment(t testing.TB, prefix string) (*deployment, error) {
+// startDeployment starts everything; t.Cleanup stops it. With
+// withAuth, the server runs the configuration tenure auth init writes for
+// a coordinator (coordinatorID), a dispatcher (disp) and the workers
+// worker and w2, and every connection uses its actor's credential.
+func startDeployment(t testing.TB, prefix, worker string, withAuth bool) (*deployment, error) {
 	d := &deployment{t: t, topo: streams.Topology{Prefix: prefix}, decisions: newFeed(), inputs: newFeed()}
-	d.srv = testutil.StartServer(t)
-	d.nc, d.js = testutil.Connect(t, d.srv.ClientURL())
+	if withAuth {
+		if err := d.generate(t, prefix, worker); err != nil {
+			return nil, err
+		}
+	} else {
+		d.srv = testutil.StartServer(t)
+		d.nc, d.js = testutil.Connect(t, d.srv.ClientURL())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := streams.Ensure(ctx, d.js, d.topo, leaderTTL); err != nil {
@@ -73,6 +90,69 @@ func startDeployment(t testing.TB, prefix string) (*deployment, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// generate writes tenure auth init's configuration and credentials, starts
+// the server with it and connects the runner as the coordinator's user and
+// each ops and worker actor but the adapter's worker.
+func (d *deployment) generate(t testing.TB, prefix, worker string) error {
+	actors := []auth.Actor{{Name: coordinatorID, Role: auth.RoleCoordinator}, {Name: "disp", Role: auth.RoleDispatcher},
+		{Name: worker, Role: auth.RoleWorker}}
+	if worker != "w2" {
+		actors = append(actors, auth.Actor{Name: "w2", Role: auth.RoleWorker})
+	}
+	b, err := auth.Generate(auth.Options{Dir: t.TempDir(), Actors: actors, StreamPrefix: prefix, BcryptCost: 4})
+	if err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	if err := b.Write(false); err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	d.bundle = b
+	d.srv = testutil.StartServer(t, testutil.ConfigFile(b.ServerConfigPath()))
+	connectAs := func(name string) (*nats.Conn, jetstream.JetStream, error) {
+		c, _ := b.Credential(name)
+		nc, err := c.Connect(d.srv.ClientURL(), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, nil, fmt.Errorf("connect as %s: %w", name, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if c.JetStreamAPIPrefix != "" {
+			js, err = jetstream.NewWithAPIPrefix(nc, c.JetStreamAPIPrefix)
+		}
+		return nc, js, err
+	}
+	if d.nc, d.js, err = connectAs(coordinatorID); err != nil {
+		return err
+	}
+	d.pubs = map[string]jetstream.JetStream{"coord." + coordinatorID: d.js}
+	for _, a := range actors[1:] {
+		if a.Name == worker {
+			continue // the adapter's
+		}
+		_, js, err := connectAs(a.Name)
+		if err != nil {
+			return err
+		}
+		role := "ops"
+		if a.Role == auth.RoleWorker {
+			role = "worker"
+		}
+		d.pubs[role+"."+a.Name] = js
+	}
+	return nil
+}
+
+// adapterEnv is the environment that tells the adapter how to connect as
+// worker: with its credential, under tenure auth init's configuration.
+func (d *deployment) adapterEnv(worker string) []string {
+	env := []string{"TENURE_NATS_URL=" + d.srv.ClientURL()}
+	if d.bundle != nil {
+		c, _ := d.bundle.Credential(worker)
+		env = append(env, "TENURE_NATS_USER="+c.User, "TENURE_NATS_PASSWORD="+c.Password, "TENURE_NATS_INBOX_PREFIX="+c.InboxPrefix)
+	}
+	return env
 }
 
 // read follows stream from its first message with an ordered consumer
@@ -133,6 +213,10 @@ func (d *deployment) startCoordinator() error {
 		return errors.New("the coordinator runs already")
 	}
 	nc, err := nats.Connect(d.srv.ClientURL(), nats.MaxReconnects(-1), nats.Name("coordinator "+coordinatorID))
+	if d.bundle != nil {
+		c, _ := d.bundle.Credential(coordinatorID)
+		nc, err = c.Connect(d.srv.ClientURL(), nats.MaxReconnects(-1))
+	}
 	if err != nil {
 		return err
 	}
@@ -205,6 +289,45 @@ func (d *deployment) caughtUp(timeout time.Duration) error {
 	})
 }
 
+// workerConsumers names the consumers of the decision stream that read
+// worker's decisions (their one filter is tenure.out.<worker>.>), sorted.
+func (d *deployment) workerConsumers(ctx context.Context, worker string) ([]string, error) {
+	if d.bundle != nil {
+		// The coordinator's user may not list consumers; a worker may
+		// hold only its own four names.
+		var names []string
+		for _, n := range events.WorkerConsumerNames(worker) {
+			_, err := d.js.Consumer(ctx, d.topo.DecisionStream(), n)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("consumer %s: %w", n, err)
+			}
+			names = append(names, n)
+		}
+		return names, nil
+	}
+	s, err := d.js.Stream(ctx, d.topo.DecisionStream())
+	if err != nil {
+		return nil, err
+	}
+	filter := events.AddresseeFilter(worker)
+	var names []string
+	l := s.ListConsumers(ctx)
+	for ci := range l.Info() {
+		c := ci.Config
+		if c.FilterSubject == filter || len(c.FilterSubjects) == 1 && c.FilterSubjects[0] == filter {
+			names = append(names, ci.Name)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return nil, fmt.Errorf("list consumers: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
 // publish stores an input as a JetStream publish (with Nats-Msg-Id msgID
 // when it is not empty) and returns its PubAck.
 func (d *deployment) publish(subject string, body []byte, msgID string, timeout time.Duration) (*jetstream.PubAck, error) {
@@ -214,7 +337,16 @@ func (d *deployment) publish(subject string, body []byte, msgID string, timeout 
 	if msgID != "" {
 		m.Header.Set(nats.MsgIdHdr, msgID)
 	}
-	return d.js.PublishMsg(ctx, m)
+	js := d.js
+	if d.pubs != nil {
+		// tenure.in.<role>.<actor>...: as that actor, with its credential.
+		tok := strings.SplitN(subject, ".", 5)
+		if len(tok) < 5 || d.pubs[tok[2]+"."+tok[3]] == nil {
+			return nil, fmt.Errorf("no credential to publish %s with (the runner has those of %s and disp, w2)", subject, coordinatorID)
+		}
+		js = d.pubs[tok[2]+"."+tok[3]]
+	}
+	return js.PublishMsg(ctx, m)
 }
 
 // isVerdictOf reports whether decision e answers input seq: its cause,

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,36 +38,38 @@ func Run(t *testing.T, a Adapter) {
 // fails ends the test, naming the scenario, the step and what was seen.
 func RunScenario(t *testing.T, a Adapter, sc Scenario) {
 	t.Helper()
-	d, err := startDeployment(t, sc.StreamPrefix)
+	d, err := startDeployment(t, sc.StreamPrefix, sc.Worker, sc.Auth)
 	if err != nil {
 		t.Fatalf("scenario %s: deployment: %v", sc.Name, err)
 	}
-	p, err := startProc(a, []string{
-		"TENURE_NATS_URL=" + d.srv.ClientURL(),
-		"TENURE_WORKER_ID=" + sc.Worker,
-		"TENURE_STREAM_PREFIX=" + sc.StreamPrefix,
-		"TENURE_ADAPTER_PROTOCOL=1",
-	})
-	if err != nil {
-		t.Fatalf("scenario %s: %v", sc.Name, err)
-	}
 	s := &session{
-		t: t, sc: sc, d: d, p: p, vars: map[string]any{},
-		marks: map[string]mark{}, pending: map[string]<-chan map[string]any{},
+		t: t, sc: sc, d: d, a: a, vars: map[string]any{},
+		procs: map[string]*proc{}, gens: map[string]int{}, closed: map[string]bool{},
+		marks: map[string]mark{}, pending: map[string]pendingReply{},
+		env: append(d.adapterEnv(sc.Worker),
+			"TENURE_WORKER_ID="+sc.Worker,
+			"TENURE_STREAM_PREFIX="+sc.StreamPrefix,
+			"TENURE_ADAPTER_PROTOCOL=1",
+		),
 	}
 	t.Cleanup(func() {
-		if s.p != nil {
-			s.p.kill()
-			<-s.p.exited
+		for _, p := range s.procs {
+			p.kill()
+			<-p.exited
 		}
 	})
+	if err := s.startAdapter(""); err != nil {
+		t.Fatalf("scenario %s: %v", sc.Name, err)
+	}
 	for i, st := range sc.Steps {
 		s.step = i + 1
 		if err := s.play(st); err != nil {
 			s.fail(st, err)
 		}
-		if err := p.brokenErr(); err != nil {
-			s.fail(st, fmt.Errorf("adapter protocol: %w", err))
+		for _, name := range s.names() {
+			if err := s.procs[name].brokenErr(); err != nil {
+				s.fail(st, fmt.Errorf("adapter %s protocol: %w", procName(name), err))
+			}
 		}
 	}
 	s.finish()
@@ -75,42 +80,125 @@ type session struct {
 	t       *testing.T
 	sc      Scenario
 	d       *deployment
-	p       *proc
-	step    int                              // 1-based, for messages
-	vars    map[string]any                   // what steps kept with "as"
-	marks   map[string]mark                  // positions kept by "mark"
-	pending map[string]<-chan map[string]any // async commands by "as"
-	closed  bool                             // the scenario sent close
+	a       Adapter
+	env     []string                // the adapter processes' environment
+	procs   map[string]*proc        // the running adapter processes by name ("": the first)
+	gens    map[string]int          // how many processes of each name were started
+	gone    []*proc                 // those killed, for the logs
+	closed  map[string]bool         // the processes the scenario sent close
+	step    int                     // 1-based, for messages
+	vars    map[string]any          // what steps kept with "as"
+	marks   map[string]mark         // positions kept by "mark"
+	pending map[string]pendingReply // async commands by "as"
 }
 
-// mark is a position in the three logs.
-type mark struct{ events, decisions, inputs int }
+// pendingReply is an async command's reply to come, and who sends it.
+type pendingReply struct {
+	p  *proc
+	ch <-chan map[string]any
+}
+
+// mark is a position in the logs: each process's events (by name, with
+// the process it was then), the decisions and the inputs.
+type mark struct {
+	events            map[string]eventPos
+	decisions, inputs int
+}
+
+type eventPos struct{ gen, n int }
+
+// procName names an adapter process in messages.
+func procName(name string) string {
+	if name == "" {
+		return "the adapter"
+	}
+	return "adapter " + strconv.Quote(name)
+}
+
+// names are the running processes' names, in order.
+func (s *session) names() []string {
+	return slices.Sorted(maps.Keys(s.procs))
+}
+
+// startAdapter starts a process of the adapter under name (the scenario's
+// worker id, as every other).
+func (s *session) startAdapter(name string) error {
+	if _, ok := s.procs[name]; ok {
+		return fmt.Errorf("%s runs already", procName(name))
+	}
+	p, err := startProc(s.a, s.env)
+	if err != nil {
+		return err
+	}
+	s.procs[name] = p
+	s.gens[name]++
+	delete(s.closed, name)
+	return nil
+}
+
+// killAdapter kills process name and its process group at once (SIGKILL:
+// a crash, nothing of it runs on) and waits for its end.
+func (s *session) killAdapter(name string) error {
+	p, ok := s.procs[name]
+	if !ok {
+		return fmt.Errorf("no %s runs", procName(name))
+	}
+	p.kill()
+	<-p.exited
+	delete(s.procs, name)
+	s.gone = append(s.gone, p)
+	return nil
+}
+
+// proc is the process a step names with "on" (default: the first).
+func (s *session) proc(st Step) (string, *proc, error) {
+	name, _ := st.Fields["on"].(string)
+	p, ok := s.procs[name]
+	if !ok {
+		return name, nil, fmt.Errorf("no %s runs", procName(name))
+	}
+	return name, p, nil
+}
 
 func (s *session) fail(st Step, err error) {
 	s.t.Helper()
-	s.t.Logf("adapter stderr:\n%s", tail(s.p.stderr.String(), 6000))
-	s.t.Logf("adapter events (last 40):\n%s", describeEvents(s.p.events.snapshot(max(0, s.p.events.len()-40))))
+	for _, p := range s.gone {
+		s.t.Logf("stderr of an adapter process killed earlier:\n%s", tail(p.stderr.String(), 3000))
+	}
+	for _, name := range s.names() {
+		p := s.procs[name]
+		s.t.Logf("%s stderr:\n%s", procName(name), tail(p.stderr.String(), 6000))
+		s.t.Logf("%s events (last 40):\n%s", procName(name), describeEvents(p.events.snapshot(max(0, p.events.len()-40))))
+	}
 	s.t.Logf("decisions (last 60):\n%s", describeDecisions(s.d.decisions.snapshot(max(0, s.d.decisions.len()-60))))
 	s.t.Fatalf("scenario %s: step %d (%s %s): %v", s.sc.Name, s.step, st.Op, st, err)
 }
 
-// finish ends the session: close (unless the scenario sent it), the end
-// of stdin, and the adapter's exit with status 0.
+// finish ends the session of every process still running: close (unless
+// the scenario sent it), the end of stdin, and the adapter's exit with
+// status 0.
 func (s *session) finish() {
 	s.t.Helper()
 	end := Step{Op: "end", Fields: map[string]any{"end": "close, then end of stdin"}}
-	if !s.closed {
-		if _, err := s.command("close", nil, replyTimeout); err != nil {
-			s.fail(end, err)
+	for _, name := range s.names() {
+		p := s.procs[name]
+		if !s.closed[name] {
+			_, ch, err := p.send("close", nil)
+			if err == nil {
+				_, err = p.reply(ch, replyTimeout)
+			}
+			if err != nil {
+				s.fail(end, fmt.Errorf("%s: %w", procName(name), err))
+			}
 		}
+		if err := p.end(); err != nil {
+			s.fail(end, fmt.Errorf("%s exit: %w", procName(name), err))
+		}
+		if err := p.brokenErr(); err != nil {
+			s.fail(end, fmt.Errorf("%s protocol: %w", procName(name), err))
+		}
+		delete(s.procs, name)
 	}
-	if err := s.p.end(); err != nil {
-		s.fail(end, fmt.Errorf("adapter exit: %w", err))
-	}
-	if err := s.p.brokenErr(); err != nil {
-		s.fail(end, fmt.Errorf("adapter protocol: %w", err))
-	}
-	s.p = nil
 }
 
 // lookup is the value of a reference name.field.field.
@@ -148,6 +236,51 @@ func (s *session) timeout(st Step, def time.Duration) time.Duration {
 	return def
 }
 
+// eventsOf is where the events of process name, the gen-th of its name,
+// were at the mark: from its start if it was not running then.
+func (m mark) eventsOf(name string, gen int) int {
+	if p, ok := m.events[name]; ok && p.gen == gen {
+		return p.n
+	}
+	return 0
+}
+
+// consumers lists the consumers of the decision stream that read the
+// scenario's worker's decisions (filtered to tenure.out.<worker>.>), or
+// deletes them, as an operator may; "count" is how many there must be,
+// "as" keeps {"names": [...]}.
+func (s *session) consumers(st Step) error {
+	op := st.Fields["consumers"]
+	if op != "list" && op != "delete" {
+		return errors.New(`consumers: want "list" or "delete"`)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultWait)
+	defer cancel()
+	names, err := s.d.workerConsumers(ctx, s.sc.Worker)
+	if err != nil {
+		return err
+	}
+	if want, ok := st.Fields["count"].(float64); ok && float64(len(names)) != want {
+		return fmt.Errorf("%d consumers of %s's decisions %v, want %v", len(names), s.sc.Worker, names, want)
+	}
+	if op == "delete" {
+		if len(names) == 0 {
+			return fmt.Errorf("no consumer of %s's decisions to delete", s.sc.Worker)
+		}
+		for _, n := range names {
+			if err := s.d.js.DeleteConsumer(ctx, s.d.topo.DecisionStream(), n); err != nil {
+				return fmt.Errorf("delete consumer %s: %w", n, err)
+			}
+		}
+	}
+	list := make([]any, len(names))
+	for i, n := range names {
+		list[i] = n
+	}
+	s.keep(st, map[string]any{"names": list})
+	return nil
+}
+
 func (s *session) since(st Step) (mark, error) {
 	name, ok := st.Fields["since"].(string)
 	if !ok {
@@ -166,12 +299,12 @@ func (s *session) play(st Step) error {
 		return s.do(st)
 	case "await_reply":
 		name, _ := st.Fields["await_reply"].(string)
-		ch, ok := s.pending[name]
+		r, ok := s.pending[name]
 		if !ok {
 			return fmt.Errorf("no async command %q", name)
 		}
 		delete(s.pending, name)
-		m, err := s.p.reply(ch, s.timeout(st, replyTimeout))
+		m, err := r.p.reply(r.ch, s.timeout(st, replyTimeout))
 		if err != nil {
 			return err
 		}
@@ -220,24 +353,34 @@ func (s *session) play(st Step) error {
 		return nil
 	case "mark":
 		name, _ := st.Fields["mark"].(string)
-		s.marks[name] = mark{events: s.p.events.len(), decisions: s.d.decisions.len(), inputs: s.d.inputs.len()}
+		m := mark{events: map[string]eventPos{}, decisions: s.d.decisions.len(), inputs: s.d.inputs.len()}
+		for n, p := range s.procs {
+			m.events[n] = eventPos{gen: s.gens[n], n: p.events.len()}
+		}
+		s.marks[name] = m
 		return nil
 	case "caught_up":
 		return s.d.caughtUp(s.timeout(st, defaultWait))
+	case "adapter":
+		name, _ := st.Fields["name"].(string)
+		switch st.Fields["adapter"] {
+		case "start":
+			return s.startAdapter(name)
+		case "kill":
+			return s.killAdapter(name)
+		}
+		return errors.New(`adapter: want "start" or "kill"`)
+	case "consumers":
+		return s.consumers(st)
 	}
 	return fmt.Errorf("unknown operation %s", st.Op)
 }
 
-// command sends one command and waits for its reply.
-func (s *session) command(name string, args map[string]any, timeout time.Duration) (map[string]any, error) {
-	_, ch, err := s.p.send(name, args)
-	if err != nil {
-		return nil, err
-	}
-	return s.p.reply(ch, timeout)
-}
-
 func (s *session) do(st Step) error {
+	pname, p, err := s.proc(st)
+	if err != nil {
+		return err
+	}
 	name := st.Fields["do"].(string)
 	args := map[string]any{}
 	for k, v := range st.Fields {
@@ -250,17 +393,17 @@ func (s *session) do(st Step) error {
 		}
 	}
 	if name == "close" {
-		s.closed = true
+		s.closed[pname] = true
 	}
-	_, ch, err := s.p.send(name, args)
+	_, ch, err := p.send(name, args)
 	if err != nil {
 		return err
 	}
 	if async, _ := st.Fields["async"].(bool); async {
-		s.pending[st.Fields["as"].(string)] = ch
+		s.pending[st.Fields["as"].(string)] = pendingReply{p: p, ch: ch}
 		return nil
 	}
-	m, err := s.p.reply(ch, replyTimeout)
+	m, err := p.reply(ch, replyTimeout)
 	if err != nil {
 		return err
 	}
@@ -372,7 +515,11 @@ func (s *session) await(st Step) error {
 	from := 0
 	switch st.Op {
 	case "await_event":
-		f, from = s.p.events, m.events
+		name, p, err := s.proc(st)
+		if err != nil {
+			return err
+		}
+		f, from = p.events, m.eventsOf(name, s.gens[name])
 	case "await_decision":
 		f, from = s.d.decisions, m.decisions
 	default:
@@ -507,7 +654,11 @@ func (s *session) expectCount(st Step) error {
 	var es []entry
 	switch st.Fields["expect_count"] {
 	case "events":
-		es = s.p.events.snapshot(m.events)
+		name, p, err := s.proc(st)
+		if err != nil {
+			return err
+		}
+		es = p.events.snapshot(m.eventsOf(name, s.gens[name]))
 	case "decisions":
 		es = s.d.decisions.snapshot(m.decisions)
 	case "inputs":

@@ -20,7 +20,12 @@ type Scenario struct {
 	Description  string // what it shows, for people
 	Worker       string // the adapter's worker id (default w1)
 	StreamPrefix string // the deployment's stream prefix (default TENURE)
-	Steps        []Step
+	// Auth runs the deployment under the configuration tenure auth init
+	// writes: the adapter connects with its worker's credential (in an
+	// account of its own: the worker API prefix, four consumer names, no
+	// stream info), the runner publishes as disp or w2.
+	Auth  bool
+	Steps []Step
 }
 
 // Step is one step of a scenario: its operation (the key that names it,
@@ -43,13 +48,15 @@ func (s Step) String() string {
 // A "do" step's other fields are the command's arguments.
 var ops = map[string][]string{
 	"do":                 nil, // any: the command's arguments (see reservedDo)
-	"await_reply":        {"error", "result", "as", "timeout_ms"},
+	"await_reply":        {"error", "result", "as", "timeout_ms", "on"},
 	"publish":            {"body", "msg_id", "as", "verdict", "duplicate", "timeout_ms"},
-	"await_event":        {"as", "since", "timeout_ms"},
+	"await_event":        {"as", "since", "timeout_ms", "on"},
 	"await_decision":     {"as", "since", "timeout_ms"},
 	"await_input":        {"as", "since", "timeout_ms"},
 	"expect_projection":  {"match", "timeout_ms"},
-	"expect_count":       {"match", "count", "since"},
+	"expect_count":       {"match", "count", "since", "on"},
+	"adapter":            {"name"},
+	"consumers":          {"count", "as"},
 	"expect_order":       {"strict"},
 	"expect_newer_token": {},
 	"expect_equal":       {},
@@ -61,7 +68,7 @@ var ops = map[string][]string{
 
 // reservedDo are the fields of a "do" step that are not the command's
 // arguments.
-var reservedDo = []string{"do", "as", "error", "result", "async", "note"}
+var reservedDo = []string{"do", "as", "error", "result", "async", "note", "on"}
 
 // Scenarios returns the scenarios of scenarios/, in file name order.
 func Scenarios() ([]Scenario, error) {
@@ -91,6 +98,7 @@ func ParseScenario(name string, data []byte) (Scenario, error) {
 		Description  string           `json:"description"`
 		Worker       string           `json:"worker"`
 		StreamPrefix string           `json:"stream_prefix"`
+		Auth         bool             `json:"auth"`
 		Steps        []map[string]any `json:"steps"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -98,7 +106,7 @@ func ParseScenario(name string, data []byte) (Scenario, error) {
 	if err := dec.Decode(&f); err != nil {
 		return Scenario{}, fmt.Errorf("conformance: scenario %s: %w", name, err)
 	}
-	sc := Scenario{Name: name, Description: f.Description, Worker: f.Worker, StreamPrefix: f.StreamPrefix}
+	sc := Scenario{Name: name, Description: f.Description, Worker: f.Worker, StreamPrefix: f.StreamPrefix, Auth: f.Auth}
 	if sc.Worker == "" {
 		sc.Worker = "w1"
 	}

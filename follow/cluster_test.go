@@ -136,3 +136,59 @@ func retry(t *testing.T, ctx context.Context, what string, op func(context.Conte
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestClusterDeliverNew: on a 3-node cluster too (where the server picks a
+// new consumer's start on its leader, after the meta layer placed it), the
+// answer to the creation of a deliver-new consumer of an R3 stream reports
+// the stream's last sequence as delivered, and a Follower with FromNew
+// starts after it.
+func TestClusterDeliverNew(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster; not in -short")
+	}
+	cl := testutil.StartCluster(t, 3, 0)
+	nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	retry(t, ctx, "create the stream", func(ctx context.Context) error {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "F", Subjects: []string{"f.>"}, Replicas: 3})
+		return err
+	})
+	for i := 1; i <= 7; i++ {
+		retry(t, ctx, fmt.Sprintf("publish %d", i), func(ctx context.Context) error {
+			_, err := js.Publish(ctx, "f.x", fmt.Appendf(nil, "%d", i), jetstream.WithMsgID(fmt.Sprint(i)))
+			return err
+		})
+	}
+	var info *jetstream.ConsumerInfo
+	retry(t, ctx, "create a deliver-new consumer", func(ctx context.Context) error {
+		c, err := js.CreateConsumer(ctx, "F", jetstream.ConsumerConfig{Name: "new", FilterSubject: "f.y",
+			DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1})
+		if err == nil {
+			info = c.CachedInfo()
+		}
+		return err
+	})
+	if info.Delivered.Stream != 7 || info.Delivered.Consumer != 0 {
+		t.Fatalf("delivered %+v, want stream 7, consumer 0", info.Delivered)
+	}
+	var c collector
+	f := follow.Start(ctx, js, follow.Config{Stream: "F", FromNew: true}, c.handle)
+	defer f.Stop()
+	select {
+	case <-f.Ready():
+	case <-ctx.Done():
+		t.Fatal("no consumer")
+	}
+	if got := f.Next(); got != 8 {
+		t.Fatalf("Next = %d once ready, want 8", got)
+	}
+}

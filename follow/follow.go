@@ -102,6 +102,16 @@ type Config struct {
 	Stream   string
 	StartSeq uint64   // the first stream sequence to read (0 is 1)
 	Filters  []string // subjects to read (none: all)
+	// FromNew starts the first consumer after the last message the stream
+	// holds when the consumer is created (deliver policy "new"), instead
+	// of at StartSeq, which is then ignored: the server's answer to the
+	// creation says which stream sequence it starts after (its
+	// delivered.stream_seq, the stream's last sequence then), and Next
+	// says it from Ready on. A reader that may not look up the stream's
+	// info (a worker under tenure auth init's permissions, PROTOCOL.md §4)
+	// learns where to start so. Every replacement starts after the last
+	// message handed over, as without it.
+	FromNew bool
 	// PullAhead is how many messages the consumer is asked for ahead of
 	// what the handler has taken: one pull request for all of them, then
 	// another for what the handler took whenever it has taken more than
@@ -257,6 +267,7 @@ type Follower struct {
 	used   []string       // the names of this Follower's recent consumers
 	prev   *session       // with Names: the replaced consumer, deleted before its name is used again
 	prefer int            // with Names: the index of the name to try first
+	placed bool           // f.next is known: a consumer was created (FromNew) or StartSeq given
 
 	// Copies for Next, Replaced and Dropped, which must not wait for a
 	// handler that blocks.
@@ -344,7 +355,7 @@ func start(ctx context.Context, js jetstream.JetStream, cfg Config, handle func(
 	cfg = cfg.withDefaults()
 	rctx, cancel := context.WithCancel(ctx)
 	f := &Follower{cfg: cfg, js: js, nc: js.Conn(), api: apiPrefix(js), handle: handle, cancel: cancel,
-		done: make(chan struct{}), ready: make(chan struct{}), next: cfg.StartSeq, onPull: onPull,
+		done: make(chan struct{}), ready: make(chan struct{}), next: cfg.StartSeq, placed: !cfg.FromNew, onPull: onPull,
 		// Room for every message asked for, and the statuses of the
 		// requests (heartbeats, ends): nats.go drops what does not fit.
 		ch:     make(chan *nats.Msg, cfg.PullAhead+256),
@@ -395,7 +406,8 @@ func (f *Follower) Err() error {
 	return f.createErr
 }
 
-// Next is the stream sequence after the last message handed over.
+// Next is the stream sequence after the last message handed over (with
+// Config.FromNew, until Ready, StartSeq).
 func (f *Follower) Next() uint64 {
 	return f.nextCopy.Load()
 }
@@ -510,7 +522,9 @@ func (f *Follower) tryCreate(ctx context.Context) (*session, error) {
 	return nil, fmt.Errorf("%w (%s)", ErrNamesInUse, strings.Join(names, ", "))
 }
 
-// createNamed creates the consumer name, starting at f.next.
+// createNamed creates the consumer name, starting at f.next (with
+// FromNew, before the first consumer exists: after the stream's last
+// message).
 func (f *Follower) createNamed(ctx context.Context, name string) (*session, error) {
 	token := randomHex()
 	cfg := jetstream.ConsumerConfig{
@@ -528,6 +542,9 @@ func (f *Follower) createNamed(ctx context.Context, name string) (*session, erro
 		// two Followers with the same Names never share a consumer.
 		Metadata: map[string]string{metaToken: token},
 	}
+	if !f.placed {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverNewPolicy, 0
+	}
 	if len(f.cfg.Filters) == 1 {
 		// One filter goes in the creation request's subject
 		// ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>), where
@@ -544,10 +561,22 @@ func (f *Follower) createNamed(ctx context.Context, name string) (*session, erro
 	}
 	info := cons.CachedInfo()
 	if info == nil || info.Name != name || info.Stream != f.cfg.Stream || info.Config.Metadata[metaToken] != token ||
-		info.Config.OptStartSeq != f.next {
+		info.Config.DeliverPolicy != cfg.DeliverPolicy || info.Config.OptStartSeq != cfg.OptStartSeq {
 		// Not the answer to this request (the client's API inbox is not
 		// unguessable).
 		return nil, fmt.Errorf("the answer to the creation of consumer %s describes another consumer", name)
+	}
+	if !f.placed {
+		// A new consumer delivers from its start: nats-server sets its
+		// next stream sequence to the stream's last sequence + 1 (1 for
+		// a stream that never held a message) whatever its filters, and
+		// reports one less as delivered (follow/fromnew_test.go pins
+		// it).
+		if info.Delivered.Consumer != 0 {
+			return nil, fmt.Errorf("the answer to the creation of consumer %s says it delivered %d messages already", name, info.Delivered.Consumer)
+		}
+		f.next, f.placed = info.Delivered.Stream+1, true
+		f.nextCopy.Store(f.next)
 	}
 	f.gen++
 	s := &session{gen: f.gen, cons: cons, name: name, token: token,

@@ -62,30 +62,107 @@ func EnsureAll(ctx context.Context, js jetstream.JetStream, t Topology, count ui
 	return hs, nil
 }
 
-// WorkerJetStream returns the JetStream context a worker reaches the
-// deployment's streams with: through the worker API prefix
-// (Topology.WorkerAPIPrefix) when the worker's account imports it (tenure
-// auth init puts every worker in an account of its own), otherwise, when
-// nothing answers there (no server permissions, or a worker in the
-// deployment's own account), through the plain $JS.API.
-func WorkerJetStream(ctx context.Context, nc *nats.Conn, t Topology, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, error) {
+// DiscoverWorker is a worker's Discover: it finds the JetStream API the
+// worker reaches the deployment's streams with and the deployment's
+// partition count (0: unpartitioned) without the decision streams' info,
+// which a worker may not read (the subjects filter of a stream info lists
+// every decision subject: PROTOCOL.md §4.1). It looks up the consumer
+// named consumer, the first of the worker's own names
+// (events.WorkerConsumerName(id, 0)), on the decision streams: a look-up
+// is answered with the consumer's info or "consumer not found" when the
+// stream exists, "stream not found" when it does not, and has no
+// responders where the worker's account imports nothing.
+//
+// Through the worker API prefix (Topology.WorkerAPIPrefix), which a worker
+// in an account of its own (tenure auth init) reaches: an answer on
+// <Prefix>_OUT is an unpartitioned deployment; no responders there and an
+// answer on <Prefix>_P0_OUT a partitioned one, whose count is the number
+// of partitions k whose look-up on <Prefix>_P<k>_OUT is answered (tenure
+// auth init --partitions N lets the worker send, unanswered, the look-ups
+// on <Prefix>_OUT and <Prefix>_P<N>_OUT, which end the count). No
+// responders on both: the worker is not in an account of its own, and
+// the plain $JS.API is used, where the count is that of the partition
+// streams that exist (so connect workers once every partition's
+// coordinator has created its streams, as tenure serve --partitions has
+// when it says it is live). No deployment at all is an error matching
+// ErrStreamNotFound, as a partition stream missing below the count is.
+func DiscoverWorker(ctx context.Context, nc *nats.Conn, t Topology, consumer string, opts ...jetstream.JetStreamOpt) (jetstream.JetStream, uint32, error) {
 	t.Partition = events.Partition{}
 	if err := t.validate(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	pjs, err := jetstream.NewWithAPIPrefix(nc, t.WorkerAPIPrefix(), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("streams: jetstream: %w", err)
+		return nil, 0, fmt.Errorf("streams: jetstream: %w", err)
 	}
-	// The unpartitioned decision stream's info is imported in both
-	// layouts (a partitioned deployment's workers look it up first).
-	_, err = pjs.Stream(ctx, t.DecisionStream())
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
-		js, err := jetstream.New(nc, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("streams: jetstream: %w", err)
+	p0 := t
+	p0.Partition = events.Partition{Index: 0, Count: 1}
+	found, err := lookUp(ctx, pjs, t.DecisionStream(), consumer)
+	switch {
+	case err == nil && found:
+		return pjs, 0, nil
+	case err == nil:
+		return nil, 0, fmt.Errorf("streams: discover: %s: %w", t.DecisionStream(), ErrStreamNotFound)
+	case !errors.Is(err, nats.ErrNoResponders):
+		return nil, 0, fmt.Errorf("streams: discover %s: %w", t.DecisionStream(), err)
+	}
+	js := pjs
+	found, err = lookUp(ctx, pjs, p0.DecisionStream(), consumer)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// Nothing imported under the worker API prefix: the plain API.
+		if js, err = jetstream.New(nc, opts...); err != nil {
+			return nil, 0, fmt.Errorf("streams: jetstream: %w", err)
 		}
-		return js, nil
+		if found, err = lookUp(ctx, js, t.DecisionStream(), consumer); err != nil {
+			return nil, 0, fmt.Errorf("streams: discover %s: %w", t.DecisionStream(), err)
+		}
+		if found {
+			return js, 0, nil
+		}
+		found, err = lookUp(ctx, js, p0.DecisionStream(), consumer)
 	}
-	return pjs, nil
+	if err != nil {
+		return nil, 0, fmt.Errorf("streams: discover %s: %w", p0.DecisionStream(), err)
+	}
+	if !found {
+		return nil, 0, fmt.Errorf("streams: discover: neither %s nor %s: %w", t.DecisionStream(), p0.DecisionStream(), ErrStreamNotFound)
+	}
+	n := uint32(1)
+	for ; n < events.MaxPartitions; n++ {
+		pk := t
+		pk.Partition = events.Partition{Index: n, Count: n + 1}
+		found, err := lookUp(ctx, js, pk.DecisionStream(), consumer)
+		if errors.Is(err, nats.ErrNoResponders) && js == pjs {
+			break // one past the last the worker's account imports
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("streams: discover %s: %w", pk.DecisionStream(), err)
+		}
+		if !found && js == pjs {
+			// Imported, so the deployment has it: not created yet.
+			return nil, 0, fmt.Errorf("streams: discover: %s (partition %d of a deployment of at least %d): %w", pk.DecisionStream(), n, n+1, ErrStreamNotFound)
+		}
+		if !found {
+			break
+		}
+	}
+	return js, n, nil
+}
+
+// lookUp looks up consumer on stream: found reports whether the stream
+// exists (the answer is the consumer's info or "consumer not found"); an
+// error is no answer at all (nats.ErrNoResponders where nothing is
+// imported), or another refusal.
+func lookUp(ctx context.Context, js jetstream.JetStream, stream, consumer string) (found bool, err error) {
+	_, err = js.Consumer(ctx, stream, consumer)
+	switch {
+	case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
+		return true, nil
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		return false, nats.ErrNoResponders
+	}
+	if code, ok := apiCode(err); ok && code == codeStreamNotFound {
+		return false, nil
+	}
+	return false, Classify(err)
 }

@@ -146,3 +146,32 @@ func TestPartitionCountIsFixed(t *testing.T) {
 		t.Errorf("Discover of no deployment: %v", err)
 	}
 }
+
+// TestDiscoverWorker: a worker finds the deployment by looking up its
+// consumer name, no stream info: on a server without permissions, through
+// the plain API (nothing answers under the worker API prefix), an
+// unpartitioned deployment, a partitioned one with its count, and none at
+// all. (auth's tests run it under tenure auth init's permissions.)
+func TestDiscoverWorker(t *testing.T) {
+	for _, count := range []uint32{0, 3} {
+		ctx := testCtx(t)
+		srv := testutil.StartServer(t)
+		nc, js := testutil.Connect(t, srv.ClientURL())
+		if _, _, err := streams.DiscoverWorker(ctx, nc, streams.Topology{}, "tw_w1_0"); !errors.Is(err, streams.ErrStreamNotFound) {
+			t.Errorf("DiscoverWorker of no deployment: %v", err)
+		}
+		if _, err := streams.EnsureAll(ctx, js, streams.Topology{}, count, leaderTTL); err != nil {
+			t.Fatal(err)
+		}
+		wjs, n, err := streams.DiscoverWorker(ctx, nc, streams.Topology{}, "tw_w1_0")
+		if err != nil || n != count {
+			t.Fatalf("DiscoverWorker = %d, %v; want %d", n, err, count)
+		}
+		if p := wjs.Options().APIPrefix; p != "" && p != jetstream.DefaultAPIPrefix {
+			t.Errorf("DiscoverWorker: API prefix %q, want the plain one", p)
+		}
+		if _, _, err := streams.DiscoverWorker(ctx, nc, streams.Topology{Prefix: "NONE"}, "tw_w1_0"); !errors.Is(err, streams.ErrStreamNotFound) {
+			t.Errorf("DiscoverWorker of no deployment: %v", err)
+		}
+	}
+}

@@ -46,8 +46,8 @@
 // # Partitioned deployments
 //
 // Nothing changes for the caller: Connect finds out itself whether the
-// deployment is partitioned (streams.Discover; the count is recorded in the
-// streams) and, if it is, follows every partition's decision stream with a
+// deployment is partitioned (streams.DiscoverWorker: the partition
+// streams its consumer look-ups find) and, if it is, follows every partition's decision stream with a
 // consumer of its own (tenure.out.<id>.> matches the partitioned
 // decision subjects, tenure.out.<id>.<job>.<kind>.<k>). Each input goes to
 // its job's partition, tenure.in.worker.<id>.<job>.<verb>.<k> with k the

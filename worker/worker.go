@@ -98,16 +98,20 @@ type waiter struct {
 // Before returning it starts reading the decisions addressed to id
 // (tenure.out.<id>.>) on the decision stream, from the stream's next
 // sequence on, through a follow.Follower: every verdict of an input
-// published later reaches it, and a consumer lost (a reconnect, a cluster
-// node killed) is replaced after the last decision read, without a gap and
-// with short, retried creation requests. The worker's NATS user needs
-// permission to publish on tenure.in.worker.<id>.>, to read the decision
-// stream's info and to create consumers on it.
+// published later reaches it, and a consumer lost or deleted (a reconnect,
+// a cluster node killed, an operator) is replaced after the last decision
+// read, without a gap and with short, retried creation requests. Its
+// consumers take one of the worker's four names
+// (events.WorkerConsumerNames), another one when a name is in use (a twin
+// process with the same id, or the consumer of a process that crashed less
+// than 30 s ago). The worker's NATS user needs permission to publish on
+// tenure.in.worker.<id>.> and to create, look up, delete and pull from
+// those consumers on the decision stream; it needs no stream info.
 //
 // Connect also finds out whether the deployment is partitioned
-// (streams.Discover); if it is, it follows every partition's decision
-// stream, one follow.Follower each, and the worker's user needs those
-// permissions on every partition's decision stream.
+// (streams.DiscoverWorker); if it is, it follows every partition's
+// decision stream, one follow.Follower each, and the worker's user needs
+// those permissions on every partition's decision stream.
 func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 	if !events.ValidToken(id) {
 		return nil, fmt.Errorf("worker: invalid id %q: want 1 to %d of [A-Za-z0-9_-]", id, events.MaxTokenLen)
@@ -129,12 +133,10 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.VerdictTimeout)
 	defer cancel()
 	// A worker in an account of its own (tenure auth init) reaches the
-	// deployment's JetStream API under the worker prefix.
-	js, err := streams.WorkerJetStream(ctx, nc, streams.Topology{Prefix: o.StreamPrefix})
-	if err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
-	}
-	count, err := streams.Discover(ctx, js, streams.Topology{Prefix: o.StreamPrefix})
+	// deployment's JetStream API under the worker prefix, and may not read
+	// the decision streams' info: it finds the deployment by looking up
+	// its first consumer name.
+	js, count, err := streams.DiscoverWorker(ctx, nc, streams.Topology{Prefix: o.StreamPrefix}, events.WorkerConsumerName(id, 0))
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -193,19 +195,18 @@ func (w *Worker) start(ctx context.Context, topos []streams.Topology) error {
 
 // follow starts the decision consumer of partition part, on stream out.
 func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
-	s, err := w.js.Stream(ctx, out)
-	if err != nil {
-		return fmt.Errorf("worker: decision stream %s: %w", out, err)
-	}
-	// From the next decision on, with no gap: a follower replaces a lost
-	// consumer after the last decision it handed over (and creates it with
-	// short, retried requests, so that a cluster without a JetStream meta
-	// leader for a few seconds stalls the worker no longer than that).
+	// From the next decision on, with no gap: the first consumer delivers
+	// what is stored after its creation (deliver policy new: a worker may
+	// not read the stream's info to learn its last sequence), and a
+	// follower replaces a lost consumer after the last decision it handed
+	// over (and creates it with short, retried requests, so that a cluster
+	// without a JetStream meta leader for a few seconds stalls the worker
+	// no longer than that).
 	f := follow.Start(w.ctx, w.js, follow.Config{
-		Stream:   out,
-		StartSeq: s.CachedInfo().State.LastSeq + 1,
-		Filters:  []string{events.AddresseeFilter(w.id)},
-		OnError:  w.report,
+		Stream:  out,
+		FromNew: true,
+		Filters: []string{events.AddresseeFilter(w.id)},
+		OnError: w.report,
 		OnDrop: func(reason, subject string) {
 			w.report(fmt.Errorf("worker: decision stream %s: dropped a message no consumer of this worker sent (%s) on %s", out, reason, subject))
 		},

@@ -328,7 +328,16 @@ func (a *adapter) connect(c command) (obj, error) {
 			opts = append(opts, o.opt(time.Duration(ms)*time.Millisecond))
 		}
 	}
-	nc, err := nats.Connect(url, nats.Name("goadapter "+id), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	nopts := []nats.Option{nats.Name("goadapter " + id), nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond)}
+	if user := os.Getenv("TENURE_NATS_USER"); user != "" {
+		// The worker's credential (tenure auth init): its user, and the
+		// only inbox prefix it may subscribe to.
+		nopts = append(nopts, nats.UserInfo(user, os.Getenv("TENURE_NATS_PASSWORD")))
+	}
+	if p := os.Getenv("TENURE_NATS_INBOX_PREFIX"); p != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(p))
+	}
+	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}

@@ -325,9 +325,21 @@ func (e *env) openRound() {
 	}
 	e.round++
 	window := max(1500*time.Millisecond, e.lease+500*time.Millisecond)
-	if err := writeJSON(e.hostileCtl, HostileControl{Round: e.round, Until: time.Now().Add(window).UnixNano()}); err != nil {
+	ctl := HostileControl{Round: e.round, Until: time.Now().Add(window).UnixNano(),
+		Coordinators: e.ids, Workers: workerIDs(len(e.workers)), Jobs: e.currentJobs()}
+	if err := writeJSON(e.hostileCtl, ctl); err != nil {
 		e.rep.problem(fmt.Sprintf("%s: hostile control file: %v", e.name, err))
 	}
+}
+
+// workerIDs are the ids of n honest workers, w1 to w<n> (as startEnv names
+// them).
+func workerIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w%d", i+1)
+	}
+	return ids
 }
 
 // awaitRound waits until every hostile worker has finished the round's

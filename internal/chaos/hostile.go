@@ -16,10 +16,8 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +51,14 @@ type HostileConfig struct {
 type HostileControl struct {
 	Round int   `json:"round"`
 	Until int64 `json:"until"`
+	// What the strongest attacker knows of the others: the ids of the
+	// coordinators and of the honest workers, and the jobs of the current
+	// batch. A worker cannot list them itself (it may ask for no stream
+	// info, whose subjects filter would list every decision subject), so
+	// the orchestrator tells it, as a leak elsewhere might.
+	Coordinators []string `json:"coordinators,omitempty"`
+	Workers      []string `json:"workers,omitempty"`
+	Jobs         []string `json:"jobs,omitempty"`
 }
 
 // HostileDone says which round the hostile worker finished last.
@@ -171,9 +177,9 @@ type hostile struct {
 	n       int    // Msg-Ids and names made
 	lastSeq uint64 // the highest input sequence of its PubAcks
 
-	// What it learnt from the decision stream's info.
+	// What it was told of the others (HostileControl).
 	coords, others []string // coordinators, other workers
-	jobs           []string // other workers' jobs of the latest batch
+	jobs           []string // the jobs of the current batch
 
 	violations atomic.Int64 // permissions violations the server reported
 	mu         sync.Mutex
@@ -210,7 +216,7 @@ func (h *hostile) round(ctx context.Context, c HostileControl) {
 		offsets[i] = time.Duration(h.rng.Int64N(int64(window / 2)))
 	}
 	slices.Sort(offsets)
-	h.learn(ctx)
+	h.learn(c)
 	t0 := time.Now()
 	for i, typ := range types {
 		select {
@@ -325,67 +331,19 @@ func (h *hostile) target() string {
 	return h.jobs[h.rng.IntN(len(h.jobs))]
 }
 
-var batchJob = regexp.MustCompile(`-b([0-9]+)-j[0-9]+$`)
-
-// learn reads, from the decision stream's info (a subjects filter lists
-// every decision subject), the coordinators, the other workers and their
-// jobs of the latest batch (the chaos dispatcher names jobs
-// <env>-b<batch>-j<i>).
-func (h *hostile) learn(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	s, err := h.js.Stream(ctx, streams.Topology{}.DecisionStream())
-	if err != nil {
-		h.log.Debug("learn", "err", err)
-		return
+// learn takes what the orchestrator told it of the others (it can list
+// none of it itself): the coordinators, the other workers and the jobs of
+// the current batch.
+func (h *hostile) learn(c HostileControl) {
+	if len(c.Coordinators) > 0 {
+		h.coords = slices.Sorted(slices.Values(c.Coordinators))
 	}
-	coords, others := map[string]bool{}, map[string]bool{}
-	if info, err := s.Info(ctx, jetstream.WithSubjectFilter("tenure.out.*._.*")); err == nil {
-		for subject := range info.State.Subjects {
-			if tok := strings.Split(subject, "."); len(tok) == 5 && (tok[4] == "ticked" || tok[4] == "rules_set" || tok[4] == "checkpointed") {
-				coords[tok[2]] = true
-			}
-		}
+	if others := slices.DeleteFunc(slices.Clone(c.Workers), func(w string) bool { return w == h.cfg.ID }); len(others) > 0 {
+		h.others = slices.Sorted(slices.Values(others))
 	}
-	byBatch := map[int][]string{}
-	top := 0
-	for _, kind := range []string{"granted", "acked"} {
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter("tenure.out.*.*."+kind))
-		if err != nil {
-			continue
-		}
-		for subject := range info.State.Subjects {
-			tok := strings.Split(subject, ".")
-			if len(tok) != 5 || tok[2] == h.cfg.ID || tok[2] == events.NoActor {
-				continue
-			}
-			others[tok[2]] = true
-			if m := batchJob.FindStringSubmatch(tok[3]); m != nil {
-				b, _ := strconv.Atoi(m[1])
-				byBatch[b] = append(byBatch[b], tok[3])
-				top = max(top, b)
-			}
-		}
+	if len(c.Jobs) > 0 {
+		h.jobs = slices.Compact(slices.Sorted(slices.Values(c.Jobs)))
 	}
-	if len(coords) > 0 {
-		h.coords = sortedKeys(coords)
-	}
-	if len(others) > 0 {
-		h.others = sortedKeys(others)
-	}
-	if jobs := byBatch[top]; len(jobs) > 0 {
-		sort.Strings(jobs)
-		h.jobs = slices.Compact(jobs)
-	}
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // publish publishes an input with Msg-Id id as a JetStream publish (nil
@@ -739,21 +697,17 @@ func (h *hostile) forgedDelivery(ctx context.Context, rec *AttackRecord) {
 
 // verdict publishes body on its own subject of job and verb and returns its
 // verdict, read as a worker reads its decisions: through the last of its
-// consumer names, made anew from the decision stream's end.
+// consumer names, made anew from the decision stream's end (deliver policy
+// new: a worker has no stream info).
 func (h *hostile) verdict(ctx context.Context, rec *AttackRecord, job, verb, body string) (events.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, resendFor)
 	defer cancel()
 	out := streams.Topology{}.DecisionStream()
-	s, err := h.js.Stream(ctx, out)
-	if err != nil {
-		return events.Decision{}, err
-	}
 	name := events.WorkerConsumerName(h.cfg.ID, events.WorkerConsumers-1)
 	_ = h.js.DeleteConsumer(ctx, out, name)
 	cons, err := h.js.CreateConsumer(ctx, out, jetstream.ConsumerConfig{
 		Name: name, FilterSubject: events.AddresseeFilter(h.cfg.ID), AckPolicy: jetstream.AckNonePolicy,
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: s.CachedInfo().State.LastSeq + 1,
-		InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1,
+		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1,
 	})
 	if err != nil {
 		return events.Decision{}, err

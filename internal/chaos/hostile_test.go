@@ -148,7 +148,10 @@ func TestChaosHostileRounds(t *testing.T) {
 			Control: control, Records: records, Lease: 300 * time.Millisecond, Seed: 1, Boards: []string{boardURL}})
 	}()
 	for round := 1; round <= 4; round++ {
-		if err := writeJSON(control, HostileControl{Round: round, Until: time.Now().Add(600 * time.Millisecond).UnixNano()}); err != nil {
+		// What the orchestrator tells it of the others, as a chaos run does.
+		ctl := HostileControl{Round: round, Until: time.Now().Add(600 * time.Millisecond).UnixNano(),
+			Coordinators: []string{"c1"}, Workers: []string{"w1", "h1"}, Jobs: []string{"s-b1-j0"}}
+		if err := writeJSON(control, ctl); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 60*time.Second, "the round's attacks", func() bool {

@@ -5,7 +5,9 @@
 //
 //   node sdk/ts/dist/conformance-adapter.js
 //
-// with TENURE_NATS_URL, TENURE_WORKER_ID, TENURE_STREAM_PREFIX set.
+// with TENURE_NATS_URL, TENURE_WORKER_ID, TENURE_STREAM_PREFIX set (and
+// TENURE_NATS_USER, TENURE_NATS_PASSWORD, TENURE_NATS_INBOX_PREFIX for a
+// scenario under tenure auth init's configuration).
 
 import { createInterface } from "node:readline";
 
@@ -163,7 +165,15 @@ class Adapter {
     const url = process.env.TENURE_NATS_URL;
     const id = process.env.TENURE_WORKER_ID;
     if (!url || !id) throw new AdapterError("invalid", "TENURE_NATS_URL and TENURE_WORKER_ID must be set");
-    this.#nc = await natsConnect({ servers: url, name: `conformance-${id}` });
+    // With the worker's credential (tenure auth init) when the runner gives
+    // one: its user, and the only inbox prefix it may subscribe to.
+    const user = process.env.TENURE_NATS_USER || undefined;
+    const inboxPrefix = process.env.TENURE_NATS_INBOX_PREFIX || undefined;
+    this.#nc = await natsConnect({
+      servers: url, name: `conformance-${id}`,
+      ...(user ? { user, pass: process.env.TENURE_NATS_PASSWORD ?? "" } : {}),
+      ...(inboxPrefix ? { inboxPrefix } : {}),
+    });
     this.#w = await connect(this.#nc, id, {
       streamPrefix: process.env.TENURE_STREAM_PREFIX || undefined,
       verdictTimeoutMs: optInt(c, "verdict_timeout_ms"),

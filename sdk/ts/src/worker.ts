@@ -1,18 +1,17 @@
 // The Worker: one worker identity connected to Tenure. It publishes the
 // worker's inputs with a Nats-Msg-Id each, learns their verdicts from the
-// decisions addressed to it (read through one JetStream ordered consumer
-// created before anything is published, PROTOCOL.md §15), routes offers,
-// cancellation requests and expiries, and runs the renewer that coalesces
-// the renewals of its leases.
-
-import { randomBytes } from "node:crypto";
+// decisions addressed to it (read through a consumer of its own, created
+// before anything is published, PROTOCOL.md §15, and recovered when it is
+// lost: follow.ts), routes offers, cancellation requests and expiries, and
+// runs the renewer that coalesces the renewals of its leases.
 
 import type { NatsConnection } from "@nats-io/nats-core";
-import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import type { ConsumerMessages, JetStreamClient, JsMsg, PubAck } from "@nats-io/jetstream";
+import { jetstream } from "@nats-io/jetstream";
+import type { JetStreamClient, PubAck } from "@nats-io/jetstream";
 
 import { realClock, type Clock } from "./clock.js";
 import { closedError, ErrorCode, isError, sdkError, TenureError, VerdictError } from "./errors.js";
+import { Follower, lookUp, type FollowMsg } from "./follow.js";
 import {
   addresseeFilter, decodeDecision, derivedKind, encodeInput, inputSubject, MAX_BATCH, MAX_DURATION_MS, NO_JOB,
   timeMs, validToken, type Decision, type InputFields, type LeaseRef, type WorkerVerb,
@@ -35,8 +34,11 @@ const STASH_SIZE = 4096;
 // Renewal inputs awaiting their verdicts at once: while both are out, due
 // renewals queue up and leave together in one batch renew.
 const MAX_RENEW_BATCHES = 2;
-// Inactivity threshold of the decision consumer (the Go SDK's).
+// Inactivity threshold of the decision consumer (the Go SDK's): the
+// consumer of a process that died holds its name that long.
 const CONSUMER_INACTIVE_MS = 30_000;
+// The consumer names a worker may use (events.WorkerConsumers in Go).
+const CONSUMER_NAMES = 4;
 
 /** Configures a Worker. Every field is optional. */
 export interface WorkerOptions {
@@ -49,11 +51,11 @@ export interface WorkerOptions {
    */
   apiPrefix?: string;
   /**
-   * The name prefix of the decision consumer: its consumers are named
-   * <prefix>_1, <prefix>_2, ... (a replacement takes the next). Default:
-   * "tw_<id>" when the JetStream API is the worker API prefix (a worker in
-   * an account of its own, as `tenure auth init` configures it, may create
-   * the names tw_<id>_0 to _3 only), else random.
+   * The name prefix of the decision consumers: they are named <prefix>_0 to
+   * <prefix>_3, a free one of the four each time (a twin process with the
+   * same id, or a process that crashed less than 30 s ago, holds one).
+   * Default "tw_<id>", the only names a worker in an account of its own may
+   * create (`tenure auth init`), as the Go SDK names them.
    */
   consumerNamePrefix?: string;
   /** Bounds one call: the publish with its retries and the wait for the verdict. Default 10 s. */
@@ -67,7 +69,7 @@ export interface WorkerOptions {
   publishTimeoutMs?: number;
   /** Offers kept for offers() readers; when full the oldest is dropped (reported). Default 256. */
   offerBuffer?: number;
-  /** Receives asynchronous errors: the consumer's, undecodable decisions, dropped offers, run()'s. */
+  /** Receives asynchronous errors: the consumer's (its replacements, dropped messages), undecodable decisions, dropped offers, run()'s. */
   onError?: (err: Error) => void;
   /** The clock of renew loops and local deadlines (tests give a fake). Default: the real one. */
   clock?: Clock;
@@ -130,11 +132,15 @@ export interface CallOptions {
  * connection from @nats-io/transport-node that the caller keeps owning
  * (close() does not close it).
  *
- * Before it returns it creates the ordered consumer that reads the
- * decisions addressed to the worker (tenure.out.<id>.>) from the decision
- * stream's next sequence on, so that every verdict of an input published
- * later reaches it. Partitioned deployments (PROTOCOL.md §18) are not
- * supported: connect throws when the deployment is one.
+ * Before it returns it creates the consumer that reads the decisions
+ * addressed to the worker (tenure.out.<id>.>) from the decision stream's
+ * next sequence on (deliver policy new: a worker may not read the stream's
+ * info, PROTOCOL.md §4), so that every verdict of an input published later
+ * reaches it; a consumer lost or deleted is replaced one past the last
+ * decision read. It finds the deployment by looking up its first consumer
+ * name, under the worker API prefix when something answers there.
+ * Partitioned deployments (PROTOCOL.md §18) are not supported: connect
+ * throws when the deployment is one.
  */
 export async function connect(nc: NatsConnection, id: string, opts: WorkerOptions = {}): Promise<Worker> {
   if (!validToken(id)) throw new TypeError(`worker: invalid id ${JSON.stringify(id)}: want 1 to 64 of [A-Za-z0-9_-], not "_"`);
@@ -146,65 +152,61 @@ export async function connect(nc: NatsConnection, id: string, opts: WorkerOption
     onError: opts.onError,
   };
   if (!/^[A-Za-z0-9_-]+$/.test(o.streamPrefix)) throw new TypeError(`worker: invalid stream prefix ${JSON.stringify(o.streamPrefix)}`);
+  const namePrefix = opts.consumerNamePrefix ?? `tw_${id}`;
+  if (!/^[A-Za-z0-9_-]+$/.test(namePrefix)) throw new TypeError(`worker: invalid consumer name prefix ${JSON.stringify(namePrefix)}`);
+  const names = Array.from({ length: CONSUMER_NAMES }, (_, i) => `${namePrefix}_${i}`);
   const out = `${o.streamPrefix}_OUT`;
+  const p0 = `${o.streamPrefix}_P0_OUT`;
   const timeout = o.verdictTimeoutMs;
   // A worker in an account of its own reaches the deployment's JetStream
-  // API under the worker prefix (PROTOCOL.md §4); else under $JS.API.
-  let apiPrefix = opts.apiPrefix;
-  let lastSeq: number | undefined;
+  // API under the worker prefix (PROTOCOL.md §4); else under $JS.API. Its
+  // first consumer name's look-up tells which, and whether the deployment
+  // is partitioned (the Go SDK's streams.DiscoverWorker).
   const workerPrefix = `JS.${o.streamPrefix}.API`;
-  if (apiPrefix === undefined) {
-    try {
-      lastSeq = await decisionStreamLastSeq(nc, workerPrefix, out, timeout);
-      apiPrefix = workerPrefix;
-    } catch (err) {
-      if (!noResponders(err)) throw streamError(out, err);
-      apiPrefix = "$JS.API";
+  let apiPrefix = opts.apiPrefix;
+  let found: "found" | "missing" | "unreachable" | undefined;
+  try {
+    if (apiPrefix === undefined) {
+      found = await lookUp(nc, workerPrefix, out, names[0]!, timeout);
+      if (found === "unreachable") {
+        // A partitioned deployment's worker account imports nothing of the
+        // unpartitioned stream; nothing at all under the worker prefix: the
+        // plain API.
+        if (await lookUp(nc, workerPrefix, p0, names[0]!, timeout) !== "unreachable") throw partitionedError(out, p0);
+        apiPrefix = "$JS.API";
+        found = undefined;
+      } else {
+        apiPrefix = workerPrefix;
+      }
     }
+    found ??= await lookUp(nc, apiPrefix, out, names[0]!, timeout);
+    if (found === "missing" && apiPrefix !== workerPrefix && await lookUp(nc, apiPrefix, p0, names[0]!, timeout) === "found") {
+      throw partitionedError(out, p0);
+    }
+  } catch (err) {
+    if (err instanceof PartitionedError) throw err;
+    throw new Error(`worker: decision stream ${out}: ${errMessage(err)}`, { cause: err });
   }
-  if (lastSeq === undefined) {
-    try {
-      lastSeq = await decisionStreamLastSeq(nc, apiPrefix, out, timeout);
-    } catch (err) {
-      throw streamError(out, err, await partitioned(nc, apiPrefix, o.streamPrefix, timeout));
-    }
+  if (found !== "found") {
+    throw new Error(`worker: decision stream ${out}: ${found === "missing" ? "stream not found" : "no responders (is JetStream enabled?)"}`);
   }
   const js = jetstream(nc, { apiPrefix, timeout });
   const w = new Worker(id, js, o, opts.clock ?? realClock);
-  // In an account of its own (the worker API prefix), the worker may name
-  // only its few consumers tw_<id>_0 to _3 (tenure auth init, §4).
-  const namePrefix = opts.consumerNamePrefix ?? (apiPrefix === workerPrefix ? `tw_${id}` : `c${randomBytes(16).toString("hex")}`);
-  await w._start(out, lastSeq + 1, namePrefix);
+  await w._start(nc, apiPrefix, out, names);
   return w;
+}
+
+class PartitionedError extends Error {}
+
+function partitionedError(out: string, p0: string): Error {
+  return new PartitionedError(`worker: the deployment is partitioned (${out} does not exist, ${p0} does): ` +
+    "this SDK supports unpartitioned deployments only (see its README)");
 }
 
 function positive(name: string, v: number | undefined, def: number): number {
   if (v === undefined) return def;
   if (!(v > 0) || !Number.isFinite(v)) throw new RangeError(`worker: ${name} ${v}: want > 0`);
   return v;
-}
-
-async function decisionStreamLastSeq(nc: NatsConnection, apiPrefix: string, out: string, timeout: number): Promise<number> {
-  const jsm = await jetstreamManager(nc, { apiPrefix, timeout, checkAPI: false });
-  const si = await jsm.streams.info(out);
-  return si.state.last_seq;
-}
-
-async function partitioned(nc: NatsConnection, apiPrefix: string, prefix: string, timeout: number): Promise<boolean> {
-  try {
-    await decisionStreamLastSeq(nc, apiPrefix, `${prefix}_P0_OUT`, timeout);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-function streamError(out: string, err: unknown, isPartitioned = false): Error {
-  if (isPartitioned) {
-    return new Error(`worker: the deployment is partitioned (${out} does not exist, ${out.replace(/_OUT$/, "_P0_OUT")} does): ` +
-      "this SDK supports unpartitioned deployments only (see its README)", { cause: err });
-  }
-  return new Error(`worker: decision stream ${out}: ${errMessage(err)}`, { cause: err });
 }
 
 function errMessage(err: unknown): string {
@@ -249,7 +251,7 @@ export class Worker {
   readonly #closeCtl = new AbortController();
   #in = "";
   #out = "";
-  #messages: ConsumerMessages | undefined;
+  #follower: Follower | undefined;
 
   readonly #waiters = new Map<number, Waiter>();
   readonly #leases = new Map<string, Lease>();
@@ -272,36 +274,38 @@ export class Worker {
     this.#in = `${o.streamPrefix}_IN`;
   }
 
-  /** @internal Creates the decision consumer, from startSeq on, and starts reading. */
-  async _start(out: string, startSeq: number, namePrefix: string): Promise<void> {
+  /**
+   * @internal Creates the decision consumer, under one of names, from the
+   * stream's next sequence on, and starts reading; rejects when no consumer
+   * could be created within the verdict timeout.
+   */
+  async _start(nc: NatsConnection, apiPrefix: string, out: string, names: string[]): Promise<void> {
     this.#out = out;
-    const c = await this.#js.consumers.get(out, {
-      name_prefix: namePrefix,
-      filter_subjects: addresseeFilter(this.id),
-      opt_start_seq: startSeq,
-      inactive_threshold: CONSUMER_INACTIVE_MS,
-    });
-    // The consumer exists on the server now: every decision stored from
-    // startSeq on will be delivered, whenever the pulls begin.
-    this.#messages = await c.consume({ max_messages: 512, callback: (m) => this.#onMsg(m) });
-    void this.#watchConsumer(this.#messages);
+    const f = new Follower(nc, {
+      stream: out, filter: addresseeFilter(this.id), names, apiPrefix, fromNew: true,
+      inactiveThresholdMs: CONSUMER_INACTIVE_MS,
+      onError: (err) => this._report(new Error(`worker: decision stream ${out}: ${err.message}`, { cause: err })),
+      onDrop: (reason, subject) => this._report(new Error(
+        `worker: decision stream ${out}: dropped a message no consumer of this worker sent (${reason}) on ${subject}`)),
+    }, (m) => this.#onMsg(m));
+    this.#follower = f;
+    f.start();
+    // Wait for its consumer: a worker not allowed to read its decisions
+    // (or a server that does not answer) fails connect.
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), this._opts.verdictTimeoutMs)));
+    const late = await Promise.race([f.ready.then(() => false), timedOut]);
+    clearTimeout(timer);
+    if (late) {
+      const err = f.lastError;
+      await f.stop();
+      throw new Error(`worker: decision consumer on ${out}: ${err ? err.message : `none created in ${this._opts.verdictTimeoutMs} ms`}`, { cause: err });
+    }
   }
 
-  async #watchConsumer(msgs: ConsumerMessages): Promise<void> {
-    try {
-      for await (const s of msgs.status()) {
-        if (this.closed) return;
-        switch (s.type) {
-          case "heartbeats_missed": case "consumer_deleted": case "stream_not_found": case "consumer_not_found":
-          case "ordered_consumer_recreated":
-            this._report(new Error(`worker: decision consumer on ${this.#out}: ${s.type}`));
-        }
-      }
-      const err = await msgs.closed();
-      if (err && !this.closed) this._report(new Error(`worker: decision consumer on ${this.#out} stopped: ${errMessage(err)}`, { cause: err }));
-    } catch (err) {
-      if (!this.closed) this._report(new Error(`worker: decision consumer on ${this.#out}: ${errMessage(err)}`, { cause: err }));
-    }
+  /** @internal The decision reader (for the tests). */
+  get _follower(): Follower | undefined {
+    return this.#follower;
   }
 
   /** Whether close() was called. */
@@ -330,7 +334,7 @@ export class Worker {
     this.#renewQ = [];
     for (const wake of this.#offerWaiters.splice(0)) wake(null);
     for (const wt of this.#waiters.values()) wt.wake?.();
-    await this.#messages?.close().catch(() => undefined);
+    await this.#follower?.stop();
     await Promise.allSettled([...this.#inflight]);
   }
 
@@ -353,11 +357,11 @@ export class Worker {
 
   // ---- Decisions ----
 
-  #onMsg(m: JsMsg): void {
-    // Only this consumer's stream, and only decisions addressed to this
-    // worker: anything else was aimed at the inbox by someone else.
-    if (m.info.stream !== this.#out || !m.subject.startsWith(`tenure.out.${this.id}.`)) {
-      this._report(new Error(`worker: dropped a message of stream ${m.info.stream} on ${m.subject}: not a decision addressed to ${this.id}`));
+  #onMsg(m: FollowMsg): void {
+    // Only decisions addressed to this worker (its consumer's filter): the
+    // reader hands over only what the server delivered to its consumer.
+    if (!m.subject.startsWith(`tenure.out.${this.id}.`)) {
+      this._report(new Error(`worker: dropped a message of stream ${this.#out} on ${m.subject}: not a decision addressed to ${this.id}`));
       return;
     }
     let d: Decision;
