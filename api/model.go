@@ -94,6 +94,9 @@ func (m *Model) Apply(part uint32, seq uint64, d *events.Decision) {
 		// missed ACK) is caused by another input than the worker's.
 		m.queues.Capacity(part, d.Addressee, *d.Capacity)
 	}
+	if d.Standing != nil { // revision 5: the addressee's standing on a queue
+		m.queues.Standing(part, d.Addressee, *d.Standing)
+	}
 	id := d.Job.ID
 	if id == "" || id == events.NoJob || !m.partition(part).Owns(id) {
 		return // a rejection about a job of another partition is not its projection

@@ -57,12 +57,51 @@ const (
 // WorkerCapacity is one worker's standing announcement on a queue (a pull,
 // PROTOCOL.md §22.2) as its last capacity_set decision set it, with the
 // queue's live leases (OFFERED or ACTIVE) it holds.
+//
+// From rules revision 5 on the list also has the workers the read model
+// has a record of on the queue without a standing announcement (a worker
+// whose refusal withdrew it: slots 0, no until), each with its standing
+// (PROTOCOL.md §22.8) as the latest decision that carried it says, and
+// what its decisions say it did with the queue's jobs since the first
+// decision read: what an operator looks at to find a worker that declines,
+// never ACKs or lets leases expire.
 type WorkerCapacity struct {
 	Worker    string `json:"worker"`
 	Partition string `json:"partition,omitempty"` // partitioned deployments: the partition it announced to
 	Slots     uint64 `json:"slots"`
-	Held      int    `json:"held"`  // the queue's live leases it holds (in that partition)
-	Until     string `json:"until"` // when the announcement lapses (RFC 3339)
+	Held      int    `json:"held"`            // the queue's live leases it holds (in that partition)
+	Until     string `json:"until,omitempty"` // when the announcement lapses (RFC 3339); empty: none stands
+	// Revision 5 on: its standing, omitted when no decision carried one.
+	Standing *Standing `json:"standing,omitempty"`
+	WorkerCounts
+}
+
+// Standing is a worker's standing on a queue (PROTOCOL.md §22.8).
+type Standing struct {
+	Window    uint64 `json:"window"`
+	Strikes   uint64 `json:"strikes"`
+	HeldUntil string `json:"held_until,omitempty"` // RFC 3339; empty: not held
+}
+
+// WorkerCounts are what a worker did with a queue's jobs, by the
+// decisions that say so: offers the queue made it (assigned), declines
+// (released while OFFERED), releases of ACTIVE leases, missed ACKs
+// (ack_missed), expiries (expired), and attempts it ended SUCCESS
+// (completions) or FAILED (failures).
+type WorkerCounts struct {
+	Offers      uint64 `json:"offers"`
+	Declines    uint64 `json:"declines"`
+	Releases    uint64 `json:"releases"`
+	MissedAcks  uint64 `json:"missed_acks"`
+	Expiries    uint64 `json:"expiries"`
+	Completions uint64 `json:"completions"`
+	Failures    uint64 `json:"failures"`
+}
+
+// workerRecord is what the read model knows of one worker on one queue.
+type workerRecord struct {
+	WorkerCounts
+	standing *events.Standing
 }
 
 // QueueStats is what a queue holds now, as the read model knows it: its
@@ -132,6 +171,7 @@ type queueState struct {
 	due     dueHeap          // the waiting jobs by ready_at; entries not matching waiting are stale
 	held    map[holderKey]int
 	caps    map[holderKey]capacity
+	seen    map[holderKey]*workerRecord // the workers its decisions concern (revision 5: their standing)
 	ring    [60]bucket
 	totals  [nCounters]uint64
 }
@@ -190,7 +230,7 @@ func (qs *Queues) queue(name string) *queueState {
 
 // forget drops q if nothing is left of it.
 func (qs *Queues) forget(q *queueState) {
-	if q.jobs == 0 && len(q.caps) == 0 && len(q.held) == 0 {
+	if q.jobs == 0 && len(q.caps) == 0 && len(q.held) == 0 { // its workers' records go with it
 		delete(qs.queues, q.name)
 		qs.names.Remove(q.name)
 	}
@@ -227,6 +267,7 @@ func (qs *Queues) Observe(part uint32, prev, next *events.Job, d *events.Decisio
 		// DEAD end follows it in the same input, at the same time.
 		q.uncount(cFailed, d.At)
 	}
+	q.observeWorker(part, next, d)
 	switch {
 	case d.Kind == events.KindSubmitted:
 		q.count(cSubmitted, d.At)
@@ -241,6 +282,56 @@ func (qs *Queues) Observe(part uint32, prev, next *events.Job, d *events.Decisio
 	case next.State == events.StateFailed && was != events.StateFailed:
 		q.count(cFailed, d.At)
 	}
+}
+
+// observeWorker counts, for the worker a decision about queue job next
+// concerns, what it did with the job.
+func (q *queueState) observeWorker(part uint32, next *events.Job, d *events.Decision) {
+	if next.Holder == "" {
+		return
+	}
+	var c *uint64
+	r := q.record(part, next.Holder)
+	switch {
+	case d.Kind == events.KindAssigned:
+		c = &r.Offers
+	case d.Kind == events.KindReleased && next.AckState == events.AckDeclined:
+		c = &r.Declines
+	case d.Kind == events.KindReleased:
+		c = &r.Releases
+	case d.Kind == events.KindAckMissed:
+		c = &r.MissedAcks
+	case d.Kind == events.KindExpired:
+		c = &r.Expiries
+	case d.Kind == events.KindCompleted && next.Result == events.OutcomeSuccess:
+		c = &r.Completions
+	case d.Kind == events.KindCompleted && next.Result == events.OutcomeFailed:
+		c = &r.Failures
+	default:
+		return
+	}
+	*c++
+}
+
+// record returns the record of worker in partition part, making it.
+func (q *queueState) record(part uint32, worker string) *workerRecord {
+	k := holderKey{part, worker}
+	r := q.seen[k]
+	if r == nil {
+		if q.seen == nil {
+			q.seen = map[holderKey]*workerRecord{}
+		}
+		r = &workerRecord{}
+		q.seen[k] = r
+	}
+	return r
+}
+
+// Standing records the standing a decision carried (rules revision 5) for
+// its addressee worker in partition part.
+func (qs *Queues) Standing(part uint32, worker string, s events.Standing) {
+	st := s
+	qs.queue(s.Queue).record(part, worker).standing = &st
 }
 
 // Capacity records a capacity_set decision of worker in partition part:
@@ -430,17 +521,29 @@ func (q *queueState) stats(now int64) QueueStats {
 }
 
 // workers lists q's standing announcements (settled), by worker then
-// partition, at most MaxWorkersListed.
+// partition, at most MaxWorkersListed, with the workers the read model
+// has a record of (revision 5) that announce nothing now.
 func (qs *Queues) workers(q *queueState) []WorkerCapacity {
-	keys := make([]holderKey, 0, len(q.caps))
+	keys := make([]holderKey, 0, len(q.caps)+len(q.seen))
 	for k := range q.caps {
 		keys = append(keys, k)
+	}
+	for k := range q.seen {
+		if _, ok := q.caps[k]; !ok {
+			keys = append(keys, k)
+		}
 	}
 	slices.SortFunc(keys, func(a, b holderKey) int { return cmp.Or(cmp.Compare(a.worker, b.worker), cmp.Compare(a.part, b.part)) })
 	out := make([]WorkerCapacity, 0, min(len(keys), MaxWorkersListed))
 	for _, k := range keys[:min(len(keys), MaxWorkersListed)] {
 		c := q.caps[k]
 		w := WorkerCapacity{Worker: k.worker, Slots: c.slots, Held: q.held[k], Until: events.FormatTime(c.until)}
+		if r := q.seen[k]; r != nil {
+			w.WorkerCounts = r.WorkerCounts
+			if s := r.standing; s != nil {
+				w.Standing = &Standing{Window: s.Window, Strikes: s.Strikes, HeldUntil: events.FormatTime(s.HeldUntil)}
+			}
+		}
 		if qs.count > 0 {
 			w.Partition = events.Partition{Index: k.part, Count: qs.count}.Token()
 		}

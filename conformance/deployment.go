@@ -92,12 +92,16 @@ func startDeployment(t testing.TB, prefix, worker string, withAuth bool) (*deplo
 	return d, nil
 }
 
+// adminID is the administrator of a deployment under auth init: its
+// tenure genesis ends a brand-new deployment's genesis.
+const adminID = "admin"
+
 // generate writes tenure auth init's configuration and credentials, starts
 // the server with it and connects the runner as the coordinator's user and
 // each ops and worker actor but the adapter's worker.
 func (d *deployment) generate(t testing.TB, prefix, worker string) error {
 	actors := []auth.Actor{{Name: coordinatorID, Role: auth.RoleCoordinator}, {Name: "disp", Role: auth.RoleDispatcher},
-		{Name: worker, Role: auth.RoleWorker}}
+		{Name: worker, Role: auth.RoleWorker}, {Name: adminID, Role: auth.RoleAdmin}}
 	if worker != "w2" {
 		actors = append(actors, auth.Actor{Name: "w2", Role: auth.RoleWorker})
 	}
@@ -128,8 +132,8 @@ func (d *deployment) generate(t testing.TB, prefix, worker string) error {
 	}
 	d.pubs = map[string]jetstream.JetStream{"coord." + coordinatorID: d.js}
 	for _, a := range actors[1:] {
-		if a.Name == worker {
-			continue // the adapter's
+		if a.Name == worker || a.Role == auth.RoleAdmin {
+			continue // the adapter's; the administrator's (startCoordinator)
 		}
 		_, js, err := connectAs(a.Name)
 		if err != nil {
@@ -208,7 +212,7 @@ func inputEntry(m jetstream.Msg) (entry, error) {
 }
 
 // startCoordinator runs a coordinator and waits until it is live.
-func (d *deployment) startCoordinator() error {
+func (d *deployment) startCoordinator() (err error) {
 	if d.coord != nil {
 		return errors.New("the coordinator runs already")
 	}
@@ -220,10 +224,40 @@ func (d *deployment) startCoordinator() error {
 	if err != nil {
 		return err
 	}
-	c, err := coordinator.New(coordinator.Config{ID: coordinatorID, Conn: nc, Topology: d.topo, LeaderTTL: leaderTTL})
+	cfg := coordinator.Config{ID: coordinatorID, Conn: nc, Topology: d.topo, LeaderTTL: leaderTTL}
+	if d.bundle != nil {
+		cfg.Genesis = coordinator.GenesisAdmin // tenure auth init's coordinator may not update its streams
+	}
+	c, err := coordinator.New(cfg)
 	if err != nil {
 		nc.Close()
 		return err
+	}
+	if d.bundle != nil {
+		// The administrator's tenure genesis, on a brand-new deployment
+		// (on one past genesis it does nothing).
+		a, _ := d.bundle.Credential(adminID)
+		anc, err := a.Connect(d.srv.ClientURL())
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("connect as %s: %w", adminID, err)
+		}
+		genesis := make(chan error, 1)
+		go func() {
+			defer anc.Close()
+			js, err := jetstream.New(anc)
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_, err = coordinator.EndGenesis(ctx, js, d.topo, nil, 10*time.Millisecond)
+			}
+			genesis <- err
+		}()
+		defer func() {
+			if gerr := <-genesis; gerr != nil && err == nil {
+				err = fmt.Errorf("the administrator's end of genesis: %w", gerr)
+			}
+		}()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runningCoordinator{c: c, nc: nc, cancel: cancel, done: make(chan error, 1)}

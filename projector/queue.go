@@ -462,7 +462,7 @@ func (p *Projector) match() {
 // (an announcement standing, not held, fewer live leases of the queue
 // than both its slots and its window), ties to the earliest announcement;
 // then the job for it (pickJobFor). A worker for which no ready job is
-// allowed is passed over for the rest of the input.
+// allowed is passed over until the next offer changes the ready jobs.
 func (p *Projector) matchFair(limit int) {
 	n := 0
 	var passed []string
@@ -490,6 +490,9 @@ func (p *Projector) matchFair(limit int) {
 				i-- // the queue left the active list: the next one moved here
 				break
 			}
+			// The offer took a head of the ready jobs: the job behind it
+			// may be allowed for a worker passed over.
+			passed = passed[:0]
 		}
 	}
 }

@@ -267,6 +267,9 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 		// missed ACK) is caused by another input than the worker's.
 		m.queues.Capacity(part, d.Addressee, *d.Capacity)
 	}
+	if d.Standing != nil { // revision 5: the addressee's standing on a queue
+		m.queues.Standing(part, d.Addressee, *d.Standing)
+	}
 	id := d.Job.ID
 	var e *jobEntry
 	if id != events.NoJob && id != "" && p.Owns(id) && m.jobs[id] == nil && !d.Job.Exists() {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -419,9 +420,14 @@ func runQueues(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	if *queue != "" && len(all[0].WorkerList) > 0 {
 		fmt.Fprintln(stdout)
 		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "WORKER\tPARTITION\tSLOTS\tHELD\tUNTIL")
+		fmt.Fprintln(tw, "WORKER\tPARTITION\tSLOTS\tHELD\tUNTIL\tWINDOW\tSTRIKES\tON HOLD UNTIL\tOFFERS\tDECLINED\tRELEASED\tNO ACK\tEXPIRED\tDONE\tFAILED")
 		for _, w := range all[0].WorkerList {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", w.Worker, cmp.Or(w.Partition, "-"), w.Slots, w.Held, w.Until)
+			window, strikes, hold := "-", "-", "-"
+			if st := w.Standing; st != nil {
+				window, strikes, hold = strconv.FormatUint(st.Window, 10), strconv.FormatUint(st.Strikes, 10), cmp.Or(st.HeldUntil, "-")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", w.Worker, cmp.Or(w.Partition, "-"), w.Slots, w.Held, cmp.Or(w.Until, "-"),
+				window, strikes, hold, w.Offers, w.Declines, w.Releases, w.MissedAcks, w.Expiries, w.Completions, w.Failures)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
