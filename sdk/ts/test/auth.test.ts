@@ -32,7 +32,7 @@ before(async () => {
   dir = join(dir, "auth");
   const c = creds("coord");
   serve = await Serve.start(["--server-config", join(dir, "server.conf"), "--id", "coord",
-    "--user", c.user, "--password", c.password, "--inbox-prefix", c.inbox_prefix], c);
+    "--credential", join(dir, "coord.creds.json")], c, join(dir, "admin.creds.json"));
 });
 
 after(async () => {

@@ -78,15 +78,25 @@ export class Serve {
    * Starts `tenure serve --listen 127.0.0.1:<free port> --data <tmpdir>`,
    * waits for its "live" log line, then for the coordinator's own first
    * inputs (rules, policy) to be decided, so that every input of a test is
-   * judged under the rules revision in force.
+   * judged under the rules revision in force. With admin (the credential
+   * file of the administrator that `tenure auth init` writes), it also runs
+   * `tenure genesis` with it: under auth init's permissions the coordinator
+   * may not widen a brand-new deployment's input stream itself.
    */
-  static async start(extra: string[] = [], auth?: { user: string; password: string; inbox_prefix: string }): Promise<Serve> {
+  static async start(extra: string[] = [], auth?: { user: string; password: string; inbox_prefix: string }, admin?: string): Promise<Serve> {
     const bin = tenureBinary();
     const dir = mkdtempSync(join(tmpdir(), "tenure-ts-"));
     const port = await freePort();
     const args = ["serve", "--listen", `127.0.0.1:${port}`, "--data", dir, "--sync", "interval", "--no-heads", ...extra];
     const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
     const s = new Serve(`nats://127.0.0.1:${port}`, dir, proc, auth);
+    if (admin) {
+      const g = spawn(bin, ["genesis", "--credential", admin, "--nats-url", s.url, "--timeout", "30s"],
+        { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
+      const onG = (b: Buffer) => { s.#log += "[genesis] " + b.toString(); };
+      g.stdout!.on("data", onG);
+      g.stderr!.on("data", onG);
+    }
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`tenure serve: no "live" line in 30 s:\n${s.#log}`)), 30_000);
       const onData = (b: Buffer) => {
