@@ -273,6 +273,11 @@ type Result struct {
 	TenureQueueStartP99    float64 `json:"tenure_queue_start_p99_ms"`          //
 	BaselineQueueLoadedP99 float64 `json:"baseline_queue_loaded_start_p99_ms"` // the same with queue_inflight jobs in the loop (the window dominates it)
 	TenureQueueLoadedP99   float64 `json:"tenure_queue_loaded_start_p99_ms"`
+	// The same loaded loop with one hostile worker beside the honest ones
+	// (HostileModes): its jobs per second in each mode against the run
+	// without it, and the least of those ratios.
+	QueueHostileRatio float64        `json:"queue_hostile_ratio"`
+	QueueHostile      []QueueHostile `json:"-"` // queue_hostile_<mode>_per_s and _ratio (MarshalJSON)
 
 	// 7. Expiry storms, one per size (their JSON keys: see Storm).
 	Storms []Storm `json:"-"`
@@ -284,6 +289,14 @@ type Result struct {
 	LoadAvg1 float64 `json:"load_avg_1m"` // at the start of the run
 	LoadEnd1 float64 `json:"load_avg_1m_end"`
 	Seconds  float64 `json:"run_s"`
+}
+
+// QueueHostile is the queue scenario's loaded loop with a hostile worker
+// of one mode.
+type QueueHostile struct {
+	Mode  string  `json:"mode"`
+	PerS  float64 `json:"per_s"`
+	Ratio float64 `json:"ratio"` // per_s against the run without it
 }
 
 // Run runs the scenarios of cfg and returns their figures.

@@ -85,9 +85,16 @@ func TestRunTiny(t *testing.T) {
 	for _, k := range []string{"baseline_pipeline_sdk_per_s", "pipeline_sdk_fair_ratio", "baseline_pipeline_sdk_shaped_per_s", "pipeline_sdk_shaped_ratio",
 		"baseline_pipeline_shaped_per_s", "pipeline_single_shaped_ratio",
 		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "queue_inflight", "baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms",
-		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "baseline_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p99_ms"} {
+		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "baseline_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p99_ms",
+		"queue_hostile_ratio"} {
 		if _, ok := m[k].(float64); !ok {
 			t.Errorf("%s = %v, want a number", k, m[k])
+		}
+	}
+	for _, mode := range HostileModes {
+		k := "queue_hostile_" + strings.ReplaceAll(mode, "-", "_")
+		if _, ok := m[k+"_ratio"].(float64); !ok {
+			t.Errorf("%s_ratio = %v, want a number", k, m[k+"_ratio"])
 		}
 	}
 	if m["queue_inflight"] != 16.0 || m["baseline_queue_per_s"].(float64)+m["tenure_queue_per_s"].(float64) <= 0 {

@@ -59,14 +59,34 @@ func (b *runner) queues(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ten, tenAlone, err := side("tenure queue", b.tenureQueue)
+	ten, tenAlone, err := side("tenure queue", func(ctx context.Context, inflight int) (queueLoad, error) {
+		return b.tenureQueue(ctx, inflight, "")
+	})
 	if err != nil {
 		return err
+	}
+	// The same loaded loop with one hostile worker beside the honest ones,
+	// in each of its modes (rules revision 5: PROTOCOL.md §22.8).
+	r := b.res
+	r.QueueHostileRatio = -1
+	for _, mode := range HostileModes {
+		h, err := b.tenureQueue(ctx, b.cfg.QueueInflight, mode)
+		if err != nil {
+			return fmt.Errorf("tenure queue with a worker that does %s: %w", mode, err)
+		}
+		q := 0.0
+		if ten.perS > 0 {
+			q = h.perS / ten.perS
+		}
+		b.logf("  tenure queue with a worker that does %s: %.0f jobs/s, %.2f of the run without it", mode, h.perS, q)
+		r.QueueHostile = append(r.QueueHostile, QueueHostile{Mode: mode, PerS: h.perS, Ratio: q})
+		if r.QueueHostileRatio < 0 || q < r.QueueHostileRatio {
+			r.QueueHostileRatio = q
+		}
 	}
 	if base.perS == 0 && ten.perS == 0 {
 		return errors.New("no job completed in either measured window")
 	}
-	r := b.res
 	r.BaselineQueuePerS, r.TenureQueuePerS = base.perS, ten.perS
 	if base.perS > 0 {
 		r.QueueRatio = ten.perS / base.perS
@@ -232,8 +252,20 @@ func (b *runner) baselineQueue(ctx context.Context, inflight int) (queueLoad, er
 	return res, err
 }
 
-func (b *runner) tenureQueue(ctx context.Context, inflight int) (queueLoad, error) {
-	const name = "queue-tenure"
+// HostileModes are the modes of the hostile worker of the queue scenario:
+// it announces 256 slots every 100 ms and declines every offer, ACKs and
+// releases it, never ACKs it, or ACKs it and never renews (the lease
+// expires).
+var HostileModes = []string{"decline", "release", "never-ack", "ack-expire"}
+
+// tenureQueue runs the Tenure side; with hostile (one of HostileModes),
+// a worker of that mode runs beside the honest ones (and the profile is
+// not taken).
+func (b *runner) tenureQueue(ctx context.Context, inflight int, hostile string) (queueLoad, error) {
+	name := "queue-tenure"
+	if hostile != "" {
+		name += "-hostile-" + hostile
+	}
 	srv, co, err := b.tenureServer(name)
 	if err != nil {
 		return queueLoad{}, err
@@ -250,8 +282,10 @@ func (b *runner) tenureQueue(ctx context.Context, inflight int) (queueLoad, erro
 	if err != nil {
 		return queueLoad{}, err
 	}
-	stop := b.profile(name)
-	defer stop()
+	if hostile == "" {
+		stop := b.profile(name)
+		defer stop()
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	l := &loadWindow{}
@@ -308,6 +342,11 @@ func (b *runner) tenureQueue(ctx context.Context, inflight int) (queueLoad, erro
 			}
 		})
 	}
+	if hostile != "" {
+		if err := b.hostileQueueWorker(cctx, &wg, srv.ClientURL(), hostile); err != nil {
+			return queueLoad{}, err
+		}
+	}
 	wg.Go(func() {
 		for i := 0; ; i++ {
 			select {
@@ -337,4 +376,63 @@ func (b *runner) tenureQueue(ctx context.Context, inflight int) (queueLoad, erro
 		err = fmt.Errorf("%d handlers got a job without the payload the dispatcher submitted", n)
 	}
 	return res, err
+}
+
+// hostileQueueWorker starts worker qh in mode on the bench queue: it
+// announces 256 slots every 100 ms, and treats every offer the queue makes
+// it by its mode, until ctx ends.
+func (b *runner) hostileQueueWorker(ctx context.Context, wg *sync.WaitGroup, url, mode string) error {
+	nc, err := connect(url, "bench-queue-hostile")
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	w, err := worker.Connect(nc, "qh", worker.WithErrorHandler(func(error) {}))
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	wg.Go(func() {
+		defer nc.Close()
+		defer w.Close()
+		pull := events.AppendInputBody(nil, &events.Input{Verb: events.VerbPull, Queue: "bench", Slots: 256, TTLMS: 60000})
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_, _ = js.PublishAsync(events.InputSubject(events.RoleWorker, "qh", events.NoJob, events.VerbPull), pull)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case o, ok := <-w.Offers():
+				if !ok {
+					return
+				}
+				switch mode {
+				case "decline":
+					_ = o.Decline(ctx)
+				case "release":
+					if l, err := o.Accept(ctx); err == nil {
+						_ = l.Release(ctx)
+					}
+				case "ack-expire": // a bare ACK: nothing renews the lease
+					body := events.AppendInputBody(nil, &events.Input{Verb: events.VerbAck, LeaseID: o.LeaseID, Generation: o.Generation})
+					_, _ = js.PublishAsync(events.InputSubject(events.RoleWorker, "qh", o.Job, events.VerbAck), body)
+				}
+			}
+		}
+	})
+	return nil
 }

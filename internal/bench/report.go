@@ -36,6 +36,7 @@ func (r *Result) Targets() []Target {
 	add(r.FoldPerS > 0, "fold_per_s >= 500,000", r.FoldPerS >= 500_000, r.FoldPerS, "%.0f")
 	add(r.MemJobs > 0, "bytes_per_job <= 1024", r.BytesPerJob <= 1024, r.BytesPerJob, "%.0f")
 	add(r.RestartSnapshotS > 0, "restart_snapshot_s <= 3", r.RestartSnapshotS <= 3, r.RestartSnapshotS, "%.2f s")
+	add(len(r.QueueHostile) > 0, "queue_hostile_ratio >= 0.8 (the least of the hostile modes)", r.QueueHostileRatio >= 0.8, r.QueueHostileRatio, "%.2f")
 	if r.Soak != nil {
 		add(true, "soak_ok = 1 (every job retired, no resync)", r.Soak.OK == 1, r.Soak.MaxJob, "%.0f jobs kept at most")
 	}
@@ -114,6 +115,9 @@ func WriteTable(w io.Writer, r *Result) error {
 	row("  to the handler's start, alone, p50 (ms)", r.BaselineQueueStartP50, r.TenureQueueStartP50, "%.2f", ratio(r.TenureQueueStartP50, r.BaselineQueueStartP50))
 	row("  to the handler's start, alone, p99 (ms)", r.BaselineQueueStartP99, r.TenureQueueStartP99, "%.2f", ratio(r.TenureQueueStartP99, r.BaselineQueueStartP99))
 	row("  to the handler's start, loaded, p99 (ms)", r.BaselineQueueLoadedP99, r.TenureQueueLoadedP99, "%.0f", ratio(r.TenureQueueLoadedP99, r.BaselineQueueLoadedP99))
+	for _, h := range r.QueueHostile {
+		row("  with a worker that does "+h.Mode+" (per s)", r.TenureQueuePerS, h.PerS, "%.0f", h.Ratio)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -85,15 +85,22 @@ func (s Storm) appendJSON(b []byte) []byte {
 
 // MarshalJSON writes r as one flat JSON object: its fields, then each
 // storm's figures under their storm_<label>_ keys.
+//
+// The queue scenario's hostile runs likewise: queue_hostile_<mode>_per_s
+// and queue_hostile_<mode>_ratio (the mode's dashes as underscores).
 func (r Result) MarshalJSON() ([]byte, error) {
 	type plain Result // r's fields, without this method
 	b, err := json.Marshal(plain(r))
-	if err != nil || len(r.Storms) == 0 {
+	if err != nil || len(r.Storms) == 0 && len(r.QueueHostile) == 0 {
 		return b, err
 	}
 	b = b[:len(b)-1] // the closing brace
 	for _, s := range r.Storms {
 		b = s.appendJSON(b)
+	}
+	for _, h := range r.QueueHostile {
+		k := "queue_hostile_" + strings.ReplaceAll(h.Mode, "-", "_")
+		b = fmt.Appendf(b, `,%q:%s,%q:%s`, k+"_per_s", strconv.FormatFloat(h.PerS, 'g', -1, 64), k+"_ratio", strconv.FormatFloat(h.Ratio, 'g', -1, 64))
 	}
 	return append(b, '}'), nil
 }
