@@ -101,7 +101,7 @@ func BenchmarkQueueJob(b *testing.B) {
 		}
 		return ds
 	}
-	step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision4, LeaseKey: propLeaseKey})
+	step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.CurrentRevision, LeaseKey: propLeaseKey})
 	const backlog = 100_000
 	for i := range backlog {
 		step(events.RoleOps, fmt.Sprintf("d%d", i%4), fmt.Sprintf("pre-%06d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", LeaseMS: 60000, AckTimeoutMS: 60000})
@@ -145,7 +145,7 @@ func BenchmarkLeaseJob(b *testing.B) {
 		}
 		return ds
 	}
-	step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision4, LeaseKey: propLeaseKey})
+	step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.CurrentRevision, LeaseKey: propLeaseKey})
 	for i := range 100_000 {
 		step(events.RoleWorker, "w00", fmt.Sprintf("pre-%06d", i), events.Input{Verb: events.VerbAcquire, LeaseMS: 600000})
 	}
