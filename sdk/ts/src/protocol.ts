@@ -123,6 +123,12 @@ export interface JobProjection {
   ready_at?: string;
   last_reason?: string;
   payload?: string;
+  /**
+   * Rules revision 5 (PROTOCOL.md §10.2, need to know): true on a decision
+   * addressed to a worker that does not hold the job's current lease; its
+   * lease_id is then "" and its payload absent.
+   */
+  withheld?: boolean;
 }
 
 /** One decision of the decision stream (§10.1). */
@@ -140,6 +146,8 @@ export interface Decision {
   addressee: string;
   job: JobProjection;
   capacity?: { queue: string; slots: number; until: string };
+  /** Rules revision 5: the addressee's standing on a queue (§22.8). */
+  standing?: { queue: string; window: number; strikes: number; held_until?: string };
   policy?: Record<string, number>;
   rules?: { revision: number };
   checkpoint?: { input_seq: number; state_hash: string };
