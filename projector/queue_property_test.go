@@ -167,7 +167,6 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 					case rapid.IntRange(0, 4).Draw(t, "cancel live") == 0:
 						in = events.Input{Verb: events.VerbCancel} // an operator cancels it, in the middle of the work
 						ds = step(events.RoleOps, "admin", j.ID, in)
-						break
 					case rapid.IntRange(0, 3).Draw(t, "release") == 0:
 						in.Verb = events.VerbRelease
 					default:
