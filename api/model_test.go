@@ -207,7 +207,8 @@ func TestQueueStats(t *testing.T) {
 	f.step(events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "emails", Slots: 2, TTLMS: 20_000})
 	s := stats()
 	if s.Offered != 2 || s.InFlight != 2 || s.Ready != 1 || s.Workers != 1 || s.Slots != 2 || s.FreeSlots != 0 ||
-		len(s.WorkerList) != 1 || s.WorkerList[0] != (WorkerCapacity{Worker: "w1", Slots: 2, Held: 2, Until: events.FormatTime(f.now + 20*int64(time.Second))}) {
+		len(s.WorkerList) != 1 || s.WorkerList[0] != (WorkerCapacity{Worker: "w1", Slots: 2, Held: 2, Until: events.FormatTime(f.now + 20*int64(time.Second)),
+			WorkerCounts: WorkerCounts{Offers: 2}}) {
 		t.Fatalf("after w1's pull of 2 slots: %+v", s)
 	}
 	// w1 fails m0: requeued, waiting out its backoff of about 10 s.
@@ -240,9 +241,10 @@ func TestQueueStats(t *testing.T) {
 		t.Fatalf("at m0's ready_at: %+v", r.Queue)
 	}
 	// A minute later nothing happened within the window, and w1's
-	// announcement has lapsed.
+	// announcement has lapsed; the list still has what w1 did.
 	r, _ := f.m.Queue("emails", f.at().Add(time.Minute+time.Second))
-	if r.Queue.Rates != (Rates{WindowS: 60}) || r.Queue.Workers != 0 || len(r.Queue.WorkerList) != 0 || r.Queue.Totals.Offered != 3 {
+	if r.Queue.Rates != (Rates{WindowS: 60}) || r.Queue.Workers != 0 || r.Queue.Totals.Offered != 3 || len(r.Queue.WorkerList) != 1 ||
+		r.Queue.WorkerList[0] != (WorkerCapacity{Worker: "w1", Held: 1, WorkerCounts: WorkerCounts{Offers: 3, Completions: 1, Failures: 1}}) {
 		t.Fatalf("a minute later: %+v", r.Queue)
 	}
 	if _, ok := f.m.Queue("nothing", f.at()); ok {
@@ -383,4 +385,48 @@ func TestAnswerSizes(t *testing.T) {
 		t.Fatalf("%d workers listed", len(q.Queue.WorkerList))
 	}
 	size("a queue with its workers", q, 200_000)
+}
+
+// Rules revision 5: queue.get lists each worker with its standing and what
+// it did with the queue's jobs, from the decisions alone: an operator finds
+// the worker that declines what it is offered, even after its refusal
+// withdrew its announcement. And a job's projection in the read model has
+// its lease id and payload though the last decision about it, a verdict to
+// another worker, withheld them.
+func TestQueueStandings(t *testing.T) {
+	f := newFolded(t)
+	f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision5, LeaseKey: [events.LeaseKeyLen]byte{7}})
+	f.step(events.RoleOps, "d1", "m0", events.Input{Verb: events.VerbSubmit, Queue: "emails", Payload: "secret", HasPayload: true})
+	f.step(events.RoleWorker, "bad", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "emails", Slots: 4, TTLMS: 20_000})
+	j, _ := f.p.Job("m0")
+	f.step(events.RoleWorker, "bad", "m0", events.Input{Verb: events.VerbRelease, LeaseID: j.LeaseID, Generation: j.Generation})
+	f.step(events.RoleWorker, "good", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "emails", Slots: 4, TTLMS: 20_000})
+	j, _ = f.p.Job("m0")
+	if j.Holder != "good" {
+		t.Fatalf("m0 offered to %s", j.Holder)
+	}
+	// The decliner asks for the job: its verdict withholds the lease id.
+	ds := f.step(events.RoleWorker, "bad", "m0", events.Input{Verb: events.VerbAcquire})
+	if !ds[0].Job.Withheld {
+		t.Fatalf("the decliner's verdict: %+v", ds[0].Job)
+	}
+	f.step(events.RoleWorker, "good", "m0", events.Input{Verb: events.VerbAck, LeaseID: j.LeaseID, Generation: j.Generation})
+	r, ok := f.m.Job("m0", f.at())
+	rj, err := events.DecodeJob(r.Job)
+	if !ok || err != nil || rj.LeaseID != j.LeaseID || rj.Payload != "secret" || rj.Withheld {
+		t.Fatalf("m0 in the read model: %v %s", err, r.Job)
+	}
+	f.step(events.RoleWorker, "good", "m0", events.Input{Verb: events.VerbResult, LeaseID: j.LeaseID, Generation: j.Generation, Outcome: events.OutcomeSuccess})
+	q, _ := f.m.Queue("emails", f.at())
+	byName := map[string]WorkerCapacity{}
+	for _, w := range q.Queue.WorkerList {
+		byName[w.Worker] = w
+	}
+	bad, good := byName["bad"], byName["good"]
+	if bad.Slots != 0 || bad.Until != "" || bad.Declines != 1 || bad.Offers != 1 || bad.Standing == nil || bad.Standing.Strikes != 1 || bad.Standing.Window != 4 || bad.Standing.HeldUntil == "" {
+		t.Errorf("the decliner: %+v (standing %+v)", bad, bad.Standing)
+	}
+	if good.Slots != 4 || good.Offers != 1 || good.Completions != 1 || good.Standing == nil || good.Standing.Strikes != 0 || good.Standing.Window != events.InitialWindow+1 {
+		t.Errorf("the honest worker: %+v (standing %+v)", good, good.Standing)
+	}
 }
