@@ -410,12 +410,12 @@ func TestQueueStandings(t *testing.T) {
 	if !ds[0].Job.Withheld {
 		t.Fatalf("the decliner's verdict: %+v", ds[0].Job)
 	}
-	f.step(events.RoleWorker, "good", "m0", events.Input{Verb: events.VerbAck, LeaseID: j.LeaseID, Generation: j.Generation})
 	r, ok := f.m.Job("m0", f.at())
 	rj, err := events.DecodeJob(r.Job)
 	if !ok || err != nil || rj.LeaseID != j.LeaseID || rj.Payload != "secret" || rj.Withheld {
 		t.Fatalf("m0 in the read model: %v %s", err, r.Job)
 	}
+	f.step(events.RoleWorker, "good", "m0", events.Input{Verb: events.VerbAck, LeaseID: j.LeaseID, Generation: j.Generation})
 	f.step(events.RoleWorker, "good", "m0", events.Input{Verb: events.VerbResult, LeaseID: j.LeaseID, Generation: j.Generation, Outcome: events.OutcomeSuccess})
 	q, _ := f.m.Queue("emails", f.at())
 	byName := map[string]WorkerCapacity{}
