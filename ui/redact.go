@@ -26,9 +26,10 @@ func redactRows(rows []Row) []Row {
 	return out
 }
 
-// redactedJob is j with its lease id and payload hidden.
+// redactedJob is j with its lease id and payload hidden (a projection
+// whose decision withheld them, rules revision 5, shows them hidden too).
 func redactedJob(j events.Job) events.Job {
-	if j.LeaseID != "" {
+	if j.LeaseID != "" || j.Withheld {
 		j.LeaseID = Hidden
 	}
 	if j.HasPayload {
