@@ -97,7 +97,8 @@ export class Serve {
       g.stdout!.on("data", onG);
       g.stderr!.on("data", onG);
     }
-    await new Promise<void>((resolve, reject) => {
+    // A serve that never goes live is killed, not left behind.
+    const live = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`tenure serve: no "live" line in 30 s:\n${s.#log}`)), 30_000);
       const onData = (b: Buffer) => {
         s.#log += b.toString();
@@ -113,6 +114,13 @@ export class Serve {
         reject(new Error(`tenure serve exited with ${code}:\n${s.#log}`));
       });
     });
+    try {
+      await live;
+    } catch (err) {
+      proc.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
     const nc = await s.connect("harness");
     try {
       const jsm = await jetstreamManager(nc);
