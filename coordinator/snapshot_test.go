@@ -283,8 +283,11 @@ func TestSnapshotEncodedOffTheLoop(t *testing.T) {
 	if want := p.Snapshot(); !bytes.Equal(data, want) {
 		t.Fatalf("the snapshot of input %d (%d bytes) is not the fold's state there (%d bytes)", pos.InputSeq, len(data), len(want))
 	}
-	if p.Len() < 10 {
-		t.Fatalf("the snapshot holds %d jobs", p.Len())
+	// Taken after 10 inputs, the coordinator's two genesis inputs among
+	// them: at least 8 of w1's acquires (the bytes above are the proof of
+	// its content; this only says it is not of an empty state).
+	if p.Len() < 8 {
+		t.Fatalf("the snapshot of input %d holds %d jobs", pos.InputSeq, p.Len())
 	}
 	r = startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.SnapshotEvery, c.SnapshotInterval = 1000, time.Hour })
 	testutil.WaitFor(t, 10*time.Second, "live", func() bool { return r.c.Stats().Live })
