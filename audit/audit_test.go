@@ -177,10 +177,12 @@ func runCoordinator(t *testing.T, url string, js jetstream.JetStream) {
 }
 
 // workload is a small log touching three jobs: input 5 fires the expiry of
-// j1 (its 100 ms lease ran out during a pause) before renewing j2, so it
-// causes two decisions.
+// j1 (its 400 ms lease ran out during a pause) before renewing j2, so it
+// causes two decisions. (The lease leaves inputs 2 to 4 400 ms to be
+// stored before it runs out: 100 ms did not always suffice on two loaded
+// cores, and the expiry then came earlier.)
 var workload = []input{
-	in("worker.w1.j1.acquire", `{"v":1,"lease_ms":100}`),
+	in("worker.w1.j1.acquire", `{"v":1,"lease_ms":400}`),
 	in("worker.w2.j2.acquire", `{"v":1,"lease_ms":60000}`),
 	in("ops.d1.j3.offer", `{"v":1,"holder":"w3"}`),
 	in("worker.w3.j3.ack", `{"v":1,"lease_id":"L3","generation":1}`),
@@ -204,7 +206,7 @@ func publishWorkload(t *testing.T, e *env, extraAt int, extra input) []stored {
 			e.publish(t, extra)
 		}
 		if i == 4 {
-			time.Sleep(150 * time.Millisecond) // j1's lease runs out
+			time.Sleep(450 * time.Millisecond) // j1's lease runs out
 		}
 		e.publish(t, x)
 	}
