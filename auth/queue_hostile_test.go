@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/worker"
 )
 
@@ -151,7 +152,20 @@ func queueHostileRun(t *testing.T, mode string) (p95, all time.Duration) {
 	if n := done.Load(); n < queueHostileJobs {
 		t.Errorf("mode %q: the honest workers ran %d of %d jobs in %v", mode, n, queueHostileJobs, took.Round(time.Millisecond))
 	}
-	// Every job COMPLETED, once; none DEAD.
+	// Every job COMPLETED, once; none DEAD. (A handler that returned has
+	// its result sent after: the last ones may still be on their way.)
+	_ = testutil.Poll(30*time.Second, func() error {
+		n := 0
+		for _, sd := range e.decisions(t) {
+			if sd.d.Kind == events.KindCompleted {
+				n++
+			}
+		}
+		if n < queueHostileJobs {
+			return fmt.Errorf("%d completed", n)
+		}
+		return nil
+	})
 	e.checkCoordinator(t)
 	completed := map[string]int{}
 	dead, toHostile := 0, 0
