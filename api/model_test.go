@@ -208,7 +208,7 @@ func TestQueueStats(t *testing.T) {
 	s := stats()
 	if s.Offered != 2 || s.InFlight != 2 || s.Ready != 1 || s.Workers != 1 || s.Slots != 2 || s.FreeSlots != 0 ||
 		len(s.WorkerList) != 1 || s.WorkerList[0] != (WorkerCapacity{Worker: "w1", Slots: 2, Held: 2, Until: events.FormatTime(f.now + 20*int64(time.Second)),
-			WorkerCounts: WorkerCounts{Offers: 2}}) {
+		WorkerCounts: WorkerCounts{Offers: 2}}) {
 		t.Fatalf("after w1's pull of 2 slots: %+v", s)
 	}
 	// w1 fails m0: requeued, waiting out its backoff of about 10 s.
