@@ -90,18 +90,23 @@ export class Serve {
     const args = ["serve", "--listen", `127.0.0.1:${port}`, "--data", dir, "--sync", "interval", "--no-heads", ...extra];
     const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
     const s = new Serve(`nats://127.0.0.1:${port}`, dir, proc, auth);
-    if (admin) {
-      const g = spawn(bin, ["genesis", "--credential", admin, "--nats-url", s.url, "--timeout", "30s"],
+    // The genesis connects once the embedded server listens (its "ready"
+    // line): earlier it finds no server to connect to.
+    let genesis = !admin;
+    const startGenesis = () => {
+      genesis = true;
+      const g = spawn(bin, ["genesis", "--credential", admin!, "--nats-url", s.url, "--timeout", "30s"],
         { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
       const onG = (b: Buffer) => { s.#log += "[genesis] " + b.toString(); };
       g.stdout!.on("data", onG);
       g.stderr!.on("data", onG);
-    }
+    };
     // A serve that never goes live is killed, not left behind.
     const live = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`tenure serve: no "live" line in 30 s:\n${s.#log}`)), 30_000);
       const onData = (b: Buffer) => {
         s.#log += b.toString();
+        if (!genesis && /embedded nats-server ready/.test(s.#log)) startGenesis();
         if (/\bINF live\b|"msg":"live"/.test(s.#log)) {
           clearTimeout(timer);
           resolve();
