@@ -194,10 +194,15 @@ func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // to go live on), not a transient failure to resynchronise from.
 func TestFoldRefusesAnInputGap(t *testing.T) {
 	s := &session{c: &Coordinator{}, p: projector.New()}
-	body := `{"v":1,"job":"j1","lease_duration_ms":1000}`
+	body := `{"v":1,"lease_ms":1000}`
 	raw := stored{seq: 1, time: 1, subject: "tenure.in.worker.w1.j1.acquire", data: []byte(body)}
 	if err := s.fold(raw); err != nil {
 		t.Fatal(err)
+	}
+	// Input 1 is a valid acquire: its decision is a grant, so the refusal
+	// below is the gap's, not the fold of a rejected input.
+	if len(s.pend) != 1 || !strings.Contains(string(s.pend[0].body), `"kind":"granted"`) {
+		t.Fatalf("input 1 derived %d decisions, the first %q: want one granted", len(s.pend), firstBody(s.pend))
 	}
 	raw.seq = 3
 	if err := s.fold(raw); !errors.Is(err, ErrInputGap) {
@@ -331,4 +336,11 @@ func TestLostReplyDetected(t *testing.T) {
 	if !errors.Is(err, streams.ErrTransient) || errors.Is(err, errForged) || !strings.Contains(err.Error(), "decisions 10 to 10: their reply was lost") || u.id != 7 {
 		t.Fatalf("reply to unit 8 while 7 waits: unit %+v, %v; want unit 7's reply lost (transient)", u, err)
 	}
+}
+
+func firstBody(ps []pending) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	return string(ps[0].body)
 }
