@@ -59,6 +59,11 @@ bench-cluster:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInput$$' -fuzztime $(FUZZTIME) ./events/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseInputSubject$$' -fuzztime $(FUZZTIME) ./events/
+	$(GO) test -run '^$$' -fuzz '^FuzzTokenRule$$' -fuzztime $(FUZZTIME) ./events/
+	$(GO) test -run '^$$' -fuzz '^FuzzSentAt$$' -fuzztime $(FUZZTIME) ./events/
+	$(GO) test -run '^$$' -fuzz '^FuzzSubmitPayload$$' -fuzztime $(FUZZTIME) ./events/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDecisionFast$$' -fuzztime $(FUZZTIME) ./events/
+	$(GO) test -run '^$$' -fuzz '^FuzzQueuePayloadDecision$$' -fuzztime $(FUZZTIME) ./events/
 	$(GO) test -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME) ./projector/
 	$(GO) test -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) ./archive/
 
