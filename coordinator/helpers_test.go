@@ -261,7 +261,9 @@ func publish(t testing.TB, js jetstream.JetStream, role events.Role, actor, job 
 func decisionsFor(t testing.TB, js jetstream.JetStream, seq uint64) []events.Decision {
 	t.Helper()
 	var out []events.Decision
-	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("decisions of input %d", seq), func() bool {
+	// 30 s: it waits for the decisions, never longer than they take, and on
+	// two loaded cores 500 inputs' decisions took more than 10 s (issue 34).
+	testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("decisions of input %d", seq), func() bool {
 		out = out[:0]
 		for _, m := range readStream(t, js, "TENURE_OUT") {
 			d, err := events.DecodeDecision(m.data)

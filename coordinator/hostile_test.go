@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
@@ -598,7 +599,12 @@ func hostileCatalogue() []hostileCase {
 func TestHostileInputs(t *testing.T) {
 	started := time.Now()
 	srv, _, js := newServer(t)
-	r := startCoordinator(t, srv.ClientURL(), "c1")
+	// A leadership lifetime of 5 s, not the helpers' 600 ms: the test
+	// asserts that the coordinator never resynchronises, and on two loaded
+	// cores a renewal of 600 ms may miss (sessions 3 after the setup, with
+	// no hostile input yet); a hostile input that made it resynchronise
+	// still would.
+	r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) { c.LeaderTTL = 5 * time.Second })
 	testutil.WaitFor(t, 10*time.Second, "the coordinator to go live", func() bool { return r.c.Stats().Live })
 	ctx := context.Background()
 

@@ -243,14 +243,16 @@ func TestAuthServe(t *testing.T) {
 	if err := l.Complete(ctx, events.OutcomeSuccess, ""); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := w1.Acquire(ctx, "auth-2", sdk.WithLeaseDuration(900*time.Millisecond), sdk.WithRenewFraction(0.3))
+	// A lease of 3 s renewed at 0.3 of it: a renewal's verdict has 2 s to
+	// come back (with 900 ms, 600 ms was too short on two loaded cores).
+	l2, err := w1.Acquire(ctx, "auth-2", sdk.WithLeaseDuration(3*time.Second), sdk.WithRenewFraction(0.3))
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}
 	first := l2.Expires()
-	// Time must pass here: past the lease of 900 ms, which only renewals
-	// keep (the test proves they do, and that nothing ends the lease).
-	time.Sleep(1200 * time.Millisecond)
+	// Time must pass here: past the lease of 3 s, which only renewals keep
+	// (the test proves they do, and that nothing ends the lease).
+	time.Sleep(3500 * time.Millisecond)
 	if l2.Context().Err() != nil || !l2.Expires().After(first) {
 		t.Fatalf("lease not renewed: %v", context.Cause(l2.Context()))
 	}
