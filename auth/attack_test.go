@@ -321,9 +321,8 @@ func TestAttackConsumersExhausted(t *testing.T) {
 // The floods, 250 MiB of 1 MiB bodies and 1,500 bodies of 64 KiB (94 MiB),
 // are about the smallest that break the code of the issue reliably on two
 // cores under the race detector (with honest leases of 3 s and 5 s; the
-// second now has 8 s); the
-// environment variables FLOOD_BIG and FLOOD_SMALL set other counts. Not
-// parallel: it would take the CPU and the disk from the other tests.
+// second now has 8 s); the environment variables FLOOD_BIG and FLOOD_SMALL
+// set other counts. Not parallel: it would take the CPU and the disk from the other tests.
 func TestAttackPayloadFlood(t *testing.T) {
 	for _, c := range []struct {
 		name  string
