@@ -25,12 +25,6 @@ import (
 // consumer names (events.WorkerConsumers) that long.
 const workerInactive = 30 * time.Second
 
-// stashSize bounds the decisions addressed to this worker that no waiter or
-// lease has claimed yet (a verdict that overtook its PubAck, a cancel request
-// that overtook its lease's registration). It holds the verdicts of every
-// batch renew in flight.
-const stashSize = 4096
-
 // Worker is one worker identity connected to Tenure. Its methods are safe for
 // concurrent use. Create it with Connect; Close it when done.
 type Worker struct {
@@ -56,7 +50,7 @@ type Worker struct {
 	mu      sync.Mutex
 	waiters map[verdictKey]*waiter // input -> its caller
 	leases  map[leaseKey]*Lease
-	stash   []stashed // unclaimed decisions, oldest first, at most stashSize
+	stash   stash // unclaimed decisions: verdicts that overtook their PubAck, lease decisions that overtook its registration
 	offerQ  []Offer
 	offerC  chan Offer
 	offerS  chan struct{}      // wakes the offer pump
@@ -76,12 +70,6 @@ type leaseKey struct{ job, leaseID string }
 type verdictKey struct {
 	part uint32
 	seq  uint64
-}
-
-// stashed is an unclaimed decision and the partition it was read from.
-type stashed struct {
-	part uint32
-	d    events.Decision
 }
 
 // waiter receives the verdicts of one input: left more are expected (a
@@ -161,6 +149,7 @@ func newWorker(id string, o Options, pub publisher, topos []streams.Topology) *W
 		renewN:  make([]int, len(topos)),
 		waiters: make(map[verdictKey]*waiter),
 		leases:  make(map[leaseKey]*Lease),
+		stash:   newStash(),
 		runs:    make(map[string]*runner),
 		offerC:  make(chan Offer),
 		offerS:  make(chan struct{}, 1),
@@ -333,8 +322,7 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 			}
 			return nil
 		}
-		w.stashLocked(part, d) // its PubAck has not come back yet
-		return nil
+		return w.stash.addVerdict(k, d, w.clk.Now()) // its PubAck has not come back yet
 	}
 	switch d.Kind {
 	case events.KindAssigned:
@@ -367,7 +355,7 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
 			}
 			return nil
 		}
-		w.stashLocked(part, d) // its lease is being registered
+		return w.stash.addLease(k, d, w.clk.Now()) // its lease is being registered
 	}
 	return nil
 }
@@ -382,14 +370,6 @@ func (w *Worker) verdictOfMine(d *events.Decision) bool {
 	return !d.Kind.Derived() && d.Role == events.RoleWorker && d.Actor == w.id
 }
 
-func (w *Worker) stashLocked(part uint32, d events.Decision) {
-	if len(w.stash) == stashSize {
-		copy(w.stash, w.stash[1:])
-		w.stash = w.stash[:stashSize-1]
-	}
-	w.stash = append(w.stash, stashed{part, d})
-}
-
 // register adds l and applies, in order, the stashed decisions about it.
 func (w *Worker) register(l *Lease) error {
 	w.mu.Lock()
@@ -400,19 +380,10 @@ func (w *Worker) register(l *Lease) error {
 	}
 	k := leaseKey{l.token.Job, l.token.LeaseID}
 	w.leases[k] = l
-	kept := w.stash[:0]
 	ended := false
-	for _, s := range w.stash {
-		if d := s.d; !w.verdictOfMine(&d) {
-			if d.Job.ID == k.job && d.Job.LeaseID == k.leaseID {
-				ended = l.handle(d) || ended
-				continue
-			}
-		}
-		kept = append(kept, s)
+	for _, d := range w.stash.takeLease(k) {
+		ended = l.handle(d) || ended
 	}
-	clear(w.stash[len(kept):])
-	w.stash = kept
 	if ended {
 		delete(w.leases, k)
 	}
@@ -614,17 +585,10 @@ func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]
 	whole := false
 	key := verdictKey{part, seq}
 	w.mu.Lock()
-	kept := w.stash[:0]
-	for _, s := range w.stash {
-		if d := s.d; len(ds) < n && !whole && s.part == part && d.Cause == seq && w.verdictOfMine(&d) {
-			ds = append(ds, d)
-			whole = d.Job.ID == events.NoJob
-			continue
-		}
-		kept = append(kept, s)
+	for _, d := range w.stash.takeVerdicts(key, n) {
+		ds = append(ds, d)
+		whole = d.Job.ID == events.NoJob
 	}
-	clear(w.stash[len(kept):])
-	w.stash = kept
 	if len(ds) == n || whole {
 		w.mu.Unlock()
 		return ds, nil
