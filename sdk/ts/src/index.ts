@@ -19,3 +19,5 @@ export {
   acceptedKind, derivedKind, validToken, timeMs, MAX_BATCH, MAX_SEQ, MAX_SLOTS, MAX_TEXT_BYTES, PROTOCOL_VERSION,
 } from "./protocol.js";
 export type { Decision, JobProjection, Kind, Outcome, State } from "./protocol.js";
+/** The worker's store of unclaimed decisions (exported for its tests; Worker uses it, nothing else needs to). */
+export { Stash, STASH_AGE_MS, STASH_MAX } from "./stash.js";

@@ -19,6 +19,7 @@ import {
 import { Lease, type LeaseOptions, leaseOptions } from "./lease.js";
 import { Offer } from "./offer.js";
 import { Runner, type Handler, type RunOptions } from "./run.js";
+import { Stash } from "./stash.js";
 
 /** Defaults of WorkerOptions and LeaseOptions (those of the Go SDK). */
 export const DEFAULT_STREAM_PREFIX = "TENURE";
@@ -28,9 +29,6 @@ export const DEFAULT_OFFER_BUFFER = 256;
 /** The shortest one publish attempt of a lease's input may take (see WorkerOptions.publishTimeoutMs). */
 export const MIN_PUBLISH_TIMEOUT_MS = 100;
 
-// Unclaimed decisions kept for a caller that has not asked yet (a verdict
-// that overtook its PubAck, a cancel request that overtook its lease).
-const STASH_SIZE = 4096;
 // Renewal inputs awaiting their verdicts at once: while both are out, due
 // renewals queue up and leave together in one batch renew.
 const MAX_RENEW_BATCHES = 2;
@@ -255,7 +253,9 @@ export class Worker {
 
   readonly #waiters = new Map<number, Waiter>();
   readonly #leases = new Map<string, Lease>();
-  #stash: Decision[] = [];
+  // Unclaimed decisions kept for a caller that has not asked yet (a verdict
+  // that overtook its PubAck, a cancel request that overtook its lease).
+  readonly #stash = new Stash();
   readonly #offerQ: Offer[] = [];
   readonly #offerWaiters: Array<(o: Offer | null) => void> = [];
   readonly #runs = new Map<string, Runner>();
@@ -387,7 +387,7 @@ export class Worker {
         }
         return;
       }
-      this.#stashIt(d); // its PubAck has not come back yet
+      this.#stashed(this.#stash.addVerdict(d.cause, d, this._clock.now())); // its PubAck has not come back yet
       return;
     }
     switch (d.kind) {
@@ -416,7 +416,7 @@ export class Worker {
           if (l._handle(d)) this.#leases.delete(k);
           return;
         }
-        this.#stashIt(d); // its lease is being registered
+        this.#stashed(this.#stash.addLease(k, d, this._clock.now())); // its lease is being registered
       }
     }
   }
@@ -428,9 +428,8 @@ export class Worker {
     return !derivedKind(d.kind) && d.input.role === "worker" && d.input.actor === this.id;
   }
 
-  #stashIt(d: Decision): void {
-    if (this.#stash.length >= STASH_SIZE) this.#stash.shift();
-    this.#stash.push(d);
+  #stashed(err: Error | undefined): void {
+    if (err) this._report(err);
   }
 
   /** @internal Adds l and applies, in order, the stashed decisions about it. */
@@ -442,13 +441,7 @@ export class Worker {
     const k = leaseKey(l.token.job, l.token.leaseId);
     this.#leases.set(k, l);
     let ended = false;
-    this.#stash = this.#stash.filter((d) => {
-      if (!this.#verdictOfMine(d) && d.job.id === l.token.job && d.job.lease_id === l.token.leaseId) {
-        ended = l._handle(d) || ended;
-        return false;
-      }
-      return true;
-    });
+    for (const d of this.#stash.takeLease(k)) ended = l._handle(d) || ended;
     if (ended) this.#leases.delete(k);
   }
 
@@ -673,16 +666,8 @@ export class Worker {
   // Waits for the n verdicts of input seq, or for one about no job (the
   // whole input rejected), which is then the only one.
   async #awaitN(seq: number, n: number, signal: AbortSignal): Promise<{ ds: Decision[]; err?: TenureError }> {
-    const ds: Decision[] = [];
-    let whole = false;
-    this.#stash = this.#stash.filter((d) => {
-      if (ds.length < n && !whole && d.cause === seq && this.#verdictOfMine(d)) {
-        ds.push(d);
-        whole = d.job.id === NO_JOB;
-        return false;
-      }
-      return true;
-    });
+    const ds = this.#stash.takeVerdicts(seq, n);
+    const whole = ds.some((d) => d.job.id === NO_JOB);
     if (ds.length >= n || whole) return { ds };
     const wt: Waiter = { ds, n, wake: null };
     this.#waiters.set(seq, wt);

@@ -1,0 +1,96 @@
+// The decisions addressed to a worker that nobody has claimed yet: the
+// verdicts of an input whose PubAck has not come back (or whose caller gave
+// up and may come back for them under the same sequence), and the
+// decisions about a lease not registered yet. The Go SDK's worker/stash.go.
+
+import { NO_JOB, type Decision } from "./protocol.js";
+
+/** How long an unclaimed decision is kept (ms): past it nobody will claim it. */
+export const STASH_AGE_MS = 120_000;
+/** The most decisions kept at once: past it the oldest are dropped, and the drop is reported. */
+export const STASH_MAX = 65_536;
+
+interface Entry {
+  at: number;
+  ds: Decision[];
+}
+
+/**
+ * Unclaimed decisions by what will claim them: verdicts by input
+ * sequence, lease decisions by lease. Adding and taking cost O(1) whatever
+ * it holds (a stash filtered on every wait and shifted on every entry past
+ * full cost the worker its event loop under load, and dropped silently what
+ * a lease being registered needed).
+ */
+export class Stash {
+  // One map, in first-arrival order (a Map iterates in insertion order):
+  // "v<seq>" for verdicts, "l<lease key>" for lease decisions.
+  readonly #m = new Map<string, Entry>();
+  #n = 0;
+
+  /** Decisions held. */
+  get size(): number {
+    return this.#n;
+  }
+
+  /** Stashes a verdict of input seq; returns an error when room was made by dropping unclaimed decisions. */
+  addVerdict(seq: number, d: Decision, now: number): Error | undefined {
+    return this.#add("v" + seq, d, now);
+  }
+
+  /** Stashes a decision about lease key (see leaseKey in worker.ts). */
+  addLease(key: string, d: Decision, now: number): Error | undefined {
+    return this.#add("l" + key, d, now);
+  }
+
+  /** Takes, in arrival order, up to n verdicts of input seq, fewer when one about no job comes first. */
+  takeVerdicts(seq: number, n: number): Decision[] {
+    const k = "v" + seq;
+    const e = this.#m.get(k);
+    if (!e) return [];
+    let i = 0;
+    while (i < e.ds.length && i < n) {
+      i++;
+      if (e.ds[i - 1]!.job.id === NO_JOB) break;
+    }
+    const out = e.ds.splice(0, i);
+    if (e.ds.length === 0) this.#m.delete(k);
+    this.#n -= out.length;
+    return out;
+  }
+
+  /** Takes the decisions about lease key. */
+  takeLease(key: string): Decision[] {
+    const k = "l" + key;
+    const e = this.#m.get(k);
+    if (!e) return [];
+    this.#m.delete(k);
+    this.#n -= e.ds.length;
+    return e.ds;
+  }
+
+  #add(k: string, d: Decision, now: number): Error | undefined {
+    let e = this.#m.get(k);
+    if (!e) {
+      e = { at: now, ds: [] };
+      this.#m.set(k, e);
+    }
+    e.ds.push(d);
+    this.#n++;
+    return this.#trim(now);
+  }
+
+  // Drops what is older than STASH_AGE_MS, then, past STASH_MAX, the
+  // oldest, and reports the latter.
+  #trim(now: number): Error | undefined {
+    const dropped: string[] = [];
+    for (const [k, e] of this.#m) {
+      const old = now - e.at > STASH_AGE_MS;
+      if (!old && this.#n <= STASH_MAX) break;
+      if (!old && dropped.length < 3) dropped.push(k[0] === "v" ? `the verdicts of input ${k.slice(1)}` : `the decisions about lease ${k.slice(1)}`);
+      this.#m.delete(k);
+      this.#n -= e.ds.length;
+    }
+    return dropped.length > 0 ? new Error(`worker: more than ${STASH_MAX} decisions unclaimed: dropped ${dropped.join(", ")}`) : undefined;
+  }
+}
