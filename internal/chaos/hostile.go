@@ -59,6 +59,11 @@ type HostileControl struct {
 	Coordinators []string `json:"coordinators,omitempty"`
 	Workers      []string `json:"workers,omitempty"`
 	Jobs         []string `json:"jobs,omitempty"`
+	// The queue the honest workers serve, and the queue jobs of the
+	// round (the queue modes announce capacity on it; the learned-lease
+	// attack acquires its jobs).
+	Queue     string   `json:"queue,omitempty"`
+	QueueJobs []string `json:"queue_jobs,omitempty"`
 }
 
 // HostileDone says which round the hostile worker finished last.
@@ -180,6 +185,8 @@ type hostile struct {
 	// What it was told of the others (HostileControl).
 	coords, others []string // coordinators, other workers
 	jobs           []string // the jobs of the current batch
+	queue          string   // the honest workers' queue
+	queueJobs      []string // its jobs of the current round
 
 	violations atomic.Int64 // permissions violations the server reported
 	mu         sync.Mutex
@@ -253,6 +260,10 @@ func (h *hostile) attack(ctx context.Context, round int, typ string) AttackRecor
 		h.flood(actx, &rec)
 	case AttackBoard:
 		h.board(actx, &rec)
+	case AttackLearnedLease:
+		h.learnedLease(actx, &rec)
+	case AttackQueueDecline, AttackQueueRelease, AttackQueueNoAck, AttackQueueExpire:
+		h.queueMode(actx, &rec, typ)
 	}
 	// The server reports a permissions violation after the message, on the
 	// connection: a round trip, and a moment for the handler.
@@ -344,6 +355,10 @@ func (h *hostile) learn(c HostileControl) {
 	if len(c.Jobs) > 0 {
 		h.jobs = slices.Compact(slices.Sorted(slices.Values(c.Jobs)))
 	}
+	if c.Queue != "" {
+		h.queue = c.Queue
+	}
+	h.queueJobs = slices.Compact(slices.Sorted(slices.Values(c.QueueJobs)))
 }
 
 // publish publishes an input with Msg-Id id as a JetStream publish (nil
