@@ -107,6 +107,7 @@ type env struct {
 	hostileIDs []string
 	hostileCtl string
 	round      int
+	minAttacks int        // per round: enough for every attack type to come up in the environment's schedules
 	auth       *envAuth   // the generated credentials and server configuration
 	nc         *nats.Conn // the orchestrator's own connection: reads, status, stepdowns
 	js         jetstream.JetStream
@@ -329,7 +330,7 @@ func (e *env) openRound() {
 	}
 	e.round++
 	window := max(1500*time.Millisecond, e.lease+500*time.Millisecond)
-	ctl := HostileControl{Round: e.round, Until: time.Now().Add(window).UnixNano(),
+	ctl := HostileControl{Round: e.round, Until: time.Now().Add(window).UnixNano(), MinAttacks: e.minAttacks,
 		Coordinators: e.ids, Workers: workerIDs(len(e.workers)), Jobs: e.currentJobs(), Queue: ChaosQueue, QueueJobs: queue}
 	if err := writeJSON(e.hostileCtl, ctl); err != nil {
 		e.rep.problem(fmt.Sprintf("%s: hostile control file: %v", e.name, err))

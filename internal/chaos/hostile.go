@@ -51,6 +51,10 @@ type HostileConfig struct {
 type HostileControl struct {
 	Round int   `json:"round"`
 	Until int64 `json:"until"`
+	// MinAttacks is the fewest attacks of the round (0: two): the
+	// orchestrator asks for more when its rounds are few, so that every
+	// type comes up.
+	MinAttacks int `json:"min_attacks,omitempty"`
 	// What the strongest attacker knows of the others: the ids of the
 	// coordinators and of the honest workers, and the jobs of the current
 	// batch. A worker cannot list them itself (it may ask for no stream
@@ -96,9 +100,10 @@ func readJSON(path string, v any) error {
 // nothing but its own credentials (its own subjects, its own account and
 // its four consumer names on the decision stream) that attacks the
 // deployment while the honest workers work. In every round the
-// orchestrator opens, it runs two or three attacks (AttackTypes, dealt from
-// a shuffled deck so that every type comes up within four rounds) at
-// random points of the round, and records each (AttackRecord). Its
+// orchestrator opens, it runs two or three attacks, or more if the
+// orchestrator asks (HostileControl.MinAttacks), at random points of the
+// round (AttackTypes, dealt from a shuffled deck so that every type comes
+// up within len(AttackTypes)/2 rounds), and records each (AttackRecord). Its
 // randomness is its seed's; its connection is journaled like the honest
 // workers' (Tap), so that its inputs are in the checked log with the
 // others. It returns when ctx ends.
@@ -209,6 +214,7 @@ func (h *hostile) round(ctx context.Context, c HostileControl) {
 	if h.rng.Float64() < 0.35 {
 		n = 3
 	}
+	n = max(n, c.MinAttacks)
 	var types []string
 	for range n {
 		if len(h.deck) == 0 {

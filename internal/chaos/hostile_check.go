@@ -36,15 +36,6 @@ const (
 var AttackTypes = []string{AttackBadInput, AttackLeaseGuess, AttackConsumerHog, AttackForgedDelivery, AttackTickIDs, AttackFlood, AttackBoard,
 	AttackLearnedLease, AttackQueueDecline, AttackQueueRelease, AttackQueueNoAck, AttackQueueExpire}
 
-// queueAttack reports whether typ is one of the queue modes.
-func queueAttack(typ string) bool {
-	switch typ {
-	case AttackQueueDecline, AttackQueueRelease, AttackQueueNoAck, AttackQueueExpire:
-		return true
-	}
-	return false
-}
-
 // AttackRecord is what the hostile worker says about one of its attacks
 // (one JSON line of its records file): what it sent and what the server
 // answered. The checks do not trust it for anything but its expectations

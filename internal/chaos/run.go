@@ -141,6 +141,9 @@ func runEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, name
 	}
 	fmt.Fprintf(cfg.Out, "%s: %d nats-server(s) %s, coordinators %s, %d workers, ready in %v\n",
 		name, nodes, e.urls, strings.Join(e.ids, " "), cfg.Workers, time.Since(t0).Round(time.Millisecond))
+	// Every attack type in the environment's rounds, one per schedule:
+	// a whole deck of them at least.
+	e.minAttacks = (len(e.er.Attacks) + len(plan) - 1) / max(len(plan), 1)
 	time.Sleep(e.lease) // let the workers get going
 	for _, kind := range plan {
 		if ctx.Err() != nil {
