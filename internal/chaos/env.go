@@ -590,18 +590,19 @@ func (e *env) startDispatcher() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.dispStop, e.dispDone = cancel, make(chan struct{})
 	L := e.lease
-	publish := func(in *events.Input, id string) {
+	publish := func(in *events.Input, id string) error {
 		msg := nats.NewMsg(events.InputSubject(in.Role, in.Actor, in.Job, in.Verb))
 		msg.Data = events.AppendInputBody(nil, in)
 		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
-		_ = retry(pctx, func() error {
+		defer pcancel()
+		return retry(pctx, func() error {
 			actx, acancel := context.WithTimeout(pctx, 500*time.Millisecond)
 			defer acancel()
 			_, err := js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
 			return err
 		})
-		pcancel()
 	}
+	secret := fmt.Sprintf("%016x", e.rng.Uint64())
 	go func() {
 		defer close(e.dispDone)
 		var offered []string
@@ -616,12 +617,18 @@ func (e *env) startDispatcher() error {
 			// work while the faults are injected and the hostile workers
 			// attack. Each has three attempts (only an expiry of an ACKed
 			// lease spends one), short backoffs, and a payload nobody but
-			// the worker it is offered to may learn.
+			// the worker it is offered to may learn. A submit that found
+			// no stream for 3 s is sent again later, the same message
+			// (its Msg-Id and body): a duplicate, if the first was stored.
 			for _, job := range e.nextQueueJobs(2) {
 				in := events.Input{Role: events.RoleOps, Actor: "disp", Job: job, Verb: events.VerbSubmit, Queue: ChaosQueue,
 					MaxAttempts: 3, BackoffMS: 100, BackoffMax: 1000, LeaseMS: L.Milliseconds(), AckTimeoutMS: L.Milliseconds() / 2,
-					Payload: fmt.Sprintf("secret-%016x", e.rng.Uint64()), HasPayload: true}
-				publish(&in, fmt.Sprintf("disp-%d-%d", e.rng.Uint64(), n))
+					Payload: "secret-" + secret + "-" + job, HasPayload: true}
+				if err := publish(&in, "disp-submit-"+secret+"-"+job); err != nil && ctx.Err() == nil {
+					e.mu.Lock()
+					e.queuePending = append(e.queuePending, job)
+					e.mu.Unlock()
+				}
 			}
 			if time.Now().Before(next) {
 				continue
@@ -642,7 +649,7 @@ func (e *env) startDispatcher() error {
 					in.Job, offered = offered[len(offered)-1], offered[:len(offered)-1]
 				}
 			}
-			publish(&in, fmt.Sprintf("disp-%d-%d", e.rng.Uint64(), n))
+			_ = publish(&in, fmt.Sprintf("disp-%d-%d", e.rng.Uint64(), n))
 		}
 	}()
 	return nil

@@ -52,9 +52,9 @@ type Config struct {
 // what `make chaos` runs.
 var Profiles = map[string]Config{
 	"short": {CoordinatorKills: 50, WorkerStops: 1, ServerKills: 1, ClusterRounds: 1,
-		Lease: 600 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 3, Hostile: 1, Jobs: 24, QueueJobs: 40},
+		Lease: 600 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 3, Hostile: 1, Jobs: 24, QueueJobs: 24},
 	"long": {CoordinatorKills: 200, WorkerStops: 6, ServerKills: 6, ClusterRounds: 3,
-		Lease: 800 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 4, Hostile: 1, Jobs: 32, QueueJobs: 64},
+		Lease: 800 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 4, Hostile: 1, Jobs: 32, QueueJobs: 48},
 }
 
 // Schedule kinds.

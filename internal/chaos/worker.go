@@ -399,8 +399,7 @@ func (cw *chaosWorker) offers(ctx context.Context) {
 }
 
 // queue runs the jobs of the queue (worker.Run): each takes a moment
-// (an eighth to a third of a lease), reports progress now and then, and
-// succeeds. The queue jobs' checks (checkQueues) require every one to
+// (an eighth to a third of a lease) and succeeds. The queue jobs' checks (checkQueues) require every one to
 // end COMPLETED, once, by an honest worker. Run announces the capacity
 // and announces again after a withdrawal; when a fault made it return
 // (its announcement refused), it starts again.
@@ -408,19 +407,13 @@ func (cw *chaosWorker) queue(ctx context.Context) {
 	L := cw.cfg.Lease
 	rng := cw.newRand()
 	var mu sync.Mutex
-	pause := func() (time.Duration, bool) {
+	pause := func() time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
-		return cw.jitter(rng, L/8, L/3), rng.IntN(3) == 0
+		return cw.jitter(rng, L/8, L/3)
 	}
-	h := func(jctx context.Context, j *worker.Job) error {
-		d, progress := pause()
-		if progress {
-			if err := j.Lease.Progress(jctx, 50); err != nil {
-				cw.log.Debug("queue progress", "job", j.ID, "err", err)
-			}
-		}
-		t := time.NewTimer(d)
+	h := func(jctx context.Context, _ *worker.Job) error {
+		t := time.NewTimer(pause())
 		defer t.Stop()
 		select {
 		case <-jctx.Done():
