@@ -615,14 +615,16 @@ func (e *env) startDispatcher() error {
 			}
 			// The queue jobs of the schedule, two at a time: the queue has
 			// work while the faults are injected and the hostile workers
-			// attack. Each has three attempts (only an expiry of an ACKed
-			// lease spends one), short backoffs, and a payload nobody but
+			// attack. Each has a budget of 8 attempts (only an expiry of an
+			// ACKed lease spends one: the faults' and the queue-expire
+			// mode's; on a loaded machine three honest expiries of one job
+			// came in one run), short backoffs, and a payload nobody but
 			// the worker it is offered to may learn. A submit that found
 			// no stream for 3 s is sent again later, the same message
 			// (its Msg-Id and body): a duplicate, if the first was stored.
 			for _, job := range e.nextQueueJobs(2) {
 				in := events.Input{Role: events.RoleOps, Actor: "disp", Job: job, Verb: events.VerbSubmit, Queue: ChaosQueue,
-					MaxAttempts: 3, BackoffMS: 100, BackoffMax: 1000, LeaseMS: L.Milliseconds(), AckTimeoutMS: L.Milliseconds() / 2,
+					MaxAttempts: 8, BackoffMS: 100, BackoffMax: 1000, LeaseMS: L.Milliseconds(), AckTimeoutMS: L.Milliseconds() / 2,
 					Payload: "secret-" + secret + "-" + job, HasPayload: true}
 				if err := publish(&in, "disp-submit-"+secret+"-"+job); err != nil && ctx.Err() == nil {
 					e.mu.Lock()

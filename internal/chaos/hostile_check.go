@@ -530,6 +530,7 @@ func checkQueues(ds []stored, c *Clients, hostile map[string]bool, h *HostileRes
 		state       events.State
 		completions []string // who completed it with SUCCESS
 		last        string   // its last holder
+		attempts    []string // how its attempts ended: "<holder> <reason>"
 	}
 	jobs := make(map[string]*qjob)
 	var order []string
@@ -585,10 +586,13 @@ func checkQueues(ds []stored, c *Clients, hostile map[string]bool, h *HostileRes
 					h.Findings.add("decision %d: queue job %s completed a second time (by %s; %s before)", s.m.Seq, j.ID, d.Actor, q.completions[0])
 				}
 			}
+		case events.KindRequeued:
+			q.attempts = append(q.attempts, q.last+" "+string(d.Reason))
 		case events.KindDead:
+			q.attempts = append(q.attempts, q.last+" "+string(d.Reason))
 			h.Stats.QueueDead++
-			h.Findings.add("decision %d (dead/%s): queue job %s ended DEAD after attempt %d of %d, last holder %s",
-				s.m.Seq, d.Reason, j.ID, j.Attempt, j.MaxAttempts, q.last)
+			h.Findings.add("decision %d (dead/%s): queue job %s ended DEAD after attempt %d of %d, last holder %s (its attempts ended: %s)",
+				s.m.Seq, d.Reason, j.ID, j.Attempt, j.MaxAttempts, q.last, strings.Join(q.attempts, ", "))
 		}
 		if w, ok := live[j.ID]; ok && (!j.State.Live() || w != j.Holder) {
 			delete(live, j.ID)

@@ -405,7 +405,7 @@ func TestHostileQueues(t *testing.T) {
 	// DEAD: one attempt, spent by h1's expiry.
 	s1, rec1 := queueStory(t, 1, true)
 	r = Check(s1.log(s1.fold()), hostileClients(s1, rec1))
-	want("dead", r, "queue job q2 ended DEAD after attempt 1 of 1, last holder h1")
+	want("dead", r, "queue job q2 ended DEAD after attempt 1 of 1, last holder h1 (its attempts ended: h1 lease_expired)")
 	if r.Hostile.Stats.QueueDead != 1 {
 		t.Errorf("dead: %d", r.Hostile.Stats.QueueDead)
 	}
