@@ -73,7 +73,8 @@ fuzz-short:
 ## chaos: fault injection against real processes on loopback (internal/chaos/), each with its own
 ## credentials of `tenure auth init`: coordinators SIGKILLed at random points, a worker SIGSTOPped
 ## past its lease, the nats-server killed, a 3-node cluster's stream leaders stepped down and its
-## nodes killed one at a time, while a hostile worker attacks; the streams are checked after every
+## nodes killed one at a time, while the workers run leases and a queue and a hostile worker attacks
+## (its lease claims, bad inputs, floods, the board, the queue's offers refused); the streams are checked after every
 ## schedule and the run ends with the line `chaos: schedules=N lost=0 ... hostile=ok`. chaos-short
 ## is the few-minute version CI runs. CHAOSFLAGS adds flags, e.g. CHAOSFLAGS='--seed 42 --keep'.
 CHAOSFLAGS ?=

@@ -29,13 +29,16 @@ var chaosCmd = &command{
 running the accounts of tenure auth init, two coordinators (this binary's
 serve), worker processes (this binary's hidden "chaos worker"), a hostile
 worker (the hidden "chaos hostile") and a dispatcher, each with its own
-credentials. Coordinators are SIGKILLed at random points and restarted, a
+credentials; the workers run leases of their own and the jobs of a queue
+the dispatcher submits to. Coordinators are SIGKILLed at random points and restarted, a
 worker is SIGSTOPped for longer than its lease, the nats-server is SIGKILLed
 and restarted, and in a 3-node cluster the stream leaders step down and the
 nodes are SIGKILLed one at a time; during each schedule the hostile worker
 attacks (bad inputs, guessed lease ids, consumer hogging, forged
 deliveries, predictable tick ids, floods, the web board without a
-credential). After every schedule the streams
+credential, the inputs whose verdicts used to tell a non-holder the lease
+id, and the queue's offers declined, released, never ACKed or left to
+expire). After every schedule the streams
 are checked (lost and phantom inputs, double holders, stale effects, gaps,
 audit, liveness, and what the hostile inputs achieved). Exit status 0 only
 if every check passed. make chaos-short and make chaos build the binaries
@@ -63,7 +66,7 @@ var chaosHostileCmd = &command{
 	help: `Runs the hostile worker process of a tenure chaos run: with a worker's
 valid credential, it attacks in the rounds the orchestrator's control file
 names (bad inputs, guessed lease ids, consumer hogging, forged deliveries,
-floods) and records every attack, for the orchestrator's checks. tenure
+floods, lease ids learned from verdicts, refused queue offers) and records every attack, for the orchestrator's checks. tenure
 chaos starts it; it is not meant to be run by hand.`,
 	hidden: true,
 	run:    runChaosHostile,
@@ -182,6 +185,8 @@ func runChaosWorker(ctx context.Context, fs *flag.FlagSet, args []string, _, std
 	fs.StringVar(&cfg.Control, "control", "", "control file the orchestrator writes (the current batch of jobs)")
 	fs.DurationVar(&cfg.Lease, "lease", time.Second, "lease duration to ask for")
 	fs.IntVar(&cfg.Slots, "slots", 2, "leases acquired and worked on at once")
+	fs.StringVar(&cfg.Queue, "queue", "", "queue whose jobs it runs besides (worker.Run; empty: none)")
+	fs.IntVar(&cfg.QueueSlots, "queue-slots", 2, "queue jobs run at once")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args); err != nil {

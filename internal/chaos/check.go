@@ -47,6 +47,9 @@ type Clients struct {
 	// Attacks their records (checkHostile).
 	Hostile []string
 	Attacks []AttackRecord
+	// Drained says that the workload is over and has drained: every queue
+	// job submitted must have completed (checkQueues).
+	Drained bool
 }
 
 // MaxListed bounds the findings listed per check (all are counted).

@@ -14,12 +14,18 @@
 // lease and resumed, the nats-server SIGKILLed and restarted on its store,
 // and in the cluster the stream leaders stepped down and the nodes
 // SIGKILLed one at a time. Workers keep acquiring, renewing, progressing
-// and completing throughout; during every schedule's faults the hostile
-// worker, holding nothing but a worker's credentials, attacks (AttackTypes:
-// the bad inputs of its catalogue, claims under guessed lease ids, consumer
-// hogging, forged deliveries, predictable tick ids, floods, and the web
-// board without a credential: a worker on the board's host reaches its
-// loopback).
+// and completing throughout, and run the jobs of a queue (ChaosQueue,
+// worker.Run) that the dispatcher submits to during every schedule; during
+// every schedule's faults the hostile worker, holding nothing but a
+// worker's credentials, attacks (AttackTypes: the bad inputs of its
+// catalogue, claims under guessed lease ids, consumer hogging, forged
+// deliveries, predictable tick ids, floods, the web board without a
+// credential: a worker on the board's host reaches its loopback; the
+// inputs of a non-holder whose verdicts told it, before rules revision 5,
+// the holder's lease id or a queue job's payload, and claims under what
+// they told; and the queue modes: capacity announced on the workers' queue
+// and every offer declined, ACKed and released, never ACKed, or ACKed and
+// left to expire).
 //
 // Every client's connection dials through a Tap, which journals from the
 // wire every input the client sent and every PubAck it received. After
@@ -35,7 +41,13 @@
 // time and operators ended leases, that every case of the catalogue got
 // its verdict or was refused by the server, and that the board refused
 // every request made without a credential (and showed no lease id of the
-// log on /healthz and /metrics, open to anyone). The checks are pure functions
+// log on /healthz and /metrics, open to anyone), that no verdict told it
+// another holder's lease id or a payload (whatever the rules revision) and
+// no hostile claim froze a job in an ownership conflict; and of the queue
+// (checkQueues), that no queue job ended DEAD or FAILED or was completed
+// twice, that every one was completed by an honest worker once the
+// workload drained, and that the hostile worker's refusals cost it strikes
+// of its standing. The checks are pure functions
 // of the streams, the journals and the hostile workers' records, so they
 // are tested on synthetic logs.
 package chaos

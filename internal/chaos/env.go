@@ -107,6 +107,7 @@ type env struct {
 	hostileIDs []string
 	hostileCtl string
 	round      int
+	minAttacks int        // per round: enough for every attack type to come up in the environment's schedules
 	auth       *envAuth   // the generated credentials and server configuration
 	nc         *nats.Conn // the orchestrator's own connection: reads, status, stepdowns
 	js         jetstream.JetStream
@@ -116,6 +117,9 @@ type env struct {
 
 	mu      sync.Mutex
 	batches []*batch
+	// The queue jobs: every one submitted or to be, and those the
+	// dispatcher has still to submit (queueRound).
+	queueJobs, queuePending []string
 
 	seen     map[string]bool // findings already reported
 	cache    *Log            // the log read by the last check
@@ -250,7 +254,7 @@ func startEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, na
 		w := &proc{name: name + "/" + id, path: cfg.Tenure, restart: true, logPath: filepath.Join(dir, id+".log"),
 			args: func() []string {
 				return []string{"chaos", "worker", "--nats-url", e.urls, "--credential", e.auth.credentialPath(id), "--id", id, "--journal", journalPath(dir, id),
-					"--control", e.control, "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10)}
+					"--control", e.control, "--lease", e.lease.String(), "--seed", strconv.FormatUint(seed, 10), "--queue", ChaosQueue}
 			}}
 		e.workers = append(e.workers, w)
 		if err := w.start(); err != nil {
@@ -320,15 +324,82 @@ func recordsPath(dir, id string) string { return filepath.Join(dir, "attacks-"+i
 // openRound opens the next round of the hostile workers' attacks: they
 // start them at random points of the next window.
 func (e *env) openRound() {
+	queue := e.queueRound()
 	if len(e.hostiles) == 0 {
 		return
 	}
 	e.round++
 	window := max(1500*time.Millisecond, e.lease+500*time.Millisecond)
-	ctl := HostileControl{Round: e.round, Until: time.Now().Add(window).UnixNano(),
-		Coordinators: e.ids, Workers: workerIDs(len(e.workers)), Jobs: e.currentJobs()}
+	ctl := HostileControl{Round: e.round, Until: time.Now().Add(window).UnixNano(), MinAttacks: e.minAttacks,
+		Coordinators: e.ids, Workers: workerIDs(len(e.workers)), Jobs: e.currentJobs(), Queue: ChaosQueue, QueueJobs: queue}
 	if err := writeJSON(e.hostileCtl, ctl); err != nil {
 		e.rep.problem(fmt.Sprintf("%s: hostile control file: %v", e.name, err))
+	}
+}
+
+// ChaosQueue is the queue the honest workers serve (worker.Run) and the
+// dispatcher submits to, and the hostile workers' queue modes attack.
+const ChaosQueue = "chaos-q"
+
+// queueRound makes the queue jobs of the next schedule, cfg.QueueJobs of
+// them, for the dispatcher to submit while the faults are injected and
+// the hostile workers attack, and returns them.
+func (e *env) queueRound() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var jobs []string
+	for i := range e.cfg.QueueJobs {
+		jobs = append(jobs, fmt.Sprintf("%s-q%d-j%d", e.tag, e.rep.Schedules, i))
+	}
+	e.queueJobs = append(e.queueJobs, jobs...)
+	e.queuePending = append(e.queuePending, jobs...)
+	return jobs
+}
+
+// nextQueueJobs takes up to n of the queue jobs still to submit.
+func (e *env) nextQueueJobs(n int) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n = min(n, len(e.queuePending))
+	out := slices.Clone(e.queuePending[:n])
+	e.queuePending = e.queuePending[n:]
+	return out
+}
+
+// queueDrained waits (at most timeout) until every queue job submitted has
+// ended (COMPLETED, DEAD or FAILED, as the decision stream says), so that
+// the final check may require each to have completed.
+func (e *env) queueDrained(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	end := make(map[string]events.State)
+	from := 0
+	for {
+		e.mu.Lock()
+		want, pending := slices.Clone(e.queueJobs), len(e.queuePending)
+		e.mu.Unlock()
+		l, err := ReadLog(ctx, e.js, e.cache)
+		if err == nil {
+			e.cache = l
+			for ; from < len(l.Decisions); from++ {
+				d, err := events.DecodeDecision(l.Decisions[from].Data)
+				if err == nil && d.Job.Queue != "" {
+					end[d.Job.ID] = d.Job.State
+				}
+			}
+		}
+		open := 0
+		for _, id := range want {
+			if st := end[id]; st != events.StateCompleted && st != events.StateDead && st != events.StateFailed {
+				open++
+			}
+		}
+		if open == 0 && pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("chaos: %s: %d of %d queue jobs not ended after %v", e.name, open, len(want), timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -519,15 +590,52 @@ func (e *env) startDispatcher() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.dispStop, e.dispDone = cancel, make(chan struct{})
 	L := e.lease
+	publish := func(in *events.Input, id string) error {
+		msg := nats.NewMsg(events.InputSubject(in.Role, in.Actor, in.Job, in.Verb))
+		msg.Data = events.AppendInputBody(nil, in)
+		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+		defer pcancel()
+		return retry(pctx, func() error {
+			actx, acancel := context.WithTimeout(pctx, 500*time.Millisecond)
+			defer acancel()
+			_, err := js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
+			return err
+		})
+	}
+	secret := fmt.Sprintf("%016x", e.rng.Uint64())
 	go func() {
 		defer close(e.dispDone)
 		var offered []string
+		next := time.Now()
 		for n := 0; ; n++ {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(e.rng.between(150*time.Millisecond, 450*time.Millisecond)):
+			case <-time.After(40 * time.Millisecond):
 			}
+			// The queue jobs of the schedule, two at a time: the queue has
+			// work while the faults are injected and the hostile workers
+			// attack. Each has a budget of 8 attempts (only an expiry of an
+			// ACKed lease spends one: the faults' and the queue-expire
+			// mode's; on a loaded machine three honest expiries of one job
+			// came in one run), short backoffs, and a payload nobody but
+			// the worker it is offered to may learn. A submit that found
+			// no stream for 3 s is sent again later, the same message
+			// (its Msg-Id and body): a duplicate, if the first was stored.
+			for _, job := range e.nextQueueJobs(2) {
+				in := events.Input{Role: events.RoleOps, Actor: "disp", Job: job, Verb: events.VerbSubmit, Queue: ChaosQueue,
+					MaxAttempts: 8, BackoffMS: 100, BackoffMax: 1000, LeaseMS: L.Milliseconds(), AckTimeoutMS: L.Milliseconds() / 2,
+					Payload: "secret-" + secret + "-" + job, HasPayload: true}
+				if err := publish(&in, "disp-submit-"+secret+"-"+job); err != nil && ctx.Err() == nil {
+					e.mu.Lock()
+					e.queuePending = append(e.queuePending, job)
+					e.mu.Unlock()
+				}
+			}
+			if time.Now().Before(next) {
+				continue
+			}
+			next = time.Now().Add(e.rng.between(150*time.Millisecond, 450*time.Millisecond))
 			jobs := e.currentJobs()
 			if len(jobs) == 0 {
 				continue
@@ -543,17 +651,7 @@ func (e *env) startDispatcher() error {
 					in.Job, offered = offered[len(offered)-1], offered[:len(offered)-1]
 				}
 			}
-			msg := nats.NewMsg(events.InputSubject(in.Role, in.Actor, in.Job, in.Verb))
-			msg.Data = events.AppendInputBody(nil, &in)
-			id := fmt.Sprintf("disp-%d-%d", e.rng.Uint64(), n)
-			pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
-			_ = retry(pctx, func() error {
-				actx, acancel := context.WithTimeout(pctx, 500*time.Millisecond)
-				defer acancel()
-				_, err := js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
-				return err
-			})
-			pcancel()
+			_ = publish(&in, fmt.Sprintf("disp-%d-%d", e.rng.Uint64(), n))
 		}
 	}()
 	return nil
@@ -627,7 +725,7 @@ func (e *env) check(ctx context.Context, final, full bool) (*Check1, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Clients{Entries: entries, Coordinators: e.ids, Hostile: e.hostileIDs, Attacks: recs}
+	c := &Clients{Entries: entries, Coordinators: e.ids, Hostile: e.hostileIDs, Attacks: recs, Drained: final}
 	if !final {
 		c.AckedBefore = t0
 	}

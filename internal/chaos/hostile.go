@@ -51,6 +51,10 @@ type HostileConfig struct {
 type HostileControl struct {
 	Round int   `json:"round"`
 	Until int64 `json:"until"`
+	// MinAttacks is the fewest attacks of the round (0: two): the
+	// orchestrator asks for more when its rounds are few, so that every
+	// type comes up.
+	MinAttacks int `json:"min_attacks,omitempty"`
 	// What the strongest attacker knows of the others: the ids of the
 	// coordinators and of the honest workers, and the jobs of the current
 	// batch. A worker cannot list them itself (it may ask for no stream
@@ -59,6 +63,11 @@ type HostileControl struct {
 	Coordinators []string `json:"coordinators,omitempty"`
 	Workers      []string `json:"workers,omitempty"`
 	Jobs         []string `json:"jobs,omitempty"`
+	// The queue the honest workers serve, and the queue jobs of the
+	// round (the queue modes announce capacity on it; the learned-lease
+	// attack acquires its jobs).
+	Queue     string   `json:"queue,omitempty"`
+	QueueJobs []string `json:"queue_jobs,omitempty"`
 }
 
 // HostileDone says which round the hostile worker finished last.
@@ -91,9 +100,10 @@ func readJSON(path string, v any) error {
 // nothing but its own credentials (its own subjects, its own account and
 // its four consumer names on the decision stream) that attacks the
 // deployment while the honest workers work. In every round the
-// orchestrator opens, it runs two or three attacks (AttackTypes, dealt from
-// a shuffled deck so that every type comes up within four rounds) at
-// random points of the round, and records each (AttackRecord). Its
+// orchestrator opens, it runs two or three attacks, or more if the
+// orchestrator asks (HostileControl.MinAttacks), at random points of the
+// round (AttackTypes, dealt from a shuffled deck so that every type comes
+// up within len(AttackTypes)/2 rounds), and records each (AttackRecord). Its
 // randomness is its seed's; its connection is journaled like the honest
 // workers' (Tap), so that its inputs are in the checked log with the
 // others. It returns when ctx ends.
@@ -180,6 +190,8 @@ type hostile struct {
 	// What it was told of the others (HostileControl).
 	coords, others []string // coordinators, other workers
 	jobs           []string // the jobs of the current batch
+	queue          string   // the honest workers' queue
+	queueJobs      []string // its jobs of the current round
 
 	violations atomic.Int64 // permissions violations the server reported
 	mu         sync.Mutex
@@ -202,6 +214,7 @@ func (h *hostile) round(ctx context.Context, c HostileControl) {
 	if h.rng.Float64() < 0.35 {
 		n = 3
 	}
+	n = max(n, c.MinAttacks)
 	var types []string
 	for range n {
 		if len(h.deck) == 0 {
@@ -253,6 +266,10 @@ func (h *hostile) attack(ctx context.Context, round int, typ string) AttackRecor
 		h.flood(actx, &rec)
 	case AttackBoard:
 		h.board(actx, &rec)
+	case AttackLearnedLease:
+		h.learnedLease(actx, &rec)
+	case AttackQueueDecline, AttackQueueRelease, AttackQueueNoAck, AttackQueueExpire:
+		h.queueMode(actx, &rec, typ)
 	}
 	// The server reports a permissions violation after the message, on the
 	// connection: a round trip, and a moment for the handler.
@@ -344,6 +361,10 @@ func (h *hostile) learn(c HostileControl) {
 	if len(c.Jobs) > 0 {
 		h.jobs = slices.Compact(slices.Sorted(slices.Values(c.Jobs)))
 	}
+	if c.Queue != "" {
+		h.queue = c.Queue
+	}
+	h.queueJobs = slices.Compact(slices.Sorted(slices.Values(c.QueueJobs)))
 }
 
 // publish publishes an input with Msg-Id id as a JetStream publish (nil

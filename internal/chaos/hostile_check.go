@@ -22,10 +22,19 @@ const (
 	AttackTickIDs        = "tick-ids"        // the old predictable tick Msg-Ids of its own leases' deadlines
 	AttackFlood          = "flood"           // many inputs, and large bodies
 	AttackBoard          = "board"           // the web boards' pages and API without a credential
+	AttackLearnedLease   = "learned-lease"   // the inputs whose verdicts told a non-holder the lease id or payload, then claims under what they told
+	// The queue modes: capacity announced on the honest workers' queue,
+	// then every offer declined (a release while OFFERED), ACKed and
+	// released, never ACKed, or ACKed and left to expire.
+	AttackQueueDecline = "queue-decline"
+	AttackQueueRelease = "queue-release"
+	AttackQueueNoAck   = "queue-noack"
+	AttackQueueExpire  = "queue-expire"
 )
 
 // AttackTypes lists the attack types in the report's order.
-var AttackTypes = []string{AttackBadInput, AttackLeaseGuess, AttackConsumerHog, AttackForgedDelivery, AttackTickIDs, AttackFlood, AttackBoard}
+var AttackTypes = []string{AttackBadInput, AttackLeaseGuess, AttackConsumerHog, AttackForgedDelivery, AttackTickIDs, AttackFlood, AttackBoard,
+	AttackLearnedLease, AttackQueueDecline, AttackQueueRelease, AttackQueueNoAck, AttackQueueExpire}
 
 // AttackRecord is what the hostile worker says about one of its attacks
 // (one JSON line of its records file): what it sent and what the server
@@ -47,7 +56,37 @@ type AttackRecord struct {
 	Errors     map[string]int `json:"errors,omitempty"` // answers and errors, by description (a few)
 	Expect     []Expect       `json:"expect,omitempty"`
 	Leases     []OwnLease     `json:"leases,omitempty"`
-	Board      *BoardProbe    `json:"board,omitempty"` // the board attack's answers
+	Board      *BoardProbe    `json:"board,omitempty"`   // the board attack's answers
+	Learned    *LearnProbe    `json:"learned,omitempty"` // the learned-lease attack's
+	Queue      *QueueProbe    `json:"queue,omitempty"`   // a queue mode's
+}
+
+// LearnProbe is what the learned-lease attack read in the verdicts of the
+// inputs a non-holder can send about another worker's job (an acquire of
+// a held job or of a queued one; renew, ACK, progress, result and release
+// under a wrong, an empty or no lease id, of the current generation and
+// of an older one), and what it did with it. Under rules revision 5 it
+// learns nothing: those verdicts withhold the lease id and the payload
+// (PROTOCOL.md §4.1). The checks verify the verdicts themselves
+// (Expect.Withheld), not these counts.
+type LearnProbe struct {
+	Verdicts int      `json:"verdicts"`            // verdicts addressed to it that it read
+	LeaseIDs []string `json:"lease_ids,omitempty"` // lease ids of other holders they carried
+	Payloads int      `json:"payloads"`            // queue jobs' payloads they carried
+	Claims   int      `json:"claims"`              // renewals and results sent under a learned lease id
+}
+
+// QueueProbe is what a queue mode did: the capacity it announced on the
+// queue, the offers (assigned decisions) it got and how it refused them,
+// and the withdrawals of its announcement it read, with the most strikes
+// of its standing they carried.
+type QueueProbe struct {
+	Queue      string `json:"queue"`
+	Announced  int    `json:"announced"`             // pulls sent (256 slots)
+	Offers     int    `json:"offers"`                // assigned decisions addressed to it
+	Refusals   int    `json:"refusals"`              // declines, releases and ACKs sent (noack: offers left)
+	Withdrawn  int    `json:"withdrawn"`             // withdrawn decisions it read
+	MaxStrikes uint64 `json:"max_strikes,omitempty"` // the most strikes they carried
 }
 
 // BoardProbe is what the board attack got from the web boards
@@ -76,6 +115,11 @@ type Expect struct {
 	Case    string `json:"case"`
 	Verdict string `json:"verdict,omitempty"`
 	Refused bool   `json:"refused,omitempty"`
+	// Withheld: its verdicts must not tell the hostile worker the lease id
+	// of a lease it does not hold, nor a payload of a job it was not
+	// offered (need to know, rules revision 5; the learned-lease attack),
+	// whatever the log's rules revision.
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 // OwnLease is a lease the hostile worker was granted for the tick-ids
@@ -97,7 +141,15 @@ type HostileResult struct {
 	// stored; a consumer on the decision stream under a name that is not
 	// one of the hostile worker's own; a request of the board attack
 	// answered with anything but the refusal, or a lease id of the log in
-	// what the board's open endpoints answered.
+	// what the board's open endpoints answered; a verdict of the
+	// learned-lease attack that told the hostile worker another holder's
+	// lease id or a payload, a job frozen in an ownership conflict by a
+	// hostile claim and the conflict_pending verdicts of its holder; and
+	// of the queues (checkQueues): a queue job ended DEAD or FAILED,
+	// completed twice or by a hostile worker, or, once the workload has
+	// drained (Clients.Drained), not completed; a hostile worker holding
+	// more of a queue's live leases than a new worker's window; a queue
+	// mode that refused offers without a withdrawal carrying a strike.
 	Findings Findings
 	Stats    HostileStats
 }
@@ -127,6 +179,23 @@ type HostileStats struct {
 	// with anything but the refusal (findings), and the answers of the open
 	// endpoints searched for lease ids.
 	BoardReached, BoardAnswered, BoardOpen int
+	// The learned-lease attack: its inputs whose verdicts must withhold
+	// what a non-holder may not learn (Expect.Withheld), those whose
+	// verdicts told it another holder's lease id or a payload (findings),
+	// and what its records say it read, learned and claimed.
+	LearnInputs, LearnLeaks, LearnVerdicts, LearnedIDs, LearnedPayloads, LearnClaims int
+	// Jobs frozen in an ownership conflict by a hostile claim, and the
+	// verdicts conflict_pending their holders got (findings).
+	Frozen, FrozenVerdicts int
+	// The queue jobs: submitted, completed with SUCCESS, ended DEAD, ended
+	// FAILED; the offers (assigned) the hostile workers got, the
+	// withdrawals of their announcements after a refusal, the most strikes
+	// those carried, and the most of a queue's live leases one hostile
+	// worker held at once (its window: at most events.InitialWindow, as it
+	// never succeeds).
+	QueueJobs, QueueCompleted, QueueDead, QueueFailed int
+	HostileOffers, HostileWithdrawn, HostileMaxHeld   int
+	HostileMaxStrikes                                 uint64
 }
 
 // AttackTotals sums the records of one attack type.
@@ -134,6 +203,7 @@ type AttackTotals struct {
 	Attacks, Published, Stored, Refused, Unanswered, Consumers, Pulled int
 	Errors                                                             map[string]int
 	Targets                                                            map[string]int
+	Queue                                                              QueueProbe // the queue modes' probes, summed
 }
 
 // OK reports whether the hostile checks found nothing.
@@ -240,7 +310,16 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 		for _, s := range a.Targets {
 			t.Targets[s]++
 		}
+		if q := a.Queue; q != nil {
+			t.Queue.Queue = q.Queue
+			t.Queue.Announced += q.Announced
+			t.Queue.Offers += q.Offers
+			t.Queue.Refusals += q.Refusals
+			t.Queue.Withdrawn += q.Withdrawn
+			t.Queue.MaxStrikes = max(t.Queue.MaxStrikes, q.MaxStrikes)
+		}
 	}
+	checkQueues(ds, c, hostile, h)
 	if len(hostile) == 0 {
 		return
 	}
@@ -260,7 +339,9 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 	proj := make(map[string]events.Job) // every job's latest projection
 	others := make(map[string]bool)     // jobs another actor named or held
 	verdicts := make(map[uint64][]string)
-	expired := make(map[string]int64) // lease id -> stored time of its expiry
+	expired := make(map[string]int64)  // lease id -> stored time of its expiry
+	leaks := make(map[uint64][]string) // hostile input -> what its decisions told it of others' leases
+	frozen := make(map[string]string)  // job -> the hostile worker whose claim froze it
 	var lastCause uint64
 	rev := uint32(events.Revision1)
 	for _, s := range ds {
@@ -277,13 +358,44 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 		if d.Kind == events.KindRulesSet {
 			rev = d.Revision
 		}
-		if rev >= events.Revision5 && hos && hasJob && d.Addressee == hid && j.Exists() && j.Holder != hid && (j.LeaseID != "" || j.HasPayload) {
+		leak := hos && hasJob && d.Addressee == hid && j.Exists() && j.Holder != hid && (j.LeaseID != "" || j.HasPayload)
+		if leak {
+			what := fmt.Sprintf("lease id %q", j.LeaseID)
+			if j.LeaseID == "" {
+				what = "payload"
+			} else if j.HasPayload {
+				what += " and payload"
+			}
+			whose := fmt.Sprintf("%q's lease", j.Holder)
+			if j.Holder == "" {
+				whose = "a job never offered to it"
+			}
+			leaks[d.Cause] = append(leaks[d.Cause], fmt.Sprintf("decision %d (%s/%s of job %s) told %s the %s of %s (rules revision %d)",
+				s.m.Seq, d.Kind, d.Reason, j.ID, hid, what, whose, rev))
+		}
+		if rev >= events.Revision5 && leak {
 			// Need to know (rules revision 5): a decision addressed to a
 			// worker about a lease it does not hold withholds the lease
 			// id, the capability to claim it, and the payload.
 			h.Findings.add("decision %d (%s/%s of job %s) told %s the lease id or payload of %q's lease", s.m.Seq, d.Kind, d.Reason, j.ID, hid, j.Holder)
 		}
-		j.Reveal(&prev) // withheld fields: the projection before's
+		// A claim under another's lease id freezes its job in an
+		// ownership conflict: its holder's next inputs are refused
+		// conflict_pending until an operator resolves it.
+		if hasJob && j.Conflict && hostile[j.ConflictWith] && !hostile[j.Holder] {
+			if frozen[j.ID] == "" {
+				frozen[j.ID] = j.ConflictWith
+				h.Stats.Frozen++
+				h.Findings.add("decision %d (%s/%s): job %s frozen in an ownership conflict with %s, %q's lease (generation %d) claimed by it",
+					s.m.Seq, d.Kind, d.Reason, j.ID, j.ConflictWith, j.Holder, j.Generation)
+			}
+			if d.Reason == events.ReasonConflictPending && !hos && d.Role == events.RoleWorker && !d.Kind.Derived() {
+				h.Stats.FrozenVerdicts++
+				h.Findings.add("decision %d: %s's input %d on job %s refused conflict_pending: its lease frozen by %s", s.m.Seq, d.Actor, d.Cause, j.ID, j.ConflictWith)
+			}
+		}
+		own := hos && prev.Holder == hid && prev.State.Live() // the hostile worker's own lease (a queue's offer)
+		j.Reveal(&prev)                                       // withheld fields: the projection before's
 		what := func() string {
 			return fmt.Sprintf("decision %d (%s/%s of job %s) caused by %s's input %d on %s", s.m.Seq, d.Kind, d.Reason, j.ID, hid, d.Cause, m.Subject)
 		}
@@ -291,7 +403,7 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 			verdict := d.Kind.String() + "/" + string(d.Reason)
 			h.Stats.Verdicts[verdict]++
 			verdicts[d.Cause] = append(verdicts[d.Cause], verdict)
-			if hasJob && others[j.ID] {
+			if hasJob && others[j.ID] && !own {
 				h.Stats.OnOthers++
 				switch {
 				case d.Kind.Accepted():
@@ -337,8 +449,20 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 
 	for _, a := range c.Attacks {
 		for _, e := range a.Expect {
-			h.Stats.Cases++
 			seq, ok := bySeq[e.MsgID]
+			if e.Withheld { // the learned-lease attack's: not a case of the catalogue
+				if ok && seq <= lastCause {
+					h.Stats.LearnInputs++
+					if len(leaks[seq]) > 0 {
+						h.Stats.LearnLeaks++
+					}
+					for _, l := range leaks[seq] {
+						h.Findings.add("%s's input %d (%s): %s: need to know", a.Hostile, seq, e.Case, l)
+					}
+				}
+				continue
+			}
+			h.Stats.Cases++
 			switch {
 			case e.Refused && ok:
 				h.Findings.add("%s's input %d (%s, Msg-Id %s) was stored: the server must refuse it", a.Hostile, seq, e.Case, e.MsgID)
@@ -363,12 +487,151 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 				}
 			}
 		}
+		if p := a.Learned; p != nil {
+			h.Stats.LearnVerdicts += p.Verdicts
+			h.Stats.LearnedIDs += len(p.LeaseIDs)
+			h.Stats.LearnedPayloads += p.Payloads
+			h.Stats.LearnClaims += p.Claims
+		}
 		for _, ol := range a.Leases {
 			h.Stats.OwnLeases++
 			if t, ok := expired[ol.LeaseID]; ok {
 				h.Stats.OwnExpired++
 				h.Stats.MaxExpiryDelay = max(h.Stats.MaxExpiryDelay, time.Duration(t-ol.ExpiresAt))
 			}
+		}
+	}
+}
+
+// isRefusal reports whether an attempt of a queue job that ended for
+// reason ended by its worker's refusal (PROTOCOL.md §22.8), as a withdrawn
+// decision's reason says.
+func isRefusal(reason events.Reason) bool {
+	switch reason {
+	case events.ReasonOfferDeclined, events.ReasonReleased, events.ReasonAckDeadlinePassed, events.ReasonLeaseExpired:
+		return true
+	}
+	return false
+}
+
+// checkQueues checks the queue jobs and what the hostile workers' queue
+// modes got (rules revision 5, PROTOCOL.md §22.8): no queue job ends DEAD
+// or FAILED (the honest workers succeed at every job; refusals cost the
+// refusing worker its standing, never a job's attempts but an expiry's, and
+// the budget outlasts those), none is completed twice or by a hostile
+// worker, and once the workload has drained (c.Drained) every job
+// submitted has completed. A hostile worker, which never succeeds, never
+// holds more of a queue's live leases than a new worker's window; and a
+// queue mode whose record says it refused offers was followed by a
+// withdrawal of its announcement whose standing carries a strike.
+func checkQueues(ds []stored, c *Clients, hostile map[string]bool, h *HostileResult) {
+	type qjob struct {
+		submitted   bool
+		state       events.State
+		completions []string // who completed it with SUCCESS
+		last        string   // its last holder
+		attempts    []string // how its attempts ended: "<holder> <reason>"
+	}
+	jobs := make(map[string]*qjob)
+	var order []string
+	live := make(map[string]string) // queue job -> holder of its live lease
+	held := make(map[string]int)    // hostile worker -> live queue leases it holds
+	type strike struct {
+		at      int64
+		strikes uint64
+		reason  events.Reason
+	}
+	strikes := make(map[string][]strike) // hostile worker -> its withdrawals
+	for _, s := range ds {
+		d := &s.d
+		j := &d.Job
+		if d.Kind == events.KindWithdrawn && hostile[d.Addressee] {
+			h.Stats.HostileWithdrawn++
+			if st := d.Standing; st != nil {
+				h.Stats.HostileMaxStrikes = max(h.Stats.HostileMaxStrikes, st.Strikes)
+				strikes[d.Addressee] = append(strikes[d.Addressee], strike{s.m.Time, st.Strikes, d.Reason})
+			}
+		}
+		if j.Queue == "" || j.ID == "" || j.ID == events.NoJob {
+			continue
+		}
+		q := jobs[j.ID]
+		if q == nil {
+			q = &qjob{}
+			jobs[j.ID] = q
+			order = append(order, j.ID)
+		}
+		q.state = j.State
+		if j.Holder != "" {
+			q.last = j.Holder
+		}
+		switch d.Kind {
+		case events.KindSubmitted:
+			if !q.submitted {
+				q.submitted = true
+				h.Stats.QueueJobs++
+			}
+		case events.KindAssigned:
+			if hostile[j.Holder] {
+				h.Stats.HostileOffers++
+			}
+		case events.KindCompleted:
+			if j.State == events.StateCompleted {
+				q.completions = append(q.completions, d.Actor)
+				h.Stats.QueueCompleted++
+				if hostile[d.Actor] {
+					h.Findings.add("decision %d: queue job %s completed by hostile worker %s", s.m.Seq, j.ID, d.Actor)
+				}
+				if len(q.completions) == 2 {
+					h.Findings.add("decision %d: queue job %s completed a second time (by %s; %s before)", s.m.Seq, j.ID, d.Actor, q.completions[0])
+				}
+			}
+		case events.KindRequeued:
+			q.attempts = append(q.attempts, q.last+" "+string(d.Reason))
+		case events.KindDead:
+			q.attempts = append(q.attempts, q.last+" "+string(d.Reason))
+			h.Stats.QueueDead++
+			h.Findings.add("decision %d (dead/%s): queue job %s ended DEAD after attempt %d of %d, last holder %s (its attempts ended: %s)",
+				s.m.Seq, d.Reason, j.ID, j.Attempt, j.MaxAttempts, q.last, strings.Join(q.attempts, ", "))
+		}
+		if w, ok := live[j.ID]; ok && (!j.State.Live() || w != j.Holder) {
+			delete(live, j.ID)
+			if hostile[w] {
+				held[w]--
+			}
+		}
+		if _, ok := live[j.ID]; !ok && j.State.Live() {
+			live[j.ID] = j.Holder
+			if hostile[j.Holder] {
+				held[j.Holder]++
+				if n := held[j.Holder]; n > h.Stats.HostileMaxHeld {
+					h.Stats.HostileMaxHeld = n
+					if n == events.InitialWindow+1 {
+						h.Findings.add("decision %d: hostile worker %s holds %d live leases of queue %s at once, more than a new worker's window (%d)",
+							s.m.Seq, j.Holder, n, j.Queue, events.InitialWindow)
+					}
+				}
+			}
+		}
+	}
+	for _, id := range order {
+		q := jobs[id]
+		switch {
+		case q.state == events.StateFailed:
+			h.Stats.QueueFailed++
+			h.Findings.add("queue job %s ended FAILED (last holder %s)", id, q.last)
+		case c.Drained && q.submitted && q.state != events.StateCompleted && q.state != events.StateDead:
+			h.Findings.add("queue job %s was submitted and never completed: %s, last holder %q", id, q.state, q.last)
+		}
+	}
+	for _, a := range c.Attacks {
+		p := a.Queue
+		if p == nil || p.Offers == 0 || p.Refusals == 0 || !hostile[a.Hostile] {
+			continue
+		}
+		if !slices.ContainsFunc(strikes[a.Hostile], func(s strike) bool { return s.at >= a.At && s.strikes > 0 && isRefusal(s.reason) }) {
+			h.Findings.add("%s's %s attack of round %d refused %d of its %d offers, and no withdrawal of its announcement with a strike followed",
+				a.Hostile, a.Type, a.Round, p.Refusals, p.Offers)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,17 +26,21 @@ import (
 )
 
 // The hostile worker end to end, on a real server running the generated
-// accounts with a real coordinator and its web board: four rounds of
+// accounts with a real coordinator and its web board: six rounds of
 // attacks (every attack type) while an honest worker holds a lease of the
-// chaos dispatcher's naming; then the checks of a chaos run, on the
-// streams, the journals and the records, find nothing, every attack type
-// ran and was aimed at the honest job (the board refused every request
-// the hostile worker made without its token, which opens it), and the
-// honest lease was never lost.
+// chaos dispatcher's naming and runs the queue the dispatcher submits 30
+// jobs to each round; then the checks of a chaos run, on the streams, the
+// journals and the records, find nothing, every attack type ran and was
+// aimed at the honest job (the board refused every request the hostile
+// worker made without its token, which opens it; no verdict of the
+// learned-lease attack told it the lease id or a payload), the honest
+// lease was never lost, and every queue job was completed once by the
+// honest worker while the queue modes' refusals cost the hostile worker
+// strikes.
 func TestChaosHostileRounds(t *testing.T) {
 	dir := t.TempDir()
 	a, err := newEnvAuth(dir, auth.DefaultURL, []auth.Actor{
-		{Name: "c1", Role: auth.RoleCoordinator}, {Name: "w1", Role: auth.RoleWorker}, {Name: "h1", Role: auth.RoleWorker},
+		{Name: "c1", Role: auth.RoleCoordinator}, {Name: "w1", Role: auth.RoleWorker}, {Name: "h1", Role: auth.RoleWorker}, {Name: "disp", Role: auth.RoleDispatcher},
 		{Name: boardActor, Role: auth.RoleOperator}})
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +100,52 @@ func TestChaosHostileRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// It runs the queue too, as the chaos workers do: 100 ms a job.
+	var completed atomic.Int64
+	qran := make(chan error, 1)
+	go func() {
+		qran <- w.Run(ctx, ChaosQueue, func(jctx context.Context, _ *worker.Job) error {
+			select {
+			case <-jctx.Done():
+				return context.Cause(jctx)
+			case <-time.After(100 * time.Millisecond):
+			}
+			completed.Add(1)
+			return nil
+		}, worker.WithConcurrency(2))
+	}()
+	// The dispatcher, journaled: it submits each round's queue jobs.
+	dj, err := OpenJournal(journalPath(dir, "disp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dj.Close()
+	dnc, _, err := connectCredential(a.credentialPath("disp"), url, NewTap(dj).Option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dnc.Close()
+	djs, err := jetstream.New(dnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queueJobs []string
+	submit := func(round int) []string {
+		var jobs []string
+		for i := range 30 {
+			job := fmt.Sprintf("s-q%d-j%d", round, i)
+			in := events.Input{Role: events.RoleOps, Actor: "disp", Job: job, Verb: events.VerbSubmit, Queue: ChaosQueue,
+				MaxAttempts: 3, BackoffMS: 100, BackoffMax: 1000, LeaseMS: 1000, AckTimeoutMS: 300, Payload: "secret-" + job, HasPayload: true}
+			msg := nats.NewMsg(events.InputSubject(in.Role, in.Actor, in.Job, in.Verb))
+			msg.Data = events.AppendInputBody(nil, &in)
+			if _, err := djs.PublishMsg(ctx, msg, jetstream.WithMsgID("disp-"+job)); err != nil {
+				t.Fatal(err)
+			}
+			jobs = append(jobs, job)
+		}
+		queueJobs = append(queueJobs, jobs...)
+		return jobs
+	}
 
 	// The coordinator's web board, as the chaos coordinators serve it:
 	// on loopback, operator actions published as the board's ops user.
@@ -147,10 +198,13 @@ func TestChaosHostileRounds(t *testing.T) {
 		hran <- RunHostile(hctx, HostileConfig{Credential: a.credentialPath("h1"), URL: url, ID: "h1", Journal: journalPath(dir, "h1"),
 			Control: control, Records: records, Lease: 300 * time.Millisecond, Seed: 1, Boards: []string{boardURL}})
 	}()
-	for round := 1; round <= 4; round++ {
+	// Six rounds of two or three attacks: the first twelve are a whole
+	// deck, every type once.
+	for round := 1; round <= 6; round++ {
 		// What the orchestrator tells it of the others, as a chaos run does.
+		qjobs := submit(round)
 		ctl := HostileControl{Round: round, Until: time.Now().Add(600 * time.Millisecond).UnixNano(),
-			Coordinators: []string{"c1"}, Workers: []string{"w1", "h1"}, Jobs: []string{"s-b1-j0"}}
+			Coordinators: []string{"c1"}, Workers: []string{"w1", "h1"}, Jobs: []string{"s-b1-j0"}, Queue: ChaosQueue, QueueJobs: qjobs}
 		if err := writeJSON(control, ctl); err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +223,12 @@ func TestChaosHostileRounds(t *testing.T) {
 	if err := lease.Complete(ctx, events.OutcomeSuccess, ""); err != nil {
 		t.Errorf("the honest lease's result: %v", err)
 	}
+	// Every queue job done by the honest worker (a handler's result is
+	// sent after it returns: the last ones may be on their way).
+	testutil.WaitFor(t, 60*time.Second, "every queue job run", func() bool { return completed.Load() >= int64(len(queueJobs)) })
+	time.Sleep(500 * time.Millisecond)
 	_ = w.Close()
+	<-qran
 
 	// The checks of a chaos run, as the orchestrator reads the streams.
 	anc, err := nats.Connect(url, a.adminOption())
@@ -200,7 +259,7 @@ func TestChaosHostileRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Check(l, &Clients{Entries: entries, Coordinators: []string{"c1"}, Hostile: []string{"h1"}, Attacks: recs})
+	r := Check(l, &Clients{Entries: entries, Coordinators: []string{"c1"}, Hostile: []string{"h1"}, Attacks: recs, Drained: true})
 	wantClean(t, r)
 	h := r.Hostile
 	if !h.OK() {
@@ -221,8 +280,26 @@ func TestChaosHostileRounds(t *testing.T) {
 	if hog := st.ByType[AttackConsumerHog]; hog != nil && (hog.Consumers == 0 || hog.Refused == 0) {
 		t.Errorf("consumer hogging: %d consumers created, %d refused: the server should have let it make its own and refused the others", hog.Consumers, hog.Refused)
 	}
+	if st.LearnInputs == 0 || st.LearnLeaks != 0 || st.LearnVerdicts == 0 || st.LearnedIDs+st.LearnedPayloads+st.LearnClaims != 0 {
+		t.Errorf("the learned-lease attack: %d inputs, %d leaks; its records: %d verdicts read, %d lease ids and %d payloads learned, %d claims",
+			st.LearnInputs, st.LearnLeaks, st.LearnVerdicts, st.LearnedIDs, st.LearnedPayloads, st.LearnClaims)
+	}
+	if st.QueueJobs != len(queueJobs) || st.QueueCompleted != len(queueJobs) || st.QueueDead+st.QueueFailed != 0 {
+		t.Errorf("queue jobs: %d submitted of %d, %d completed, %d DEAD, %d FAILED", st.QueueJobs, len(queueJobs), st.QueueCompleted, st.QueueDead, st.QueueFailed)
+	}
+	if st.HostileOffers == 0 || st.HostileWithdrawn == 0 || st.HostileMaxStrikes == 0 || st.HostileMaxHeld > events.InitialWindow {
+		t.Errorf("the queue modes: %d offers to the hostile worker, %d withdrawals, strikes up to %d, at most %d held at once",
+			st.HostileOffers, st.HostileWithdrawn, st.HostileMaxStrikes, st.HostileMaxHeld)
+	}
 	t.Logf("%d attacks, %d hostile inputs stored, %d on the honest job; catalogue cases %d (%d as expected, %d refused by the server, %d not stored); verdicts %v",
 		len(recs), st.Inputs, st.OnOthers, st.Cases, st.CasesAsExpected, st.CasesRefused, st.CasesNotStored, st.Verdicts)
+	t.Logf("learned-lease: %d inputs, %d verdicts read; queue: %d jobs, %d completed; the hostile worker got %d offers, %d withdrawals, strikes up to %d, held at most %d",
+		st.LearnInputs, st.LearnVerdicts, st.QueueJobs, st.QueueCompleted, st.HostileOffers, st.HostileWithdrawn, st.HostileMaxStrikes, st.HostileMaxHeld)
+	for _, typ := range []string{AttackQueueDecline, AttackQueueRelease, AttackQueueNoAck, AttackQueueExpire} {
+		if q := st.ByType[typ]; q != nil {
+			t.Logf("%s: %+v", typ, q.Queue)
+		}
+	}
 	cancel()
 	if err := <-ran; err != nil && ctx.Err() == nil {
 		t.Errorf("coordinator: %v", err)

@@ -412,6 +412,12 @@ func writeHostile(w io.Writer, e *EnvReport) {
 		case AttackBoard:
 			fmt.Fprintf(w, "; %d requests reached a board without a credential, %d answered with anything but the refusal; %d answers of /healthz and /metrics searched for lease ids",
 				st.BoardReached, st.BoardAnswered, st.BoardOpen)
+		case AttackLearnedLease:
+			fmt.Fprintf(w, "; %d inputs of a non-holder, %d of whose verdicts told it another's lease id or payload; its records: %d verdicts read, %d lease ids and %d payloads learned, %d claims under them",
+				st.LearnInputs, st.LearnLeaks, st.LearnVerdicts, st.LearnedIDs, st.LearnedPayloads, st.LearnClaims)
+		case AttackQueueDecline, AttackQueueRelease, AttackQueueNoAck, AttackQueueExpire:
+			fmt.Fprintf(w, "; %d announcements, %d offers got and refused, %d withdrawals read",
+				t.Queue.Announced, t.Queue.Offers, t.Queue.Withdrawn)
 		}
 		fmt.Fprintln(w)
 		if len(t.Errors) > 0 {
@@ -424,6 +430,8 @@ func writeHostile(w io.Writer, e *EnvReport) {
 	fmt.Fprintf(w, "    hostile verdicts %s\n", truncate(counts(st.Verdicts), 400))
 	fmt.Fprintf(w, "    on others'   %d verdicts of hostile inputs on jobs of other actors; evidence counters of their leases raised: %s; hostile findings: %d\n",
 		st.OnOthers, counts(st.Counters), h.Findings.Count)
+	fmt.Fprintf(w, "    queue        %d jobs submitted to %s, %d completed, %d DEAD, %d FAILED; the hostile workers got %d offers, held at most %d live leases at once, and %d withdrawals after refusals (strikes up to %d); %d jobs frozen by hostile claims\n",
+		st.QueueJobs, ChaosQueue, st.QueueCompleted, st.QueueDead, st.QueueFailed, st.HostileOffers, st.HostileMaxHeld, st.HostileWithdrawn, st.HostileMaxStrikes, st.Frozen)
 	near := 0
 	for _, n := range st.ExpiredNear {
 		near += n

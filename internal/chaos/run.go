@@ -41,6 +41,9 @@ type Config struct {
 	// AttackTypes), e.g. to measure what one of them costs.
 	Attacks []string
 	Jobs    int // jobs per batch (one batch per schedule)
+	// QueueJobs are the jobs the dispatcher submits to the workers' queue
+	// (ChaosQueue) per schedule.
+	QueueJobs int
 
 	Out io.Writer // the report
 }
@@ -49,9 +52,9 @@ type Config struct {
 // what `make chaos` runs.
 var Profiles = map[string]Config{
 	"short": {CoordinatorKills: 50, WorkerStops: 1, ServerKills: 1, ClusterRounds: 1,
-		Lease: 600 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 3, Hostile: 1, Jobs: 24},
+		Lease: 600 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 3, Hostile: 1, Jobs: 24, QueueJobs: 24},
 	"long": {CoordinatorKills: 200, WorkerStops: 6, ServerKills: 6, ClusterRounds: 3,
-		Lease: 800 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 4, Hostile: 1, Jobs: 32},
+		Lease: 800 * time.Millisecond, ClusterLease: 2 * time.Second, Workers: 4, Hostile: 1, Jobs: 32, QueueJobs: 48},
 }
 
 // Schedule kinds.
@@ -138,6 +141,9 @@ func runEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, name
 	}
 	fmt.Fprintf(cfg.Out, "%s: %d nats-server(s) %s, coordinators %s, %d workers, ready in %v\n",
 		name, nodes, e.urls, strings.Join(e.ids, " "), cfg.Workers, time.Since(t0).Round(time.Millisecond))
+	// Every attack type in the environment's rounds, one per schedule:
+	// a whole deck of them at least.
+	e.minAttacks = (len(e.er.Attacks) + len(plan) - 1) / max(len(plan), 1)
 	time.Sleep(e.lease) // let the workers get going
 	for _, kind := range plan {
 		if ctx.Err() != nil {
@@ -152,6 +158,9 @@ func runEnv(ctx context.Context, cfg *Config, rep *Report, rng *lockedRand, name
 	// everything once more.
 	e.lastBatch(time.Now().UnixNano())
 	time.Sleep(2*e.lease + 200*time.Millisecond)
+	if err := e.queueDrained(ctx, 30*time.Second); err != nil {
+		rep.problem(err.Error())
+	}
 	e.stopWorkers()
 	if err := e.waitCaughtUp(ctx, 30*time.Second); err != nil {
 		rep.problem(err.Error())

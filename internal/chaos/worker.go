@@ -61,6 +61,10 @@ type WorkerConfig struct {
 	Control    string        // control file to poll
 	Lease      time.Duration // lease duration asked for
 	Slots      int           // leases acquired and worked on at once (offers come on top)
+	// Queue is the queue whose jobs it runs besides (worker.Run, QueueSlots
+	// at once; "": none).
+	Queue      string
+	QueueSlots int
 	Seed       uint64
 	Logger     *slog.Logger
 }
@@ -76,6 +80,9 @@ type WorkerConfig struct {
 func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Slots <= 0 {
 		cfg.Slots = 2
+	}
+	if cfg.QueueSlots <= 0 {
+		cfg.QueueSlots = 2
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -127,6 +134,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		wg.Go(func() { cw.slot(ctx, rng) })
 	}
 	wg.Go(func() { cw.offers(ctx) })
+	if cfg.Queue != "" {
+		wg.Go(func() { cw.queue(ctx) })
+	}
 	<-ctx.Done()
 	_ = w.Close() // ends the SDK calls in flight and closes Offers()
 	wg.Wait()
@@ -385,6 +395,40 @@ func (cw *chaosWorker) offers(ctx context.Context) {
 			}
 			cw.unbusy(o.Job, closed)
 		})
+	}
+}
+
+// queue runs the jobs of the queue (worker.Run): each takes a moment
+// (an eighth to a third of a lease) and succeeds. The queue jobs' checks (checkQueues) require every one to
+// end COMPLETED, once, by an honest worker. Run announces the capacity
+// and announces again after a withdrawal; when a fault made it return
+// (its announcement refused), it starts again.
+func (cw *chaosWorker) queue(ctx context.Context) {
+	L := cw.cfg.Lease
+	rng := cw.newRand()
+	var mu sync.Mutex
+	pause := func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return cw.jitter(rng, L/8, L/3)
+	}
+	h := func(jctx context.Context, _ *worker.Job) error {
+		t := time.NewTimer(pause())
+		defer t.Stop()
+		select {
+		case <-jctx.Done():
+			return context.Cause(jctx) // lost or shutting down: Run reports nothing or releases
+		case <-t.C:
+		}
+		return nil
+	}
+	for ctx.Err() == nil {
+		err := cw.w.Run(ctx, cw.cfg.Queue, h, worker.WithConcurrency(max(cw.cfg.QueueSlots, 1)))
+		if ctx.Err() != nil || errors.Is(err, worker.ErrClosed) {
+			return
+		}
+		cw.log.Info("queue run ended", "err", errString(err))
+		sleep(ctx, nil, 200*time.Millisecond)
 	}
 }
 
