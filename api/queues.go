@@ -483,6 +483,24 @@ func (qs *Queues) List(after string, limit int, now time.Time) (out []QueueStats
 	return out, next, total
 }
 
+// Held calls f with every queue known and how many of the workers the
+// read model has a record of on it are held at now by their standing
+// (PROTOCOL.md §22.8, as the latest decision that carried it says; in a
+// partitioned deployment each partition's standing counts). Unlike the
+// queries it changes nothing: its owner may call it under a shared lock.
+func (qs *Queues) Held(now time.Time, f func(queue string, held int)) {
+	t := now.UnixNano()
+	for name, q := range qs.queues {
+		n := 0
+		for _, r := range q.seen {
+			if r.standing != nil && r.standing.HeldUntil > t {
+				n++
+			}
+		}
+		f(name, n)
+	}
+}
+
 // Len is the number of queues known.
 func (qs *Queues) Len() int { return qs.names.Len() }
 

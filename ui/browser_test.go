@@ -684,6 +684,14 @@ func TestBrowserQueues(t *testing.T) {
 	e.decide("worker.w1.mail-1.ack", `{"v":1,"lease_id":"`+l+`","generation":1}`)
 	e.decide("worker.w1.mail-1.result", `{"v":1,"lease_id":"`+l+`","generation":1,"outcome":"FAILED","detail":"SMTP 451"}`)
 	testutil.WaitFor(t, 10*time.Second, "mail-2 offered to w1", func() bool { return e.row("mail-2").State == "OFFERED" })
+	// w3 announces a slot on emails and declines mail-3, offered to it:
+	// a refusal (rules revision 5) that strikes it, halves its window and
+	// withdraws its announcement; mail-3 is ready again (w1 has no slot
+	// free).
+	e.publish("worker.w3._.pull", `{"v":1,"queue":"emails","slots":1,"ttl_ms":600000}`)
+	testutil.WaitFor(t, 10*time.Second, "mail-3 offered to w3", func() bool { r := e.row("mail-3"); return r.State == "OFFERED" && r.Holder == "w3" })
+	e.decide("worker.w3.mail-3.release", `{"v":1,"lease_id":"`+e.row("mail-3").LeaseID+`","generation":1}`)
+	testutil.WaitFor(t, 10*time.Second, "mail-3 queued again", func() bool { return e.row("mail-3").State == "QUEUED" })
 	// w2 announces a slot on reports, ACKs rep-1 and lets its lease
 	// expire: its only attempt spent, DEAD. The expiry is w2's refusal
 	// (rules revision 5), which withdraws its announcement: it announces
@@ -699,6 +707,39 @@ func TestBrowserQueues(t *testing.T) {
 	board.wait("reports: one dead, w2's slot free", cells("reports")+` === 'reports|0|0|0|1|0|0|1 · 1 of 1 slots free|0'`)
 	board.wait("the queue rows on the board",
 		`(r => r && r.querySelector('.qinfo').textContent === ' emails · 1/2' && /^ready in \d+m \d\ds$/.test(r.cells[4].textContent))(document.querySelector('#board-rows tr[data-job="mail-1"]'))`)
+	// A queue's workers cell opens its workers beneath it, the worst
+	// standing first: w3 (declined an offer: a strike, its window halved,
+	// its announcement withdrawn), then w1 (two offers, one failure).
+	workers := func(queue string) string {
+		return `Array.from(document.querySelectorAll('#queues-rows tr[data-workers-of="` + queue + `"] tbody tr')).map(r => ` +
+			`r.dataset.worker + '=' + Array.from(r.cells).slice(1).map(c => c.textContent).join('|')).join(' ; ')`
+	}
+	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-queue="emails"] td.workers button`)))
+	// Columns: slots, leases, announced until, window, strikes, held
+	// until, offers, declines, releases, missed ACKs, expiries,
+	// completions, failures.
+	board.wait("the workers of emails", `/^w3=0\|0\|–\|4\|1\|[^|]+\|1\|1\|0\|0\|0\|0\|0 ; w1=1\|1\|\d\d:\d\d:\d\d\|8\|0\|–\|2\|0\|0\|0\|0\|0\|1$/.test(`+workers("emails")+`)`)
+	heldUntil := func(queue, worker string) string {
+		p, _ := e.ui.model.queuePage(queue, time.Now())
+		for _, w := range p.Queues[0].WorkerList {
+			if w.Worker == worker && w.Standing != nil {
+				return w.Standing.HeldUntil
+			}
+		}
+		return ""
+	}
+	if got, want := eval[string](board, `document.querySelector('#queues-rows tr[data-workers-of="emails"] tr[data-worker="w3"] td:nth-child(7)').title`), heldUntil("emails", "w3"); want == "" || got != want {
+		t.Errorf("w3's held until on the board: %q, its standing's: %q", got, want)
+	}
+	if n := eval[int](board, `document.querySelectorAll('#queues-rows tr[data-workers-of="reports"]').length`); n != 0 {
+		t.Errorf("the workers of reports are open (%d rows)", n)
+	}
+	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-queue="reports"] td.workers button`)))
+	board.wait("the workers of reports: w2 let rep-1 expire", `/^w2=1\|0\|\d\d:\d\d:\d\d\|4\|1\|[^|]+\|1\|0\|0\|0\|1\|0\|0$/.test(`+workers("reports")+`)`)
+	board.wait("the workers of emails stay open through the reloads", `(`+workers("emails")+`).startsWith('w3=')`)
+	board.screenshot("queue-workers.png", false)
+	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-queue="emails"] td.workers button`)))
+	board.wait("the workers of emails closed", `!document.querySelector('#queues-rows tr[data-workers-of="emails"]')`)
 	board.notReloaded()
 
 	// A queue's name filters the board to its jobs.
@@ -719,6 +760,35 @@ func TestBrowserQueues(t *testing.T) {
 	for _, tb := range []*tab{board, page} {
 		tb.checkConsole()
 	}
+}
+
+// A worker its standing holds (rules revision 5: three missed ACKs in a
+// row, each after the hold of the one before, hold it 4 s) is flagged HELD
+// in its queue's workers, to a viewer too, with its strikes and missed
+// ACKs; the flag goes once the hold ends.
+func TestBrowserQueueWorkerHeld(t *testing.T) {
+	bctx := browser(t)
+	e := newEnv(t, false)
+	e.browserLogin(bctx, Viewer)
+	e.decide("ops.disp.mail-1.submit", `{"v":1,"queue":"emails","ack_timeout_ms":100}`)
+	board := newTab(t, bctx, "board")
+	board.do(chromedp.Navigate(e.url + "/"))
+	board.wait("the queues view", `document.querySelector('#queues-rows tr[data-queue="emails"] td.workers button')`)
+	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-queue="emails"] td.workers button`)))
+	board.wait("no worker known yet", `(r => r && r.textContent === 'no worker known on this queue')(document.querySelector('#queues-rows tr[data-workers-of="emails"]'))`)
+	for strike := range 3 {
+		e.publish("worker.w3._.pull", `{"v":1,"queue":"emails","slots":1,"ttl_ms":600000}`)
+		testutil.WaitFor(t, 10*time.Second, "mail-1 offered to w3", func() bool { return e.row("mail-1").State == "OFFERED" })
+		testutil.WaitFor(t, 10*time.Second, "w3's ACK missed", func() bool { return e.row("mail-1").State == "QUEUED" })
+		if strike < 2 { // a refusal while held is no strike: the hold, 2^strike s, ends first
+			time.Sleep(time.Duration(1<<strike)*time.Second + 200*time.Millisecond)
+		}
+	}
+	row := `document.querySelector('#queues-rows tr[data-workers-of="emails"] tr[data-worker="w3"]')`
+	board.wait("w3 held, with three strikes and missed ACKs",
+		`(r => r && r.classList.contains('held') && r.cells[0].textContent === 'w3HELD' && r.cells[5].textContent === '3' && r.cells[10].textContent === '3')(`+row+`)`)
+	board.wait("the flag gone with the hold", `(r => r && !r.querySelector('.flag') && r.cells[6].textContent === '–')(`+row+`)`)
+	board.checkConsole()
 }
 
 // checkFits1400 checks that every column of the board in tb, a tab with a

@@ -18,7 +18,12 @@
 //     announcing capacity with their slots and free slots, and its
 //     completions per second over the last minute (package api's Queues,
 //     the aggregates the state API answers); a queue's name filters the
-//     board to its jobs;
+//     board to its jobs, and its workers cell opens the list of its
+//     workers (the state API's queue.get): each one's announcement,
+//     standing (PROTOCOL.md §22.8: window, strikes, hold) and what it did
+//     with the queue's jobs (offers, declines, releases, missed ACKs,
+//     expiries, completions, failures), the held and most struck first, so
+//     that an operator finds the worker that refuses what it is offered;
 //   - /jobs/{id} a job page: an SVG drawing of the job's leases, one band per
 //     generation from offer to end, with a mark for every decision at its
 //     authoritative time (rejected messages on the band of the generation
@@ -127,8 +132,8 @@
 // saying which (Health); /metrics serves Metrics in the Prometheus text
 // format through the standard client library. Both stay open, for probes
 // and scrapers, and carry counts only: sequences, lags, jobs per state,
-// decisions per kind and reason, and coordinator ids and partitions as
-// labels; no job id, worker name, lease id or payload (a coordinator id is
+// decisions per kind and reason, and coordinator ids, partitions and queue
+// names as labels; no job id, worker name, lease id or payload (a coordinator id is
 // a name, not a secret: it is in every tick's subject).
 //
 // The JSON API, used by the pages:
@@ -138,7 +143,7 @@
 //	GET  /api/jobs/{id}            a job page's data (History); ?after=SEQ for newer decisions only
 //	POST /api/jobs/{id}/action     an operator action (ActionRequest, ActionResult)
 //	GET  /api/anomalies            the anomalies feed (AnomalyQuery, AnomalyPage)
-//	GET  /api/queues               the queues view (QueuesPage)
+//	GET  /api/queues               the queues view (QueuesPage); ?queue=Q one queue's, with its workers
 //	GET  /api/events               live updates (server-sent events)
 //	GET  /api/audit, POST /api/audit   the last audit, or run one (AuditRequest, AuditResult); operators only
 //	GET  /login, POST /login       the login form, and a login (token, next): a session cookie

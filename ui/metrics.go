@@ -30,7 +30,13 @@ import (
 //     lag in inputs, snapshot age, lost authority), labelled by coordinator;
 //   - the UI's read model of the decision stream: tenure_decisions_total by
 //     kind and reason, tenure_lease_expiries_total, tenure_active_leases,
-//     tenure_jobs by state, tenure_jobs_blocked, tenure_ui_decision_seq.
+//     tenure_jobs by state, tenure_jobs_blocked, tenure_ui_decision_seq;
+//     and per queue (PROTOCOL.md §22.8) tenure_queue_refusals_total by
+//     queue and reason (the withdrawn decisions: offer_declined, released,
+//     ack_deadline_passed, lease_expired) and tenure_queue_workers_held
+//     (the workers its standing holds now). They are labelled by queue,
+//     never by worker: the workers are the state API's and the board's
+//     (the queue's workers), and a worker id is no label of a bounded set.
 //
 // In a partitioned deployment the metrics of one partition's streams carry
 // a "partition" label as well: tenure_coordinator_* and tenure_leader (one
@@ -56,6 +62,7 @@ type Metrics struct {
 
 	decisions  *prometheus.CounterVec
 	expiries   prometheus.Counter
+	refusals   *prometheus.CounterVec
 	sseClients prometheus.Gauge
 
 	mu     sync.Mutex
@@ -126,6 +133,10 @@ func NewMetricsFor(partitions uint32) *Metrics {
 			Name: "tenure_lease_expiries_total",
 			Help: "Leases that reached expires_at without a terminal result (expired decisions).",
 		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_queue_refusals_total",
+			Help: "Workers' refusals of a queue's jobs (withdrawn decisions: an offer declined, a lease released, an ACK missed, a lease left to expire), by queue and reason.",
+		}, []string{"queue", "reason"}),
 		sseClients: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tenure_ui_live_pages",
 			Help: "Pages following live updates (server-sent event streams open).",
@@ -140,7 +151,7 @@ func NewMetricsFor(partitions uint32) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.inputsFolded, m.foldLag, m.appendLatency, m.appended, m.loopPause, m.loopPauseMax,
-		m.decisions, m.expiries, m.sseClients,
+		m.decisions, m.expiries, m.refusals, m.sseClients,
 		(*stateCollector)(m),
 	)
 	return m
@@ -252,6 +263,9 @@ func (m *Metrics) observe(d *events.Decision) {
 	if d.Kind == events.KindExpired {
 		m.expiries.Inc()
 	}
+	if d.Kind == events.KindWithdrawn && d.Capacity != nil {
+		m.refusals.WithLabelValues(d.Capacity.Queue, string(d.Reason)).Inc()
+	}
 }
 
 // attach makes the scrape-time metrics read md and status.
@@ -299,6 +313,7 @@ var (
 	descUISeqP  = prometheus.NewDesc("tenure_ui_decision_seq", "Decision stream sequence the UI's read model has reached.", []string{"partition"}, nil)
 	descCoord   = newCoordDescs("coordinator")
 	descCoordP  = newCoordDescs("coordinator", "partition")
+	descHeld    = prometheus.NewDesc("tenure_queue_workers_held", "Workers a queue offers nothing now because their standing holds them after a refusal (PROTOCOL.md §22.8), by queue.", []string{"queue"}, nil)
 )
 
 // Describe implements prometheus.Collector. It describes nothing: the
@@ -318,7 +333,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		md.mu.RLock()
 		states, blockedN, count := md.states, len(md.blocked), md.count
 		pos, seqs, _ := md.positions()
+		type queueHeld struct {
+			queue string
+			n     int
+		}
+		var held []queueHeld
+		md.queues.Held(time.Now(), func(q string, n int) { held = append(held, queueHeld{q, n}) })
 		md.mu.RUnlock()
+		for _, h := range held {
+			gauge(descHeld, float64(h.n), h.queue)
+		}
 		gauge(descActive, float64(states[events.StateActive]))
 		for st := events.StateOffered; st <= events.StateDead; st++ { // QUEUED and DEAD: queue jobs (rules revision 4)
 			gauge(descJobs, float64(states[st]), st.String())

@@ -779,7 +779,9 @@ func (m *model) anomalies(q AnomalyQuery, now time.Time) AnomalyPage {
 
 // QueuesPage is GET /api/queues: the board's queues view, every queue's
 // stats (package api's QueueStats, as the state API answers them) in byte
-// order of their names, at most MaxPageSize of them.
+// order of their names, at most MaxPageSize of them. GET
+// /api/queues?queue=Q answers one queue's, with its workers (WorkerList:
+// their announcements, standing and counts, as the state API's queue.get).
 type QueuesPage struct {
 	Queues []api.QueueStats `json:"queues"`
 	Total  int              `json:"total"` // queues known
@@ -795,6 +797,18 @@ func (m *model) queuesPage(now time.Time) QueuesPage {
 		qs = []api.QueueStats{}
 	}
 	return QueuesPage{Queues: qs, Total: total, Now: now.UnixMilli()}
+}
+
+// queuePage answers GET /api/queues?queue=name at now: the queue's stats
+// with its workers, false if the read model knows no such queue.
+func (m *model) queuePage(name string, now time.Time) (QueuesPage, bool) {
+	m.mu.Lock() // as queuesPage
+	defer m.mu.Unlock()
+	st, ok := m.queues.Stats(name, now)
+	if !ok {
+		return QueuesPage{}, false
+	}
+	return QueuesPage{Queues: []api.QueueStats{st}, Total: m.queues.Len(), Now: now.UnixMilli()}, true
 }
 
 // takeChanges returns and clears the set of jobs changed since the last call.

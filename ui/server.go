@@ -385,9 +385,20 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serveQueues is GET /api/queues: the queues view (QueuesPage).
-func (s *Server) serveQueues(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.model.queuesPage(time.Now()))
+// serveQueues is GET /api/queues: the queues view (QueuesPage); with
+// parameter queue, that queue's stats and workers.
+func (s *Server) serveQueues(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("queue")
+	if name == "" {
+		writeJSON(w, http.StatusOK, s.model.queuesPage(time.Now()))
+		return
+	}
+	p, ok := s.model.queuePage(name, time.Now())
+	if !ok {
+		writeError(w, http.StatusNotFound, "no queue "+name)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
 }
 
 // serveAnomalies is GET /api/anomalies: the feed, newest first, with the

@@ -367,6 +367,8 @@
     // rates move with time alone).
     let queuesPending = null;
     let queuesAt = 0;
+    // The queues whose workers are shown (their workers cell toggles them).
+    const openQueues = new Set();
     function loadQueuesSoon() {
       if (queuesPending) return;
       queuesPending = sc.later(Math.max(0, 1000 - (Date.now() - queuesAt)), () => { queuesPending = null; loadQueues(); });
@@ -375,6 +377,9 @@
       queuesAt = Date.now();
       let qp;
       try { qp = await api('/api/queues'); } catch (e) { return; }
+      // The workers of the open queues (a queue gone since has none).
+      const workersOf = new Map(await Promise.all([...openQueues].map((name) =>
+        api('/api/queues?queue=' + encodeURIComponent(name)).then((p) => [name, p.queues[0].worker_list || []], () => [name, null]))));
       if (!sc.alive) return;
       queuesBox.classList.toggle('hidden', qp.queues.length === 0);
       if (qp.queues.length === 0) { queuesBox.replaceChildren(); return; }
@@ -393,7 +398,7 @@
             h('th', { class: 'num', text: 'Failed' }),
             h('th', { title: 'workers announcing capacity on the queue: their slots, and the slots free', text: 'Workers' }),
             h('th', { class: 'num', title: 'completions per second over the last minute', text: 'Done/s' }))),
-          h('tbody', { id: 'queues-rows' }, qp.queues.map((x) => h('tr', { 'data-queue': x.queue },
+          h('tbody', { id: 'queues-rows' }, qp.queues.flatMap((x) => [h('tr', { 'data-queue': x.queue },
             h('td', {}, h('a', { href: '/?queue=' + encodeURIComponent(x.queue), class: 'job', text: x.queue })),
             cell(x.ready, '', 'ready now'),
             cell(x.waiting, '', 'waiting out a backoff' + (x.blocked ? '; ' + x.blocked + ' more blocked by a conflict' : '')),
@@ -401,8 +406,52 @@
             cell(x.dead, 'dead'),
             cell(x.completed),
             cell(x.failed, 'failed'),
-            h('td', { class: 'workers', title: x.workers + ' standing announcements' }, String(x.workers) + (x.workers ? ' · ' + x.free_slots + ' of ' + x.slots + ' slots free' : '')),
-            h('td', { class: 'num rate', text: rate(x.rates.completed) })))))));
+            h('td', { class: 'workers', title: x.workers + ' standing announcements; click for the workers' },
+              h('button', { class: 'linkish', 'aria-expanded': String(openQueues.has(x.queue)), onclick: () => toggleWorkers(x.queue) },
+                String(x.workers) + (x.workers ? ' · ' + x.free_slots + ' of ' + x.slots + ' slots free' : ''))),
+            h('td', { class: 'num rate', text: rate(x.rates.completed) })),
+          openQueues.has(x.queue) ? h('tr', { class: 'queue-workers', 'data-workers-of': x.queue },
+            h('td', { colspan: 9 }, workersTable(workersOf.get(x.queue), qp.now))) : null])))));
+    }
+    function toggleWorkers(name) {
+      if (!openQueues.delete(name)) openQueues.add(name);
+      loadQueues();
+    }
+    // A queue's workers (the state API's queue.get), the held first, then
+    // by strikes and refusals: the worker that refuses what it is offered
+    // is on top. now is the server's clock.
+    function workersTable(ws, serverNow) {
+      if (!ws) return h('span', { class: 'muted', text: 'the workers could not be loaded' });
+      if (ws.length === 0) return h('span', { class: 'muted', text: 'no worker known on this queue' });
+      const heldUntil = (w) => { const t = parseT(w.standing && w.standing.held_until); return t > serverNow ? t : 0; };
+      const strikes = (w) => (w.standing ? w.standing.strikes : 0);
+      const refusals = (w) => w.declines + w.releases + w.missed_acks + w.expiries;
+      const sorted = ws.slice().sort((a, b) => (heldUntil(b) > 0) - (heldUntil(a) > 0) || strikes(b) - strikes(a) ||
+        refusals(b) - refusals(a) || (a.worker < b.worker ? -1 : a.worker > b.worker ? 1 : 0) || (a.partition || '').localeCompare(b.partition || ''));
+      const num = (n, bad) => h('td', { class: 'num' + (bad && n > 0 ? ' hot' : ''), text: String(n) });
+      const th = (text, title) => h('th', { class: text === 'Worker' || text === 'Announced until' || text === 'Held until' ? '' : 'num', title, text });
+      return h('table', { class: 'board workers-table' },
+        h('thead', {}, h('tr', {},
+          th('Worker'), th('Slots', 'slots announced'), th('Leases', 'the queue\'s live leases it holds'),
+          th('Announced until', 'when its announcement lapses'),
+          th('Window', 'the most of the queue\'s live leases offered to it at once'),
+          th('Strikes', 'episodes of refusals since its last success'), th('Held until', 'no offer of the queue before'),
+          th('Offers'), th('Declines', 'offers it released'), th('Releases', 'active leases it released'),
+          th('Missed ACKs'), th('Expiries', 'leases it let expire'), th('Completions', 'attempts it ended SUCCESS'),
+          th('Failures', 'attempts it ended FAILED'))),
+        h('tbody', {}, sorted.map((w) => {
+          const held = heldUntil(w);
+          return h('tr', { 'data-worker': w.worker, class: held ? 'held' : '' },
+            h('td', {}, w.worker, w.partition ? h('span', { class: 'sub', text: ' p' + w.partition }) : null,
+              held ? h('span', { class: 'flag bad', title: 'held by its standing: offered nothing before ' + new Date(held).toISOString(), text: 'HELD' }) : null),
+            num(w.slots), num(w.held),
+            h('td', { title: w.until || '', text: w.until ? fmtClock(parseT(w.until), false) : '–' }),
+            h('td', { class: 'num', text: w.standing ? String(w.standing.window) : '–' }),
+            num(strikes(w), true),
+            h('td', { title: (w.standing && w.standing.held_until) || '', text: held ? fmtClock(held) : '–' }),
+            num(w.offers), num(w.declines, true), num(w.releases, true), num(w.missed_acks, true), num(w.expiries, true),
+            num(w.completions), num(w.failures, true));
+        })));
     }
     loadQueues();
     sc.every(3000, loadQueues);
