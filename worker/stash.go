@@ -64,25 +64,32 @@ func newStash() stash {
 func (s *stash) addVerdict(k verdictKey, d events.Decision, now time.Time) error {
 	l := s.verdicts[k]
 	if l == nil {
-		l = &stashList{id: s.next}
-		s.next++
+		l = s.list(stashEntry{verdict: true, vk: k}, now)
 		s.verdicts[k] = l
-		s.order = append(s.order, stashEntry{verdict: true, vk: k, id: l.id, at: now})
 	}
-	l.ds = append(l.ds, d)
-	s.n++
-	return s.trim(now)
+	return s.push(l, d, now)
 }
 
 // addLease stashes d, a decision about lease k not registered (yet).
 func (s *stash) addLease(k leaseKey, d events.Decision, now time.Time) error {
 	l := s.leases[k]
 	if l == nil {
-		l = &stashList{id: s.next}
-		s.next++
+		l = s.list(stashEntry{lk: k}, now)
 		s.leases[k] = l
-		s.order = append(s.order, stashEntry{lk: k, id: l.id, at: now})
 	}
+	return s.push(l, d, now)
+}
+
+// list returns a new list for e's key, entered in order at now.
+func (s *stash) list(e stashEntry, now time.Time) *stashList {
+	e.id, e.at = s.next, now
+	s.next++
+	s.order = append(s.order, e)
+	return &stashList{id: e.id}
+}
+
+// push adds d to l, then trims.
+func (s *stash) push(l *stashList, d events.Decision, now time.Time) error {
 	l.ds = append(l.ds, d)
 	s.n++
 	return s.trim(now)

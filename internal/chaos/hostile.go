@@ -723,13 +723,7 @@ func (h *hostile) forgedDelivery(ctx context.Context, rec *AttackRecord) {
 func (h *hostile) verdict(ctx context.Context, rec *AttackRecord, job, verb, body string) (events.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, resendFor)
 	defer cancel()
-	out := streams.Topology{}.DecisionStream()
-	name := events.WorkerConsumerName(h.cfg.ID, events.WorkerConsumers-1)
-	_ = h.js.DeleteConsumer(ctx, out, name)
-	cons, err := h.js.CreateConsumer(ctx, out, jetstream.ConsumerConfig{
-		Name: name, FilterSubject: events.AddresseeFilter(h.cfg.ID), AckPolicy: jetstream.AckNonePolicy,
-		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1,
-	})
+	cons, err := h.verdictConsumer(ctx)
 	if err != nil {
 		return events.Decision{}, err
 	}
@@ -749,6 +743,19 @@ func (h *hostile) verdict(ctx context.Context, rec *AttackRecord, job, verb, bod
 			return d, nil
 		}
 	}
+}
+
+// verdictConsumer makes anew, from the decision stream's end, the consumer
+// of the decisions addressed to the hostile worker under the last of its
+// consumer names (deliver policy new: a worker has no stream info).
+func (h *hostile) verdictConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	out := streams.Topology{}.DecisionStream()
+	name := events.WorkerConsumerName(h.cfg.ID, events.WorkerConsumers-1)
+	_ = h.js.DeleteConsumer(ctx, out, name)
+	return h.js.CreateConsumer(ctx, out, jetstream.ConsumerConfig{
+		Name: name, FilterSubject: events.AddresseeFilter(h.cfg.ID), AckPolicy: jetstream.AckNonePolicy,
+		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1,
+	})
 }
 
 // tickIDs acquires a lease of its own and stores, before the lease's

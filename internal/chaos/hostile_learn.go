@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/streams"
 )
 
 // probe is one input of the hostile worker's whose verdict it reads.
@@ -27,13 +25,7 @@ func (h *hostile) verdicts(ctx context.Context, rec *AttackRecord, probes []prob
 	ctx, cancel := context.WithTimeout(ctx, resendFor)
 	defer cancel()
 	res := make([]events.Decision, len(probes))
-	out := streams.Topology{}.DecisionStream()
-	name := events.WorkerConsumerName(h.cfg.ID, events.WorkerConsumers-1)
-	_ = h.js.DeleteConsumer(ctx, out, name)
-	cons, err := h.js.CreateConsumer(ctx, out, jetstream.ConsumerConfig{
-		Name: name, FilterSubject: events.AddresseeFilter(h.cfg.ID), AckPolicy: jetstream.AckNonePolicy,
-		DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: time.Minute, MemoryStorage: true, Replicas: 1,
-	})
+	cons, err := h.verdictConsumer(ctx)
 	if err != nil {
 		rec.note("consumer: " + err.Error())
 		return res
