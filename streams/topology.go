@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -591,6 +592,15 @@ func checkLockDown(want, got jetstream.StreamConfig, genesis []string) error {
 		return &ConfigMismatchError{Stream: want.Name, Field: field, Want: fmt.Sprint(w), Got: fmt.Sprint(g)}
 	}
 	limited := func(n int64) bool { return n > 0 }
+	// An input stream with quotas (ApplyQuotas) takes the workers' inputs
+	// from their intake streams: its subjects and sources are checked by
+	// quotaInput, everything else as for any input stream.
+	if t, ok := inputTopology(want); ok && (len(got.Sources) > 0 || sameSet(got.Subjects, t.IntakeSubjects())) {
+		if err := t.quotaInput(got); err != nil {
+			return err
+		}
+		got.Subjects, got.Sources = want.Subjects, nil
+	}
 	switch {
 	case !sameSet(want.Subjects, got.Subjects) && (genesis == nil || !sameSet(genesis, got.Subjects)):
 		if genesis != nil {
@@ -636,6 +646,16 @@ func checkLockDown(want, got jetstream.StreamConfig, genesis []string) error {
 		return bad("SubjectTransform", "none", got.SubjectTransform.Source+" -> "+got.SubjectTransform.Destination)
 	}
 	return nil
+}
+
+// inputTopology returns the topology whose unpartitioned input stream want
+// is the configuration of (quotas are for unpartitioned deployments only).
+func inputTopology(want jetstream.StreamConfig) (Topology, bool) {
+	prefix, ok := strings.CutSuffix(want.Name, "_IN")
+	if !ok || !validPrefix(prefix) || !sameSet(want.Subjects, []string{events.InputFilter}) {
+		return Topology{}, false
+	}
+	return Topology{Prefix: prefix}, true
 }
 
 // checkDurability compares the settings that decide whether an acknowledged
