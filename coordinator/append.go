@@ -132,7 +132,7 @@ type appender struct {
 	units   []unit // awaiting their reply, oldest first
 	batches int    // the units in flight that are batches
 	hdr     nats.Header
-	hdrVals [8][1]string // the values of hdr's keys, reused
+	hdrVals [9][1]string // the values of hdr's keys, reused
 	msg     nats.Msg     // the message being published, reused
 	log     *slog.Logger
 	// The way of appending under backlog, and its measurement.
@@ -259,6 +259,9 @@ func (a *appender) send(ps []pending, after uint64) error {
 		set(1, events.HeaderIndex, strconv.Itoa(int(p.n))+"/"+strconv.Itoa(int(p.of)))
 		set(2, headerMsgID, events.DecisionMsgID(p.cause, p.n))
 		set(7, events.HeaderChain, p.chain.String())
+		if p.src > 0 {
+			set(8, events.HeaderSourceSeq, strconv.FormatUint(p.src, 10))
+		}
 		if i == 0 {
 			set(3, headerExpectSeq, strconv.FormatUint(after, 10))
 		}

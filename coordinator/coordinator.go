@@ -140,6 +140,18 @@ func (m AppendMode) String() string {
 
 // Config configures a coordinator.
 type Config struct {
+	// Storage headroom (intake.go, PROTOCOL.md §4.2). StorageLimit is
+	// the bytes the deployment may store, for when its NATS account has
+	// no JetStream limit of its own (tenure serve gives the embedded
+	// server's store size); 0 with no account limit: no headroom is kept.
+	// Below StorageReserve free bytes (0: twice the sum of the intake
+	// streams' MaxBytes, plus 16 MiB) the coordinator empties no intake
+	// stream, so that workers' inputs are refused once their intakes are
+	// full and its own ticks and decisions keep the room that is left;
+	// below StorageWarn (0: twice the reserve) it says so in Stats.Storage
+	// and its log.
+	StorageLimit, StorageReserve, StorageWarn int64
+
 	ID               string           // identity: actor token of its tick and policy inputs
 	Conn             *nats.Conn       // connection to the NATS server or cluster
 	Topology         streams.Topology // stream and bucket names
@@ -274,11 +286,12 @@ type Coordinator struct {
 	jobs         atomic.Int64  // jobs in the projection after the last input folded
 	appended     atomic.Uint64 // last decision sequence acknowledged by the stream
 	live         atomic.Bool
-	lostAuth     atomic.Uint64 // appends refused for a wrong last sequence
-	sessions     atomic.Uint64 // times the coordinator (re)synchronised
-	snapRefused  atomic.Uint64 // stored snapshots refused (not anchored, or not what the anchor says)
-	wentLive     atomic.Uint64 // sessions that went live
-	drops        *dropCounter  // messages that reached its inboxes without being the server's answer to it
+	gate         atomic.Pointer[gate] // the live phase's intake gate (intake.go), nil when none
+	lostAuth     atomic.Uint64        // appends refused for a wrong last sequence
+	sessions     atomic.Uint64        // times the coordinator (re)synchronised
+	snapRefused  atomic.Uint64        // stored snapshots refused (not anchored, or not what the anchor says)
+	wentLive     atomic.Uint64        // sessions that went live
+	drops        *dropCounter         // messages that reached its inboxes without being the server's answer to it
 	state        atomic.Pointer[state]
 	lastHead     atomic.Pointer[heads.Head] // the last chain head published
 	snapMu       sync.Mutex
@@ -324,6 +337,9 @@ type Stats struct {
 	// size; zero before the first.
 	SnapshotEncode time.Duration `json:"snapshot_encode_ns"`
 	SnapshotBytes  int           `json:"snapshot_bytes"`
+	// Storage is the live coordinator's view of storage and intake
+	// streams (nil: not live, or neither quotas nor a storage limit).
+	Storage *StorageStats `json:"storage,omitempty"`
 }
 
 // New checks the configuration.
@@ -392,7 +408,16 @@ func (c *Coordinator) Stats() Stats {
 		SnapshotsRefused: c.snapRefused.Load(), Dropped: c.drops.count.Load(),
 		Head: c.lastHead.Load(), Jobs: c.jobs.Load(),
 		SnapshotEncode: c.snapEncode, SnapshotBytes: c.snapBytes,
+		Storage: c.storage(),
 	}
+}
+
+// storage is Stats.Storage: the live gate's view, if any.
+func (c *Coordinator) storage() *StorageStats {
+	if g := c.gate.Load(); g != nil && c.live.Load() {
+		return g.Stats()
+	}
+	return nil
 }
 
 // Run creates the topology if needed and coordinates until ctx ends (nil),

@@ -289,8 +289,25 @@ func (s *session) waitGenesis(w *watch, reason string, retry <-chan time.Time, t
 // *streams.ConfigMismatchError, or an input 1 that is not a coordinator's
 // rules: ErrGenesisBroken).
 func EndGenesis(ctx context.Context, js jetstream.JetStream, t streams.Topology, clk clock.Clock, poll time.Duration) (widened bool, err error) {
+	return EndGenesisQuotas(ctx, js, t, nil, clk, poll)
+}
+
+// EndGenesisQuotas is EndGenesis giving the deployment the workers' quotas
+// q (streams.ApplyQuotas) instead of opening the input stream to every
+// input, when q is not nil: a stream in genesis goes straight to the quota
+// form, and one past genesis gets them too (widened false), so that it may
+// be run again for more workers.
+func EndGenesisQuotas(ctx context.Context, js jetstream.JetStream, t streams.Topology, q *streams.Quotas, clk clock.Clock, poll time.Duration) (widened bool, err error) {
 	if err := t.Validate(); err != nil {
 		return false, err
+	}
+	end := func(ctx context.Context) error {
+		if q != nil {
+			_, err := streams.ApplyQuotas(ctx, js, t, *q)
+			return err
+		}
+		_, err := streams.EndGenesis(ctx, js, t)
+		return err
 	}
 	clk = clock.OrReal(clk)
 	for {
@@ -299,7 +316,7 @@ func EndGenesis(ctx context.Context, js jetstream.JetStream, t streams.Topology,
 		actx, cancel := context.WithTimeout(ctx, genesisAttempt)
 		ready, err := genesisReady(actx, js, t)
 		if err == nil && ready {
-			_, err = streams.EndGenesis(actx, js, t)
+			err = end(actx)
 			var mismatch *streams.ConfigMismatchError
 			if err == nil || errors.As(err, &mismatch) {
 				cancel()
@@ -309,6 +326,11 @@ func EndGenesis(ctx context.Context, js jetstream.JetStream, t streams.Topology,
 		}
 		cancel()
 		switch {
+		case errors.Is(err, errGenesisOver) && q != nil:
+			actx, cancel := context.WithTimeout(ctx, genesisAttempt)
+			err := end(actx)
+			cancel()
+			return false, err
 		case errors.Is(err, errGenesisOver):
 			return false, nil
 		case err != nil:

@@ -86,6 +86,16 @@ func (s *session) runLive() error {
 	defer func() { wcancel(); wg.Wait() }()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.snapshotWriter(wctx) }()
+	// The intake gate too (quotas and storage headroom, intake.go).
+	if s.gate, err = s.newGate(); err != nil {
+		return err
+	}
+	if g := s.gate; g != nil {
+		c.gate.Store(g)
+		defer c.gate.CompareAndSwap(g, nil)
+		wg.Add(1)
+		go func() { defer wg.Done(); g.run(wctx) }()
+	}
 
 	var woke time.Time // when the select last returned: the start of the turn
 	for {

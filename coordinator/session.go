@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ type session struct {
 	out   *reader
 	pend  []pending // derived decisions not yet matched or appended
 	arena []byte    // the bodies of pend, reset when pend empties
+	gate  *gate     // live: empties intake streams, reads the storage (intake.go); nil when none
 
 	// The decision chain (events.HeaderChain): head is the chain value of
 	// decision headSeq, the last one derived (or, before any is, the last
@@ -74,6 +76,7 @@ type pending struct {
 	cause   uint64
 	body    []byte
 	seq     uint64       // its decision sequence
+	src     uint64       // the sourced input's intake sequence, on decisions addressed to its worker (0: none)
 	chain   events.Chain // its chain value
 	chained bool         // derived at rules revision 2 or later: the stored decision must carry its chain value
 }
@@ -154,6 +157,19 @@ func (s *session) fold(m stored) error {
 	if err != nil {
 		return err
 	}
+	// A worker's input sourced from its intake stream (quotas, PROTOCOL.md
+	// §4.2): its verdicts name the intake sequence its PubAck gave, and
+	// the live gate may empty it from the intake.
+	var src uint64
+	var worker string
+	if w, ok := intakeActor(m.subject); ok && m.header != nil {
+		if src = s.c.cfg.Topology.SourceSeq(m.header.Get(headerStreamSource), w); src > 0 {
+			worker = w
+			if g := s.gate; g != nil && s.app != nil {
+				g.folded(w, src, int64(len(m.subject)+len(m.data)+64))
+			}
+		}
+	}
 	if s.app != nil {
 		// Live: the first of these decisions gets the sequence after the
 		// ones derived so far.
@@ -176,6 +192,9 @@ func (s *session) fold(m stored) error {
 			body:    s.arena[start:len(s.arena):len(s.arena)],
 			seq:     s.headSeq + 1,
 			chained: s.p.Revision() >= events.Revision2,
+		}
+		if src > 0 && d.Addressee == worker {
+			pd.src = src
 		}
 		if s.chainer == nil {
 			s.chainer = events.NewChainer()
@@ -200,6 +219,20 @@ func (s *session) fold(m stored) error {
 		mt.InputFolded(m.seq, time.Unix(0, m.time), len(ds))
 	}
 	return nil
+}
+
+// headerStreamSource is the header nats-server stores with a sourced
+// message (its origin stream and sequence).
+const headerStreamSource = "Nats-Stream-Source"
+
+// intakeActor returns the worker of an input subject of the worker role.
+func intakeActor(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, events.InputPrefix+".worker.")
+	if !ok {
+		return "", false
+	}
+	w, _, ok := strings.Cut(rest, ".")
+	return w, ok
 }
 
 // removed returns an ErrLogRemoved when want, the sequence the session

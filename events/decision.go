@@ -16,6 +16,15 @@ const (
 	HeaderIndex = "Tenure-N"     // "n/of": index among that input's decisions and their count
 )
 
+// HeaderSourceSeq is set on the decisions of an input that its worker
+// stored in its intake stream (quotas, PROTOCOL.md §4.2) and that are
+// addressed to that worker: the input's sequence in the intake stream,
+// which is what the worker's PubAck named (Tenure-Cause names the input
+// stream's). A worker matches its verdicts by it. It is not part of the
+// decision's body or chain value; the audit checks it against the input's
+// Nats-Stream-Source header.
+const HeaderSourceSeq = "Tenure-Source-Seq"
+
 // DecisionMsgID is the deterministic Nats-Msg-Id of decision n of input cause:
 // a retried append of the same decision is deduplicated by the stream.
 func DecisionMsgID(cause uint64, n uint32) string {
