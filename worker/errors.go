@@ -57,6 +57,14 @@ var (
 	ErrLeaseEnded = errors.New("worker: lease ended")
 	// ErrClosed means the Worker was closed.
 	ErrClosed = errors.New("worker: closed")
+
+	// ErrQuota means the server refused an input: the worker's intake
+	// stream is full (quotas, PROTOCOL.md §4.2), because the worker sent
+	// more than its rate allows, or storage is short and the coordinator
+	// keeps the room left for its own decisions. Nothing was stored; the
+	// input may be sent again later (the refusal wraps the server's
+	// error).
+	ErrQuota = errors.New("worker: input refused: over the worker's quota")
 	// ErrSequenceExhausted means a lease's renew or progress sequence
 	// reached the protocol's largest, 2^53-1 (events.MaxSeq): the SDK sends
 	// no renewal or report it would have to number past it (at a renewal a

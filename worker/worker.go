@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,6 +37,11 @@ type Worker struct {
 	opts Options
 	part events.Partition // Count: the deployment's partition count (0: unpartitioned)
 	ins  []string         // input stream name of each partition (one if unpartitioned)
+	// intake is this worker's intake stream (quotas, PROTOCOL.md §4.2;
+	// "" when partitioned), viaIntake whether its inputs were last stored
+	// there (learned from the server's answers).
+	intake    string
+	viaIntake atomic.Bool
 
 	ctx    context.Context // cancelled (cause ErrClosed) by Close
 	cancel context.CancelCauseFunc
@@ -67,10 +74,17 @@ type leaseKey struct{ job, leaseID string }
 // verdictKey names one stored input: input sequences are per partition
 // (each partition has its own input stream), so the partition index is
 // part of the key (0 when unpartitioned).
+//
+// An input stored in the worker's intake stream (quotas) is named by its
+// intake sequence, with intakeKey set in part: the two sequence spaces
+// never meet.
 type verdictKey struct {
 	part uint32
 	seq  uint64
 }
+
+// intakeKey marks a verdictKey's part as naming an intake sequence.
+const intakeKey = 1 << 31
 
 // waiter receives the verdicts of one input: left more are expected (a
 // batch renew has one per lease); ch has room for all of them.
@@ -158,6 +172,9 @@ func newWorker(id string, o Options, pub publisher, topos []streams.Topology) *W
 	for _, t := range topos {
 		w.ins = append(w.ins, t.InputStream())
 	}
+	if len(topos) == 1 && !topos[0].Partition.Partitioned() {
+		w.intake = topos[0].IntakeStream(id)
+	}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	return w
 }
@@ -214,7 +231,8 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 			cause, _ := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
 			w.keep(r, receipt.Decision(out, m.Seq, cause, m.Header.Get(events.HeaderChain), "worker "+w.id))
 		}
-		w.onMsg(part, m.Subject, m.Data)
+		src, _ := strconv.ParseUint(m.Header.Get(events.HeaderSourceSeq), 10, 64)
+		w.onMsg(part, m.Subject, m.Data, src)
 	})
 	w.fols = append(w.fols, f)
 	// Wait for its consumer: a worker not allowed to read its decisions
@@ -283,13 +301,18 @@ func (w *Worker) report(err error) {
 
 // onMsg receives each decision addressed to this worker from partition
 // part's decision stream, in stream order.
-func (w *Worker) onMsg(part uint32, subject string, data []byte) {
+func (w *Worker) onMsg(part uint32, subject string, data []byte, src uint64) {
 	d, err := events.DecodeDecision(data)
 	if err != nil {
 		w.report(fmt.Errorf("worker: decision %s: %w", subject, err))
 		return
 	}
-	w.dispatchFrom(part, d)
+	w.mu.Lock()
+	err = w.dispatchLocked(part, d, src)
+	w.mu.Unlock()
+	if err != nil {
+		w.report(err)
+	}
 }
 
 // dispatch is dispatchFrom for the unpartitioned deployment.
@@ -301,19 +324,24 @@ func (w *Worker) dispatch(d events.Decision) { w.dispatchFrom(0, d) }
 // about one of its leases to the lease; what nobody claims yet is stashed.
 func (w *Worker) dispatchFrom(part uint32, d events.Decision) {
 	w.mu.Lock()
-	err := w.dispatchLocked(part, d)
+	err := w.dispatchLocked(part, d, 0)
 	w.mu.Unlock()
 	if err != nil {
 		w.report(err)
 	}
 }
 
-func (w *Worker) dispatchLocked(part uint32, d events.Decision) error {
+// src is the decision's Tenure-Source-Seq (0: none): a verdict of an input
+// stored in this worker's intake stream, matched by that sequence.
+func (w *Worker) dispatchLocked(part uint32, d events.Decision, src uint64) error {
 	if w.ctx.Err() != nil {
 		return nil
 	}
 	if w.verdictOfMine(&d) {
 		k := verdictKey{part, d.Cause}
+		if src > 0 {
+			k = verdictKey{part | intakeKey, src}
+		}
 		if wt, ok := w.waiters[k]; ok {
 			wt.ch <- d // buffered: room for every verdict expected
 			wt.left--
@@ -469,11 +497,13 @@ func (w *Worker) sendN(ctx context.Context, p *input, n int) ([]events.Decision,
 	if p.t0.IsZero() {
 		p.t0 = w.clk.Now()
 	}
-	seq, err := w.publish(ctx, p)
+	key, err := w.publishKey(ctx, p)
 	if err != nil {
+		// (A refusal over quota matches both ErrNoVerdict, since callers
+		// retry those, and ErrQuota.)
 		return nil, w.callErr(ctx, err)
 	}
-	return w.awaitN(ctx, p.part.Index, seq, n)
+	return w.awaitN(ctx, key.part, key.seq, n)
 }
 
 func (w *Worker) callErr(ctx context.Context, err error) error {
@@ -491,17 +521,34 @@ func (w *Worker) callErr(ctx context.Context, err error) error {
 // the same Msg-Id until ctx ends: if an earlier attempt was stored, the
 // stream answers with that attempt's sequence.
 func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
+	k, err := w.publishKey(ctx, p)
+	return k.seq, err
+}
+
+// publishKey is publish, returning the key the input's verdicts come
+// under: its sequence in the input stream, or in the worker's intake
+// stream (quotas) with intakeKey set.
+func (w *Worker) publishKey(ctx context.Context, p *input) (verdictKey, error) {
 	msg := &nats.Msg{
 		Subject: p.part.InputSubject(events.RoleWorker, w.id, p.job, p.verb),
 		Data:    p.body,
 	}
-	in := w.ins[p.part.Index]
+	flips := 0
 	wait := 10 * time.Millisecond
 	var noStream bool      // an attempt found no stream taking the subject
 	var lastNoStream error // its error
 	for {
 		first := !p.sent
 		p.sent = true
+		// A deployment with quotas stores the worker's inputs in its
+		// intake stream: the expected stream header names whichever the
+		// last answer showed, and an answer "expected stream does not
+		// match" (10060: nothing stored) switches to the other.
+		in, part := w.ins[p.part.Index], p.part.Index
+		intake := w.intake != "" && w.viaIntake.Load()
+		if intake {
+			in, part = w.intake, part|intakeKey
+		}
 		actx, cancel := context.WithTimeout(ctx, publishTimeout(w.opts.PublishTimeout, p.deadline, w.clk.Now()))
 		// No retries inside the client: this loop retries no responders
 		// itself, so that a ctx ending meanwhile still reports them.
@@ -510,7 +557,17 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 		if err == nil && ack.Stream != in {
 			// Never with the expected-stream header; the verdict is
 			// matched by (partition, sequence), so make sure.
-			return 0, fmt.Errorf("publish %s: stored by stream %s, want %s", msg.Subject, ack.Stream, in)
+			return verdictKey{}, fmt.Errorf("publish %s: stored by stream %s, want %s", msg.Subject, ack.Stream, in)
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsStreamNotMatch && w.intake != "" && flips < 2 {
+			flips++
+			w.viaIntake.Store(!intake)
+			p.sent = !first // nothing was stored: the next attempt may still be the first
+			continue
+		}
+		if quotaRefusal(err) {
+			return verdictKey{}, fmt.Errorf("publish %s: %w: %w", msg.Subject, ErrQuota, err)
 		}
 		if err == nil && ack.Duplicate && first {
 			w.msgIDCollision(p, ack.Sequence) // not ours: resend under a fresh id
@@ -520,10 +577,10 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 			if r := w.opts.Receipts; r != nil {
 				w.keep(r, receipt.Input(in, ack.Sequence, msg.Subject, msg.Data, "worker "+w.id))
 			}
-			return ack.Sequence, nil
+			return verdictKey{part, ack.Sequence}, nil
 		}
 		if !retryable(err) {
-			return 0, fmt.Errorf("publish %s: %w", msg.Subject, err)
+			return verdictKey{}, fmt.Errorf("publish %s: %w", msg.Subject, err)
 		}
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
 			noStream, lastNoStream = true, err
@@ -536,13 +593,29 @@ func (w *Worker) publish(ctx context.Context, p *input) (uint64, error) {
 				// No stream takes the subject: most often a brand-new
 				// deployment whose coordinator has not gone live yet (its
 				// input stream is in genesis, PROTOCOL.md §1.1).
-				return 0, fmt.Errorf("publish %s: %w (no input stream takes the subject yet: is the coordinator live? %w)", msg.Subject, context.Cause(ctx), streams.Classify(lastNoStream))
+				return verdictKey{}, fmt.Errorf("publish %s: %w (no input stream takes the subject yet: is the coordinator live? %w)", msg.Subject, context.Cause(ctx), streams.Classify(lastNoStream))
 			}
-			return 0, fmt.Errorf("publish %s: %w (last attempt: %w)", msg.Subject, context.Cause(ctx), streams.Classify(err))
+			return verdictKey{}, fmt.Errorf("publish %s: %w (last attempt: %w)", msg.Subject, context.Cause(ctx), streams.Classify(err))
 		case <-t.C():
 		}
 		wait = min(2*wait, 500*time.Millisecond)
 	}
+}
+
+// jsStreamNotMatch is JetStream's "expected stream does not match" (the
+// Nats-Expected-Stream header named another stream than the one that
+// takes the subject; nothing stored).
+const jsStreamNotMatch = 10060
+
+// quotaRefusal reports whether err is the worker's intake stream refusing
+// an input past its limits (quotas, PROTOCOL.md §4.2): JetStream's 10077
+// "maximum bytes exceeded" or "maximum messages exceeded".
+func quotaRefusal(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10077 {
+		return false
+	}
+	return strings.Contains(apiErr.Description, "maximum bytes exceeded") || strings.Contains(apiErr.Description, "maximum messages exceeded")
 }
 
 // retryable reports whether a publish error leaves the outcome unknown or

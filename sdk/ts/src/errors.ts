@@ -46,6 +46,11 @@ export const ErrorCode = {
   RunStopped: "RunStopped",
   /** run() was called on a queue another run of the same Worker runs. */
   AlreadyRunning: "AlreadyRunning",
+  /**
+   * The server refused an input: this worker's intake stream is full (quotas, PROTOCOL.md §4.2),
+   * because it sent more than its rate allows, or storage is short. Nothing was stored; comes with NoVerdict.
+   */
+  Quota: "Quota",
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

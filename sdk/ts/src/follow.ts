@@ -30,6 +30,8 @@ export interface FollowMsg {
   data: Uint8Array;
   /** How many messages matching the filter the stream held after this one when it was delivered. */
   pending: number;
+  /** The message's Tenure-Source-Seq header (PROTOCOL.md §4.2), 0 when it has none. */
+  sourceSeq?: number;
 }
 
 /** @internal Configures a Follower. */
@@ -619,7 +621,8 @@ export class Follower {
     s.dseq = d.consumerSeq;
     this.#next = d.streamSeq + 1;
     try {
-      this.#handle({ seq: d.streamSeq, subject: m.subject, data: m.data, pending: d.pending });
+      const src = Number(m.headers?.get("Tenure-Source-Seq") ?? "");
+      this.#handle({ seq: d.streamSeq, subject: m.subject, data: m.data, pending: d.pending, sourceSeq: Number.isSafeInteger(src) && src > 0 ? src : 0 });
     } catch (err) {
       this.#report(new Error(`follow ${this.#cfg.stream}: handler: ${errMessage(err)}`, { cause: err }));
     }

@@ -225,6 +225,17 @@ function noResponders(err: unknown): boolean {
  * by itself: a timeout, no responders (a stream leader being elected), no
  * JetStream leader, the stream's ingest queue full.
  */
+function apiCode(err: unknown): number | undefined {
+  if (!(err instanceof Error) || err.name !== "JetStreamApiError") return undefined;
+  return (err as { code?: number }).code;
+}
+
+// The intake stream refusing an input past its limits (quotas): JetStream's
+// 10077 "maximum bytes exceeded" or "maximum messages exceeded".
+function quotaRefusal(err: unknown): boolean {
+  return apiCode(err) === 10077 && /maximum (bytes|messages) exceeded/.test(errMessage(err));
+}
+
 function retryable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   if (err.name === "ClosedConnectionError" || err.name === "DrainingConnectionError") return false;
@@ -248,6 +259,12 @@ export class Worker {
   readonly #js: JetStreamClient;
   readonly #closeCtl = new AbortController();
   #in = "";
+  // This worker's intake stream (quotas, PROTOCOL.md §4.2), and whether its
+  // inputs were last stored there (learned from the server's answers). An
+  // input stored there is named by the negated intake sequence, so that the
+  // two sequence spaces never meet.
+  #intake = "";
+  #viaIntake = false;
   #out = "";
   #follower: Follower | undefined;
 
@@ -272,6 +289,7 @@ export class Worker {
     this._opts = o;
     this._clock = clock;
     this.#in = `${o.streamPrefix}_IN`;
+    this.#intake = `${o.streamPrefix}_INTAKE_${id}`;
   }
 
   /**
@@ -371,23 +389,24 @@ export class Worker {
       this._report(new Error(`worker: decision ${m.subject}: ${errMessage(err)}`, { cause: err }));
       return;
     }
-    this._dispatch(d);
+    this._dispatch(d, m.sourceSeq ?? 0);
   }
 
-  /** @internal Routes one decision addressed to this worker. */
-  _dispatch(d: Decision): void {
+  /** @internal Routes one decision addressed to this worker (src: its Tenure-Source-Seq, 0 for none). */
+  _dispatch(d: Decision, src = 0): void {
     if (this.closed) return;
     if (this.#verdictOfMine(d)) {
-      const wt = this.#waiters.get(d.cause);
+      const key = src > 0 ? -src : d.cause;
+      const wt = this.#waiters.get(key);
       if (wt) {
         wt.ds.push(d);
         if (wt.ds.length >= wt.n || d.job.id === NO_JOB) {
-          this.#waiters.delete(d.cause);
+          this.#waiters.delete(key);
           wt.wake?.();
         }
         return;
       }
-      this.#stashed(this.#stash.addVerdict(d.cause, d, this._clock.now())); // its PubAck has not come back yet
+      this.#stashed(this.#stash.addVerdict(key, d, this._clock.now())); // its PubAck has not come back yet
       return;
     }
     switch (d.kind) {
@@ -626,6 +645,7 @@ export class Worker {
   async #publish(p: Input, signal: AbortSignal): Promise<number> {
     const subject = inputSubject(this.id, p.job, p.verb);
     let wait = 10;
+    let flips = 0;
     for (;;) {
       if (signal.aborted) throw abortReason(signal, `publish ${subject}`);
       const first = !p.sent;
@@ -633,14 +653,29 @@ export class Worker {
       const timeout = publishTimeout(this._opts.publishTimeoutMs, p.deadline, this._clock.now());
       let ack: PubAck | undefined;
       let lastErr: unknown;
+      // A deployment with quotas stores this worker's inputs in its intake
+      // stream: the expected stream names whichever the last answer
+      // showed, and "expected stream does not match" (10060: nothing
+      // stored) switches to the other.
+      const intake = this.#viaIntake;
+      const stream = intake ? this.#intake : this.#in;
       try {
-        ack = await raceAbort(this.#js.publish(subject, p.body, { msgID: p.msgId, expect: { streamName: this.#in }, timeout }), signal);
+        ack = await raceAbort(this.#js.publish(subject, p.body, { msgID: p.msgId, expect: { streamName: stream }, timeout }), signal);
       } catch (err) {
         if (signal.aborted) throw abortReason(signal, `publish ${subject}`, err);
         lastErr = err;
       }
+      if (!ack && apiCode(lastErr) === 10060 && flips < 2) {
+        flips++;
+        this.#viaIntake = !intake;
+        p.sent = !first;
+        continue;
+      }
+      if (!ack && quotaRefusal(lastErr)) {
+        throw sdkError(`publish ${subject}: input refused: over the worker's quota: ${errMessage(lastErr)}`, [ErrorCode.Quota, ErrorCode.NoVerdict], lastErr);
+      }
       if (ack) {
-        if (ack.stream !== this.#in) throw new Error(`publish ${subject}: stored by stream ${ack.stream}, want ${this.#in}`);
+        if (ack.stream !== stream) throw new Error(`publish ${subject}: stored by stream ${ack.stream}, want ${stream}`);
         if (ack.duplicate && first) {
           // The SDK never sent this Msg-Id before, so the stream holds
           // another publisher's message under it (the duplicate window is
@@ -651,7 +686,7 @@ export class Worker {
           this._report(new Error(`worker: ${p.verb} ${p.job}: Nats-Msg-Id ${old} was already used by input ${ack.seq} of another publisher; resending with Msg-Id ${p.msgId}`));
           continue;
         }
-        return ack.seq;
+        return intake ? -ack.seq : ack.seq;
       }
       if (!retryable(lastErr)) throw new Error(`publish ${subject}: ${errMessage(lastErr)}`, { cause: lastErr });
       try {
