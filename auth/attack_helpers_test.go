@@ -33,6 +33,7 @@ import (
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/ops"
@@ -104,6 +105,7 @@ type attackEnv struct {
 	// noSnapshots: coordinators take no snapshot, so that a restarted one
 	// verifies the whole decision stream before it goes live.
 	noSnapshots bool
+	coord       func(*coordinator.Config) // shapes coordinatorConfig's answer (nil: nothing)
 }
 
 // newAttackEnv starts a server with the generated configuration of
@@ -117,9 +119,24 @@ func newAttackEnv(t *testing.T) *attackEnv {
 // snapshots if noSnapshots.
 func newAttackEnvWith(t *testing.T, noSnapshots bool) *attackEnv {
 	t.Helper()
-	b := generate(t, auth.Options{Actors: attackCast})
-	srv := testutil.StartServer(t, testutil.ConfigFile(b.ServerConfigPath()))
-	e := &attackEnv{env: &env{b: b, srv: srv, url: srv.ClientURL()}, log: &logTail{}, noSnapshots: noSnapshots}
+	return newAttackEnvOpts(t, attackOpts{noSnapshots: noSnapshots})
+}
+
+// attackOpts shape an attack environment.
+type attackOpts struct {
+	noSnapshots bool
+	quotas      *streams.Quotas // the workers' quotas (auth.Options.Quotas); nil: none
+	storeLimit  int64           // auth.Options.StoreLimit
+	maxStore    int64           // the server's JetStream file store (0: unbounded)
+	coord       func(*coordinator.Config)
+}
+
+// newAttackEnvOpts is newAttackEnv shaped by o.
+func newAttackEnvOpts(t *testing.T, o attackOpts) *attackEnv {
+	t.Helper()
+	b := generate(t, auth.Options{Actors: attackCast, Quotas: o.quotas, StoreLimit: o.storeLimit})
+	srv := testutil.StartServer(t, testutil.ConfigFile(b.ServerConfigPath()), func(c *embedded.Config) { c.MaxStore = o.maxStore })
+	e := &attackEnv{env: &env{b: b, srv: srv, url: srv.ClientURL()}, log: &logTail{}, noSnapshots: o.noSnapshots, coord: o.coord}
 	e.reader = connect(t, b, e.url, "coord")
 	e.startCoordinator(t, e.coordinatorConfig())
 	t.Cleanup(func() {
@@ -138,6 +155,9 @@ func (e *attackEnv) coordinatorConfig() coordinator.Config {
 	}
 	if e.noSnapshots {
 		cfg.SnapshotEvery = -1
+	}
+	if e.coord != nil {
+		e.coord(&cfg)
 	}
 	return cfg
 }

@@ -89,7 +89,22 @@ type Options struct {
 	// WorkerLimits bound what each worker's account may take of the server;
 	// zero fields take DefaultWorkerLimits'.
 	WorkerLimits WorkerLimits
+	// Quotas, when not nil, give every worker an intake stream bounded by
+	// these limits (streams.Quotas, PROTOCOL.md §4.2; its Workers are the
+	// worker actors): the coordinators' credentials may then read and
+	// purge the intake streams, the administrator's create and update
+	// them, and QuotasFile records them for tenure genesis --quotas.
+	// Unpartitioned deployments only.
+	Quotas *streams.Quotas
+	// StoreLimit, when positive, is the JetStream file storage the
+	// deployment's account may use (max_file in server.conf): the limit
+	// the coordinator keeps its headroom against (coordinator.Config
+	// StorageReserve). Keep it below the server's max_file_store.
+	StoreLimit int64
 }
+
+// QuotasFile is the file of Options.Quotas, the JSON of streams.Quotas.
+const QuotasFile = "quotas.json"
 
 // WorkerLimits are the limits of each worker's account (nats-server account
 // limits): one worker can exhaust only its own.
@@ -137,6 +152,10 @@ type Bundle struct {
 	TLS         bool
 	TLSVerify   bool
 	Partitions  uint32 // Options.Partitions
+	// Quotas are the intake streams' limits (Options.Quotas with the
+	// workers), nil without quotas or without workers.
+	Quotas     *streams.Quotas
+	StoreLimit int64 // Options.StoreLimit
 }
 
 // Generate validates opts and builds the server configuration, credentials
@@ -209,10 +228,33 @@ func Generate(opts Options) (*Bundle, error) {
 			File{CAFile, ca.cert}, File{CAKeyFile, ca.key},
 			File{ServerCertFile, srv.cert}, File{ServerKeyFile, srv.key})
 	}
+	var quotas *streams.Quotas
+	if opts.Quotas != nil {
+		if opts.Partitions > 0 {
+			return nil, errors.New("auth: quotas are for unpartitioned deployments")
+		}
+		q := *opts.Quotas
+		q.Workers = nil
+		for _, a := range opts.Actors {
+			if a.Role == RoleWorker {
+				q.Workers = append(q.Workers, a.Name)
+			}
+		}
+		if len(q.Workers) > 0 {
+			if err := q.Validate(); err != nil {
+				return nil, err
+			}
+			quotas = &q
+		}
+	}
+	b.Quotas, b.StoreLimit = quotas, opts.StoreLimit
 	for _, a := range opts.Actors {
 		perms, err := PartitionedPermissionsFor(a, opts.StreamPrefix, opts.Partitions)
 		if err != nil {
 			return nil, err
+		}
+		if quotas != nil {
+			perms = withIntakes(perms, a.Role, opts.StreamPrefix, quotas.Workers)
 		}
 		c := Credential{Name: a.Name, Role: a.Role, URL: opts.URL, InboxPrefix: InboxPrefix(a.Name), Permissions: perms}
 		u := confUser{name: a.Name, worker: a.Role == RoleWorker, perms: perms}
@@ -270,7 +312,14 @@ func Generate(opts Options) (*Bundle, error) {
 	if opts.TLS {
 		conf = confTLS{on: true, cert: path(ServerCertFile), key: path(ServerKeyFile), ca: path(CAFile), verify: opts.TLSVerify}
 	}
-	b.Files = append(b.Files, File{ServerConfigFile, renderConfig(users, opts.StreamPrefix, lim, conf, opts.Partitions, opts.Now)})
+	b.Files = append(b.Files, File{ServerConfigFile, renderConfig(users, opts.StreamPrefix, lim, conf, opts.Partitions, opts.StoreLimit, opts.Now)})
+	if quotas != nil {
+		data, err := json.MarshalIndent(quotas, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("auth: quotas: %w", err)
+		}
+		b.Files = append(b.Files, File{QuotasFile, append(data, '\n')})
+	}
 	b.Files = append(b.Files, tlsFiles...)
 	b.Files = append(b.Files, actorFiles...)
 	return b, nil

@@ -253,7 +253,7 @@ func endGenesis(t testing.TB, b *auth.Bundle, url string, top streams.Topology) 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, pt := range top.Partitions(b.Partitions) {
-		if _, err := coordinator.EndGenesis(ctx, admin.js, pt, nil, 10*time.Millisecond); err != nil {
+		if _, err := coordinator.EndGenesisQuotas(ctx, admin.js, pt, b.Quotas, nil, 10*time.Millisecond); err != nil {
 			t.Fatalf("the administrator's end of genesis of %s: %v", pt.InputStream(), err)
 		}
 	}

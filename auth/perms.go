@@ -243,6 +243,31 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 	return p, nil
 }
 
+// withIntakes adds to p, the permissions of an actor of role r, what
+// quotas need (streams.Quotas, PROTOCOL.md §4.2): a coordinator looks up
+// and purges the intake stream of each worker (it empties them behind its
+// fold), the administrator creates, reads and updates them (tenure genesis
+// --quotas). A worker needs nothing more: its inputs' subjects are the
+// same, and its intake stream takes them. NATS subject tokens cannot hold
+// a wildcard inside a stream name, so each intake stream is named.
+func withIntakes(p Permissions, r Role, prefix string, workers []string) Permissions {
+	const api = "$JS.API."
+	t := streams.Topology{Prefix: prefix}
+	switch r {
+	case RoleCoordinator:
+		for _, w := range workers {
+			s := t.IntakeStream(w)
+			p.PublishAllow = append(p.PublishAllow, api+"STREAM.INFO."+s, api+"STREAM.PURGE."+s)
+		}
+	case RoleAdmin:
+		for _, w := range workers {
+			s := t.IntakeStream(w)
+			p.PublishAllow = append(p.PublishAllow, api+"STREAM.CREATE."+s, api+"STREAM.INFO."+s, api+"STREAM.UPDATE."+s)
+		}
+	}
+	return p
+}
+
 // WorkerAccount is the name of the NATS account of worker name:
 // "<stream prefix>_W_<name>". Each worker has an account of its own, with
 // limits of its own (WorkerLimits), which imports from the deployment's

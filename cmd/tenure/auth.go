@@ -119,6 +119,12 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 	partitions := fs.Uint("partitions", 0, "partition count of a partitioned deployment (tenure serve --partitions N): permissions on every partition's streams, and the input mapping (0: unpartitioned)")
 	cost := fs.Int("bcrypt-cost", bcrypt.DefaultCost, "bcrypt cost of the password hashes")
 	force := fs.Bool("force", false, "overwrite existing files (every secret and certificate is regenerated)")
+	noQuotas := fs.Bool("no-quotas", false, "no per-worker quotas: workers publish straight into the input stream (PROTOCOL.md §4.2)")
+	qBytes := fs.Int64("quota-bytes", streams.DefaultQuotaBytes, "each worker's intake stream: at most this many bytes of inputs not yet folded")
+	qMsgs := fs.Int64("quota-msgs", streams.DefaultQuotaMsgs, "each worker's intake stream: at most this many inputs not yet folded")
+	qBytesPerS := fs.Int64("quota-bytes-per-s", streams.DefaultQuotaBytesPerS, "each worker's long-run rate of inputs in bytes a second (the coordinator empties its intake no faster)")
+	qMsgsPerS := fs.Int64("quota-msgs-per-s", streams.DefaultQuotaMsgsPerS, "each worker's long-run rate of inputs a second")
+	storeLimit := fs.Int64("store-limit", 0, "JetStream file storage of the deployment's account in bytes (max_file; 0: no account limit), the limit the coordinator keeps its headroom against; keep it below the server's max_file_store")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -154,6 +160,16 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 	if len(tlsHosts) > 0 && !*useTLS {
 		usage("--tls-hosts needs --tls")
 	}
+	var quotas *streams.Quotas
+	if !*noQuotas && *partitions == 0 {
+		quotas = &streams.Quotas{MaxBytes: *qBytes, MaxMsgs: *qMsgs, BytesPerS: *qBytesPerS, MsgsPerS: *qMsgsPerS}
+		if *qBytes <= 0 || *qMsgs <= 0 || *qBytesPerS <= 0 || *qMsgsPerS <= 0 {
+			usage("--quota-bytes, --quota-msgs, --quota-bytes-per-s and --quota-msgs-per-s must be positive (or --no-quotas)")
+		}
+	}
+	if *storeLimit < 0 {
+		usage("--store-limit must not be negative")
+	}
 	actors := []auth.Actor{{Name: *admin, Role: auth.RoleAdmin}}
 	for _, g := range []struct {
 		role auth.Role
@@ -180,7 +196,7 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 	b, err := auth.Generate(auth.Options{
 		Dir: *out, Actors: actors, StreamPrefix: *prefix, URL: *url, NKeys: *useNKeys,
 		TLS: *useTLS, TLSVerify: *useTLS && *verify, TLSHosts: tlsHosts, BcryptCost: *cost,
-		Partitions: uint32(*partitions),
+		Partitions: uint32(*partitions), Quotas: quotas, StoreLimit: *storeLimit,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "tenure auth init:", strings.TrimPrefix(err.Error(), "auth: "))
@@ -285,6 +301,16 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 		}
 		if c.Permissions.AllowResponses {
 			p("  allow_responses: true (answers requests on the requester's reply subject)")
+		}
+		p("")
+	}
+	if q := b.Quotas; q != nil {
+		p("Quotas (PROTOCOL.md §4.2; %s, applied by tenure genesis): each worker's inputs go to an intake stream", auth.QuotasFile)
+		p("of its own, %s, sourced into the input stream; the server refuses a worker's input", streams.Topology{Prefix: prefix}.IntakeStream("<worker>"))
+		p("past %d bytes or %d inputs not yet folded (worker.ErrQuota), and the coordinator empties each intake", q.MaxBytes, q.MaxMsgs)
+		p("at most %d bytes and %d inputs a second, and not at all while storage is short.", q.BytesPerS, q.MsgsPerS)
+		if b.StoreLimit > 0 {
+			p("The deployment's account may store %d bytes (max_file).", b.StoreLimit)
 		}
 		p("")
 	}

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/auth"
 	tclock "github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/streams"
@@ -31,6 +38,37 @@ does nothing. Later starts of the coordinator need nothing of it.`,
 	run: runGenesis,
 }
 
+// loadQuotas reads the quotas file flag names: "none" for none, "" for
+// the one beside the credential file if there is one.
+func loadQuotas(flagValue, credential string) (*streams.Quotas, string, error) {
+	path := flagValue
+	switch {
+	case flagValue == "none":
+		return nil, "", nil
+	case flagValue == "" && credential == "":
+		return nil, "", nil
+	case flagValue == "":
+		path = filepath.Join(filepath.Dir(credential), auth.QuotasFile)
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, "", nil
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("genesis: --quotas: %w", err)
+	}
+	var q streams.Quotas
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&q); err != nil {
+		return nil, "", fmt.Errorf("genesis: --quotas %s: %w", path, err)
+	}
+	if err := q.Validate(); err != nil {
+		return nil, "", fmt.Errorf("genesis: --quotas %s: %w", path, err)
+	}
+	return &q, path, nil
+}
+
 // genesisPoll is how often tenure genesis reads the streams while it waits.
 const genesisPoll = 100 * time.Millisecond
 
@@ -39,7 +77,12 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	conn.register(fs, "NATS server of the deployment (default nats://127.0.0.1:4222, the local embedded one)")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "stream name prefix of the topology")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long (0: wait until interrupted)")
+	quotasFlag := fs.String("quotas", "", "the workers' quotas to apply (tenure auth init's "+auth.QuotasFile+"; default: the one beside --credential, if any; none: no quotas)")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	quotas, quotasPath, err := loadQuotas(*quotasFlag, conn.credPath)
+	if err != nil {
 		return err
 	}
 	if !validPrefix(*prefix) {
@@ -95,6 +138,21 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	dcancel()
 	if err != nil {
 		return err
+	}
+	if quotas != nil {
+		if count > 0 {
+			return fmt.Errorf("genesis: %s: quotas are for unpartitioned deployments, this one has %d partitions", quotasPath, count)
+		}
+		widened, err := coordinator.EndGenesisQuotas(ctx, js, top, quotas, clk, genesisPoll)
+		if err != nil {
+			return fmt.Errorf("genesis of %s with the quotas of %s: %w", top.InputStream(), quotasPath, err)
+		}
+		if widened {
+			fmt.Fprintf(stdout, "%s: genesis ended, open to %v and to the intake streams of %d workers (quotas of %s)\n", top.InputStream(), top.IntakeSubjects(), len(quotas.Workers), quotasPath)
+		} else {
+			fmt.Fprintf(stdout, "%s: past its genesis; the intake streams of %d workers are in place (quotas of %s)\n", top.InputStream(), len(quotas.Workers), quotasPath)
+		}
+		return nil
 	}
 	for _, pt := range top.Partitions(count) {
 		widened, err := coordinator.EndGenesis(ctx, js, pt, clk, genesisPoll)
