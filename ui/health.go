@@ -46,6 +46,11 @@ type CoordinatorHealth struct {
 	DecisionsBehind uint64 `json:"decisions_behind"` // decisions stored but not verified or appended by it
 	InputLag        uint64 `json:"input_lag"`        // inputs stored but not folded by it
 	Leader          string `json:"leader,omitempty"`
+	// Storage is the live coordinator's view of storage and intakes
+	// (PROTOCOL.md §4.2): its state "low" or "short" warns before and
+	// while workers' inputs are refused for space. Ready does not depend
+	// on it: a coordinator short of storage still decides.
+	Storage *coordinator.StorageStats `json:"storage,omitempty"`
 }
 
 // PartitionHealth is one partition of a partitioned deployment in the
@@ -152,7 +157,7 @@ func (s *Server) judge(sts []CoordinatorStatus, seq uint64, cs *[]CoordinatorHea
 	p := PartitionHealth{DecisionSeq: seq}
 	first := len(*cs)
 	for _, st := range sts {
-		c := CoordinatorHealth{ID: st.ID, Partition: st.Partition, InputLag: st.Lag, Leader: st.Leader}
+		c := CoordinatorHealth{ID: st.ID, Partition: st.Partition, InputLag: st.Lag, Leader: st.Leader, Storage: st.Storage}
 		if seq > st.DecisionsStored {
 			c.DecisionsBehind = seq - st.DecisionsStored
 		}

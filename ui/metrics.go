@@ -284,20 +284,28 @@ type stateCollector Metrics
 type coordDescs struct {
 	live, folded, stored, lagInputs, snapAge, snapSeq, lost, sessions, leader *prometheus.Desc
 	dropped, snapRefused                                                      *prometheus.Desc
+	storUsed, storLimit, storReserve, storShort, storLow, intakeHeld, purged  *prometheus.Desc
 }
 
 func newCoordDescs(labels ...string) coordDescs {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, labels, nil) }
 	return coordDescs{
-		live:      d("tenure_coordinator_live", "1 if the coordinator holds leadership and appends decisions, 0 if it stands by."),
-		folded:    d("tenure_coordinator_input_seq", "Sequence of the last input the coordinator folded."),
-		stored:    d("tenure_coordinator_decision_seq", "Sequence of the last decision the coordinator appended or verified."),
-		lagInputs: d("tenure_coordinator_fold_lag_inputs", "Inputs stored but not folded yet by the coordinator."),
-		snapAge:   d("tenure_coordinator_snapshot_age_seconds", "Age of the coordinator's latest snapshot (absent before the first)."),
-		snapSeq:   d("tenure_coordinator_snapshot_input_seq", "Last input covered by the coordinator's latest snapshot."),
-		lost:      d("tenure_coordinator_lost_authority_total", "Appends refused because another writer had authority."),
-		sessions:  d("tenure_coordinator_sessions_total", "Times the coordinator synchronised from the streams."),
-		leader:    d("tenure_leader", "The coordinator named by the leadership entry (value 1)."),
+		live:        d("tenure_coordinator_live", "1 if the coordinator holds leadership and appends decisions, 0 if it stands by."),
+		folded:      d("tenure_coordinator_input_seq", "Sequence of the last input the coordinator folded."),
+		stored:      d("tenure_coordinator_decision_seq", "Sequence of the last decision the coordinator appended or verified."),
+		lagInputs:   d("tenure_coordinator_fold_lag_inputs", "Inputs stored but not folded yet by the coordinator."),
+		snapAge:     d("tenure_coordinator_snapshot_age_seconds", "Age of the coordinator's latest snapshot (absent before the first)."),
+		snapSeq:     d("tenure_coordinator_snapshot_input_seq", "Last input covered by the coordinator's latest snapshot."),
+		lost:        d("tenure_coordinator_lost_authority_total", "Appends refused because another writer had authority."),
+		storUsed:    d("tenure_storage_used_bytes", "JetStream storage the deployment's account uses, as the live coordinator last read it."),
+		storLimit:   d("tenure_storage_limit_bytes", "The deployment's storage limit (0: none known)."),
+		storReserve: d("tenure_storage_reserve_bytes", "Free bytes below which the coordinator empties no intake stream (workers' inputs are refused once their intakes are full)."),
+		storShort:   d("tenure_storage_short", "1 while free storage is below the reserve: workers' inputs are refused for space."),
+		storLow:     d("tenure_storage_low", "1 while free storage is below the warning level (or short)."),
+		intakeHeld:  d("tenure_intake_workers_held", "Workers whose intake holds folded inputs not emptied yet (past their rate, or storage short)."),
+		purged:      d("tenure_intake_purged_total", "Inputs the live coordinator emptied from intake streams."),
+		sessions:    d("tenure_coordinator_sessions_total", "Times the coordinator synchronised from the streams."),
+		leader:      d("tenure_leader", "The coordinator named by the leadership entry (value 1)."),
 		dropped: d("tenure_coordinator_dropped_total",
 			"Messages that reached the coordinator's inboxes without being the server's answer to it (a delivery of another stream or consumer, a reply to no append): dropped, never folded."),
 		snapRefused: d("tenure_coordinator_snapshots_refused_total",
@@ -388,6 +396,21 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(d.snapSeq, float64(st.SnapshotSeq), labels...)
 		}
 		ch <- prometheus.MustNewConstMetric(d.lost, prometheus.CounterValue, float64(st.LostAuthority), labels...)
+		if sg := st.Storage; sg != nil {
+			b := func(v bool) float64 {
+				if v {
+					return 1
+				}
+				return 0
+			}
+			gauge(d.storUsed, float64(sg.Used), labels...)
+			gauge(d.storLimit, float64(sg.Limit), labels...)
+			gauge(d.storReserve, float64(sg.Reserve), labels...)
+			gauge(d.storShort, b(sg.State == coordinator.StorageShort), labels...)
+			gauge(d.storLow, b(sg.State == coordinator.StorageShort || sg.State == coordinator.StorageLow), labels...)
+			gauge(d.intakeHeld, float64(sg.Held), labels...)
+			ch <- prometheus.MustNewConstMetric(d.purged, prometheus.CounterValue, float64(sg.Purged), labels...)
+		}
 		ch <- prometheus.MustNewConstMetric(d.sessions, prometheus.CounterValue, float64(st.Sessions), labels...)
 		ch <- prometheus.MustNewConstMetric(d.dropped, prometheus.CounterValue, float64(st.Dropped), labels...)
 		ch <- prometheus.MustNewConstMetric(d.snapRefused, prometheus.CounterValue, float64(st.SnapshotsRefused), labels...)
