@@ -88,7 +88,7 @@ func TestAuthInitFiles(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	want := []string{"server.conf", "ca.pem", "ca-key.pem", "server-cert.pem", "server-key.pem", "board-operator.token", "board-viewer.token"}
+	want := []string{"server.conf", "quotas.json", "ca.pem", "ca-key.pem", "server-cert.pem", "server-key.pem", "board-operator.token", "board-viewer.token"}
 	for _, n := range []string{"admin", "coord", "disp", "op1", "op2", "board", "w1", "w2"} {
 		want = append(want, n+".creds.json", n+".nk", n+".cert.pem", n+".key.pem")
 	}
