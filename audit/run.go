@@ -604,6 +604,7 @@ type record struct {
 	data         []byte
 	cause, index string
 	chain        string
+	source       string // an input's Nats-Stream-Source
 }
 
 const (
@@ -686,6 +687,9 @@ func (r *reader) handle(ctx context.Context, m follow.Msg, headers bool) {
 		return
 	}
 	rec := record{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data}
+	if m.Header != nil {
+		rec.source = m.Header.Get("Nats-Stream-Source")
+	}
 	if headers && m.Header != nil {
 		rec.cause, rec.index = m.Header.Get(events.HeaderCause), m.Header.Get(events.HeaderIndex)
 		rec.chain = m.Header.Get(events.HeaderChain)
@@ -806,7 +810,7 @@ func (a inputReader) NextInput() (events.Raw, bool) {
 	if !ok {
 		return events.Raw{}, false
 	}
-	return events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data}, true
+	return events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data, Source: m.source}, true
 }
 
 type decisionReader struct{ r *reader }

@@ -3,6 +3,8 @@ package audit
 import (
 	"crypto/sha256"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/maknow/tenure/events"
 )
@@ -19,8 +21,13 @@ type Witness struct {
 	Origin string
 	Kind   WitnessKind
 	// Seq is the input's sequence in the input stream (WitnessInput) or
-	// the decision's in the decision stream (WitnessDecision).
+	// the decision's in the decision stream (WitnessDecision); with
+	// Intake, the input's sequence in that intake stream.
 	Seq uint64
+	// Intake is the worker's intake stream that stored the input
+	// (quotas, PROTOCOL.md §4.2: its PubAck named it), "" for the input
+	// stream: the audit finds the input by its Nats-Stream-Source header.
+	Intake string
 	// Subject and BodyHash (SHA-256 of the body) are the input as
 	// published (WitnessInput).
 	Subject  string
@@ -61,6 +68,7 @@ type Witnesses struct {
 type witnesses struct {
 	all     []Witness
 	inputs  map[uint64][]int
+	intake  map[string][]int // by "<intake stream> <seq>"
 	decs    map[uint64][]int
 	checked []bool
 }
@@ -69,10 +77,15 @@ func newWitnesses(ws []Witness) *witnesses {
 	if len(ws) == 0 {
 		return nil
 	}
-	w := &witnesses{all: ws, inputs: map[uint64][]int{}, decs: map[uint64][]int{}, checked: make([]bool, len(ws))}
+	w := &witnesses{all: ws, inputs: map[uint64][]int{}, intake: map[string][]int{}, decs: map[uint64][]int{}, checked: make([]bool, len(ws))}
 	for i, x := range ws {
 		switch x.Kind {
 		case WitnessInput:
+			if x.Intake != "" {
+				k := x.Intake + " " + strconv.FormatUint(x.Seq, 10)
+				w.intake[k] = append(w.intake[k], i)
+				continue
+			}
 			w.inputs[x.Seq] = append(w.inputs[x.Seq], i)
 		case WitnessDecision:
 			w.decs[x.Seq] = append(w.decs[x.Seq], i)
@@ -92,6 +105,14 @@ func (c *checker) witnessInput(raw *events.Raw) {
 		return
 	}
 	idx := w.inputs[raw.Seq]
+	if raw.Source != "" && len(w.intake) > 0 {
+		// "<stream> <seq> <filter> <transform> <subject>": the intake
+		// stream and the sequence its PubAck named.
+		f := strings.Fields(raw.Source)
+		if len(f) >= 2 {
+			idx = append(idx, w.intake[f[0]+" "+f[1]]...)
+		}
+	}
 	if len(idx) == 0 {
 		return
 	}
@@ -142,6 +163,10 @@ func (c *checker) witnessesLeft() {
 			continue
 		}
 		x := &w.all[i]
+		if x.Intake != "" {
+			c.witnessFinding(x, "input %d of intake stream %s is not in the input stream", x.Seq, x.Intake)
+			continue
+		}
 		switch x.Kind {
 		case WitnessInput, WitnessDecision:
 			if x.Kind == WitnessInput && x.Seq <= c.start || x.Kind == WitnessDecision && x.Seq <= c.startDec {

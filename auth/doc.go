@@ -181,7 +181,8 @@
 // # The threat model
 //
 // Limits (which `tenure auth init` prints) says what the server enforces,
-// what Tenure itself enforces, and what remains: publish rates,
+// what Tenure itself enforces, and what remains: a worker's own quota
+// (or, without quotas, publish rates),
 // Nats-Msg-Id values (the worker SDK resends an input whose first attempt
 // collides with another publisher's id), push consumers' deliver subjects,
 // and the content of what the coordinator

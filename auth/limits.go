@@ -43,11 +43,16 @@ What Tenure enforces:
   a flood is folded or rejected, never a resynchronisation loop.
 
 What remains:
-- Publish rates are not limited: a worker can fill the input stream (and
-  the disk) and delay every verdict behind its inputs. Inputs are judged by
-  their stored time, so an honest renewal stored on time is still on time,
-  but an SDK that learns no verdict before its lease would end stops the
-  work. Watch the inputs per actor; revoke the worker's credential.
+- Quotas (Options.Quotas, tenure auth init's default; PROTOCOL.md §4.2)
+  bound each worker's inputs: its intake stream refuses what passes its
+  backlog (worker.ErrQuota), the coordinator empties it no faster than the
+  worker's rate, and not at all while storage is short (below its
+  reserve), so one worker's flood fills neither the disk nor the fold's
+  queue. What remains is a worker's own quota: its backlog at once, then
+  its rate. Without quotas (--no-quotas, a partitioned deployment) publish
+  rates are not limited: a worker can fill the input stream (and the disk)
+  and delay every verdict behind its inputs. Watch the inputs per actor;
+  revoke the worker's credential.
 - Nats-Msg-Id: the duplicate window of TENURE_IN is stream-wide; a worker
   can store, on its own subject, a message with another publisher's future
   Nats-Msg-Id. Ids must be unguessable (the SDK's are "<id>-<random

@@ -735,4 +735,9 @@ type Raw struct {
 	Time    int64
 	Subject string
 	Body    []byte
+	// Source is the Nats-Stream-Source header the server stored with a
+	// sourced input (from a worker's intake stream, PROTOCOL.md §4.2), ""
+	// for others. The fold ignores it; the audit matches the receipts of
+	// intake inputs by it.
+	Source string
 }

@@ -246,26 +246,27 @@ func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quot
 		return nil, fmt.Errorf("streams: look up stream %s: %w", t.InputStream(), Classify(err))
 	}
 	cfg := s.CachedInfo().Config
-	if !t.InGenesis(cfg) && !sameSet(cfg.Subjects, t.IntakeSubjects()) {
-		if !sameSet(cfg.Subjects, t.InputConfig().Subjects) {
-			return nil, &ConfigMismatchError{Stream: cfg.Name, Field: "Subjects", Want: fmt.Sprint(t.InputConfig().Subjects), Got: fmt.Sprint(cfg.Subjects)}
-		}
-		cfg.Subjects = t.IntakeSubjects()
-		if s, err = js.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("streams: narrow stream %s to %v: %w", t.InputStream(), cfg.Subjects, Classify(err))
-		}
-		cfg = s.CachedInfo().Config
-	}
-	have := map[string]bool{}
-	for _, w := range t.Intakes(cfg) {
-		have[w] = true
+	if !t.InGenesis(cfg) && !sameSet(cfg.Subjects, t.IntakeSubjects()) && !sameSet(cfg.Subjects, t.InputConfig().Subjects) {
+		return nil, &ConfigMismatchError{Stream: cfg.Name, Field: "Subjects", Want: fmt.Sprint(t.InputConfig().Subjects), Got: fmt.Sprint(cfg.Subjects)}
 	}
 	workers := slices.Clone(q.Workers)
-	for w := range have {
-		workers = append(workers, w)
-	}
+	workers = append(workers, t.Intakes(cfg)...)
 	slices.Sort(workers)
 	workers = slices.Compact(workers)
+	// One update sets the subjects and the sources (the intake streams may
+	// not exist yet: the stream sources them once they do), so that no
+	// configuration between the two forms is ever seen; then the intake
+	// streams, whose subjects may not overlap the input stream's, are made.
+	if !sameSet(cfg.Subjects, t.IntakeSubjects()) || !sameSet(t.Intakes(cfg), workers) || len(cfg.Sources) != len(workers) {
+		var srcs []*jetstream.StreamSource
+		for _, w := range workers {
+			srcs = append(srcs, &jetstream.StreamSource{Name: t.IntakeStream(w)})
+		}
+		cfg.Subjects, cfg.Sources = t.IntakeSubjects(), srcs
+		if s, err = js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("streams: give stream %s the subjects %v and the intake streams as sources: %w", t.InputStream(), cfg.Subjects, Classify(err))
+		}
+	}
 	for _, w := range workers {
 		want := t.IntakeConfig(w, q)
 		is, err := js.Stream(ctx, want.Name)
@@ -282,17 +283,6 @@ func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quot
 		}
 		if _, err := t.CheckIntake(w, is.CachedInfo().Config); err != nil {
 			return nil, err
-		}
-	}
-	var srcs []*jetstream.StreamSource
-	for _, w := range workers {
-		srcs = append(srcs, &jetstream.StreamSource{Name: t.IntakeStream(w)})
-	}
-	if !sameSet(cfg.Subjects, t.IntakeSubjects()) || !sameSet(t.Intakes(cfg), workers) || len(cfg.Sources) != len(workers) {
-		cfg.Subjects = t.IntakeSubjects()
-		cfg.Sources = srcs
-		if s, err = js.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("streams: source the intake streams into %s: %w", t.InputStream(), Classify(err))
 		}
 	}
 	if err := checkStream(t.InputConfig(), s.CachedInfo().Config, nil); err != nil {

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/embedded"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/receipt"
+	"github.com/maknow/tenure/streams"
 	sdk "github.com/maknow/tenure/worker"
 )
 
@@ -219,5 +221,58 @@ func TestWatchReceipts(t *testing.T) {
 	code, aout, aerr := runAuditCmd("--nats-url", url, "--receipts", file, "--receipts", filepath.Join(dir, "w1.receipts"))
 	if code != 0 || !strings.Contains(aout, "witnesses:   0 (") {
 		t.Fatalf("audit --receipts: exit %d\n%s%s", code, aout, aerr)
+	}
+}
+
+// With quotas (PROTOCOL.md §4.2) a worker's input receipts name its intake
+// stream and the sequence there; tenure audit --receipts finds each input
+// in the input stream by its Nats-Stream-Source header and confirms them
+// all, and a receipt of an intake sequence the log never sourced is a
+// finding.
+func TestAuditReceiptsOfIntakeInputs(t *testing.T) {
+	d := startDeployment(t, t.TempDir())
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := streams.Quotas{Workers: []string{"w1"}, MaxBytes: 1 << 20, MaxMsgs: 1000, BytesPerS: 1 << 20, MsgsPerS: 1000}
+	if _, err := streams.ApplyQuotas(context.Background(), js, streams.Topology{}, q); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "w1.receipts")
+	work(t, d, "w1", file, "a", "b")
+	lines, err := receipt.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intake := 0
+	for _, l := range lines {
+		if l.Kind == receipt.KindInput {
+			if l.Stream != "TENURE_INTAKE_w1" {
+				t.Fatalf("input receipt %s names stream %s, want TENURE_INTAKE_w1", l.Origin(), l.Stream)
+			}
+			intake++
+		}
+	}
+	if intake != 6 {
+		t.Fatalf("%d input receipts, want 6 (acquire, renew, result of two jobs)", intake)
+	}
+	url := d.srv.ClientURL()
+	code, out, errOut := runAuditCmd("--nats-url", url, "--receipts", file)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("(%d given, %d confirmed)", len(lines), len(lines))) {
+		t.Fatalf("audit --receipts: exit %d, want every receipt confirmed\n%s%s", code, out, errOut)
+	}
+	// A receipt of an intake input the log does not hold.
+	forged := filepath.Join(t.TempDir(), "forged.receipts")
+	rf, err := receipt.OpenFile(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rf.Keep(receipt.Input("TENURE_INTAKE_w1", 999, "tenure.in.worker.w1.a.acquire", []byte("{}"), "worker w1")); err != nil {
+		t.Fatal(err)
+	}
+	rf.Close()
+	if code, out, errOut := runAuditCmd("--nats-url", url, "--receipts", forged); code != 1 || !strings.Contains(out, "input 999 of intake stream TENURE_INTAKE_w1 is not in the input stream") {
+		t.Fatalf("audit of a receipt the log does not bear out: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -70,9 +71,20 @@ func (ws *witnessSet) addReceipts(paths []string) error {
 	return nil
 }
 
-// forTopology returns the witnesses of t's input and decision streams.
+// forTopology returns the witnesses of t's input and decision streams, and
+// of its intake streams (quotas), each marked with its intake.
 func (ws *witnessSet) forTopology(t streams.Topology) []audit.Witness {
-	return append(append([]audit.Witness(nil), ws.byStream[t.InputStream()]...), ws.byStream[t.DecisionStream()]...)
+	out := append(append([]audit.Witness(nil), ws.byStream[t.InputStream()]...), ws.byStream[t.DecisionStream()]...)
+	names := slices.Sorted(maps.Keys(ws.byStream))
+	for _, stream := range names {
+		if _, ok := t.IntakeWorker(stream); ok && !t.Partition.Partitioned() {
+			for _, w := range ws.byStream[stream] {
+				w.Intake = stream
+				out = append(out, w)
+			}
+		}
+	}
+	return out
 }
 
 // strays adds a problem for every witness of a stream that is none of the
@@ -87,6 +99,11 @@ func (ws *witnessSet) strays(topos []streams.Topology) int {
 	for stream, list := range ws.byStream {
 		if known[stream] {
 			continue
+		}
+		if len(topos) == 1 {
+			if _, ok := topos[0].IntakeWorker(stream); ok && !topos[0].Partition.Partitioned() {
+				continue
+			}
 		}
 		for _, w := range list {
 			ws.problems = append(ws.problems, fmt.Sprintf("%s: names stream %s, which this deployment does not have (audited: %s)", w.Origin, stream, auditedStreams(topos)))
