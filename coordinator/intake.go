@@ -5,6 +5,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -126,6 +127,11 @@ func (g *gate) add(ctx context.Context, ws []string) error {
 		}
 		name := g.top.IntakeStream(w)
 		st, err := g.js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Sourced before it is created (streams.ApplyQuotas sets the
+			// sources first): the next refresh adds it.
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("coordinator: intake stream %s: %w", name, streams.Classify(err))
 		}
