@@ -70,6 +70,7 @@ type gate struct {
 	warn    int64            // Config.StorageWarn, or its default
 
 	cfgReserve, cfgWarn int64 // as configured (0: default)
+	missing             bool  // a sourced intake stream did not exist yet at the last refresh (run's goroutine only)
 
 	mu      sync.Mutex
 	workers map[string]*intake
@@ -121,6 +122,7 @@ func (s *session) newGate() (*gate, error) {
 // know yet.
 func (g *gate) add(ctx context.Context, ws []string) error {
 	now := g.clk.Now()
+	g.missing = false
 	for _, w := range ws {
 		if g.known(w) {
 			continue
@@ -129,7 +131,8 @@ func (g *gate) add(ctx context.Context, ws []string) error {
 		st, err := g.js.Stream(ctx, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			// Sourced before it is created (streams.ApplyQuotas sets the
-			// sources first): the next refresh adds it.
+			// sources first): the next refresh, within storageEvery, adds it.
+			g.missing = true
 			continue
 		}
 		if err != nil {
@@ -233,7 +236,7 @@ func (g *gate) run(ctx context.Context) {
 				g.readStorage(ctx)
 				lastRead = now
 			}
-			if now.Sub(lastRefresh) >= refreshEvery {
+			if now.Sub(lastRefresh) >= refreshEvery || g.missing && now.Sub(lastRefresh) >= storageEvery {
 				g.refresh(ctx)
 				lastRefresh = now
 			}

@@ -776,6 +776,25 @@ func TestAuthPrintedRunLines(t *testing.T) {
 		}
 	}
 	offer(ctx, "printed-1")
+	// The printed genesis applied the quotas: tenure status says so.
+	for i, a := range offers[0] {
+		if a != "--credential" || i+1 == len(offers[0]) {
+			continue
+		}
+		// (The coordinator finds an intake stream created after it went
+		// live within a second.)
+		var out, errb bytes.Buffer
+		if err := testutil.Poll(10*time.Second, func() error {
+			out.Reset()
+			errb.Reset()
+			if code := run(ctx, []string{"status", "--credential", offers[0][i+1], "--nats-url", url}, &out, &errb); code != 0 || !strings.Contains(out.String(), "coord storage: ") || !strings.Contains(out.String(), "; 1 intake streams") {
+				return fmt.Errorf("exit %d", code)
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("tenure status: %v, want the coordinator's storage with 1 intake stream:\n%s%s", err, out.String(), errb.String())
+		}
+	}
 	dnc.Close()
 	stop(cancel, done, &logs)
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/receipt"
@@ -320,6 +321,23 @@ func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	}
 	for _, r := range reasons {
 		fmt.Fprintln(stdout, r)
+	}
+	for _, s := range got {
+		// Storage and quotas (PROTOCOL.md §4.2): shown with quotas, and
+		// whenever free space is low.
+		st := s.Storage
+		if st == nil || st.Intakes == 0 && st.State != coordinator.StorageLow && st.State != coordinator.StorageShort {
+			continue
+		}
+		line := fmt.Sprintf("%s storage: %s", s.ID, st.State)
+		if st.Limit > 0 {
+			line += fmt.Sprintf(", %d of %d bytes used (warning below %d free, reserve %d)", st.Used, st.Limit, st.Warn, st.Reserve)
+		}
+		line += fmt.Sprintf("; %d intake streams, %d workers held, %d inputs emptied", st.Intakes, st.Held, st.Purged)
+		if st.State == coordinator.StorageShort {
+			line += ": workers' inputs are refused once their intakes are full; free space or raise the limit"
+		}
+		fmt.Fprintln(stdout, line)
 	}
 	printHeads(stdout, got)
 	if partitioned {
