@@ -688,7 +688,7 @@ func (r *reader) handle(ctx context.Context, m follow.Msg, headers bool) {
 	}
 	rec := record{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data}
 	if m.Header != nil {
-		rec.source = m.Header.Get("Nats-Stream-Source")
+		rec.source = m.Header.Get(streams.HeaderStreamSource)
 	}
 	if headers && m.Header != nil {
 		rec.cause, rec.index = m.Header.Get(events.HeaderCause), m.Header.Get(events.HeaderIndex)

@@ -163,7 +163,7 @@ func (s *session) fold(m stored) error {
 	var src uint64
 	var worker string
 	if w, ok := intakeActor(m.subject); ok && m.header != nil {
-		if src = s.c.cfg.Topology.SourceSeq(m.header.Get(headerStreamSource), w); src > 0 {
+		if src = s.c.cfg.Topology.SourceSeq(m.header.Get(streams.HeaderStreamSource), w); src > 0 {
 			worker = w
 			if g := s.gate; g != nil && s.app != nil {
 				g.folded(w, src, int64(len(m.subject)+len(m.data)+64))
@@ -220,10 +220,6 @@ func (s *session) fold(m stored) error {
 	}
 	return nil
 }
-
-// headerStreamSource is the header nats-server stores with a sourced
-// message (its origin stream and sequence).
-const headerStreamSource = "Nats-Stream-Source"
 
 // intakeActor returns the worker of an input subject of the worker role.
 func intakeActor(subject string) (string, bool) {

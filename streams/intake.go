@@ -291,6 +291,10 @@ func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quot
 	return s, nil
 }
 
+// HeaderStreamSource is the header nats-server stores with a message it
+// sourced from another stream (its origin stream and sequence).
+const HeaderStreamSource = "Nats-Stream-Source"
+
 // SourceSeq returns the intake sequence of a sourced input from its
 // Nats-Stream-Source header value (nats-server 2.10 form: "<stream> <seq>
 // <filter> <transform> <subject>"), when the stream is the intake stream
