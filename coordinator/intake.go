@@ -130,8 +130,9 @@ func (g *gate) add(ctx context.Context, ws []string) error {
 		name := g.top.IntakeStream(w)
 		st, err := g.js.Stream(ctx, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			// Sourced before it is created (streams.ApplyQuotas sets the
-			// sources first): the next refresh, within storageEvery, adds it.
+			// Sourced before it is created (streams.ApplyQuotas narrowing
+			// an input stream that took every input sets the sources
+			// first): the next refresh, within storageEvery, adds it.
 			g.missing = true
 			continue
 		}

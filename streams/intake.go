@@ -224,10 +224,11 @@ func (t Topology) CheckIntake(worker string, got jetstream.StreamConfig) (Intake
 // --quotas): it needs stream create and update. It is idempotent, and
 // may be run again with more workers. An input stream still in genesis is
 // widened by it straight to the quota form, so that no worker input is
-// ever stored but through an intake; one past genesis that takes every
-// input subject is narrowed first (a worker's publish between the two
-// steps finds no stream, a transient error its SDK retries), since the
-// intake streams' subjects may not overlap its own. An intake stream that
+// ever stored but through an intake, once its intake streams exist (the
+// input stream then sources them at once); one past genesis that takes
+// every input subject is narrowed first (a worker's publish between the
+// two steps finds no stream, a transient error its SDK retries), since
+// the intake streams' subjects may not overlap its own. An intake stream that
 // exists is checked (CheckIntake), not changed. Quotas are for
 // unpartitioned deployments.
 func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quotas) (jetstream.Stream, error) {
@@ -253,18 +254,33 @@ func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quot
 	workers = append(workers, t.Intakes(cfg)...)
 	slices.Sort(workers)
 	workers = slices.Compact(workers)
-	// One update sets the subjects and the sources (the intake streams may
-	// not exist yet: the stream sources them once they do), so that no
-	// configuration between the two forms is ever seen; then the intake
-	// streams, whose subjects may not overlap the input stream's, are made.
-	if !sameSet(cfg.Subjects, t.IntakeSubjects()) || !sameSet(t.Intakes(cfg), workers) || len(cfg.Sources) != len(workers) {
+	// The intake streams' subjects may not overlap the input stream's.
+	// While it is in genesis, or already in the quota form, they do not:
+	// the intakes are made first, so that the input stream sources them
+	// from its update on. One that takes every input subject is narrowed
+	// first, in one update with its sources, so that no configuration
+	// between the two forms is ever seen; the intakes are made after it,
+	// and nats-server sets up a source it could not find again only after
+	// its retry back-off (about 10 s), the time a live deployment's
+	// workers' inputs then wait in their intakes.
+	update := func() error {
+		if sameSet(cfg.Subjects, t.IntakeSubjects()) && sameSet(t.Intakes(cfg), workers) && len(cfg.Sources) == len(workers) {
+			return nil
+		}
 		var srcs []*jetstream.StreamSource
 		for _, w := range workers {
 			srcs = append(srcs, &jetstream.StreamSource{Name: t.IntakeStream(w)})
 		}
 		cfg.Subjects, cfg.Sources = t.IntakeSubjects(), srcs
 		if s, err = js.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("streams: give stream %s the subjects %v and the intake streams as sources: %w", t.InputStream(), cfg.Subjects, Classify(err))
+			return fmt.Errorf("streams: give stream %s the subjects %v and the intake streams as sources: %w", t.InputStream(), cfg.Subjects, Classify(err))
+		}
+		return nil
+	}
+	narrowFirst := !t.InGenesis(cfg) && !sameSet(cfg.Subjects, t.IntakeSubjects())
+	if narrowFirst {
+		if err := update(); err != nil {
+			return nil, err
 		}
 	}
 	for _, w := range workers {
@@ -282,6 +298,11 @@ func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quot
 			return nil, fmt.Errorf("streams: look up stream %s: %w", want.Name, Classify(err))
 		}
 		if _, err := t.CheckIntake(w, is.CachedInfo().Config); err != nil {
+			return nil, err
+		}
+	}
+	if !narrowFirst {
+		if err := update(); err != nil {
 			return nil, err
 		}
 	}
