@@ -97,17 +97,24 @@ func TestAttackDiskFull(t *testing.T) {
 		t.Fatalf("w2's worker.Connect: %v", err)
 	}
 	// Mid-flood, w2 also floods through its SDK: small inputs (acquires)
-	// from 32 goroutines, past its 200 inputs a second, until one is
-	// refused over its quota (the raw flood's large inputs meet the bytes
-	// limit; these meet the count).
+	// from twice as many goroutines as its intake holds inputs, each
+	// waiting for its verdict, until one is refused over its quota. The
+	// count meets the limit whatever the raw flood does (with 32
+	// goroutines, only the bytes could: their acquires fitted in the room
+	// a purge of one large input left, and on two loaded cores none was
+	// refused in 6 s).
 	sdkErr := make(chan error, 1)
+	acquirers := int64(64) // without quotas: nothing to exceed
+	if q != nil {
+		acquirers = 2 * q.MaxMsgs
+	}
 	go func() {
 		time.Sleep(4 * time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 		defer cancel()
 		var once sync.Once
 		var wg sync.WaitGroup
-		for g := range 32 {
+		for g := range acquirers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
