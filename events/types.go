@@ -234,8 +234,19 @@ const (
 	// job that is never followed by another offer of it. The snapshot
 	// format 5 carries the standings.
 	Revision5 = 5
+	// Revision6 adds fair firing (PROTOCOL.md §4.2, §9): only the
+	// coordinator's tick inputs fire due deadlines from the deadline
+	// queue (at most MaxFiredPerInput each); any other input fires only
+	// the due deadlines of the jobs it touches (as from revision 2 on),
+	// so that no worker's or operator's verdict waits for the expiries of
+	// others' leases that happen to be due when it is stored (an expiry
+	// storm). The coordinator appends ticks, one at a time, until none is
+	// due. The snapshot format is still 5. A rules input naming revision
+	// 6 was rejected (bad_value) by the code of revision 5; only the
+	// coordinator may publish one, and it published none.
+	Revision6 = 6
 	// CurrentRevision is the revision a coordinator moves its log to.
-	CurrentRevision = Revision5
+	CurrentRevision = Revision6
 )
 
 // LeaseKeyLen is the length of the lease key of a rules input, in bytes

@@ -331,3 +331,54 @@ func TestPullsOnManyQueuesAreSwept(t *testing.T) {
 		t.Fatalf("a snapshot of %d bytes with nothing in it", got)
 	}
 }
+
+// Revision 6 (fair firing): with 10,000 leases due at once, a worker's
+// input stored among the ticks that fire them causes only its own verdict
+// (and its own job's expiry), never a share of the others' expiries; the
+// ticks fire every one, each exactly once. Under revision 5 the same
+// worker input fires events.MaxFiredPerInput of them before its verdict.
+func TestFairFiring(t *testing.T) {
+	const n = 10_000
+	for _, rev := range []uint32{events.Revision5, events.Revision6} {
+		t.Run(fmt.Sprintf("rev%d", rev), func(t *testing.T) {
+			f := &folder{t: t, p: projector.New()}
+			f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: rev, LeaseKey: propLeaseKey})
+			for i := range n {
+				f.step(0, events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.Input{Verb: events.VerbAcquire, LeaseMS: 1000})
+			}
+			ds := f.step(0, events.RoleWorker, "w2", "h", events.Input{Verb: events.VerbAcquire, LeaseMS: 60_000})
+			lease := ds[len(ds)-1].Job.LeaseID
+			f.all = nil
+			expired := map[string]int{}
+			worst := 0
+			for i := uint64(1); f.p.Due() || i == 1; i++ {
+				f.step(2e9, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+				// A renewal of w2's own lease between every two ticks.
+				ds := f.step(2e9, events.RoleWorker, "w2", "h", events.Input{Verb: events.VerbRenew, LeaseID: lease, Generation: 1, RenewSeq: i})
+				worst = max(worst, len(ds))
+				if v := ds[len(ds)-1]; v.Kind != events.KindRenewed {
+					t.Fatalf("renewal %d: %s/%s", i, v.Kind, v.Reason)
+				}
+			}
+			for _, d := range f.all {
+				if d.Kind == events.KindExpired {
+					expired[d.Job.ID]++
+				}
+			}
+			for id, k := range expired {
+				if k != 1 {
+					t.Fatalf("%s expired %d times", id, k)
+				}
+			}
+			if len(expired) != n {
+				t.Fatalf("%d of %d leases expired", len(expired), n)
+			}
+			switch {
+			case rev >= events.Revision6 && worst != 1:
+				t.Errorf("revision %d: a renewal caused %d decisions, want its verdict alone", rev, worst)
+			case rev < events.Revision6 && worst != events.MaxFiredPerInput+1:
+				t.Errorf("revision %d: a renewal caused at most %d decisions, want %d", rev, worst, events.MaxFiredPerInput+1)
+			}
+		})
+	}
+}

@@ -123,7 +123,8 @@ func (p *Projector) Revision() uint32 { return p.rev }
 
 // Due reports whether a deadline is due that the last input did not fire
 // (from revision 2 on an input fires at most events.MaxFiredPerInput of
-// them): the coordinator then appends a tick at once.
+// them; from revision 6 on only a tick fires any but those of the jobs it
+// touches): the coordinator then appends a tick at once.
 //
 // From revision 4 on it also reports matches an input's matching left for
 // later (events.MaxOffersPerInput).
@@ -178,6 +179,9 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 		limit = events.MaxFiredPerInput
 		if p.fireLimit > 0 {
 			limit = p.fireLimit
+		}
+		if p.rev >= events.Revision6 && (derr != nil || p.in.Verb != events.VerbTick) {
+			limit = 0 // fair firing: the deadline queue is the ticks' work
 		}
 	}
 	if p.rev >= events.Revision4 {
