@@ -164,12 +164,19 @@ func (s *session) runLive() error {
 			woke = clk.Now()
 			armedFor = -1
 			if d, ok := s.p.NextDeadline(); ok && d <= woke.UnixNano() {
-				// A tick still in flight is retried with the backoff below
-				// (its append may have been lost).
-				s.appendTick(d)
-				// Retry unless the tick's stored timestamp passes d, backing
-				// off (20 ms doubling to 1 s) so that a stalled input reader
-				// does not fill the append-only log with ticks.
+				// One tick at a time: another is appended only once the
+				// last is folded, or its append failed or went unanswered
+				// (tickInFlight). A tick appended whenever the earliest
+				// deadline moved filled the input stream with ticks far
+				// ahead of the fold in an expiry storm, and every worker's
+				// input stored behind them waited for the whole backlog.
+				if !s.tickInFlight(woke) {
+					s.appendTick(d)
+				}
+				// Look again unless the tick's stored timestamp passes d,
+				// backing off (20 ms doubling to 1 s) so that a stalled
+				// input reader does not fill the append-only log with
+				// ticks.
 				armedFor = d
 				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
 			}
@@ -310,9 +317,42 @@ func (s *session) appendTick(d int64) {
 	msg := &nats.Msg{Subject: s.tickSubj, Data: []byte(`{"v":1}`)}
 	// An unpredictable id: a publisher that stored a tick's id first would
 	// make the stream drop the tick as a duplicate, delaying the deadline.
-	if _, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(randomID("tick-"+c.cfg.ID))); err != nil {
+	f, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(randomID("tick-"+c.cfg.ID)))
+	if err != nil {
 		c.log.Warn("tick not appended", "err", err)
 		return
 	}
-	s.tickSent = c.clk.Now()
+	s.tickSent, s.tickFut, s.tickStored = c.clk.Now(), f, false
+}
+
+// tickLost is how long a tick's append may go unanswered before another
+// is appended in its place.
+const tickLost = 2 * time.Second
+
+// tickInFlight reports whether the last tick appended still stands: not
+// yet folded, and stored, or its append neither refused nor unanswered
+// for tickLost. A stored tick is never appended again: the fold reaches
+// it, however long the decisions ahead of it take (the reader waits while
+// MaxInflight decisions are unacknowledged), and the next one leaves once
+// it is folded. So the input stream holds at most one tick ahead of the
+// fold, and a worker's input waits for at most its decisions and those in
+// flight (PROTOCOL.md §4.2, fair service).
+func (s *session) tickInFlight(now time.Time) bool {
+	if s.tickSent.IsZero() {
+		return false
+	}
+	if s.tickStored {
+		return true
+	}
+	select {
+	case <-s.tickFut.Ok():
+		s.tickStored = true
+		return true
+	case err := <-s.tickFut.Err():
+		s.c.log.Warn("tick not appended", "err", err)
+		s.tickSent = time.Time{}
+		return false
+	default:
+	}
+	return now.Sub(s.tickSent) < tickLost
 }

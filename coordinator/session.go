@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
@@ -37,18 +38,20 @@ type session struct {
 	headSeq uint64
 	chainer *events.Chainer
 
-	decSeq     uint64    // last decision sequence verified, or derived while live
-	inKnown    uint64    // the input stream is known to hold inputs up to this sequence
-	sentSeq    uint64    // live: last decision sequence published (decSeq - len(pend))
-	acked      uint64    // last decision sequence acknowledged
-	app        *appender // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
-	leaderRev  uint64    // the leadership entry's revision while no renewer runs (acquire, stepDown)
-	renewer    *renewer  // renews the entry while the session holds it (leadership.go)
-	validUntil time.Time // the leadership cannot have expired before then
-	lastTickAt int64     // the deadline the last tick was appended for
-	ticks      int       // ticks appended for it
-	tickSent   time.Time // when the last tick was appended, zero once it is folded
-	tickSubj   string    // the subject of this coordinator's ticks
+	decSeq     uint64                 // last decision sequence verified, or derived while live
+	inKnown    uint64                 // the input stream is known to hold inputs up to this sequence
+	sentSeq    uint64                 // live: last decision sequence published (decSeq - len(pend))
+	acked      uint64                 // last decision sequence acknowledged
+	app        *appender              // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
+	leaderRev  uint64                 // the leadership entry's revision while no renewer runs (acquire, stepDown)
+	renewer    *renewer               // renews the entry while the session holds it (leadership.go)
+	validUntil time.Time              // the leadership cannot have expired before then
+	lastTickAt int64                  // the deadline the last tick was appended for
+	ticks      int                    // ticks appended for it
+	tickSent   time.Time              // when the last tick was appended, zero once it is folded
+	tickFut    jetstream.PubAckFuture // the last tick's append
+	tickStored bool                   // the last tick's append was acknowledged
+	tickSubj   string                 // the subject of this coordinator's ticks
 
 	// Chain heads (heads.go): the chain value of decision acked and the
 	// input it answers; the decision of the last head published in this
