@@ -1,6 +1,11 @@
 package coordinator
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // SetCatchUpHook makes cfg run f after each decision a session that holds
 // leadership verifies while catching up (tests use it to make catching up
@@ -25,3 +30,12 @@ func SetEncodeHook(cfg *Config, f func(context.Context)) { cfg.encodingSnapshot 
 // configuration on the interval only, without subscribing to the
 // stream-updated advisories (tests use it to see the interval at work).
 func SetNoAdvisories(cfg *Config) { cfg.noAdvisories = true }
+
+// RenewOnce is renewOnce (leadership.go): one renewal of the leadership
+// entry that id holds at revision held.
+func RenewOnce(ctx context.Context, kv jetstream.KeyValue, id string, held uint64) (uint64, error) {
+	return renewOnce(ctx, kv, id, held, 2*time.Second)
+}
+
+// LeaderKey is the leadership entry's key in the leader bucket.
+const LeaderKey = leaderKey

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Leadership renewal runs off the loop. Once a session holds the leadership
@@ -74,11 +76,17 @@ func (s *session) stopRenewer() {
 	s.leaderRev = r.rev
 }
 
-// renewLoop renews every third of the TTL until ctx ends or a renewal
-// fails. Each renewal is bounded by a third of the TTL too.
+// renewLoop renews every third of the TTL until ctx ends or the
+// leadership is lost for certain. Each attempt is bounded by a third of the
+// TTL too; an attempt whose outcome is unknown is tried again at once
+// (renewOnce), and the loop's validUntil, not the renewer, ends the
+// leadership if no renewal is confirmed in time: a KV reply that is late
+// under load (an expiry storm on two loaded cores) no longer ends a live
+// session that still holds the entry.
 func (s *session) renewLoop(ctx context.Context, r *renewer) {
 	c := s.c
 	period := max(c.cfg.LeaderTTL/3, 10*time.Millisecond)
+	timeout := max(c.cfg.LeaderTTL/3, 50*time.Millisecond)
 	t := c.clk.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -91,9 +99,14 @@ func (s *session) renewLoop(ctx context.Context, r *renewer) {
 		if c.cfg.renewing != nil {
 			c.cfg.renewing(ctx)
 		}
-		uctx, ucancel := context.WithTimeout(ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond))
-		rev, err := c.h.Leader.Update(uctx, leaderKey, []byte(c.cfg.ID), r.rev)
-		ucancel()
+		rev, err := renewOnce(ctx, c.h.Leader, c.cfg.ID, r.rev, timeout)
+		for errors.Is(err, errRenewalUnknown) && ctx.Err() == nil {
+			c.log.Warn("leadership renewal unconfirmed, trying again", "err", err)
+			if !c.sleep(ctx, 20*time.Millisecond) {
+				return
+			}
+			rev, err = renewOnce(ctx, c.h.Leader, c.cfg.ID, r.rev, timeout)
+		}
 		if ctx.Err() != nil {
 			return // stopped: the outcome of a cancelled renewal is nobody's concern
 		}
@@ -120,6 +133,44 @@ func (s *session) renewLoop(ctx context.Context, r *renewer) {
 			return
 		}
 	}
+}
+
+// errRenewalUnknown is a renewal whose outcome is not known: its update
+// failed without saying whether it was applied, and the entry could not be
+// read back.
+var errRenewalUnknown = errors.New("leadership renewal: outcome unknown")
+
+// renewOnce extends the leadership entry that coordinator id holds at
+// revision held, and returns its new revision. An update may fail without
+// telling whether it was applied (its reply late or lost: a timeout, a
+// connection dropped), and one applied that way makes the next fail for a
+// wrong revision; so after any failure the entry is read back. If it names
+// id at a later revision, an update of id's was applied: that is the
+// revision now held. If it names id at revision held, none was: unknown, to
+// try again. If it names another coordinator or is gone, the leadership is
+// lost. If it cannot be read either, errRenewalUnknown. Each request takes
+// at most timeout.
+func renewOnce(ctx context.Context, kv jetstream.KeyValue, id string, held uint64, timeout time.Duration) (uint64, error) {
+	uctx, cancel := context.WithTimeout(ctx, timeout)
+	rev, err := kv.Update(uctx, leaderKey, []byte(id), held)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return rev, err
+	}
+	gctx, cancel := context.WithTimeout(ctx, timeout)
+	e, gerr := kv.Get(gctx, leaderKey)
+	cancel()
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
+		return 0, fmt.Errorf("%w (the entry is gone)", err)
+	case gerr != nil:
+		return 0, fmt.Errorf("%w: %w (and reading it back: %w)", errRenewalUnknown, err, gerr)
+	case string(e.Value()) != id:
+		return 0, fmt.Errorf("%w (the entry names %q)", err, e.Value())
+	case e.Revision() > held:
+		return e.Revision(), nil
+	}
+	return 0, fmt.Errorf("%w: %w", errRenewalUnknown, err)
 }
 
 // leadershipReports is the channel of the renewer's reports (nil: none).
