@@ -540,7 +540,9 @@ func coordinatorInput(m *Message, id, actor string, in *events.Input) string {
 			return ""
 		}
 	case events.VerbRules:
-		if in.Revision == events.CurrentRevision && (id == "" && m.Seq == 1 || ours(in.Verb)) {
+		// (an older coordinator's revision too: a log it began is moved
+		// to the current one by the next)
+		if in.Revision >= events.Revision2 && in.Revision <= events.CurrentRevision && (id == "" && m.Seq == 1 || ours(in.Verb)) {
 			return ""
 		}
 	case events.VerbPolicy:
