@@ -41,13 +41,21 @@ type Quotas struct {
 	MsgsPerS  int64    // each worker's drain rate in inputs a second, > 0
 }
 
-// Default quotas of tenure auth init: room for a worker that runs about
-// 2,000 jobs a second with small payloads, and bursts of 16 MiB.
+// Default quotas of tenure auth init, sized so that one worker using all
+// of its quota costs the others little on the machine BENCHMARKS.md
+// describes (two cores, one disk, sync always; `tenure bench --only
+// flood`, flood_honest_rtt_p99_ratio): 250 inputs a second (a queue worker
+// running about 100 jobs a second, or one renewing tens of thousands of
+// leases in batches of 256), 256 KiB a second, and a backlog of 500 inputs
+// or 1 MiB. Every input a worker stores is written (and with sync always
+// fsynced) three times: in its intake, in the input stream, and as its
+// verdict; a quota is a share of that. A bigger server, or one that syncs
+// on an interval, takes more (tenure auth init's --quota-* flags).
 const (
-	DefaultQuotaBytes     = 16 << 20
-	DefaultQuotaMsgs      = 20_000
-	DefaultQuotaBytesPerS = 4 << 20
-	DefaultQuotaMsgsPerS  = 5_000
+	DefaultQuotaBytes     = 1 << 20
+	DefaultQuotaMsgs      = 500
+	DefaultQuotaBytesPerS = 256 << 10
+	DefaultQuotaMsgsPerS  = 250
 )
 
 // Metadata of an intake stream: its worker and its drain rates.
