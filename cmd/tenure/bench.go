@@ -38,7 +38,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	profile := fs.String("profile", "", "write CPU and allocation profiles of every measured phase into `DIR`")
 	trace := fs.Bool("trace", false, "with --profile: also execution traces of the pipeline runs and the storms, goroutine dumps of the pipeline runs")
 	debug := fs.Bool("debug", false, "the coordinators' debug logs on stderr (how the appender appends)")
-	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, receipts, rtt, expiry, replay, fold, memory, storm, queue, soak (default: all but soak)")
+	only := fs.String("only", "", "comma-separated scenarios to run: pipeline, receipts, rtt, flood, expiry, replay, fold, memory, storm, queue, soak (default: all but soak)")
 	soakJobs := fs.Int("soak", 0, "with --only soak: jobs pushed through their whole life (default 5000000; 200000 with --quick)")
 	soakPlot := fs.String("soak-plot", "", "with --only soak: write the soak's plot (SVG) to `FILE`")
 	storm := fs.String("storm", "", "comma-separated lease counts of the expiry storms, e.g. `100000,1000000` (default: that; 100000 with --quick)")
@@ -99,7 +99,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	if *only != "" {
 		for _, s := range strings.Split(*only, ",") {
 			switch s = strings.TrimSpace(s); s {
-			case "pipeline", "receipts", "rtt", "expiry", "replay", "restart", "fold", "memory", "storm", "queue", "soak":
+			case "pipeline", "receipts", "rtt", "flood", "expiry", "replay", "restart", "fold", "memory", "storm", "queue", "soak":
 				cfg.Only = append(cfg.Only, s)
 			default:
 				return fmt.Errorf("%w: --only: unknown scenario %q", errUsage, s)

@@ -48,7 +48,8 @@ type Config struct {
 	// Only, when not empty, runs only these scenarios: "pipeline",
 	// "receipts" (the SDK with receipts off and on), "rtt", "expiry",
 	// "replay" (with "restart": both use the large log), "fold", "memory",
-	// "storm", "queue", "soak" (the soak runs only when named here).
+	// "storm", "queue", "flood", "soak" (the soak runs only when named
+	// here).
 	Only []string
 
 	PipelineWorkers   int           // scenarios 1 and 8: SDK workers (per set in 8)
@@ -215,9 +216,22 @@ type Result struct {
 	TenureRTTP999   float64 `json:"tenure_rtt_p999_us"`
 	RTTP50Ratio     float64 `json:"rtt_p50_ratio"` // tenure / baseline
 	RTTP99Ratio     float64 `json:"rtt_p99_ratio"`
-	ExpiryP50       float64 `json:"expiry_p50_ms"`
-	ExpiryP99       float64 `json:"expiry_p99_ms"`
-	ExpiryMax       float64 `json:"expiry_max_ms"`
+	// 10. Flood (issue "A flood costs only the flooder"): an honest
+	// renewal's round trip on a deployment with quotas, in windows while
+	// one worker floods its intake (within its quota, and beyond it)
+	// against the quiet ones between them.
+	FloodQuietRTTP50     float64 `json:"flood_quiet_rtt_p50_us"`
+	FloodQuietRTTP99     float64 `json:"flood_quiet_rtt_p99_us"`
+	FloodRTTP50          float64 `json:"flood_honest_rtt_p50_us"`    // within the quota
+	FloodRTTP99          float64 `json:"flood_honest_rtt_p99_us"`    // within the quota
+	FloodRatio           float64 `json:"flood_honest_rtt_p99_ratio"` // within the quota / quiet, p99 (target at most 3)
+	FloodOverRTTP99      float64 `json:"flood_over_rtt_p99_us"`      // beyond the quota
+	FloodOverRatio       float64 `json:"flood_over_rtt_p99_ratio"`   // beyond the quota / quiet, p99
+	FloodStoredPerS      float64 `json:"flood_stored_per_s"`         // the flooder within its quota: inputs stored per second
+	FloodOverRefusedPerS float64 `json:"flood_over_refused_per_s"`   // the flooder beyond it: publishes refused over its quota per second
+	ExpiryP50            float64 `json:"expiry_p50_ms"`
+	ExpiryP99            float64 `json:"expiry_p99_ms"`
+	ExpiryMax            float64 `json:"expiry_max_ms"`
 
 	// 3. Replay.
 	LogInputs           float64 `json:"log_inputs"`
@@ -332,6 +346,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		{"pipeline", b.pipeline},
 		{"receipts", b.receipts},
 		{"rtt", b.rtt},
+		{"flood", b.flood},
 		{"expiry", b.expiry},
 		{"replay", b.largeLog},
 		{"storm", b.storm},

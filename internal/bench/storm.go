@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,7 +41,7 @@ type Storm struct {
 	FirstS        float64 `json:"first_s"`                 // from live to the first expired decision stored
 	RestartS      float64 `json:"restart_s"`               // from starting the coordinator to it being live
 	Expired       float64 `json:"expired"`                 // distinct jobs that expired exactly once
-	OK            float64 `json:"ok"`                      // 1 when exactly N distinct jobs expired, each once, no input caused more than events.MaxDecisionsPerInput decisions, and the coordinator kept its session
+	OK            float64 `json:"ok"`                      // 1 when exactly N distinct jobs expired, each once, no input caused more than events.MaxDecisionsPerInput decisions, the coordinator kept its session (no leadership lost), and every honest renewal was renewed
 	MaxDecisions  float64 `json:"max_decisions_per_input"` // the most decisions one input caused (Tenure-N's of)
 	Ticks         float64 `json:"ticks"`                   // inputs whose decisions include expiries
 	Cores         float64 `json:"cores"`                   // the process's CPU time over the storm, per wall-clock second
@@ -51,6 +52,16 @@ type Storm struct {
 	RestartInputs float64 `json:"restart_inputs"`          // inputs the restarted coordinator folded after its snapshot
 	SetupPauseMS  float64 `json:"setup_pause_ms"`          // the setup: the first coordinator's longest turn of its live loop (snapshots every 100,000 inputs of the growing projection included)
 	PauseMS       float64 `json:"pause_ms"`                // the storm: the restarted coordinator's longest turn of its live loop
+	// Honest workers renewing while the storm is decided (issue "A flood
+	// costs only the flooder": fair service under the coordinator's own
+	// backlog): stormHonestLeases of them from the coordinator being live
+	// to the storm's end, one renewal each every 50 ms, the publish to
+	// the verdict received.
+	HonestRenewals float64 `json:"honest_renewals"`   // renewals answered
+	HonestRefused  float64 `json:"honest_refused"`    // of them not renewed (0 on a run that is right)
+	HonestP50MS    float64 `json:"honest_rtt_p50_ms"` //
+	HonestP99MS    float64 `json:"honest_rtt_p99_ms"` //
+	HonestMaxMS    float64 `json:"honest_rtt_max_ms"` //
 }
 
 // StormLabel names a storm of n leases in the JSON keys: "100k" for
@@ -427,6 +438,23 @@ func (b *runner) stormRun(ctx context.Context, srv *embedded.Server, n int, base
 	}
 	live := time.Now()
 	s.RestartInputs = float64(co.c.Stats().InputsFolded - co.c.Stats().SnapshotSeq)
+	hnc, err := connect(srv.ClientURL(), "bench-storm-honest")
+	if err != nil {
+		_ = co.stop()
+		return nil, err
+	}
+	defer hnc.Close()
+	hjs, err := jetstream.New(hnc)
+	if err != nil {
+		_ = co.stop()
+		return nil, err
+	}
+	honest, err := startHonest(ctx, hnc, hjs)
+	if err != nil {
+		_ = co.stop()
+		return nil, err
+	}
+	defer honest.cancel()
 	co.m.take()
 	stopProfile, stopTrace := b.profile("storm-"+label), b.trace("storm-"+label)
 	stop := func() { stopTrace(); stopProfile() }
@@ -439,7 +467,8 @@ func (b *runner) stormRun(ctx context.Context, srv *embedded.Server, n int, base
 	want := base + uint64(n) + uint64((n+events.MaxFiredPerInput-1)/events.MaxFiredPerInput)
 	deadline := live.Add(time.Duration(n)*100*time.Microsecond + time.Minute)
 	complete := true
-	for co.c.Stats().DecisionsStored < want {
+	// (each honest renewal stored has exactly one decision too)
+	for co.c.Stats().DecisionsStored < want+uint64(honest.storedCount()) {
 		select {
 		case err := <-co.done:
 			stop()
@@ -460,6 +489,10 @@ func (b *runner) stormRun(ctx context.Context, srv *embedded.Server, n int, base
 	cut := time.Since(live)
 	s.Cores = (cpuTime() - c0).Seconds() / cut.Seconds()
 	stop()
+	if err := honest.stop(s); err != nil {
+		_ = co.stop()
+		return nil, err
+	}
 	decisions, appends, lat, _ := co.m.take()
 	s.PauseMS = float64(co.m.takePause()) / 1e6
 	st := co.c.Stats()
@@ -561,7 +594,7 @@ func (b *runner) stormRun(ctx context.Context, srv *embedded.Server, n int, base
 		if n >= 10 {
 			s.SteadyPerS = ratio(float64(n-n/10-max(n/10, 1)), at90.Sub(at10).Seconds())
 		}
-		if once == n && expired == n && others == 0 && maxOf <= events.MaxDecisionsPerInput && s.Sessions == 1 {
+		if once == n && expired == n && others == 0 && maxOf <= events.MaxDecisionsPerInput && s.Sessions == 1 && s.HonestRefused == 0 {
 			s.OK = 1
 		}
 	} else {
@@ -579,6 +612,8 @@ func (b *runner) stormRun(ctx context.Context, srv *embedded.Server, n int, base
 		decisions, appends, s.PerAppend, lat.Round(10*time.Microsecond), st.Sessions, int(s.RestartInputs))
 	b.logf("  %d of %d jobs expired exactly once (%d expiries in all, %d of other jobs) by %d inputs; at most %d decisions per input (limit %d)",
 		once, n, expired, others, len(causes), maxOf, events.MaxDecisionsPerInput)
+	b.logf("  %d honest renewals meanwhile (%d not renewed): publish to verdict p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+		int(s.HonestRenewals), int(s.HonestRefused), s.HonestP50MS, s.HonestP99MS, s.HonestMaxMS)
 	out, err := js.Stream(ctx, top.DecisionStream())
 	if err != nil {
 		return nil, err
@@ -822,4 +857,129 @@ func decisionJobKind(subject string) (job, kind string) {
 	kind = subject[i+1:]
 	j := strings.LastIndexByte(subject[:i], '.')
 	return subject[j+1 : i], kind
+}
+
+// stormHonestLeases is how many honest workers renew a lease each while a
+// storm is decided: the probe's first leases (jobs probe-0 ... of workers
+// w0 ..., one hour long: they take no part in the storm).
+const stormHonestLeases = 4
+
+// stormHonestEvery is how often each of them renews.
+const stormHonestEvery = 50 * time.Millisecond
+
+// honestRenewals renews leases one renewal at a time each, every
+// stormHonestEvery, measuring each round trip: the publish (raw, as a
+// bare client does) to its verdict received on a core subscription.
+type honestRenewals struct {
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	lat       []time.Duration
+	refused   int   // verdicts other than renewed
+	published int   // renewals stored
+	err       error // the first failure to publish or to get a verdict
+}
+
+// startHonest starts the renewers of the probe's first stormHonestLeases
+// leases, whose grants the decision stream holds.
+func startHonest(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*honestRenewals, error) {
+	out, err := js.Stream(ctx, streams.Topology{}.DecisionStream())
+	if err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	h := &honestRenewals{cancel: cancel}
+	for k := range stormHonestLeases {
+		w, job := "w"+itoa(k), "probe-"+itoa(k)
+		m, err := out.GetLastMsgForSubject(ctx, events.DecisionPrefix+"."+w+"."+job+"."+events.KindGranted.String())
+		if err != nil {
+			cancel()
+			h.wg.Wait()
+			return nil, fmt.Errorf("the grant of %s: %w", job, err)
+		}
+		d, err := events.DecodeDecision(m.Data)
+		if err != nil {
+			cancel()
+			h.wg.Wait()
+			return nil, err
+		}
+		sub, err := nc.SubscribeSync(events.DecisionPrefix + "." + w + "." + job + ".>")
+		if err != nil {
+			cancel()
+			h.wg.Wait()
+			return nil, err
+		}
+		subject := events.InputSubject(events.RoleWorker, w, job, events.VerbRenew)
+		h.wg.Go(func() {
+			defer sub.Unsubscribe()
+			t := time.NewTicker(stormHonestEvery)
+			defer t.Stop()
+			for seq := uint64(1); ; seq++ {
+				select {
+				case <-hctx.Done():
+					return
+				case <-t.C:
+				}
+				body := fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":%d,"renew_seq":%d}`, d.Job.LeaseID, d.Job.Generation, seq)
+				t0 := time.Now()
+				if _, err := js.Publish(hctx, subject, []byte(body)); err != nil {
+					h.fail(hctx, err)
+					return
+				}
+				h.mu.Lock()
+				h.published++
+				h.mu.Unlock()
+				m, err := sub.NextMsgWithContext(hctx)
+				if err != nil {
+					h.fail(hctx, fmt.Errorf("no verdict: %w", err))
+					return
+				}
+				lat := time.Since(t0)
+				v, err := events.DecodeDecision(m.Data)
+				h.mu.Lock()
+				h.lat = append(h.lat, lat)
+				if err != nil || v.Kind != events.KindRenewed {
+					h.refused++
+				}
+				h.mu.Unlock()
+			}
+		})
+	}
+	return h, nil
+}
+
+func (h *honestRenewals) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // stopped
+	}
+	h.mu.Lock()
+	if h.err == nil {
+		h.err = err
+	}
+	h.mu.Unlock()
+}
+
+// storedCount is the renewals stored so far.
+func (h *honestRenewals) storedCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.published
+}
+
+// stop stops the renewers and puts their figures in s.
+func (h *honestRenewals) stop(s *Storm) error {
+	h.cancel()
+	h.wg.Wait()
+	if h.err != nil {
+		return fmt.Errorf("honest renewals: %w", h.err)
+	}
+	if len(h.lat) == 0 {
+		return errors.New("honest renewals: no verdict measured")
+	}
+	s.HonestRenewals = float64(len(h.lat))
+	s.HonestRefused = float64(h.refused)
+	s.HonestP50MS = float64(percentile(h.lat, 50)) / 1e6
+	s.HonestP99MS = float64(percentile(h.lat, 99)) / 1e6
+	s.HonestMaxMS = float64(percentile(h.lat, 100)) / 1e6
+	return nil
 }
