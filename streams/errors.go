@@ -3,6 +3,7 @@ package streams
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,6 +63,7 @@ const (
 	codeExpectedPerSubjNotRd = uint16(10163)                                              // JSStreamExpectedLastSeqPerSubjectNotReady
 	codeAtomicTooManyInfl    = uint16(10210)                                              // JSAtomicPublishTooManyInflight
 	codeBatchTooManyInfl     = uint16(10211)                                              // JSBatchPublishTooManyInflight
+	codeMaxExceeded          = uint16(10077)                                              // JSStreamStoreFailedF: a stream's limits refused the message
 )
 
 // Classify returns err wrapped so that errors.Is also matches the sentinels
@@ -136,4 +138,16 @@ func (e *classifiedError) Error() string { return e.kinds[0].Error() + ": " + e.
 // Unwrap exposes the original error first, then the sentinels.
 func (e *classifiedError) Unwrap() []error {
 	return append([]error{e.err}, e.kinds...)
+}
+
+// QuotaRefusal reports whether err is a worker's intake stream refusing an
+// input past its limits (quotas, PROTOCOL.md §4.2): JetStream's 10077
+// "maximum bytes exceeded" or "maximum messages exceeded"; nothing was
+// stored.
+func QuotaRefusal(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || uint16(apiErr.ErrorCode) != codeMaxExceeded {
+		return false
+	}
+	return strings.Contains(apiErr.Description, "maximum bytes exceeded") || strings.Contains(apiErr.Description, "maximum messages exceeded")
 }

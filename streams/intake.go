@@ -258,6 +258,9 @@ func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quot
 	if !t.InGenesis(cfg) && !sameSet(cfg.Subjects, t.IntakeSubjects()) && !sameSet(cfg.Subjects, t.InputConfig().Subjects) {
 		return nil, &ConfigMismatchError{Stream: cfg.Name, Field: "Subjects", Want: fmt.Sprint(t.InputConfig().Subjects), Got: fmt.Sprint(cfg.Subjects)}
 	}
+	// The intakes hold what their workers were told is stored: as many
+	// copies as the input stream (a cluster's R3).
+	t.Replicas = max(t.Replicas, cfg.Replicas)
 	workers := slices.Clone(q.Workers)
 	workers = append(workers, t.Intakes(cfg)...)
 	slices.Sort(workers)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -566,7 +565,7 @@ func (w *Worker) publishKey(ctx context.Context, p *input) (verdictKey, error) {
 			p.sent = !first // nothing was stored: the next attempt may still be the first
 			continue
 		}
-		if quotaRefusal(err) {
+		if streams.QuotaRefusal(err) {
 			return verdictKey{}, fmt.Errorf("publish %s: %w: %w", msg.Subject, ErrQuota, err)
 		}
 		if err == nil && ack.Duplicate && first {
@@ -606,17 +605,6 @@ func (w *Worker) publishKey(ctx context.Context, p *input) (verdictKey, error) {
 // Nats-Expected-Stream header named another stream than the one that
 // takes the subject; nothing stored).
 const jsStreamNotMatch = 10060
-
-// quotaRefusal reports whether err is the worker's intake stream refusing
-// an input past its limits (quotas, PROTOCOL.md §4.2): JetStream's 10077
-// "maximum bytes exceeded" or "maximum messages exceeded".
-func quotaRefusal(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10077 {
-		return false
-	}
-	return strings.Contains(apiErr.Description, "maximum bytes exceeded") || strings.Contains(apiErr.Description, "maximum messages exceeded")
-}
 
 // retryable reports whether a publish error leaves the outcome unknown or
 // may clear by itself: a timeout, no responders (a stream leader being

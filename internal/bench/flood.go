@@ -223,8 +223,7 @@ func (b *runner) startFlood(ctx context.Context, url string, q streams.Quotas, f
 					case <-f.Ok():
 						fl.stored.Add(1)
 					case err := <-f.Err():
-						var apiErr *jetstream.APIError
-						if errors.As(err, &apiErr) && apiErr.ErrorCode == 10077 {
+						if streams.QuotaRefusal(err) {
 							fl.refused.Add(1)
 						} else {
 							failed.CompareAndSwap(nil, err)

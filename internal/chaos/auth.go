@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/streams"
 )
 
 // The environments run as a deployment configured by `tenure auth init`
@@ -54,7 +55,12 @@ func newEnvAuth(dir, urls string, actors []auth.Actor) (*envAuth, error) {
 		// genesis of every new deployment (env.endGenesis).
 		actors = append(slices.Clone(actors), auth.Actor{Name: adminName, Role: auth.RoleAdmin})
 	}
-	b, err := auth.Generate(auth.Options{Dir: filepath.Join(dir, "auth"), Actors: actors, URL: urls, BcryptCost: bcrypt.MinCost})
+	// With the quotas tenure auth init writes by default (tenure genesis
+	// applies them): every worker, the hostile ones too, through its own
+	// intake stream.
+	q := &streams.Quotas{MaxBytes: streams.DefaultQuotaBytes, MaxMsgs: streams.DefaultQuotaMsgs,
+		BytesPerS: streams.DefaultQuotaBytesPerS, MsgsPerS: streams.DefaultQuotaMsgsPerS}
+	b, err := auth.Generate(auth.Options{Dir: filepath.Join(dir, "auth"), Actors: actors, URL: urls, BcryptCost: bcrypt.MinCost, Quotas: q})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: auth: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
 )
 
 // Message is one stored message of a stream.
@@ -458,18 +459,37 @@ func checkClients(l *Log, c *Clients, inputs map[uint64]*Message, r *Result) {
 	}
 	r.Stats.Attempted, r.Stats.Acked = len(sentBy), len(acked)
 
+	// With quotas a worker's PubAck names its intake stream and the
+	// sequence there (PROTOCOL.md §4.2): the input stream holds the input
+	// with the server's Nats-Stream-Source header naming both.
+	type source struct {
+		stream string
+		seq    uint64
+	}
+	sourced := make(map[source]*Message)
+	for i := range l.Inputs {
+		m := &l.Inputs[i]
+		name, rest, ok := strings.Cut(m.Header.Get(streams.HeaderStreamSource), " ")
+		seq, _, _ := strings.Cut(rest, " ")
+		if n, err := strconv.ParseUint(seq, 10, 64); ok && err == nil {
+			sourced[source{name, n}] = m
+		}
+	}
 	lost := make(map[string]bool)
 	for _, e := range c.Entries {
 		if e.Kind != EntryAck || lost[e.MsgID] || c.AckedBefore != 0 && e.At >= c.AckedBefore {
 			continue
 		}
-		m := inputs[e.Seq]
+		m, what := inputs[e.Seq], fmt.Sprintf("input %d", e.Seq)
+		if _, intake := (streams.Topology{}).IntakeWorker(e.Stream); intake {
+			m, what = sourced[source{e.Stream, e.Seq}], fmt.Sprintf("input %d of %s", e.Seq, e.Stream)
+		}
 		switch {
 		case m == nil:
-			r.Lost.add("input %d (%s, Msg-Id %s) was acknowledged and is not in the input stream (last %d)", e.Seq, e.Subject, e.MsgID, l.InputLast)
+			r.Lost.add("%s (%s, Msg-Id %s) was acknowledged and is not in the input stream (last %d)", what, e.Subject, e.MsgID, l.InputLast)
 		case m.Subject != e.Subject || m.Header.Get(nats.MsgIdHdr) != e.MsgID || BodySHA(m.Data) != e.BodySHA:
-			r.Lost.add("input %d was acknowledged as %s (Msg-Id %s), the stream holds %s (Msg-Id %s) with another body or subject",
-				e.Seq, e.Subject, e.MsgID, m.Subject, m.Header.Get(nats.MsgIdHdr))
+			r.Lost.add("%s was acknowledged as %s (Msg-Id %s), the stream holds %s (Msg-Id %s) with another body or subject",
+				what, e.Subject, e.MsgID, m.Subject, m.Header.Get(nats.MsgIdHdr))
 		default:
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/streams"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
@@ -372,5 +373,28 @@ func TestCheckCoordinatorInputs(t *testing.T) {
 	r = Check(s.log(s.fold()), s.clients())
 	if r.Phantom.Count != 5 {
 		t.Errorf("phantom: %d, want 5: %q", r.Phantom.Count, r.Phantom.Items)
+	}
+}
+
+// With quotas a worker's PubAck names its intake stream: the check finds
+// the input by the Nats-Stream-Source header the server stored with it,
+// and reports one that is not there as lost.
+func TestCheckLostThroughIntake(t *testing.T) {
+	s := aStory(t)
+	s.in(time.Millisecond, "worker.w1.j1.acquire", `{"v":1}`)
+	ds := s.fold()
+	// The input as sourced from w1's intake, where it was input 7.
+	e := &s.entries[len(s.entries)-1]
+	e.Stream, e.Seq = "TENURE_INTAKE_w1", 7
+	l := s.log(ds)
+	m := &l.Inputs[len(l.Inputs)-1]
+	m.Header.Set(streams.HeaderStreamSource, "TENURE_INTAKE_w1 7 > > tenure.in.worker.w1.j1.acquire")
+	if r := Check(l, s.clients()); r.Lost.Count != 0 {
+		t.Errorf("sourced input: lost %+v", r.Lost)
+	}
+	// Another intake sequence: not in the input stream.
+	m.Header.Set(streams.HeaderStreamSource, "TENURE_INTAKE_w1 8 > > tenure.in.worker.w1.j1.acquire")
+	if r := Check(l, s.clients()); r.Lost.Count != 1 || !strings.Contains(r.Lost.Items[0], "input 7 of TENURE_INTAKE_w1") {
+		t.Errorf("input missing from the input stream: lost %+v", r.Lost)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -401,7 +402,11 @@ func (h *hostile) await(ctx context.Context, rec *AttackRecord, fs []jetstream.P
 			select {
 			case ack := <-f.Ok():
 				rec.Stored++
-				h.lastSeq = max(h.lastSeq, ack.Sequence)
+				if _, intake := (streams.Topology{}).IntakeWorker(ack.Stream); intake {
+					rec.Intake = true
+				} else {
+					h.lastSeq = max(h.lastSeq, ack.Sequence)
+				}
 				seqs = append(seqs, ack.Sequence)
 			case err := <-f.Err():
 				noStream := errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
@@ -413,6 +418,12 @@ func (h *hostile) await(ctx context.Context, rec *AttackRecord, fs []jetstream.P
 					rec.note(err.Error())
 				default:
 					rec.Refused++
+					if streams.QuotaRefusal(err) {
+						rec.Quota++
+						if rec.Quota > 1 {
+							break // one note is enough
+						}
+					}
 					rec.note(err.Error())
 				}
 			case <-ctx.Done():
@@ -739,10 +750,21 @@ func (h *hostile) verdict(ctx context.Context, rec *AttackRecord, job, verb, bod
 		}
 		rec.Pulled++
 		d, err := events.DecodeDecision(m.Data())
-		if err == nil && d.Cause == seq && !d.Kind.Derived() {
+		if err == nil && pubAckSeqOf(m, &d) == seq && !d.Kind.Derived() {
 			return d, nil
 		}
 	}
+}
+
+// pubAckSeqOf is the sequence the PubAck of the input that caused decision d
+// (stored as m) named: its intake stream's, which the decisions addressed
+// to the worker carry as Tenure-Source-Seq, with quotas (PROTOCOL.md
+// §4.2); else the input stream's, its cause.
+func pubAckSeqOf(m jetstream.Msg, d *events.Decision) uint64 {
+	if src, err := strconv.ParseUint(m.Headers().Get(events.HeaderSourceSeq), 10, 64); err == nil && src > 0 {
+		return src
+	}
+	return d.Cause
 }
 
 // verdictConsumer makes anew, from the decision stream's end, the consumer
@@ -818,7 +840,27 @@ func (h *hostile) flood(ctx context.Context, rec *AttackRecord) {
 	id := h.msgID()
 	fs = append(fs, h.publish(rec, h.subject(h.cfg.ID+"-flood-big", "progress"), bytes.Repeat([]byte(" "), h.maxBody(id)+1), id))
 	h.await(ctx, rec, fs)
+	// Past its quota (tenure auth init's, PROTOCOL.md §4.2): small inputs
+	// as fast as the server answers, until it refuses floodRefusals of
+	// them over the quota (or floodMax are sent): with an intake stream
+	// the checks then require a refusal over the quota.
+	for sent := 0; sent < floodMax && rec.Quota < floodRefusals && ctx.Err() == nil; {
+		fs = fs[:0]
+		for i := range 256 {
+			fs = append(fs, h.publish(rec, h.subject(fmt.Sprintf("%s-flood-%d", h.cfg.ID, i%16), "progress"), body, h.msgID()))
+		}
+		sent += len(fs)
+		h.await(ctx, rec, fs)
+	}
 }
+
+// The flood past the quota: it stops after floodRefusals refusals over the
+// quota, or floodMax inputs (without an intake stream nothing refuses
+// them: they are stored, and folded).
+const (
+	floodRefusals = 10
+	floodMax      = 4096
+)
 
 // boardBody bounds what the board attack keeps of an answer.
 const boardBody = 256 << 10

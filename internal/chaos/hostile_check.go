@@ -49,6 +49,8 @@ type AttackRecord struct {
 	Published  int            `json:"published"`
 	Stored     int            `json:"stored"`     // PubAcks received
 	Refused    int            `json:"refused"`    // permissions violations, error answers, messages the client library refused
+	Quota      int            `json:"quota"`      // of them refused over its quota (10077)
+	Intake     bool           `json:"intake"`     // a PubAck named its intake stream: the deployment has quotas
 	Unanswered int            `json:"unanswered"` // requests and publishes without an answer
 	Consumers  int            `json:"consumers"`  // consumers created
 	Pulled     int            `json:"pulled"`     // messages received from its consumers
@@ -200,10 +202,10 @@ type HostileStats struct {
 
 // AttackTotals sums the records of one attack type.
 type AttackTotals struct {
-	Attacks, Published, Stored, Refused, Unanswered, Consumers, Pulled int
-	Errors                                                             map[string]int
-	Targets                                                            map[string]int
-	Queue                                                              QueueProbe // the queue modes' probes, summed
+	Attacks, Published, Stored, Refused, Quota, Unanswered, Consumers, Pulled int
+	Errors                                                                    map[string]int
+	Targets                                                                   map[string]int
+	Queue                                                                     QueueProbe // the queue modes' probes, summed
 }
 
 // OK reports whether the hostile checks found nothing.
@@ -301,7 +303,13 @@ func checkHostile(l *Log, ds []stored, inputs map[uint64]*Message, c *Clients, r
 		t.Published += a.Published
 		t.Stored += a.Stored
 		t.Refused += a.Refused
+		t.Quota += a.Quota
 		t.Unanswered += a.Unanswered
+		if a.Type == AttackFlood && a.Intake && a.Quota == 0 && a.Stored >= floodMax {
+			// A flood that outran its backlog at once, all stored: the
+			// quota did not hold (PROTOCOL.md §4.2).
+			h.Findings.add("%s's flood (round %d): %d inputs stored through its intake stream, none refused over its quota", a.Hostile, a.Round, a.Stored)
+		}
 		t.Consumers += a.Consumers
 		t.Pulled += a.Pulled
 		for k, v := range a.Errors {

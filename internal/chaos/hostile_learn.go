@@ -58,7 +58,7 @@ func (h *hostile) verdicts(ctx context.Context, rec *AttackRecord, probes []prob
 		if err != nil || d.Kind.Derived() {
 			continue
 		}
-		if i, ok := bySeq[d.Cause]; ok && res[i].Kind == events.KindNone {
+		if i, ok := bySeq[pubAckSeqOf(m, &d)]; ok && res[i].Kind == events.KindNone {
 			res[i] = d
 			left--
 		}

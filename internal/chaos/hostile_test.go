@@ -64,7 +64,9 @@ func TestChaosHostileRounds(t *testing.T) {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
-	// The administrator ends the genesis (tenure genesis, in process).
+	// The administrator ends the genesis (tenure genesis, in process),
+	// with the quotas tenure auth init writes: every worker through an
+	// intake stream of its own.
 	gnc, _, err := connectCredential(a.credentialPath(adminName), url)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func TestChaosHostileRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	gctx, gcancel := context.WithTimeout(ctx, 20*time.Second)
-	if _, err := coordinator.EndGenesis(gctx, ajs, streams.Topology{}, nil, 20*time.Millisecond); err != nil {
+	if _, err := coordinator.EndGenesisQuotas(gctx, ajs, streams.Topology{}, a.b.Quotas, nil, 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	gcancel()
@@ -276,6 +278,9 @@ func TestChaosHostileRounds(t *testing.T) {
 	}
 	if b := st.ByType[AttackBoard]; b == nil || st.BoardReached == 0 || st.BoardAnswered != 0 || st.BoardOpen == 0 || b.Refused == 0 {
 		t.Errorf("the board attack: %+v, %d requests reached the board, %d answered, %d open answers", b, st.BoardReached, st.BoardAnswered, st.BoardOpen)
+	}
+	if f := st.ByType[AttackFlood]; f == nil || f.Quota == 0 {
+		t.Errorf("the flood: %+v: never refused over its quota", f)
 	}
 	if hog := st.ByType[AttackConsumerHog]; hog != nil && (hog.Consumers == 0 || hog.Refused == 0) {
 		t.Errorf("consumer hogging: %d consumers created, %d refused: the server should have let it make its own and refused the others", hog.Consumers, hog.Refused)

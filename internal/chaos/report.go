@@ -409,6 +409,8 @@ func writeHostile(w io.Writer, e *EnvReport) {
 				delay = st.MaxExpiryDelay.Round(time.Millisecond).String()
 			}
 			fmt.Fprintf(w, "; %d leases of its own, %d expired, the latest expiry stored %s after its expires_at", st.OwnLeases, st.OwnExpired, delay)
+		case AttackFlood:
+			fmt.Fprintf(w, "; %d refused over its quota", t.Quota)
 		case AttackBoard:
 			fmt.Fprintf(w, "; %d requests reached a board without a credential, %d answered with anything but the refusal; %d answers of /healthz and /metrics searched for lease ids",
 				st.BoardReached, st.BoardAnswered, st.BoardOpen)
