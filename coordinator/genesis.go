@@ -318,7 +318,7 @@ func EndGenesisQuotas(ctx context.Context, js jetstream.JetStream, t streams.Top
 		if err == nil && ready {
 			err = end(actx)
 			var mismatch *streams.ConfigMismatchError
-			if err == nil || errors.As(err, &mismatch) {
+			if err == nil || errors.As(err, &mismatch) || errors.Is(err, streams.ErrQuotasReplicated) {
 				cancel()
 				return err == nil, err
 			}

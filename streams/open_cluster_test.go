@@ -49,6 +49,16 @@ func TestOpenBoundedOnALeaderlessCluster(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	// Quotas are refused for the replicated input stream, which they
+	// leave as it is (streams.ErrQuotasReplicated says why).
+	q := streams.Quotas{Workers: []string{"w1"}, MaxBytes: 1 << 20, MaxMsgs: 100, BytesPerS: 1 << 20, MsgsPerS: 100}
+	if _, err := streams.ApplyQuotas(ctx, js, top, q); !errors.Is(err, streams.ErrQuotasReplicated) {
+		t.Fatalf("quotas on a replicated input stream: %v, want ErrQuotasReplicated", err)
+	}
+	if _, err := js.Stream(ctx, top.IntakeStream("w1")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("an intake stream after the refusal: %v", err)
+	}
+
 	cl.Shutdown(1)
 	cl.Shutdown(2) // node 0 alone: no quorum
 	lost := time.Now()

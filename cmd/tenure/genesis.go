@@ -144,15 +144,19 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 			return fmt.Errorf("genesis: %s: quotas are for unpartitioned deployments, this one has %d partitions", quotasPath, count)
 		}
 		widened, err := coordinator.EndGenesisQuotas(ctx, js, top, quotas, clk, genesisPoll)
-		if err != nil {
+		switch {
+		case errors.Is(err, streams.ErrQuotasReplicated):
+			// A cluster: genesis ends without quotas (the error says why).
+			fmt.Fprintf(stdout, "%s: the quotas of %s are not applied: %v\n", top.InputStream(), quotasPath, err)
+		case err != nil:
 			return fmt.Errorf("genesis of %s with the quotas of %s: %w", top.InputStream(), quotasPath, err)
-		}
-		if widened {
+		case widened:
 			fmt.Fprintf(stdout, "%s: genesis ended, open to %v and to the intake streams of %d workers (quotas of %s)\n", top.InputStream(), top.IntakeSubjects(), len(quotas.Workers), quotasPath)
-		} else {
+			return nil
+		default:
 			fmt.Fprintf(stdout, "%s: past its genesis; the intake streams of %d workers are in place (quotas of %s)\n", top.InputStream(), len(quotas.Workers), quotasPath)
+			return nil
 		}
-		return nil
 	}
 	for _, pt := range top.Partitions(count) {
 		widened, err := coordinator.EndGenesis(ctx, js, pt, clk, genesisPoll)
