@@ -50,12 +50,18 @@
 // (/api/events) fed by the read model; the header's indicator shows the
 // state of the page's stream (every page opens one).
 //
-// The read model follows the decision stream from its first decision (a
-// follow.Follower, which replaces a consumer lost with a cluster node).
-// Every decision carries the whole projection of its job, so the board is
-// the latest projection per job; a job page reads the job's decisions back
-// from the decision stream by their sequences, and their inputs from the
-// input stream by their causes (direct gets).
+// The board shows package api's read model of the decision streams (an
+// api.Model, of which the board's model is an api.View): in tenure serve
+// the state API's (Config.Model: one read model per process, so that the
+// board and tenure jobs agree), in tenure ui one of its own, which Run
+// keeps up to date (api.Follow: from the first decision, or from the
+// coordinator's stored snapshot when the streams' first segments were
+// archived and removed). Every decision carries the whole projection of
+// its job, so the board is the latest projection per job; a job page reads
+// the job's decisions back from the decision stream by their sequences,
+// and their inputs from the input stream by their causes (direct gets). A
+// job restored from the snapshot is on the board without decisions (they
+// were removed: the archive has them), marked "from the snapshot".
 //
 // A partitioned deployment (Config.Partitions, found by streams.Discover)
 // is followed in every partition: one Follower per partition's decision

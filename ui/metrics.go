@@ -339,14 +339,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if md != nil {
 		md.mu.RLock()
-		states, blockedN, count := md.states, len(md.blocked), md.count
+		states, blockedN, count := md.am.StateCounts(), len(md.blocked), md.count
 		pos, seqs, _ := md.positions()
 		type queueHeld struct {
 			queue string
 			n     int
 		}
 		var held []queueHeld
-		md.queues.Held(time.Now(), func(q string, n int) { held = append(held, queueHeld{q, n}) })
+		md.am.QueuesHeld(time.Now(), func(q string, n int) { held = append(held, queueHeld{q, n}) })
 		md.mu.RUnlock()
 		for _, h := range held {
 			gauge(descHeld, float64(h.n), h.queue)

@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/streams"
 )
@@ -85,6 +85,14 @@ type Config struct {
 	FlushInterval time.Duration
 	// Logger receives the server's log (nil: none).
 	Logger *slog.Logger
+	// Model is the read model the board shows, when another reader keeps
+	// it up to date: in tenure serve, the state API's (api.Server.Model,
+	// run by api.Server.Run), so that the process holds one read model,
+	// and the board and the API agree. The board attaches its view to it
+	// (api.Model.Attach), which must be before it is fed; Run then does
+	// not read the streams. Nil: the board makes a read model of its own
+	// and Run follows the streams into it (api.Follow).
+	Model *api.Model
 }
 
 // Server is Tenure's web UI: the board, job pages, the anomalies feed and
@@ -100,6 +108,8 @@ type Server struct {
 	metrics *Metrics
 	access  *access
 	ops     *ops.Client
+	results *api.Results // the workers' accounts of results (their details), read from the input streams
+	owns    bool         // the read model is the board's own: Run feeds it
 	handler http.Handler
 	done    chan struct{}
 	stop    sync.Once
@@ -163,8 +173,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("ui: %w", err)
 		}
 	}
-	s.model = newModel(cfg.FeedSize, cfg.Partitions)
+	am := cfg.Model
+	if am == nil {
+		am, s.owns = api.NewModel(cfg.Partitions), true
+	} else if am.Partitions() != cfg.Partitions {
+		return nil, fmt.Errorf("ui: a read model of %d partitions for a deployment of %d", am.Partitions(), cfg.Partitions)
+	}
+	s.model = newModelOf(cfg.FeedSize, am)
 	s.model.obs = s.metrics
+	s.results = api.NewResults(js, cfg.Topology, am)
 	s.metrics.attach(s.model, s.cfg.Status)
 	s.hub = newHub(s.model, cfg.FlushInterval)
 	s.handler = s.routes()
@@ -190,16 +207,18 @@ func (s *Server) cachedStatus(f func(context.Context) ([]CoordinatorStatus, erro
 // updates only while Run (or Serve) runs.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Run follows the decision stream (every partition's, one follow.Follower
-// each) from its first decision into the read model and pushes changes to
-// the pages, until ctx ends. It waits for the streams to exist and resumes
-// each partition where it stopped after errors.
+// Run pushes the read model's changes to the pages until ctx ends, and,
+// unless the read model is another reader's (Config.Model), follows the
+// decision streams (every partition's) into it (api.Follow: from the first
+// decision, or from the stored snapshot when the streams' first segments
+// were removed), waiting for the streams to exist and resuming each
+// partition where it stopped after errors.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stop.Do(func() { close(s.done) })
 	var wg sync.WaitGroup
 	wg.Go(func() { s.hub.run(ctx) })
-	for k, t := range s.topos {
-		wg.Go(func() { follow.Feed(ctx, s.js, t.DecisionStream(), uint32(k), sink{s.model}, s.log.With("in", "ui")) })
+	if s.owns {
+		wg.Go(func() { api.Follow(ctx, s.js, s.cfg.Topology, s.model.am, s.log.With("in", "ui")) })
 	}
 	wg.Wait()
 	return nil

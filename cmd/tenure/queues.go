@@ -271,7 +271,7 @@ func runJobsLs(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 			queue, attempt = j.Queue, fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts)
 		}
 		when := cmp.Or(j.ReadyAt, j.Deadline, "-")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s/%s\n", j.ID, j.State, queue, attempt, cmp.Or(j.Holder, "-"), j.Generation, when, j.Last.Kind, j.Last.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.State, queue, attempt, cmp.Or(j.Holder, "-"), j.Generation, when, j.Last.Label())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -325,7 +325,11 @@ func runJobsGet(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	if r.Partition != "" {
 		where = " (partition " + r.Partition + ")"
 	}
-	fmt.Fprintf(stdout, "job %s%s after decision %d (%s/%s of input %d at %s)%s\n", job, where, r.Last.Seq, r.Last.Kind, r.Last.Reason, r.Last.Cause, r.Last.At, behind(r.Position))
+	if r.Last.Snapshot != 0 && r.Last.Seq == 0 {
+		fmt.Fprintf(stdout, "job %s%s as the stored snapshot has it (at decision %d, %s: the decisions before were archived and removed)%s\n", job, where, r.Last.Snapshot, r.Last.At, behind(r.Position))
+	} else {
+		fmt.Fprintf(stdout, "job %s%s after decision %d (%s of input %d at %s)%s\n", job, where, r.Last.Seq, r.Last.Label(), r.Last.Cause, r.Last.At, behind(r.Position))
+	}
 	var out bytes.Buffer
 	if err := json.Indent(&out, r.Job, "", "  "); err != nil {
 		return err

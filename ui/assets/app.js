@@ -152,6 +152,23 @@
   const extraResult = (st, res) => (res && IMPLIED[st] !== res && st !== 'QUEUED' && st !== 'DEAD' ? res : '');
   const stateText = (st, res) => st + (extraResult(st, res) ? ' ' + res : '');
   const kindBadge = (k) => h('span', { class: 'kind k-' + k, text: k });
+  // What a completed decision recorded: "completed/ok" would read as a
+  // success whatever the outcome.
+  const OUTCOME_LABEL = { SUCCESS: 'succeeded', FAILED: 'failed', CANCELLED: 'cancelled' };
+  // A row's last decision: its kind and reason; a completed decision's
+  // outcome instead (failed, succeeded, cancelled); "snapshot" for a job
+  // the read model restored from the stored snapshot (the decisions before
+  // it were archived and removed).
+  function lastBadge(r) {
+    if (r.restored) {
+      return [h('span', { class: 'kind k-snapshot', title: 'no decision read since the stored snapshot: the decisions before it were archived and removed (the archive has them)', text: 'from the snapshot' })];
+    }
+    if (r.last_kind === 'completed' && OUTCOME_LABEL[r.last_outcome]) {
+      const label = OUTCOME_LABEL[r.last_outcome];
+      return [h('span', { class: 'kind k-' + label, title: 'completed/' + r.last_reason + ': the result ' + r.last_outcome, text: label })];
+    }
+    return [kindBadge(r.last_kind), ' ', h('span', { class: 'sub reason', text: r.last_reason })];
+  }
   const jobLink = (id) => (id && id !== '_' ? h('a', { href: '/jobs/' + encodeURIComponent(id), class: 'job', text: id }) : h('span', { class: 'muted', text: '(no job)' }));
 
   // The next deadline of a live lease: [label, time, total ms].
@@ -218,7 +235,7 @@
       leftCell(r),
       progressCell(r),
       num(r.stale, 'stale'), num(r.late, 'late'), num(r.duplicates, 'dup'), num(r.conflicts, 'conflicts'),
-      h('td', { class: 'last' }, kindBadge(r.last_kind), ' ', h('span', { class: 'sub reason', text: r.last_reason }), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
+      h('td', { class: 'last' }, lastBadge(r), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
     return tr;
   }
 
