@@ -472,3 +472,48 @@ func TestSessionEnds(t *testing.T) {
 		t.Errorf("New without tokens: %v", err)
 	}
 }
+
+// secretDetail is the detail of a failed result: a worker's free text,
+// which may hold what a payload holds.
+const secretDetail = "auth failed for user billing (token sk-77q2)"
+
+// The worker's detail of a FAILED result (issue 34) is an operator's to
+// see, like a payload: on the board, the job page and the live updates;
+// never a viewer's (session or bearer token), anywhere.
+func TestResultDetailNeedToKnow(t *testing.T) {
+	e := newEnv(t, true)
+	const job = "fail-9"
+	_, v := e.decide("worker.w1."+job+".acquire", `{"v":1}`)
+	if v != "granted/ok" {
+		t.Fatalf("acquire: %s", v)
+	}
+	lease := e.row(job).LeaseID
+	if _, v := e.decide("worker.w1."+job+".result", `{"v":1,"lease_id":"`+lease+`","generation":1,"outcome":"FAILED","detail":"`+secretDetail+`"}`); v != "completed/ok" {
+		t.Fatalf("result: %s", v)
+	}
+	viewer := e.login(Viewer)
+	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+e.tokens[Viewer].String()) }
+	for _, p := range []string{"/api/jobs", "/api/jobs?state=FAILED", "/api/jobs/" + job, "/api/anomalies"} {
+		_, body := viewer.raw(p)
+		_, bbody, _ := e.anonymous(http.MethodGet, p, bearer)
+		if strings.Contains(body, secretDetail) || strings.Contains(bbody, secretDetail) || strings.Contains(body, "sk-77q2") {
+			t.Errorf("GET %s as a viewer: the result's detail is there:\n%s", p, body)
+		}
+	}
+	if ev := e.sse(viewer, "/api/events?watch="+job+"&job="+job, "board", "job"); strings.Contains(ev, secretDetail) {
+		t.Errorf("the viewer's live updates carry the detail:\n%s", ev)
+	}
+	var page Page
+	e.get("/api/jobs?state=FAILED", &page)
+	if len(page.Rows) != 1 || page.Rows[0].ResultDetail != secretDetail || page.Rows[0].LastOutcome != "FAILED" {
+		t.Errorf("the operator's board: %+v", page.Rows)
+	}
+	var h History
+	e.get("/api/jobs/"+job, &h)
+	if h.Row.ResultDetail != secretDetail || h.Row.ResultInput == 0 {
+		t.Errorf("the operator's job page: %+v", h.Row)
+	}
+	if ev := e.sse(e.op, "/api/events?watch="+job+"&job="+job, "board", "job"); !strings.Contains(ev, secretDetail) {
+		t.Errorf("the operator's live updates lack the detail:\n%s", ev)
+	}
+}

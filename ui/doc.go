@@ -118,7 +118,10 @@
 //     lease id (a live one is a capability: whoever knows it can renew,
 //     complete or claim the lease, and freeze the job in an ownership
 //     conflict), no payload (it may carry a submitter's secrets), no input
-//     body (a body names the lease it claims and a submit its payload): a
+//     body (a body names the lease it claims and a submit its payload), no
+//     worker's detail of a result (Row.ResultDetail: free text that may be
+//     as sensitive as a payload; an operator's rows have it, read from the
+//     result input by api.Results, since no decision carries it): a
 //     viewer's rows have no lease_id, a job page's decisions are re-encoded
 //     with Hidden for the lease id and payload (the timeline draws the
 //     same), and its inputs come without body (History.Redacted,

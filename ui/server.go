@@ -184,6 +184,7 @@ func New(cfg Config) (*Server, error) {
 	s.results = api.NewResults(js, cfg.Topology, am)
 	s.metrics.attach(s.model, s.cfg.Status)
 	s.hub = newHub(s.model, cfg.FlushInterval)
+	s.hub.details = func(rows []Row) { s.withDetails(context.Background(), rows) }
 	s.handler = s.routes()
 	return s, nil
 }
@@ -378,6 +379,8 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	page := s.model.page(q, time.Now())
 	if viewerOnly(r) {
 		page = page.redacted()
+	} else {
+		s.withDetails(r.Context(), page.Rows)
 	}
 	writeJSON(w, http.StatusOK, page)
 }
@@ -430,6 +433,38 @@ func (s *Server) serveAnomalies(w http.ResponseWriter, r *http.Request) {
 	page := s.model.anomalies(q, time.Now())
 	if viewerOnly(r) {
 		page = page.redacted()
+	} else {
+		s.withDetails(r.Context(), page.Blocked)
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// detailTimeout bounds the reads of workers' results for one answer.
+const detailTimeout = 3 * time.Second
+
+// withDetails fills in, for an operator's answer, the worker's detail of
+// the latest result of each row that has one (api.Results: read from the
+// result input once, then kept in the read model). A detail that cannot
+// be read now is left out, and logged.
+func (s *Server) withDetails(ctx context.Context, rows []Row) {
+	var ids []string
+	for _, r := range rows {
+		if r.ResultInput != 0 && r.ResultDetail == "" {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, detailTimeout)
+	defer cancel()
+	got, err := s.results.Fill(ctx, ids)
+	if err != nil {
+		s.log.Warn("ui: reading workers' results", "err", err)
+	}
+	for i := range rows {
+		if w, ok := got[rows[i].ID]; ok && w.Input == rows[i].ResultInput {
+			rows[i].ResultDetail = w.Detail
+		}
+	}
 }

@@ -159,6 +159,13 @@
   // outcome instead (failed, succeeded, cancelled); "snapshot" for a job
   // the read model restored from the stored snapshot (the decisions before
   // it were archived and removed).
+  // The worker's own detail of the job's latest result (why it failed),
+  // which the server reads from the result input for an operator's page.
+  function resultDetail(r) {
+    if (!r.result_detail) return null;
+    const t = r.result_detail.length > 80 ? r.result_detail.slice(0, 79) + '…' : r.result_detail;
+    return h('div', { class: 'detail result-detail', title: r.result_detail, text: t });
+  }
   function lastBadge(r) {
     if (r.restored) {
       return [h('span', { class: 'kind k-snapshot', title: 'no decision read since the stored snapshot: the decisions before it were archived and removed (the archive has them)', text: 'from the snapshot' })];
@@ -235,7 +242,7 @@
       leftCell(r),
       progressCell(r),
       num(r.stale, 'stale'), num(r.late, 'late'), num(r.duplicates, 'dup'), num(r.conflicts, 'conflicts'),
-      h('td', { class: 'last' }, lastBadge(r), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
+      h('td', { class: 'last' }, lastBadge(r), resultDetail(r), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
     return tr;
   }
 
@@ -728,7 +735,8 @@
       card('Renewals', String(r.renew_seq || 0)),
       card('Cancel', r.cancel_requested ? (r.cancel_acked ? 'requested, ACKed' : 'requested') : 'no'),
       card('Stale / late / dup / conflict', r.stale + ' / ' + r.late + ' / ' + r.duplicates + ' / ' + r.conflicts, 'job-counters'),
-      card('Decisions', String(r.decisions)),
+      card('Decisions', r.restored ? 'none since the stored snapshot' : String(r.decisions)),
+      r.result_input ? card('Latest result (input ' + r.result_input + ')', operator() ? (r.result_detail || '(no detail)') : '(hidden: an operator\'s to see)', 'job-result-detail') : null,
       // A queue job's (PROTOCOL.md §22.6).
       r.queue ? [
         card('Queue', h('a', { href: '/?queue=' + encodeURIComponent(r.queue), text: r.queue }), 'job-queue'),
