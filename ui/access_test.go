@@ -517,3 +517,97 @@ func TestResultDetailNeedToKnow(t *testing.T) {
 		t.Errorf("the operator's live updates lack the detail:\n%s", ev)
 	}
 }
+
+// The actions on jobs that need an operator (issue 34: retry and discard
+// of a DEAD queue job, settle of an UNRESOLVED one) are guarded as every
+// action is: a viewer (session or bearer token) gets 403, and so does an
+// operator's browser session sending a request another site could forge
+// (another Origin, a cross-site fetch, no or a wrong CSRF token); nothing
+// is published. The page's own requests, and an operator's bearer token,
+// work.
+func TestOperatorTasksGuarded(t *testing.T) {
+	e := newEnv(t, true)
+	e.deadAndUnresolved()
+	viewer := e.login(Viewer)
+	inputs := func() uint64 {
+		s, err := e.js.Stream(context.Background(), "TENURE_IN")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	before := inputs()
+	actions := []struct {
+		job  string
+		body ActionRequest
+	}{
+		{"mail-d", ActionRequest{Action: "retry"}},
+		{"mail-e", ActionRequest{Action: "discard"}},
+		{"sync-u", ActionRequest{Action: "settle", Outcome: "CANCELLED"}},
+	}
+	for _, a := range actions {
+		path := "/api/jobs/" + a.job + "/action"
+		body, _ := json.Marshal(a.body)
+		if code := viewer.post(path, a.body, nil); code != http.StatusForbidden {
+			t.Errorf("%s %s as a viewer's session: %d, want 403", a.body.Action, a.job, code)
+		}
+		code, _, _ := e.anonymousBody(http.MethodPost, path, string(body), func(r *http.Request) {
+			r.Header.Set("Authorization", "Bearer "+e.tokens[Viewer].String())
+		})
+		if code != http.StatusForbidden {
+			t.Errorf("%s %s with a viewer's bearer token: %d, want 403", a.body.Action, a.job, code)
+		}
+		for name, set := range map[string]func(*http.Request){
+			"another site's Origin": func(r *http.Request) {
+				r.Header.Set("Origin", "http://evil.example")
+				r.Header.Set(CSRFHeader, e.op.csrf)
+			},
+			"Sec-Fetch-Site cross-site": func(r *http.Request) {
+				r.Header.Set("Sec-Fetch-Site", "cross-site")
+				r.Header.Set(CSRFHeader, e.op.csrf)
+			},
+			"its Origin, no CSRF token": func(r *http.Request) { r.Header.Set("Origin", e.url) },
+			"another session's token":   func(r *http.Request) { r.Header.Set("Origin", e.url); r.Header.Set(CSRFHeader, viewer.csrf) },
+			"no Origin, no CSRF token":  nil,
+		} {
+			req, _ := http.NewRequest(http.MethodPost, e.url+path, strings.NewReader(string(body)))
+			req.Header.Set("Content-Type", "text/plain") // what a form of another site may send
+			if set != nil {
+				set(req)
+			}
+			resp, err := e.op.hc.Do(req) // with the operator's session cookie
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("%s %s with %s: %d, want 403", a.body.Action, a.job, name, resp.StatusCode)
+			}
+		}
+	}
+	if n := inputs(); n != before {
+		t.Fatalf("the refused requests stored %d inputs", n-before)
+	}
+	for job, st := range map[string]string{"mail-d": "DEAD", "mail-e": "DEAD", "sync-u": "UNRESOLVED"} {
+		if r := e.row(job); r.State != st {
+			t.Fatalf("%s after the refused requests: %s, want %s", job, r.State, st)
+		}
+	}
+	// The page's own requests work; so does an operator's bearer token.
+	for _, a := range actions[:2] {
+		var res ActionResult
+		if code := e.op.post("/api/jobs/"+a.job+"/action", a.body, &res); code != http.StatusOK || !res.Accepted || res.Kind != "resolved" {
+			t.Errorf("the page's own %s of %s: %d %+v", a.body.Action, a.job, code, res)
+		}
+	}
+	code, body, _ := e.anonymousBody(http.MethodPost, "/api/jobs/sync-u/action", `{"action":"settle","outcome":"CANCELLED"}`, func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+e.tokens[Operator].String())
+	})
+	if code != http.StatusOK || !strings.Contains(body, `"kind":"resolved"`) {
+		t.Errorf("an operator's bearer token settling sync-u: %d %s", code, body)
+	}
+}

@@ -33,7 +33,8 @@
 //     of every stored decision about the job, as `tenure audit --job`
 //     prints it); and every input with its verdicts;
 //   - /anomalies the jobs that need an operator (pending ownership conflict,
-//     UNRESOLVED) and a live feed of every verdict that was not accepted;
+//     UNRESOLVED, DEAD) and a live feed of every verdict that was not
+//     accepted;
 //   - /audit runs an audit (package audit, as `tenure audit`) on demand,
 //     and counts the decisions stored since the audit on screen began.
 //
@@ -130,7 +131,9 @@
 //     so are actions: a viewer gets 403.
 //   - An operator (Operator) sees everything, runs audits, and, with
 //     Config.Actions (--ui-actions), uses the operator actions of package
-//     ops on a job page: request a cancellation, revoke, affirm, settle.
+//     ops on a job page: request a cancellation, revoke, affirm, settle an
+//     UNRESOLVED job, retry or discard a DEAD queue job, each sent only
+//     after a confirmation (a second click).
 //     Each is an input published as the ops actor Config.ActorID, on
 //     Config.ActionsConn (`tenure serve --ui-credential`, the ops user
 //     `tenure auth init` makes for the board, since the coordinator's user

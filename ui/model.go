@@ -213,8 +213,11 @@ func deadline(j *events.Job) (int64, bool) {
 }
 
 // blocked reports whether a job needs an operator: a pending ownership
-// conflict or an unresolved cancellation.
-func blocked(j *events.Job) bool { return j.Conflict || j.State == events.StateUnresolved }
+// conflict (revoke or affirm), an unresolved cancellation (settle), or a
+// DEAD queue job (retry or discard).
+func blocked(j *events.Job) bool {
+	return j.Conflict || j.State == events.StateUnresolved || j.State == events.StateDead
+}
 
 // isAnomaly reports whether a decision goes to the anomalies feed: every
 // verdict that is not accepted, and every unresolved job.
@@ -494,7 +497,7 @@ type Query struct {
 	Holder  string   // exactly this holder
 	Queue   string   // exactly this queue
 	Job     string   // job ids containing this (case-sensitive)
-	Blocked bool     // only jobs with a pending conflict or UNRESOLVED
+	Blocked bool     // only jobs that need an operator: a pending conflict, UNRESOLVED or DEAD
 	Sort    string   // id (default), -id, deadline, updated, holder, state, anomalies; ids and holders in natural order (compareIDs)
 	Offset  int
 	Limit   int // default DefaultPageSize, at most MaxPageSize
@@ -772,7 +775,7 @@ type AnomalyPage struct {
 	Latest  uint64    `json:"latest"`  // N of the newest entry ever
 	Oldest  uint64    `json:"oldest"`  // N of the oldest entry still kept
 	More    bool      `json:"more"`    // older matching entries exist
-	Blocked []Row     `json:"blocked"` // jobs needing an operator (conflict or UNRESOLVED), at most MaxPageSize
+	Blocked []Row     `json:"blocked"` // jobs needing an operator (conflict, UNRESOLVED or DEAD), at most MaxPageSize
 	Total   int       `json:"blocked_total"`
 	Now     int64     `json:"now"`
 }

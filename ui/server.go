@@ -60,7 +60,7 @@ type Config struct {
 	// that did not come over TLS: for a board behind a proxy that ends
 	// TLS. (A request over TLS always gets a Secure cookie.)
 	SecureCookies bool
-	// Actions enables operator actions (cancel, revoke, affirm, settle)
+	// Actions enables operator actions (cancel, revoke, affirm, settle, retry, discard)
 	// from the job page, for sessions of the operator role; each is an
 	// input published as the ops actor ActorID, judged by the coordinator
 	// like any other. Off by default: the UI is read-only.

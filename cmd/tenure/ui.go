@@ -38,7 +38,7 @@ type uiFlags struct {
 
 func (u *uiFlags) register(fs *flag.FlagSet, httpDefault, httpHelp, tokenDirHelp string) {
 	fs.StringVar(&u.http, "http", httpDefault, httpHelp)
-	fs.BoolVar(&u.actions, "ui-actions", false, "allow operator actions (cancel, revoke, affirm, settle) from the web UI, to operator sessions; each is an input judged like any other (default: read-only)")
+	fs.BoolVar(&u.actions, "ui-actions", false, "allow operator actions (cancel, revoke, affirm, settle, retry, discard) from the web UI, to operator sessions; each is an input judged like any other (default: read-only)")
 	fs.Func("ui-as", "ops identity (actor token) of the web UI's operator actions (default "+ui.DefaultActor+"; with --ui-credential, the credential's name)", func(s string) error {
 		u.as, u.asSet = s, true
 		return nil
