@@ -469,3 +469,83 @@ func TestQueueStandings(t *testing.T) {
 		t.Errorf("the honest worker: %+v (standing %+v)", good, good.Standing)
 	}
 }
+
+// Restoring one partition from its snapshot (Model.Restore) replaces
+// that partition's jobs, queue counts and announcements and nothing of
+// another partition's; a second restore replaces the first.
+func TestModelRestorePartition(t *testing.T) {
+	const count = 2
+	m := NewModel(count)
+	var ps [count]*projector.Projector
+	var in, out [count]uint64
+	step := func(k uint32, role events.Role, actor, job string, input events.Input) {
+		t.Helper()
+		in[k]++
+		input.Role, input.Actor, input.Job = role, actor, job
+		p := events.Partition{Index: k, Count: count}
+		raw := events.Raw{Seq: in[k], Time: testutil.ScenarioBase + int64(in[k])*ms, Subject: p.InputSubject(role, actor, job, input.Verb),
+			Body: events.AppendInputBody(nil, &input)}
+		ds, err := ps[k].Step(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ds {
+			out[k]++
+			m.Apply(k, out[k], &ds[i])
+		}
+	}
+	// Jobs of each partition, in queue q.
+	jobsOf := [count][]string{}
+	for i := 0; len(jobsOf[0]) < 3 || len(jobsOf[1]) < 3; i++ {
+		id := fmt.Sprintf("j%d", i)
+		k := events.PartitionOf(id, count)
+		jobsOf[k] = append(jobsOf[k], id)
+	}
+	for k := range uint32(count) {
+		ps[k] = projector.NewPartition(events.Partition{Index: k, Count: count})
+		step(k, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision5, LeaseKey: [events.LeaseKeyLen]byte{byte(k)}})
+		for _, id := range jobsOf[k][:2] {
+			step(k, events.RoleOps, "d1", id, events.Input{Verb: events.VerbSubmit, Queue: "q"})
+		}
+		step(k, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 1, TTLMS: 600000})
+	}
+	now := time.Unix(0, testutil.ScenarioBase+100*ms)
+	// Partition 1 goes on (its third job), and its model is restored from
+	// a snapshot taken then, twice.
+	step(1, events.RoleOps, "d1", jobsOf[1][2], events.Input{Verb: events.VerbSubmit, Queue: "q"})
+	snap := projector.NewPartition(events.Partition{Index: 1, Count: count})
+	if err := snap.Restore(ps[1].Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	at := out[1]
+	m.Restore(1, at, snap)
+	m.Restore(1, at, snap) // again: the same
+	if got := m.PositionOf(1); got != at {
+		t.Fatalf("partition 1 restored at %d, position %d", at, got)
+	}
+	for k, ids := range jobsOf {
+		for _, id := range ids {
+			_, inModel := m.Job(id, now)
+			_, inFold := ps[k].Job(id)
+			if inModel != inFold {
+				t.Errorf("job %s of partition %d: in the model %v, in the fold %v", id, k, inModel, inFold)
+			}
+		}
+	}
+	r, _ := m.Job(jobsOf[1][2], now)
+	if r.Last.Snapshot != at || r.Last.Seq != 0 || r.Last.Label() != "snapshot" {
+		t.Errorf("a restored job's last decision: %+v", r.Last)
+	}
+	if r, _ := m.Job(jobsOf[0][0], now); r.Last.Snapshot != 0 || r.Last.Seq == 0 {
+		t.Errorf("partition 0's job after partition 1's restore: %+v", r.Last)
+	}
+	q, ok := m.Queue("q", now)
+	// Each partition offered one job to w1 (one slot each): the other
+	// two of partition 1 and one of partition 0 are ready.
+	if !ok || q.Queue.Jobs != 5 || q.Queue.Offered != 2 || q.Queue.Ready != 3 || q.Queue.Workers != 2 || q.Queue.Slots != 2 || q.Queue.FreeSlots != 0 {
+		t.Fatalf("queue q after partition 1's restore: %+v", q.Queue)
+	}
+	if l := m.List(JobsRequest{Limit: MaxJobsLimit}, now); l.Total != 5 {
+		t.Fatalf("%d jobs listed after the restore, want 5", l.Total)
+	}
+}
