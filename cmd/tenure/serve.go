@@ -244,8 +244,10 @@ board-viewer.token; the log says where).
 
 It also answers the state API (tenure.api.>, PROTOCOL.md §23: the jobs'
 projections, the queues' depth, workers and rates, for tenure jobs and
-tenure queues) from a read model of the decision stream it rebuilds from
-the first decision at every start; --no-api turns it off. The status and
+tenure queues) from a read model of the decision stream it rebuilds at
+every start, from the first decision or, once the log's first segments
+were removed (tenure log remove), from the stored snapshot; the web UI of
+--http shows the same read model. --no-api turns the API off. The status and
 $SRV endpoints, the state API and the web UI use a second connection
 (tenure-service-<id>), so that a flood aimed at their subjects never
 slows the coordinator's own.
