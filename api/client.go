@@ -84,6 +84,15 @@ func (c *Client) Queues(ctx context.Context, q QueuesRequest) (QueuesReply, erro
 	return r, err
 }
 
+// Result returns the worker's account of a result of job id (its
+// detail): that of the result input at sequence input of the job's
+// partition's input stream, or, with input 0, of the job's latest result.
+func (c *Client) Result(ctx context.Context, id string, input uint64) (ResultReply, error) {
+	var r ResultReply
+	err := c.request(ctx, SubjectResult, ResultRequest{Job: id, Input: input}, &r)
+	return r, err
+}
+
 func (c *Client) request(ctx context.Context, subject string, req, reply any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -21,7 +21,7 @@ func TestProtocolDocumentsTheAPI(t *testing.T) {
 		t.Fatal("PROTOCOL.md has no §23")
 	}
 	sec := string(doc)[i:]
-	for _, s := range []string{SubjectJob, SubjectJobs, SubjectQueue, SubjectQueues, SubjectsFilter} {
+	for _, s := range []string{SubjectJob, SubjectJobs, SubjectQueue, SubjectQueues, SubjectResult, SubjectsFilter} {
 		if !strings.Contains(sec, "`"+s+"`") {
 			t.Errorf("§23 does not name subject %s", s)
 		}
@@ -32,7 +32,7 @@ func TestProtocolDocumentsTheAPI(t *testing.T) {
 		}
 	}
 	for _, v := range []any{JobRequest{}, JobsRequest{}, QueueRequest{}, QueuesRequest{}, Position{}, LastDecision{}, JobReply{},
-		JobSummary{}, JobsReply{}, QueueReply{}, QueuesReply{}, QueueStats{}, Rates{}, Counts{}, WorkerCapacity{}, ErrorReply{}, ErrorBody{}} {
+		JobSummary{}, JobsReply{}, QueueReply{}, QueuesReply{}, QueueStats{}, Rates{}, Counts{}, WorkerCapacity{}, ErrorReply{}, ErrorBody{}, ResultRequest{}, ResultReply{}, WorkerResult{}} {
 		typ := reflect.TypeOf(v)
 		for f := range typ.Fields() {
 			if f.Anonymous {

@@ -23,6 +23,7 @@ type folded struct {
 	t   tb
 	p   *projector.Projector
 	m   *Model
+	r   *Model // nil, or a model restored from a snapshot of p (restore), fed the decisions after it as m is
 	now int64
 	in  uint64 // input sequence
 	out uint64 // decision sequence
@@ -65,6 +66,9 @@ func (f *folded) step(role events.Role, actor, job string, in events.Input) []ev
 				f.t.Fatal(err)
 			}
 			f.m.Apply(0, f.out, &d)
+			if f.r != nil {
+				f.r.Apply(0, f.out, &d)
+			}
 			all = append(all, d)
 		}
 		if len(ds) == 0 || !f.p.Due() {
@@ -76,16 +80,43 @@ func (f *folded) step(role events.Role, actor, job string, in events.Input) []ev
 
 func (f *folded) at() time.Time { return time.Unix(0, f.now) }
 
-// check compares the model with the projector's own state: every job's
-// projection, the jobs by state, and each queue's depth, live leases and
-// announcements.
+// restore restores f.r (made if nil) from a snapshot of the projector now,
+// as a reader of a decision stream whose first segments were removed
+// does (Follow): the projector restored from the snapshot's bytes, at the
+// last decision so far.
+func (f *folded) restore() {
+	f.t.Helper()
+	p := projector.New()
+	if err := p.Restore(f.p.Snapshot()); err != nil {
+		f.t.Fatal(err)
+	}
+	if f.r == nil {
+		f.r = NewModel(0)
+	}
+	f.r.Restore(0, f.out, p)
+	if got := f.r.PositionOf(0); got != f.out {
+		f.t.Fatalf("restored at decision %d, position %d", f.out, got)
+	}
+}
+
+// check compares the model (and the restored one, if any) with the
+// projector's own state: every job's projection, the jobs by state, and
+// each queue's depth, live leases and announcements.
 func (f *folded) check(ids []string) {
+	f.t.Helper()
+	f.checkModel(f.m, ids)
+	if f.r != nil {
+		f.checkModel(f.r, ids)
+	}
+}
+
+func (f *folded) checkModel(m *Model, ids []string) {
 	f.t.Helper()
 	now := f.at()
 	byState := map[string]int{}
 	for _, id := range ids {
 		j, ok := f.p.Job(id)
-		r, got := f.m.Job(id, now)
+		r, got := m.Job(id, now)
 		if ok != got {
 			f.t.Fatalf("job %s: in the projection %v, in the model %v", id, ok, got)
 		}
@@ -102,7 +133,7 @@ func (f *folded) check(ids []string) {
 		}
 	}
 	for st, n := range byState {
-		if l := f.m.List(JobsRequest{State: st, Limit: MaxJobsLimit}, now); l.Total != n {
+		if l := m.List(JobsRequest{State: st, Limit: MaxJobsLimit}, now); l.Total != n {
 			f.t.Fatalf("%d jobs %s listed, %d in the projection", l.Total, st, n)
 		}
 	}
@@ -110,7 +141,7 @@ func (f *folded) check(ids []string) {
 	for _, q := range f.p.Queues() {
 		want[q.Name] = q
 	}
-	got := f.m.Queues(QueuesRequest{Limit: MaxQueuesLimit}, now)
+	got := m.Queues(QueuesRequest{Limit: MaxQueuesLimit}, now)
 	for _, q := range got.Queues {
 		w := want[q.Queue]
 		if q.Queued-q.Blocked != w.Queued || q.Ready != w.Ready || q.InFlight != w.InFlight || q.Workers != w.Workers || q.Slots != w.Slots {
@@ -132,7 +163,9 @@ func (f *folded) check(ids []string) {
 // job's projection byte for byte, the jobs by state, and each queue's
 // depth, readiness, live leases and announcements, after every input of
 // random logs of queues (submits, pulls, ACKs, results, releases,
-// cancels, retries, discards, retention, time passing).
+// cancels, retries, discards, retention, time passing). So is a model
+// restored from a snapshot of the projector at any point (again and again:
+// each restore replaces what it held) and fed the decisions after it.
 func TestModelIsTheFold(t *testing.T) {
 	jobs := []string{"j0", "j1", "j2", "j3", "j4", "j5", "p0"}
 	rapid.Check(t, func(rt *rapid.T) {
@@ -148,7 +181,7 @@ func TestModelIsTheFold(t *testing.T) {
 			if holder == "" || rapid.IntRange(0, 9).Draw(rt, "claim") == 0 {
 				holder = worker
 			}
-			switch rapid.IntRange(0, 11).Draw(rt, "op") {
+			switch rapid.IntRange(0, 12).Draw(rt, "op") {
 			case 0, 1:
 				f.step(events.RoleOps, "d1", job, events.Input{Verb: events.VerbSubmit, Queue: rapid.SampledFrom([]string{"q1", "q2"}).Draw(rt, "queue"),
 					MaxAttempts: uint64(rapid.IntRange(0, 3).Draw(rt, "attempts")), BackoffMS: int64(rapid.SampledFrom([]int{0, 100, 1000}).Draw(rt, "backoff"))})
@@ -175,8 +208,14 @@ func TestModelIsTheFold(t *testing.T) {
 					pol.Retain = rapid.SampledFrom([]int64{0, 1000 * ms}).Draw(rt, "retain")
 					f.step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbPolicy, Policy: pol})
 				}
-			default:
+			case 11:
 				f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+			default:
+				// A reader starting (or starting again) from the stored
+				// snapshot, the decisions before it removed: from here
+				// on it must hold what the fold holds too.
+				f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+				f.restore()
 			}
 			f.check(jobs)
 		}
@@ -428,5 +467,85 @@ func TestQueueStandings(t *testing.T) {
 	}
 	if good.Slots != 4 || good.Offers != 1 || good.Completions != 1 || good.Standing == nil || good.Standing.Strikes != 0 || good.Standing.Window != events.InitialWindow+1 {
 		t.Errorf("the honest worker: %+v (standing %+v)", good, good.Standing)
+	}
+}
+
+// Restoring one partition from its snapshot (Model.Restore) replaces
+// that partition's jobs, queue counts and announcements and nothing of
+// another partition's; a second restore replaces the first.
+func TestModelRestorePartition(t *testing.T) {
+	const count = 2
+	m := NewModel(count)
+	var ps [count]*projector.Projector
+	var in, out [count]uint64
+	step := func(k uint32, role events.Role, actor, job string, input events.Input) {
+		t.Helper()
+		in[k]++
+		input.Role, input.Actor, input.Job = role, actor, job
+		p := events.Partition{Index: k, Count: count}
+		raw := events.Raw{Seq: in[k], Time: testutil.ScenarioBase + int64(in[k])*ms, Subject: p.InputSubject(role, actor, job, input.Verb),
+			Body: events.AppendInputBody(nil, &input)}
+		ds, err := ps[k].Step(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ds {
+			out[k]++
+			m.Apply(k, out[k], &ds[i])
+		}
+	}
+	// Jobs of each partition, in queue q.
+	jobsOf := [count][]string{}
+	for i := 0; len(jobsOf[0]) < 3 || len(jobsOf[1]) < 3; i++ {
+		id := fmt.Sprintf("j%d", i)
+		k := events.PartitionOf(id, count)
+		jobsOf[k] = append(jobsOf[k], id)
+	}
+	for k := range uint32(count) {
+		ps[k] = projector.NewPartition(events.Partition{Index: k, Count: count})
+		step(k, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision5, LeaseKey: [events.LeaseKeyLen]byte{byte(k)}})
+		for _, id := range jobsOf[k][:2] {
+			step(k, events.RoleOps, "d1", id, events.Input{Verb: events.VerbSubmit, Queue: "q"})
+		}
+		step(k, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 1, TTLMS: 600000})
+	}
+	now := time.Unix(0, testutil.ScenarioBase+100*ms)
+	// Partition 1 goes on (its third job), and its model is restored from
+	// a snapshot taken then, twice.
+	step(1, events.RoleOps, "d1", jobsOf[1][2], events.Input{Verb: events.VerbSubmit, Queue: "q"})
+	snap := projector.NewPartition(events.Partition{Index: 1, Count: count})
+	if err := snap.Restore(ps[1].Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	at := out[1]
+	m.Restore(1, at, snap)
+	m.Restore(1, at, snap) // again: the same
+	if got := m.PositionOf(1); got != at {
+		t.Fatalf("partition 1 restored at %d, position %d", at, got)
+	}
+	for k, ids := range jobsOf {
+		for _, id := range ids {
+			_, inModel := m.Job(id, now)
+			_, inFold := ps[k].Job(id)
+			if inModel != inFold {
+				t.Errorf("job %s of partition %d: in the model %v, in the fold %v", id, k, inModel, inFold)
+			}
+		}
+	}
+	r, _ := m.Job(jobsOf[1][2], now)
+	if r.Last.Snapshot != at || r.Last.Seq != 0 || r.Last.Label() != "snapshot" {
+		t.Errorf("a restored job's last decision: %+v", r.Last)
+	}
+	if r, _ := m.Job(jobsOf[0][0], now); r.Last.Snapshot != 0 || r.Last.Seq == 0 {
+		t.Errorf("partition 0's job after partition 1's restore: %+v", r.Last)
+	}
+	q, ok := m.Queue("q", now)
+	// Each partition offered one job to w1 (one slot each): the other
+	// two of partition 1 and one of partition 0 are ready.
+	if !ok || q.Queue.Jobs != 5 || q.Queue.Offered != 2 || q.Queue.Ready != 3 || q.Queue.Workers != 2 || q.Queue.Slots != 2 || q.Queue.FreeSlots != 0 {
+		t.Fatalf("queue q after partition 1's restore: %+v", q.Queue)
+	}
+	if l := m.List(JobsRequest{Limit: MaxJobsLimit}, now); l.Total != 5 {
+		t.Fatalf("%d jobs listed after the restore, want 5", l.Total)
 	}
 }

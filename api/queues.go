@@ -284,6 +284,46 @@ func (qs *Queues) Observe(part uint32, prev, next *events.Job, d *events.Decisio
 	}
 }
 
+// restore counts job j of partition part, restored from a snapshot whose
+// time is now (Model.Restore): it counts in no total and no rate.
+func (qs *Queues) restore(part uint32, j *events.Job, now int64) {
+	if j.Queue == "" {
+		return
+	}
+	qs.last = max(qs.last, now)
+	qs.queue(j.Queue).add(part, j, qs.last)
+}
+
+// drop uncounts job j of partition part (Model.Restore): it counts in no
+// total and no rate.
+func (qs *Queues) drop(part uint32, j *events.Job) {
+	if q := qs.queues[j.Queue]; j.Queue != "" && q != nil {
+		q.remove(part, j)
+		qs.forget(q)
+	}
+}
+
+// reset forgets what partition part contributed (Model.Restore, whose
+// jobs it removed already): its workers' announcements, records and
+// standings. The totals and rates stay.
+func (qs *Queues) reset(part uint32) {
+	for _, q := range qs.queues {
+		for k := range q.caps {
+			if k.part == part {
+				delete(q.caps, k)
+			}
+		}
+		for k := range q.seen {
+			if k.part == part {
+				delete(q.seen, k)
+			}
+		}
+	}
+	for _, q := range qs.queues {
+		qs.forget(q)
+	}
+}
+
 // observeWorker counts, for the worker a decision about queue job next
 // concerns, what it did with the job.
 func (q *queueState) observeWorker(part uint32, next *events.Job, d *events.Decision) {

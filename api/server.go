@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -50,6 +48,7 @@ type Server struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	model   *Model
+	results *Results
 	dropped atomic.Uint64 // messages that were no request (no reply subject, a consumer's delivery)
 	refused atomic.Uint64 // requests answered with an error of the request (4xx)
 }
@@ -76,10 +75,14 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: jetstream: %w", err)
 	}
-	return &Server{cfg: cfg, topos: cfg.Topology.Partitions(cfg.Partitions), js: js, log: cfg.Logger, model: NewModel(cfg.Partitions)}, nil
+	m := NewModel(cfg.Partitions)
+	return &Server{cfg: cfg, topos: cfg.Topology.Partitions(cfg.Partitions), js: js, log: cfg.Logger, model: m,
+		results: NewResults(js, cfg.Topology, m)}, nil
 }
 
-// Model is the Server's read model.
+// Model is the Server's read model, which Run keeps up to date. The web
+// board of the same process shares it (ui.Config.Model): attach its View
+// before Run.
 func (s *Server) Model() *Model { return s.model }
 
 // Stats are the Server's counters, as its endpoints' stats show them.
@@ -96,23 +99,19 @@ type Stats struct {
 // Stats returns the Server's counters.
 func (s *Server) Stats() Stats {
 	m := s.model
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	p := m.position(time.Now())
 	return Stats{Jobs: len(m.jobs), Queues: m.queues.Len(), Dropped: s.dropped.Load(), Refused: s.refused.Load(),
 		Bad: m.bad, CaughtUp: p.CaughtUp, Seq: p.Seq}
 }
 
-// Run follows every partition's decision stream from its first decision
-// into the model until ctx ends (one follow.Follower each, which replaces
-// a consumer lost with a cluster node), waiting for the streams to exist
-// and resuming each partition where it stopped after an error.
+// Run follows every partition's decision stream into the model until ctx
+// ends (Follow: from its first decision, or from the stored snapshot when
+// its first segments were removed), waiting for the streams to exist and
+// resuming each partition where it stopped after an error.
 func (s *Server) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	for k, t := range s.topos {
-		wg.Go(func() { follow.Feed(ctx, s.js, t.DecisionStream(), uint32(k), s.model, s.log.With("in", "api")) })
-	}
-	wg.Wait()
+	Follow(ctx, s.js, s.cfg.Topology, s.model, s.log.With("in", "api"))
 	return nil
 }
 
@@ -123,6 +122,7 @@ var endpoints = []struct{ name, subject string }{
 	{"api-job-list", SubjectJobs},
 	{"api-queue-get", SubjectQueue},
 	{"api-queue-list", SubjectQueues},
+	{"api-job-result", SubjectResult},
 }
 
 // Pending limits of each endpoint's subscription (AddEndpoints).
@@ -139,7 +139,7 @@ const (
 // delivering there) is dropped by the client library and counted, not
 // buffered.
 func (s *Server) AddEndpoints(svc micro.Service) error {
-	handlers := []func(micro.Request){s.serveJob, s.serveJobs, s.serveQueue, s.serveQueues}
+	handlers := []func(micro.Request){s.serveJob, s.serveJobs, s.serveQueue, s.serveQueues, s.serveResult}
 	for i, e := range endpoints {
 		h := handlers[i]
 		if err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(r micro.Request) { s.handle(r, h) }),
@@ -257,6 +257,9 @@ func (s *Server) serveJob(r micro.Request) {
 	rep, ok := s.model.Job(q.Job, s.cfg.Now())
 	switch {
 	case ok:
+		if rep.WorkerResult == nil {
+			s.fillResult(&rep, q.Job)
+		}
 		s.respond(r, rep)
 	case !rep.CaughtUp:
 		s.fail(r, 503, "job "+q.Job+" not read yet: the read model is catching up with the decision stream (at "+strconv.FormatUint(rep.Seq, 10)+")")
@@ -281,7 +284,80 @@ func (s *Server) serveJobs(r micro.Request) {
 		s.fail(r, 400, strings.ReplaceAll(err.Error(), "\n", "; "))
 		return
 	}
-	s.respond(r, s.model.List(q, s.cfg.Now()))
+	rep := s.model.List(q, s.cfg.Now())
+	s.fillDetails(rep.Jobs)
+	s.respond(r, rep)
+}
+
+// resultTimeout bounds the reads of workers' results for one answer.
+const resultTimeout = 5 * time.Second
+
+// fillResult adds the worker's account of job's latest result to rep, if
+// the job has a result and it can be read.
+func (s *Server) fillResult(rep *JobReply, job string) {
+	ctx, cancel := context.WithTimeout(context.Background(), resultTimeout)
+	defer cancel()
+	got, err := s.results.Fill(ctx, []string{job})
+	if err != nil {
+		s.log.Warn("api: reading a worker's result", "job", job, "err", err)
+	}
+	if w, ok := got[job]; ok {
+		rep.WorkerResult = &w
+	}
+}
+
+// fillDetails adds to the jobs of a page the detail of their latest
+// results (read once, then kept in the model).
+func (s *Server) fillDetails(jobs []JobSummary) {
+	var ids []string
+	for _, j := range jobs {
+		if j.ResultInput != 0 && j.ResultDetail == "" {
+			ids = append(ids, j.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resultTimeout)
+	defer cancel()
+	got, err := s.results.Fill(ctx, ids)
+	if err != nil {
+		s.log.Warn("api: reading workers' results", "err", err)
+	}
+	for i := range jobs {
+		if w, ok := got[jobs[i].ID]; ok && w.Input == jobs[i].ResultInput {
+			jobs[i].ResultDetail = w.Detail
+		}
+	}
+}
+
+func (s *Server) serveResult(r micro.Request) {
+	var q ResultRequest
+	if err := decode(r, &q); err != nil {
+		s.fail(r, 400, err.Error())
+		return
+	}
+	if err := checkToken("job", q.Job, false); err != nil {
+		s.fail(r, 400, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resultTimeout)
+	defer cancel()
+	w, ok, err := s.results.Read(ctx, q.Job, q.Input)
+	switch {
+	case ok:
+		s.respond(r, ResultReply{Job: q.Job, Partition: s.model.partition(events.PartitionOf(q.Job, s.cfg.Partitions)).Token(), Result: w})
+	case errors.Is(err, ErrNotAResult), errors.Is(err, ErrInputMissing):
+		s.fail(r, 404, err.Error())
+	case err != nil:
+		s.fail(r, 500, err.Error())
+	default:
+		if _, known := s.model.Job(q.Job, s.cfg.Now()); known {
+			s.fail(r, 404, "job "+q.Job+" has no result yet")
+		} else {
+			s.fail(r, 404, "no job "+q.Job+" in the read model: give the result's input")
+		}
+	}
 }
 
 func (s *Server) serveQueue(r micro.Request) {

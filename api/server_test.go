@@ -19,6 +19,7 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/ops"
+	"github.com/maknow/tenure/worker"
 )
 
 func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
@@ -325,5 +326,78 @@ func TestAPIPartitioned(t *testing.T) {
 	l, err := cl.Jobs(ctx, api.JobsRequest{Queue: "emails", State: "OFFERED"})
 	if err != nil || l.Total != count || len(l.Jobs) != count || l.Jobs[0].Partition == "" {
 		t.Fatalf("the offered jobs: %v %+v", err, l)
+	}
+}
+
+// A FAILED result reads as one (issue 34): its completed decision's
+// outcome is in last.outcome, and the worker's detail, which only the
+// result input holds, is in job.get (worker_result), job.list
+// (result_detail) and job.result, by the job or by the input; job.result
+// answers nothing of an input that is not a result about the job (the
+// rules input carries the lease key; a submit, its payload).
+func TestFailureDetails(t *testing.T) {
+	srv := startTenure(t)
+	nc, _ := testutil.Connect(t, srv.ClientURL())
+	startAPI(t, srv.ClientURL())
+	cl := api.NewClient(nc, 5*time.Second)
+	ctx := context.Background()
+	w, err := worker.Connect(nc, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	const why = "connect: connection refused (smtp.example.com:25)"
+	fail, err := w.Acquire(ctx, "fail-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fail.Complete(ctx, events.OutcomeFailed, why); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := w.Acquire(ctx, "ok-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ok.Complete(ctx, events.OutcomeSuccess, ""); err != nil {
+		t.Fatal(err)
+	}
+	var j api.JobReply
+	testutil.WaitFor(t, 10*time.Second, "fail-1 FAILED in the read model", func() bool {
+		j, err = cl.Job(ctx, "fail-1")
+		return err == nil && j.Last.Kind == "completed"
+	})
+	if j.Last.Outcome != "FAILED" || j.Last.Label() != "failed" || j.WorkerResult == nil ||
+		j.WorkerResult.Detail != why || j.WorkerResult.Worker != "w1" || j.WorkerResult.Outcome != "FAILED" || j.WorkerResult.Input != j.Last.Cause {
+		t.Fatalf("fail-1: last %+v, worker result %+v", j.Last, j.WorkerResult)
+	}
+	testutil.WaitFor(t, 10*time.Second, "ok-1 COMPLETED in the read model", func() bool {
+		j, err = cl.Job(ctx, "ok-1")
+		return err == nil && j.Last.Kind == "completed"
+	})
+	if j.Last.Outcome != "SUCCESS" || j.Last.Label() != "succeeded" || j.WorkerResult == nil || j.WorkerResult.Detail != "" {
+		t.Fatalf("ok-1: last %+v, worker result %+v", j.Last, j.WorkerResult)
+	}
+	l, err := cl.Jobs(ctx, api.JobsRequest{State: "FAILED"})
+	if err != nil || len(l.Jobs) != 1 || l.Jobs[0].ResultDetail != why || l.Jobs[0].Last.Label() != "failed" {
+		t.Fatalf("the FAILED jobs: %v %+v", err, l)
+	}
+	r, err := cl.Result(ctx, "fail-1", 0)
+	if err != nil || r.Result.Detail != why || r.Job != "fail-1" {
+		t.Fatalf("job.result of fail-1: %v %+v", err, r)
+	}
+	f, _ := cl.Job(ctx, "fail-1")
+	if r, err = cl.Result(ctx, "fail-1", f.Last.Cause); err != nil || r.Result.Detail != why {
+		t.Fatalf("job.result of fail-1 by its input: %v %+v", err, r)
+	}
+	// Inputs that are no result about the job: the rules input (1), the
+	// acquire of fail-1, ok-1's result, an input beyond the stream.
+	for _, in := range []uint64{1, f.Last.Cause - 1, f.Last.Cause + 2, 1 << 40} {
+		r, err := cl.Result(ctx, "fail-1", in)
+		if !errors.Is(err, api.ErrNotFound) || r.Result.Detail != "" || r.Result.Worker != "" {
+			t.Errorf("job.result of fail-1 at input %d: %v %+v, want 404", in, err, r)
+		}
+	}
+	if _, err := cl.Result(ctx, "nope", 0); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("job.result of an unknown job: %v", err)
 	}
 }

@@ -16,6 +16,7 @@ const (
 	SubjectJobs    = SubjectPrefix + ".job.list"   // JobsRequest → JobsReply
 	SubjectQueue   = SubjectPrefix + ".queue.get"  // QueueRequest → QueueReply
 	SubjectQueues  = SubjectPrefix + ".queue.list" // QueuesRequest → QueuesReply
+	SubjectResult  = SubjectPrefix + ".job.result" // ResultRequest → ResultReply
 	SubjectsFilter = SubjectPrefix + ".>"          // every subject of the API, for permissions
 )
 
@@ -37,6 +38,15 @@ const (
 // JobRequest asks for the projection of one job (job.get).
 type JobRequest struct {
 	Job string `json:"job"` // a job id (token)
+}
+
+// ResultRequest asks for the worker's account of a result of a job
+// (job.result): the result input at sequence Input of the job's
+// partition's input stream, or, without Input, the input of the job's
+// latest result as the read model knows it.
+type ResultRequest struct {
+	Job   string `json:"job"`             // a job id (token)
+	Input uint64 `json:"input,omitempty"` // an input stream sequence (0: the job's latest result's)
 }
 
 // JobsRequest asks for a page of jobs (job.list), in byte order of their
@@ -89,6 +99,58 @@ type LastDecision struct {
 	At     string `json:"at"`    // its authoritative time (RFC 3339)
 	Kind   string `json:"kind"`
 	Reason string `json:"reason"`
+	// Outcome is the result a completed decision recorded (SUCCESS,
+	// FAILED or CANCELLED: the kind is completed for all three); absent
+	// for other kinds.
+	Outcome string `json:"outcome,omitempty"`
+	// Snapshot, when set, says that no decision about the job was read:
+	// the decision streams' first segments were archived and removed, and
+	// the read model started from the stored snapshot, which covers the
+	// decisions up to this sequence. Seq, Cause, Kind and Reason are then
+	// empty, and At is the snapshot's time.
+	Snapshot uint64 `json:"snapshot,omitempty"`
+}
+
+// Label is how a listing shows the decision: kind/reason, but for a
+// completed decision the outcome it recorded (failed, succeeded,
+// cancelled: "completed/ok" reads as a success whatever the outcome), and
+// "snapshot" for a job restored from the snapshot.
+func (l LastDecision) Label() string {
+	switch {
+	case l.Snapshot != 0 && l.Kind == "":
+		return "snapshot"
+	case l.Kind == events.KindCompleted.String() && l.Outcome != "":
+		return OutcomeLabel(l.Outcome)
+	}
+	return l.Kind + "/" + l.Reason
+}
+
+// OutcomeLabel is the word for a result's outcome: succeeded, failed or
+// cancelled.
+func OutcomeLabel(outcome string) string {
+	switch outcome {
+	case events.OutcomeSuccess.String():
+		return "succeeded"
+	case events.OutcomeFailed.String():
+		return "failed"
+	case events.OutcomeCancelled.String():
+		return "cancelled"
+	}
+	return outcome
+}
+
+// WorkerResult is a worker's own account of a result (PROTOCOL.md §6.10),
+// as the result input that recorded it says: the decisions do not carry
+// its detail, so the API reads it from the input stream.
+type WorkerResult struct {
+	Input     uint64 `json:"input"` // the result input's sequence (in the job's partition's input stream)
+	Worker    string `json:"worker,omitempty"`
+	Outcome   string `json:"outcome,omitempty"` // SUCCESS, FAILED or CANCELLED
+	Permanent bool   `json:"permanent,omitempty"`
+	Detail    string `json:"detail,omitempty"` // the worker's free text, at most 256 bytes
+	// Removed says that the input is no longer in the input stream (its
+	// segment was archived and removed): the archive holds it.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // JobReply is the answer of job.get.
@@ -98,7 +160,17 @@ type JobReply struct {
 	Job       json.RawMessage `json:"job"`
 	Partition string          `json:"partition,omitempty"` // partitioned deployments: the job's partition
 	Last      LastDecision    `json:"last"`
+	// WorkerResult is the worker's account of the job's latest result
+	// (its detail: why it failed), absent before any result was read.
+	WorkerResult *WorkerResult `json:"worker_result,omitempty"`
 	Position
+}
+
+// ResultReply is the answer of job.result.
+type ResultReply struct {
+	Job       string       `json:"job"`
+	Partition string       `json:"partition,omitempty"`
+	Result    WorkerResult `json:"result"`
 }
 
 // Projection decodes Job into an events.Job.
@@ -131,6 +203,11 @@ type JobSummary struct {
 	ReadyAt     string       `json:"ready_at,omitempty"`    // QUEUED: when it may be offered
 	LastReason  string       `json:"last_reason,omitempty"` // why its last attempt ended
 	Last        LastDecision `json:"last"`
+	// ResultInput is the input that recorded the job's latest result, and
+	// ResultDetail its worker's detail (why it failed, say), when it has
+	// one: absent before any result.
+	ResultInput  uint64 `json:"result_input,omitempty"`
+	ResultDetail string `json:"result_detail,omitempty"`
 }
 
 // JobsReply is the answer of job.list.

@@ -76,8 +76,9 @@ func (c Config) withDefaults() (Config, error) {
 var ErrNotRetained = errors.New("archive: the streams were created without log retention (they deny purges, which JetStream cannot cancel): their log cannot be trimmed; create a new deployment with tenure serve --log-retention")
 
 // ErrNoSnapshot is the error of Archive when there is no stored snapshot
-// that checks out against its anchor: a segment ends at one.
-var ErrNoSnapshot = errors.New("archive: no stored snapshot checks out against its anchor in the decision stream")
+// that checks out against its anchor: a segment ends at one. It is
+// streams.ErrNoSnapshot, the error of the reader of the snapshot.
+var ErrNoSnapshot = streams.ErrNoSnapshot
 
 // Result is what Archive did.
 type Result struct {
@@ -483,7 +484,7 @@ func Restore(ctx context.Context, cfg Config) (*Restored, error) {
 	hdr.Set(streams.HeaderSnapshotAnchor, strconv.FormatUint(sp.AnchorSeq, 10))
 	hdr.Set(streams.HeaderSnapshotHash, sp.StateHash)
 	hdr.Set(streams.HeaderSnapshotChain, sp.Chain)
-	a, err := checkAnchored(ctx, h, hdr, data)
+	a, err := streams.CheckAnchored(ctx, h.Out, hdr, data)
 	if err != nil {
 		return nil, fmt.Errorf("archive: segment %d's snapshot does not check out against the decision stream: %w", last.Manifest.Segment, err)
 	}
@@ -513,65 +514,14 @@ type snapshot struct {
 }
 
 // storedSnapshot reads the stored snapshot and checks it as a coordinator
-// does before restoring it; any failure is ErrNoSnapshot with the reason.
-// A snapshot replaced while it was read (a live coordinator stores one
-// every so often) is read again, up to five times.
+// does before restoring it (streams.ReadSnapshot); any failure is
+// ErrNoSnapshot with the reason.
 func storedSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) {
-	for i := 0; ; i++ {
-		snap, err := readSnapshot(ctx, h)
-		if !errors.Is(err, errReplaced) || i == 4 {
-			return snap, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(time.Duration(50<<i) * time.Millisecond):
-		}
-	}
-}
-
-var errReplaced = errors.New("it was replaced while read")
-
-func readSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) {
-	info, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
+	s, err := streams.ReadSnapshot(ctx, h)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, streams.Classify(err))
+		return nil, fmt.Errorf("archive: %w", err)
 	}
-	data, err := h.Snapshots.GetBytes(ctx, streams.SnapshotObject)
-	if err != nil {
-		if again, ierr := h.Snapshots.GetInfo(ctx, streams.SnapshotObject); ierr == nil && again.NUID != info.NUID {
-			return nil, fmt.Errorf("%w: %w (run again)", ErrNoSnapshot, errReplaced) // its chunks went with it
-		}
-		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, streams.Classify(err))
-	}
-	again, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
-	if err != nil || again.NUID != info.NUID {
-		return nil, fmt.Errorf("%w: %w (run again)", ErrNoSnapshot, errReplaced)
-	}
-	a, err := checkAnchored(ctx, h, info.Headers, data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, err)
-	}
-	return &snapshot{anchor: a, data: data}, nil
-}
-
-// checkAnchored checks a snapshot's headers and bytes against the decision
-// stream, as a coordinator does (coordinator.checkAnchor): its position is
-// the last decision of its input and carries its chain value, its anchor
-// is a checkpointed decision claiming its input and state hash, and its
-// bytes hash to that.
-func checkAnchored(ctx context.Context, h *streams.Handles, hdr nats.Header, data []byte) (streams.SnapshotAnchor, error) {
-	a, err := streams.ParseSnapshotHeaders(hdr)
-	if err != nil {
-		return a, err
-	}
-	if err := a.CheckPosition(ctx, h.Out); err != nil {
-		return a, err
-	}
-	if err := a.CheckAnchor(ctx, h.Out); err != nil {
-		return a, err
-	}
-	return a, a.CheckBytes(data)
+	return &snapshot{anchor: s.Anchor, data: s.Data}, nil
 }
 
 // CheckTail checks that the streams of cfg.Topology still hold segment

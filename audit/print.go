@@ -188,6 +188,47 @@ func WriteTimeline(w io.Writer, r *Report, base int64) error {
 	return bw.Flush()
 }
 
+// WriteResults writes the results sent about Options.Job (its timeline's
+// result inputs): for each, its input sequence, worker, outcome, the
+// verdict about it and the worker's own detail, quoted (why it failed: no
+// decision carries it, the result input holds it). It writes nothing when
+// there is none.
+func WriteResults(w io.Writer, r *Report) error {
+	bw := bufio.NewWriter(w)
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+	n := 0
+	for i := range r.Timeline {
+		s := &r.Timeline[i]
+		subject, _ := r.Partition.StripInput(s.Input.Subject)
+		var in events.Input
+		if events.DecodeInput(subject, s.Input.Body, &in) != nil || in.Verb != events.VerbResult {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintln(bw, "results sent (the workers' details are in their result inputs, not in the decisions):")
+			fmt.Fprintln(tw, "  INPUT\tWORKER\tOUTCOME\tVERDICT\tDETAIL")
+		}
+		n++
+		verdict := "pending"
+		if len(s.Decisions) > 0 {
+			verdict = s.Decisions[0].Kind.String() + "/" + string(s.Decisions[0].Reason)
+		}
+		outcome := in.Outcome.String()
+		if in.Permanent {
+			outcome += " (permanent)"
+		}
+		detail := "-"
+		if in.Text != "" {
+			detail = strconv.Quote(in.Text)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", s.Input.Seq, in.Actor, outcome, verdict, detail)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
 func timeText(t, base int64) string {
 	if base != 0 {
 		d := time.Duration(t - base)

@@ -2,8 +2,11 @@ package follow
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -27,11 +30,35 @@ type Sink interface {
 	SetCaughtUp(part uint32)
 }
 
+// Restorer is a Sink that can start where a decision stream whose first
+// decisions were removed (archived, then trimmed: package archive) goes
+// on: from the coordinator's stored snapshot.
+type Restorer interface {
+	Sink
+	// Restore sets part's state and position to a point from which the
+	// decision stream goes on without a gap (the stored snapshot's). Feed
+	// calls it when the stream no longer holds the decision after the
+	// sink's position, and tries again after the backoff if it fails.
+	Restore(ctx context.Context, part uint32) error
+}
+
+// errGap is why a reading stopped: the stream no longer holds the decision
+// after the sink's position (the first decisions were removed).
+var errGap = errors.New("the decision stream no longer holds the decisions after the read model's position: restoring from the stored snapshot")
+
 // Feed reads the decision stream stream (partition part's) into sink until
 // ctx ends, from sink's position on, with a Follower, and with a new one,
 // after a backoff of 100 ms doubling to 2 s (back to 100 ms after any
 // progress), whenever its Follower stops on its own. log receives the
 // restarts (debug) and the undecodable decisions (warn).
+//
+// A decision stream has no gap but where its first decisions were removed
+// (archived: the stream then starts later, and may keep one policy_set
+// decision before that start). If sink is a Restorer, Feed restores it
+// (Restorer.Restore) before it reads a stream that no longer holds the
+// decision after sink's position, and whenever the next decision it reads
+// is not that one; otherwise it reads on from the stream's first decision
+// after the position.
 func Feed(ctx context.Context, js jetstream.JetStream, stream string, part uint32, sink Sink, log *slog.Logger) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -57,9 +84,24 @@ func Feed(ctx context.Context, js jetstream.JetStream, stream string, part uint3
 // consumer creation's). The partition is caught up once sink has reached
 // the stream's last sequence as it was when the reading began.
 func feedOnce(ctx context.Context, js jetstream.JetStream, stream string, part uint32, sink Sink, log *slog.Logger) error {
+	restorer, _ := sink.(Restorer)
+	if restorer != nil {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		if first := st.CachedInfo().State.FirstSeq; first > sink.PositionOf(part)+1 {
+			log.Info("the decision stream starts at "+strconv.FormatUint(first, 10)+": restoring the read model from the stored snapshot", "stream", stream)
+			if err := restorer.Restore(ctx, part); err != nil {
+				return err
+			}
+		}
+	}
 	var target atomic.Uint64
 	target.Store(math.MaxUint64)
 	errc := make(chan error, 1) // why the Follower stopped, if it stopped on its own
+	gap := make(chan struct{})  // closed when a decision after a gap was handed over (with a Restorer)
+	var gapped atomic.Bool
 	cfg := Config{
 		Stream: stream, StartSeq: sink.PositionOf(part) + 1, PullAhead: 4096,
 		OnError: func(err error) { log.Debug("following", "err", err) },
@@ -69,6 +111,12 @@ func feedOnce(ctx context.Context, js jetstream.JetStream, stream string, part u
 			select {
 			case errc <- m.Err:
 			default:
+			}
+			return
+		}
+		if restorer != nil && (gapped.Load() || m.Seq > sink.PositionOf(part)+1) {
+			if !gapped.Swap(true) {
+				close(gap)
 			}
 			return
 		}
@@ -116,13 +164,28 @@ func feedOnce(ctx context.Context, js jetstream.JetStream, stream string, part u
 		case <-ctx.Done():
 		case <-f.Done():
 			return stopped()
+		case <-gap:
+			return restoreAfterGap(ctx, f, part, restorer, log, stream)
 		case <-time.After(time.Second):
 		}
 	}
 	select {
 	case <-ctx.Done():
 	case <-f.Done():
+	case <-gap:
+		return restoreAfterGap(ctx, f, part, restorer, log, stream)
 	}
 	f.Stop()
 	return stopped()
+}
+
+// restoreAfterGap stops f, which handed over a decision after a gap, and
+// restores the sink; the next reading starts after its new position.
+func restoreAfterGap(ctx context.Context, f *Follower, part uint32, r Restorer, log *slog.Logger, stream string) error {
+	f.Stop()
+	log.Info("decisions removed from the decision stream after the read model's position: restoring the read model from the stored snapshot", "stream", stream)
+	if err := r.Restore(ctx, part); err != nil {
+		return fmt.Errorf("%w: %w", errGap, err)
+	}
+	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -140,6 +141,23 @@ func (p *Projector) Job(id string) (events.Job, bool) {
 		return events.Job{}, false
 	}
 	return j.Job, true
+}
+
+// Jobs returns the projection of every job tracked, in byte order of
+// their ids (the order of a snapshot): what a read model of the decision
+// streams starts from when it starts from a snapshot (package api). It
+// changes nothing.
+func (p *Projector) Jobs() []events.Job {
+	ids := make([]string, 0, len(p.jobs))
+	for id := range p.jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make([]events.Job, len(ids))
+	for i, id := range ids {
+		out[i] = p.jobs[id].Job
+	}
+	return out
 }
 
 // NextDeadline returns the earliest pending deadline (ack deadline, lease

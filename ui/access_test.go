@@ -472,3 +472,142 @@ func TestSessionEnds(t *testing.T) {
 		t.Errorf("New without tokens: %v", err)
 	}
 }
+
+// secretDetail is the detail of a failed result: a worker's free text,
+// which may hold what a payload holds.
+const secretDetail = "auth failed for user billing (token sk-77q2)"
+
+// The worker's detail of a FAILED result (issue 34) is an operator's to
+// see, like a payload: on the board, the job page and the live updates;
+// never a viewer's (session or bearer token), anywhere.
+func TestResultDetailNeedToKnow(t *testing.T) {
+	e := newEnv(t, true)
+	const job = "fail-9"
+	_, v := e.decide("worker.w1."+job+".acquire", `{"v":1}`)
+	if v != "granted/ok" {
+		t.Fatalf("acquire: %s", v)
+	}
+	lease := e.row(job).LeaseID
+	if _, v := e.decide("worker.w1."+job+".result", `{"v":1,"lease_id":"`+lease+`","generation":1,"outcome":"FAILED","detail":"`+secretDetail+`"}`); v != "completed/ok" {
+		t.Fatalf("result: %s", v)
+	}
+	viewer := e.login(Viewer)
+	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+e.tokens[Viewer].String()) }
+	for _, p := range []string{"/api/jobs", "/api/jobs?state=FAILED", "/api/jobs/" + job, "/api/anomalies"} {
+		_, body := viewer.raw(p)
+		_, bbody, _ := e.anonymous(http.MethodGet, p, bearer)
+		if strings.Contains(body, secretDetail) || strings.Contains(bbody, secretDetail) || strings.Contains(body, "sk-77q2") {
+			t.Errorf("GET %s as a viewer: the result's detail is there:\n%s", p, body)
+		}
+	}
+	if ev := e.sse(viewer, "/api/events?watch="+job+"&job="+job, "board", "job"); strings.Contains(ev, secretDetail) {
+		t.Errorf("the viewer's live updates carry the detail:\n%s", ev)
+	}
+	var page Page
+	e.get("/api/jobs?state=FAILED", &page)
+	if len(page.Rows) != 1 || page.Rows[0].ResultDetail != secretDetail || page.Rows[0].LastOutcome != "FAILED" {
+		t.Errorf("the operator's board: %+v", page.Rows)
+	}
+	var h History
+	e.get("/api/jobs/"+job, &h)
+	if h.Row.ResultDetail != secretDetail || h.Row.ResultInput == 0 {
+		t.Errorf("the operator's job page: %+v", h.Row)
+	}
+	if ev := e.sse(e.op, "/api/events?watch="+job+"&job="+job, "board", "job"); !strings.Contains(ev, secretDetail) {
+		t.Errorf("the operator's live updates lack the detail:\n%s", ev)
+	}
+}
+
+// The actions on jobs that need an operator (issue 34: retry and discard
+// of a DEAD queue job, settle of an UNRESOLVED one) are guarded as every
+// action is: a viewer (session or bearer token) gets 403, and so does an
+// operator's browser session sending a request another site could forge
+// (another Origin, a cross-site fetch, no or a wrong CSRF token); nothing
+// is published. The page's own requests, and an operator's bearer token,
+// work.
+func TestOperatorTasksGuarded(t *testing.T) {
+	e := newEnv(t, true)
+	e.deadAndUnresolved()
+	viewer := e.login(Viewer)
+	inputs := func() uint64 {
+		s, err := e.js.Stream(context.Background(), "TENURE_IN")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	before := inputs()
+	actions := []struct {
+		job  string
+		body ActionRequest
+	}{
+		{"mail-d", ActionRequest{Action: "retry"}},
+		{"mail-e", ActionRequest{Action: "discard"}},
+		{"sync-u", ActionRequest{Action: "settle", Outcome: "CANCELLED"}},
+	}
+	for _, a := range actions {
+		path := "/api/jobs/" + a.job + "/action"
+		body, _ := json.Marshal(a.body)
+		if code := viewer.post(path, a.body, nil); code != http.StatusForbidden {
+			t.Errorf("%s %s as a viewer's session: %d, want 403", a.body.Action, a.job, code)
+		}
+		code, _, _ := e.anonymousBody(http.MethodPost, path, string(body), func(r *http.Request) {
+			r.Header.Set("Authorization", "Bearer "+e.tokens[Viewer].String())
+		})
+		if code != http.StatusForbidden {
+			t.Errorf("%s %s with a viewer's bearer token: %d, want 403", a.body.Action, a.job, code)
+		}
+		for name, set := range map[string]func(*http.Request){
+			"another site's Origin": func(r *http.Request) {
+				r.Header.Set("Origin", "http://evil.example")
+				r.Header.Set(CSRFHeader, e.op.csrf)
+			},
+			"Sec-Fetch-Site cross-site": func(r *http.Request) {
+				r.Header.Set("Sec-Fetch-Site", "cross-site")
+				r.Header.Set(CSRFHeader, e.op.csrf)
+			},
+			"its Origin, no CSRF token": func(r *http.Request) { r.Header.Set("Origin", e.url) },
+			"another session's token":   func(r *http.Request) { r.Header.Set("Origin", e.url); r.Header.Set(CSRFHeader, viewer.csrf) },
+			"no Origin, no CSRF token":  nil,
+		} {
+			req, _ := http.NewRequest(http.MethodPost, e.url+path, strings.NewReader(string(body)))
+			req.Header.Set("Content-Type", "text/plain") // what a form of another site may send
+			if set != nil {
+				set(req)
+			}
+			resp, err := e.op.hc.Do(req) // with the operator's session cookie
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("%s %s with %s: %d, want 403", a.body.Action, a.job, name, resp.StatusCode)
+			}
+		}
+	}
+	if n := inputs(); n != before {
+		t.Fatalf("the refused requests stored %d inputs", n-before)
+	}
+	for job, st := range map[string]string{"mail-d": "DEAD", "mail-e": "DEAD", "sync-u": "UNRESOLVED"} {
+		if r := e.row(job); r.State != st {
+			t.Fatalf("%s after the refused requests: %s, want %s", job, r.State, st)
+		}
+	}
+	// The page's own requests work; so does an operator's bearer token.
+	for _, a := range actions[:2] {
+		var res ActionResult
+		if code := e.op.post("/api/jobs/"+a.job+"/action", a.body, &res); code != http.StatusOK || !res.Accepted || res.Kind != "resolved" {
+			t.Errorf("the page's own %s of %s: %d %+v", a.body.Action, a.job, code, res)
+		}
+	}
+	code, body, _ := e.anonymousBody(http.MethodPost, "/api/jobs/sync-u/action", `{"action":"settle","outcome":"CANCELLED"}`, func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+e.tokens[Operator].String())
+	})
+	if code != http.StatusOK || !strings.Contains(body, `"kind":"resolved"`) {
+		t.Errorf("an operator's bearer token settling sync-u: %d %s", code, body)
+	}
+}

@@ -21,6 +21,10 @@ import (
 //	revoke  end the live lease and clear an ownership conflict (resolve revoke)
 //	affirm  keep the named holder, lease and generation (resolve affirm)
 //	settle  give an UNRESOLVED job its outcome, FAILED or CANCELLED (resolve settle)
+//	retry   queue a DEAD queue job again with a fresh attempt budget (resolve retry)
+//	discard remove a DEAD queue job: it is retired (resolve discard)
+//
+// The pages ask for a confirmation (a second click) before they send one.
 type ActionRequest struct {
 	Action     string `json:"action"`
 	Reason     string `json:"reason,omitempty"`
@@ -88,8 +92,12 @@ func (s *Server) serveAction(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		d, err = s.ops.Settle(ctx, id, out, req.Reason)
+	case "retry":
+		d, err = s.ops.Retry(ctx, id, req.Reason)
+	case "discard":
+		d, err = s.ops.Discard(ctx, id, req.Reason)
 	default:
-		writeError(w, http.StatusBadRequest, "action must be cancel, revoke, affirm or settle")
+		writeError(w, http.StatusBadRequest, "action must be cancel, revoke, affirm, settle, retry or discard")
 		return
 	}
 	var rej *ops.RejectedError

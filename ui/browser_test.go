@@ -102,11 +102,12 @@ func browser(t *testing.T) context.Context {
 // tab is one browser tab on the UI, collecting the page's uncaught
 // exceptions and error messages.
 type tab struct {
-	t    *testing.T
-	ctx  context.Context
-	name string
-	mu   sync.Mutex
-	errs []string
+	t     *testing.T
+	ctx   context.Context
+	close context.CancelFunc // closes the tab
+	name  string
+	mu    sync.Mutex
+	errs  []string
 }
 
 func newTab(t *testing.T, parent context.Context, name string) *tab {
@@ -116,7 +117,7 @@ func newTab(t *testing.T, parent context.Context, name string) *tab {
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1360, 900)); err != nil {
 		t.Fatal(err)
 	}
-	tb := &tab{t: t, ctx: ctx, name: name}
+	tb := &tab{t: t, ctx: ctx, close: cancel, name: name}
 	msgs := chromedp.Console(ctx)
 	go func() {
 		for m, err := range msgs {
@@ -560,6 +561,123 @@ func TestBrowserActions(t *testing.T) {
 		t.Fatalf("the action's input: %s %s", m.Subject, m.Data)
 	}
 	page.checkConsole()
+}
+
+// deadAndUnresolved makes two DEAD queue jobs (mail-d and mail-e: one
+// attempt each, failed by w1 with a detail) and an UNRESOLVED one (sync-u:
+// a cancellation its holder never reconciles).
+func (e *env) deadAndUnresolved() {
+	e.t.Helper()
+	e.publish("ops.admin._.policy", `{"v":1,"min_lease_ms":100,"max_lease_ms":3600000,"default_lease_ms":30000,"ack_timeout_ms":30000,"cancel_timeout_ms":300,"max_lifetime_ms":86400000,"max_generations":1000}`)
+	for _, job := range []string{"mail-d", "mail-e"} {
+		if _, v := e.decide("ops.disp."+job+".submit", `{"v":1,"queue":"emails","max_attempts":1}`); v != "submitted/ok" {
+			e.t.Fatalf("submit %s: %s", job, v)
+		}
+	}
+	e.publish("worker.w1._.pull", `{"v":1,"queue":"emails","slots":2,"ttl_ms":600000}`)
+	for _, job := range []string{"mail-d", "mail-e"} {
+		testutil.WaitFor(e.t, 10*time.Second, job+" offered to w1", func() bool { return e.row(job).State == "OFFERED" })
+		lease := e.row(job).LeaseID
+		e.decide("worker.w1."+job+".ack", `{"v":1,"lease_id":"`+lease+`","generation":1}`)
+		e.decide("worker.w1."+job+".result", `{"v":1,"lease_id":"`+lease+`","generation":1,"outcome":"FAILED","detail":"smtp 550: mailbox unavailable"}`)
+		testutil.WaitFor(e.t, 10*time.Second, job+" DEAD", func() bool { return e.row(job).State == "DEAD" })
+	}
+	e.decide("worker.w2.sync-u.acquire", `{"v":1,"lease_ms":600000}`)
+	e.decide("ops.disp.sync-u.cancel", `{"v":1,"reason":"stop"}`)
+	testutil.WaitFor(e.t, 15*time.Second, "sync-u UNRESOLVED", func() bool { return e.row("sync-u").State == "UNRESOLVED" })
+}
+
+// act clicks an action's button on a job page, checks that the first
+// click only arms it (nothing is sent: the job's last decision stays), and
+// confirms with the second; it waits for the verdict.
+func (e *env) act(page *tab, job, button, verdict string) {
+	e.t.Helper()
+	page.wait("the "+button+" button", `document.querySelector('#`+button+`')`)
+	before := e.row(job).LastSeq
+	page.do(chromedp.Click(chromedp.CSS("#" + button)))
+	page.wait("the armed "+button, `document.querySelector('#`+button+`').textContent.startsWith('confirm')`)
+	if got := e.row(job).LastSeq; got != before {
+		e.t.Fatalf("%s: a decision about %s after the first click, before the confirmation (%d, was %d)", button, job, got, before)
+	}
+	page.do(chromedp.Click(chromedp.CSS("#" + button)))
+	page.wait("the verdict of "+button, `(v => v && v.textContent.startsWith('accepted: `+verdict+`'))(document.querySelector('#action-verdict'))`)
+}
+
+// DEAD and UNRESOLVED jobs in the board (issue 34): "Needs an operator"
+// lists them (and the board's header counts them); a DEAD queue job's
+// page offers retry and discard, an UNRESOLVED job's settle, each sent
+// only after a confirmation, each an ops input the coordinator judges; a
+// FAILED attempt reads as failed, with the worker's detail.
+func TestBrowserDeadAndUnresolved(t *testing.T) {
+	bctx := browser(t)
+	e := newEnv(t, true)
+	e.browserLogin(bctx, Operator)
+	e.deadAndUnresolved()
+
+	anomalies := newTab(t, bctx, "anomalies")
+	anomalies.do(chromedp.Navigate(e.url + "/anomalies"))
+	anomalies.wait("every job that needs an operator", `['mail-d', 'mail-e', 'sync-u'].every(j => document.querySelector('#blocked-table tr[data-job="' + j + '"]'))`)
+	if task := eval[string](anomalies, `document.querySelector('#blocked-table tr[data-job="mail-d"] .task').textContent`); !strings.Contains(task, "retry or discard") || !strings.Contains(task, "smtp 550: mailbox unavailable") {
+		t.Errorf("what needs doing about mail-d: %q", task)
+	}
+	board := newTab(t, bctx, "board")
+	board.do(chromedp.Navigate(e.url + "/"))
+	board.wait("the board's count of jobs needing an operator", `[...document.querySelectorAll('span')].some(s => s.textContent === '3 need an operator')`)
+	board.wait("mail-d's last decision and detail", `(r => r && r.querySelector('td.last').textContent.includes('dead') && r.querySelector('.result-detail').textContent === 'smtp 550: mailbox unavailable')(document.querySelector('#board-rows tr[data-job="mail-d"]'))`)
+	// A browser holds at most six connections to a host over HTTP/1.1,
+	// and every page keeps one for its live updates: close this tab.
+	board.checkConsole()
+	board.close()
+
+	page := newTab(t, bctx, "job")
+	page.do(chromedp.Navigate(e.url + "/jobs/mail-d"))
+	page.wait("the retry and discard buttons", `document.querySelector('#act-retry') && document.querySelector('#act-discard')`)
+	page.mark()
+	e.act(page, "mail-d", "act-retry", "resolved/retried")
+	testutil.WaitFor(t, 10*time.Second, "mail-d back in its queue", func() bool {
+		r := e.row("mail-d")
+		return r.State != "DEAD" && r.Attempt <= 1 && r.LastCause > 0
+	})
+	page.wait("the buttons gone with the DEAD state", `document.querySelector('#act-retry') === null`)
+	page.notReloaded()
+
+	page.do(chromedp.Navigate(e.url + "/jobs/mail-e"))
+	e.act(page, "mail-e", "act-discard", "resolved/discarded")
+	testutil.WaitFor(t, 10*time.Second, "mail-e off the board", func() bool {
+		_, _, _, ok := e.ui.model.job("mail-e", 0)
+		return !ok
+	})
+
+	page.do(chromedp.Navigate(e.url + "/jobs/sync-u"))
+	e.act(page, "sync-u", "act-settle-failed", "resolved/")
+	testutil.WaitFor(t, 10*time.Second, "sync-u settled FAILED", func() bool { return e.row("sync-u").State == "FAILED" })
+
+	// Each action is an ops input of the board's actor.
+	in, err := e.js.Stream(context.Background(), "TENURE_IN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"tenure.in.ops.ui.mail-d.resolve": `"action":"retry"`, "tenure.in.ops.ui.mail-e.resolve": `"action":"discard"`, "tenure.in.ops.ui.sync-u.resolve": `"action":"settle"`}
+	info, err := in.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := info.State.LastSeq; seq > 0 && len(want) > 0; seq-- {
+		m, err := in.GetMsg(context.Background(), seq)
+		if err != nil {
+			continue
+		}
+		if body, ok := want[m.Subject]; ok && strings.Contains(string(m.Data), body) {
+			delete(want, m.Subject)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("the actions' inputs not found: %v", want)
+	}
+	anomalies.wait("nothing left to do", `document.querySelector('#blocked-table') === null || document.querySelectorAll('#blocked-table tr[data-job]').length === 0`)
+	for _, tb := range []*tab{anomalies, page} {
+		tb.checkConsole()
+	}
 }
 
 // The board in a real browser: job ids in natural order (batch-2 before

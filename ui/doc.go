@@ -33,7 +33,8 @@
 //     of every stored decision about the job, as `tenure audit --job`
 //     prints it); and every input with its verdicts;
 //   - /anomalies the jobs that need an operator (pending ownership conflict,
-//     UNRESOLVED) and a live feed of every verdict that was not accepted;
+//     UNRESOLVED, DEAD) and a live feed of every verdict that was not
+//     accepted;
 //   - /audit runs an audit (package audit, as `tenure audit`) on demand,
 //     and counts the decisions stored since the audit on screen began.
 //
@@ -50,12 +51,18 @@
 // (/api/events) fed by the read model; the header's indicator shows the
 // state of the page's stream (every page opens one).
 //
-// The read model follows the decision stream from its first decision (a
-// follow.Follower, which replaces a consumer lost with a cluster node).
-// Every decision carries the whole projection of its job, so the board is
-// the latest projection per job; a job page reads the job's decisions back
-// from the decision stream by their sequences, and their inputs from the
-// input stream by their causes (direct gets).
+// The board shows package api's read model of the decision streams (an
+// api.Model, of which the board's model is an api.View): in tenure serve
+// the state API's (Config.Model: one read model per process, so that the
+// board and tenure jobs agree), in tenure ui one of its own, which Run
+// keeps up to date (api.Follow: from the first decision, or from the
+// coordinator's stored snapshot when the streams' first segments were
+// archived and removed). Every decision carries the whole projection of
+// its job, so the board is the latest projection per job; a job page reads
+// the job's decisions back from the decision stream by their sequences,
+// and their inputs from the input stream by their causes (direct gets). A
+// job restored from the snapshot is on the board without decisions (they
+// were removed: the archive has them), marked "from the snapshot".
 //
 // A partitioned deployment (Config.Partitions, found by streams.Discover)
 // is followed in every partition: one Follower per partition's decision
@@ -112,7 +119,10 @@
 //     lease id (a live one is a capability: whoever knows it can renew,
 //     complete or claim the lease, and freeze the job in an ownership
 //     conflict), no payload (it may carry a submitter's secrets), no input
-//     body (a body names the lease it claims and a submit its payload): a
+//     body (a body names the lease it claims and a submit its payload), no
+//     worker's detail of a result (Row.ResultDetail: free text that may be
+//     as sensitive as a payload; an operator's rows have it, read from the
+//     result input by api.Results, since no decision carries it): a
 //     viewer's rows have no lease_id, a job page's decisions are re-encoded
 //     with Hidden for the lease id and payload (the timeline draws the
 //     same), and its inputs come without body (History.Redacted,
@@ -121,7 +131,9 @@
 //     so are actions: a viewer gets 403.
 //   - An operator (Operator) sees everything, runs audits, and, with
 //     Config.Actions (--ui-actions), uses the operator actions of package
-//     ops on a job page: request a cancellation, revoke, affirm, settle.
+//     ops on a job page: request a cancellation, revoke, affirm, settle an
+//     UNRESOLVED job, retry or discard a DEAD queue job, each sent only
+//     after a confirmation (a second click).
 //     Each is an input published as the ops actor Config.ActorID, on
 //     Config.ActionsConn (`tenure serve --ui-credential`, the ops user
 //     `tenure auth init` makes for the board, since the coordinator's user

@@ -113,6 +113,10 @@ func (s *Server) history(ctx context.Context, id string, after uint64, viewer bo
 	}
 	if viewer {
 		row = row.redacted()
+	} else {
+		rows := []Row{row}
+		s.withDetails(ctx, rows)
+		row = rows[0]
 	}
 	h := &History{Row: row, Columns: projector.MatrixColumns, Skipped: skipped, Seq: row.LastSeq,
 		Decisions: []HistoryDecision{}, Inputs: []HistoryInput{}, Redacted: viewer}

@@ -316,7 +316,7 @@ func newCoordDescs(labels ...string) coordDescs {
 var (
 	descActive  = prometheus.NewDesc("tenure_active_leases", "Jobs whose current lease is ACTIVE.", nil, nil)
 	descJobs    = prometheus.NewDesc("tenure_jobs", "Jobs by the state of their current lease.", []string{"state"}, nil)
-	descBlocked = prometheus.NewDesc("tenure_jobs_blocked", "Jobs waiting for an operator: a pending ownership conflict or UNRESOLVED.", nil, nil)
+	descBlocked = prometheus.NewDesc("tenure_jobs_blocked", "Jobs waiting for an operator: a pending ownership conflict, UNRESOLVED or DEAD.", nil, nil)
 	descUISeq   = prometheus.NewDesc("tenure_ui_decision_seq", "Decision stream sequence the UI's read model has reached.", nil, nil)
 	descUISeqP  = prometheus.NewDesc("tenure_ui_decision_seq", "Decision stream sequence the UI's read model has reached.", []string{"partition"}, nil)
 	descCoord   = newCoordDescs("coordinator")
@@ -339,14 +339,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if md != nil {
 		md.mu.RLock()
-		states, blockedN, count := md.states, len(md.blocked), md.count
+		states, blockedN, count := md.am.StateCounts(), len(md.blocked), md.count
 		pos, seqs, _ := md.positions()
 		type queueHeld struct {
 			queue string
 			n     int
 		}
 		var held []queueHeld
-		md.queues.Held(time.Now(), func(q string, n int) { held = append(held, queueHeld{q, n}) })
+		md.am.QueuesHeld(time.Now(), func(q string, n int) { held = append(held, queueHeld{q, n}) })
 		md.mu.RUnlock()
 		for _, h := range held {
 			gauge(descHeld, float64(h.n), h.queue)

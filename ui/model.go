@@ -25,20 +25,52 @@ const (
 // typo repeated a million times needs no million-line page).
 const unleasedHistory = 100
 
-// jobEntry is the read model of one job: its latest projection (every
-// decision carries the job's full projection) and where its decisions are.
+// jobEntry is the board's record of one job: the read model's entry (its
+// latest projection and last decision, package api's Model) and where its
+// decisions are. An unleased job (the package doc) is in no entry of the
+// read model: its own projection and last decision are here.
 type jobEntry struct {
-	job       events.Job
+	e         *api.Entry       // the read model's entry; nil for an unleased job
 	part      events.Partition // the partition the job belongs to (zero: unpartitioned)
-	seq       uint64           // decision stream sequence of its last decision (in its partition's stream)
-	cause     uint64
-	at        int64 // time of its last decision (Unix ns)
-	kind      events.Kind
-	reason    events.Reason
-	seqs      []uint64 // decision stream sequences of its decisions (in its partition's stream), in order: the last historyCap to 2*historyCap
-	trimmed   int      // decisions older than seqs, no longer listed
-	anomalies uint64   // non-accepted verdicts about it, every generation
-	gone      bool     // retired: no longer in jobs, dropped from order at the next merge
+	seqs      []uint64         // decision stream sequences of its decisions (in its partition's stream), in order: the last historyCap to 2*historyCap
+	trimmed   int              // decisions older than seqs, no longer listed
+	anomalies uint64           // non-accepted verdicts about it, every generation
+	gone      bool             // retired: no longer in jobs, dropped from order at the next merge
+	// An unleased job's projection ({id, NONE}) and last decision.
+	own              events.Job
+	ownSeq, ownCause uint64
+	ownAt            int64
+	ownKind          events.Kind
+	ownReason        events.Reason
+}
+
+// job is the job's projection after its last decision.
+func (e *jobEntry) job() *events.Job {
+	if e.e != nil {
+		return e.e.Job()
+	}
+	return &e.own
+}
+
+// last is the job's last decision: sequence (0: restored from the stored
+// snapshot, none read since), cause, time, kind and reason.
+func (e *jobEntry) last() (seq, cause uint64, at int64, kind events.Kind, reason events.Reason) {
+	if e.e != nil {
+		return e.e.Last()
+	}
+	return e.ownSeq, e.ownCause, e.ownAt, e.ownKind, e.ownReason
+}
+
+// lastAt is the time of the job's last decision.
+func (e *jobEntry) lastAt() int64 {
+	_, _, at, _, _ := e.last()
+	return at
+}
+
+// lastSeq is the sequence of the job's last decision.
+func (e *jobEntry) lastSeq() uint64 {
+	seq, _, _, _, _ := e.last()
+	return seq
 }
 
 // historyCap bounds the decision sequences the model keeps per job: a job
@@ -97,6 +129,21 @@ type Row struct {
 	LastAt        int64  `json:"last_at"`
 	LastKind      string `json:"last_kind"`
 	LastReason    string `json:"last_reason"`
+	// LastOutcome is the result the last decision recorded when it is a
+	// completed one (SUCCESS, FAILED or CANCELLED: completed is the kind
+	// of all three).
+	LastOutcome string `json:"last_outcome,omitempty"`
+	// Restored says that no decision about the job was read: the decision
+	// stream's first segments were removed (archived), and the projection
+	// is the stored snapshot's (LastSeq, LastCause, LastKind are empty,
+	// LastAt is the snapshot's time).
+	Restored bool `json:"restored,omitempty"`
+	// ResultInput is the input that recorded the job's latest result, and
+	// ResultDetail its worker's detail (why it failed, say), read from the
+	// input stream; a viewer is not shown the detail (it may be as
+	// sensitive as a payload: the package doc).
+	ResultInput  uint64 `json:"result_input,omitempty"`
+	ResultDetail string `json:"result_detail,omitempty"`
 }
 
 func ms(ns int64) int64 {
@@ -107,10 +154,23 @@ func ms(ns int64) int64 {
 }
 
 func (e *jobEntry) row() Row {
-	j := &e.job
+	j := e.job()
+	seq, cause, at, kind, reason := e.last()
 	r := Row{
 		ID: j.ID, Partition: e.part.Token(), State: j.State.String(), Anomalies: e.anomalies, Decisions: len(e.seqs),
-		LastSeq: e.seq, LastCause: e.cause, LastAt: ms(e.at), LastKind: e.kind.String(), LastReason: string(e.reason),
+		LastSeq: seq, LastCause: cause, LastAt: ms(at), LastKind: kind.String(), LastReason: string(reason),
+	}
+	if kind == events.KindCompleted && j.Result != events.OutcomeNone {
+		r.LastOutcome = j.Result.String()
+	}
+	if e.e != nil {
+		r.Restored = e.e.Restored()
+		if in, w := e.e.ResultInput(); in != 0 {
+			r.ResultInput = in
+			if w != nil {
+				r.ResultDetail = w.Detail
+			}
+		}
 	}
 	if j.Queue != "" {
 		r.Queue, r.Submitter, r.Priority, r.Attempt, r.MaxAttempts = j.Queue, j.Submitter, j.Priority, j.Attempt, j.MaxAttempts
@@ -153,8 +213,11 @@ func deadline(j *events.Job) (int64, bool) {
 }
 
 // blocked reports whether a job needs an operator: a pending ownership
-// conflict or an unresolved cancellation.
-func blocked(j *events.Job) bool { return j.Conflict || j.State == events.StateUnresolved }
+// conflict (revoke or affirm), an unresolved cancellation (settle), or a
+// DEAD queue job (retry or discard).
+func blocked(j *events.Job) bool {
+	return j.Conflict || j.State == events.StateUnresolved || j.State == events.StateDead
+}
 
 // isAnomaly reports whether a decision goes to the anomalies feed: every
 // verdict that is not accepted, and every unresolved job.
@@ -189,20 +252,22 @@ type observer interface {
 	observe(d *events.Decision)
 }
 
-// model is the UI's read model of the decision streams (one, or one per
-// partition): the latest projection of every job, the decision sequences
-// of each job, and the anomalies feed. It is safe for concurrent use.
+// model is the board's view of the read model of the decision streams
+// (package api's Model, shared with the state API in tenure serve): the
+// jobs in natural order of their ids, the decision sequences of each job,
+// the jobs that need an operator, the jobs that never had a lease, and
+// the anomalies feed. It is an api.View: the read model tells it every
+// change under the read model's lock, which is its lock too (mu). It is
+// safe for concurrent use.
 type model struct {
-	mu      sync.RWMutex
-	count   uint32 // partitions (0: unpartitioned)
+	am      *api.Model
+	mu      *sync.RWMutex // am's lock
+	count   uint32        // partitions (0: unpartitioned)
 	jobs    map[string]*jobEntry
 	order   []*jobEntry // every job but the newest, in id order
 	tail    []*jobEntry // jobs added since order was last merged
-	states  [16]int     // jobs per events.State
 	blocked map[string]struct{}
-	parts   []position // per partition (one when unpartitioned)
-	total   uint64     // decisions applied
-	bad     uint64     // undecodable decisions skipped
+	total   uint64 // decisions applied
 	feed    []Anomaly
 	feedCap int
 	feedN   uint64 // anomalies ever (the N of the latest)
@@ -217,29 +282,27 @@ type model struct {
 	unleased    map[string]*jobEntry
 	unleasedQ   []*jobEntry
 	unleasedCap int
-	// queues aggregates the queue jobs (package api's Queues, as the state
-	// API's read model does): the board's queues view.
-	queues *api.Queues
 }
 
-// position is how far the model has read one decision stream.
-type position struct {
-	seq      uint64 // last decision stream sequence applied
-	at       int64  // its time
-	caughtUp bool   // it has reached the end the stream had when its reading began
-}
-
-// newModel returns the model of a deployment of count partitions (0:
-// unpartitioned).
+// newModel returns the board's view of a new read model of a deployment
+// of count partitions (0: unpartitioned).
 func newModel(feedCap int, count uint32) *model {
+	return newModelOf(feedCap, api.NewModel(count))
+}
+
+// newModelOf returns the board's view of read model am, attached to it:
+// am must not have been fed yet.
+func newModelOf(feedCap int, am *api.Model) *model {
 	if feedCap <= 0 {
 		feedCap = DefaultAnomalyFeed
 	}
-	return &model{
-		count: count, jobs: make(map[string]*jobEntry), blocked: make(map[string]struct{}),
-		parts: make([]position, max(count, 1)), feedCap: feedCap, changed: make(map[string]struct{}),
-		unleased: make(map[string]*jobEntry), unleasedCap: DefaultUnleased, queues: api.NewQueues(count),
+	m := &model{
+		am: am, mu: am.Mutex(), count: am.Partitions(), jobs: make(map[string]*jobEntry), blocked: make(map[string]struct{}),
+		feedCap: feedCap, changed: make(map[string]struct{}),
+		unleased: make(map[string]*jobEntry), unleasedCap: DefaultUnleased,
 	}
+	am.Attach(m)
+	return m
 }
 
 // partition is partition k of the model's deployment (the zero Partition
@@ -249,88 +312,69 @@ func (m *model) partition(k uint32) events.Partition {
 }
 
 // apply folds one stored decision (sequence seq of partition part's
-// decision stream; part 0 when unpartitioned) into the model. A decision
-// about a job of another partition (a rejection with reason
-// wrong_partition) goes to the anomalies feed only: the job's projection is
-// its own partition's.
-func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// decision stream; part 0 when unpartitioned) into the read model, and so
+// into the board (Applied).
+func (m *model) apply(part uint32, seq uint64, d *events.Decision) { m.am.Apply(part, seq, d) }
+
+// Applied implements api.View: decision d, at seq of partition part, was
+// applied to the read model; e is its job's entry (nil: the read model
+// keeps none for it). A decision about a job of another partition (a
+// rejection with reason wrong_partition) goes to the anomalies feed only:
+// the job's projection is its own partition's.
+func (m *model) Applied(part uint32, seq uint64, d *events.Decision, e, _ *api.Entry) {
 	p := m.partition(part)
-	m.parts[part].seq, m.parts[part].at = seq, d.At
 	m.total++
 	if m.obs != nil {
 		m.obs.observe(d)
 	}
-	if d.Capacity != nil && (d.Kind == events.KindCapacitySet || d.Kind == events.KindWithdrawn) {
-		// The worker is the addressee: a withdrawal (slots 0, after a
-		// missed ACK) is caused by another input than the worker's.
-		m.queues.Capacity(part, d.Addressee, *d.Capacity)
-	}
-	if d.Standing != nil { // revision 5: the addressee's standing on a queue
-		m.queues.Standing(part, d.Addressee, *d.Standing)
-	}
 	id := d.Job.ID
-	var e *jobEntry
-	if id != events.NoJob && id != "" && p.Owns(id) && m.jobs[id] == nil && !d.Job.Exists() {
+	var je *jobEntry
+	switch {
+	case id == events.NoJob || id == "" || !p.Owns(id):
+	case e == nil && d.Kind == events.KindRetired:
+		// A retirement of a job the read model did not keep: nothing to show.
+	case e == nil:
 		// A job that never had a lease and is in no queue (a typo, a
 		// refused offer, a message about a retired job): not a row of the
 		// board (the coordinator does not keep it either), but its page
 		// works while it is among the latest unleased jobs.
-		e = m.unleasedEntry(id, p)
-		e.record(seq, d, unleasedHistory)
+		je = m.unleasedEntry(id, p)
+		je.own = d.Job
+		je.ownSeq, je.ownCause, je.ownAt, je.ownKind, je.ownReason = seq, d.Cause, d.At, d.Kind, d.Reason
+		je.record(seq, unleasedHistory)
 		m.changed[id] = struct{}{}
-	} else if id != events.NoJob && id != "" && p.Owns(id) {
-		e = m.jobs[id]
-		var prev *events.Job // the job before d, for the queues' aggregates
-		if e == nil {
+	default:
+		je = m.jobs[id]
+		if je == nil || je.e != e {
 			// A new job, or an unleased one that got its first lease: it
 			// keeps the decisions it had.
-			e = m.unleased[id]
-			if e != nil {
+			if je = m.unleased[id]; je != nil {
 				delete(m.unleased, id)
 			} else {
-				e = &jobEntry{job: events.Job{ID: id}, part: p}
+				je = &jobEntry{part: p}
 			}
-			m.jobs[id] = e
-			m.tail = append(m.tail, e)
+			je.e = e
+			m.jobs[id] = je
+			m.tail = append(m.tail, je)
 			m.added++
-		} else {
-			m.states[e.job.State]--
-			if e.job.Queue != "" {
-				j := e.job
-				prev = &j
-			}
 		}
-		e.record(seq, d, historyCap)
-		if prev != nil || e.job.Queue != "" {
-			next := &e.job
-			if d.Kind == events.KindRetired {
-				next = nil
-			}
-			m.queues.Observe(part, prev, next, d)
-		}
-		m.states[e.job.State]++
-		if blocked(&e.job) {
+		je.record(seq, historyCap)
+		if blocked(e.Job()) && !e.Gone() {
 			m.blocked[id] = struct{}{}
 		} else {
 			delete(m.blocked, id)
 		}
 		m.changed[id] = struct{}{}
-		if d.Kind == events.KindRetired {
+		if e.Gone() {
 			// The job left the projection (PROTOCOL §13.1): it leaves the
 			// board, so that the board's memory is bounded by the jobs
 			// kept, as the coordinator's is. Its id may come back.
-			m.states[e.job.State]--
-			delete(m.jobs, id)
-			delete(m.blocked, id)
-			e.gone = true
-			m.gone++
+			m.drop(je)
 		}
 	}
 	if isAnomaly(d.Kind) {
-		if e != nil {
-			e.anomalies++
+		if je != nil {
+			je.anomalies++
 		}
 		m.feedN++
 		a := Anomaly{
@@ -347,13 +391,57 @@ func (m *model) apply(part uint32, seq uint64, d *events.Decision) {
 	}
 }
 
-// record makes d, at sequence seq, the entry's last decision, keeping
-// the sequences of its last keep to 2*keep decisions.
-func (e *jobEntry) record(seq uint64, d *events.Decision, keep int) {
-	j := d.Job
-	j.Reveal(&e.job) // withheld fields (revision 5): the previous projection's
-	e.job = j
-	e.seq, e.cause, e.at, e.kind, e.reason = seq, d.Cause, d.At, d.Kind, d.Reason
+// drop takes je off the board (its job retired, or its partition
+// restored from the stored snapshot).
+func (m *model) drop(je *jobEntry) {
+	id := je.job().ID
+	if m.jobs[id] == je {
+		delete(m.jobs, id)
+		delete(m.blocked, id)
+	}
+	je.gone = true
+	m.gone++
+	m.changed[id] = struct{}{}
+}
+
+// Restored implements api.View: partition part of the read model was
+// restored from the stored snapshot. The jobs gone leave the board (their
+// pages with them), the snapshot's jobs are on it, without decisions (the
+// decisions about them before the snapshot were removed from the stream);
+// the unleased jobs of the partition are forgotten (theirs were too). The
+// anomalies feed keeps what it had.
+func (m *model) Restored(part uint32, _ uint64, gone, added []*api.Entry) {
+	for _, e := range gone {
+		if je := m.jobs[e.Job().ID]; je != nil && je.e == e {
+			m.drop(je)
+		}
+	}
+	for id, je := range m.unleased {
+		if je.part.Index == part {
+			delete(m.unleased, id)
+		}
+	}
+	p := m.partition(part)
+	for _, e := range added {
+		id := e.Job().ID
+		je := &jobEntry{e: e, part: p}
+		m.jobs[id] = je
+		m.tail = append(m.tail, je)
+		m.added++
+		if blocked(e.Job()) {
+			m.blocked[id] = struct{}{}
+		}
+		m.changed[id] = struct{}{}
+	}
+}
+
+// Skipped implements api.View: an undecodable decision (counted by the
+// read model) changes nothing on the board.
+func (m *model) Skipped(uint32, uint64) {}
+
+// record adds sequence seq to the entry's decisions, keeping the
+// sequences of its last keep to 2*keep decisions.
+func (e *jobEntry) record(seq uint64, keep int) {
 	e.seqs = append(e.seqs, seq)
 	if len(e.seqs) > 2*keep {
 		cut := len(e.seqs) - keep
@@ -369,73 +457,28 @@ func (m *model) unleasedEntry(id string, p events.Partition) *jobEntry {
 	if e := m.unleased[id]; e != nil {
 		return e
 	}
-	e := &jobEntry{job: events.Job{ID: id}, part: p}
+	e := &jobEntry{own: events.Job{ID: id}, part: p}
 	m.unleased[id] = e
 	m.unleasedQ = append(m.unleasedQ, e)
 	for len(m.unleased) > m.unleasedCap {
 		old := m.unleasedQ[0]
 		m.unleasedQ = m.unleasedQ[1:]
-		if m.unleased[old.job.ID] == old {
-			delete(m.unleased, old.job.ID)
+		if m.unleased[old.own.ID] == old {
+			delete(m.unleased, old.own.ID)
 		}
 	}
 	if len(m.unleasedQ) > 2*m.unleasedCap {
 		// Entries that got a lease since leave the queue too.
-		m.unleasedQ = slices.DeleteFunc(slices.Clone(m.unleasedQ), func(e *jobEntry) bool { return m.unleased[e.job.ID] != e })
+		m.unleasedQ = slices.DeleteFunc(slices.Clone(m.unleasedQ), func(e *jobEntry) bool { return m.unleased[e.own.ID] != e })
 	}
 	return e
-}
-
-// skip records an undecodable decision at seq of partition part.
-// sink is the model as follow.Feed feeds it.
-type sink struct{ m *model }
-
-func (s sink) PositionOf(part uint32) uint64                     { return s.m.position(part) }
-func (s sink) Apply(part uint32, seq uint64, d *events.Decision) { s.m.apply(part, seq, d) }
-func (s sink) Skip(part uint32, seq uint64)                      { s.m.skip(part, seq) }
-func (s sink) SetCaughtUp(part uint32)                           { s.m.setCaughtUp(part) }
-
-func (m *model) skip(part uint32, seq uint64) {
-	m.mu.Lock()
-	m.parts[part].seq = seq
-	m.bad++
-	m.mu.Unlock()
-}
-
-// setCaughtUp records that partition part's decision stream has been read
-// to the end it had when its reading began.
-func (m *model) setCaughtUp(part uint32) {
-	m.mu.Lock()
-	m.parts[part].caughtUp = true
-	m.mu.Unlock()
-}
-
-// position returns the last sequence of partition part's decision stream
-// applied (part 0 when unpartitioned).
-func (m *model) position(part uint32) uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.parts[part].seq
 }
 
 // positions returns, with the read lock held, the sum of the positions in
 // every decision stream (the position itself when unpartitioned), the
 // position of each partition (nil when unpartitioned), and whether every
 // stream has been caught up with.
-func (m *model) positions() (sum uint64, seqs []uint64, caughtUp bool) {
-	caughtUp = true
-	for _, p := range m.parts {
-		sum += p.seq
-		caughtUp = caughtUp && p.caughtUp
-	}
-	if m.count > 0 {
-		seqs = make([]uint64, len(m.parts))
-		for i, p := range m.parts {
-			seqs[i] = p.seq
-		}
-	}
-	return sum, seqs, caughtUp
-}
+func (m *model) positions() (sum uint64, seqs []uint64, caughtUp bool) { return m.am.Positions() }
 
 // anomalyAt returns feed entry n (1-based) if it is still kept.
 func (m *model) anomalyAt(n uint64) (Anomaly, bool) {
@@ -454,7 +497,7 @@ type Query struct {
 	Holder  string   // exactly this holder
 	Queue   string   // exactly this queue
 	Job     string   // job ids containing this (case-sensitive)
-	Blocked bool     // only jobs with a pending conflict or UNRESOLVED
+	Blocked bool     // only jobs that need an operator: a pending conflict, UNRESOLVED or DEAD
 	Sort    string   // id (default), -id, deadline, updated, holder, state, anomalies; ids and holders in natural order (compareIDs)
 	Offset  int
 	Limit   int // default DefaultPageSize, at most MaxPageSize
@@ -511,7 +554,7 @@ func (m *model) mergeTail() {
 	if len(m.tail) == 0 {
 		return
 	}
-	byID := func(a, b *jobEntry) int { return compareIDs(a.job.ID, b.job.ID) }
+	byID := func(a, b *jobEntry) int { return compareIDs(a.job().ID, b.job().ID) }
 	slices.SortFunc(m.tail, byID)
 	out := make([]*jobEntry, 0, len(m.order)+len(m.tail))
 	i, j := 0, 0
@@ -545,14 +588,14 @@ func (m *model) page(q Query, now time.Time) Page {
 	p := Page{Jobs: len(m.jobs), Offset: q.Offset, Limit: q.Limit, Now: now.UnixMilli(),
 		States: make(map[string]int), Blocked: len(m.blocked), Feed: m.feedN, Rows: []Row{}}
 	p.Seq, p.Seqs, p.CaughtUp = m.positions()
-	for st, n := range m.states {
+	for st, n := range m.am.StateCounts() {
 		if n > 0 {
 			p.States[events.State(st).String()] = n
 		}
 	}
 	stateSet, byState := q.stateSet()
 	match := func(e *jobEntry) bool {
-		j := &e.job
+		j := e.job()
 		switch {
 		case byState && !stateSet[j.State]:
 			return false
@@ -574,7 +617,7 @@ func (m *model) page(q Query, now time.Time) Page {
 		for id := range m.blocked {
 			order = append(order, m.jobs[id])
 		}
-		slices.SortFunc(order, func(a, b *jobEntry) int { return compareIDs(a.job.ID, b.job.ID) })
+		slices.SortFunc(order, func(a, b *jobEntry) int { return compareIDs(a.job().ID, b.job().ID) })
 	}
 	if q.Sort == "" || q.Sort == "id" || q.Sort == "-id" {
 		step, i := 1, 0
@@ -617,7 +660,7 @@ type keyed struct {
 }
 
 func (a keyed) compare(b keyed) int {
-	return cmp.Or(cmp.Compare(a.n, b.n), compareIDs(a.s, b.s), compareIDs(a.e.job.ID, b.e.job.ID))
+	return cmp.Or(cmp.Compare(a.n, b.n), compareIDs(a.s, b.s), compareIDs(a.e.job().ID, b.e.job().ID))
 }
 
 // sortKey returns the key function of an order (default: job id). In a
@@ -628,20 +671,20 @@ func sortKey(order string, partitioned bool) func(e *jobEntry) keyed {
 	case "deadline":
 		// Live leases first, the earliest deadline first.
 		return func(e *jobEntry) keyed {
-			if d, ok := deadline(&e.job); ok {
+			if d, ok := deadline(e.job()); ok {
 				return keyed{n: d, e: e}
 			}
 			return keyed{n: math.MaxInt64, e: e}
 		}
 	case "updated":
 		if partitioned {
-			return func(e *jobEntry) keyed { return keyed{n: -e.at, e: e} }
+			return func(e *jobEntry) keyed { return keyed{n: -e.lastAt(), e: e} }
 		}
-		return func(e *jobEntry) keyed { return keyed{n: -int64(e.seq), e: e} }
+		return func(e *jobEntry) keyed { return keyed{n: -int64(e.lastSeq()), e: e} }
 	case "holder":
-		return func(e *jobEntry) keyed { return keyed{s: e.job.Holder, e: e} }
+		return func(e *jobEntry) keyed { return keyed{s: e.job().Holder, e: e} }
 	case "state":
-		return func(e *jobEntry) keyed { return keyed{s: e.job.State.String(), e: e} }
+		return func(e *jobEntry) keyed { return keyed{s: e.job().State.String(), e: e} }
 	case "anomalies":
 		return func(e *jobEntry) keyed { return keyed{n: -int64(e.anomalies), e: e} }
 	}
@@ -732,7 +775,7 @@ type AnomalyPage struct {
 	Latest  uint64    `json:"latest"`  // N of the newest entry ever
 	Oldest  uint64    `json:"oldest"`  // N of the oldest entry still kept
 	More    bool      `json:"more"`    // older matching entries exist
-	Blocked []Row     `json:"blocked"` // jobs needing an operator (conflict or UNRESOLVED), at most MaxPageSize
+	Blocked []Row     `json:"blocked"` // jobs needing an operator (conflict, UNRESOLVED or DEAD), at most MaxPageSize
 	Total   int       `json:"blocked_total"`
 	Now     int64     `json:"now"`
 }
@@ -790,9 +833,7 @@ type QueuesPage struct {
 
 // queuesPage answers GET /api/queues at now.
 func (m *model) queuesPage(now time.Time) QueuesPage {
-	m.mu.Lock() // the queues' stats settle what became ready by now
-	defer m.mu.Unlock()
-	qs, _, total := m.queues.List("", MaxPageSize, now)
+	qs, _, total := m.am.QueueList("", MaxPageSize, now)
 	if qs == nil {
 		qs = []api.QueueStats{}
 	}
@@ -802,13 +843,11 @@ func (m *model) queuesPage(now time.Time) QueuesPage {
 // queuePage answers GET /api/queues?queue=name at now: the queue's stats
 // with its workers, false if the read model knows no such queue.
 func (m *model) queuePage(name string, now time.Time) (QueuesPage, bool) {
-	m.mu.Lock() // as queuesPage
-	defer m.mu.Unlock()
-	st, ok := m.queues.Stats(name, now)
+	r, ok := m.am.Queue(name, now)
 	if !ok {
 		return QueuesPage{}, false
 	}
-	return QueuesPage{Queues: []api.QueueStats{st}, Total: m.queues.Len(), Now: now.UnixMilli()}, true
+	return QueuesPage{Queues: []api.QueueStats{r.Queue}, Total: m.am.QueueCount(), Now: now.UnixMilli()}, true
 }
 
 // takeChanges returns and clears the set of jobs changed since the last call.

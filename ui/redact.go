@@ -12,9 +12,10 @@ const Hidden = "(hidden)"
 // operator gets less every lease id and payload, and a job page's inputs
 // less their bodies (history does those).
 
-// redacted is r as a viewer sees it.
+// redacted is r as a viewer sees it: no lease id, and no detail of a
+// result (a worker's free text may be as sensitive as a payload).
 func (r Row) redacted() Row {
-	r.LeaseID = ""
+	r.LeaseID, r.ResultDetail = "", ""
 	return r
 }
 

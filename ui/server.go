@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/streams"
 )
@@ -60,7 +60,7 @@ type Config struct {
 	// that did not come over TLS: for a board behind a proxy that ends
 	// TLS. (A request over TLS always gets a Secure cookie.)
 	SecureCookies bool
-	// Actions enables operator actions (cancel, revoke, affirm, settle)
+	// Actions enables operator actions (cancel, revoke, affirm, settle, retry, discard)
 	// from the job page, for sessions of the operator role; each is an
 	// input published as the ops actor ActorID, judged by the coordinator
 	// like any other. Off by default: the UI is read-only.
@@ -85,6 +85,14 @@ type Config struct {
 	FlushInterval time.Duration
 	// Logger receives the server's log (nil: none).
 	Logger *slog.Logger
+	// Model is the read model the board shows, when another reader keeps
+	// it up to date: in tenure serve, the state API's (api.Server.Model,
+	// run by api.Server.Run), so that the process holds one read model,
+	// and the board and the API agree. The board attaches its view to it
+	// (api.Model.Attach), which must be before it is fed; Run then does
+	// not read the streams. Nil: the board makes a read model of its own
+	// and Run follows the streams into it (api.Follow).
+	Model *api.Model
 }
 
 // Server is Tenure's web UI: the board, job pages, the anomalies feed and
@@ -100,6 +108,8 @@ type Server struct {
 	metrics *Metrics
 	access  *access
 	ops     *ops.Client
+	results *api.Results // the workers' accounts of results (their details), read from the input streams
+	owns    bool         // the read model is the board's own: Run feeds it
 	handler http.Handler
 	done    chan struct{}
 	stop    sync.Once
@@ -163,10 +173,18 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("ui: %w", err)
 		}
 	}
-	s.model = newModel(cfg.FeedSize, cfg.Partitions)
+	am := cfg.Model
+	if am == nil {
+		am, s.owns = api.NewModel(cfg.Partitions), true
+	} else if am.Partitions() != cfg.Partitions {
+		return nil, fmt.Errorf("ui: a read model of %d partitions for a deployment of %d", am.Partitions(), cfg.Partitions)
+	}
+	s.model = newModelOf(cfg.FeedSize, am)
 	s.model.obs = s.metrics
+	s.results = api.NewResults(js, cfg.Topology, am)
 	s.metrics.attach(s.model, s.cfg.Status)
 	s.hub = newHub(s.model, cfg.FlushInterval)
+	s.hub.details = func(rows []Row) { s.withDetails(context.Background(), rows) }
 	s.handler = s.routes()
 	return s, nil
 }
@@ -190,16 +208,18 @@ func (s *Server) cachedStatus(f func(context.Context) ([]CoordinatorStatus, erro
 // updates only while Run (or Serve) runs.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Run follows the decision stream (every partition's, one follow.Follower
-// each) from its first decision into the read model and pushes changes to
-// the pages, until ctx ends. It waits for the streams to exist and resumes
-// each partition where it stopped after errors.
+// Run pushes the read model's changes to the pages until ctx ends, and,
+// unless the read model is another reader's (Config.Model), follows the
+// decision streams (every partition's) into it (api.Follow: from the first
+// decision, or from the stored snapshot when the streams' first segments
+// were removed), waiting for the streams to exist and resuming each
+// partition where it stopped after errors.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stop.Do(func() { close(s.done) })
 	var wg sync.WaitGroup
 	wg.Go(func() { s.hub.run(ctx) })
-	for k, t := range s.topos {
-		wg.Go(func() { follow.Feed(ctx, s.js, t.DecisionStream(), uint32(k), sink{s.model}, s.log.With("in", "ui")) })
+	if s.owns {
+		wg.Go(func() { api.Follow(ctx, s.js, s.cfg.Topology, s.model.am, s.log.With("in", "ui")) })
 	}
 	wg.Wait()
 	return nil
@@ -359,6 +379,8 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	page := s.model.page(q, time.Now())
 	if viewerOnly(r) {
 		page = page.redacted()
+	} else {
+		s.withDetails(r.Context(), page.Rows)
 	}
 	writeJSON(w, http.StatusOK, page)
 }
@@ -411,6 +433,38 @@ func (s *Server) serveAnomalies(w http.ResponseWriter, r *http.Request) {
 	page := s.model.anomalies(q, time.Now())
 	if viewerOnly(r) {
 		page = page.redacted()
+	} else {
+		s.withDetails(r.Context(), page.Blocked)
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// detailTimeout bounds the reads of workers' results for one answer.
+const detailTimeout = 3 * time.Second
+
+// withDetails fills in, for an operator's answer, the worker's detail of
+// the latest result of each row that has one (api.Results: read from the
+// result input once, then kept in the read model). A detail that cannot
+// be read now is left out, and logged.
+func (s *Server) withDetails(ctx context.Context, rows []Row) {
+	var ids []string
+	for _, r := range rows {
+		if r.ResultInput != 0 && r.ResultDetail == "" {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, detailTimeout)
+	defer cancel()
+	got, err := s.results.Fill(ctx, ids)
+	if err != nil {
+		s.log.Warn("ui: reading workers' results", "err", err)
+	}
+	for i := range rows {
+		if w, ok := got[rows[i].ID]; ok && w.Input == rows[i].ResultInput {
+			rows[i].ResultDetail = w.Detail
+		}
+	}
 }

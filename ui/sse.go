@@ -51,6 +51,7 @@ type subscriber struct {
 
 type hub struct {
 	m        *model
+	details  func([]Row) // fills in the workers' details of an operator's rows (nil: none)
 	interval time.Duration
 	mu       sync.Mutex
 	subs     map[*subscriber]struct{}
@@ -150,6 +151,8 @@ func (h *hub) flush() {
 			rows := h.m.rows(ids)
 			if s.viewer {
 				rows = redactRows(rows)
+			} else if h.details != nil {
+				h.details(rows)
 			}
 			var removed []string
 			if len(rows) < len(ids) {
@@ -171,6 +174,10 @@ func (h *hub) flush() {
 				if row, ok := h.m.jobRow(s.job); ok {
 					if s.viewer {
 						row = row.redacted()
+					} else if h.details != nil {
+						one := []Row{row}
+						h.details(one)
+						row = one[0]
 					}
 					frames = append(frames, frame("job", jobEvent{Seq: sum.Seq, Row: row}))
 				}
@@ -254,12 +261,18 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	rows := s.model.rows(ids)
 	if sub.viewer {
 		rows = redactRows(rows)
+	} else {
+		s.withDetails(r.Context(), rows)
 	}
 	initial := [][]byte{frame("board", boardEvent{Seq: sum.Seq, Jobs: sum.Jobs, Blocked: sum.Blocked, Feed: sum.Feed, Rows: rows})}
 	if sub.job != "" {
 		if row, ok := s.model.jobRow(sub.job); ok {
 			if sub.viewer {
 				row = row.redacted()
+			} else {
+				one := []Row{row}
+				s.withDetails(r.Context(), one)
+				row = one[0]
 			}
 			initial = append(initial, frame("job", jobEvent{Seq: sum.Seq, Row: row}))
 		}

@@ -47,6 +47,11 @@ Tenure's) a note. The JSON report (--report) has "checkpoints": {"claims",
 "verified", "mismatches", "unchecked"} and, in "snapshot", "anchor_seq",
 "state_hash" and "anchored".
 
+--job prints the job's evidence matrix (every decision about it) and then
+the results its workers sent: each result input's worker, outcome, verdict
+and the worker's own detail (why it failed), which the input holds and no
+decision carries.
+
 A log whose first segments were archived and removed (tenure log) is
 audited from the stored snapshot, or, with --archive DIR, from input 1:
 the archived segments (each file checked against its manifest as it is
@@ -223,6 +228,19 @@ func runAudit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		}
 		if mf == projector.FormatTable {
 			fmt.Fprintln(stdout)
+		}
+	}
+	if *job != "" {
+		// What the job's workers said of their results (why one failed):
+		// the decisions do not carry it.
+		out := stdout
+		if mf != projector.FormatTable {
+			out = summaryOut
+		}
+		for _, rep := range reps {
+			if err := audit.WriteResults(out, rep); err != nil {
+				return err
+			}
 		}
 	}
 	witnessErr := wits.report(summaryOut)

@@ -400,7 +400,7 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 		p("contents of a token file, or send Authorization: Bearer <token> (JSON clients). Add to the coordinator's")
 		p("command above:")
 		p("  --http 127.0.0.1:8080 --ui-token-file %s --ui-token-file %s", rel(ui.OperatorTokenFile), rel(ui.ViewerTokenFile))
-		p("and, for operator actions (cancel, revoke, affirm, settle), published as ops user %s, whose permissions", c.Name)
+		p("and, for operator actions (cancel, revoke, affirm, settle, retry, discard), published as ops user %s, whose permissions", c.Name)
 		p("allow them where the coordinator's do not:")
 		p("  --ui-actions --ui-credential %s", rel(c.Name+auth.CredentialSuffix))
 		p("  %-22s operator: sees lease ids and payloads, runs audits, and the actions with --ui-actions", ui.OperatorTokenFile)

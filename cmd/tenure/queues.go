@@ -264,14 +264,15 @@ func runJobsLs(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 		return printJSON(stdout, r)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATE\tQUEUE\tATTEMPT\tHOLDER\tGEN\tREADY/DEADLINE\tLAST DECISION")
+	fmt.Fprintln(tw, "JOB\tSTATE\tQUEUE\tATTEMPT\tHOLDER\tGEN\tREADY/DEADLINE\tLAST DECISION\tRESULT DETAIL")
 	for _, j := range r.Jobs {
 		queue, attempt := "-", "-"
 		if j.Queue != "" {
 			queue, attempt = j.Queue, fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts)
 		}
 		when := cmp.Or(j.ReadyAt, j.Deadline, "-")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s/%s\n", j.ID, j.State, queue, attempt, cmp.Or(j.Holder, "-"), j.Generation, when, j.Last.Kind, j.Last.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.State, queue, attempt, cmp.Or(j.Holder, "-"), j.Generation, when, j.Last.Label(),
+			quoteDetail(j.ResultDetail, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -281,6 +282,19 @@ func runJobsLs(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 		fmt.Fprintf(stdout, "more: tenure jobs ls%s --after %s\n", lsFilters(q), r.Next)
 	}
 	return nil
+}
+
+// quoteDetail is a worker's free text as a table cell: quoted, its
+// control characters escaped (a terminal shows no escape sequence a
+// worker wrote), cut to max runes (0: whole); "-" when empty.
+func quoteDetail(s string, max int) string {
+	if s == "" {
+		return "-"
+	}
+	if r := []rune(s); max > 0 && len(r) > max {
+		return strconv.Quote(string(r[:max-1])) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // lsFilters repeats a listing's filters, for the line naming the next page.
@@ -325,7 +339,26 @@ func runJobsGet(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	if r.Partition != "" {
 		where = " (partition " + r.Partition + ")"
 	}
-	fmt.Fprintf(stdout, "job %s%s after decision %d (%s/%s of input %d at %s)%s\n", job, where, r.Last.Seq, r.Last.Kind, r.Last.Reason, r.Last.Cause, r.Last.At, behind(r.Position))
+	if r.Last.Snapshot != 0 && r.Last.Seq == 0 {
+		fmt.Fprintf(stdout, "job %s%s as the stored snapshot has it (at decision %d, %s: the decisions before were archived and removed)%s\n", job, where, r.Last.Snapshot, r.Last.At, behind(r.Position))
+	} else {
+		fmt.Fprintf(stdout, "job %s%s after decision %d (%s of input %d at %s)%s\n", job, where, r.Last.Seq, r.Last.Label(), r.Last.Cause, r.Last.At, behind(r.Position))
+	}
+	if w := r.WorkerResult; w != nil {
+		switch {
+		case w.Removed:
+			fmt.Fprintf(stdout, "latest result: input %d, archived and removed from the input stream\n", w.Input)
+		default:
+			fmt.Fprintf(stdout, "latest result: %s by %s (input %d)", w.Outcome, w.Worker, w.Input)
+			if w.Permanent {
+				fmt.Fprint(stdout, ", permanent")
+			}
+			if w.Detail != "" {
+				fmt.Fprintf(stdout, ": %s", quoteDetail(w.Detail, 0))
+			}
+			fmt.Fprintln(stdout)
+		}
+	}
 	var out bytes.Buffer
 	if err := json.Indent(&out, r.Job, "", "  "); err != nil {
 		return err

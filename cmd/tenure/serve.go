@@ -244,8 +244,10 @@ board-viewer.token; the log says where).
 
 It also answers the state API (tenure.api.>, PROTOCOL.md §23: the jobs'
 projections, the queues' depth, workers and rates, for tenure jobs and
-tenure queues) from a read model of the decision stream it rebuilds from
-the first decision at every start; --no-api turns it off. The status and
+tenure queues) from a read model of the decision stream it rebuilds at
+every start, from the first decision or, once the log's first segments
+were removed (tenure log remove), from the stored snapshot; the web UI of
+--http shows the same read model. --no-api turns the API off. The status and
 $SRV endpoints, the state API and the web UI use a second connection
 (tenure-service-<id>), so that a flood aimed at their subjects never
 slows the coordinator's own.
@@ -429,21 +431,22 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		if err != nil {
 			return err
 		}
-		stateAPI, err := startAPI(ctx, svc, count, *noAPI, log)
+		stateAPI, err := newAPI(svc, count, *noAPI, log)
 		if err != nil {
 			return err
 		}
-		defer stateAPI.stop()
 		service, err := addStatusService(svc, g.Coordinators(), *id, stateAPI.srv)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = service.Stop() }()
-		stopUI, err := webUI.startLocal(ctx, svc, conn.url, uiTokenDir, g.Coordinators(), streams.Topology{Replicas: *replicas}, count, log)
+		stopUI, err := webUI.startLocal(ctx, svc, conn.url, uiTokenDir, g.Coordinators(), streams.Topology{Replicas: *replicas}, count, stateAPI.model(), log)
 		if err != nil {
 			return err
 		}
 		defer stopUI()
+		stateAPI.start(ctx)
+		defer stateAPI.stop()
 		log.Info("tenure serving: connect workers to "+conn.url, "nats_url", conn.url, "coordinator", *id, "partitions", count,
 			"inputs", "tenure.in.<role>.<actor>.<job>.<verb>[.<partition>]", "decisions", "tenure.out.<addressee>.<job>.<kind>.<partition>")
 		err = g.Run(ctx)
@@ -453,21 +456,22 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	if err != nil {
 		return err
 	}
-	stateAPI, err := startAPI(ctx, svc, 0, *noAPI, log)
+	stateAPI, err := newAPI(svc, 0, *noAPI, log)
 	if err != nil {
 		return err
 	}
-	defer stateAPI.stop()
 	service, err := addStatusService(svc, []*coordinator.Coordinator{c}, *id, stateAPI.srv)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = service.Stop() }()
-	stopUI, err := webUI.startLocal(ctx, svc, conn.url, uiTokenDir, []*coordinator.Coordinator{c}, streams.Topology{Replicas: *replicas}, 0, log)
+	stopUI, err := webUI.startLocal(ctx, svc, conn.url, uiTokenDir, []*coordinator.Coordinator{c}, streams.Topology{Replicas: *replicas}, 0, stateAPI.model(), log)
 	if err != nil {
 		return err
 	}
 	defer stopUI()
+	stateAPI.start(ctx)
+	defer stateAPI.stop()
 	log.Info("tenure serving: connect workers to "+conn.url, "nats_url", conn.url, "coordinator", *id,
 		"inputs", "tenure.in.<role>.<actor>.<job>.<verb>", "decisions", "tenure.out.<addressee>.<job>.<kind>")
 	err = c.Run(ctx)
@@ -533,29 +537,50 @@ func currentStatus(ctx context.Context, js jetstream.JetStream, c *coordinator.C
 	return st
 }
 
-// runningAPI is the state API of a serve (nil with --no-api) and how to
-// stop it.
+// runningAPI is the state API of a serve (srv nil with --no-api): its
+// read model, which the web UI of the process shares, and how to start
+// and stop its reading of the decision streams.
 type runningAPI struct {
 	srv  *api.Server
+	log  *slog.Logger
 	stop func()
 }
 
-// startAPI starts the state API's read model (package api), following the
-// decision streams of a deployment of count partitions from their first
-// decision, unless off; stop ends it.
-func startAPI(ctx context.Context, nc *nats.Conn, count uint32, off bool, log *slog.Logger) (*runningAPI, error) {
+// newAPI makes the state API's server (package api) for a deployment of
+// count partitions, unless off; start starts its read model.
+func newAPI(nc *nats.Conn, count uint32, off bool, log *slog.Logger) (*runningAPI, error) {
+	r := &runningAPI{log: log, stop: func() {}}
 	if off {
-		return &runningAPI{stop: func() {}}, nil
+		return r, nil
 	}
 	s, err := api.New(api.Config{Conn: nc, Partitions: count, Logger: log})
 	if err != nil {
 		return nil, err
 	}
+	r.srv = s
+	return r, nil
+}
+
+// model is the API's read model, nil with --no-api.
+func (r *runningAPI) model() *api.Model {
+	if r.srv == nil {
+		return nil
+	}
+	return r.srv.Model()
+}
+
+// start follows the decision streams into the read model (from their
+// first decision, or from the stored snapshot when their first segments
+// were removed) until ctx ends or stop.
+func (r *runningAPI) start(ctx context.Context) {
+	if r.srv == nil {
+		return
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
-	log.Info("state API: "+api.SubjectsFilter+" (tenure jobs, tenure queues)", "subjects", api.SubjectsFilter)
-	return &runningAPI{srv: s, stop: func() { cancel(); <-done }}, nil
+	go func() { _ = r.srv.Run(ctx); close(done) }()
+	r.log.Info("state API: "+api.SubjectsFilter+" (tenure jobs, tenure queues)", "subjects", api.SubjectsFilter)
+	r.stop = func() { cancel(); <-done }
 }
 
 // addStatusService registers the coordinators as a NATS micro service

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
@@ -37,7 +38,7 @@ type uiFlags struct {
 
 func (u *uiFlags) register(fs *flag.FlagSet, httpDefault, httpHelp, tokenDirHelp string) {
 	fs.StringVar(&u.http, "http", httpDefault, httpHelp)
-	fs.BoolVar(&u.actions, "ui-actions", false, "allow operator actions (cancel, revoke, affirm, settle) from the web UI, to operator sessions; each is an input judged like any other (default: read-only)")
+	fs.BoolVar(&u.actions, "ui-actions", false, "allow operator actions (cancel, revoke, affirm, settle, retry, discard) from the web UI, to operator sessions; each is an input judged like any other (default: read-only)")
 	fs.Func("ui-as", "ops identity (actor token) of the web UI's operator actions (default "+ui.DefaultActor+"; with --ui-credential, the credential's name)", func(s string) error {
 		u.as, u.asSet = s, true
 		return nil
@@ -140,7 +141,7 @@ func (r *uiRun) stop() {
 // --ui-token-dir (default tokenDir); with --ui-credential its actions
 // publish on a connection of their own to url, as that credential's user.
 // Without --http it does nothing (nil).
-func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, url, tokenDir string, top streams.Topology, count uint32, status func(context.Context) ([]ui.CoordinatorStatus, error), log *slog.Logger) (*uiRun, error) {
+func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, url, tokenDir string, top streams.Topology, count uint32, model *api.Model, status func(context.Context) ([]ui.CoordinatorStatus, error), log *slog.Logger) (*uiRun, error) {
 	if u.http == "" {
 		return nil, nil
 	}
@@ -176,6 +177,7 @@ func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, url, tokenDir string
 	srv, err := ui.New(ui.Config{
 		Conn: nc, Topology: top, Partitions: count, Status: status, Metrics: u.metrics,
 		Actions: u.actions, ActorID: u.as, ActionsConn: actionsNC, Tokens: tokens, SecureCookies: u.secure, Logger: log,
+		Model: model,
 	})
 	if err != nil {
 		closeActions()
@@ -211,7 +213,7 @@ func (u *uiFlags) start(ctx context.Context, nc *nats.Conn, url, tokenDir string
 // startLocal is start for `tenure serve --http`: /healthz and /metrics
 // report the coordinators cs of this process (one, or one per partition of
 // a deployment of count partitions), as their status endpoints do.
-func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, url, tokenDir string, cs []*coordinator.Coordinator, top streams.Topology, count uint32, log *slog.Logger) (stop func(), err error) {
+func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, url, tokenDir string, cs []*coordinator.Coordinator, top streams.Topology, count uint32, model *api.Model, log *slog.Logger) (stop func(), err error) {
 	if u.http == "" {
 		return func() {}, nil
 	}
@@ -226,7 +228,7 @@ func (u *uiFlags) startLocal(ctx context.Context, nc *nats.Conn, url, tokenDir s
 		}
 		return sts, nil
 	}
-	r, err := u.start(ctx, nc, url, tokenDir, top, count, status, log)
+	r, err := u.start(ctx, nc, url, tokenDir, top, count, model, status, log)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +292,7 @@ func runUI(ctx context.Context, fs *flag.FlagSet, args []string, _, stderr io.Wr
 	if err != nil || ctx.Err() != nil {
 		return err
 	}
-	r, err := u.start(ctx, nc, conn.url, "", top, count, ui.StatusFromService(nc, *statusWait), log)
+	r, err := u.start(ctx, nc, conn.url, "", top, count, nil, ui.StatusFromService(nc, *statusWait), log)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
@@ -44,7 +46,15 @@ with --all), one line each, or as JSON lines (the decision bodies as
 stored), until interrupted or -n decisions. --job, --holder and --kind keep
 only the decisions about that job, addressed to or held by that actor, or of
 that kind. A partitioned deployment is followed in every partition (only the
-job's with --job), the table with a PART column. Read-only.`,
+job's with --job), the table with a PART column. Read-only.
+
+A completed decision says that a result was recorded, whatever its outcome
+(the projection's result says which): its DETAIL column shows a FAILED or
+CANCELLED result's outcome and the worker's own detail (why it failed),
+which only the result input holds. watch asks the state API of a running
+tenure serve for it (tenure.api.job.result), or reads the input itself
+where no API answers; a JSON line then ends with "result_detail" (the
+stored decision has no such field: drop it to compare bytes).`,
 	run: runWatch,
 }
 
@@ -150,12 +160,13 @@ func runWatch(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 			return nil
 		}
 	}
+	results := newResultDetails(nc, js, stderr)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
 	if *format == "table" {
 		if count > 0 {
-			fmt.Fprintln(tw, "AT\tPART\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY")
+			fmt.Fprintln(tw, "AT\tPART\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY\tDETAIL")
 		} else {
-			fmt.Fprintln(tw, "AT\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY")
+			fmt.Fprintln(tw, "AT\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY\tDETAIL")
 		}
 		tw.Flush()
 	}
@@ -185,20 +196,32 @@ func runWatch(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 				return fmt.Errorf("watch: %w", err)
 			}
 		}
+		detail, hasDetail := "", false
+		if d.Kind == events.KindCompleted && d.Job.Result != events.OutcomeSuccess {
+			detail, hasDetail = results.get(ctx, w.part, &d)
+		}
+		cell := ""
+		if hasDetail {
+			cell = d.Job.Result.String() + " " + quoteDetail(detail, 80)
+		}
 		switch {
+		case *format == "json" && hasDetail:
+			// The decision as stored, and the worker's detail after it.
+			q, _ := json.Marshal(detail)
+			fmt.Fprintf(stdout, "%s,\"result_detail\":%s}\n", bytes.TrimSuffix(bytes.TrimSpace(m.Data), []byte("}")), q)
 		case *format == "json":
 			fmt.Fprintf(stdout, "%s\n", m.Data)
 		case w.part.Partitioned():
-			fmt.Fprintf(tw, "%s\t%s\t#%d.%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\n",
+			fmt.Fprintf(tw, "%s\t%s\t#%d.%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\t%s\n",
 				time.Unix(0, d.At).UTC().Format("15:04:05.000"), w.part.Token(), d.Cause, d.N, d.Kind, d.Reason,
 				d.Job.ID, d.Job.Generation, or(d.Job.Holder, "-"), d.Job.State,
-				or(clock(d.Job.ExpiresAt), "-"), d.Role, d.Actor)
+				or(clock(d.Job.ExpiresAt), "-"), d.Role, d.Actor, cell)
 			tw.Flush()
 		default:
-			fmt.Fprintf(tw, "%s\t#%d.%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\n",
+			fmt.Fprintf(tw, "%s\t#%d.%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\t%s\n",
 				time.Unix(0, d.At).UTC().Format("15:04:05.000"), d.Cause, d.N, d.Kind, d.Reason,
 				d.Job.ID, d.Job.Generation, or(d.Job.Holder, "-"), d.Job.State,
-				or(clock(d.Job.ExpiresAt), "-"), d.Role, d.Actor)
+				or(clock(d.Job.ExpiresAt), "-"), d.Role, d.Actor, cell)
 			tw.Flush()
 		}
 		n++
@@ -206,6 +229,58 @@ func runWatch(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 			return nil
 		}
 	}
+}
+
+// resultDetails reads, for tenure watch, the worker's detail of the
+// results completed decisions record: from the state API
+// (tenure.api.job.result, which the ops role may ask), or, when no API
+// answers, from the input stream (a user allowed to read it).
+type resultDetails struct {
+	cl     *api.Client
+	js     jetstream.JetStream
+	ins    map[string]jetstream.Stream
+	stderr io.Writer
+	warned bool
+	noAPI  bool
+}
+
+func newResultDetails(nc *nats.Conn, js jetstream.JetStream, stderr io.Writer) *resultDetails {
+	return &resultDetails{cl: api.NewClient(nc, 2*time.Second), js: js, ins: make(map[string]jetstream.Stream), stderr: stderr}
+}
+
+// get returns the detail of the result input d.Cause of partition part,
+// false (said once on stderr) if it cannot be read.
+func (r *resultDetails) get(ctx context.Context, part events.Partition, d *events.Decision) (string, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var err error
+	if !r.noAPI {
+		var rep api.ResultReply
+		if rep, err = r.cl.Result(ctx, d.Job.ID, d.Cause); err == nil {
+			return rep.Result.Detail, true
+		}
+		r.noAPI = errors.Is(err, api.ErrNoServer)
+	}
+	if r.noAPI {
+		name := streams.Topology{Partition: part}.InputStream()
+		st := r.ins[name]
+		if st == nil {
+			if st, err = r.js.Stream(ctx, name); err == nil {
+				r.ins[name] = st
+			}
+		}
+		if err == nil {
+			var w api.WorkerResult
+			if w, err = api.ReadResult(ctx, st, part, d.Job.ID, d.Cause); err == nil {
+				return w.Detail, true
+			}
+		}
+	}
+	if !r.warned {
+		r.warned = true
+		fmt.Fprintf(r.stderr, "tenure watch: a result's detail could not be read (%v): the state API of tenure serve answers it\n", streams.Classify(err))
+	}
+	return "", false
 }
 
 // watched is one decision message read from a partition's decision stream

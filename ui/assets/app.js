@@ -152,6 +152,30 @@
   const extraResult = (st, res) => (res && IMPLIED[st] !== res && st !== 'QUEUED' && st !== 'DEAD' ? res : '');
   const stateText = (st, res) => st + (extraResult(st, res) ? ' ' + res : '');
   const kindBadge = (k) => h('span', { class: 'kind k-' + k, text: k });
+  // What a completed decision recorded: "completed/ok" would read as a
+  // success whatever the outcome.
+  const OUTCOME_LABEL = { SUCCESS: 'succeeded', FAILED: 'failed', CANCELLED: 'cancelled' };
+  // A row's last decision: its kind and reason; a completed decision's
+  // outcome instead (failed, succeeded, cancelled); "snapshot" for a job
+  // the read model restored from the stored snapshot (the decisions before
+  // it were archived and removed).
+  // The worker's own detail of the job's latest result (why it failed),
+  // which the server reads from the result input for an operator's page.
+  function resultDetail(r) {
+    if (!r.result_detail) return null;
+    const t = r.result_detail.length > 80 ? r.result_detail.slice(0, 79) + '…' : r.result_detail;
+    return h('div', { class: 'detail result-detail', title: r.result_detail, text: t });
+  }
+  function lastBadge(r) {
+    if (r.restored) {
+      return [h('span', { class: 'kind k-snapshot', title: 'no decision read since the stored snapshot: the decisions before it were archived and removed (the archive has them)', text: 'from the snapshot' })];
+    }
+    if (r.last_kind === 'completed' && OUTCOME_LABEL[r.last_outcome]) {
+      const label = OUTCOME_LABEL[r.last_outcome];
+      return [h('span', { class: 'kind k-' + label, title: 'completed/' + r.last_reason + ': the result ' + r.last_outcome, text: label })];
+    }
+    return [kindBadge(r.last_kind), ' ', h('span', { class: 'sub reason', text: r.last_reason })];
+  }
   const jobLink = (id) => (id && id !== '_' ? h('a', { href: '/jobs/' + encodeURIComponent(id), class: 'job', text: id }) : h('span', { class: 'muted', text: '(no job)' }));
 
   // The next deadline of a live lease: [label, time, total ms].
@@ -204,8 +228,18 @@
     text: ' ' + r.queue + ' · ' + (r.attempt || 0) + '/' + r.max_attempts }) : null);
   const SORTS = [['id', 'job id'], ['deadline', 'deadline (soonest first)'], ['updated', 'recently updated'], ['holder', 'holder'], ['state', 'state'], ['anomalies', 'most anomalies'], ['-id', 'job id (descending)']];
 
+  // A job that needs an operator: a pending conflict (revoke or affirm),
+  // UNRESOLVED (settle), DEAD (retry or discard).
+  const needsOperator = (r) => r.conflict || r.state === 'UNRESOLVED' || r.state === 'DEAD';
+  // What an operator does about such a job.
+  function operatorTask(r) {
+    if (r.conflict) return 'ownership conflict: ' + r.conflict_with + ' claims the lease of ' + r.holder + ': revoke or affirm';
+    if (r.state === 'UNRESOLVED') return 'cancellation not reconciled: settle it';
+    if (r.state === 'DEAD') return 'attempt budget spent (' + (r.attempt || 0) + ' of ' + r.max_attempts + (r.attempt_reason ? ', the last: ' + r.attempt_reason : '') + '): retry or discard it';
+    return '';
+  }
   function boardRow(r) {
-    const tr = h('tr', { 'data-job': r.id, class: r.conflict || r.state === 'UNRESOLVED' ? 'blocked' : '' },
+    const tr = h('tr', { 'data-job': r.id, class: needsOperator(r) ? 'blocked' : '' },
       h('td', { class: 'jobcell', title: r.id }, jobLink(r.id)),
       config.partitions ? h('td', { class: 'num part', title: 'partition', text: r.partition || '' }) : null,
       h('td', { class: 'stcell' }, stateBadge(r.state), extraResult(r.state, r.result) ? h('span', { class: 'sub', text: ' ' + r.result }) : null,
@@ -218,7 +252,7 @@
       leftCell(r),
       progressCell(r),
       num(r.stale, 'stale'), num(r.late, 'late'), num(r.duplicates, 'dup'), num(r.conflicts, 'conflicts'),
-      h('td', { class: 'last' }, kindBadge(r.last_kind), ' ', h('span', { class: 'sub reason', text: r.last_reason }), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
+      h('td', { class: 'last' }, lastBadge(r), resultDetail(r), h('div', { class: 'ago', 'data-at': r.last_at, text: fmtAgo(r.last_at) })));
     return tr;
   }
 
@@ -711,7 +745,8 @@
       card('Renewals', String(r.renew_seq || 0)),
       card('Cancel', r.cancel_requested ? (r.cancel_acked ? 'requested, ACKed' : 'requested') : 'no'),
       card('Stale / late / dup / conflict', r.stale + ' / ' + r.late + ' / ' + r.duplicates + ' / ' + r.conflicts, 'job-counters'),
-      card('Decisions', String(r.decisions)),
+      card('Decisions', r.restored ? 'none since the stored snapshot' : String(r.decisions)),
+      r.result_input ? card('Latest result (input ' + r.result_input + ')', operator() ? (r.result_detail || '(no detail)') : '(hidden: an operator\'s to see)', 'job-result-detail') : null,
       // A queue job's (PROTOCOL.md §22.6).
       r.queue ? [
         card('Queue', h('a', { href: '/?queue=' + encodeURIComponent(r.queue), text: r.queue }), 'job-queue'),
@@ -752,6 +787,11 @@
         try {
           const res = await post('/api/jobs/' + encodeURIComponent(r.id) + '/action', Object.assign({ reason: reason.value }, body));
           out.replaceChildren(h('span', { class: res.accepted ? 'ok' : 'error', text: (res.accepted ? 'accepted: ' : 'not accepted: ') + res.kind + '/' + res.reason + (res.detail ? ' (' + res.detail + ')' : '') + ' — input ' + res.cause }));
+          if (res.accepted && res.reason === 'discarded') {
+            // Retired at once: nothing more to load.
+            out.append(h('span', { class: 'muted', id: 'action-gone', text: ' The job is removed from the board; its decisions stay in the log.' }));
+            return;
+          }
           reload();
         } catch (e) {
           out.replaceChildren(h('span', { class: 'error', text: e.message }));
@@ -767,6 +807,11 @@
     if (r.state === 'UNRESOLVED') {
       btns.push(btn('Settle FAILED', { action: 'settle', outcome: 'FAILED' }, 'act-settle-failed'));
       btns.push(btn('Settle CANCELLED', { action: 'settle', outcome: 'CANCELLED' }, 'act-settle-cancelled'));
+    }
+    // A DEAD queue job: its attempt budget is spent (PROTOCOL.md §22.5).
+    if (r.state === 'DEAD' && r.queue) {
+      btns.push(btn('Retry (queue it again, ' + r.max_attempts + ' fresh attempts)', { action: 'retry' }, 'act-retry'));
+      btns.push(btn('Discard (remove the job)', { action: 'discard' }, 'act-discard'));
     }
     if (btns.length === 0) return h('div', {}, h('p', { class: 'muted small', text: 'No operator action applies to this job now.' }), out);
     return h('div', { class: 'actions' }, h('span', { class: 'muted small', text: 'Operator (' + config.actor + '): each action is an input the coordinator judges. ' }), reason, btns, out);
@@ -879,8 +924,11 @@
         syncClock(hist.now);
         renderAll();
       } catch (e) {
-        if (e.status === 404) head.replaceChildren(h('p', { class: 'muted', text: 'No decision about job ' + id + ' yet. The page updates when one is stored.' }));
-        else head.replaceChildren(h('p', { class: 'error', text: 'cannot load the job: ' + e.message }));
+        if (e.status === 404) {
+          hist = null;
+          // The verdict of an action stays: a discarded job leaves the board.
+          head.replaceChildren(h('p', { class: 'muted', id: 'job-none', text: 'No job ' + id + ' on the board: no decision about it yet, or it was retired (a discarded job is). The page updates when one is stored.' }), verdict);
+        } else head.replaceChildren(h('p', { class: 'error', text: 'cannot load the job: ' + e.message }));
       } finally {
         loading = false;
         if (again) { again = false; refresh(); }
@@ -945,7 +993,7 @@
     let blockedN = -1;
     main.replaceChildren(
       h('h1', {}, 'Anomalies'),
-      h('h2', {}, 'Needs an operator ', h('span', { class: 'muted small', text: '(pending ownership conflicts and UNRESOLVED jobs)' })), blockedBox,
+      h('h2', {}, 'Needs an operator ', h('span', { class: 'muted small', text: '(pending ownership conflicts, UNRESOLVED and DEAD jobs: open one to act)' })), blockedBox,
       h('h2', {}, 'Live feed ', h('span', { class: 'muted small', text: '(every verdict that was not accepted, newest first)' })),
       h('div', { class: 'filters' }, kindSel), info,
       h('div', { class: 'tablewrap' }, h('table', { class: 'feed', id: 'feed' },
@@ -953,10 +1001,10 @@
       more);
     function renderBlocked(rows, total) {
       blockedN = total;
-      if (!rows.length) { blockedBox.replaceChildren(h('p', { class: 'muted', text: 'None: no conflict pending, no unresolved job.' })); return; }
+      if (!rows.length) { blockedBox.replaceChildren(h('p', { class: 'muted', text: 'None: no conflict pending, no unresolved or dead job.' })); return; }
       blockedBox.replaceChildren(h('table', { class: 'board', id: 'blocked-table' }, h('tbody', {}, rows.map((r) => h('tr', { 'data-job': r.id },
         h('td', {}, jobLink(r.id)), h('td', {}, stateBadge(r.state)),
-        h('td', { text: r.conflict ? 'ownership conflict: ' + r.conflict_with + ' claims the lease of ' + r.holder : 'cancellation not reconciled: settle it' }),
+        h('td', { class: 'task' }, operatorTask(r), resultDetail(r)),
         h('td', { class: 'gen', text: leaseText(r) })))),
         total > rows.length ? h('tr', {}, h('td', { colspan: 4, class: 'muted', text: (total - rows.length) + ' more' })) : null));
     }
