@@ -289,7 +289,7 @@ func (c *checker) again(snap []byte, raw events.Raw, ds []events.Decision, p *pr
 	if fs != nil {
 		return fs
 	}
-	if f := sameDecisions(ds, ds2, "a second projector restored from the same snapshot"); f != nil {
+	if f := sameDecisions(ds, ds2, "the first", "a second projector restored from the same snapshot"); f != nil {
 		return []finding{*f}
 	}
 	if p.StateHash() != q.StateHash() {
@@ -321,7 +321,7 @@ func (c *checker) continuous(log []events.Raw, snap []byte, raw events.Raw) (*pr
 	if fs != nil {
 		return p, ds, fs
 	}
-	if f := sameDecisions(ds, ds2, "a projector restored from the last state's snapshot"); f != nil {
+	if f := sameDecisions(ds, ds2, "the projector that folded the whole log without a restore", "a projector restored from the last state's snapshot"); f != nil {
 		f.check = "restored"
 		return p, ds, []finding{*f}
 	}
@@ -344,7 +344,7 @@ func (c *checker) cold(n *node, ds []events.Decision, p *projector.Projector) []
 			return fs
 		}
 	}
-	if f := sameDecisions(ds, last, "the replay of the whole log on an empty projector"); f != nil {
+	if f := sameDecisions(ds, last, "the projector restored from the parent's snapshot", "the replay of the whole log on an empty projector"); f != nil {
 		return []finding{*f}
 	}
 	if p.StateHash() != q.StateHash() {
@@ -358,9 +358,9 @@ func (c *checker) cold(n *node, ds []events.Decision, p *projector.Projector) []
 // same bytes (events.AppendDecision is a function of the value); values
 // that differ are compared by their encodings, byte for byte, which is
 // what the decision stream holds.
-func sameDecisions(a, b []events.Decision, what string) *finding {
+func sameDecisions(a, b []events.Decision, first, what string) *finding {
 	if len(a) != len(b) {
-		return &finding{RuleDeterminism, "decisions", fmt.Sprintf("%s gives %d decisions, not %d:\n%s\nvs\n%s", what, len(b), len(a), describeAll(b), describeAll(a))}
+		return &finding{RuleDeterminism, "decisions", fmt.Sprintf("%s gives %d decisions:\n%swhere %s gives %d:\n%s", what, len(b), describeAll(b), first, len(a), describeAll(a))}
 	}
 	for i := range a {
 		if equalDecisions(&a[i], &b[i]) {
@@ -368,7 +368,7 @@ func sameDecisions(a, b []events.Decision, what string) *finding {
 		}
 		x, y := events.AppendDecision(nil, &a[i]), events.AppendDecision(nil, &b[i])
 		if !bytes.Equal(x, y) {
-			return &finding{RuleDeterminism, "decisions", fmt.Sprintf("%s gives decision %d\n  %s\nnot\n  %s", what, i, y, x)}
+			return &finding{RuleDeterminism, "decisions", fmt.Sprintf("%s gives decision %d\n  %s\nwhere %s gives\n  %s", what, i, y, first, x)}
 		}
 	}
 	return nil

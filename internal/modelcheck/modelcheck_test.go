@@ -145,7 +145,7 @@ func TestCheck(t *testing.T) {
 			}
 			t.Log(r.Summary())
 			for i := range r.Violations {
-				t.Errorf("%s", r.Violations[i].String())
+				t.Errorf("%s(the findings, open and closed: TESTING.md)", r.Violations[i].String())
 			}
 			if r.Depth != s.Depth {
 				t.Errorf("explored to depth %d of %d", r.Depth, s.Depth)
