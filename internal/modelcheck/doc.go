@@ -102,6 +102,12 @@
 //     a missed ACK, a declined offer or a release never spends an attempt,
 //     and never ends a job DEAD; a cancelled queue job is never offered or
 //     queued again;
+//   - reference: each lease operation of the model's verbs on a job outside
+//     any queue is accepted exactly when the reference model of the
+//     property tests (internal/leasemodel), seeded with the projection the
+//     operation is judged against, says it may be: a valid operation that
+//     is refused shows here, as an unsafe one that is accepted shows in the
+//     rules above;
 //   - determinism: stepping the same input on a second projector restored
 //     from the same snapshot gives byte-identical decisions and the same
 //     state hash; with Scope.Cold every new state is also reached by

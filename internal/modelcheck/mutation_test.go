@@ -102,6 +102,18 @@ var mutations = []mutation{
 		scope: "mut-lease", rule: RuleProgress, check: "never-renews",
 		reason: "progress that renews the lease",
 	},
+	{
+		name: "renewal-refused",
+		file: "projector.go",
+		edits: [][2]string{
+			// After its first renewal, a lease's next renewal is taken for
+			// a duplicate: nothing unsafe is accepted, a valid renewal is
+			// refused (only the reference model says so).
+			{"	case r.RenewSeq == j.RenewSeq:\n", "	case r.RenewSeq == j.RenewSeq || j.RenewSeq > 0 && r.RenewSeq == j.RenewSeq+1:\n"},
+		},
+		scope: "mut-lease", rule: RuleReference, check: "accepts",
+		reason: "a valid renewal refused",
+	},
 }
 
 var violationLine = regexp.MustCompile(`(?m)^violation rule=(\S+) check=(\S+) depth=(\d+): (.*)$`)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/leasemodel"
 	"github.com/maknow/tenure/projector"
 )
 
@@ -26,6 +27,10 @@ const (
 	RuleState       = "state"
 	RuleQueue       = "queue"
 	RuleDeterminism = "determinism"
+	// RuleReference: the verdict accepts exactly when the reference model
+	// (internal/leasemodel, the property tests' model) says the operation
+	// may be accepted, judged against the same projection.
+	RuleReference = "reference"
 )
 
 // finding is one broken check of a transition.
@@ -409,6 +414,7 @@ func (g *judge) verdict(d *events.Decision, o *op) {
 		return
 	}
 	prev, had, jb := g.project(d)
+	g.reference(d, o, prev, had)
 	if !d.Kind.Accepted() {
 		g.unchanged(d, o, prev, had, jb)
 		g.commit(d, prev, had, jb)
@@ -578,6 +584,29 @@ func (g *judge) verdict(d *events.Decision, o *op) {
 		g.fail(RuleVerdict, "kind", "%s answers a %s", kr(d), in.Verb)
 	}
 	g.commit(d, prev, had, jb)
+}
+
+// reference asks the reference model whether lease operation o may be
+// accepted, the job being prev (had: in the projection) at the input's
+// time, and fails when verdict d says otherwise. Queue jobs, resolves and
+// the queue's verbs are not the model's.
+func (g *judge) reference(d *events.Decision, o *op, prev events.Job, had bool) {
+	in := g.in
+	if !leasemodel.Modelled(in.Verb) || in.Verb == events.VerbTick || in.Verb == events.VerbPolicy || prev.Queue != "" {
+		return
+	}
+	m := leasemodel.New(g.pol)
+	m.Now = g.b.now
+	m.Jobs[o.job] = leasemodel.FromProjection(prev, had)
+	m.Advance(g.now)
+	one := *in
+	if in.Verb == events.VerbRenew {
+		one.Job, one.Leases = o.job, []events.LeaseRef{{Job: o.job, LeaseID: o.lease, Generation: o.gen, RenewSeq: o.renewSeq, LeaseMS: o.leaseMS}}
+	}
+	if want := m.Expect(&one)[0]; want != d.Kind.Accepted() {
+		g.fail(RuleReference, "accepts", "%s: the reference model says accepted=%v for %s's %s of job %s (%s g%d), judged against %s",
+			kr(d), want, in.Actor, in.Verb, o.job, o.lease, o.gen, describeJob(&prev))
+	}
 }
 
 // verbOf is the verb each accepted verdict about a job answers.
