@@ -12,14 +12,20 @@ import (
 	"github.com/maknow/tenure/events"
 )
 
-// TestDocs: the package has a doc comment, and so has every exported
-// declaration. (testutil.RequireDocs does the same, but would link an
-// embedded nats-server into this test.)
+// TestDocs: this package and the reference model's have a doc comment,
+// and so has every exported declaration. (testutil.RequireDocs does the
+// same, but would link an embedded nats-server into this test.)
 func TestDocs(t *testing.T) {
+	for _, dir := range []string{".", "../leasemodel"} {
+		requireDocs(t, dir)
+	}
+}
+
+func requireDocs(t *testing.T, dir string) {
 	fset := token.NewFileSet()
-	names, err := filepath.Glob("*.go")
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil || len(names) == 0 {
-		t.Fatalf("no Go files: %v", err)
+		t.Fatalf("no Go files in %s: %v", dir, err)
 	}
 	doc := false
 	for _, name := range names {
@@ -56,7 +62,7 @@ func TestDocs(t *testing.T) {
 		}
 	}
 	if !doc {
-		t.Error("package modelcheck has no doc comment")
+		t.Errorf("the package in %s has no doc comment", dir)
 	}
 }
 
