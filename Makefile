@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 60s
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: test test-ts test-short bench bench-cluster fuzz fuzz-short lint build run chaos chaos-short drain
+.PHONY: test test-ts test-short bench bench-cluster fuzz fuzz-short lint build run chaos chaos-short drain check
 
 build:
 	$(GO) build ./...
@@ -94,6 +94,17 @@ chaos-short:
 DRAINJOBS ?= 10000
 drain:
 	TENURE_DRAIN_JOBS=$(DRAINJOBS) $(GO) test -race -count=1 -timeout 30m -run '^TestDrain$$' -v ./internal/drain/
+
+## check: the exhaustive check of the lease rules (internal/modelcheck, TESTING.md): every
+## interleaving of the inputs of the scopes of the "check" set (two or three workers, one or two
+## jobs, the operator, ticks at each deadline's boundaries, a queue, earlier rules revisions) over
+## the real fold, the seeds' rules checked on every transition; prints each scope's distinct
+## states, transitions and depth, and every violation with its shortest input sequence (exit 1).
+## A few minutes; make test runs the smaller "ci" set. CHECKFLAGS adds flags, e.g.
+## CHECKFLAGS='-scope queue -depth 6 -v'.
+CHECKFLAGS ?=
+check:
+	$(GO) run ./internal/modelcheck/cmd/modelcheck -scope check $(CHECKFLAGS)
 
 ## lint: gofmt, go vet, staticcheck.
 lint:

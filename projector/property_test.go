@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/leasemodel"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 	"pgregory.net/rapid"
@@ -24,156 +25,11 @@ var (
 	propHolders = []string{"w1", "w2", "w3"}
 )
 
-// model is the obviously-correct reference: the minimum a reader of the seeds
+// The reference model is internal/leasemodel's (the exhaustive check,
+// internal/modelcheck, asks it too): the minimum a reader of the seeds
 // needs to say whether an operation may be accepted.
-type model struct {
-	now  int64
-	pol  events.Policy
-	jobs map[string]*mjob
-}
 
-type mjob struct {
-	gen      uint64
-	lease    string
-	holder   string
-	offered  bool // OFFERED, waiting for ACK
-	active   bool // has authority (until exp)
-	ackBy    int64
-	exp      int64
-	renewSeq uint64
-	progSeq  uint64
-	cancel   bool
-	cancelAk bool
-	cancelBy int64
-	blocked  bool // conflict or unresolved: no new lease
-	closed   bool // SUCCESS or CANCELLED
-}
-
-func newModel() *model {
-	return &model{pol: events.DefaultPolicy(), jobs: map[string]*mjob{}}
-}
-
-// advance applies time: deadlines at or before t end the lease.
-func (m *model) advance(t int64) {
-	if t > m.now {
-		m.now = t
-	}
-	for _, j := range m.jobs {
-		if j.offered && j.ackBy <= m.now {
-			j.offered = false
-		}
-		if j.active && j.cancel && min(j.exp, j.cancelBy) <= m.now {
-			j.active = false
-			j.blocked = true // unresolved
-		}
-		if j.active && j.exp <= m.now {
-			j.active = false
-		}
-	}
-}
-
-func (m *model) job(id string) *mjob {
-	if m.jobs[id] == nil {
-		m.jobs[id] = &mjob{}
-	}
-	return m.jobs[id]
-}
-
-// claimOK: the claim names the live lease of its holder. Another holder
-// claiming the live generation blocks the job (ownership conflict).
-func (j *mjob) claimOK(holder, lease string, gen uint64) bool {
-	if gen == j.gen && lease == j.lease && holder != j.holder && (j.offered || j.active) {
-		j.blocked = true
-	}
-	return !j.blocked && gen == j.gen && lease == j.lease && holder == j.holder
-}
-
-// expect returns whether each lease operation of in should be accepted, in order.
-func (m *model) expect(in *events.Input) []bool {
-	switch in.Verb {
-	case events.VerbOffer, events.VerbAcquire:
-		j := m.job(in.Job)
-		ok := !j.blocked && !j.closed && !j.offered && !j.active
-		if ok {
-			j.gen++
-			j.lease = "" // set by the caller from the decision
-			j.renewSeq, j.progSeq, j.cancel, j.cancelAk = 0, 0, false, false
-			if in.Verb == events.VerbOffer {
-				j.holder, j.offered, j.ackBy = in.Holder, true, m.now+in.AckTimeoutMS*ms
-			} else {
-				j.holder, j.active, j.exp = in.Actor, true, m.now+in.LeaseMS*ms
-			}
-		}
-		return []bool{ok}
-	case events.VerbAck:
-		j := m.job(in.Job)
-		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && j.offered
-		if ok {
-			j.offered, j.active = false, true
-			j.exp = m.now + j.leaseDur(m)
-		}
-		return []bool{ok}
-	case events.VerbRenew:
-		out := make([]bool, len(in.Leases))
-		for i, r := range in.Leases {
-			j := m.job(r.Job)
-			ok := j.claimOK(in.Actor, r.LeaseID, r.Generation) && j.active && !j.cancel && r.RenewSeq > j.renewSeq
-			if ok {
-				j.renewSeq = r.RenewSeq
-				j.exp = m.now + j.leaseDur(m)
-			}
-			out[i] = ok
-		}
-		return out
-	case events.VerbProgress:
-		j := m.job(in.Job)
-		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && j.active && !j.cancel && in.ProgressSeq > j.progSeq
-		if ok {
-			j.progSeq = in.ProgressSeq
-		}
-		return []bool{ok}
-	case events.VerbResult:
-		j := m.job(in.Job)
-		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && j.active && !(j.cancel && in.Outcome == events.OutcomeSuccess)
-		if ok {
-			j.active = false
-			j.closed = in.Outcome != events.OutcomeFailed
-		}
-		return []bool{ok}
-	case events.VerbRelease:
-		j := m.job(in.Job)
-		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && (j.active || j.offered) && !j.cancel
-		if ok {
-			j.active, j.offered = false, false
-		}
-		return []bool{ok}
-	case events.VerbCancel:
-		j := m.job(in.Job)
-		switch {
-		case j.offered:
-			j.offered, j.closed = false, true
-			return []bool{true}
-		case j.active && !j.cancel:
-			j.cancel, j.cancelBy = true, m.now+m.pol.CancelTimeout
-			return []bool{true}
-		}
-		return []bool{false}
-	case events.VerbCancelAck:
-		j := m.job(in.Job)
-		ok := j.claimOK(in.Actor, in.LeaseID, in.Generation) && j.active && j.cancel && !j.cancelAk
-		if ok {
-			j.cancelAk = true
-		}
-		return []bool{ok}
-	case events.VerbTick:
-		return []bool{true}
-	}
-	panic("unmodelled verb " + in.Verb.String())
-}
-
-// leaseDur: every generated lease asks for the same duration (see gen).
-func (j *mjob) leaseDur(*model) int64 { return propLeaseMS * ms }
-
+// propLeaseMS is the duration every generated lease asks for (see drawInput).
 const propLeaseMS = 1000
 
 // genInput draws the next input. It knows the leases granted so far (as a
@@ -306,7 +162,7 @@ func foldProperties(t *testing.T, rev uint32, fireLimit int) {
 			}
 			first = 2
 		}
-		m := newModel()
+		m := leasemodel.New(events.DefaultPolicy())
 		w := &world{issued: map[string][]issued{}, seq: map[string]uint64{}}
 		now := testutil.ScenarioBase
 		// authority: job -> the (holder, gen) with authority and until when.
@@ -331,8 +187,8 @@ func foldProperties(t *testing.T, rev uint32, fireLimit int) {
 					before[id] = j
 				}
 			}
-			m.advance(now)
-			want := m.expect(&in)
+			m.Advance(now)
+			want := m.Expect(&in)
 			ds, err := p.Step(raw)
 			if err != nil {
 				t.Fatalf("step %d: %v", seq, err)
@@ -362,7 +218,7 @@ func foldProperties(t *testing.T, rev uint32, fireLimit int) {
 				j := d.Job
 				if (d.Kind == events.KindOffered || d.Kind == events.KindGranted) && d.Kind.Accepted() {
 					w.issued[j.ID] = append(w.issued[j.ID], issued{j.LeaseID, j.Generation, j.Holder})
-					m.jobs[j.ID].lease = j.LeaseID
+					m.Issued(j.ID, j.LeaseID)
 				}
 				// ACK is never completion.
 				if d.Kind == events.KindAcked && (j.State != events.StateActive || j.Result != events.OutcomeNone) {
