@@ -241,7 +241,10 @@ const (
 	// so that no worker's or operator's verdict waits for the expiries of
 	// others' leases that happen to be due when it is stored (an expiry
 	// storm). The coordinator appends ticks, one at a time, until none is
-	// due. The snapshot format is still 5. A rules input naming revision
+	// due. A decline after the worker's announcement expired returns
+	// surplus (revision 5 read an announcement shortened by a second pull
+	// after it expired, which a restored fold did not hold: TESTING.md,
+	// finding 1). The snapshot format is still 5. A rules input naming revision
 	// 6 was rejected (bad_value) by the code of revision 5; only the
 	// coordinator may publish one, and it published none.
 	Revision6 = 6

@@ -373,10 +373,18 @@ func (p *Projector) pull() {
 // declining (a worker serving several partitions declines the offers it
 // got more of than it has free slots, PROTOCOL.md §22.7), or withdrew it.
 // Such a decline is no refusal.
+//
+// From revision 6 on an announcement that expired counts as withdrawn. A
+// pull that shortens an announcement leaves its sweep at the old expiry,
+// so under revision 5 the expired announcement was still read here by a
+// projector that never stopped, while one restored from a snapshot (which
+// holds only the announcements that stand) had none: the same log decided
+// two ways (TESTING.md, finding 1 of the exhaustive check). Revision 5
+// keeps its decisions.
 func (p *Projector) surplus(j *job) bool {
 	q := p.queues[j.Queue]
 	c := q.caps[j.Holder]
-	return c == nil || uint64(q.held[j.Holder]) > c.slots
+	return c == nil || p.rev >= events.Revision6 && c.until <= p.now || uint64(q.held[j.Holder]) > c.slots
 }
 
 // withdraw ends worker's standing announcement on queue, if any, with a
