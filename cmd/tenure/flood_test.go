@@ -49,7 +49,9 @@ func connStats(t *testing.T, srv *server.Server, name string) (cid, outMsgs uint
 func TestPushConsumerFloodSparesTheCoordinator(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if code, _, stderr := runAuthCmd("init", "--out", dir, "--worker", "w1,w2", "--dispatcher", "disp", "--bcrypt-cost", "4"); code != 0 {
+	// (w1's 2,000 acquires at once fit in its intake: a backlog of 4,000
+	// inputs, where the default is 500.)
+	if code, _, stderr := runAuthCmd("init", "--out", dir, "--worker", "w1,w2", "--dispatcher", "disp", "--bcrypt-cost", "4", "--quota-msgs", "4000"); code != 0 {
 		t.Fatalf("auth init: exit %d: %s", code, stderr)
 	}
 	cred := func(name string) auth.Credential {
