@@ -121,11 +121,10 @@ type unit struct {
 // answer to the oldest unit (another stream's PubAck, an unknown unit) is
 // dropped and counted (forged), never taken for an append's outcome.
 type appender struct {
-	nc      *nats.Conn
+	conn    AppendConn
 	stream  string
 	inbox   string // reply subjects are inbox.<unit id>
 	forged  uint64 // replies dropped: not the stream's answer to a unit in flight
-	sub     *nats.Subscription
 	replies chan *nats.Msg
 	batchID string // this appender's batch ids are batchID-<unit id>
 	next    uint64
@@ -203,14 +202,14 @@ func (a *appender) measure(n uint64, backlog bool) {
 	}
 }
 
-// newAppender returns the appender of stream on nc appending the way mode
-// says (measuring the ways under AppendMeasure), timed by clk (nil: the
-// real clock).
-func newAppender(nc *nats.Conn, stream string, maxUnits int, mode AppendMode, log *slog.Logger, clk clock.Clock) (*appender, error) {
+// newAppender returns the appender of stream on be's appends connection,
+// appending the way mode says (measuring the ways under AppendMeasure),
+// timed by clk (nil: the real clock).
+func newAppender(be Backend, stream string, maxUnits int, mode AppendMode, log *slog.Logger, clk clock.Clock) (*appender, error) {
 	var r [8]byte
 	_, _ = rand.Read(r[:]) // never fails
 	a := &appender{
-		nc: nc, stream: stream, inbox: privateInbox(nc),
+		stream:   stream,
 		replies:  make(chan *nats.Msg, maxUnits+16),
 		batchID:  "tb" + hex.EncodeToString(r[:]),
 		hdr:      nats.Header{},
@@ -220,17 +219,16 @@ func newAppender(nc *nats.Conn, stream string, maxUnits int, mode AppendMode, lo
 		batching: mode == AppendBatched,
 	}
 	var err error
-	if a.sub, err = nc.ChanSubscribe(a.inbox+".*", a.replies); err != nil {
-		return nil, fmt.Errorf("coordinator: subscribe to append replies: %w", err)
+	if a.conn, err = be.Appends(a.replies); err != nil {
+		return nil, err
 	}
-	// Replies are bounded by the units in flight; never drop one.
-	_ = a.sub.SetPendingLimits(-1, -1)
+	a.inbox = a.conn.Inbox()
 	return a, nil
 }
 
 func (a *appender) close() {
-	if a != nil && a.sub != nil {
-		_ = a.sub.Unsubscribe()
+	if a != nil && a.conn != nil {
+		a.conn.Close()
 	}
 }
 
@@ -276,7 +274,7 @@ func (a *appender) send(ps []pending, after uint64) error {
 				set(6, headerBatchCommit, "1")
 			}
 		}
-		err := a.nc.PublishMsg(msg)
+		err := a.conn.Publish(msg)
 		*msg = nats.Msg{}
 		if err != nil {
 			return fmt.Errorf("coordinator: append decision %d: %w", after+uint64(i)+1, err)

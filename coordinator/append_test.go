@@ -113,7 +113,7 @@ func TestAtomicBatchAppend(t *testing.T) {
 	if _, err := streams.Ensure(ctx, js, streams.Topology{}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newAppender(nc, streams.Topology{}.DecisionStream(), 16, AppendMeasure, testLogger(), nil)
+	a, err := newAppender(&jsBackend{nc: nc}, streams.Topology{}.DecisionStream(), 16, AppendMeasure, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,10 +190,38 @@ func TestAtomicBatchAppend(t *testing.T) {
 
 func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// streamInfoOnly is a Backend that answers Info and nothing else.
+type streamInfoOnly struct{ info *jetstream.StreamInfo }
+
+func (b streamInfoOnly) Info(context.Context, bool) (*jetstream.StreamInfo, error) {
+	return b.info, nil
+}
+
+// The rest of Backend: a test that calls them is wrong.
+func (streamInfoOnly) Setup(context.Context) error      { panic("not for this test") }
+func (streamInfoOnly) SetupInfo() *jetstream.StreamInfo { panic("not for this test") }
+func (streamInfoOnly) Decisions() streams.MsgGetter     { panic("not for this test") }
+func (streamInfoOnly) Inputs() streams.MsgGetter        { panic("not for this test") }
+func (streamInfoOnly) Read(context.Context, bool, uint64, func(Stored)) Reader {
+	panic("not for this test")
+}
+func (streamInfoOnly) Publish(context.Context, *nats.Msg, string, *uint64) (*jetstream.PubAck, error) {
+	panic("not for this test")
+}
+func (streamInfoOnly) PublishAsync(*nats.Msg, string) (jetstream.PubAckFuture, error) {
+	panic("not for this test")
+}
+func (streamInfoOnly) PublishAsyncComplete() <-chan struct{}      { panic("not for this test") }
+func (streamInfoOnly) Appends(chan *nats.Msg) (AppendConn, error) { panic("not for this test") }
+func (streamInfoOnly) Leader() LeaderStore                        { panic("not for this test") }
+func (streamInfoOnly) Snapshots() SnapshotStore                   { panic("not for this test") }
+
 // An input stream that skips a sequence is ErrInputGap (which Run refuses
 // to go live on), not a transient failure to resynchronise from.
 func TestFoldRefusesAnInputGap(t *testing.T) {
-	s := &session{c: &Coordinator{}, p: projector.New()}
+	// Streams not created for log retention: a hole in them is no removed
+	// segment.
+	s := &session{c: &Coordinator{be: streamInfoOnly{&jetstream.StreamInfo{State: jetstream.StreamState{FirstSeq: 1, LastSeq: 3}}}}, p: projector.New()}
 	body := `{"v":1,"lease_ms":1000}`
 	raw := stored{seq: 1, time: 1, subject: "tenure.in.worker.w1.j1.acquire", data: []byte(body)}
 	if err := s.fold(raw); err != nil {
@@ -226,7 +254,7 @@ func TestAppenderDropsForgedReplies(t *testing.T) {
 	if _, err := streams.EndGenesis(ctx, js, top); err != nil { // no coordinator runs: the attacker's inputs must be stored
 		t.Fatal(err)
 	}
-	a, err := newAppender(nc, top.DecisionStream(), 16, AppendMeasure, testLogger(), nil)
+	a, err := newAppender(&jsBackend{nc: nc}, top.DecisionStream(), 16, AppendMeasure, testLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,8 +336,8 @@ func TestSnapshotReadTimeout(t *testing.T) {
 		{1 << 40, 10*time.Second + time.Hour},
 		{1<<64 - 1, 10*time.Second + time.Hour},
 	} {
-		if got := snapshotReadTimeout(c.size); got != c.want {
-			t.Errorf("snapshotReadTimeout(%d) = %v, want %v", c.size, got, c.want)
+		if got := streams.SnapshotReadTimeout(c.size); got != c.want {
+			t.Errorf("SnapshotReadTimeout(%d) = %v, want %v", c.size, got, c.want)
 		}
 	}
 }

@@ -204,6 +204,13 @@ type Config struct {
 	// streams' configuration again, whether or not an advisory came (they
 	// can be missed): default DefaultStreamCheckInterval.
 	StreamCheckInterval time.Duration
+	// Backend is the coordinator's port to JetStream (backend.go): nil,
+	// the default, is JetStream over Conn. The simulator (internal/sim)
+	// sets a model of JetStream; Conn is then not used, and the features
+	// that only JetStream has (the watch of the streams' configuration,
+	// quotas' intake gate, genesis by the coordinator itself, signed heads)
+	// are off.
+	Backend Backend
 	// Clock times everything the coordinator waits for (nil: the real
 	// clock): the live loop's tick, leadership-expiry, snapshot, overdue
 	// and head timers, the appender's timeouts, the leadership renewer,
@@ -279,8 +286,8 @@ type Coordinator struct {
 	cfg Config
 	clk clock.Clock // cfg.Clock, or the real clock
 	log *slog.Logger
-	js  jetstream.JetStream
-	h   *streams.Handles
+	be  Backend    // Config.Backend, or jsb
+	jsb *jsBackend // JetStream over Config.Conn (nil: another Backend)
 
 	folded       atomic.Uint64 // last input sequence folded
 	jobs         atomic.Int64  // jobs in the projection after the last input folded
@@ -348,8 +355,11 @@ func New(cfg Config) (*Coordinator, error) {
 	if !events.ValidToken(cfg.ID) {
 		return nil, fmt.Errorf("coordinator: invalid id %q: want 1 to %d of [A-Za-z0-9_-]", cfg.ID, events.MaxTokenLen)
 	}
-	if cfg.Conn == nil {
+	if cfg.Conn == nil && cfg.Backend == nil {
 		return nil, errors.New("coordinator: no NATS connection")
+	}
+	if cfg.Backend != nil && cfg.HeadSigner != nil {
+		return nil, errors.New("coordinator: signed heads need JetStream (Config.Conn), not another Backend")
 	}
 	if err := cfg.Topology.Validate(); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
@@ -378,18 +388,23 @@ func New(cfg Config) (*Coordinator, error) {
 		// Batched would hold singles to maxSinglesSlow and never batch.
 		return nil, errors.New("coordinator: append mode batched with a negative AppendBatch (never batch)")
 	}
-	js, err := jetstream.New(cfg.Conn,
-		jetstream.WithPublishAsyncMaxPending(cfg.MaxInflight),
-		jetstream.WithPublishAsyncTimeout(10*time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
-	}
 	log := cfg.Logger.With("coordinator", cfg.ID)
 	if cfg.Topology.Partition.Partitioned() {
 		log = log.With("partition", cfg.Topology.Partition.Index)
 	}
 	clk := clock.OrReal(cfg.Clock)
-	return &Coordinator{cfg: cfg, clk: clk, log: log, js: js, drops: newDropCounter(log, clk.Now)}, nil
+	c := &Coordinator{cfg: cfg, clk: clk, log: log, drops: newDropCounter(log, clk.Now), be: cfg.Backend}
+	if c.be == nil {
+		js, err := jetstream.New(cfg.Conn,
+			jetstream.WithPublishAsyncMaxPending(cfg.MaxInflight),
+			jetstream.WithPublishAsyncTimeout(10*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+		}
+		c.jsb = newJSBackend(c, cfg.Conn, js)
+		c.be = c.jsb
+	}
+	return c, nil
 }
 
 // Topology is the topology the coordinator folds (its partition included).
@@ -443,9 +458,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		// a while: wait it out. A topology that exists in a form that cannot
 		// be used (a less safe stream, another partition count) is an
 		// operator's problem: stop.
-		h, err := streams.Ensure(ctx, c.js, c.cfg.Topology, c.cfg.LeaderTTL)
+		err := c.be.Setup(ctx)
 		if err == nil {
-			c.h = h
 			break
 		}
 		var mismatch *streams.ConfigMismatchError

@@ -34,7 +34,7 @@ func SetNoAdvisories(cfg *Config) { cfg.noAdvisories = true }
 // RenewOnce is renewOnce (leadership.go): one renewal of the leadership
 // entry that id holds at revision held.
 func RenewOnce(ctx context.Context, kv jetstream.KeyValue, id string, held uint64) (uint64, error) {
-	return renewOnce(ctx, kv, id, held, 2*time.Second)
+	return renewOnce(ctx, jsLeader{kv}, id, held, 2*time.Second)
 }
 
 // LeaderKey is the leadership entry's key in the leader bucket.

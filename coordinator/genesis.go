@@ -41,7 +41,7 @@ func (s *session) ensureRules() error {
 		return nil
 	}
 	c := s.c
-	info, err := c.h.In.Info(s.ctx)
+	info, err := c.be.Info(s.ctx, true)
 	if err != nil {
 		return fmt.Errorf("coordinator: input stream info: %w", streams.Classify(err))
 	}
@@ -71,18 +71,19 @@ func (s *session) ensureRules() error {
 		Data:    events.AppendInputBody(nil, &in),
 	}
 	if info.State.LastSeq != 0 {
-		if _, err := c.js.PublishMsg(s.ctx, rules, jetstream.WithMsgID(randomID("rules-"+c.cfg.ID))); err != nil {
+		if _, err := c.be.Publish(s.ctx, rules, randomID("rules-"+c.cfg.ID), nil); err != nil {
 			return fmt.Errorf("coordinator: append rules: %w", err)
 		}
 		c.log.Info("moved the log to the current rules revision", "revision", events.CurrentRevision, "after_input", info.State.LastSeq)
 		return nil
 	}
-	ack, err := c.js.PublishMsg(s.ctx, rules, jetstream.WithExpectLastSequence(0))
+	zero := uint64(0)
+	ack, err := c.be.Publish(s.ctx, rules, "", &zero)
 	if errors.Is(streams.Classify(err), streams.ErrLostAuthority) {
 		// An input came first: another coordinator's rules (then this
 		// second one is rejected, rules_in_force), or anyone's input,
 		// which must not keep the log at revision 1.
-		if _, err := c.js.PublishMsg(s.ctx, rules, jetstream.WithMsgID(randomID("rules-"+c.cfg.ID))); err != nil {
+		if _, err := c.be.Publish(s.ctx, rules, randomID("rules-"+c.cfg.ID), nil); err != nil {
 			return fmt.Errorf("coordinator: append rules: %w", err)
 		}
 		return nil
@@ -104,7 +105,7 @@ func (s *session) appendDefaultPolicy(after uint64) error {
 	}
 	// Fenced too: if an input came in between, the default policy is in
 	// force anyway (it is until the log holds a policy input).
-	_, err := c.js.PublishMsg(s.ctx, policy, jetstream.WithExpectLastSequence(after))
+	_, err := c.be.Publish(s.ctx, policy, "", &after)
 	if err != nil && !errors.Is(streams.Classify(err), streams.ErrLostAuthority) {
 		return fmt.Errorf("coordinator: append default policy: %w", streams.Classify(err))
 	}
@@ -119,7 +120,7 @@ func (s *session) appendDefaultPolicy(after uint64) error {
 // any log.
 func (s *session) resumeGenesis(last uint64) (done bool, err error) {
 	c := s.c
-	m, err := c.h.In.GetMsg(s.ctx, 1)
+	m, err := c.be.Inputs().GetMsg(s.ctx, 1)
 	if err != nil {
 		return false, fmt.Errorf("coordinator: read input 1: %w", streams.Classify(err))
 	}
@@ -193,7 +194,7 @@ const (
 func (s *session) awaitGenesis(w *watch) error {
 	c := s.c
 	top := c.cfg.Topology
-	if !top.InGenesis(c.h.In.CachedInfo().Config) {
+	if !top.InGenesis(c.be.SetupInfo().Config) {
 		return nil // as Ensure or the last check found it: widened (streams are never narrowed)
 	}
 	reason := "the input stream " + top.InputStream() + " is in genesis (its rules and policy are stored) and this coordinator does not widen it " +
@@ -229,7 +230,10 @@ func (s *session) awaitGenesis(w *watch) error {
 func (s *session) widen() error {
 	c := s.c
 	top := c.cfg.Topology
-	if _, err := streams.EndGenesis(s.ctx, c.js, top); err != nil {
+	if c.jsb == nil {
+		return errors.New("coordinator: the input stream is in genesis, and this backend cannot widen it")
+	}
+	if _, err := streams.EndGenesis(s.ctx, c.jsb.js, top); err != nil {
 		// A denied request is never answered: this is a timeout.
 		return fmt.Errorf("coordinator: %w", err)
 	}

@@ -34,7 +34,7 @@ func (s *session) publishHead(now time.Time) {
 	}
 	b, err := h.MarshalJSON()
 	if err == nil {
-		err = c.cfg.Conn.Publish(c.cfg.Topology.HeadSubject(), b)
+		err = c.jsb.nc.Publish(c.cfg.Topology.HeadSubject(), b)
 	}
 	if err != nil {
 		c.log.Warn("chain head not published", "decision_seq", s.acked, "err", err)

@@ -99,16 +99,17 @@ type folded struct {
 // it; nil without streams (unit tests of the loop).
 func (s *session) newGate() (*gate, error) {
 	c := s.c
-	if c.h == nil || c.js == nil {
-		return nil, nil
+	if c.jsb == nil {
+		return nil, nil // quotas and headroom are JetStream's
 	}
+	h, js := c.jsb.h, c.jsb.js
 	top := c.cfg.Topology
-	info, err := c.h.In.Info(s.ctx) // as widened at the end of genesis, or edited since
+	info, err := h.In.Info(s.ctx) // as widened at the end of genesis, or edited since
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: stream %s info: %w", top.InputStream(), streams.Classify(err))
 	}
 	ws := top.Intakes(info.Config)
-	g := &gate{js: c.js, clk: c.clk, log: c.log, top: top, in: c.h.In, limit: c.cfg.StorageLimit,
+	g := &gate{js: js, clk: c.clk, log: c.log, top: top, in: h.In, limit: c.cfg.StorageLimit,
 		reserve: c.cfg.StorageReserve, warn: c.cfg.StorageWarn, cfgReserve: c.cfg.StorageReserve, cfgWarn: c.cfg.StorageWarn, workers: map[string]*intake{}}
 	if err := g.add(s.ctx, ws); err != nil {
 		return nil, err

@@ -99,13 +99,13 @@ func (s *session) renewLoop(ctx context.Context, r *renewer) {
 		if c.cfg.renewing != nil {
 			c.cfg.renewing(ctx)
 		}
-		rev, err := renewOnce(ctx, c.h.Leader, c.cfg.ID, r.rev, timeout)
+		rev, err := renewOnce(ctx, c.be.Leader(), c.cfg.ID, r.rev, timeout)
 		for errors.Is(err, errRenewalUnknown) && ctx.Err() == nil {
 			c.log.Warn("leadership renewal unconfirmed, trying again", "err", err)
 			if !c.sleep(ctx, 20*time.Millisecond) {
 				return
 			}
-			rev, err = renewOnce(ctx, c.h.Leader, c.cfg.ID, r.rev, timeout)
+			rev, err = renewOnce(ctx, c.be.Leader(), c.cfg.ID, r.rev, timeout)
 		}
 		if ctx.Err() != nil {
 			return // stopped: the outcome of a cancelled renewal is nobody's concern
@@ -150,7 +150,7 @@ var errRenewalUnknown = errors.New("leadership renewal: outcome unknown")
 // try again. If it names another coordinator or is gone, the leadership is
 // lost. If it cannot be read either, errRenewalUnknown. Each request takes
 // at most timeout.
-func renewOnce(ctx context.Context, kv jetstream.KeyValue, id string, held uint64, timeout time.Duration) (uint64, error) {
+func renewOnce(ctx context.Context, kv LeaderStore, id string, held uint64, timeout time.Duration) (uint64, error) {
 	uctx, cancel := context.WithTimeout(ctx, timeout)
 	rev, err := kv.Update(uctx, leaderKey, []byte(id), held)
 	cancel()
@@ -158,17 +158,17 @@ func renewOnce(ctx context.Context, kv jetstream.KeyValue, id string, held uint6
 		return rev, err
 	}
 	gctx, cancel := context.WithTimeout(ctx, timeout)
-	e, gerr := kv.Get(gctx, leaderKey)
+	val, rev, gerr := kv.Get(gctx, leaderKey)
 	cancel()
 	switch {
 	case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
 		return 0, fmt.Errorf("%w (the entry is gone)", err)
 	case gerr != nil:
 		return 0, fmt.Errorf("%w: %w (and reading it back: %w)", errRenewalUnknown, err, gerr)
-	case string(e.Value()) != id:
-		return 0, fmt.Errorf("%w (the entry names %q)", err, e.Value())
-	case e.Revision() > held:
-		return e.Revision(), nil
+	case string(val) != id:
+		return 0, fmt.Errorf("%w (the entry names %q)", err, val)
+	case rev > held:
+		return rev, nil
 	}
 	return 0, fmt.Errorf("%w: %w", errRenewalUnknown, err)
 }

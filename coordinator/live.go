@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
@@ -35,7 +34,7 @@ var errYield = errors.New("coordinator: partition handed over")
 func (s *session) runLive() error {
 	c := s.c
 	var err error
-	if s.app, err = newAppender(c.cfg.Conn, c.cfg.Topology.DecisionStream(), c.cfg.MaxInflight, c.cfg.AppendMode, c.log, c.clk); err != nil {
+	if s.app, err = newAppender(c.be, c.cfg.Topology.DecisionStream(), c.cfg.MaxInflight, c.cfg.AppendMode, c.log, c.clk); err != nil {
 		return err
 	}
 	// Decisions of the last input that a crash left unstored come first.
@@ -317,7 +316,7 @@ func (s *session) appendTick(d int64) {
 	msg := &nats.Msg{Subject: s.tickSubj, Data: []byte(`{"v":1}`)}
 	// An unpredictable id: a publisher that stored a tick's id first would
 	// make the stream drop the tick as a duplicate, delaying the deadline.
-	f, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(randomID("tick-"+c.cfg.ID)))
+	f, err := c.be.PublishAsync(msg, randomID("tick-"+c.cfg.ID))
 	if err != nil {
 		c.log.Warn("tick not appended", "err", err)
 		return

@@ -7,10 +7,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/follow"
 )
 
 // stored is one message read from a stream, in stream order.
@@ -31,39 +29,38 @@ type stored struct {
 // (1,024 left it idle between requests), at a few megabytes of buffers.
 const readerPullAhead = 4096
 
-// reader streams a JetStream stream, in order, from a start sequence into a
-// channel, through a follow.Follower (which replaces its consumer whenever
-// one is lost, and creates them with short requests, so that a cluster
-// without a meta leader for a few seconds stalls it no longer than that).
-// It is owned by the goroutine that started it: stop() ends it and waits.
-// Blocking on ch is the back-pressure: the follower asks for no more than
-// readerPullAhead messages ahead of what the loop has taken.
+// reader streams a stream, in order, from a start sequence into a
+// channel, through the backend's reader (JetStream's: a follow.Follower,
+// which replaces its consumer whenever one is lost, and creates them with
+// short requests, so that a cluster without a meta leader for a few
+// seconds stalls it no longer than that). It is owned by the goroutine
+// that started it: stop() ends it and waits. Blocking on ch is the
+// back-pressure: the reader asks for no more than readerPullAhead messages
+// ahead of what the loop has taken.
 type reader struct {
 	ch chan stored
-	f  *follow.Follower
+	r  Reader
 }
 
-// startReader reads stream from startSeq onward until ctx ends or stop.
-func startReader(ctx context.Context, js jetstream.JetStream, stream string, startSeq uint64, buf int, drops *dropCounter) (*reader, error) {
+// startReader reads the input stream (input) or the decision stream from
+// startSeq onward until ctx ends or stop.
+func startReader(ctx context.Context, be Backend, input bool, startSeq uint64, buf int) *reader {
 	ch := make(chan stored, buf)
-	f := follow.Start(ctx, js, follow.Config{Stream: stream, StartSeq: startSeq, PullAhead: readerPullAhead,
-		OnDrop: func(reason, subject string) {
-			drops.drop("reader of "+stream, fmt.Errorf("%s on %s", reason, subject))
-		}}, func(ctx context.Context, m follow.Msg) {
+	r := be.Read(ctx, input, startSeq, func(m Stored) {
 		s := stored{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data, header: m.Header, err: m.Err}
 		select {
 		case ch <- s:
 		case <-ctx.Done():
 		}
 	})
-	return &reader{ch: ch, f: f}, nil
+	return &reader{ch: ch, r: r}
 }
 
 func (r *reader) stop() {
 	if r == nil {
 		return
 	}
-	r.f.Stop()
+	r.r.Stop()
 }
 
 // decisionIndex reads the Tenure-Cause and Tenure-N headers of a stored decision.

@@ -126,15 +126,8 @@ func (c *Coordinator) session(ctx context.Context) error {
 // (both or neither).
 func (s *session) startReaders(inFrom, outFrom uint64) error {
 	c := s.c
-	in, err := startReader(s.ctx, c.js, c.cfg.Topology.InputStream(), inFrom, 4096, c.drops)
-	if err != nil {
-		return err
-	}
-	out, err := startReader(s.ctx, c.js, c.cfg.Topology.DecisionStream(), outFrom, 4096, c.drops)
-	if err != nil {
-		in.stop()
-		return err
-	}
+	in := startReader(s.ctx, c.be, true, inFrom, 4096)
+	out := startReader(s.ctx, c.be, false, outFrom, 4096)
 	s.in, s.out = in, out
 	return nil
 }
@@ -240,14 +233,11 @@ func intakeActor(subject string) (string, bool) {
 // otherwise (then the hole is the caller's finding). It reads the stream's
 // info: only on this rare path.
 func (s *session) removed(input bool, want uint64) error {
-	if s.c.h == nil {
-		return nil // no streams (unit tests of the fold)
-	}
-	st, what := s.c.h.Out, "decision"
+	what := "decision"
 	if input {
-		st, what = s.c.h.In, "input"
+		what = "input"
 	}
-	info, err := st.Info(s.ctx)
+	info, err := s.c.be.Info(s.ctx, input)
 	if err != nil {
 		return fmt.Errorf("coordinator: %s stream info: %w", what, streams.Classify(err))
 	}
@@ -320,7 +310,7 @@ func (s *session) inputExists(cause uint64) error {
 	if cause <= s.inKnown {
 		return nil
 	}
-	info, err := s.c.h.In.Info(s.ctx)
+	info, err := s.c.be.Info(s.ctx, true)
 	if err != nil {
 		return fmt.Errorf("coordinator: input stream info: %w", streams.Classify(err))
 	}

@@ -1,13 +1,11 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -60,13 +58,6 @@ type snapshot struct {
 	sent             time.Time // when the checkpoint input was appended
 }
 
-// snapshotReadTimeout bounds the read of a snapshot of size bytes: 10 s,
-// plus a second for every 4 MiB (a replicated store on slow disks reads
-// tens of MiB per second).
-func snapshotReadTimeout(size uint64) time.Duration {
-	return 10*time.Second + time.Duration(min(size>>22, 3600))*time.Second // at most an hour more: no overflow
-}
-
 // loadSnapshot restores the latest snapshot if its anchor checks out;
 // otherwise the session folds from the start.
 func (s *session) loadSnapshot() {
@@ -74,12 +65,11 @@ func (s *session) loadSnapshot() {
 	if c.cfg.SnapshotEvery < 0 {
 		return
 	}
-	// The client bounds a Get without a deadline, the whole read included,
-	// by its default timeout (5 s): too short for a large snapshot on a
-	// replicated store. Look it up with that bound, then read it with one
-	// that grows with its size.
+	store := c.be.Snapshots()
+	// Look it up with the client's default bound, check its anchor, then
+	// read it (streams.ReadSnapshotObject bounds the read by its size).
 	ictx, icancel := context.WithTimeout(s.ctx, 5*time.Second)
-	oinfo, err := c.h.Snapshots.GetInfo(ictx, snapshotName)
+	oinfo, err := store.GetInfo(ictx, snapshotName)
 	icancel()
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -93,25 +83,6 @@ func (s *session) loadSnapshot() {
 		c.log.Warn("snapshot refused, folding from the start", "err", err)
 		return
 	}
-	gctx, gcancel := context.WithTimeout(s.ctx, snapshotReadTimeout(oinfo.Size))
-	defer gcancel()
-	obj, err := c.h.Snapshots.Get(gctx, snapshotName)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrObjectNotFound) {
-			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
-		}
-		return
-	}
-	defer obj.Close()
-	info, err := obj.Info()
-	if err != nil {
-		c.log.Warn("snapshot unreadable, folding from the start", "err", err)
-		return
-	}
-	if info.NUID != oinfo.NUID {
-		c.log.Warn("snapshot replaced while being read, folding from the start")
-		return
-	}
 	// perf: the streams after the snapshot are read (into the readers'
 	// buffers) while the snapshot is read and restored; if it does not
 	// restore, the readers are stopped and the session starts them again
@@ -119,14 +90,18 @@ func (s *session) loadSnapshot() {
 	if err := s.startReaders(pos.InputSeq+1, pos.DecisionSeq+1); err != nil {
 		c.log.Debug("readers not started ahead of the snapshot", "err", err)
 	}
-	data, err := io.ReadAll(obj)
-	p := projector.NewPartition(c.cfg.Topology.Partition)
-	if err == nil {
+	info, data, err := streams.ReadSnapshotObject(s.ctx, store)
+	switch {
+	case err != nil:
+	case info.NUID != oinfo.NUID:
+		err = errors.New("replaced since its anchor was checked")
+	default:
 		if err = pos.CheckBytes(data); err != nil {
 			c.snapRefused.Add(1)
 			err = fmt.Errorf("%w: %w", ErrSnapshotRefused, err)
 		}
 	}
+	p := projector.NewPartition(c.cfg.Topology.Partition)
 	if err == nil {
 		err = p.Restore(data)
 	}
@@ -165,10 +140,10 @@ func (s *session) checkAnchor(h nats.Header) (streams.SnapshotAnchor, error) {
 		return refuse(err)
 	}
 	// The decision at DecisionSeq must be the last one of input InputSeq.
-	if err := a.CheckPosition(s.ctx, s.c.h.Out); err != nil {
+	if err := a.CheckPosition(s.ctx, s.c.be.Decisions()); err != nil {
 		return refuse(err)
 	}
-	if err := a.CheckAnchor(s.ctx, s.c.h.Out); err != nil {
+	if err := a.CheckAnchor(s.ctx, s.c.be.Decisions()); err != nil {
 		return refuse(err)
 	}
 	return a, nil
@@ -320,7 +295,7 @@ func (s *session) appendCheckpoint(snap *snapshot) bool {
 		Subject: c.cfg.Topology.Partition.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbCheckpoint),
 		Data:    events.AppendInputBody(nil, &in),
 	}
-	if _, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(randomID("checkpoint-"+c.cfg.ID))); err != nil {
+	if _, err := c.be.PublishAsync(msg, randomID("checkpoint-"+c.cfg.ID)); err != nil {
 		c.log.Warn("checkpoint not appended", "input_seq", snap.inputSeq, "err", err)
 		return false
 	}
@@ -352,13 +327,13 @@ func (s *session) snapshotWriter(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case snap := <-s.snapCh:
-			meta := jetstream.ObjectMeta{Name: snapshotName, Headers: nats.Header{}}
-			meta.Headers.Set(headerSnapInput, strconv.FormatUint(snap.inputSeq, 10))
-			meta.Headers.Set(headerSnapDecision, strconv.FormatUint(snap.decSeq, 10))
-			meta.Headers.Set(headerSnapAnchor, strconv.FormatUint(snap.anchorSeq, 10))
-			meta.Headers.Set(headerSnapHash, hex.EncodeToString(snap.hash[:]))
-			meta.Headers.Set(headerSnapChain, snap.chain.String())
-			if _, err := c.h.Snapshots.Put(ctx, meta, bytes.NewReader(snap.data)); err != nil {
+			h := nats.Header{}
+			h.Set(headerSnapInput, strconv.FormatUint(snap.inputSeq, 10))
+			h.Set(headerSnapDecision, strconv.FormatUint(snap.decSeq, 10))
+			h.Set(headerSnapAnchor, strconv.FormatUint(snap.anchorSeq, 10))
+			h.Set(headerSnapHash, hex.EncodeToString(snap.hash[:]))
+			h.Set(headerSnapChain, snap.chain.String())
+			if err := c.be.Snapshots().Put(ctx, h, snap.data); err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("snapshot not stored", "input_seq", snap.inputSeq, "err", err)
 				}

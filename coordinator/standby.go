@@ -38,7 +38,7 @@ func (s *session) standby() error {
 			return s.ctx.Err()
 		}
 	}
-	info, err := c.h.Out.Info(s.ctx)
+	info, err := c.be.Info(s.ctx, false)
 	if err != nil {
 		return fmt.Errorf("coordinator: decision stream info: %w", streams.Classify(err))
 	}
@@ -82,7 +82,7 @@ func (s *session) standby() error {
 // coordinator's state: it is why it stays in standby.
 func (s *session) noteReaderErrs() {
 	for _, r := range []*reader{s.in, s.out} {
-		if err := r.f.Err(); err != nil {
+		if err := r.r.Err(); err != nil {
 			s.c.setState(StateStandby, "cannot read the streams: "+err.Error())
 		}
 	}
@@ -90,17 +90,17 @@ func (s *session) noteReaderErrs() {
 
 // acquire tries to take the leadership entry.
 func (s *session) acquire() bool {
-	kv := s.c.h.Leader
+	kv := s.c.be.Leader()
 	rev, err := kv.Create(s.ctx, leaderKey, []byte(s.c.cfg.ID))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		// A coordinator restarted under the same id takes its entry back at
 		// once instead of waiting for it to expire. (Ids must be unique; the
 		// decision stream's fence keeps even a duplicate id safe.)
-		e, gerr := kv.Get(s.ctx, leaderKey)
-		if gerr == nil && string(e.Value()) == s.c.cfg.ID {
-			rev, err = kv.Update(s.ctx, leaderKey, []byte(s.c.cfg.ID), e.Revision())
+		val, erev, gerr := kv.Get(s.ctx, leaderKey)
+		if gerr == nil && string(val) == s.c.cfg.ID {
+			rev, err = kv.Update(s.ctx, leaderKey, []byte(s.c.cfg.ID), erev)
 		} else if gerr == nil {
-			s.c.setState(StateStandby, "coordinator "+string(e.Value())+" holds leadership; following and verifying its decisions")
+			s.c.setState(StateStandby, "coordinator "+string(val)+" holds leadership; following and verifying its decisions")
 		}
 	}
 	if err != nil {
@@ -120,7 +120,7 @@ func (s *session) stepDown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	select {
-	case <-c.js.PublishAsyncComplete():
+	case <-c.be.PublishAsyncComplete():
 	case <-ctx.Done():
 	}
 	if s.app != nil {
@@ -137,7 +137,7 @@ func (s *session) stepDown() {
 		s.app = nil
 	}
 	if s.leaderRev != 0 {
-		_ = c.h.Leader.Delete(ctx, leaderKey, jetstream.LastRevision(s.leaderRev))
+		_ = c.be.Leader().Delete(ctx, leaderKey, s.leaderRev)
 		s.leaderRev = 0
 	}
 }

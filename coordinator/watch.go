@@ -59,6 +59,14 @@ func (s *session) startWatch() (*watch, error) {
 	c := s.c
 	top := c.cfg.Topology
 	w := &watch{trigger: make(chan struct{}, 1), found: make(chan error, 1), open: make(chan struct{})}
+	if c.jsb == nil {
+		// Another backend (the simulator's model): no configuration to
+		// change under the coordinator, and no genesis (its streams are
+		// made open).
+		close(w.open)
+		w.cancel = func() {}
+		return w, nil
+	}
 	for _, name := range []string{top.InputStream(), top.DecisionStream()} {
 		if c.cfg.noAdvisories {
 			break
@@ -120,7 +128,7 @@ func (s *session) watchLoop(ctx context.Context, w *watch) {
 		// Until the input stream is seen past its genesis, the genesis
 		// subjects are accepted; from then on only every input subject
 		// (a stream is never narrowed back).
-		genesis, err := c.h.Check(ctx, c.cfg.Topology, !open)
+		genesis, err := c.jsb.h.Check(ctx, c.cfg.Topology, !open)
 		var mismatch *streams.ConfigMismatchError
 		switch {
 		case errors.As(err, &mismatch):

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The coordinator's snapshot in the topology's object store (SnapshotBucket):
@@ -61,18 +62,47 @@ var errReplaced = errors.New("it was replaced while read")
 //
 // The archive (sealing and removing segments) and the read model of the
 // state API and the web board (package api) read the snapshot so; the
-// coordinator reads it while it starts reading the streams after it, and
-// the auditor reads it chunk by chunk to report what it finds: both check
-// it alike.
+// coordinator reads it (ReadSnapshotObject) once it has checked its
+// anchor and started reading the streams after it, and the auditor reads
+// it chunk by chunk to report what it finds: all check it alike.
 func ReadSnapshot(ctx context.Context, h *Handles) (*StoredSnapshot, error) {
+	return ReadSnapshotFrom(ctx, h.Snapshots, h.Out)
+}
+
+// SnapshotObjects is what reading the stored snapshot needs of its object
+// store (a jetstream.ObjectStore has it; so does the simulator's model).
+type SnapshotObjects interface {
+	GetInfo(ctx context.Context, name string, opts ...jetstream.GetObjectInfoOpt) (*jetstream.ObjectInfo, error)
+	GetBytes(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) ([]byte, error)
+}
+
+// ReadSnapshotFrom is ReadSnapshot of the snapshot in objs, anchored in
+// the decision stream out.
+func ReadSnapshotFrom(ctx context.Context, objs SnapshotObjects, out MsgGetter) (*StoredSnapshot, error) {
+	info, data, err := ReadSnapshotObject(ctx, objs)
+	if err != nil {
+		return nil, err
+	}
+	a, err := CheckAnchored(ctx, out, info.Headers, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, err)
+	}
+	return &StoredSnapshot{Anchor: a, Data: data}, nil
+}
+
+// ReadSnapshotObject reads the stored snapshot object whole, unchecked: its
+// description and its bytes, of one version (a snapshot replaced while it
+// was read is read again, up to five times, and never mixed). Errors are
+// ErrNoSnapshot with the reason (jetstream.ErrObjectNotFound: none stored).
+func ReadSnapshotObject(ctx context.Context, objs SnapshotObjects) (*jetstream.ObjectInfo, []byte, error) {
 	for i := 0; ; i++ {
-		snap, err := readSnapshot(ctx, h)
+		info, data, err := readSnapshotObject(ctx, objs)
 		if !errors.Is(err, errReplaced) || i == 4 {
-			return snap, err
+			return info, data, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return nil, nil, err
 		case <-time.After(time.Duration(50<<i) * time.Millisecond):
 		}
 	}
@@ -85,10 +115,10 @@ func SnapshotReadTimeout(size uint64) time.Duration {
 	return 10*time.Second + time.Duration(min(size>>22, 3600))*time.Second
 }
 
-func readSnapshot(ctx context.Context, h *Handles) (*StoredSnapshot, error) {
-	info, err := h.Snapshots.GetInfo(ctx, SnapshotObject)
+func readSnapshotObject(ctx context.Context, objs SnapshotObjects) (*jetstream.ObjectInfo, []byte, error) {
+	info, err := objs.GetInfo(ctx, SnapshotObject)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, Classify(err))
+		return nil, nil, fmt.Errorf("%w: %w", ErrNoSnapshot, Classify(err))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		// The client bounds a read without a deadline by its default
@@ -97,22 +127,18 @@ func readSnapshot(ctx context.Context, h *Handles) (*StoredSnapshot, error) {
 		ctx, cancel = context.WithTimeout(ctx, SnapshotReadTimeout(info.Size))
 		defer cancel()
 	}
-	data, err := h.Snapshots.GetBytes(ctx, SnapshotObject)
+	data, err := objs.GetBytes(ctx, SnapshotObject)
 	if err != nil {
-		if again, ierr := h.Snapshots.GetInfo(ctx, SnapshotObject); ierr == nil && again.NUID != info.NUID {
-			return nil, fmt.Errorf("%w: %w (run again)", ErrNoSnapshot, errReplaced) // its chunks went with it
+		if again, ierr := objs.GetInfo(ctx, SnapshotObject); ierr == nil && again.NUID != info.NUID {
+			return nil, nil, fmt.Errorf("%w: %w (run again)", ErrNoSnapshot, errReplaced) // its chunks went with it
 		}
-		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, Classify(err))
+		return nil, nil, fmt.Errorf("%w: %w", ErrNoSnapshot, Classify(err))
 	}
-	again, err := h.Snapshots.GetInfo(ctx, SnapshotObject)
+	again, err := objs.GetInfo(ctx, SnapshotObject)
 	if err != nil || again.NUID != info.NUID {
-		return nil, fmt.Errorf("%w: %w (run again)", ErrNoSnapshot, errReplaced)
+		return nil, nil, fmt.Errorf("%w: %w (run again)", ErrNoSnapshot, errReplaced)
 	}
-	a, err := CheckAnchored(ctx, h.Out, info.Headers, data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, err)
-	}
-	return &StoredSnapshot{Anchor: a, Data: data}, nil
+	return info, data, nil
 }
 
 // CheckAnchored checks a snapshot's headers and bytes against the decision
