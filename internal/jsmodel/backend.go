@@ -1,0 +1,505 @@
+package jsmodel
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/streams"
+)
+
+// requestTimeout is the bound of a request whose context has none, as
+// nats.go's JetStream client bounds it (its default timeout).
+const requestTimeout = 5 * time.Second
+
+// call sends a request of actor to target and waits for its reply (or
+// ctx, bounded by requestTimeout when it has no deadline). The request may
+// be lost (never applied), or applied and its reply lost: the caller then
+// times out, whatever became of it, as a JetStream client does.
+func call[T any](ctx context.Context, n *Net, actor, target string, apply func(now time.Time) (T, error)) (T, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 2)
+	n.submit(actor, actor+">"+target, func(now time.Time) {
+		if n.chance(n.faults.LoseRequest, "lose-request") {
+			return
+		}
+		v, err := apply(now)
+		n.replyLocked(actor, target, func() {
+			select {
+			case ch <- result{v, err}:
+			default:
+			}
+		})
+	})
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// replyLocked sends a reply from target to actor: late, lost or twice as
+// the faults say.
+func (n *Net) replyLocked(actor, target string, deliver func()) {
+	if n.chance(n.faults.LoseReply, "lose-reply") {
+		return
+	}
+	lane := "<" + target + ">" + actor
+	n.submitLocked(actor, lane, 0, func(time.Time) { deliver() })
+	if n.chance(n.faults.DupReply, "dup-reply") {
+		n.submitLocked(actor, lane, 0, func(time.Time) { deliver() })
+	}
+}
+
+// Backend is a coordinator's port (coordinator.Backend) to the model.
+type Backend struct {
+	n     *Net
+	actor string
+	top   streams.Topology
+	mu    sync.Mutex
+	async int           // PublishAsync in flight
+	idle  chan struct{} // closed while none is (PublishAsyncComplete)
+	rn    int           // readers started
+}
+
+var _ coordinator.Backend = (*Backend)(nil)
+
+// Backend returns coordinator actor's port to the model.
+func (n *Net) Backend(actor string, top streams.Topology) *Backend {
+	b := &Backend{n: n, actor: actor, top: top, idle: make(chan struct{})}
+	close(b.idle)
+	return b
+}
+
+func (b *Backend) stream(input bool) *Stream {
+	if input {
+		return b.n.model.In
+	}
+	return b.n.model.Out
+}
+
+// Setup finds the model's streams, made open (past genesis).
+func (b *Backend) Setup(context.Context) error { return nil }
+
+func (b *Backend) SetupInfo() *jetstream.StreamInfo {
+	b.n.mu.Lock()
+	defer b.n.mu.Unlock()
+	return b.n.model.In.Info()
+}
+
+func (b *Backend) Info(ctx context.Context, input bool) (*jetstream.StreamInfo, error) {
+	return call(ctx, b.n, b.actor, "info", func(time.Time) (*jetstream.StreamInfo, error) {
+		return b.stream(input).Info(), nil
+	})
+}
+
+// getter is a stream's MsgGetter through the net.
+type getter struct {
+	b     *Backend
+	input bool
+}
+
+func (g getter) GetMsg(ctx context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	return call(ctx, g.b.n, g.b.actor, "get", func(time.Time) (*jetstream.RawStreamMsg, error) {
+		m := g.b.stream(g.input).Get(seq)
+		if m == nil {
+			return nil, jetstream.ErrMsgNotFound
+		}
+		return m.Raw(), nil
+	})
+}
+
+func (b *Backend) Decisions() streams.MsgGetter { return getter{b, false} }
+func (b *Backend) Inputs() streams.MsgGetter    { return getter{b, true} }
+
+func (b *Backend) Read(ctx context.Context, input bool, from uint64, fn func(coordinator.Stored)) coordinator.Reader {
+	b.mu.Lock()
+	b.rn++
+	id := b.actor + "#" + strconv.Itoa(b.rn)
+	b.mu.Unlock()
+	return b.n.read(ctx, id, b.actor, b.stream(input), from, "", fn)
+}
+
+func (b *Backend) Publish(ctx context.Context, msg *nats.Msg, msgID string, expectLast *uint64) (*jetstream.PubAck, error) {
+	m := withHeaders(msg, msgID, expectLast)
+	a, err := call(ctx, b.n, b.actor, "in", func(now time.Time) (PubAck, error) {
+		a, _ := b.n.model.In.Publish(now, m)
+		b.n.fed(b.n.model.In)
+		return a, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a.result()
+}
+
+// result is a PubAck as nats.go's JetStream client returns it.
+func (a PubAck) result() (*jetstream.PubAck, error) {
+	if a.Error != nil {
+		return nil, a.Error
+	}
+	return &jetstream.PubAck{Stream: a.Stream, Sequence: a.Seq, Duplicate: a.Duplicate}, nil
+}
+
+func withHeaders(msg *nats.Msg, msgID string, expectLast *uint64) *nats.Msg {
+	m := &nats.Msg{Subject: msg.Subject, Data: append([]byte(nil), msg.Data...), Header: cloneHeader(msg.Header)}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	if msgID != "" {
+		m.Header.Set(hdrMsgID, msgID)
+	}
+	if expectLast != nil {
+		m.Header.Set(hdrExpectSeq, strconv.FormatUint(*expectLast, 10))
+	}
+	return m
+}
+
+// future is a PubAckFuture of the model.
+type future struct {
+	msg *nats.Msg
+	ok  chan *jetstream.PubAck
+	err chan error
+}
+
+func (f *future) Ok() <-chan *jetstream.PubAck { return f.ok }
+func (f *future) Err() <-chan error            { return f.err }
+func (f *future) Msg() *nats.Msg               { return f.msg }
+
+func (b *Backend) PublishAsync(msg *nats.Msg, msgID string) (jetstream.PubAckFuture, error) {
+	m := withHeaders(msg, msgID, nil)
+	f := &future{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	b.mu.Lock()
+	if b.async == 0 {
+		b.idle = make(chan struct{})
+	}
+	b.async++
+	b.mu.Unlock()
+	done := func() {
+		b.mu.Lock()
+		if b.async--; b.async == 0 {
+			close(b.idle)
+		}
+		b.mu.Unlock()
+	}
+	answered := false
+	b.n.submitWhat(b.actor, b.actor+">in", m.Subject, func(now time.Time) {
+		if b.n.chance(b.n.faults.LoseRequest, "lose-request") {
+			done() // the client's async publish times out: err
+			f.err <- context.DeadlineExceeded
+			return
+		}
+		a, _ := b.n.model.In.Publish(now, m)
+		b.n.fed(b.n.model.In)
+		if b.n.chance(b.n.faults.LoseReply, "lose-reply") {
+			done()
+			f.err <- context.DeadlineExceeded // stored, but the client does not know
+			return
+		}
+		b.n.submitLocked(b.actor, "<in>"+b.actor, 0, func(time.Time) {
+			if answered {
+				return
+			}
+			answered = true
+			done()
+			if r, err := a.result(); err != nil {
+				f.err <- err
+			} else {
+				f.ok <- r
+			}
+		})
+	})
+	return f, nil
+}
+
+func (b *Backend) PublishAsyncComplete() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.idle
+}
+
+// appends is a coordinator's appends connection in the model: core
+// publishes to the decision stream, in order, their replies to replies.
+type appends struct {
+	b       *Backend
+	replies chan *nats.Msg
+}
+
+func (b *Backend) Appends(replies chan *nats.Msg) (coordinator.AppendConn, error) {
+	return &appends{b: b, replies: replies}, nil
+}
+
+func (a *appends) Inbox() string { return "_INBOX.sim." + a.b.actor }
+func (a *appends) Close()        {}
+
+func (a *appends) Publish(msg *nats.Msg) error {
+	n, actor := a.b.n, a.b.actor
+	m := &nats.Msg{Subject: msg.Subject, Reply: msg.Reply, Data: append([]byte(nil), msg.Data...), Header: cloneHeader(msg.Header)}
+	n.submit(actor, actor+">out", func(now time.Time) {
+		if n.chance(n.faults.LoseRequest, "lose-append") {
+			return
+		}
+		before := n.model.Out.Last()
+		ack, ok := n.model.Out.Publish(now, m)
+		if last := n.model.Out.Last(); last > before {
+			for _, fn := range n.onAppend {
+				fn(actor, before+1, last)
+			}
+			n.fed(n.model.Out)
+		}
+		if !ok || m.Reply == "" {
+			return
+		}
+		reply := &nats.Msg{Subject: m.Reply, Data: ack.JSON()}
+		n.replyLocked(actor, "out", func() {
+			select {
+			case a.replies <- reply:
+			default:
+				n.Counts["reply-dropped-full"]++
+			}
+		})
+	})
+	return nil
+}
+
+func (b *Backend) Leader() coordinator.LeaderStore { return leader{b} }
+
+// leader is the leadership bucket through the net.
+type leader struct{ b *Backend }
+
+type kvRev struct {
+	val []byte
+	rev uint64
+}
+
+func (l leader) Create(ctx context.Context, key string, value []byte) (uint64, error) {
+	return call(ctx, l.b.n, l.b.actor, "kv", func(now time.Time) (uint64, error) {
+		return l.b.n.model.Leader.Create(now, key, value)
+	})
+}
+
+func (l leader) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	r, err := call(ctx, l.b.n, l.b.actor, "kv", func(now time.Time) (kvRev, error) {
+		v, rev, err := l.b.n.model.Leader.Get(now, key)
+		return kvRev{v, rev}, err
+	})
+	return r.val, r.rev, err
+}
+
+func (l leader) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	return call(ctx, l.b.n, l.b.actor, "kv", func(now time.Time) (uint64, error) {
+		return l.b.n.model.Leader.Update(now, key, value, last)
+	})
+}
+
+func (l leader) Delete(ctx context.Context, key string, last uint64) error {
+	_, err := call(ctx, l.b.n, l.b.actor, "kv", func(now time.Time) (struct{}, error) {
+		return struct{}{}, l.b.n.model.Leader.Delete(now, key, last)
+	})
+	return err
+}
+
+func (b *Backend) Snapshots() coordinator.SnapshotStore { return snapshots{b} }
+
+// snapshots is the snapshot object through the net.
+type snapshots struct{ b *Backend }
+
+func (s snapshots) GetInfo(ctx context.Context, name string, _ ...jetstream.GetObjectInfoOpt) (*jetstream.ObjectInfo, error) {
+	return call(ctx, s.b.n, s.b.actor, "obj", func(time.Time) (*jetstream.ObjectInfo, error) {
+		o := s.b.n.model.Snap
+		if o == nil || o.Info.Name != name {
+			return nil, jetstream.ErrObjectNotFound
+		}
+		info := *o.Info
+		return &info, nil
+	})
+}
+
+func (s snapshots) GetBytes(ctx context.Context, name string, _ ...jetstream.GetObjectOpt) ([]byte, error) {
+	return call(ctx, s.b.n, s.b.actor, "obj", func(time.Time) ([]byte, error) {
+		o := s.b.n.model.Snap
+		if o == nil || o.Info.Name != name {
+			return nil, jetstream.ErrObjectNotFound
+		}
+		return append([]byte(nil), o.Data...), nil
+	})
+}
+
+func (s snapshots) Put(ctx context.Context, headers nats.Header, data []byte) error {
+	_, err := call(ctx, s.b.n, s.b.actor, "obj", func(now time.Time) (struct{}, error) {
+		stored := data
+		if old := s.b.n.model.Snap; old != nil && s.b.n.chance(s.b.n.faults.StaleSnapshot, "stale-snapshot") {
+			stored = old.Data
+		}
+		s.b.n.model.PutSnapshot(now, streams.SnapshotObject, headers, stored)
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// reader reads a stream of the model in order: each message reaches it
+// through the net (a lane of its own: late, or stalled as a consumer lost
+// and replaced is), and its goroutine hands them to fn one at a time.
+type reader struct {
+	n       *Net
+	id      string
+	actor   string
+	s       *Stream
+	prefix  string // only subjects under it ("": all)
+	next    uint64 // the next sequence to deliver
+	inLane  bool   // a delivery is in the net
+	mu      sync.Mutex
+	pending []Msg
+	wake    chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func (n *Net) read(ctx context.Context, id, actor string, s *Stream, from uint64, prefix string, fn func(coordinator.Stored)) *reader {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &reader{n: n, id: id, actor: actor, s: s, prefix: prefix, next: max(from, 1), wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	n.mu.Lock()
+	n.readers = append(n.readers, r)
+	n.feedLocked(r)
+	n.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		for {
+			r.mu.Lock()
+			var m Msg
+			has := len(r.pending) > 0
+			if has {
+				m, r.pending = r.pending[0], r.pending[1:]
+			}
+			r.mu.Unlock()
+			if !has {
+				select {
+				case <-ctx.Done():
+					return
+				case <-r.wake:
+				}
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			fn(coordinator.Stored{Seq: m.Seq, Time: m.Time.UnixNano(), Subject: m.Subject, Data: m.Data, Header: cloneHeader(m.Header)})
+		}
+	}()
+	return r
+}
+
+func (r *reader) Stop() {
+	r.cancel()
+	<-r.done
+	r.n.mu.Lock()
+	for i, x := range r.n.readers {
+		if x == r {
+			r.n.readers = append(r.n.readers[:i], r.n.readers[i+1:]...)
+			break
+		}
+	}
+	r.n.mu.Unlock()
+}
+
+func (r *reader) Err() error { return nil }
+
+// fed is called (under the lock) after s grew: its readers may go on.
+func (n *Net) fed(s *Stream) {
+	for _, r := range n.readers {
+		if r.s == s {
+			n.feedLocked(r)
+		}
+	}
+}
+
+// feedLocked puts r's next message (matching its prefix) in the net, if
+// the stream has one and none is in the net already.
+func (n *Net) feedLocked(r *reader) {
+	if r.inLane {
+		return
+	}
+	for r.next <= r.s.Last() && r.prefix != "" && !strings.HasPrefix(r.s.Get(r.next).Subject, r.prefix) {
+		r.next++
+	}
+	if r.next > r.s.Last() {
+		return
+	}
+	m := *r.s.Get(r.next)
+	r.next++
+	r.inLane = true
+	var stall time.Duration
+	if n.laneChance("~"+r.id, n.faults.ReaderStall, "reader-stall") {
+		stall = n.faults.StallDelay
+	}
+	n.submitLocked(r.actor, "~"+r.id, stall, func(time.Time) {
+		r.inLane = false
+		r.mu.Lock()
+		r.pending = append(r.pending, m)
+		r.mu.Unlock()
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+		n.feedLocked(r)
+	})
+}
+
+// Client is a worker's (or an operator's) side of the model: it publishes
+// inputs to the input stream and reads the decisions addressed to it.
+type Client struct {
+	n     *Net
+	actor string
+	rn    int
+}
+
+// Client returns actor's client.
+func (n *Net) Client(actor string) *Client { return &Client{n: n, actor: actor} }
+
+// ErrNotStored is a publish's outcome when no reply came: it may or may
+// not have been stored.
+var ErrNotStored = errors.New("jsmodel: no reply: the input may or may not be stored")
+
+// Publish stores an input (with msgID, a Nats-Msg-Id) and returns its
+// sequence (a duplicate's: the first one's).
+func (c *Client) Publish(ctx context.Context, subject string, data []byte, msgID string) (uint64, error) {
+	m := withHeaders(&nats.Msg{Subject: subject, Data: data}, msgID, nil)
+	a, err := call(ctx, c.n, c.actor, "in", func(now time.Time) (PubAck, error) {
+		a, _ := c.n.model.In.Publish(now, m)
+		c.n.fed(c.n.model.In)
+		return a, nil
+	})
+	if err != nil {
+		return 0, ErrNotStored
+	}
+	r, err := a.result()
+	if err != nil {
+		return 0, err
+	}
+	return r.Sequence, nil
+}
+
+// Decisions reads the decision stream's messages under subject prefix
+// prefix (e.g. tenure.out.w1.) from sequence from on, handing each to fn
+// on a goroutine of its own, until ctx ends; Stop stops it.
+func (c *Client) Decisions(ctx context.Context, from uint64, prefix string, fn func(coordinator.Stored)) coordinator.Reader {
+	c.rn++
+	return c.n.read(ctx, c.actor+"#"+strconv.Itoa(c.rn), c.actor, c.n.model.Out, from, prefix, fn)
+}

@@ -1,0 +1,521 @@
+// Package sim is Tenure's deterministic simulator (issue "Deterministic
+// simulation"): real coordinators (package coordinator, on the port of
+// coordinator.Backend) and simulated workers, operators and a fenced
+// resource, all in one synctest bubble over a model of JetStream
+// (internal/jsmodel) whose network carries every request and reply in an
+// order, and with faults, that one seed chooses: lost, late, duplicated
+// and reordered replies, publishes whose outcome is unknown, readers that
+// stall, coordinators crashed and restarted or cut off (a network
+// partition, or a process paused with its appends in flight), so that two
+// of them believe they lead at once.
+//
+// Each seed draws its own run (swarm testing): how many coordinators and
+// workers, which features (renewals, progress, cancellations, snapshots)
+// and which faults at which rates. At the end, with the faults stopped
+// and the workers done, the oracles judge the run:
+//
+//   - the checks of a chaos run over the final streams (internal/chaos:
+//     the decision stream is exactly the fold of the input stream, the
+//     decision chain holds, no generation has two holders, no input a
+//     client was acknowledged is missing, none stored that nobody sent),
+//     which is tenure audit's replay;
+//   - no effect accepted by the fenced resource outside its lease's
+//     authority by the stored clock, nor after a later generation began;
+//   - every input a worker was acknowledged has its verdict;
+//   - liveness: every job ends within a bound once the faults stop.
+//
+// "Sometimes" assertions (Net.Touch, Report.Seen) show each fault and each
+// rare path was reached, in the coverage table a run of many seeds
+// prints. The tenure binary never links this package: it runs under `go
+// test ./internal/sim` (make sim).
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/chaos"
+	"github.com/maknow/tenure/internal/jsmodel"
+	"github.com/maknow/tenure/streams"
+)
+
+// Plan is one run, drawn from its seed.
+type Plan struct {
+	Seed         uint64
+	Coordinators int
+	Workers      int
+	Jobs         int           // the jobs the workers compete for
+	Lease        time.Duration // the workers' lease duration
+	LeaderTTL    time.Duration
+	SnapshotEach int // coordinator.Config.SnapshotEvery (-1: none)
+	Progress     bool
+	Boundary     bool          // workers sometimes renew at the very instant their lease expires
+	Cancels      bool          // an operator cancels jobs now and then
+	Crashes      float64       // per second of the fault phase, the chance a coordinator is killed
+	Cuts         float64       // per second, the chance an actor is cut off (partition, pause)
+	CutFor       time.Duration // how long at most
+	Faults       jsmodel.Faults
+	Trace        bool          // keep the net's trace (Report.Trace)
+	Duration     time.Duration // the fault phase
+	Drain        time.Duration // the quiet end: every job must end within it
+}
+
+// Draw returns seed's plan: every choice of the run follows from it.
+func Draw(seed uint64) Plan {
+	r := rand.New(rand.NewPCG(seed, 0x5151))
+	on := func(p float64) bool { return r.Float64() < p }
+	rate := func(p, max float64) float64 {
+		if !on(p) {
+			return 0
+		}
+		return r.Float64() * max
+	}
+	p := Plan{
+		Seed:         seed,
+		Coordinators: 1 + r.IntN(3),
+		Workers:      1 + r.IntN(3),
+		Jobs:         1 + r.IntN(4),
+		Lease:        time.Duration(600+r.IntN(2400)) * time.Millisecond,
+		LeaderTTL:    time.Duration(600+r.IntN(1400)) * time.Millisecond,
+		SnapshotEach: []int{-1, 5, 40}[r.IntN(3)],
+		Progress:     on(0.7),
+		Boundary:     on(0.4),
+		Cancels:      on(0.3),
+		Crashes:      rate(0.5, 0.3),
+		Cuts:         rate(0.5, 0.3),
+		CutFor:       time.Duration(100+r.IntN(3000)) * time.Millisecond,
+		Duration:     time.Duration(5+r.IntN(15)) * time.Second,
+	}
+	p.Drain = 4*p.Lease + 4*p.LeaderTTL + p.CutFor + 10*time.Second
+	p.Faults = jsmodel.Faults{
+		Latency:       time.Duration(r.IntN(20)) * time.Millisecond,
+		Spike:         rate(0.5, 0.05),
+		SpikeDelay:    time.Duration(100+r.IntN(1500)) * time.Millisecond,
+		LoseRequest:   rate(0.4, 0.03),
+		LoseReply:     rate(0.4, 0.03),
+		DupReply:      rate(0.4, 0.05),
+		Reorder:       rate(0.4, 0.05),
+		ReaderStall:   rate(0.4, 0.02),
+		StallDelay:    time.Duration(500+r.IntN(2000)) * time.Millisecond,
+		Instant:       rate(0.5, 0.5),
+		StaleSnapshot: rate(0.3, 0.5),
+	}
+	return p
+}
+
+func (p Plan) String() string {
+	return fmt.Sprintf("seed %d: %d coordinators, %d workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, %v then %v quiet",
+		p.Seed, p.Coordinators, p.Workers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Duration, p.Drain)
+}
+
+// Report is what a run found.
+type Report struct {
+	Plan      Plan
+	Findings  []string       // the oracles' findings (none: the run is clean)
+	Faults    map[string]int // faults injected, by kind
+	Seen      map[string]int // rare paths reached, by name
+	Inputs    int
+	Decisions int
+	Effects   int
+	SimTime   time.Duration
+	Trace     []string // with Plan.Trace: every operation the net applied
+	// Digest is a hash of every stored input's and decision's subject,
+	// body and stored time: two runs of one seed must have the same.
+	Digest string
+	Log    []string // the coordinators' warnings and errors, for a failing run
+}
+
+// OK reports whether the oracles found nothing.
+func (r *Report) OK() bool { return len(r.Findings) == 0 }
+
+func (r *Report) finding(format string, args ...any) {
+	if len(r.Findings) < 50 {
+		r.Findings = append(r.Findings, fmt.Sprintf(format, args...))
+	}
+}
+
+// Mutation deliberately breaks something (the tests that the oracles catch
+// it); the zero value breaks nothing.
+type Mutation struct {
+	// WrongWaiter hands a worker's verdict of one input to the waiter of
+	// another of its inputs.
+	WrongWaiter bool
+}
+
+// Run runs plan p. It must run in a synctest bubble (synctest.Test): the
+// simulated clock is the bubble's.
+func Run(p Plan, mut Mutation) *Report {
+	rep := &Report{Plan: p}
+	top := streams.Topology{}
+	model := jsmodel.NewModel(top.InputConfig(), top.DecisionConfig(), p.LeaderTTL)
+	net := jsmodel.NewNet(model, p.Faults, p.Seed)
+	if p.Trace {
+		net.Trace = &rep.Trace
+	}
+	rng := rand.New(rand.NewPCG(p.Seed, 0xc0de))
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &logSink{}
+	key := [events.LeaseKeyLen]byte{}
+	for i := range key {
+		key[i] = byte(p.Seed >> (8 * (i % 8)))
+	}
+
+	// The network's loop: one operation at a time, once every actor has
+	// done what the last one let it do.
+	netDone := make(chan struct{})
+	go func() {
+		defer close(netDone)
+		for ctx.Err() == nil {
+			settle()
+			if !net.Step() {
+				net.Wait(ctx)
+			}
+		}
+	}()
+
+	// The coordinators, restarted after a crash.
+	type coord struct {
+		id     string
+		c      *coordinator.Coordinator
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	// What a coordinator went through, counted when it stops.
+	noteStats := func(c *coordinator.Coordinator) {
+		st := c.Stats()
+		if st.Sessions > 1 {
+			net.Touch("coordinator resynchronised")
+		}
+		if st.LostAuthority > 0 {
+			net.Touch("append fenced: another writer")
+		}
+		if st.SnapshotsRefused > 0 {
+			net.Touch("snapshot refused")
+		}
+		if st.SnapshotSeq > 0 {
+			net.Touch("snapshot stored or restored")
+		}
+		if st.Dropped > 0 {
+			net.Touch("reply dropped: not for a unit in flight")
+		}
+	}
+	coords := make([]*coord, p.Coordinators)
+	var runErrs struct {
+		sync.Mutex
+		errs []string
+	}
+	startCoord := func(i int) {
+		id := fmt.Sprintf("c%d", i+1)
+		c, err := coordinator.New(coordinator.Config{ID: id, Backend: net.Backend(id, top), LeaderTTL: p.LeaderTTL,
+			SnapshotEvery: p.SnapshotEach, SnapshotInterval: 2300*time.Millisecond + 7, LeaseKey: &key,
+			Logger: slog.New(logs.handler(id))})
+		if err != nil {
+			panic(err)
+		}
+		cctx, ccancel := context.WithCancel(ctx)
+		co := &coord{id: id, c: c, cancel: ccancel, done: make(chan struct{})}
+		go func() {
+			defer close(co.done)
+			if err := c.Run(cctx); err != nil {
+				// Run returns only when it refuses to go on (a
+				// divergence, a gap): the model's streams are never
+				// tampered with, so that is a finding.
+				logs.add(id + ": run: " + err.Error())
+				runErrs.Lock()
+				runErrs.errs = append(runErrs.errs, id+" refused to go on: "+err.Error())
+				runErrs.Unlock()
+			}
+		}()
+		coords[i] = co
+	}
+	for i := range coords {
+		startCoord(i)
+	}
+
+	// The fenced resource and the workers.
+	res := &resource{}
+	jobs := make([]string, p.Jobs)
+	for i := range jobs {
+		jobs[i] = fmt.Sprintf("j%d", i+1)
+	}
+	var wg sync.WaitGroup
+	stopWork := make(chan struct{})
+	workers := make([]*worker, p.Workers)
+	for i := range workers {
+		w := newWorker(fmt.Sprintf("w%d", i+1), net, p, res, rng.Uint64(), mut)
+		workers[i] = w
+		wg.Go(func() { w.run(ctx, jobs, stopWork) })
+	}
+	var opLog []chaos.Entry
+	var opMu sync.Mutex
+	if p.Cancels {
+		op := net.Client("ops1")
+		opRng := rand.New(rand.NewPCG(rng.Uint64(), 1))
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stopWork:
+					return
+				case <-time.After(time.Duration(500+opRng.IntN(3000)) * time.Millisecond):
+				}
+				job := jobs[opRng.IntN(len(jobs))]
+				subj := events.InputSubject(events.RoleOps, "ops1", job, events.VerbCancel)
+				body := []byte(`{"v":1,"reason":"sim"}`)
+				id := fmt.Sprintf("ops1-%d", n)
+				opMu.Lock()
+				opLog = append(opLog, chaos.Entry{Kind: chaos.EntrySent, At: time.Now().UnixNano(), Subject: subj, MsgID: id, BodySHA: chaos.BodySHA(body), Len: len(body)})
+				opMu.Unlock()
+				if seq, err := op.Publish(ctx, subj, body, id); err == nil {
+					opMu.Lock()
+					opLog = append(opLog, chaos.Entry{Kind: chaos.EntryAck, At: time.Now().UnixNano(), Subject: subj, MsgID: id, BodySHA: chaos.BodySHA(body), Len: len(body), Stream: top.InputStream(), Seq: seq})
+					opMu.Unlock()
+				}
+			}
+		})
+	}
+
+	// The fault phase: coordinators killed and restarted, actors cut off.
+	faultRng := rand.New(rand.NewPCG(rng.Uint64(), 2))
+	actors := []string{}
+	for _, c := range coords {
+		actors = append(actors, c.id)
+	}
+	for _, w := range workers {
+		actors = append(actors, w.id)
+	}
+	for t := time.Duration(0); t < p.Duration; t += 100 * time.Millisecond {
+		time.Sleep(100 * time.Millisecond)
+		if faultRng.Float64() < p.Crashes/10 {
+			i := faultRng.IntN(len(coords))
+			coords[i].cancel()
+			<-coords[i].done
+			noteStats(coords[i].c)
+			net.Touch("coordinator crashed")
+			d := time.Duration(faultRng.IntN(2000)) * time.Millisecond
+			time.Sleep(d)
+			startCoord(i)
+		}
+		if faultRng.Float64() < p.Cuts/10 {
+			a := actors[faultRng.IntN(len(actors))]
+			net.Cut(a, time.Now().Add(time.Duration(faultRng.Int64N(int64(p.CutFor)+1))))
+		}
+	}
+
+	// The quiet end: no more faults; the workers finish and stop.
+	net.Stop()
+	quietFrom := time.Now()
+	close(stopWork)
+	wg.Wait()
+	// Every job must end within Drain of the faults' end.
+	deadline := quietFrom.Add(p.Drain)
+	for !allEnded(net, jobs) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Let the coordinators store what they have folded, then stop them.
+	time.Sleep(2 * p.LeaderTTL)
+	for _, c := range coords {
+		c.cancel()
+		<-c.done
+		noteStats(c.c)
+	}
+	cancel()
+	<-netDone
+	rep.SimTime = time.Since(start)
+
+	// The oracles.
+	net.Lock()
+	l := logOf(model)
+	net.Unlock()
+	rep.Inputs, rep.Decisions = len(l.Inputs), len(l.Decisions)
+	rep.Digest = digest(l)
+	var entries []chaos.Entry
+	for _, w := range workers {
+		entries = append(entries, w.journal...)
+	}
+	entries = append(entries, opLog...)
+	ids := make([]string, len(coords))
+	for i, c := range coords {
+		ids[i] = c.id
+	}
+	r := chaos.Check(l, &chaos.Clients{Entries: entries, Coordinators: ids})
+	for _, f := range []chaos.Findings{r.Lost, r.Phantom, r.DoubleHolders, r.StaleEffects, r.Gaps} {
+		for _, s := range f.Items {
+			rep.finding("%s", s)
+		}
+	}
+	for _, s := range chaos.Liveness(r, "j", deadline.UnixNano()).Items {
+		rep.finding("liveness: %s", s)
+	}
+	checkEffects(rep, l, res)
+	checkRules(rep, l)
+	for _, e := range runErrs.errs {
+		rep.finding("%s", e)
+	}
+	leaders := map[string]bool{}
+	for _, m := range l.Decisions {
+		if d, err := events.DecodeDecision(m.Data); err == nil {
+			switch d.Kind {
+			case events.KindExpired, events.KindStale, events.KindLate, events.KindDuplicate, events.KindLostAuthority, events.KindCancelRequested, events.KindUnresolved:
+				net.Touch("decision " + d.Kind.String())
+			}
+			if d.Verb == events.VerbTick {
+				leaders[d.Actor] = true
+			}
+		}
+	}
+	if len(leaders) > 1 {
+		net.Touch("ticks by more than one coordinator")
+	}
+	for _, w := range workers {
+		for _, f := range w.findings {
+			rep.finding("%s: %s", w.id, f)
+		}
+	}
+	rep.Effects = len(res.accepted)
+	net.Lock()
+	rep.Faults, rep.Seen = maps(net.Counts), maps(net.Seen)
+	net.Unlock()
+	if !rep.OK() {
+		rep.Log = logs.lines()
+	}
+	return rep
+}
+
+// digest hashes the streams' subjects, bodies and stored times (not their
+// headers: the coordinators' own inputs carry random Msg-Ids).
+func digest(l *chaos.Log) string {
+	h := sha256.New()
+	for _, ms := range [][]chaos.Message{l.Inputs, l.Decisions} {
+		for _, m := range ms {
+			fmt.Fprintf(h, "%d %d %s %q\n", m.Seq, m.Time, m.Subject, m.Data)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func maps(m map[string]int) map[string]int {
+	c := make(map[string]int, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// allEnded reports whether every job's last decision left it ended (or it
+// never had a lease).
+func allEnded(net *jsmodel.Net, jobs []string) bool {
+	net.Lock()
+	defer net.Unlock()
+	out := net.Model().Out
+	state := map[string]events.State{}
+	for i := range out.Msgs {
+		d, err := events.DecodeDecision(out.Msgs[i].Data)
+		if err == nil && d.Job.ID != events.NoJob {
+			state[d.Job.ID] = d.Job.State
+		}
+	}
+	for _, j := range jobs {
+		if s, ok := state[j]; ok && s.Live() {
+			return false
+		}
+	}
+	return true
+}
+
+// logOf is the model's streams as the chaos checks read them.
+func logOf(m *jsmodel.Model) *chaos.Log {
+	conv := func(s *jsmodel.Stream) []chaos.Message {
+		out := make([]chaos.Message, len(s.Msgs))
+		for i, m := range s.Msgs {
+			out[i] = chaos.Message{Seq: m.Seq, Time: m.Time.UnixNano(), Subject: m.Subject, Data: m.Data, Header: m.Header}
+		}
+		return out
+	}
+	return &chaos.Log{Inputs: conv(m.In), Decisions: conv(m.Out), InputLast: m.In.Last(), DecisionLast: m.Out.Last()}
+}
+
+// logSink keeps the coordinators' warnings and errors.
+type logSink struct {
+	mu  sync.Mutex
+	buf []string
+}
+
+func (s *logSink) add(line string) {
+	s.mu.Lock()
+	if len(s.buf) < 400 {
+		s.buf = append(s.buf, line)
+	}
+	s.mu.Unlock()
+}
+
+func (s *logSink) lines() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.buf)
+}
+
+func (s *logSink) handler(id string) slog.Handler {
+	return &sinkHandler{s: s, id: id}
+}
+
+type sinkHandler struct {
+	s     *logSink
+	id    string
+	attrs []slog.Attr
+}
+
+func (h *sinkHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h *sinkHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &sinkHandler{s: h.s, id: h.id, attrs: append(slices.Clone(h.attrs), as...)}
+}
+func (h *sinkHandler) WithGroup(string) slog.Handler { return h }
+func (h *sinkHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s %s", r.Time.Format("15:04:05.000"), h.id, r.Level, r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.s.add(b.String())
+	return nil
+}
+
+// Coverage sums the faults and rare paths of many reports, sorted.
+func Coverage(reps []*Report, w io.Writer) {
+	faults, seen := map[string]int{}, map[string]int{}
+	for _, r := range reps {
+		for k, v := range r.Faults {
+			faults[k] += v
+		}
+		for k, v := range r.Seen {
+			seen[k] += v
+		}
+	}
+	print := func(title string, m map[string]int) {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintf(w, "%s:\n", title)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %-32s %d\n", k, m[k])
+		}
+	}
+	print("faults injected", faults)
+	print("paths reached", seen)
+}
