@@ -262,3 +262,78 @@ func TestQueueWorkerExampleSIGTERM(t *testing.T) {
 		t.Fatalf("exit %d after the second SIGTERM:\n%s", code, w.log)
 	}
 }
+
+// Both examples connect with the credential file tenure auth init writes
+// (--creds-json, their worker id its name), as tenure submit does; each
+// runs a job to its end, logs how it ended, and exits 0 at SIGTERM.
+func TestExamplesWithCredsJSON(t *testing.T) {
+	t.Parallel()
+	queueWorker, simpleWorker := exampleBinary(t, "queue-worker"), exampleBinary(t, "simple-worker")
+	dir := t.TempDir()
+	if code, _, stderr := runAuthCmd("init", "--out", dir, "--worker", "w1", "--dispatcher", "disp", "--bcrypt-cost", "4"); code != 0 {
+		t.Fatalf("auth init: exit %d: %s", code, stderr)
+	}
+	creds := func(name string) string { return filepath.Join(dir, name+".creds.json") }
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval",
+			"--id", "coord", "--server-config", filepath.Join(dir, "server.conf"), "--creds-json", creds("coord")}, &bytes.Buffer{}, &logs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	url := waitServing(t, &logs, done, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	runGenesisAs(t, dir, url)
+	env := []string{"NATS_URL=" + url}
+
+	qw := startProcess(t, env, queueWorker, "--creds-json", creds("w1"))
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"submit", "a-1", "--queue", "thumbnails", "--payload", "s3://photos/a-1.jpg",
+		"--creds-json", creds("disp"), "--nats-url", url}, &out, &errOut); code != 0 {
+		t.Fatalf("submit as disp: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	waitOutput(t, qw, 60*time.Second, "a-1: attempt 1: SUCCESS")
+	if err := qw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := qw.wait(t, 30*time.Second); code != 0 || !strings.Contains(qw.log.String(), "worker w1 taking the jobs of queue thumbnails") {
+		t.Fatalf("queue-worker: exit %d after SIGTERM, want 0, as worker w1:\n%s", code, qw.log)
+	}
+
+	sw := startProcess(t, env, simpleWorker, "--creds-json", creds("w1"))
+	waitOutput(t, sw, 60*time.Second, "example-job: completed: ok")
+	if err := sw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := sw.wait(t, 30*time.Second); code != 0 || !strings.Contains(sw.log.String(), "stopped") {
+		t.Fatalf("simple-worker: exit %d after SIGTERM, want 0 and stopped:\n%s", code, sw.log)
+	}
+	for _, line := range strings.Split(sw.log.String(), "\n") {
+		if strings.Contains(line, "<nil>") {
+			t.Errorf("simple-worker logged %q", line)
+		}
+	}
+}
+
+// waitOutput waits until the process's output holds s, failing at once if
+// it exits first.
+func waitOutput(t *testing.T, p *process, timeout time.Duration, s string) {
+	t.Helper()
+	if err := testutil.Poll(timeout, func() error {
+		if strings.Contains(p.log.String(), s) {
+			return nil
+		}
+		select {
+		case p.code = <-p.done:
+			t.Fatalf("%s exited with %d before printing %q:\n%s", filepath.Base(p.cmd.Path), p.code, s, p.log)
+		default:
+		}
+		return errNotYet
+	}); err != nil {
+		t.Fatalf("no %q in the output of %s: %v\n%s", s, filepath.Base(p.cmd.Path), err, p.log)
+	}
+}
