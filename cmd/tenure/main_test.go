@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -327,5 +329,37 @@ func TestServeRefusalExplained(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+}
+
+// With --format csv or json, tenure demo's stdout is the evidence matrix
+// alone, for a program to read (a CSV of a header and one row per job, or
+// one JSON object per line); the story and the verdicts go to stderr.
+func TestDemoMachineFormats(t *testing.T) {
+	for _, format := range []string{"csv", "json"} {
+		var out, errb syncBuffer
+		if code := run(context.Background(), []string{"demo", "--format", format}, &out, &errb); code != 0 {
+			t.Fatalf("demo --format %s: exit %d:\n%s\n%s", format, code, out.String(), errb.String())
+		}
+		if !strings.Contains(errb.String(), "all 5 scenarios ended as the protocol requires") || !strings.Contains(errb.String(), "starting an embedded nats-server") {
+			t.Errorf("demo --format %s: the story is not on stderr:\n%s", format, errb.String())
+		}
+		switch format {
+		case "csv":
+			rows, err := csv.NewReader(strings.NewReader(out.String())).ReadAll()
+			if err != nil || len(rows) != 6 || rows[0][0] != "Job ID" {
+				t.Errorf("demo --format csv: stdout is not a header and 5 rows (%v):\n%s", err, out.String())
+			}
+		case "json":
+			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+			for _, line := range lines {
+				if !json.Valid([]byte(line)) {
+					t.Errorf("demo --format json: stdout line %q is not JSON", line)
+				}
+			}
+			if len(lines) != 5 {
+				t.Errorf("demo --format json: %d lines, want one per job:\n%s", len(lines), out.String())
+			}
+		}
 	}
 }
