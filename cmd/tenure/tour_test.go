@@ -264,7 +264,7 @@ func TestReadmeTour(t *testing.T) {
 			acquired = seq
 			var m []string
 			testutil.WaitFor(t, 10*time.Second, "the granted verdict", func() bool {
-				m = regexp.MustCompile(`tenure\.out\.w1\.report-42\.granted[\s\S]*?"lease_id":"(L`+strconv.FormatUint(seq, 10)+`-[A-Za-z0-9_-]{22})","generation":1`).FindStringSubmatch(subOut.String())
+				m = regexp.MustCompile(`tenure\.out\.w1\.report-42\.granted[\s\S]*?"lease_id":"(L` + strconv.FormatUint(seq, 10) + `-[A-Za-z0-9_-]{22})","generation":1`).FindStringSubmatch(subOut.String())
 				return m != nil
 			})
 			lease = m[1]
