@@ -532,8 +532,16 @@ func storedSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) 
 
 var errReplaced = errors.New("it was replaced while read")
 
+// errNoSnapshotYet is why there is no snapshot on a young deployment: a
+// segment ends at a stored snapshot, and the coordinator stores its first
+// after tenure serve's --snapshot-every inputs or --snapshot-interval.
+var errNoSnapshotYet = errors.New("no snapshot stored yet: the live coordinator stores one after --snapshot-every inputs or --snapshot-interval (1 minute by default); run it again then")
+
 func readSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) {
 	info, err := h.Snapshots.GetInfo(ctx, streams.SnapshotObject)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, errNoSnapshotYet)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, streams.Classify(err))
 	}

@@ -101,6 +101,11 @@ func TestLogCommands(t *testing.T) {
 		return out.String() + errb.String()
 	}
 	acquireAndSnapshot(t, nc, 0, 0) // live: the streams exist
+	// No snapshot yet (the first comes after 5 inputs here, a minute by
+	// default): archive says so, not "object not found".
+	if out := cmd(1, "log", "archive", "--archive", dir); !strings.Contains(out, "no snapshot stored yet") || strings.Contains(out, "not found") {
+		t.Fatalf("archive before the first snapshot: %s", out)
+	}
 	cmd(0, "policy", "--max-lease", "20m")
 	acquireAndSnapshot(t, nc, 0, 30)
 	if out := cmd(0, "log", "archive", "--archive", dir); !strings.Contains(out, "sealed segment 1: inputs 1..") {
@@ -136,6 +141,11 @@ func TestLogCommands(t *testing.T) {
 	acquireAndSnapshot(t, nc2, 0, 20)
 	dir2 := t.TempDir()
 	cmd(0, "log", "archive", "--archive", dir2)
+	// Nothing is removable from streams that deny purges: status says so
+	// instead of offering what remove then refuses.
+	if out := cmd(0, "log", "status", "--archive", dir2); strings.Contains(out, "removable    inputs") || !strings.Contains(out, "removable    nothing: the streams deny purges") {
+		t.Fatalf("status without retention: %s", out)
+	}
 	if out := cmd(1, "log", "remove", "--archive", dir2); !strings.Contains(out, "without log retention") {
 		t.Fatalf("remove without retention: %s", out)
 	}
