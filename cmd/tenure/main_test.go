@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -360,6 +361,57 @@ func TestDemoMachineFormats(t *testing.T) {
 			if len(lines) != 5 {
 				t.Errorf("demo --format json: %d lines, want one per job:\n%s", len(lines), out.String())
 			}
+		}
+	}
+}
+
+// tenure watch prints its table a line at a time, each as it comes, and
+// still in columns: every field of every line starts where its header's
+// label does, whatever the lengths of kinds, reasons, states and of job
+// ids and holders up to 12 and 8 characters (a tabwriter flushed after
+// each line aligned nothing); a longer id widens its column from its line
+// on.
+func TestWatchColumnsAlign(t *testing.T) {
+	url, nc, _ := serveForLog(t, "--snapshot-every", "-1") // no checkpoint among the decisions
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	for _, in := range []struct{ subject, body string }{
+		{"tenure.in.worker.w1.a.acquire", `{"v":1,"lease_ms":600000}`},
+		{"tenure.in.worker.worker-9.a.acquire", `{"v":1,"lease_ms":600000}`},
+		{"tenure.in.worker.w1.report-42.acquire", `{"v":1,"lease_ms":600000}`},
+		{"tenure.in.worker.w2.b.renew", `{"v":1,"lease_id":"L1-x","generation":1,"renew_seq":1}`},
+		{"tenure.in.worker.w1.a-job-id-longer-than-its-column.acquire", `{"v":1,"lease_ms":600000}`},
+		{"tenure.in.worker.w1.c.acquire", `{"v":1,"lease_ms":600000}`},
+	} {
+		if _, err := js.Publish(ctx, in.subject, []byte(in.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"watch", "--all", "-n", "8", "--nats-url", url}, &out, &errb); code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	starts := func(line string) []int {
+		var s []int
+		for i := range line {
+			if line[i] != ' ' && (i == 0 || line[i-1] == ' ') {
+				s = append(s, i)
+			}
+		}
+		return s
+	}
+	want := starts(lines[0])
+	if len(lines) != 9 || len(want) != 10 {
+		t.Fatalf("want a header of 10 columns and 8 lines:\n%s", out.String())
+	}
+	for i, line := range lines[1:] {
+		if strings.Contains(line, "a-job-id-longer") { // from the long job id on: aligned with its line
+			want = starts(line)
+		}
+		if got := starts(line); !slices.Equal(got, want) {
+			t.Errorf("line %d: fields start at %v, want %v:\n%s", i+1, got, want, out.String())
+			break
 		}
 	}
 }
