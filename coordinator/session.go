@@ -217,6 +217,9 @@ func (s *session) fold(m stored) error {
 	s.compact()
 	if mt := s.c.cfg.Metrics; mt != nil {
 		mt.InputFolded(m.seq, time.Unix(0, m.time), len(ds))
+		if cu, ok := mt.(CatchUpMetrics); ok && m.pending == 0 {
+			cu.CaughtUp(m.seq)
+		}
 	}
 	return nil
 }
