@@ -150,3 +150,45 @@ func TestLogCommands(t *testing.T) {
 		t.Fatalf("remove without retention: %s", out)
 	}
 }
+
+// tenure serve --log-retention on a deployment created without it exits 1
+// at once, saying why and what to do, as README says (it stayed up,
+// refusing, until stopped); the same serve without the flag goes live.
+func TestServeLogRetentionOnAnOldDeployment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"serve", "--data", dir, "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1"}
+	serve := func(extra ...string) (*syncBuffer, chan int, context.CancelFunc) {
+		var logs syncBuffer
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		go func() { done <- run(ctx, append(args, extra...), &bytes.Buffer{}, &logs) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Error("serve did not stop")
+			}
+		})
+		return &logs, done, cancel
+	}
+	logs, done, cancel := serve()
+	waitServing(t, logs, done, liveLine)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exit %d:\n%s", code, logs)
+	}
+	done <- 0 // for the cleanup
+
+	logs, done, _ = serve("--log-retention")
+	select {
+	case code := <-done:
+		done <- code
+		if code != 1 || !strings.Contains(logs.String(), "created without") || !strings.Contains(logs.String(), "run without --log-retention") {
+			t.Fatalf("serve --log-retention on an old deployment: exit %d, want 1 saying why and what to do:\n%s", code, logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve --log-retention on an old deployment still runs after 30 s, want it to exit 1:\n%s", logs)
+	}
+}

@@ -481,13 +481,29 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 // use) has logged why and what to do; serve then keeps its embedded server,
 // status service and web UI up, so that `tenure status`, `tenure audit` and
 // the board can show the operator the same, until it is stopped (exit 1).
+//
+// The exception is a refusal that this serve's own flags caused, with
+// nothing in the log to show: --log-retention on streams created without
+// it (JetStream cannot cancel DenyPurge). serve exits 1 at once, saying
+// so, as README says.
 func stopped(ctx context.Context, err error, log *slog.Logger) error {
+	if retentionRefused(err) {
+		log.Error("refusing to start: --log-retention, but the streams were created without it", "err", err, "what_to_do", coordinator.Remedy(err))
+		return err
+	}
 	if err != nil && ctx.Err() == nil && coordinator.Remedy(err) != "" {
 		log.Error("not live: serving status and audits only until stopped (Ctrl-C); `tenure status` shows why", "err", err)
 		<-ctx.Done()
 	}
 	log.Info("tenure stopped")
 	return err
+}
+
+// retentionRefused reports whether err is the refusal of --log-retention
+// on streams that deny purges.
+func retentionRefused(err error) bool {
+	var m *streams.ConfigMismatchError
+	return errors.As(err, &m) && m.Field == "DenyPurge" && m.Got == "true"
 }
 
 // dataDirInUse turns the *streams.LockedError of a data directory that
