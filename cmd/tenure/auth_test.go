@@ -465,9 +465,18 @@ func TestAuthServePartitioned(t *testing.T) {
 		t.Fatal("w1: no offer")
 	}
 	_ = w1.Close()
-	// Time must pass here: a violation is reported asynchronously, and the
-	// test proves none comes (there is no event to wait on).
-	time.Sleep(100 * time.Millisecond)
+	// A violation is the server's -ERR on the connection, sent before its
+	// answer to any later PING: once a flush returns, the client has read
+	// every violation of what it sent before (and kept the last as its
+	// LastError; the ErrorHandler hears of it later, on another goroutine).
+	for _, nc := range []*nats.Conn{wnc, dnc} {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("client connection %s: %v", nc.Opts.Name, err)
+		}
+	}
 	mu.Lock()
 	if len(violations) != 0 {
 		t.Errorf("client connections: %v", violations)
