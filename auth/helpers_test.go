@@ -116,16 +116,6 @@ func (l *errLog) expectViolation(t testing.TB, what, subject string) {
 	}
 }
 
-// noViolations fails t if the connection had a permissions violation.
-func (l *errLog) noViolations(t testing.TB, who string) {
-	t.Helper()
-	for _, err := range l.all() {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			t.Errorf("%s: %v", who, err)
-		}
-	}
-}
-
 // violationMarker is a subject no actor of tenure auth init may publish
 // on: a publish on it is a permissions violation every time.
 const violationMarker = "_tenure_test.violation_marker"
