@@ -273,6 +273,10 @@ type Follower struct {
 	// handler that blocks.
 	nextCopy atomic.Uint64
 	replaced atomic.Int64 // consumers replaced so far
+	// For the tests, which wait on these events instead of waiting for
+	// time to pass: failed creation attempts, look-ups of the consumer
+	// concluded, deletions of a consumer begun.
+	failedCreates, lookups, deletes atomic.Int64
 	dropped  atomic.Uint64
 
 	errMu sync.Mutex
@@ -433,6 +437,7 @@ func (f *Follower) run(ctx context.Context) {
 		s := f.create(ctx)
 		if s == nil {
 			if f.prev != nil {
+				f.deletes.Add(1)
 				go f.deleteIfOurs(f.prev.name, f.prev.token)
 			}
 			return
@@ -468,6 +473,7 @@ func (f *Follower) create(ctx context.Context) *session {
 			return nil
 		}
 		err = fmt.Errorf("follow %s: creating a consumer: %w", f.cfg.Stream, err)
+		f.failedCreates.Add(1)
 		f.errMu.Lock()
 		first := f.createErr == nil
 		f.createErr = err
@@ -503,6 +509,7 @@ func (f *Follower) tryCreate(ctx context.Context) (*session, error) {
 		name := names[k]
 		if p := f.prev; p != nil && p.name == name {
 			// The consumer this one replaces: gone, or deleted now.
+			f.deletes.Add(1)
 			if err := f.deleteIfOursCtx(ctx, p.name, p.token); err != nil {
 				return nil, err
 			}
@@ -641,10 +648,12 @@ func (f *Follower) end(s *session, stopping bool) {
 	f.observe(nil)
 	switch {
 	case len(f.cfg.Names) > 0 && stopping:
+		f.deletes.Add(1)
 		go f.deleteIfOurs(s.name, s.token)
 	case len(f.cfg.Names) > 0:
 		f.prev = s
 	case !f.cfg.KeepConsumers:
+		f.deletes.Add(1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -733,6 +742,7 @@ func (f *Follower) follow(ctx context.Context, s *session, conn <-chan nats.Stat
 			}
 			f.fill(s)
 		case c := <-f.checks:
+			f.lookups.Add(1)
 			if c.gen == s.gen {
 				s.checking = false
 				if c.gone != nil {
