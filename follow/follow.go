@@ -277,7 +277,7 @@ type Follower struct {
 	// time to pass: failed creation attempts, look-ups of the consumer
 	// concluded, deletions of a consumer begun.
 	failedCreates, lookups, deletes atomic.Int64
-	dropped  atomic.Uint64
+	dropped                         atomic.Uint64
 
 	errMu sync.Mutex
 	// createErr is the last consumer creation's error (nil once one
