@@ -51,12 +51,9 @@ type session struct {
 	tickSubj   string    // the subject of this coordinator's ticks
 
 	// Chain heads (heads.go): the chain value of decision acked and the
-	// input it answers; the decision of the last head published in this
-	// session (0: none) and when.
-	ackedChain  events.Chain
-	ackedCause  uint64
-	lastHeadSeq uint64
-	lastHeadAt  time.Time
+	// input it answers (the last head published is the Coordinator's).
+	ackedChain events.Chain
+	ackedCause uint64
 
 	sinceSnap int
 	snapTime  time.Time
