@@ -89,6 +89,14 @@ type Msg struct {
 	// after this one when the server delivered it: 0 means the reader had
 	// caught up then.
 	Pending uint64
+	// HeaderLen is the length of the header block the message came with,
+	// as stored (0: none). Header is what the NATS client parsed of it: nil
+	// when it could not parse it, and a block that is not in the client's
+	// own form (a status line, lines without a colon or with an empty
+	// name, other spacing, names repeated apart) parses to less than it
+	// holds. The block's bytes themselves are the stream's message get's
+	// (package archive keeps them).
+	HeaderLen int
 	// Err, when set, is why the Follower stopped, and the Msg carries
 	// nothing else. This Follower never sets it: a message it cannot place
 	// in its stream is not its consumer's, and is dropped (Dropped) rather
@@ -358,7 +366,7 @@ func Start(ctx context.Context, js jetstream.JetStream, cfg Config, handle func(
 func start(ctx context.Context, js jetstream.JetStream, cfg Config, handle func(context.Context, Msg), onPull func([]pullInfo)) *Follower {
 	cfg = cfg.withDefaults()
 	rctx, cancel := context.WithCancel(ctx)
-	f := &Follower{cfg: cfg, js: js, nc: js.Conn(), api: apiPrefix(js), handle: handle, cancel: cancel,
+	f := &Follower{cfg: cfg, js: js, nc: js.Conn(), api: streams.APIPrefix(js), handle: handle, cancel: cancel,
 		done: make(chan struct{}), ready: make(chan struct{}), next: cfg.StartSeq, placed: !cfg.FromNew, onPull: onPull,
 		// Room for every message asked for, and the statuses of the
 		// requests (heartbeats, ends): nats.go drops what does not fit.
@@ -367,21 +375,6 @@ func start(ctx context.Context, js jetstream.JetStream, cfg Config, handle func(
 	f.nextCopy.Store(cfg.StartSeq)
 	go f.run(rctx)
 	return f
-}
-
-// apiPrefix is the JetStream API prefix js sends its requests to.
-func apiPrefix(js jetstream.JetStream) string {
-	o := js.Options()
-	switch {
-	case o.APIPrefix != "":
-		if !strings.HasSuffix(o.APIPrefix, ".") {
-			return o.APIPrefix + "."
-		}
-		return o.APIPrefix
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	}
-	return jetstream.DefaultAPIPrefix
 }
 
 // Stop ends the Follower and waits until the handler has returned for the
@@ -830,7 +823,8 @@ func (f *Follower) process(ctx context.Context, s *session, m *nats.Msg) error {
 	}
 	s.dseq, f.next = d.ConsumerSeq, d.StreamSeq+1
 	f.nextCopy.Store(f.next)
-	f.handle(ctx, Msg{Seq: d.StreamSeq, Time: d.Time, Subject: m.Subject, Data: m.Data, Header: m.Header, Pending: d.Pending})
+	f.handle(ctx, Msg{Seq: d.StreamSeq, Time: d.Time, Subject: m.Subject, Data: m.Data, Header: m.Header, Pending: d.Pending,
+		HeaderLen: m.Size() - len(m.Subject) - len(m.Reply) - len(m.Data)})
 	s.live++ // after the handler: its time is no missed heartbeat
 	if r.n == 0 {
 		if r.large {
