@@ -20,7 +20,8 @@ type stored struct {
 	subject string
 	data    []byte
 	header  nats.Header
-	err     error // set on the last item when reading failed
+	pending uint64 // messages the stream held after this one when it was delivered
+	err     error  // set on the last item when reading failed
 }
 
 // readerPullAhead is how many messages a reader asks the server for ahead
@@ -50,7 +51,7 @@ func startReader(ctx context.Context, js jetstream.JetStream, stream string, sta
 		OnDrop: func(reason, subject string) {
 			drops.drop("reader of "+stream, fmt.Errorf("%s on %s", reason, subject))
 		}}, func(ctx context.Context, m follow.Msg) {
-		s := stored{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data, header: m.Header, err: m.Err}
+		s := stored{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data, header: m.Header, pending: m.Pending, err: m.Err}
 		select {
 		case ch <- s:
 		case <-ctx.Done():
