@@ -11,8 +11,10 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -175,10 +177,12 @@ func Archive(ctx context.Context, cfg Config) (*Result, error) {
 		m.Previous = segs[len(segs)-1].Hash
 	}
 	t0 := time.Now()
-	if m.Inputs, err = exportPart(ctx, cfg, tmp, InputsFile, cfg.Topology.InputStream(), inFrom, snap.anchor.InputSeq); err != nil {
+	// An input's header block is kept as stored: any publisher chooses its
+	// bytes. A decision's are a coordinator's, in its client's own form.
+	if m.Inputs, err = exportPart(ctx, cfg, tmp, InputsFile, cfg.Topology.InputStream(), true, inFrom, snap.anchor.InputSeq); err != nil {
 		return nil, err
 	}
-	if m.Decisions, err = exportPart(ctx, cfg, tmp, DecisionsFile, cfg.Topology.DecisionStream(), outFrom, snap.anchor.DecisionSeq); err != nil {
+	if m.Decisions, err = exportPart(ctx, cfg, tmp, DecisionsFile, cfg.Topology.DecisionStream(), false, outFrom, snap.anchor.DecisionSeq); err != nil {
 		return nil, err
 	}
 	m.Snapshot = SnapshotPart{
@@ -513,11 +517,19 @@ type snapshot struct {
 	data   []byte
 }
 
+// errNoSnapshotYet is why there is no snapshot on a young deployment: a
+// segment ends at a stored snapshot, and the coordinator stores its first
+// after tenure serve's --snapshot-every inputs or --snapshot-interval.
+var errNoSnapshotYet = errors.New("no snapshot stored yet: the live coordinator stores one after --snapshot-every inputs or --snapshot-interval (1 minute by default); run it again then")
+
 // storedSnapshot reads the stored snapshot and checks it as a coordinator
 // does before restoring it (streams.ReadSnapshot); any failure is
 // ErrNoSnapshot with the reason.
 func storedSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) {
 	s, err := streams.ReadSnapshot(ctx, h)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, errNoSnapshotYet)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
@@ -548,14 +560,15 @@ func checkTail(ctx context.Context, cfg Config, h *streams.Handles, last Segment
 	for _, c := range []struct {
 		st   jetstream.Stream
 		part Part
-	}{{h.In, m.Inputs}, {h.Out, m.Decisions}} {
+		raw  bool
+	}{{h.In, m.Inputs, m.Format != FormatV1}, {h.Out, m.Decisions, false}} {
 		want, err := lastRecord(last.Dir, c.part)
 		if err != nil {
 			return err
 		}
 		name := c.st.CachedInfo().Config.Name
 		var got *Record
-		err = readRange(ctx, cfg, name, c.part.Last, c.part.Last, func(r *Record) error {
+		err = readRange(ctx, cfg, name, c.raw, c.part.Last, c.part.Last, func(r *Record) error {
 			if r.Seq == c.part.Last {
 				cp := *r
 				got = &cp
@@ -598,8 +611,9 @@ func lastRecord(dir string, p Part) (Record, error) {
 	return last, nil
 }
 
-// exportPart writes stream's messages from..last to dir/file.
-func exportPart(ctx context.Context, cfg Config, dir, file, stream string, from, last uint64) (Part, error) {
+// exportPart writes stream's messages from..last to dir/file (with raw,
+// their header blocks as stored).
+func exportPart(ctx context.Context, cfg Config, dir, file, stream string, raw bool, from, last uint64) (Part, error) {
 	p := Part{File: file, First: from, Last: last}
 	f, err := os.OpenFile(filepath.Join(dir, file), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
@@ -609,7 +623,7 @@ func exportPart(ctx context.Context, cfg Config, dir, file, stream string, from,
 	sum := sha256.New()
 	w := bufio.NewWriterSize(io.MultiWriter(f, &counter{h: sum, n: &p.Bytes}), 1<<20)
 	var line []byte
-	err = readRange(ctx, cfg, stream, from, last, func(r *Record) error {
+	err = readRange(ctx, cfg, stream, raw, from, last, func(r *Record) error {
 		if p.Count == 0 && r.Seq != from {
 			return archiveErr("%s starts at %d, not %d", stream, r.Seq, from)
 		}
@@ -653,7 +667,8 @@ func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint6
 		stream string
 		part   Part
 		first  uint64
-	}{{cfg.Topology.InputStream(), m.Inputs, inFirst}, {cfg.Topology.DecisionStream(), m.Decisions, outFirst}} {
+		raw    bool
+	}{{cfg.Topology.InputStream(), m.Inputs, inFirst, m.Format != FormatV1}, {cfg.Topology.DecisionStream(), m.Decisions, outFirst, false}} {
 		from := max(c.part.First, c.first)
 		if from > c.part.Last {
 			continue
@@ -667,7 +682,7 @@ func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint6
 			line, seq, ok = cur.nextLine()
 		}
 		var enc []byte
-		err = readRange(ctx, cfg, c.stream, from, c.part.Last, func(r *Record) error {
+		err = readRange(ctx, cfg, c.stream, c.raw, from, c.part.Last, func(r *Record) error {
 			if !ok {
 				if cur.err != nil {
 					return cur.err
@@ -696,8 +711,11 @@ func compare(ctx context.Context, cfg Config, s Segment, inFirst, outFirst uint6
 }
 
 // readRange reads stream's messages from..last in order and hands each to
-// fn (on the reader's goroutine, one at a time); fn's error ends it.
-func readRange(ctx context.Context, cfg Config, stream string, from, last uint64, fn func(*Record) error) error {
+// fn (on the reader's goroutine, one at a time); fn's error ends it. With
+// raw, a message's header block is kept as stored (Record.RawHeader, from
+// the stream's message get), and required to be the one the delivery came
+// with (its length and what the client parsed of it).
+func readRange(ctx context.Context, cfg Config, stream string, raw bool, from, last uint64, fn func(*Record) error) error {
 	if from > last {
 		return nil
 	}
@@ -726,6 +744,18 @@ func readRange(ctx context.Context, cfg Config, stream string, from, last uint64
 		r := Record{Seq: m.Seq, Time: m.Time, Subject: m.Subject, Header: m.Header, Data: m.Data}
 		if len(r.Header) == 0 {
 			r.Header = nil
+		}
+		if raw && m.HeaderLen > 0 {
+			hdr, err := streams.StoredHeader(ctx, cfg.JS, stream, m.Seq)
+			switch {
+			case err != nil:
+				finish(err)
+				return
+			case len(hdr) != m.HeaderLen || !maps.EqualFunc(ParseHeader(hdr), r.Header, slices.Equal):
+				finish(archiveErr("%s's message %d: its stored header block (%d bytes) is not the one it was delivered with (%d bytes)", stream, m.Seq, len(hdr), m.HeaderLen))
+				return
+			}
+			r.RawHeader = hdr
 		}
 		if err := fn(&r); err != nil {
 			finish(err)

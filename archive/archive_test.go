@@ -1,14 +1,18 @@
 package archive_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -563,6 +567,113 @@ func TestHostileBytesArchived(t *testing.T) {
 	}
 	if cur.Err() != nil || !got {
 		t.Fatalf("the input is not archived as stored (%v)", cur.Err())
+	}
+	if _, err := archive.Remove(ctx, e.cfg(root), 0); err != nil {
+		t.Fatal(err)
+	}
+	e.audit(t, root)
+}
+
+// rawPublish publishes each header block and body on subject as a NATS
+// client that writes its own protocol (HPUB) would: the server stores the
+// block's bytes as they are, whatever a NATS client library would make of
+// them.
+func rawPublish(t *testing.T, url, subject string, blocks []string, body string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rd := bufio.NewReader(conn)
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
+		t.Fatalf("no INFO: %q %v", line, err)
+	}
+	var out strings.Builder
+	out.WriteString(`CONNECT {"verbose":false,"pedantic":false,"headers":true,"protocol":1}` + "\r\n")
+	for _, hdr := range blocks {
+		fmt.Fprintf(&out, "HPUB %s %d %d\r\n%s%s\r\n", subject, len(hdr), len(hdr)+len(body), hdr, body)
+	}
+	out.WriteString("PING\r\n")
+	if _, err := conn.Write([]byte(out.String())); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := rd.ReadString('\n'); err != nil || line != "PONG\r\n" {
+		t.Fatalf("publishing raw header blocks: %q %v", line, err)
+	}
+}
+
+// A publisher writes its header block's bytes (its protocol is text): an
+// input whose block a NATS client cannot parse (a line without a colon),
+// or parses to less than it holds (an empty name, a name repeated apart,
+// other spacing), is archived as stored: the segment's line holds the
+// bytes the stream holds (the server's message get shows them; it
+// rewrites some blocks itself, a status line or bare LFs), which read back
+// the same, and the audit across the removed segment is clean. (The
+// archive used to keep what the client parsed: the first lost every
+// header, the others lines or their order, and the segment was sealed all
+// the same.)
+func TestMalformedHeaderBlocksArchivedAsStored(t *testing.T) {
+	e := newEnv(t, retained)
+	root := t.TempDir()
+	ctx := context.Background()
+	c, _ := e.coord(t)
+	blocks := []string{
+		"NATS/1.0\r\nNats-Msg-Id: raw-1\r\nno colon on this line\r\n\r\n",
+		"NATS/1.0 503 No Responders\r\nX-A: 1\r\n\r\n",
+		"NATS/1.0\r\n: empty name\r\nX-A: 1\r\n\r\n",
+		"NATS/1.0\r\nX-A: 1\r\nX-B: 2\r\nX-A: 3\r\n\r\n",
+		"NATS/1.0\r\nX-A:1\r\nX-B:    2\r\n\r\n",
+		"NATS/1.0\nX-A: 1\n\r\n",
+	}
+	subject := events.InputPrefix + ".worker.w1.raw-headers.acquire"
+	rawPublish(t, e.srv.ClientURL(), subject, blocks, `{"v":1,"lease_ms":600000}`)
+	e.settle(t, c, e.acquire(t, 20)-12)
+	res, err := archive.Archive(ctx, e.cfg(root))
+	if err != nil || res.Segment == nil {
+		t.Fatalf("archive: %+v, %v", res, err)
+	}
+	if f := res.Segment.Manifest.Format; f != archive.Format {
+		t.Fatalf("segment format %q", f)
+	}
+	var got []string
+	cur := archive.Inputs(res.Segments)
+	for r, ok := cur.Next(); ok; r, ok = cur.Next() {
+		if r.Subject == subject {
+			got = append(got, string(r.RawHeader))
+			if want := archive.ParseHeader(r.RawHeader); !maps.EqualFunc(r.Header, want, slices.Equal) {
+				t.Errorf("input %d: Header %v, the client parses %v", r.Seq, r.Header, want)
+			}
+		}
+	}
+	// What the stream holds, from its message get (a request of this
+	// test's own: nats.go's GetMsg parses the block).
+	var stored []string
+	for seq := uint64(1); ; seq++ {
+		resp, err := e.js.Conn().Request("$JS.API.STREAM.MSG.GET."+e.top.InputStream(), fmt.Appendf(nil, `{"seq":%d}`, seq), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Message *struct {
+				Subject string `json:"subject"`
+				Hdrs    []byte `json:"hdrs"`
+			} `json:"message"`
+		}
+		if err := json.Unmarshal(resp.Data, &m); err != nil || m.Message == nil {
+			break // past the last
+		}
+		if m.Message.Subject == subject {
+			stored = append(stored, string(m.Message.Hdrs))
+		}
+	}
+	if cur.Err() != nil || len(got) != len(blocks) || !slices.Equal(got, stored) {
+		t.Fatalf("archived header blocks (%v):\n got    %q\n stored %q", cur.Err(), got, stored)
+	}
+	for i, b := range []int{0, 2, 3, 4} { // kept by the server as published
+		if got[b] != blocks[b] {
+			t.Errorf("block %d: stored %q, published %q", i, got[b], blocks[b])
+		}
 	}
 	if _, err := archive.Remove(ctx, e.cfg(root), 0); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,9 @@ package archive
 
 import (
 	"encoding/base64"
+
 	"errors"
+	"github.com/nats-io/nats.go"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -16,6 +18,9 @@ import (
 //	"subject"      the subject, a JSON string, when it is valid UTF-8;
 //	"subject_b64"  otherwise its bytes in standard base64 (a NATS subject
 //	               is bytes: a publisher may store one that is no UTF-8)
+//	"header_raw"   the header block exactly as stored, standard base64, when
+//	               the record keeps it (Record.RawHeader: an input's);
+//	               otherwise:
 //	"header"       the headers, when there are any and every name and value
 //	               is valid UTF-8: an object of names (sorted bytewise) to
 //	               arrays of values (in stored order);
@@ -42,7 +47,10 @@ func appendLine(b []byte, r *Record) []byte {
 		b = append(b, `,"subject_b64":`...)
 		b = appendB64(b, []byte(r.Subject))
 	}
-	if len(r.Header) > 0 {
+	if r.RawHeader != nil {
+		b = append(b, `,"header_raw":`...)
+		b = appendB64(b, r.RawHeader)
+	} else if len(r.Header) > 0 {
 		keys := make([]string, 0, len(r.Header))
 		valid := true
 		for k, vs := range r.Header {
@@ -121,6 +129,20 @@ func appendB64(b []byte, v []byte) []byte {
 
 var errLine = errors.New("not a record line")
 
+// ParseHeader is what a NATS client parses of a stored header block (the
+// Header of a message it delivers): nil for an empty block or one it
+// cannot parse.
+func ParseHeader(raw []byte) map[string][]string {
+	if len(raw) == 0 {
+		return nil
+	}
+	h, err := nats.DecodeHeadersMsg(raw)
+	if err != nil || len(h) == 0 {
+		return nil
+	}
+	return h
+}
+
 // parseLine decodes a line (with its newline) into r. It accepts exactly
 // the shapes appendLine writes, and its caller requires appendLine to give
 // the line back (canonical form).
@@ -160,6 +182,13 @@ func parseLine(line []byte, r *Record) error {
 		return errLine
 	}
 	switch {
+	case p.lit(`,"header_raw":`):
+		raw, ok := p.b64()
+		if !ok {
+			return errLine
+		}
+		r.RawHeader = raw
+		r.Header = ParseHeader(raw)
 	case p.lit(`,"header":{`):
 		r.Header = map[string][]string{}
 		for first := true; !p.lit("}"); first = false {

@@ -25,6 +25,17 @@ func TestLineRoundTrip(t *testing.T) {
 		{Seq: 6, Subject: "s", Header: map[string][]string{"Empty": {}}},
 		{Seq: 7, Subject: "big", Data: bytes.Repeat([]byte{0xab}, 1<<20)},
 	}
+	// Header blocks kept as stored (an input's), whatever their bytes:
+	// Header is what a NATS client parses of them.
+	for i, raw := range []string{
+		"NATS/1.0\r\nNats-Msg-Id: a1\r\n\r\n",
+		"NATS/1.0\r\nNats-Msg-Id: a1\r\nno colon\r\n\r\n",
+		"NATS/1.0\r\nX-A: 1\r\nX-B: 2\r\nX-A: 3\r\n\r\n",
+		"NATS/1.0 503\r\n\r\n",
+		"\xff\x00\"\\garbage",
+	} {
+		cases = append(cases, Record{Seq: uint64(100 + i), Subject: "s", RawHeader: []byte(raw), Header: ParseHeader([]byte(raw)), Data: []byte("{}")})
+	}
 	for _, r := range cases {
 		line := appendLine(nil, &r)
 		var got Record

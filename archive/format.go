@@ -21,8 +21,14 @@ import (
 	"github.com/maknow/tenure/streams"
 )
 
-// Format is the Manifest.Format of this version of the archive.
-const Format = "tenure-archive/1"
+// Format is the Manifest.Format of the segments this version of the
+// archive seals: its inputs' header blocks are kept as stored
+// ("header_raw"). Segments of FormatV1 (which kept every header as names
+// and values) are still read.
+const Format = "tenure-archive/2"
+
+// FormatV1 is the Manifest.Format of the segments sealed before Format.
+const FormatV1 = "tenure-archive/1"
 
 // The files of a segment directory.
 const (
@@ -39,20 +45,29 @@ const MaxLine = 96 << 20
 
 // Record is one stored message, as a line of a segment's inputs.jsonl or
 // decisions.jsonl (codec.go, PROTOCOL.md §21): its stream sequence, stored
-// time (Unix nanoseconds), subject, headers (all of them, as stored) and
-// body. A line is the canonical encoding of its record: a line that is not
-// is a finding of Verify.
+// time (Unix nanoseconds), subject, headers and body. A line is the
+// canonical encoding of its record: a line that is not is a finding of
+// Verify.
 type Record struct {
 	Seq     uint64
 	Time    int64
 	Subject string
-	Header  map[string][]string
-	Data    []byte
+	// Header is the message's headers as a NATS client parses them: nil
+	// when it has none, or a header block no client can parse.
+	Header map[string][]string
+	// RawHeader, when not nil, is the header block exactly as stored (an
+	// input's, from Format on): lossless whatever its bytes, and Header is
+	// then what a NATS client parses of it. A record without it (a
+	// decision's, written by a coordinator in its client's own form, or a
+	// FormatV1 segment's) keeps Header's names and values.
+	RawHeader []byte
+	Data      []byte
 }
 
 // Equal reports whether two records are the same message.
 func (r *Record) Equal(o *Record) bool {
 	return r.Seq == o.Seq && r.Time == o.Time && r.Subject == o.Subject && bytes.Equal(r.Data, o.Data) &&
+		bytes.Equal(r.RawHeader, o.RawHeader) && (r.RawHeader == nil) == (o.RawHeader == nil) &&
 		maps.EqualFunc(r.Header, o.Header, slices.Equal)
 }
 
@@ -183,8 +198,8 @@ func checkLink(s Segment, before []Segment, t streams.Topology) error {
 		return archiveErr("%s: %s", s.Dir, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case m.Format != Format:
-		return bad("format %q, want %q", m.Format, Format)
+	case m.Format != Format && m.Format != FormatV1:
+		return bad("format %q, want %q (or %q)", m.Format, Format, FormatV1)
 	case m.Segment != uint64(len(before))+1:
 		return bad("manifest says segment %d", m.Segment)
 	case m.InputStream != t.InputStream() || m.DecisionStream != t.DecisionStream():

@@ -177,12 +177,13 @@ func runCoordinator(t *testing.T, url string, js jetstream.JetStream) {
 }
 
 // workload is a small log touching three jobs: input 5 fires the expiry of
-// j1 (its 400 ms lease ran out during a pause) before renewing j2, so it
-// causes two decisions. (The lease leaves inputs 2 to 4 400 ms to be
-// stored before it runs out: 100 ms did not always suffice on two loaded
-// cores, and the expiry then came earlier.)
+// j1 (its lease ran out during a pause) before renewing j2, so it causes
+// two decisions. That needs inputs 2 to 4 stored before j1's lease runs
+// out and input 5 after: publishWorkload checks the first with the stored
+// times (and starts again on fresh streams when a loaded machine was too
+// slow), and waits for the second.
 var workload = []input{
-	in("worker.w1.j1.acquire", `{"v":1,"lease_ms":400}`),
+	in("worker.w1.j1.acquire", `{"v":1,"lease_ms":400}`), // workloadLease
 	in("worker.w2.j2.acquire", `{"v":1,"lease_ms":60000}`),
 	in("ops.d1.j3.offer", `{"v":1,"holder":"w3"}`),
 	in("worker.w3.j3.ack", `{"v":1,"lease_id":"L3","generation":1}`),
@@ -197,20 +198,47 @@ var workload = []input{
 var workloadKinds = []string{"1.0 granted", "2.0 granted", "3.0 offered", "4.0 acked", "5.0 expired",
 	"5.1 renewed", "6.0 progressed", "7.0 lost_authority", "8.0 completed", "9.0 completed"}
 
+// workloadLease is j1's lease in the workload.
+const workloadLease = 400 * time.Millisecond
+
 // publishWorkload stores the workload, with extra stored before workload
 // input extraAt (0-based; -1 for none), and returns the stored inputs.
+// Inputs 2 to 4 must be stored within j1's lease: if the stored times say
+// they were not (a loaded machine), the streams are made again and the
+// workload published again, up to five times. Input 5 is published once
+// the lease has run out by the clock that stamps the stored times (the
+// embedded server runs in this process).
 func publishWorkload(t *testing.T, e *env, extraAt int, extra input) []stored {
 	t.Helper()
-	for i, x := range workload {
-		if i == extraAt {
-			e.publish(t, extra)
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if i == extraAt {
+				e.publish(t, extra)
+			}
+			e.publish(t, workload[i])
 		}
-		if i == 4 {
-			time.Sleep(450 * time.Millisecond) // j1's lease runs out
-		}
-		e.publish(t, x)
 	}
-	return e.readStream(t, "TENURE_IN")
+	for attempt := 1; ; attempt++ {
+		publish(0, 4)
+		ins := e.readStream(t, e.top.InputStream())
+		var acquired int64 // j1's acquire
+		for _, x := range ins {
+			if strings.HasSuffix(x.subject, ".j1.acquire") {
+				acquired = x.time
+			}
+		}
+		expiry := time.Unix(0, acquired).Add(workloadLease)
+		if last := time.Unix(0, ins[len(ins)-1].time); last.Before(expiry) {
+			time.Sleep(time.Until(expiry) + time.Millisecond) // j1's lease runs out
+			publish(4, len(workload))
+			return e.readStream(t, e.top.InputStream())
+		}
+		if attempt == 5 {
+			t.Fatalf("inputs 1 to 4 took longer than j1's lease of %v to store, five times", workloadLease)
+		}
+		t.Logf("inputs 1 to 4 took %v to store, j1's lease is %v: again on new streams", time.Unix(0, ins[len(ins)-1].time).Sub(time.Unix(0, acquired)), workloadLease)
+		e.remakeStreams(t)
+	}
 }
 
 func checkWorkload(t *testing.T, ds []decision) {

@@ -52,6 +52,26 @@ func newEnv(t testing.TB, top streams.Topology, opts ...testutil.Option) *env {
 	return &env{srv: srv, nc: nc, js: js, h: h, top: top}
 }
 
+// remakeStreams deletes the input and decision streams and makes them
+// again, empty.
+func (e *env) remakeStreams(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range []string{e.top.InputStream(), e.top.DecisionStream()} {
+		if err := e.js.DeleteStream(ctx, name); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+	}
+	h, err := streams.Ensure(ctx, e.js, e.top, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.In, err = streams.EndGenesis(ctx, e.js, e.top); err != nil {
+		t.Fatal(err)
+	}
+	e.h = h
+}
+
 // input is one input to publish: subject tail (after tenure.in.) and body.
 type input struct {
 	subject, body string

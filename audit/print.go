@@ -91,7 +91,7 @@ func WriteSummary(w io.Writer, r *Report, list int) error {
 		return fmt.Sprintf("%s stream at %d: %s: %s", b.Stream, b.Seq, b.Kind, b.Detail)
 	})
 	if w := &r.Witnesses; w.Given > 0 {
-		p("%-12s %d (%d given, %d confirmed)\n", "witnesses:", w.Findings.Count, w.Given, w.Confirmed)
+		p("%-12s %d given, %d confirmed, %d not borne out by the log\n", "witnesses:", w.Given, w.Confirmed, w.Findings.Count)
 		n := len(w.Findings.Items)
 		if list >= 0 {
 			n = min(n, list)

@@ -64,7 +64,7 @@ func TestWitnesses(t *testing.T) {
 	if len(want) != 0 {
 		t.Errorf("no finding for %v", want)
 	}
-	if !strings.Contains(summary(r), "witnesses:   6 (8 given, 2 confirmed)") {
+	if !strings.Contains(summary(r), "witnesses:   8 given, 2 confirmed, 6 not borne out by the log") {
 		t.Errorf("summary:\n%s", summary(r))
 	}
 	// Witnesses need the whole log.

@@ -99,6 +99,6 @@ func TestArchivistAlonePurges(t *testing.T) {
 	if err != nil || !rep.OK() {
 		t.Fatalf("audit as the archivist: %v %+v", err, rep)
 	}
-	ac.errs.noViolations(t, "arch")
+	ac.noViolations(t, "arch")
 	e.coord.errs.reset()
 }

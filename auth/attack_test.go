@@ -550,7 +550,7 @@ func TestAttackStateAPIRead(t *testing.T) {
 	if _, err := api.NewClient(e.reader.nc, 2*time.Second).Queues(ctx, api.QueuesRequest{}); err != nil {
 		t.Fatalf("the coordinator user's request: %v", err)
 	}
-	disp.errs.noViolations(t, "disp")
+	disp.noViolations(t, "disp")
 
 	target, err := live.Projection()
 	if err != nil {

@@ -80,7 +80,7 @@ func (c Credential) Connect(url string, extra ...nats.Option) (*nats.Conn, error
 // --inbox-prefix _INBOX_w1.
 //
 // Deprecated: they put the password on a command line, which ps shows to
-// every local user; give tenure commands --credential <name>.creds.json
+// every local user; give tenure commands --creds-json <name>.creds.json
 // (the file Bundle.Write writes) instead.
 func (c Credential) Flags() []string {
 	f := []string{"--nats-url", c.URL}

@@ -58,7 +58,7 @@ func TestGenesisUnderPermissions(t *testing.T) {
 		!strings.HasPrefix(in[2].subject, "tenure.in.worker.w1.") {
 		t.Fatalf("w1's acquire stored as input %d; the log: %v", ack.Sequence, in)
 	}
-	coord.errs.noViolations(t, "coord")
+	coord.noViolations(t, "coord")
 }
 
 // Under tenure auth init's permissions the coordinator's credential may not
@@ -140,7 +140,7 @@ func TestStreamChangedBehindTheLiveCoordinator(t *testing.T) {
 	if _, err := admin.js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatalf("the administrator's update: %v", err)
 	}
-	admin.errs.noViolations(t, "admin")
+	admin.noViolations(t, "admin")
 	select {
 	case <-e.run.done:
 	case <-time.After(20 * time.Second):

@@ -116,11 +116,30 @@ func (l *errLog) expectViolation(t testing.TB, what, subject string) {
 	}
 }
 
-// noViolations fails t if the connection had a permissions violation.
-func (l *errLog) noViolations(t testing.TB, who string) {
+// violationMarker is a subject no actor of tenure auth init may publish
+// on: a publish on it is a permissions violation every time.
+const violationMarker = "_tenure_test.violation_marker"
+
+// noViolations fails t if c's connection had a permissions violation since
+// its errors were last reset. The server reports a violation on the
+// connection in the order of what the client sent, and the client tells
+// the ErrorHandler in that order: so c publishes on violationMarker, and
+// once the ErrorHandler has heard of that violation it has heard of every
+// one before it. No wait for a late one is needed. (A closed connection is
+// only checked as its ErrorHandler was told.)
+func (c *client) noViolations(t testing.TB, who string) {
 	t.Helper()
-	for _, err := range l.all() {
-		if errors.Is(err, nats.ErrPermissionViolation) {
+	if !c.nc.IsClosed() {
+		if err := c.nc.Publish(violationMarker, nil); err != nil {
+			t.Fatalf("%s: publish the marker: %v", who, err)
+		}
+		if err := c.nc.Flush(); err != nil {
+			t.Fatalf("%s: flush: %v", who, err)
+		}
+		c.errs.expectViolation(t, who+" publishing the marker", `Publish to "`+violationMarker+`"`)
+	}
+	for _, err := range c.errs.all() {
+		if errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), violationMarker) {
 			t.Errorf("%s: %v", who, err)
 		}
 	}
@@ -230,7 +249,7 @@ func receivesHead(t *testing.T, c *client, who, subject string, trigger func()) 
 	if err != nil {
 		t.Fatalf("%s: head on %s: %v", who, subject, err)
 	}
-	c.errs.noViolations(t, who)
+	c.noViolations(t, who)
 	return h
 }
 
@@ -257,7 +276,7 @@ func endGenesis(t testing.TB, b *auth.Bundle, url string, top streams.Topology) 
 			t.Fatalf("the administrator's end of genesis of %s: %v", pt.InputStream(), err)
 		}
 	}
-	admin.errs.noViolations(t, "admin")
+	admin.noViolations(t, "admin")
 }
 
 // launchCoordinator starts a coordinator, as startCoordinator, without

@@ -224,7 +224,7 @@ func TestWorkerConfinement(t *testing.T) {
 	if n := notCoord(t, out); out[0].seq != 1 || n != before+2 { // + the identity_mismatch verdict, the acquire of conf-4
 		t.Errorf("decision stream: %d decisions (besides the coordinator's own) from %d, want %d from 1", n, out[0].seq, before+1)
 	}
-	e.coord.errs.noViolations(t, "coordinator")
+	e.coord.noViolations(t, "coordinator")
 }
 
 // workerReader is one of a worker's own consumers on the decision stream.
@@ -302,7 +302,7 @@ func TestDispatcherConfinement(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	d.errs.noViolations(t, "disp")
+	d.noViolations(t, "disp")
 }
 
 // The coordinator user writes decisions and its own ticks, but can delete,

@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/maknow/tenure/auth"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -85,10 +87,11 @@ func TestLimits(t *testing.T) {
 		}); err == nil || !strings.Contains(err.Error(), "cycle") {
 			t.Fatalf("deliver subject on tenure.out: %v, want the cycle error", err)
 		}
-		if _, err := w1.js.CreateConsumer(cctx, "TENURE_OUT", jetstream.ConsumerConfig{
+		relay, err := w1.js.CreateConsumer(cctx, "TENURE_OUT", jetstream.ConsumerConfig{
 			Name: "tw_w1_2", FilterSubject: "tenure.out.w1.>", DeliverSubject: "tenure.in.worker.w2.secret-job.release",
 			AckPolicy: jetstream.AckNonePolicy,
-		}); err != nil {
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		coord := connect(t, e.b, e.url, "coord")
@@ -110,10 +113,30 @@ func TestLimits(t *testing.T) {
 		if d, err := events.DecodeDecision(m.Data); err != nil || d.Addressee != "w1" {
 			t.Fatalf("relayed %s: %v", m.Data, err)
 		}
+		// tw_w1_2 has delivered nothing, and never will: no subscriber,
+		// stream or other, has interest in its deliver subject (an input
+		// stream capturing it would be one; the server delivers a push
+		// consumer's messages only to an interest, as tw_w1_3's show).
+		info, err := relay.Info(cctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.PushBound || info.Delivered.Consumer != 0 {
+			t.Fatalf("tw_w1_2 to %s: bound %v, %d delivered: something listens on an input subject", info.Config.DeliverSubject, info.PushBound, info.Delivered.Consumer)
+		}
 	})
-	time.Sleep(200 * time.Millisecond) // deliveries, if any, would be stored by now
-	e.caughtUp(t)
-	for _, m := range e.read(t, "TENURE_IN") {
+	// And the input stream holds no delivery: one stored would be before
+	// a marker w2 publishes now (the stream stores in order), so the log
+	// up to the marker is all there is to look at.
+	if _, err := w2.js.Publish(ctx, "tenure.in.worker.w2.limits-marker.acquire", []byte(`{"v":1,"lease_ms":600000}`)); err != nil {
+		t.Fatal(err)
+	}
+	var inputs []stored
+	testutil.WaitFor(t, 20*time.Second, "the marker in the input stream", func() bool {
+		inputs = e.read(t, "TENURE_IN")
+		return slices.ContainsFunc(inputs, func(m stored) bool { return strings.Contains(m.subject, "limits-marker") })
+	})
+	for _, m := range inputs {
 		if strings.Contains(m.subject, "secret-job") && !strings.HasSuffix(m.subject, ".acquire") {
 			t.Errorf("input %d on %s: a consumer's delivery was stored", m.seq, m.subject)
 		}

@@ -171,7 +171,7 @@ func (m GenesisMode) String() string {
 }
 
 // DefaultGenesisCommand is Config.GenesisCommand's default.
-const DefaultGenesisCommand = "tenure genesis --credential ADMIN.creds.json (the administrator's credential that tenure auth init writes)"
+const DefaultGenesisCommand = "tenure genesis --creds-json ADMIN.creds.json (the administrator's credential that tenure auth init writes)"
 
 // Retries of a GenesisSelf coordinator's own widening once it failed.
 const (

@@ -98,6 +98,18 @@ func TestGenesisRefusesInputsBeforeTheRules(t *testing.T) {
 	if got := s.CachedInfo().Config.Subjects; len(got) != 1 || got[0] != events.InputFilter {
 		t.Fatalf("input stream subjects after genesis: %v, want [%s]", got, events.InputFilter)
 	}
+	// The rules and the default policy of an empty log are fenced by
+	// their expected last sequence (0, then 1), not deduplicated: they
+	// carry no Nats-Msg-Id (PROTOCOL.md §14).
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
+			t.Errorf("input %d carries Nats-Msg-Id %q, want none", seq, id)
+		}
+	}
 }
 
 // A coordinator stopped in the middle of genesis, at each point (the

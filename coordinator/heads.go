@@ -13,7 +13,9 @@ const HeadRefresh = time.Minute
 
 // publishHead publishes a signed chain head (PROTOCOL.md §20.3) of the
 // last decision the stream acknowledged, when it moved since the last head
-// of this session or that head is HeadRefresh old. It is a core NATS
+// this coordinator published (in this session or an earlier one: a
+// resynchronisation does not repeat a head) or that head is HeadRefresh
+// old. It is a core NATS
 // publish, which buffers: it never waits on the server. A head that cannot
 // be signed or published is logged and tried again at the next tick.
 func (s *session) publishHead(now time.Time) {
@@ -21,7 +23,7 @@ func (s *session) publishHead(now time.Time) {
 	if s.acked == 0 {
 		return // no decision yet: nothing to sign
 	}
-	if s.acked == s.lastHeadSeq && now.Sub(s.lastHeadAt)+c.cfg.HeadInterval/2 < HeadRefresh {
+	if last := c.lastHead.Load(); last != nil && last.Seq == s.acked && now.Sub(last.At)+c.cfg.HeadInterval/2 < HeadRefresh {
 		return
 	}
 	h, err := heads.Sign(c.cfg.HeadSigner, heads.Head{
@@ -40,6 +42,5 @@ func (s *session) publishHead(now time.Time) {
 		c.log.Warn("chain head not published", "decision_seq", s.acked, "err", err)
 		return
 	}
-	s.lastHeadSeq, s.lastHeadAt = s.acked, now
 	c.lastHead.Store(&h)
 }

@@ -27,6 +27,17 @@ type Metrics interface {
 	LoopPause(d time.Duration)
 }
 
+// CatchUpMetrics is a Metrics that is also told when the coordinator has
+// caught up with its input stream: CaughtUp is called after InputFolded for
+// an input that was the last the stream held when the server delivered it.
+// A lag measured at the fold of an input that had waited (a restart that
+// folds the inputs stored while it was down) is then no lag any more: the
+// coordinator is at the end of the log, however old that end is.
+type CatchUpMetrics interface {
+	Metrics
+	CaughtUp(seq uint64)
+}
+
 // PartitionMetrics is a Metrics that tells the partitions of a Group apart:
 // NewGroup gives each partition's coordinator ForPartition(its partition)
 // instead of Config.Metrics itself (whose methods are then called by

@@ -54,12 +54,9 @@ type session struct {
 	tickSubj   string                 // the subject of this coordinator's ticks
 
 	// Chain heads (heads.go): the chain value of decision acked and the
-	// input it answers; the decision of the last head published in this
-	// session (0: none) and when.
-	ackedChain  events.Chain
-	ackedCause  uint64
-	lastHeadSeq uint64
-	lastHeadAt  time.Time
+	// input it answers (the last head published is the Coordinator's).
+	ackedChain events.Chain
+	ackedCause uint64
 
 	sinceSnap int
 	snapTime  time.Time
@@ -213,6 +210,9 @@ func (s *session) fold(m stored) error {
 	s.compact()
 	if mt := s.c.cfg.Metrics; mt != nil {
 		mt.InputFolded(m.seq, time.Unix(0, m.time), len(ds))
+		if cu, ok := mt.(CatchUpMetrics); ok && m.pending == 0 {
+			cu.CaughtUp(m.seq)
+		}
 	}
 	return nil
 }

@@ -115,7 +115,7 @@ func TestWatchIntervalFindsAMissedChange(t *testing.T) {
 // The widening is an allowed change: the watch does not refuse it.
 func TestGenesisByTheAdministrator(t *testing.T) {
 	srv, js := clockServer(t)
-	const command = "tenure genesis --credential /auth/admin.creds.json"
+	const command = "tenure genesis --creds-json /auth/admin.creds.json"
 	r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) {
 		c.Genesis, c.GenesisCommand, c.StreamCheckInterval = coordinator.GenesisAdmin, command, time.Hour
 	})

@@ -44,3 +44,14 @@ func SetLargeRoom(n int) (restore func()) {
 	largeRoom = n
 	return func() { largeRoom = old }
 }
+
+// FailedCreates is how many attempts at creating a consumer failed.
+func (f *Follower) FailedCreates() int { return int(f.failedCreates.Load()) }
+
+// Lookups is how many look-ups of its consumer (after a status claiming
+// it deleted, or a missed heartbeat) the Follower has concluded.
+func (f *Follower) Lookups() int { return int(f.lookups.Load()) }
+
+// Deletes is how many deletions of a consumer the Follower has begun
+// (each is sent in the background).
+func (f *Follower) Deletes() int { return int(f.deletes.Load()) }

@@ -89,6 +89,14 @@ type Msg struct {
 	// after this one when the server delivered it: 0 means the reader had
 	// caught up then.
 	Pending uint64
+	// HeaderLen is the length of the header block the message came with,
+	// as stored (0: none). Header is what the NATS client parsed of it: nil
+	// when it could not parse it, and a block that is not in the client's
+	// own form (a status line, lines without a colon or with an empty
+	// name, other spacing, names repeated apart) parses to less than it
+	// holds. The block's bytes themselves are the stream's message get's
+	// (package archive keeps them).
+	HeaderLen int
 	// Err, when set, is why the Follower stopped, and the Msg carries
 	// nothing else. This Follower never sets it: a message it cannot place
 	// in its stream is not its consumer's, and is dropped (Dropped) rather
@@ -273,7 +281,11 @@ type Follower struct {
 	// handler that blocks.
 	nextCopy atomic.Uint64
 	replaced atomic.Int64 // consumers replaced so far
-	dropped  atomic.Uint64
+	// For the tests, which wait on these events instead of waiting for
+	// time to pass: failed creation attempts, look-ups of the consumer
+	// concluded, deletions of a consumer begun.
+	failedCreates, lookups, deletes atomic.Int64
+	dropped                         atomic.Uint64
 
 	errMu sync.Mutex
 	// createErr is the last consumer creation's error (nil once one
@@ -354,7 +366,7 @@ func Start(ctx context.Context, js jetstream.JetStream, cfg Config, handle func(
 func start(ctx context.Context, js jetstream.JetStream, cfg Config, handle func(context.Context, Msg), onPull func([]pullInfo)) *Follower {
 	cfg = cfg.withDefaults()
 	rctx, cancel := context.WithCancel(ctx)
-	f := &Follower{cfg: cfg, js: js, nc: js.Conn(), api: apiPrefix(js), handle: handle, cancel: cancel,
+	f := &Follower{cfg: cfg, js: js, nc: js.Conn(), api: streams.APIPrefix(js), handle: handle, cancel: cancel,
 		done: make(chan struct{}), ready: make(chan struct{}), next: cfg.StartSeq, placed: !cfg.FromNew, onPull: onPull,
 		// Room for every message asked for, and the statuses of the
 		// requests (heartbeats, ends): nats.go drops what does not fit.
@@ -363,21 +375,6 @@ func start(ctx context.Context, js jetstream.JetStream, cfg Config, handle func(
 	f.nextCopy.Store(cfg.StartSeq)
 	go f.run(rctx)
 	return f
-}
-
-// apiPrefix is the JetStream API prefix js sends its requests to.
-func apiPrefix(js jetstream.JetStream) string {
-	o := js.Options()
-	switch {
-	case o.APIPrefix != "":
-		if !strings.HasSuffix(o.APIPrefix, ".") {
-			return o.APIPrefix + "."
-		}
-		return o.APIPrefix
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	}
-	return jetstream.DefaultAPIPrefix
 }
 
 // Stop ends the Follower and waits until the handler has returned for the
@@ -433,6 +430,7 @@ func (f *Follower) run(ctx context.Context) {
 		s := f.create(ctx)
 		if s == nil {
 			if f.prev != nil {
+				f.deletes.Add(1)
 				go f.deleteIfOurs(f.prev.name, f.prev.token)
 			}
 			return
@@ -468,6 +466,7 @@ func (f *Follower) create(ctx context.Context) *session {
 			return nil
 		}
 		err = fmt.Errorf("follow %s: creating a consumer: %w", f.cfg.Stream, err)
+		f.failedCreates.Add(1)
 		f.errMu.Lock()
 		first := f.createErr == nil
 		f.createErr = err
@@ -503,6 +502,7 @@ func (f *Follower) tryCreate(ctx context.Context) (*session, error) {
 		name := names[k]
 		if p := f.prev; p != nil && p.name == name {
 			// The consumer this one replaces: gone, or deleted now.
+			f.deletes.Add(1)
 			if err := f.deleteIfOursCtx(ctx, p.name, p.token); err != nil {
 				return nil, err
 			}
@@ -641,10 +641,12 @@ func (f *Follower) end(s *session, stopping bool) {
 	f.observe(nil)
 	switch {
 	case len(f.cfg.Names) > 0 && stopping:
+		f.deletes.Add(1)
 		go f.deleteIfOurs(s.name, s.token)
 	case len(f.cfg.Names) > 0:
 		f.prev = s
 	case !f.cfg.KeepConsumers:
+		f.deletes.Add(1)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -733,6 +735,7 @@ func (f *Follower) follow(ctx context.Context, s *session, conn <-chan nats.Stat
 			}
 			f.fill(s)
 		case c := <-f.checks:
+			f.lookups.Add(1)
 			if c.gen == s.gen {
 				s.checking = false
 				if c.gone != nil {
@@ -820,7 +823,8 @@ func (f *Follower) process(ctx context.Context, s *session, m *nats.Msg) error {
 	}
 	s.dseq, f.next = d.ConsumerSeq, d.StreamSeq+1
 	f.nextCopy.Store(f.next)
-	f.handle(ctx, Msg{Seq: d.StreamSeq, Time: d.Time, Subject: m.Subject, Data: m.Data, Header: m.Header, Pending: d.Pending})
+	f.handle(ctx, Msg{Seq: d.StreamSeq, Time: d.Time, Subject: m.Subject, Data: m.Data, Header: m.Header, Pending: d.Pending,
+		HeaderLen: m.Size() - len(m.Subject) - len(m.Reply) - len(m.Data)})
 	s.live++ // after the handler: its time is no missed heartbeat
 	if r.n == 0 {
 		if r.large {

@@ -117,8 +117,11 @@ func TestReadsInOrderFromStartSeq(t *testing.T) {
 	}
 	f.Stop()
 	n := len(c.snapshot())
+	// Stop returned once the Follower's goroutine, the only caller of the
+	// handler, was done: whatever is stored now, it calls nothing more.
+	// (The count is taken once the server stored them, so a goroutine
+	// Stop failed to end had them to hand over.)
 	publish(t, ctx, js, 151, 160)
-	time.Sleep(200 * time.Millisecond)
 	if got := len(c.snapshot()); got != n {
 		t.Errorf("%d messages handed over after Stop returned", got-n)
 	}
@@ -255,8 +258,8 @@ func TestRetriesCreationUntilTheStreamExists(t *testing.T) {
 	}}, c.handle)
 	defer f.Stop()
 	// Left alone to fail, retried every 20 ms: the subject is what many
-	// failures report (OnError once per streak), so time passes for them.
-	time.Sleep(300 * time.Millisecond) // about 15 failed creations
+	// failures report (OnError once per streak).
+	testutil.WaitFor(t, 10*time.Second, "15 failed creations", func() bool { return f.FailedCreates() >= 15 })
 	if f.Err() == nil {
 		t.Fatal("Err is nil while the stream does not exist")
 	}
@@ -308,15 +311,16 @@ func TestStopDeletesItsConsumer(t *testing.T) {
 			t.Fatalf("keep=%v: %d consumers while following, want %d", keep, got, before+1)
 		}
 		f.Stop()
+		// Stop returns once the Follower's goroutine is done: a deletion
+		// it will make has been begun (in the background) by then.
+		if n := f.Deletes(); keep && n != 0 || !keep && n != 1 {
+			t.Fatalf("keep=%v: %d deletions begun by Stop", keep, n)
+		}
 		want := before
 		if keep {
 			want = before + 1
 		}
 		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("%d consumers after Stop", want), func() bool { return count() == want })
-		time.Sleep(100 * time.Millisecond) // and no other change after it
-		if got := count(); got != want {
-			t.Errorf("keep=%v: %d consumers after Stop, want %d", keep, got, want)
-		}
 	}
 }
 

@@ -166,7 +166,16 @@ func TestForgedDeliveriesAreDropped(t *testing.T) {
 	if err := anc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The pull waits at the server (nothing new in G): its deletion ends
+	// the pull with a 409 Consumer Deleted to the Follower's inbox.
+	doomed, err := ajs.Consumer(ctx, "G", "evil-doomed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the doomed consumer's pull waiting", func() bool {
+		info, err := doomed.Info(ctx)
+		return err == nil && info.NumWaiting > 0
+	})
 	if err := ajs.DeleteConsumer(ctx, "G", "evil-doomed"); err != nil {
 		t.Fatal(err)
 	}
@@ -187,13 +196,19 @@ func TestForgedDeliveriesAreDropped(t *testing.T) {
 		// a PubAck, an API response, heartbeats and a timeout.
 		return got[follow.DropOtherConsumer] >= 25 && got[follow.DropOtherStream] >= 15
 	})
-	time.Sleep(300 * time.Millisecond) // the forged "consumer deleted" looked into
-	publish(t, ctx, js, 21, 40)
-	c.waitCount(t, 40, 10*time.Second)
-	time.Sleep(200 * time.Millisecond)
+	// The forged "consumer deleted" is looked into: the consumer is
+	// there, so it is kept.
+	testutil.WaitFor(t, 10*time.Second, "the Follower to look its consumer up", func() bool { return f.Lookups() > 0 })
+	if n := f.Replaced(); n != 0 {
+		t.Fatalf("the Follower replaced its consumer after a forged \"consumer deleted\" (%d)", n)
+	}
+	// More of the stream's messages, the last a marker: what the Follower
+	// hands over before it is all it handed over, in order, once each.
+	publish(t, ctx, js, 21, 41)
+	c.waitCount(t, 41, 10*time.Second)
 	got := c.snapshot()
-	if len(got) != 40 {
-		t.Fatalf("%d messages handed over, the stream holds 40", len(got))
+	if len(got) != 41 {
+		t.Fatalf("%d messages handed over, the stream holds 41", len(got))
 	}
 	checkRun(t, got, 1, 1)
 	reasons := d.get()

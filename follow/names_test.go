@@ -96,7 +96,9 @@ func TestNames(t *testing.T) {
 	if err := f3.Err(); !errors.Is(err, follow.ErrNamesInUse) {
 		t.Fatalf("Err = %v, want ErrNamesInUse", err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// It tries again, and fails again: no consumer while every name is
+	// in use.
+	testutil.WaitFor(t, 10*time.Second, "a second attempt", func() bool { return f3.FailedCreates() >= 2 })
 	select {
 	case <-f3.Ready():
 		t.Fatal("Ready while every name is in use")

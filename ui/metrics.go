@@ -105,7 +105,7 @@ func NewMetricsFor(partitions uint32) *Metrics {
 		}, labels),
 		foldLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tenure_fold_lag_seconds",
-			Help: "Time from the storage of the last input folded by this process's coordinator to its fold.",
+			Help: "Time from the storage of the last input folded by this process's coordinator to its fold; 0 once it has folded the last input stored (caught up).",
 		}, labels),
 		appendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tenure_append_latency_seconds",
@@ -166,6 +166,9 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 func (m *Metrics) InputFolded(seq uint64, stored time.Time, decisions int) {
 	m.own().InputFolded(seq, stored, decisions)
 }
+
+// CaughtUp implements coordinator.CatchUpMetrics.
+func (m *Metrics) CaughtUp(seq uint64) { m.own().CaughtUp(seq) }
 
 // DecisionAppended implements coordinator.Metrics.
 func (m *Metrics) DecisionAppended(latency time.Duration) { m.own().DecisionAppended(latency) }
@@ -228,6 +231,12 @@ func (c *coordSeries) InputFolded(_ uint64, stored time.Time, _ int) {
 	c.folded.Inc()
 	c.lag.Set(max(time.Since(stored).Seconds(), 0))
 }
+
+// CaughtUp implements coordinator.CatchUpMetrics: folded up to the end of
+// the log, the coordinator lags by nothing, however old the last input it
+// folded (an idle coordinator that caught up after a restart kept that
+// input's age, and an alert on it fired).
+func (c *coordSeries) CaughtUp(uint64) { c.lag.Set(0) }
 
 // DecisionAppended implements coordinator.Metrics.
 func (c *coordSeries) DecisionAppended(latency time.Duration) {
@@ -424,3 +433,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+var (
+	_ coordinator.CatchUpMetrics = (*Metrics)(nil)
+	_ coordinator.CatchUpMetrics = (*coordSeries)(nil)
+)

@@ -94,7 +94,14 @@
 // contexts are cancelled and Run waits for them; a handler that returns an
 // error after that has its lease released, which is not counted as an
 // attempt (the job is retried at once, by another worker). Run then
-// returns nil.
+// returns nil. A graceful stop (WithDrain, River's Stop next to ctx's
+// StopAndCancel) withdraws the capacity and declines new offers the same
+// way, but lets the running handlers finish, up to the drain's timeout,
+// before it cancels them. A worker process should drain at its first
+// SIGTERM or SIGINT: a process killed with its announcement standing is
+// offered jobs until the offers time out, which a restart under the same
+// id then waits for (examples/queue-worker). WithResultHandler is told
+// how each attempt ended, for a log line per outcome.
 //
 // A worker restarted under the same id after a crash inherits what its
 // previous process left: the queue counts that process's live leases

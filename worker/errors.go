@@ -77,8 +77,8 @@ var (
 	// ErrPermanent)) or use Permanent.
 	ErrPermanent = errors.New("worker: permanent failure")
 	// ErrRunStopped is the cause of a handler's context when the Run that
-	// called it is shutting down (its ctx ended, or the Worker closed),
-	// wrapping the cause of that.
+	// called it is shutting down (its ctx ended, the Worker closed, or a
+	// drain's timeout passed: WithDrain), wrapping the cause of that.
 	ErrRunStopped = errors.New("worker: run stopped")
 	// ErrAlreadyRunning means Run was called on a queue another Run of the
 	// same Worker is running: a worker has one capacity announcement per

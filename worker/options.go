@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -228,6 +229,20 @@ type RunOptions struct {
 	// every third of it, so that two announcements in a row may be lost
 	// before the queue stops offering.
 	CapacityTTL time.Duration
+	// Drain, when not nil, is the signal of a graceful stop (WithDrain):
+	// when it ends, Run stops taking jobs, withdraws its capacity and lets
+	// the running handlers finish, for up to DrainTimeout (0: for as long
+	// as they take), before it cancels them; Run's ctx ending still
+	// cancels them at once.
+	Drain context.Context
+	// DrainTimeout is how long a drain lets the handlers run before their
+	// contexts are cancelled; 0 waits for them until Run's ctx ends.
+	DrainTimeout time.Duration
+	// OnResult, when not nil, is told how each attempt Run ran ended: what
+	// it reported to the coordinator, or why it reported nothing
+	// (WithResultHandler). It is called from the attempt's goroutine,
+	// after the report's verdict, and must not block for long.
+	OnResult func(*Job, Result)
 }
 
 // RunOption sets one of RunOptions.
@@ -251,6 +266,38 @@ func WithCapacityTTL(d time.Duration) RunOption {
 			return fmt.Errorf("capacity ttl %v: want whole milliseconds from 1ms to %v", d, events.MaxCapacityTTL*time.Millisecond)
 		}
 		o.CapacityTTL = d
+		return nil
+	}
+}
+
+// WithDrain makes Run stop gracefully when stop ends, as River's Stop does
+// (its ctx ending stays the StopAndCancel): Run stops taking jobs at once
+// (it withdraws its capacity on every partition, a pull of 0 slots, and
+// declines the offers that arrive from then on), lets the running
+// handlers finish and reports their results as usual, and after timeout
+// (0: never) cancels the contexts of those still running, with a cause
+// matching ErrRunStopped, as a shutdown does. Run returns nil once every
+// handler has returned and its result was reported. A worker process
+// wires its first SIGTERM or SIGINT to stop and a second one to Run's ctx
+// (examples/queue-worker).
+func WithDrain(stop context.Context, timeout time.Duration) RunOption {
+	return func(o *RunOptions) error {
+		if stop == nil {
+			return errors.New("drain: nil context")
+		}
+		if timeout < 0 {
+			return fmt.Errorf("drain timeout %v: want 0 or more", timeout)
+		}
+		o.Drain, o.DrainTimeout = stop, timeout
+		return nil
+	}
+}
+
+// WithResultHandler sets RunOptions.OnResult: f is told how each attempt
+// ended, for a log line per outcome (not only per start).
+func WithResultHandler(f func(*Job, Result)) RunOption {
+	return func(o *RunOptions) error {
+		o.OnResult = f
 		return nil
 	}
 }

@@ -45,6 +45,59 @@ type Job struct {
 	Lease *Lease
 }
 
+// Result is how one attempt Run ran ended (RunOptions.OnResult): what Run
+// reported to the coordinator, or why it reported nothing.
+type Result struct {
+	// Outcome is the result Run reported: SUCCESS, FAILED or CANCELLED
+	// (a cancellation request reconciled); OutcomeNone when it reported
+	// none.
+	Outcome events.Outcome
+	// Permanent: the FAILED result said not to retry (ErrPermanent).
+	Permanent bool
+	// Released: Run gave the lease back instead (it was stopping): not an
+	// attempt, the queue offers the job again at once.
+	Released bool
+	// Ended: the handler ended the lease itself (Complete, Release).
+	Ended bool
+	// Detail is the detail reported with a FAILED or CANCELLED outcome.
+	Detail string
+	// Err is what the handler returned (a panic as an error).
+	Err error
+	// ReportErr says why the result could not be reported or was not
+	// accepted (authority lost before it, no verdict); nil when the
+	// coordinator accepted what Run reported, or nothing was to report.
+	ReportErr error
+}
+
+// String is the result for a log line: "SUCCESS", "FAILED (retried if
+// attempts remain): <detail>", "FAILED permanently: <detail>", "CANCELLED",
+// "released", "ended by the handler", each with ", not accepted: <why>" or
+// "not reported: <why>" when that went wrong.
+func (res Result) String() string {
+	var s string
+	switch {
+	case res.Released:
+		s = "released (the run was stopping): not an attempt"
+	case res.Ended:
+		s = "ended by the handler"
+	case res.Outcome == events.OutcomeFailed && res.Permanent:
+		s = "FAILED permanently: " + res.Detail
+	case res.Outcome == events.OutcomeFailed:
+		s = "FAILED (retried if attempts remain): " + res.Detail
+	case res.Outcome != events.OutcomeNone:
+		s = res.Outcome.String()
+	default:
+		if res.ReportErr != nil {
+			return "not reported: " + res.ReportErr.Error()
+		}
+		return "not reported"
+	}
+	if res.ReportErr != nil {
+		s += ", not accepted: " + res.ReportErr.Error()
+	}
+	return s
+}
+
 func newJob(o *Offer, l *Lease) *Job {
 	j := &o.Decision.Job
 	return &Job{
@@ -94,6 +147,17 @@ func newJob(o *Offer, l *Lease) *Job {
 // refused an announcement (a log below rules revision 4, for instance),
 // after the same shutdown, and an error at once for invalid arguments.
 //
+// With WithDrain, Run can stop gracefully instead: when the drain's
+// context ends it withdraws the capacity and declines new offers at once,
+// as above, but lets the running handlers finish (their results reported
+// as usual: an error is a FAILED attempt, nothing interrupted it) until
+// the drain's timeout, when it cancels those still running as a shutdown
+// does (cause ErrRunStopped, their errors releasing their leases). Run's
+// ctx ending during a drain ends it at once, the same way.
+//
+// WithResultHandler is told how each attempt ended (what was reported,
+// or why nothing was), for a log line per outcome.
+//
 // Every goroutine Run starts has exited when it returns. The time of its
 // announcements follows the Worker's clock (WithClock).
 func (w *Worker) Run(ctx context.Context, queue string, h Handler, opts ...RunOption) error {
@@ -123,7 +187,8 @@ type runner struct {
 	every time.Duration // between announcements: a third of the ttl
 	retry time.Duration // after an announcement whose verdict was not learned
 
-	stop      context.Context // ends when Run's ctx ends, the Worker closes or a pull is refused
+	stop      context.Context // ends when Run's ctx ends, the Worker closes, a pull is refused or a drain times out: cancels the handlers
+	quit      context.Context // ends with stop or when a drain begins (WithDrain): Run takes no more jobs
 	withdrawn chan struct{}   // closed once the capacity was withdrawn (or that failed)
 	fatal     chan error      // a refused announcement
 	wg        sync.WaitGroup  // the goroutine of each offer: accept, handler, result; declines
@@ -232,7 +297,13 @@ func (r *runner) run(ctx context.Context) error {
 	defer cancel(nil)
 	unclose := context.AfterFunc(r.w.ctx, func() { cancel(ErrClosed) })
 	defer unclose()
-	r.stop = stop
+	quit, quitCancel := context.WithCancelCause(stop)
+	defer quitCancel(nil)
+	if d := r.opts.Drain; d != nil {
+		undrain := context.AfterFunc(d, func() { quitCancel(context.Cause(d)) })
+		defer undrain()
+	}
+	r.stop, r.quit = stop, quit
 
 	var anns sync.WaitGroup
 	for k := range r.ann {
@@ -249,13 +320,14 @@ loop:
 		case err = <-r.fatal:
 			cancel(err)
 			break loop
-		case <-stop.Done():
+		case <-quit.Done():
 			break loop
 		}
 	}
-	// Shutdown: handlers' contexts are being cancelled (stop ended); the
-	// capacity is withdrawn before any release or decline is sent, so that
-	// the queue does not offer those jobs to this worker again.
+	// Shutdown (stop ended: the handlers' contexts are being cancelled) or
+	// drain (only quit ended: they run on): the capacity is withdrawn
+	// before any release or decline is sent, so that the queue does not
+	// offer those jobs to this worker again.
 	anns.Wait()
 	r.withdraw()
 	close(r.withdrawn)
@@ -264,6 +336,12 @@ loop:
 	for _, o := range r.w.removeRun(r) {
 		r.offer(o) // declined
 	}
+	if stop.Err() == nil && r.opts.DrainTimeout > 0 {
+		t := r.w.clk.AfterFunc(r.opts.DrainTimeout, func() {
+			cancel(fmt.Errorf("the drain's timeout of %v passed", r.opts.DrainTimeout))
+		})
+		defer t.Stop()
+	}
 	r.wg.Wait()
 	if err == nil && r.w.ctx.Err() != nil {
 		err = ErrClosed
@@ -271,7 +349,8 @@ loop:
 	return err
 }
 
-// offer takes o in a free slot, or handles it as a surplus.
+// offer takes o in a free slot, or handles it as a surplus (always once Run
+// takes no more jobs).
 func (r *runner) offer(o Offer) {
 	k := r.w.part.Of(o.Job).Index
 	if s := r.reserve(k); s != nil {
@@ -282,10 +361,10 @@ func (r *runner) offer(o Offer) {
 }
 
 // reserve takes a free slot for an offer of partition k, if there is one
-// and Run is not shutting down.
+// and Run still takes jobs.
 func (r *runner) reserve(k uint32) *slot {
 	r.mu.Lock()
-	if r.stop.Err() != nil || r.running >= r.opts.Concurrency {
+	if r.quit.Err() != nil || r.running >= r.opts.Concurrency {
 		r.mu.Unlock()
 		return nil
 	}
@@ -304,14 +383,14 @@ func (r *runner) reserve(k uint32) *slot {
 // declined job to this worker again; if a slot was freed meanwhile the
 // offer takes it instead. A decline is not counted as an attempt.
 func (r *runner) surplus(o *Offer, k uint32) {
-	if r.stop.Err() == nil {
-		r.announce(r.stop, k)
+	if r.quit.Err() == nil {
+		r.announce(r.quit, k)
 		if s := r.reserve(k); s != nil {
 			r.work(o, s)
 			return
 		}
 	}
-	if r.stop.Err() != nil {
+	if r.quit.Err() != nil {
 		<-r.withdrawn
 	}
 	if !r.w.clk.Now().Before(o.localDeadline) {
@@ -336,9 +415,10 @@ func (r *runner) work(o *Offer, s *slot) {
 	s.lease = l
 	s.state = slotRunning
 	r.mu.Unlock()
+	j := newJob(o, l)
 	if r.stop.Err() != nil { // shutting down before the handler started: give it back
 		r.finishing(s)
-		r.report(r.result(l, fmt.Errorf("%w: before the handler started", ErrRunStopped), true))
+		r.done(j, r.result(l, fmt.Errorf("%w: before the handler started", ErrRunStopped), true))
 		r.free(s)
 		return
 	}
@@ -346,13 +426,22 @@ func (r *runner) work(o *Offer, s *slot) {
 	unstop := context.AfterFunc(r.stop, func() {
 		hcancel(fmt.Errorf("%w: %w", ErrRunStopped, context.Cause(r.stop)))
 	})
-	herr := r.call(hctx, newJob(o, l))
+	herr := r.call(hctx, j)
 	unstop()
 	hcancel(nil)
 	shutdown := r.stop.Err() != nil
 	r.finishing(s) // the handler no longer runs: its slot is free
-	r.report(r.result(l, herr, shutdown))
+	r.done(j, r.result(l, herr, shutdown))
 	r.free(s)
+}
+
+// done reports what went wrong with an attempt's end to the ErrorHandler
+// and tells the result to RunOptions.OnResult.
+func (r *runner) done(j *Job, res Result) {
+	r.report(res.ReportErr)
+	if f := r.opts.OnResult; f != nil {
+		f(j, res)
+	}
 }
 
 // accept ACKs o, resending the same ACK while its verdict is not learned
@@ -399,47 +488,56 @@ type panicError struct{ v any }
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.v) }
 
 // result reports the result of the handler that returned herr on lease l
-// (shutdown: after Run's shutdown began), and returns what went wrong.
-func (r *runner) result(l *Lease, herr error, shutdown bool) error {
+// (shutdown: its context was cancelled by Run's shutdown), and returns
+// what it reported and what went wrong.
+func (r *runner) result(l *Lease, herr error, shutdown bool) Result {
+	res := Result{Err: herr}
 	if l.ctx.Err() != nil {
 		cause := context.Cause(l.ctx)
 		switch {
 		case errors.Is(cause, ErrLeaseEnded):
-			return nil // the handler completed or released the lease itself
+			res.Ended = true // the handler completed or released the lease itself
+			return res
 		case cancelPending(cause):
-			return r.reconcile(l, herr)
+			return r.reconcile(l, res)
 		}
-		return fmt.Errorf("worker: run %s: job %s: authority lost (%w), the handler's return (%v) not reported", r.queue, l.token, cause, herr)
+		res.ReportErr = fmt.Errorf("worker: run %s: job %s: authority lost (%w), the handler's return (%v) not reported", r.queue, l.token, cause, herr)
+		return res
 	}
 	var err error
 	switch {
 	case herr == nil:
+		res.Outcome = events.OutcomeSuccess
 		err = r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeSuccess, "") })
 	case errors.Is(herr, ErrPermanent):
-		err = r.settle(l, "complete", func(ctx context.Context) error { return l.FailPermanently(ctx, detailOf(herr)) })
+		res.Outcome, res.Permanent, res.Detail = events.OutcomeFailed, true, detailOf(herr)
+		err = r.settle(l, "complete", func(ctx context.Context) error { return l.FailPermanently(ctx, res.Detail) })
 	case shutdown:
 		<-r.withdrawn
+		res.Released = true
 		err = r.settle(l, "release", l.Release)
 	default:
-		err = r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeFailed, detailOf(herr)) })
+		res.Outcome, res.Detail = events.OutcomeFailed, detailOf(herr)
+		err = r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeFailed, res.Detail) })
 	}
 	if cancelPending(err) { // requested while the result was on its way
-		return r.reconcile(l, herr)
+		return r.reconcile(l, Result{Err: herr})
 	}
-	return err
+	res.ReportErr = err
+	return res
 }
 
 // reconcile answers a cancellation request: cancel ACK, then CANCELLED.
-func (r *runner) reconcile(l *Lease, herr error) error {
-	detail := "cancelled on request"
-	if herr != nil {
-		detail = detailOf(fmt.Errorf("%s: %w", detail, herr))
+func (r *runner) reconcile(l *Lease, res Result) Result {
+	res.Outcome, res.Detail = events.OutcomeCancelled, "cancelled on request"
+	if res.Err != nil {
+		res.Detail = detailOf(fmt.Errorf("%s: %w", res.Detail, res.Err))
 	}
 	err := r.settle(l, "cancel_ack", l.AckCancel)
-	if e := r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeCancelled, detail) }); e != nil {
-		return errors.Join(err, e)
+	if e := r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeCancelled, res.Detail) }); e != nil {
+		res.ReportErr = errors.Join(err, e)
 	}
-	return nil
+	return res
 }
 
 // settle sends one of l's closing inputs with op, sending it again while
@@ -519,7 +617,7 @@ func (r *runner) report(err error) {
 // limit when unpartitioned; in a partitioned deployment each partition
 // may offer every free slot, and the surplus is declined.
 func (r *runner) desired(k uint32) uint64 {
-	if r.stop.Err() != nil {
+	if r.quit.Err() != nil {
 		return 0
 	}
 	r.mu.Lock()
@@ -548,23 +646,23 @@ func cancelPending(cause error) bool {
 }
 
 // announcer keeps partition k's announcement standing and right until
-// Run shuts down: at once, every third of the ttl, and whenever the slots
+// Run takes no more jobs: at once, every third of the ttl, and whenever the slots
 // to announce change.
 func (r *runner) announcer(k uint32) {
 	a := &r.ann[k]
-	r.announce(r.stop, k)
+	r.announce(r.quit, k)
 	a.mu.Lock()
 	t := r.w.clk.NewTimer(clock.Until(r.w.clk, a.due))
 	a.mu.Unlock()
 	defer t.Stop()
 	for {
 		select {
-		case <-r.stop.Done():
+		case <-r.quit.Done():
 			return
 		case <-r.wake[k]:
 		case <-t.C():
 		}
-		r.announce(r.stop, k)
+		r.announce(r.quit, k)
 		a.mu.Lock()
 		t.Reset(clock.Until(r.w.clk, a.due))
 		a.mu.Unlock()

@@ -106,7 +106,7 @@ func runAuthInit(_ context.Context, fs *flag.FlagSet, args []string, stdout, std
 	fs.Var(&dispatchers, "dispatcher", "dispatcher names, comma-separated (instead of --dispatchers)")
 	fs.Var(&operators, "operators", "operator names, comma-separated (same permissions as dispatchers)")
 	fs.Var(&archivists, "archivists", "archivist names, comma-separated: the operators' credential of tenure log (archive, remove, restore), the only one that may purge the streams")
-	fs.Var(&coordinators, "coordinators", "coordinator names, comma-separated; each is the --id of a `tenure serve` (default coord)")
+	fs.Var(&coordinators, "coordinators", "coordinator `NAMES`, comma-separated; each is the --id of a tenure serve (default coord)")
 	board := fs.String("board", "board", "name of the web board's ops user, whose credential its operator actions publish as (tenure serve --ui-actions --ui-credential); --board= writes neither it nor the board's tokens")
 	admin := fs.String("admin", "admin", "name of the administrator: the operator's key of the deployment's streams (tenure genesis on a brand-new deployment, stream edits), not for daily use")
 	useNKeys := fs.Bool("nkeys", false, "authenticate with nkeys (a seed file per actor) instead of bcrypt-hashed passwords")
@@ -322,7 +322,7 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 	// Secrets never go on a command line (ps shows it to every local
 	// user): tenure commands take the credential file, other clients the
 	// nkey seed file or the password through the environment.
-	credFlag := func(c auth.Credential) string { return "--credential " + rel(c.Name+auth.CredentialSuffix) }
+	credFlag := func(c auth.Credential) string { return "--creds-json " + rel(c.Name+auth.CredentialSuffix) }
 	secret := func(c auth.Credential) string {
 		if c.NKeySeedFile != "" {
 			return "--nkey " + c.NKeySeedFile
@@ -426,6 +426,8 @@ func printAuthSummary(w io.Writer, b *auth.Bundle, prefix, board string) {
 		p("  cred, err := auth.ReadCredential(%q)", rel(c.Name+auth.CredentialSuffix))
 		p("  nc, err := cred.Connect(\"\") // URL, user/password or nkey, inbox prefix, TLS")
 		p("  w, err := worker.Connect(nc, %q)", c.Name)
+		p("or one of the examples, from a checkout of Tenure:")
+		p("  go run ./examples/queue-worker --creds-json %s", rel(c.Name+auth.CredentialSuffix))
 		p("or with any NATS client: user %s and its password (or nkey %s), inbox prefix %s, TLS files as in the credential;", c.Name, c.Name+auth.NKeySuffix, c.InboxPrefix)
 		p("with the nats CLI (the password from the environment, not the command line):")
 		p("  %snats --server %s %s --inbox-prefix %s --js-api-prefix %s%s req tenure.in.worker.%s.JOB.acquire '{\"v\":1}'",

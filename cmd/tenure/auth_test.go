@@ -109,8 +109,8 @@ func TestAuthInitFiles(t *testing.T) {
 		}
 	}
 	for _, s := range []string{
-		"tenure serve --server-config " + filepath.Join(dir, "server.conf") + " --id coord --credential " + filepath.Join(dir, "coord.creds.json") + "\n",
-		"tenure genesis --credential " + filepath.Join(dir, "admin.creds.json") + "\n",
+		"tenure serve --server-config " + filepath.Join(dir, "server.conf") + " --id coord --creds-json " + filepath.Join(dir, "coord.creds.json") + "\n",
+		"tenure genesis --creds-json " + filepath.Join(dir, "admin.creds.json") + "\n",
 		"tenure offer --as disp ",
 		"subscribe allow: _INBOX_w1.> tenure.heads tenure.heads.*\n", // and the chain heads its account imports
 		"account:         TENURE_W_w1, of its own",
@@ -169,7 +169,7 @@ func TestAuthServe(t *testing.T) {
 	}
 	disp, w1c := cred("disp"), cred("w1")
 	flags := func(c auth.Credential) []string {
-		return []string{"--credential", filepath.Join(dir, c.Name+".creds.json")}
+		return []string{"--creds-json", filepath.Join(dir, c.Name+".creds.json")}
 	}
 	coord := cred("coord")
 
@@ -347,7 +347,7 @@ func TestAuthServePartitioned(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("auth init: exit %d: %s", code, stderr)
 	}
-	for _, s := range []string{" --credential " + filepath.Join(dir, "coord.creds.json") + " --partitions 4\n", "TENURE_P0_OUT", "TENURE_P0_ to TENURE_P3_"} {
+	for _, s := range []string{" --creds-json " + filepath.Join(dir, "coord.creds.json") + " --partitions 4\n", "TENURE_P0_OUT", "TENURE_P0_ to TENURE_P3_"} {
 		if !strings.Contains(summary, s) {
 			t.Errorf("summary without %q:\n%s", s, summary)
 		}
@@ -364,7 +364,7 @@ func TestAuthServePartitioned(t *testing.T) {
 	}
 	coord, disp, w1c := cred("coord"), cred("disp"), cred("w1")
 	flags := func(c auth.Credential) []string {
-		return []string{"--credential", filepath.Join(dir, c.Name+".creds.json")}
+		return []string{"--creds-json", filepath.Join(dir, c.Name+".creds.json")}
 	}
 
 	// A configuration generated for another count is refused at start-up.
@@ -465,9 +465,18 @@ func TestAuthServePartitioned(t *testing.T) {
 		t.Fatal("w1: no offer")
 	}
 	_ = w1.Close()
-	// Time must pass here: a violation is reported asynchronously, and the
-	// test proves none comes (there is no event to wait on).
-	time.Sleep(100 * time.Millisecond)
+	// A violation is the server's -ERR on the connection, sent before its
+	// answer to any later PING: once a flush returns, the client has read
+	// every violation of what it sent before (and kept the last as its
+	// LastError; the ErrorHandler hears of it later, on another goroutine).
+	for _, nc := range []*nats.Conn{wnc, dnc} {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("client connection %s: %v", nc.Opts.Name, err)
+		}
+	}
 	mu.Lock()
 	if len(violations) != 0 {
 		t.Errorf("client connections: %v", violations)
@@ -778,7 +787,7 @@ func TestAuthPrintedRunLines(t *testing.T) {
 	offer(ctx, "printed-1")
 	// The printed genesis applied the quotas: tenure status says so.
 	for i, a := range offers[0] {
-		if a != "--credential" || i+1 == len(offers[0]) {
+		if a != "--creds-json" || i+1 == len(offers[0]) {
 			continue
 		}
 		// (The coordinator finds an intake stream created after it went
@@ -787,7 +796,7 @@ func TestAuthPrintedRunLines(t *testing.T) {
 		if err := testutil.Poll(10*time.Second, func() error {
 			out.Reset()
 			errb.Reset()
-			if code := run(ctx, []string{"status", "--credential", offers[0][i+1], "--nats-url", url}, &out, &errb); code != 0 || !strings.Contains(out.String(), "coord storage: ") || !strings.Contains(out.String(), "; 1 intake streams") {
+			if code := run(ctx, []string{"status", "--creds-json", offers[0][i+1], "--nats-url", url}, &out, &errb); code != 0 || !strings.Contains(out.String(), "coord storage: ") || !strings.Contains(out.String(), "; 1 intake streams") {
 				return fmt.Errorf("exit %d", code)
 			}
 			return nil

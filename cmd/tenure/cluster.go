@@ -78,7 +78,7 @@ func runClusterUp(ctx context.Context, fs *flag.FlagSet, args []string, stdout, 
 	coords := fs.Int("coordinators", cluster.DefaultCoordinators, "coordinator processes")
 	replicas := fs.Int("replicas", 0, "stream replicas (default min(nodes, 3))")
 	port := fs.Int("port", 4222, "client port of node 1 (node i: port+i-1; routes on port+100+i-1); 0 picks free ports. tenure serve defaults to 4222 too: cluster up says so if a port is taken")
-	natsServer := fs.String("nats-server", "", "run the nodes with this nats-server binary (default: this binary's embedded nats-server, `tenure cluster node`)")
+	natsServer := fs.String("nats-server", "", "run the nodes with this nats-server `BINARY` (default: this binary's embedded nats-server, tenure cluster node)")
 	leaderTTL := fs.Duration("leader-ttl", cluster.DefaultLeaderTTL, "the coordinators' leadership lifetime: a partition moves to another process within about two of it")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -32,7 +32,7 @@ func parseConn(t *testing.T, args ...string) (cfgURL, user, password, nkey, tlsC
 
 // The password reaches the connection without the command line: from
 // --password-file (its first line), from NATS_PASSWORD, or from the
-// credential file of --credential, which also gives the URL, user, inbox
+// credential file of --creds-json (or its older name --credential), which also gives the URL, user, inbox
 // prefix and TLS files unless a flag given overrides one. --password still
 // works, with a warning that ps shows it; it and --password-file are
 // exclusive, and a credential with another authentication is a usage error.
@@ -60,20 +60,22 @@ func TestConnFlagsSecrets(t *testing.T) {
 		t.Errorf("%s: %q, %v", passwordEnv, password, err)
 	}
 	t.Setenv(passwordEnv, "")
-	url, user, password, _, ca, inbox, _, err := parseConn(t, "--credential", credPath)
-	if err != nil || url != cred.URL || user != "disp" || password != "cred-secret" || ca != "/ca.pem" || inbox != "_INBOX_disp" {
-		t.Errorf("--credential: %q %q %q %q %q, %v", url, user, password, ca, inbox, err)
+	for _, flag := range []string{"--creds-json", "--credential"} {
+		url, user, password, _, ca, inbox, _, err := parseConn(t, flag, credPath)
+		if err != nil || url != cred.URL || user != "disp" || password != "cred-secret" || ca != "/ca.pem" || inbox != "_INBOX_disp" {
+			t.Errorf("%s: %q %q %q %q %q, %v", flag, url, user, password, ca, inbox, err)
+		}
 	}
-	if url, _, password, _, _, inbox, _, err := parseConn(t, "--credential", credPath, "--nats-url", "nats://x:1", "--password-file", pw, "--inbox-prefix", "_INBOX_o"); err != nil ||
+	if url, _, password, _, _, inbox, _, err := parseConn(t, "--creds-json", credPath, "--nats-url", "nats://x:1", "--password-file", pw, "--inbox-prefix", "_INBOX_o"); err != nil ||
 		url != "nats://x:1" || password != "file-secret" || inbox != "_INBOX_o" {
-		t.Errorf("--credential with overrides: %q %q %q, %v", url, password, inbox, err)
+		t.Errorf("--creds-json with overrides: %q %q %q, %v", url, password, inbox, err)
 	}
 	if _, _, password, _, _, _, warned, err := parseConn(t, "--user", "u", "--password", "argv-secret"); err != nil || password != "argv-secret" || !strings.Contains(warned, "ps") {
 		t.Errorf("--password: %q, warned %q, %v", password, warned, err)
 	}
 	for _, args := range [][]string{
 		{"--user", "u", "--password", "x", "--password-file", pw},
-		{"--credential", credPath, "--nkey", "/seed"},
+		{"--creds-json", credPath, "--nkey", "/seed"},
 		{"--credential", credPath, "--creds", "/x.creds"},
 		{"--user", "u", "--password-file", filepath.Join(dir, "missing")},
 	} {
@@ -81,7 +83,7 @@ func TestConnFlagsSecrets(t *testing.T) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}
 	}
-	if _, _, _, _, _, _, _, err := parseConn(t, "--credential", filepath.Join(dir, "missing.json")); err == nil {
-		t.Error("--credential of a missing file parsed")
+	if _, _, _, _, _, _, _, err := parseConn(t, "--creds-json", filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("--creds-json of a missing file parsed")
 	}
 }

@@ -51,6 +51,13 @@ func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stder
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	// With --format csv or json stdout is the matrix alone, for a program
+	// to read; the story and the verdicts go to stderr.
+	matrix := stdout
+	switch projector.Format(*format) {
+	case projector.FormatCSV, projector.FormatJSON:
+		stdout = stderr
+	}
 	log := slog.New(slog.DiscardHandler)
 	if conn.url == "" {
 		dir := *data
@@ -62,6 +69,7 @@ func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stder
 			defer os.RemoveAll(tmp)
 			dir = tmp
 		}
+		fmt.Fprintf(stdout, "starting an embedded nats-server and a coordinator in %s...\n", dir)
 		srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1, SyncAlways: true, ServerName: "tenure-demo"})
 		if err != nil {
 			return dataDirInUse(err, "give the demo another --data directory")
@@ -143,7 +151,7 @@ func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stder
 	} else {
 		fmt.Fprintln(stdout, "\n== Evidence matrix: each job after its latest decision")
 	}
-	if err := projector.WriteMatrix(stdout, projector.Format(*format), latest, opts); err != nil {
+	if err := projector.WriteMatrix(matrix, projector.Format(*format), latest, opts); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout)

@@ -24,7 +24,7 @@ import (
 var genesisCmd = &command{
 	name:    "genesis",
 	summary: "end a brand-new deployment's genesis as its administrator (once, with tenure auth init's admin credential)",
-	usage:   "tenure genesis --credential DIR/admin.creds.json [flags]",
+	usage:   "tenure genesis --creds-json DIR/admin.creds.json [flags]",
 	help: `A brand-new deployment's input stream takes only the coordinators' rules and
 policy inputs until they are stored (PROTOCOL.md §1.1, genesis); then it is
 widened to every input. Under tenure auth init's permissions no coordinator
@@ -77,7 +77,7 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	conn.register(fs, "NATS server of the deployment (default nats://127.0.0.1:4222, the local embedded one)")
 	prefix := fs.String("prefix", streams.DefaultPrefix, "stream name prefix of the topology")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long (0: wait until interrupted)")
-	quotasFlag := fs.String("quotas", "", "the workers' quotas to apply (tenure auth init's "+auth.QuotasFile+"; default: the one beside --credential, if any; none: no quotas)")
+	quotasFlag := fs.String("quotas", "", "the workers' quotas to apply (tenure auth init's "+auth.QuotasFile+"; default: the one beside --creds-json, if any; none: no quotas)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -47,6 +47,15 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 		if len(words) < 4 || !unicode.IsUpper([]rune(first)[0]) || strings.HasPrefix(first, " ") {
 			t.Errorf("%s --help: the line after the usage is %q, want a sentence saying what the command does:\n%s", name, first, out)
 		}
+		// A flag's line names it and at most one placeholder: a backquoted
+		// phrase in its usage becomes the placeholder (auth init showed
+		// "-coordinators tenure serve").
+		for _, line := range strings.Split(out, "\n") {
+			flag, _, _ := strings.Cut(line, "\t") // a one-letter flag's usage follows on its line
+			if strings.HasPrefix(flag, "  -") && len(strings.Fields(flag)) > 2 {
+				t.Errorf("%s --help: flag line %q: a placeholder of more than one word (a backquoted phrase in its usage)", name, line)
+			}
+		}
 	}
 	// The commands README and the top-level usage name are all there.
 	for _, want := range []string{"serve", "offer", "cancel", "resolve", "policy", "watch", "status", "auth", "auth init",

@@ -178,6 +178,7 @@ func logStatus(ctx context.Context, cfg archive.Config, head string, out io.Writ
 	if err != nil {
 		return err
 	}
+	retained := true
 	for _, st := range []jetstream.Stream{h.In, h.Out} {
 		info, err := st.Info(ctx)
 		if err != nil {
@@ -186,6 +187,8 @@ func logStatus(ctx context.Context, cfg archive.Config, head string, out io.Writ
 		mode := "whole log kept (created without --log-retention: it denies purges)"
 		if streams.Retained(info.Config) {
 			mode = "log retention"
+		} else {
+			retained = false
 		}
 		fmt.Fprintf(out, "%s%-12s %s to %s, %s messages, %s bytes; %s\n", head, info.Config.Name,
 			strconv.FormatUint(info.State.FirstSeq, 10), strconv.FormatUint(info.State.LastSeq, 10),
@@ -222,7 +225,11 @@ func logStatus(ctx context.Context, cfg archive.Config, head string, out io.Writ
 	if err != nil {
 		return streams.Classify(err)
 	}
-	if ii.State.FirstSeq < m.Inputs.Last {
+	switch {
+	case ii.State.FirstSeq >= m.Inputs.Last:
+	case !retained:
+		fmt.Fprintf(out, "%sremovable    nothing: the streams deny purges (created without --log-retention), so they keep the whole log; the archive is a copy of it\n", head)
+	default:
 		fmt.Fprintf(out, "%sremovable    inputs %d..%d and the decisions before %d (tenure log remove)\n", head, ii.State.FirstSeq, m.Inputs.Last-1, m.Decisions.Last)
 	}
 	return nil

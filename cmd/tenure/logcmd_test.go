@@ -101,6 +101,11 @@ func TestLogCommands(t *testing.T) {
 		return out.String() + errb.String()
 	}
 	acquireAndSnapshot(t, nc, 0, 0) // live: the streams exist
+	// No snapshot yet (the first comes after 5 inputs here, a minute by
+	// default): archive says so, not "object not found".
+	if out := cmd(1, "log", "archive", "--archive", dir); !strings.Contains(out, "no snapshot stored yet") || strings.Contains(out, "not found") {
+		t.Fatalf("archive before the first snapshot: %s", out)
+	}
 	cmd(0, "policy", "--max-lease", "20m")
 	acquireAndSnapshot(t, nc, 0, 30)
 	if out := cmd(0, "log", "archive", "--archive", dir); !strings.Contains(out, "sealed segment 1: inputs 1..") {
@@ -136,7 +141,54 @@ func TestLogCommands(t *testing.T) {
 	acquireAndSnapshot(t, nc2, 0, 20)
 	dir2 := t.TempDir()
 	cmd(0, "log", "archive", "--archive", dir2)
+	// Nothing is removable from streams that deny purges: status says so
+	// instead of offering what remove then refuses.
+	if out := cmd(0, "log", "status", "--archive", dir2); strings.Contains(out, "removable    inputs") || !strings.Contains(out, "removable    nothing: the streams deny purges") {
+		t.Fatalf("status without retention: %s", out)
+	}
 	if out := cmd(1, "log", "remove", "--archive", dir2); !strings.Contains(out, "without log retention") {
 		t.Fatalf("remove without retention: %s", out)
+	}
+}
+
+// tenure serve --log-retention on a deployment created without it exits 1
+// at once, saying why and what to do, as README says (it stayed up,
+// refusing, until stopped); the same serve without the flag goes live.
+func TestServeLogRetentionOnAnOldDeployment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"serve", "--data", dir, "--listen", "127.0.0.1:-1", "--sync", "interval", "--id", "c1"}
+	serve := func(extra ...string) (*syncBuffer, chan int, context.CancelFunc) {
+		var logs syncBuffer
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		go func() { done <- run(ctx, append(args, extra...), &bytes.Buffer{}, &logs) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Error("serve did not stop")
+			}
+		})
+		return &logs, done, cancel
+	}
+	logs, done, cancel := serve()
+	waitServing(t, logs, done, liveLine)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exit %d:\n%s", code, logs)
+	}
+	done <- 0 // for the cleanup
+
+	logs, done, _ = serve("--log-retention")
+	select {
+	case code := <-done:
+		done <- code
+		if code != 1 || !strings.Contains(logs.String(), "created without") || !strings.Contains(logs.String(), "run without --log-retention") {
+			t.Fatalf("serve --log-retention on an old deployment: exit %d, want 1 saying why and what to do:\n%s", code, logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve --log-retention on an old deployment still runs after 30 s, want it to exit 1:\n%s", logs)
 	}
 }

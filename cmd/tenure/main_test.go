@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -327,5 +330,90 @@ func TestServeRefusalExplained(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+}
+
+// With --format csv or json, tenure demo's stdout is the evidence matrix
+// alone, for a program to read (a CSV of a header and one row per job, or
+// one JSON object per line); the story and the verdicts go to stderr.
+func TestDemoMachineFormats(t *testing.T) {
+	for _, format := range []string{"csv", "json"} {
+		var out, errb syncBuffer
+		if code := run(context.Background(), []string{"demo", "--format", format}, &out, &errb); code != 0 {
+			t.Fatalf("demo --format %s: exit %d:\n%s\n%s", format, code, out.String(), errb.String())
+		}
+		if !strings.Contains(errb.String(), "all 5 scenarios ended as the protocol requires") || !strings.Contains(errb.String(), "starting an embedded nats-server") {
+			t.Errorf("demo --format %s: the story is not on stderr:\n%s", format, errb.String())
+		}
+		switch format {
+		case "csv":
+			rows, err := csv.NewReader(strings.NewReader(out.String())).ReadAll()
+			if err != nil || len(rows) != 6 || rows[0][0] != "Job ID" {
+				t.Errorf("demo --format csv: stdout is not a header and 5 rows (%v):\n%s", err, out.String())
+			}
+		case "json":
+			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+			for _, line := range lines {
+				if !json.Valid([]byte(line)) {
+					t.Errorf("demo --format json: stdout line %q is not JSON", line)
+				}
+			}
+			if len(lines) != 5 {
+				t.Errorf("demo --format json: %d lines, want one per job:\n%s", len(lines), out.String())
+			}
+		}
+	}
+}
+
+// tenure watch prints its table a line at a time, each as it comes, and
+// still in columns: every field of every line starts where its header's
+// label does, whatever the lengths of kinds, reasons, states and of job
+// ids and holders up to 12 and 8 characters (a tabwriter flushed after
+// each line aligned nothing); a longer id widens its column from its line
+// on.
+func TestWatchColumnsAlign(t *testing.T) {
+	url, nc, _ := serveForLog(t, "--snapshot-every", "-1") // no checkpoint among the decisions
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	for _, in := range []struct{ subject, body string }{
+		{"tenure.in.worker.w1.a.acquire", `{"v":1,"lease_ms":600000}`},
+		{"tenure.in.worker.worker-9.a.acquire", `{"v":1,"lease_ms":600000}`},
+		{"tenure.in.worker.w1.report-42.acquire", `{"v":1,"lease_ms":600000}`},
+		{"tenure.in.worker.w2.b.renew", `{"v":1,"lease_id":"L1-x","generation":1,"renew_seq":1}`},
+		{"tenure.in.worker.w1.a-job-id-longer-than-its-column.acquire", `{"v":1,"lease_ms":600000}`},
+		{"tenure.in.worker.w1.c.acquire", `{"v":1,"lease_ms":600000}`},
+	} {
+		if _, err := js.Publish(ctx, in.subject, []byte(in.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"watch", "--all", "-n", "8", "--nats-url", url}, &out, &errb); code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	starts := func(line string) []int {
+		var s []int
+		for i := range line {
+			if line[i] != ' ' && (i == 0 || line[i-1] == ' ') {
+				s = append(s, i)
+			}
+		}
+		return s
+	}
+	// (The header's eleventh column, DETAIL, is empty on these lines.)
+	want := starts(lines[0])
+	if len(lines) != 9 || len(want) != 11 {
+		t.Fatalf("want a header of 11 columns and 8 lines:\n%s", out.String())
+	}
+	want = want[:10]
+	for i, line := range lines[1:] {
+		if strings.Contains(line, "a-job-id-longer") { // from the long job id on: aligned with its line
+			want = starts(line)
+		}
+		if got := starts(line); !slices.Equal(got, want) {
+			t.Errorf("line %d: fields start at %v, want %v:\n%s", i+1, got, want, out.String())
+			break
+		}
 	}
 }

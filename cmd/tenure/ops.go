@@ -28,10 +28,22 @@ type opsCommand struct {
 
 func (o *opsCommand) register(fs *flag.FlagSet) {
 	o.conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
-	fs.StringVar(&o.as, "as", "cli", "ops identity (actor token) to publish as")
+	fs.StringVar(&o.as, "as", "", "ops identity (actor token) to publish as (default: the name of --creds-json's credential, else cli)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the verdict decision as JSON")
 	fs.StringVar(&o.receipts, "receipts", "", "append receipts of the input and its verdict to `FILE`, for tenure audit --receipts")
 	fs.StringVar(&o.prefix, "prefix", streams.DefaultPrefix, "stream name prefix of the topology")
+}
+
+// defaultActor sets --as when it was not given: the credential's name
+// (whose permissions let it publish only as itself), else cli.
+func (o *opsCommand) defaultActor() {
+	if o.as != "" {
+		return
+	}
+	o.as = "cli"
+	if o.conn.cred != nil {
+		o.as = o.conn.cred.Name
+	}
 }
 
 // run connects, calls f, and prints the verdict; a verdict that is not
@@ -50,6 +62,7 @@ func (o *opsCommand) run(ctx context.Context, stdout io.Writer, f func(context.C
 // line in partition order).
 func (o *opsCommand) runAll(ctx context.Context, stdout io.Writer, f func(context.Context, *ops.Client) ([]events.Decision, error)) error {
 	defaultURL(&o.conn)
+	o.defaultActor()
 	nc, err := o.conn.connect("tenure-ops-" + o.as)
 	if err != nil {
 		return err
@@ -391,6 +404,7 @@ func runPolicy(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 // its wire object, one line per partition.
 func (o *opsCommand) showPolicy(ctx context.Context, stdout io.Writer) error {
 	defaultURL(&o.conn)
+	o.defaultActor()
 	nc, err := o.conn.connect("tenure-ops-" + o.as)
 	if err != nil {
 		return err

@@ -189,7 +189,7 @@ func TestAuditReceiptsCatchALostTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("witnesses:   %d (%d given, %d confirmed)", len(lost), len(all)+len(w2), len(before)+len(w2))
+	want := fmt.Sprintf("witnesses:   %d given, %d confirmed, %d not borne out by the log", len(all)+len(w2), len(before)+len(w2), len(lost))
 	if !strings.Contains(out, want) {
 		t.Fatalf("audit --receipts: want %q\n%s", want, out)
 	}
@@ -219,7 +219,7 @@ func TestWatchReceipts(t *testing.T) {
 		t.Fatalf("%d receipts, %v", len(lines), err)
 	}
 	code, aout, aerr := runAuditCmd("--nats-url", url, "--receipts", file, "--receipts", filepath.Join(dir, "w1.receipts"))
-	if code != 0 || !strings.Contains(aout, "witnesses:   0 (") {
+	if code != 0 || !strings.Contains(aout, ", 0 not borne out by the log") {
 		t.Fatalf("audit --receipts: exit %d\n%s%s", code, aout, aerr)
 	}
 }
@@ -259,7 +259,7 @@ func TestAuditReceiptsOfIntakeInputs(t *testing.T) {
 	}
 	url := d.srv.ClientURL()
 	code, out, errOut := runAuditCmd("--nats-url", url, "--receipts", file)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("(%d given, %d confirmed)", len(lines), len(lines))) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d given, %d confirmed, 0 not borne out", len(lines), len(lines))) {
 		t.Fatalf("audit --receipts: exit %d, want every receipt confirmed\n%s%s", code, out, errOut)
 	}
 	// A receipt of an intake input the log does not hold.

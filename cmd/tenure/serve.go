@@ -34,13 +34,13 @@ import (
 
 // connFlags are the usual NATS connection options, shared by every command
 // that talks to a server. The password comes from --password-file, the
-// environment (NATS_PASSWORD) or a credential file (--credential), so that
+// environment (NATS_PASSWORD) or a credential file (--creds-json), so that
 // it need not be on the command line; --password, which every local user
 // can read in ps, is kept for compatibility and warned about.
 type connFlags struct {
 	url, creds, nkey, user, password, passwordFile, tlsCA, tlsCert, tlsKey, inbox string
 
-	cred     *auth.Credential // --credential, read when parsed
+	cred     *auth.Credential // --creds-json (or --credential), read when parsed
 	credPath string
 	set      map[string]bool // the connection flags given
 	warn     io.Writer       // where --password's warning goes: the flag set's output
@@ -56,20 +56,22 @@ func (c *connFlags) register(fs *flag.FlagSet, urlHelp string) {
 		fs.Func(name, usage, func(v string) error { *p, c.set[name] = v, true; return nil })
 		*p = value
 	}
-	str(&c.url, "nats-url", os.Getenv("NATS_URL"), urlHelp+" (env NATS_URL; default with --credential: the credential's URL)")
-	fs.Func("credential", "credential file of tenure auth init (<name>.creds.json): URL, user and password or nkey seed file, inbox prefix and TLS files in one; other connection flags given override its values", func(v string) error {
+	str(&c.url, "nats-url", os.Getenv("NATS_URL"), urlHelp+" (env NATS_URL; default with --creds-json: the credential's URL)")
+	credential := func(v string) error {
 		cr, err := auth.ReadCredential(v)
 		if err != nil {
 			return err
 		}
-		c.cred, c.credPath, c.set["credential"] = &cr, v, true
+		c.cred, c.credPath, c.set["creds-json"] = &cr, v, true
 		return nil
-	})
-	str(&c.creds, "creds", "", "NATS credentials file")
+	}
+	fs.Func("creds-json", "the credential `FILE` of tenure auth init (DIR/<name>.creds.json): URL, user and password or nkey seed file, inbox prefix and TLS files in one; other connection flags given override its values", credential)
+	fs.Func("credential", "the same as --creds-json `FILE` (its older name)", credential)
+	str(&c.creds, "creds", "", "NATS (JWT) .creds file; for the .creds.json of tenure auth init, --creds-json")
 	str(&c.nkey, "nkey", "", "NATS nkey seed file")
 	str(&c.user, "user", "", "NATS user")
 	str(&c.passwordFile, "password-file", "", "file holding the NATS password (its first line)")
-	str(&c.password, "password", "", "NATS password: visible to every local user in ps; prefer --password-file, --credential or env "+passwordEnv)
+	str(&c.password, "password", "", "NATS password: visible to every local user in ps; prefer --password-file, --creds-json or env "+passwordEnv)
 	str(&c.tlsCA, "tlsca", "", "CA certificate file to verify the server")
 	str(&c.tlsCert, "tlscert", "", "client certificate file")
 	str(&c.tlsKey, "tlskey", "", "client private key file")
@@ -89,7 +91,7 @@ func (c *connFlags) resolved() (streams.ConnectConfig, string, error) {
 		return cfg, "", fmt.Errorf("%w: --password and --password-file are exclusive", errUsage)
 	}
 	if c.set["password"] && c.warn != nil {
-		fmt.Fprintln(c.warn, "tenure: warning: --password is visible to every local user (ps); use --password-file, --credential or env "+passwordEnv)
+		fmt.Fprintln(c.warn, "tenure: warning: --password is visible to every local user (ps); use --password-file, --creds-json or env "+passwordEnv)
 	}
 	if c.set["password-file"] {
 		b, err := os.ReadFile(c.passwordFile)
@@ -101,7 +103,7 @@ func (c *connFlags) resolved() (streams.ConnectConfig, string, error) {
 	}
 	if cr := c.cred; cr != nil {
 		if c.set["creds"] || c.set["nkey"] || c.set["user"] && cr.NKeySeedFile != "" {
-			return cfg, "", fmt.Errorf("%w: --credential %s authenticates already: give no --creds, --nkey or --user with it", errUsage, c.credPath)
+			return cfg, "", fmt.Errorf("%w: --creds-json %s authenticates already: give no --creds, --nkey or --user with it", errUsage, c.credPath)
 		}
 		if cfg.URL == "" {
 			cfg.URL = cr.URL
@@ -252,7 +254,7 @@ $SRV endpoints, the state API and the web UI use a second connection
 (tenure-service-<id>), so that a flood aimed at their subjects never
 slows the coordinator's own.
 
-On a brand-new deployment under tenure auth init (--credential of its
+On a brand-new deployment under tenure auth init (--creds-json of its
 coordinator), the coordinator's credential may update no stream: once its
 rules and policy are stored it waits, saying so in its status and log, for
 the administrator's tenure genesis to widen the input stream, then goes
@@ -483,13 +485,29 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 // use) has logged why and what to do; serve then keeps its embedded server,
 // status service and web UI up, so that `tenure status`, `tenure audit` and
 // the board can show the operator the same, until it is stopped (exit 1).
+//
+// The exception is a refusal that this serve's own flags caused, with
+// nothing in the log to show: --log-retention on streams created without
+// it (JetStream cannot cancel DenyPurge). serve exits 1 at once, saying
+// so, as README says.
 func stopped(ctx context.Context, err error, log *slog.Logger) error {
+	if retentionRefused(err) {
+		log.Error("refusing to start: --log-retention, but the streams were created without it", "err", err, "what_to_do", coordinator.Remedy(err))
+		return err
+	}
 	if err != nil && ctx.Err() == nil && coordinator.Remedy(err) != "" {
 		log.Error("not live: serving status and audits only until stopped (Ctrl-C); `tenure status` shows why", "err", err)
 		<-ctx.Done()
 	}
 	log.Info("tenure stopped")
 	return err
+}
+
+// retentionRefused reports whether err is the refusal of --log-retention
+// on streams that deny purges.
+func retentionRefused(err error) bool {
+	var m *streams.ConfigMismatchError
+	return errors.As(err, &m) && m.Field == "DenyPurge" && m.Got == "true"
 }
 
 // dataDirInUse turns the *streams.LockedError of a data directory that
@@ -720,7 +738,7 @@ func genesisMode(conn *connFlags, top streams.Topology) (coordinator.GenesisMode
 		if abs, err := filepath.Abs(admin); err == nil {
 			admin = abs
 		}
-		cmd = "tenure genesis --credential " + admin
+		cmd = "tenure genesis --creds-json " + admin
 	}
 	// The input stream, or partition 0's: the same right on each.
 	updates := []string{"$JS.API.STREAM.UPDATE." + top.InputStream(), "$JS.API.STREAM.UPDATE." + top.Partitions(1)[0].InputStream()}

@@ -127,24 +127,102 @@ func shellWords(line string) (words []string, background bool) {
 	return words, background
 }
 
-// The README's short tour, as written, against a real tenure serve and
-// with the nats CLI: a client Tenure did not write. The lease id of the
-// README is an example ("copy yours from the verdict"): the test copies the
-// one it was granted. Then the dispatcher and operator commands, each
-// printing its verdict.
+// README's five minutes and then its short tour, as written, on one
+// tenure serve, with the queue-worker example, the board's API and the
+// nats CLI (a client Tenure did not write). The five minutes: the build,
+// serve with the board (on free ports, in a fresh directory), the example,
+// a submit, jobs ls until the job is COMPLETED, and the token file that
+// opens the board, which shows the job and the queue's worker. The tour:
+// its PubAck sequences and lease id differ from run to run (they follow
+// whatever the log holds before, ticks and checkpoints included), so the
+// README shows none; the test copies the lease id it was granted. Then
+// the dispatcher and operator commands, each printing its verdict.
 func TestReadmeTour(t *testing.T) {
 	natsBin := natsCLI(t)
-	port := freePort(t)
+	tenure := tenureBinary(t)
+	port, web := freePort(t), "127.0.0.1:"+strconv.Itoa(freePort(t))
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	p := startServe(t, t.TempDir(), port, "--sync", "interval")
-	waitServing(t, p.log, p.done, regexp.MustCompile(`(INF live|msg=live) `))
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	dir := t.TempDir() // the checkout's top, for ./tenure and tenure-data
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+
+	var token string
+	var ran []string
+	for _, line := range readmeBlock(t, "## Five minutes", "") {
+		words, _ := shellWords(line)
+		if len(words) == 0 {
+			continue
+		}
+		cmd := strings.Join(words, " ")
+		switch {
+		case cmd == "go build -v -o tenure ./cmd/tenure":
+			// tenureBinary built it.
+		case cmd == "./tenure serve --http 127.0.0.1:8080":
+			p := &serveProcess{log: &syncBuffer{}, done: make(chan int, 1)}
+			p.cmd = exec.Command(tenure, "serve", "--http", web, "--listen", "127.0.0.1:"+strconv.Itoa(port), "--sync", "interval")
+			p.cmd.Dir, p.cmd.Stdout, p.cmd.Stderr = dir, p.log, p.log
+			if err := p.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = p.cmd.Wait(); p.done <- p.cmd.ProcessState.ExitCode() }()
+			t.Cleanup(func() { p.kill(t) })
+			waitServing(t, p.log, p.done, liveLine)
+		case cmd == "go run ./examples/queue-worker":
+			startProcess(t, []string{"NATS_URL=" + url}, exampleBinary(t, "queue-worker"))
+		case words[0] == "./tenure" && words[1] == "submit":
+			var out, errOut bytes.Buffer
+			if code := run(ctx, append(words[1:], "--nats-url", url), &out, &errOut); code != 0 {
+				t.Fatalf("%s: exit %d\n%s%s", line, code, out.String(), errOut.String())
+			}
+		case cmd == "./tenure jobs ls":
+			// "4 s later: img-1 COMPLETED, attempt 1/3, held by example-queue-worker"
+			done := regexp.MustCompile(`(?m)^img-1\s+COMPLETED\s+thumbnails\s+1/3\s+example-queue-worker\s`)
+			var out bytes.Buffer
+			if err := testutil.Poll(60*time.Second, func() error {
+				out.Reset()
+				if code := run(ctx, []string{"jobs", "ls", "--nats-url", url}, &out, &out); code != 0 || !done.Match(out.Bytes()) {
+					return fmt.Errorf("exit %d:\n%s", code, out.String())
+				}
+				return nil
+			}); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+		case cmd == "cat tenure-data/board-operator.token":
+			b, err := os.ReadFile(filepath.Join(dir, "tenure-data", "board-operator.token"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			token = strings.TrimSpace(string(b))
+		default:
+			t.Fatalf("the five minutes run %q: the test does not know what it should do", line)
+		}
+		ran = append(ran, cmd)
+	}
+	if len(ran) != 6 || token == "" {
+		t.Fatalf("ran %q of the five minutes, want six commands", ran)
+	}
+	// The board: img-1 completed by the worker, under the queue thumbnails
+	// with the worker's four free slots.
+	getJSONAs(t, "http://"+web+"/api/jobs", token, func(code int, b map[string]any) bool {
+		rows, _ := b["rows"].([]any)
+		return code == 200 && len(rows) == 1 && rows[0].(map[string]any)["id"] == "img-1" &&
+			rows[0].(map[string]any)["state"] == "COMPLETED" && rows[0].(map[string]any)["holder"] == "example-queue-worker"
+	})
+	getJSONAs(t, "http://"+web+"/api/queues", token, func(code int, b map[string]any) bool {
+		qs, _ := b["queues"].([]any)
+		if code != 200 || len(qs) != 1 {
+			return false
+		}
+		q := qs[0].(map[string]any)
+		return q["queue"] == "thumbnails" && q["workers"] == 1.0 && q["free_slots"] == 4.0 && q["completed"] == 1.0
+	})
+
+	// The tour, on the same serve.
 	var subOut syncBuffer
-	example := regexp.MustCompile(`L3-[A-Za-z0-9_-]{22}`)
 	var lease string
-	var ran int
+	var acquired uint64
+	pubAck := regexp.MustCompile(`\{"stream":"TENURE_IN","seq":(\d+)\}`)
+	ran = nil
 	for _, line := range readmeBlock(t, "## A short tour", "") {
 		words, bg := shellWords(line)
 		if len(words) == 0 {
@@ -155,7 +233,7 @@ func TestReadmeTour(t *testing.T) {
 		}
 		for i, w := range words {
 			if lease != "" {
-				words[i] = example.ReplaceAllString(w, lease)
+				words[i] = strings.ReplaceAll(w, "LEASE_ID", lease)
 			}
 		}
 		args := append([]string{"--server", url}, words[1:]...)
@@ -174,22 +252,25 @@ func TestReadmeTour(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", line, err, out)
 		}
-		ran++
+		ran = append(ran, strings.Join(words, " "))
+		m := pubAck.FindStringSubmatch(string(out))
+		if m == nil {
+			t.Fatalf("%s: want a PubAck, as the README says:\n%s", line, out)
+		}
+		seq, _ := strconv.ParseUint(m[1], 10, 64)
 		switch words[len(words)-2] {
 		case "tenure.in.worker.w1.report-42.acquire":
-			// -> PubAck {"stream":"TENURE_IN","seq":3}; the verdict "granted" names the lease_id
-			if !strings.Contains(string(out), `{"stream":"TENURE_IN","seq":3}`) {
-				t.Fatalf("%s: want the PubAck of input 3, as the README says:\n%s", line, out)
-			}
+			// the verdict "granted", with generation 1 and the lease_id, "L<N>-" and 22 characters
+			acquired = seq
 			var m []string
 			testutil.WaitFor(t, 10*time.Second, "the granted verdict", func() bool {
-				m = regexp.MustCompile(`tenure\.out\.w1\.report-42\.granted[\s\S]*?"lease_id":"(L3-[A-Za-z0-9_-]{22})","generation":1`).FindStringSubmatch(subOut.String())
+				m = regexp.MustCompile(`tenure\.out\.w1\.report-42\.granted[\s\S]*?"lease_id":"(L` + strconv.FormatUint(seq, 10) + `-[A-Za-z0-9_-]{22})","generation":1`).FindStringSubmatch(subOut.String())
 				return m != nil
 			})
 			lease = m[1]
 		case "tenure.in.worker.w1.report-42.renew":
-			if !strings.Contains(string(out), `{"stream":"TENURE_IN","seq":4}`) {
-				t.Fatalf("%s: want the PubAck of input 4:\n%s", line, out)
+			if seq <= acquired {
+				t.Fatalf("%s: PubAck of input %d, want one after the acquire's %d:\n%s", line, seq, acquired, out)
 			}
 			testutil.WaitFor(t, 10*time.Second, "the renewed verdict", func() bool {
 				return strings.Contains(subOut.String(), "tenure.out.w1.report-42.renewed")
@@ -198,8 +279,8 @@ func TestReadmeTour(t *testing.T) {
 			t.Fatalf("the tour runs %q: the test does not know what it should print", line)
 		}
 	}
-	if ran != 2 || lease == "" {
-		t.Fatalf("ran %d commands of the tour (lease %q), want the acquire and the renewal", ran, lease)
+	if len(ran) != 2 || lease == "" || strings.Contains(strings.Join(ran, "\n"), "LEASE_ID") {
+		t.Fatalf("ran %q of the tour (lease %q), want the acquire and the renewal with the lease granted", ran, lease)
 	}
 
 	// The dispatcher and operator commands: every one works (exit 0) and
@@ -209,7 +290,7 @@ func TestReadmeTour(t *testing.T) {
 		"offer --job export-9":    "offered ok",
 		"cancel --job export-9":   "cancel_requested offer_withdrawn",
 		"policy --cancel-timeout": "policy_set ok",
-		"policy show":             "cancel-timeout   5s ",
+		"policy show":             "cancel-timeout 5s ",
 		"cancel --job report-42":  "cancel_requested ok",
 		"watch --job report-42":   "unresolved cancel_timeout",
 		"resolve --job report-42": "resolved settled",
@@ -243,7 +324,8 @@ func TestReadmeTour(t *testing.T) {
 		var out, errOut bytes.Buffer
 		code := run(ctx, args, &out, &errOut)
 		t.Logf("%s -> exit %d:\n%s", line, code, out.String())
-		if code != 0 || !strings.Contains(out.String(), want) {
+		// Words, whatever the columns' widths.
+		if words := strings.Join(strings.Fields(out.String()), " "); code != 0 || !strings.Contains(words, want) {
 			t.Fatalf("%s: exit %d, want 0 and %q:\n%s%s", line, code, want, out.String(), errOut.String())
 		}
 	}

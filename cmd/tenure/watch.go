@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -161,14 +162,13 @@ func runWatch(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		}
 	}
 	results := newResultDetails(nc, js, stderr)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', 0)
+	// Lines are printed as they come, so no tabwriter can align them: the
+	// columns are as wide as the widest value the column can hold where the
+	// set is closed (kind, reason, state, times), and otherwise grow with
+	// the widest value seen (never shrink).
+	cols := newWatchColumns(count > 0)
 	if *format == "table" {
-		if count > 0 {
-			fmt.Fprintln(tw, "AT\tPART\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY\tDETAIL")
-		} else {
-			fmt.Fprintln(tw, "AT\tINPUT\tKIND\tREASON\tJOB\tGEN\tHOLDER\tSTATE\tEXPIRES\tBY\tDETAIL")
-		}
-		tw.Flush()
+		cols.header(stdout)
 	}
 	n := 0
 	for {
@@ -211,18 +211,15 @@ func runWatch(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 			fmt.Fprintf(stdout, "%s,\"result_detail\":%s}\n", bytes.TrimSuffix(bytes.TrimSpace(m.Data), []byte("}")), q)
 		case *format == "json":
 			fmt.Fprintf(stdout, "%s\n", m.Data)
-		case w.part.Partitioned():
-			fmt.Fprintf(tw, "%s\t%s\t#%d.%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\t%s\n",
-				time.Unix(0, d.At).UTC().Format("15:04:05.000"), w.part.Token(), d.Cause, d.N, d.Kind, d.Reason,
-				d.Job.ID, d.Job.Generation, or(d.Job.Holder, "-"), d.Job.State,
-				or(clock(d.Job.ExpiresAt), "-"), d.Role, d.Actor, cell)
-			tw.Flush()
 		default:
-			fmt.Fprintf(tw, "%s\t#%d.%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%s\t%s\n",
-				time.Unix(0, d.At).UTC().Format("15:04:05.000"), d.Cause, d.N, d.Kind, d.Reason,
-				d.Job.ID, d.Job.Generation, or(d.Job.Holder, "-"), d.Job.State,
-				or(clock(d.Job.ExpiresAt), "-"), d.Role, d.Actor, cell)
-			tw.Flush()
+			fields := []string{time.Unix(0, d.At).UTC().Format("15:04:05.000")}
+			if cols.partitioned {
+				fields = append(fields, w.part.Token())
+			}
+			fields = append(fields, fmt.Sprintf("#%d.%d", d.Cause, d.N), d.Kind.String(), or(string(d.Reason), "-"),
+				d.Job.ID, strconv.FormatUint(d.Job.Generation, 10), or(d.Job.Holder, "-"), d.Job.State.String(),
+				or(clock(d.Job.ExpiresAt), "-"), d.Role.String()+"/"+d.Actor, cell)
+			cols.line(stdout, fields)
 		}
 		n++
 		if *limit > 0 && n >= *limit {
@@ -281,6 +278,72 @@ func (r *resultDetails) get(ctx context.Context, part events.Partition, d *event
 		fmt.Fprintf(r.stderr, "tenure watch: a result's detail could not be read (%v): the state API of tenure serve answers it\n", streams.Classify(err))
 	}
 	return "", false
+}
+
+// watchColumns lays out tenure watch's table one line at a time.
+type watchColumns struct {
+	partitioned bool
+	names       []string
+	width       []int
+}
+
+func newWatchColumns(partitioned bool) *watchColumns {
+	widest := func(names []string) int {
+		n := 0
+		for _, s := range names {
+			n = max(n, len(s))
+		}
+		return n
+	}
+	var kinds, reasons, states []string
+	for _, k := range events.Kinds() {
+		kinds = append(kinds, k.String())
+	}
+	for _, r := range events.Reasons() {
+		reasons = append(reasons, string(r.Reason))
+	}
+	for s := events.State(0); s.String() != "?"; s++ {
+		states = append(states, s.String())
+	}
+	c := &watchColumns{partitioned: partitioned}
+	add := func(name string, width int) {
+		c.names = append(c.names, name)
+		c.width = append(c.width, max(len(name), width))
+	}
+	add("AT", len("15:04:05.000"))
+	if partitioned {
+		add("PART", 3)
+	}
+	add("INPUT", len("#1000.0"))
+	add("KIND", widest(kinds))
+	add("REASON", widest(reasons))
+	add("JOB", 12)
+	add("GEN", 3)
+	add("HOLDER", 8)
+	add("STATE", widest(states))
+	add("EXPIRES", len("15:04:05.000"))
+	add("BY", len("worker/w1"))
+	add("DETAIL", 0)
+	return c
+}
+
+func (c *watchColumns) header(w io.Writer) { c.line(w, c.names) }
+
+// line writes fields, each padded to its column's width (grown to the
+// field's if it is wider), one space between columns, the last unpadded.
+func (c *watchColumns) line(w io.Writer, fields []string) {
+	var b strings.Builder
+	for i, f := range fields {
+		if i == len(fields)-1 {
+			b.WriteString(f)
+			break
+		}
+		c.width[i] = max(c.width[i], utf8.RuneCountInString(f))
+		b.WriteString(f)
+		b.WriteString(strings.Repeat(" ", c.width[i]-utf8.RuneCountInString(f)+1))
+	}
+	b.WriteByte('\n')
+	io.WriteString(w, b.String())
 }
 
 // watched is one decision message read from a partition's decision stream

@@ -357,6 +357,13 @@ func (s snapshots) Put(ctx context.Context, headers nats.Header, data []byte) er
 // reader reads a stream of the model in order: each message reaches it
 // through the net (a lane of its own: late, or stalled as a consumer lost
 // and replaced is), and its goroutine hands them to fn one at a time.
+// delivered is a message that reached a reader, and how many the stream
+// held after it then.
+type delivered struct {
+	Msg
+	after uint64
+}
+
 type reader struct {
 	n       *Net
 	id      string
@@ -366,7 +373,7 @@ type reader struct {
 	next    uint64 // the next sequence to deliver
 	inLane  bool   // a delivery is in the net
 	mu      sync.Mutex
-	pending []Msg
+	pending []delivered
 	wake    chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -383,7 +390,7 @@ func (n *Net) read(ctx context.Context, id, actor string, s *Stream, from uint64
 		defer close(r.done)
 		for {
 			r.mu.Lock()
-			var m Msg
+			var m delivered
 			has := len(r.pending) > 0
 			if has {
 				m, r.pending = r.pending[0], r.pending[1:]
@@ -400,7 +407,7 @@ func (n *Net) read(ctx context.Context, id, actor string, s *Stream, from uint64
 			if ctx.Err() != nil {
 				return
 			}
-			fn(coordinator.Stored{Seq: m.Seq, Time: m.Time.UnixNano(), Subject: m.Subject, Data: m.Data, Header: cloneHeader(m.Header)})
+			fn(coordinator.Stored{Seq: m.Seq, Time: m.Time.UnixNano(), Subject: m.Subject, Data: m.Data, Header: cloneHeader(m.Header), Pending: m.after})
 		}
 	}()
 	return r
@@ -452,7 +459,7 @@ func (n *Net) feedLocked(r *reader) {
 	n.submitLocked(r.actor, "~"+r.id, stall, func(time.Time) {
 		r.inLane = false
 		r.mu.Lock()
-		r.pending = append(r.pending, m)
+		r.pending = append(r.pending, delivered{m, r.s.Last() - m.Seq})
 		r.mu.Unlock()
 		select {
 		case r.wake <- struct{}{}:
