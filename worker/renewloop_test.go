@@ -32,6 +32,7 @@ import (
 
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -84,7 +85,12 @@ func (f *fakeCoord) seen() []renewSeen {
 	return append([]renewSeen(nil), f.renews...)
 }
 
-func (f *fakeCoord) PublishMsg(_ context.Context, msg *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+// Follow is never called: fakeWorker starts no decision reader.
+func (f *fakeCoord) Follow(context.Context, follow.Config, func(follow.Msg)) Follower {
+	panic("fakeCoord.Follow")
+}
+
+func (f *fakeCoord) Publish(_ context.Context, msg *nats.Msg, _, _ string) (*jetstream.PubAck, error) {
 	var in events.Input
 	if err := events.DecodeInput(msg.Subject, msg.Data, &in); err != nil {
 		f.t.Errorf("fake coordinator: undecodable input %s: %v", msg.Subject, err)

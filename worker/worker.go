@@ -30,8 +30,7 @@ const workerInactive = 30 * time.Second
 // concurrent use. Create it with Connect; Close it when done.
 type Worker struct {
 	id   string
-	js   jetstream.JetStream
-	pub  publisher   // js, but for the tests of the renew loop
+	tr   Transport   // JetStream (Connect), or another one (NewWithTransport)
 	clk  clock.Clock // Options.Clock, or the real clock
 	opts Options
 	part events.Partition // Count: the deployment's partition count (0: unpartitioned)
@@ -44,8 +43,8 @@ type Worker struct {
 
 	ctx    context.Context // cancelled (cause ErrClosed) by Close
 	cancel context.CancelCauseFunc
-	fols   []*follow.Follower // the decision reader of each partition
-	wg     sync.WaitGroup     // the offer pump and every lease's renew loop
+	fols   []Follower     // the decision reader of each partition
+	wg     sync.WaitGroup // the offer pump and every lease's renew loop
 	once   sync.Once
 
 	rmu    sync.Mutex    // guards renewQ and renewN
@@ -61,11 +60,6 @@ type Worker struct {
 	offerC  chan Offer
 	offerS  chan struct{}      // wakes the offer pump
 	runs    map[string]*runner // the Run of each queue: its offers go there, not to offerQ
-}
-
-// publisher is the part of jetstream.JetStream that publishes inputs.
-type publisher interface {
-	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
 }
 
 type leaseKey struct{ job, leaseID string }
@@ -142,8 +136,7 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	topos := streams.Topology{Prefix: o.StreamPrefix}.Partitions(count)
-	w := newWorker(id, o, js, topos)
-	w.js = js
+	w := newWorker(id, o, jsTransport{js}, topos)
 	if err := w.start(ctx, topos); err != nil {
 		w.cancel(err)
 		return nil, err
@@ -152,11 +145,42 @@ func Connect(nc *nats.Conn, id string, opts ...Option) (*Worker, error) {
 	return w, nil
 }
 
-// newWorker returns the worker of Connect, publishing with pub to the
+// NewWithTransport starts a worker with identity id, as Connect does, on
+// transport t instead of a NATS connection: an unpartitioned deployment of
+// the streams Options.StreamPrefix names (the simulator's model of
+// JetStream; internal/sim).
+func NewWithTransport(t Transport, id string, opts ...Option) (*Worker, error) {
+	if !events.ValidToken(id) {
+		return nil, fmt.Errorf("worker: invalid id %q: want 1 to %d of [A-Za-z0-9_-]", id, events.MaxTokenLen)
+	}
+	o := Options{
+		StreamPrefix:   DefaultStreamPrefix,
+		VerdictTimeout: DefaultVerdictTimeout,
+		PublishTimeout: DefaultPublishTimeout,
+		OfferBuffer:    DefaultOfferBuffer,
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.VerdictTimeout)
+	defer cancel()
+	topos := streams.Topology{Prefix: o.StreamPrefix}.Partitions(0)
+	w := newWorker(id, o, t, topos)
+	if err := w.start(ctx, topos); err != nil {
+		w.cancel(err)
+		return nil, err
+	}
+	w.run()
+	return w, nil
+}
+
+// newWorker returns the worker of Connect, publishing with tr to the
 // input streams of topos, before its decision readers and goroutines start.
-func newWorker(id string, o Options, pub publisher, topos []streams.Topology) *Worker {
+func newWorker(id string, o Options, tr Transport, topos []streams.Topology) *Worker {
 	w := &Worker{
-		id: id, pub: pub, clk: clock.OrReal(o.Clock), opts: o,
+		id: id, tr: tr, clk: clock.OrReal(o.Clock), opts: o,
 		part:    events.Partition{Count: topos[0].Partition.Count},
 		renewQ:  make([][]*renewReq, len(topos)),
 		renewN:  make([]int, len(topos)),
@@ -207,7 +231,7 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 	// over (and creates it with short, retried requests, so that a cluster
 	// without a JetStream meta leader for a few seconds stalls the worker
 	// no longer than that).
-	f := follow.Start(w.ctx, w.js, follow.Config{
+	f := w.tr.Follow(w.ctx, follow.Config{
 		Stream:  out,
 		FromNew: true,
 		Filters: []string{events.AddresseeFilter(w.id)},
@@ -221,7 +245,7 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 		// after workerInactive.
 		Names:             events.WorkerConsumerNames(w.id),
 		InactiveThreshold: workerInactive,
-	}, func(_ context.Context, m follow.Msg) {
+	}, func(m follow.Msg) {
 		if m.Err != nil {
 			w.report(fmt.Errorf("worker: decision stream %s: %w", out, m.Err))
 			return
@@ -551,7 +575,7 @@ func (w *Worker) publishKey(ctx context.Context, p *input) (verdictKey, error) {
 		actx, cancel := context.WithTimeout(ctx, publishTimeout(w.opts.PublishTimeout, p.deadline, w.clk.Now()))
 		// No retries inside the client: this loop retries no responders
 		// itself, so that a ctx ending meanwhile still reports them.
-		ack, err := w.pub.PublishMsg(actx, msg, jetstream.WithMsgID(p.msgID), jetstream.WithExpectStream(in), jetstream.WithRetryAttempts(0))
+		ack, err := w.tr.Publish(actx, msg, p.msgID, in)
 		cancel()
 		if err == nil && ack.Stream != in {
 			// Never with the expected-stream header; the verdict is

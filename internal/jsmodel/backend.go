@@ -12,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/worker"
 )
 
 // requestTimeout is the bound of a request whose context has none, as
@@ -509,4 +511,72 @@ func (c *Client) Publish(ctx context.Context, subject string, data []byte, msgID
 func (c *Client) Decisions(ctx context.Context, from uint64, prefix string, fn func(coordinator.Stored)) coordinator.Reader {
 	c.rn++
 	return c.n.read(ctx, c.actor+"#"+strconv.Itoa(c.rn), c.actor, c.n.model.Out, from, prefix, fn)
+}
+
+// Transport is a Go SDK worker's port (worker.Transport) to the model:
+// its publishes go to the input stream through the net, and Follow reads
+// the decision stream, filtered by subject, as a follow.Follower does (a
+// consumer that delivers what is stored after its creation with FromNew).
+// Journal, if set, receives every input sent and every PubAck read, as the
+// chaos workers' taps journal them.
+type Transport struct {
+	c       *Client
+	Journal func(sent bool, subject, msgID string, body []byte, stream string, seq uint64)
+}
+
+// Transport returns the client's worker transport.
+func (c *Client) Transport() *Transport { return &Transport{c: c} }
+
+func (t *Transport) Publish(ctx context.Context, msg *nats.Msg, msgID, expectStream string) (*jetstream.PubAck, error) {
+	c := t.c
+	m := withHeaders(msg, msgID, nil)
+	if expectStream != "" {
+		m.Header.Set(hdrExpectStrm, expectStream)
+	}
+	if t.Journal != nil {
+		t.Journal(true, m.Subject, msgID, m.Data, "", 0)
+	}
+	a, err := call(ctx, c.n, c.actor, "in", func(now time.Time) (PubAck, error) {
+		a, _ := c.n.model.In.Publish(now, m)
+		c.n.fed(c.n.model.In)
+		return a, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r, err := a.result()
+	if err == nil && t.Journal != nil {
+		t.Journal(false, m.Subject, msgID, m.Data, r.Stream, r.Sequence)
+	}
+	return r, err
+}
+
+// follower is a reader as a worker.Follower.
+type follower struct {
+	*reader
+	ready chan struct{}
+}
+
+func (f follower) Ready() <-chan struct{} { return f.ready }
+
+func (t *Transport) Follow(ctx context.Context, cfg follow.Config, fn func(follow.Msg)) worker.Follower {
+	c := t.c
+	c.rn++
+	prefix := ""
+	if len(cfg.Filters) == 1 {
+		prefix = strings.TrimSuffix(cfg.Filters[0], ">")
+	}
+	s := c.n.model.Out
+	if cfg.Stream == c.n.model.In.Name {
+		s = c.n.model.In
+	}
+	from := max(cfg.StartSeq, 1)
+	if cfg.FromNew {
+		c.n.mu.Lock()
+		from = s.Last() + 1
+		c.n.mu.Unlock()
+	}
+	ready := make(chan struct{})
+	close(ready)
+	return follower{c.n.read(ctx, c.actor+"#"+strconv.Itoa(c.rn), c.actor, s, from, prefix, fn), ready}
 }

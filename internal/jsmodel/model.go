@@ -319,7 +319,6 @@ func (s *Stream) Info() *jetstream.StreamInfo {
 	return &jetstream.StreamInfo{Config: s.Config, State: st}
 }
 
-
 func cloneHeader(h nats.Header) nats.Header {
 	if h == nil {
 		return nil

@@ -13,13 +13,12 @@ import (
 
 // A mutation deliberately breaks Tenure (edits of one source file, each an
 // exact text that must occur once, built with go test -c -overlay: the
-// code itself has no hook for this) or the simulated worker (a flag); the
-// simulator must find it within its seeds.
+// code itself has no hook for this); the simulator must find it within its
+// seeds.
 type simMutation struct {
 	name  string
 	file  string // relative to the repository
 	edits [][2]string
-	flag  string // a flag of the test binary instead
 	seeds int    // the seeds it may take
 	want  string // a finding's text
 }
@@ -60,11 +59,6 @@ var simMutations = []simMutation{
 		},
 		seeds: 400,
 	},
-	{
-		name:  "wrong-waiter",
-		flag:  "-wrong-waiter",
-		seeds: 400,
-	},
 }
 
 var failingSeed = regexp.MustCompile(`seed (\d+): \d+ coordinators`)
@@ -100,35 +94,26 @@ func TestSimMutations(t *testing.T) {
 		}
 		return bin
 	}
-	var clean string
 	for _, m := range simMutations {
 		t.Run(m.name, func(t *testing.T) {
-			var bin string
-			var args []string
-			if m.file != "" {
-				src := filepath.Join(root, m.file)
-				b, err := os.ReadFile(src)
-				if err != nil {
-					t.Fatal(err)
-				}
-				text := string(b)
-				for _, e := range m.edits {
-					if n := strings.Count(text, e[0]); n != 1 {
-						t.Fatalf("%s holds %q %d times, want once: the mutation no longer fits the code", m.file, e[0], n)
-					}
-					text = strings.Replace(text, e[0], e[1], 1)
-				}
-				mutated := filepath.Join(dir, m.name+".go")
-				if err := os.WriteFile(mutated, []byte(text), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				bin = build(m.name, map[string]string{src: mutated})
-			} else {
-				if clean == "" {
-					clean = build("sim", nil)
-				}
-				bin, args = clean, []string{m.flag}
+			src := filepath.Join(root, m.file)
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
 			}
+			text := string(b)
+			for _, e := range m.edits {
+				if n := strings.Count(text, e[0]); n != 1 {
+					t.Fatalf("%s holds %q %d times, want once: the mutation no longer fits the code", m.file, e[0], n)
+				}
+				text = strings.Replace(text, e[0], e[1], 1)
+			}
+			mutated := filepath.Join(dir, m.name+".go")
+			if err := os.WriteFile(mutated, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			bin := build(m.name, map[string]string{src: mutated})
+			var args []string
 			args = append(args, "-test.run", "^TestSim$", "-seeds", strconvI(m.seeds))
 			out, err := exec.Command(bin, args...).CombinedOutput()
 			var ee *exec.ExitError

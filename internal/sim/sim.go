@@ -55,7 +55,8 @@ import (
 type Plan struct {
 	Seed         uint64
 	Coordinators int
-	Workers      int
+	Workers      int           // bare workers (the protocol by hand, as a nats CLI user speaks it)
+	SDKWorkers   int           // workers of the Go SDK
 	Jobs         int           // the jobs the workers compete for
 	Lease        time.Duration // the workers' lease duration
 	LeaderTTL    time.Duration
@@ -85,7 +86,8 @@ func Draw(seed uint64) Plan {
 	p := Plan{
 		Seed:         seed,
 		Coordinators: 1 + r.IntN(3),
-		Workers:      1 + r.IntN(3),
+		Workers:      r.IntN(3),
+		SDKWorkers:   r.IntN(3),
 		Jobs:         1 + r.IntN(4),
 		Lease:        time.Duration(600+r.IntN(2400)) * time.Millisecond,
 		LeaderTTL:    time.Duration(600+r.IntN(1400)) * time.Millisecond,
@@ -97,6 +99,9 @@ func Draw(seed uint64) Plan {
 		Cuts:         rate(0.5, 0.3),
 		CutFor:       time.Duration(100+r.IntN(3000)) * time.Millisecond,
 		Duration:     time.Duration(5+r.IntN(15)) * time.Second,
+	}
+	if p.Workers+p.SDKWorkers == 0 {
+		p.SDKWorkers = 1
 	}
 	p.Drain = 4*p.Lease + 4*p.LeaderTTL + p.CutFor + 10*time.Second
 	p.Faults = jsmodel.Faults{
@@ -116,8 +121,8 @@ func Draw(seed uint64) Plan {
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("seed %d: %d coordinators, %d workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, %v then %v quiet",
-		p.Seed, p.Coordinators, p.Workers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Duration, p.Drain)
+	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, %v then %v quiet",
+		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Duration, p.Drain)
 }
 
 // Report is what a run found.
@@ -146,17 +151,9 @@ func (r *Report) finding(format string, args ...any) {
 	}
 }
 
-// Mutation deliberately breaks something (the tests that the oracles catch
-// it); the zero value breaks nothing.
-type Mutation struct {
-	// WrongWaiter hands a worker's verdict of one input to the waiter of
-	// another of its inputs.
-	WrongWaiter bool
-}
-
 // Run runs plan p. It must run in a synctest bubble (synctest.Test): the
 // simulated clock is the bubble's.
-func Run(p Plan, mut Mutation) *Report {
+func Run(p Plan) *Report {
 	rep := &Report{Plan: p}
 	top := streams.Topology{}
 	model := jsmodel.NewModel(top.InputConfig(), top.DecisionConfig(), p.LeaderTTL)
@@ -254,10 +251,16 @@ func Run(p Plan, mut Mutation) *Report {
 	}
 	var wg sync.WaitGroup
 	stopWork := make(chan struct{})
-	workers := make([]*worker, p.Workers)
+	workers := make([]*bareWorker, p.Workers)
 	for i := range workers {
-		w := newWorker(fmt.Sprintf("w%d", i+1), net, p, res, rng.Uint64(), mut)
+		w := newWorker(fmt.Sprintf("w%d", i+1), net, p, res, rng.Uint64())
 		workers[i] = w
+		wg.Go(func() { w.run(ctx, jobs, stopWork) })
+	}
+	sdks := make([]*sdkWorker, p.SDKWorkers)
+	for i := range sdks {
+		w := newSDKWorker(fmt.Sprintf("s%d", i+1), net, p, res, rng.Uint64())
+		sdks[i] = w
 		wg.Go(func() { w.run(ctx, jobs, stopWork) })
 	}
 	var opLog []chaos.Entry
@@ -295,6 +298,9 @@ func Run(p Plan, mut Mutation) *Report {
 		actors = append(actors, c.id)
 	}
 	for _, w := range workers {
+		actors = append(actors, w.id)
+	}
+	for _, w := range sdks {
 		actors = append(actors, w.id)
 	}
 	for t := time.Duration(0); t < p.Duration; t += 100 * time.Millisecond {
@@ -346,6 +352,9 @@ func Run(p Plan, mut Mutation) *Report {
 	for _, w := range workers {
 		entries = append(entries, w.journal...)
 	}
+	for _, w := range sdks {
+		entries = append(entries, w.journal...)
+	}
 	entries = append(entries, opLog...)
 	ids := make([]string, len(coords))
 	for i, c := range coords {
@@ -381,6 +390,11 @@ func Run(p Plan, mut Mutation) *Report {
 		net.Touch("ticks by more than one coordinator")
 	}
 	for _, w := range workers {
+		for _, f := range w.findings {
+			rep.finding("%s: %s", w.id, f)
+		}
+	}
+	for _, w := range sdks {
 		for _, f := range w.findings {
 			rep.finding("%s: %s", w.id, f)
 		}

@@ -13,7 +13,6 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "run this seed alone (its plan and findings printed)")
 	seedsFlag = flag.Int("seeds", 0, "how many seeds to run from -from (default: SIM_SEEDS, or 200)")
 	fromFlag  = flag.Uint64("from", 1, "the first seed of a run of -seeds")
-	wrongFlag = flag.Bool("wrong-waiter", false, "mutation: the workers hand a verdict nobody awaits to the waiter there is (TestSimMutations)")
 )
 
 func seeds() (from uint64, n int) {
@@ -33,9 +32,9 @@ func seeds() (from uint64, n int) {
 }
 
 // runSeed runs one seed in a bubble of its own.
-func runSeed(t *testing.T, seed uint64, mut Mutation) *Report {
+func runSeed(t *testing.T, seed uint64) *Report {
 	var rep *Report
-	synctest.Test(t, func(t *testing.T) { rep = Run(Draw(seed), mut) })
+	synctest.Test(t, func(t *testing.T) { rep = Run(Draw(seed)) })
 	return rep
 }
 
@@ -47,7 +46,7 @@ func TestSim(t *testing.T) {
 	var reps []*Report
 	failed := 0
 	for seed := from; seed < from+uint64(n); seed++ {
-		rep := runSeed(t, seed, Mutation{WrongWaiter: *wrongFlag})
+		rep := runSeed(t, seed)
 		reps = append(reps, rep)
 		if !rep.OK() {
 			failed++
@@ -77,7 +76,7 @@ func TestSimReplays(t *testing.T) {
 	const n = 20
 	same := 0
 	for seed := uint64(1); seed <= n; seed++ {
-		a, b := runSeed(t, seed, Mutation{}), runSeed(t, seed, Mutation{})
+		a, b := runSeed(t, seed), runSeed(t, seed)
 		if a.Digest == b.Digest && a.Inputs == b.Inputs && a.Decisions == b.Decisions {
 			same++
 		}

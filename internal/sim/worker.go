@@ -20,19 +20,19 @@ import (
 // settle waits until every other goroutine of the bubble is blocked.
 func settle() { synctest.Wait() }
 
-// worker is a simulated worker: it does what the Go SDK does for its
+// bareWorker is a simulated worker that speaks the protocol by hand (as a
+// bare NATS client or the nats CLI would): it does what the Go SDK does for its
 // leases (acquire, renew at a third of the lease, progress, results, a
 // cancellation answered), holds a lease's authority until the expires_at
 // of its last accepted verdict, and writes effects to the fenced resource
 // only while it holds it. It journals every input it sends and every
 // PubAck it reads, as the chaos workers do.
-type worker struct {
+type bareWorker struct {
 	id       string
 	c        *jsmodel.Client
 	p        Plan
 	rng      *rand.Rand
 	res      *resource
-	mut      Mutation
 	journal  []chaos.Entry
 	findings []string
 
@@ -54,13 +54,13 @@ type lease struct {
 	renewAfter time.Time
 }
 
-func newWorker(id string, net *jsmodel.Net, p Plan, res *resource, seed uint64, mut Mutation) *worker {
-	return &worker{id: id, c: net.Client(id), p: p, rng: rand.New(rand.NewPCG(seed, 3)), res: res, mut: mut,
+func newWorker(id string, net *jsmodel.Net, p Plan, res *resource, seed uint64) *bareWorker {
+	return &bareWorker{id: id, c: net.Client(id), p: p, rng: rand.New(rand.NewPCG(seed, 3)), res: res,
 		waiters: map[uint64]chan events.Decision{}, stash: map[uint64][]events.Decision{}, leases: map[string]*lease{}}
 }
 
 // feed takes the decisions addressed to the worker.
-func (w *worker) feed(m coordinator.Stored) {
+func (w *bareWorker) feed(m coordinator.Stored) {
 	d, err := events.DecodeDecision(m.Data)
 	if err != nil {
 		w.mu.Lock()
@@ -83,14 +83,6 @@ func (w *worker) feed(m coordinator.Stored) {
 		}
 	}
 	cause := d.Cause
-	if _, awaited := w.waiters[cause]; w.mut.WrongWaiter && !awaited && len(w.waiters) == 1 {
-		// Mutation: a verdict nobody awaits (its waiter gave up) is
-		// taken by the waiter there is, as a client matching verdicts
-		// by arrival instead of by input would.
-		for c := range w.waiters {
-			cause = c
-		}
-	}
 	if ch, ok := w.waiters[cause]; ok {
 		delete(w.waiters, cause)
 		ch <- d
@@ -103,7 +95,7 @@ func (w *worker) feed(m coordinator.Stored) {
 // unknown, as the SDK does) and waits for its verdict; ok is false when
 // no verdict came (the outcome is unknown: a lease it concerns is given
 // up, as the SDK does when no verdict comes before the lease would end).
-func (w *worker) send(ctx context.Context, job string, verb events.Verb, in events.Input, until time.Time) (events.Decision, bool) {
+func (w *bareWorker) send(ctx context.Context, job string, verb events.Verb, in events.Input, until time.Time) (events.Decision, bool) {
 	in.Role, in.Actor, in.Job, in.Verb = events.RoleWorker, w.id, job, verb
 	body := events.AppendInputBody(nil, &in)
 	subj := events.InputSubject(events.RoleWorker, w.id, job, verb)
@@ -156,7 +148,7 @@ func (w *worker) send(ctx context.Context, job string, verb events.Verb, in even
 }
 
 // run works until stop, then ends the leases it holds.
-func (w *worker) run(ctx context.Context, jobs []string, stop <-chan struct{}) {
+func (w *bareWorker) run(ctx context.Context, jobs []string, stop <-chan struct{}) {
 	feed := w.c.Decisions(ctx, 1, events.DecisionPrefix+"."+w.id+".", w.feed)
 	defer feed.Stop()
 	leaseMS := w.p.Lease.Milliseconds()
@@ -249,7 +241,7 @@ func (w *worker) run(ctx context.Context, jobs []string, stop <-chan struct{}) {
 
 // accept applies a verdict that names the lease's new expiry; anything
 // else (or none) ends the worker's hold on it.
-func (w *worker) accept(l *lease, d events.Decision, ok bool) {
+func (w *bareWorker) accept(l *lease, d events.Decision, ok bool) {
 	switch {
 	case ok && (d.Kind == events.KindGranted || d.Kind == events.KindRenewed) && d.Job.Holder == w.id && d.Job.Generation == l.gen:
 		l.expires = time.Unix(0, d.Job.ExpiresAt)
@@ -259,7 +251,7 @@ func (w *worker) accept(l *lease, d events.Decision, ok bool) {
 	}
 }
 
-func (w *worker) drop(l *lease) {
+func (w *bareWorker) drop(l *lease) {
 	w.mu.Lock()
 	if w.leases[l.job] == l {
 		delete(w.leases, l.job)
@@ -270,7 +262,7 @@ func (w *worker) drop(l *lease) {
 
 // finish ends a lease: a cancellation acknowledged then reconciled as
 // CANCELLED, or a SUCCESS result.
-func (w *worker) finish(ctx context.Context, l *lease, stopping bool) {
+func (w *bareWorker) finish(ctx context.Context, l *lease, stopping bool) {
 	if l.cancelAsk {
 		if _, ok := w.send(ctx, l.job, events.VerbCancelAck, events.Input{LeaseID: l.id, Generation: l.gen}, l.expires); !ok {
 			w.drop(l)
