@@ -7,6 +7,7 @@ import (
 
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/fence"
 	"github.com/maknow/tenure/receipt"
 )
 
@@ -228,6 +229,13 @@ type RunOptions struct {
 	// every third of it, so that two announcements in a row may be lost
 	// before the queue stops offering.
 	CapacityTTL time.Duration
+	// Effects, when set, binds each attempt to a resource before its
+	// handler runs (package fence): the adapter claims the job there, so
+	// that an older lease's writes are refused from then on, and the
+	// handler's ctx carries the fenced transaction or client
+	// (pgfence.From(ctx), ...). A Bind that fails fails the attempt
+	// without running the handler.
+	Effects fence.Binder
 }
 
 // RunOption sets one of RunOptions.
@@ -251,6 +259,14 @@ func WithCapacityTTL(d time.Duration) RunOption {
 			return fmt.Errorf("capacity ttl %v: want whole milliseconds from 1ms to %v", d, events.MaxCapacityTTL*time.Millisecond)
 		}
 		o.CapacityTTL = d
+		return nil
+	}
+}
+
+// WithEffects sets RunOptions.Effects.
+func WithEffects(b fence.Binder) RunOption {
+	return func(o *RunOptions) error {
+		o.Effects = b
 		return nil
 	}
 }
