@@ -21,6 +21,7 @@ import (
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/coordinator/coordtest"
 	"github.com/maknow/tenure/fence"
+	"github.com/maknow/tenure/internal/drain"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/worker"
 )
@@ -31,6 +32,9 @@ const childEnv = "TENURE_PGFENCE_CHILD"
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(pausedWorker(cfg))
+	}
+	if os.Getenv(drain.WorkerEnv) != "" {
+		os.Exit(drain.WorkerMain(drainHooks))
 	}
 	os.Exit(m.Run())
 }
