@@ -128,7 +128,9 @@ func (e *RefusedError) Error() string {
 	case ReasonStale:
 		s += ": the resource admitted the newer lease " + e.Held.String()
 	case ReasonMismatch:
-		s += ": the resource holds " + e.Held.String()
+		if e.Held.LeaseID != "" {
+			s += ": the resource holds " + e.Held.String()
+		}
 	case ReasonExpired:
 		s += ": deadline " + e.Deadline.UTC().Format(time.RFC3339Nano) + " passed (resource time " + e.At.UTC().Format(time.RFC3339Nano) + ")"
 	case ReasonReplay:
