@@ -126,7 +126,11 @@ func (e *RefusedError) Error() string {
 	}
 	switch e.Reason {
 	case ReasonStale:
-		s += ": the resource admitted the newer lease " + e.Held.String()
+		if e.Held.LeaseID != "" {
+			s += ": the resource admitted the newer lease " + e.Held.String()
+		} else {
+			s += ": the resource admitted a newer lease"
+		}
 	case ReasonMismatch:
 		if e.Held.LeaseID != "" {
 			s += ": the resource holds " + e.Held.String()
@@ -134,7 +138,11 @@ func (e *RefusedError) Error() string {
 	case ReasonExpired:
 		s += ": deadline " + e.Deadline.UTC().Format(time.RFC3339Nano) + " passed (resource time " + e.At.UTC().Format(time.RFC3339Nano) + ")"
 	case ReasonReplay:
-		s += ": committed already by " + e.Held.String()
+		if e.Held.LeaseID != "" {
+			s += ": committed already by " + e.Held.String()
+		} else {
+			s += ": committed already by another lease"
+		}
 	}
 	if e.Detail != "" {
 		s += " (" + e.Detail + ")"

@@ -26,9 +26,11 @@
 //
 // A refusal is answered 409 Conflict (stale, mismatch, replay) or 412
 // Precondition Failed (expired), 400 for a bad token or key, with the
-// headers Tenure-Fence-Refused (the reason) and Tenure-Fence-Held (the
-// token the server holds, or that committed the effect), and never
-// reaches the handler.
+// header Tenure-Fence-Refused (the reason; for a replay also
+// Tenure-Fence-Committer: self or other), and never reaches the handler.
+// It never names the lease the server holds: a lease id is a capability
+// (PROTOCOL.md §4.1), and a stale client told the newer token could send
+// its write again under it.
 //
 // The middleware runs the handler under the job's lock: the admission,
 // the handler's effect and its record are atomic with respect to the
@@ -56,7 +58,9 @@ const (
 	HeaderKey      = "Idempotency-Key"
 	HeaderClaim    = "Tenure-Claim"
 	HeaderRefused  = "Tenure-Fence-Refused"
-	HeaderHeld     = "Tenure-Fence-Held"
+	// HeaderCommitter answers a replay: "self" when the lease that sent
+	// the request committed the effect (a retry), "other" otherwise.
+	HeaderCommitter = "Tenure-Fence-Committer"
 )
 
 // Backend keeps what the middleware remembers: the fence per job, the
@@ -140,7 +144,7 @@ func Handler(next http.Handler, b Backend, opts ...func(*Options)) http.Handler 
 	for _, f := range opts {
 		f(&o)
 	}
-	var locks sync.Map // job -> *sync.Mutex (one per job ever seen: bounded by the jobs)
+	var locks [256]sync.Mutex // striped by job: bounded whatever jobs clients name
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, err := fence.ParseToken(r.Header.Get(HeaderFence))
 		if err != nil {
@@ -170,9 +174,9 @@ func Handler(next http.Handler, b Backend, opts ...func(*Options)) http.Handler 
 				}
 			}
 		}
-		mu, _ := locks.LoadOrStore(t.Job, new(sync.Mutex))
-		mu.(*sync.Mutex).Lock()
-		defer mu.(*sync.Mutex).Unlock()
+		mu := &locks[stripe(t.Job)]
+		mu.Lock()
+		defer mu.Unlock()
 		ctx := r.Context()
 		if err := b.Admit(ctx, t); err != nil {
 			refuseErr(w, err)
@@ -229,10 +233,19 @@ func (r *recorder) Write(b []byte) (int, error) {
 // Unwrap is for http.ResponseController.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-func refuse(w http.ResponseWriter, code int, reason, held, detail string) {
+// stripe is job's lock: FNV-1a of its bytes, modulo 256.
+func stripe(job string) uint8 {
+	h := uint32(2166136261)
+	for i := 0; i < len(job); i++ {
+		h = (h ^ uint32(job[i])) * 16777619
+	}
+	return uint8(h)
+}
+
+func refuse(w http.ResponseWriter, code int, reason, committer, detail string) {
 	w.Header().Set(HeaderRefused, reason)
-	if held != "" {
-		w.Header().Set(HeaderHeld, held)
+	if committer != "" {
+		w.Header().Set(HeaderCommitter, committer)
 	}
 	http.Error(w, "fence: "+reason+": "+detail, code)
 }
@@ -243,15 +256,21 @@ func refuseErr(w http.ResponseWriter, err error) {
 		http.Error(w, "fence: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	code := http.StatusConflict
-	if re.Reason == fence.ReasonExpired {
-		code = http.StatusPreconditionFailed
+	code, committer, detail := http.StatusConflict, "", ""
+	switch re.Reason {
+	case fence.ReasonStale:
+		detail = "a newer lease of job " + re.Token.Job + " was admitted"
+	case fence.ReasonMismatch:
+		detail = "the token contradicts the lease the server holds for job " + re.Token.Job + ", or names another job"
+	case fence.ReasonExpired:
+		code, detail = http.StatusPreconditionFailed, "the lease's deadline passed by the server's clock"
+	case fence.ReasonReplay:
+		committer, detail = "other", "effect "+re.Effect+" was committed already"
+		if re.Held == re.Token {
+			committer = "self"
+		}
 	}
-	held := ""
-	if re.Held.LeaseID != "" {
-		held = re.Held.String()
-	}
-	refuse(w, code, string(re.Reason), held, re.Error())
+	refuse(w, code, string(re.Reason), committer, detail)
 }
 
 // Refusal returns the *fence.RefusedError of a refused response of the
@@ -269,8 +288,8 @@ func Refusal(resp *http.Response, t fence.Token, effect string) error {
 		return fmt.Errorf("%w: the server refused %q", fence.ErrBadEffect, effect)
 	}
 	re := &fence.RefusedError{Reason: fence.Reason(reason), Token: t, Effect: effect, Detail: "refused by " + resp.Request.URL.Host}
-	if h := resp.Header.Get(HeaderHeld); h != "" {
-		re.Held, _ = fence.ParseToken(h)
+	if reason == string(fence.ReasonReplay) && resp.Header.Get(HeaderCommitter) == "self" {
+		re.Held = t // fence.CommittedBy(err, t) holds
 	}
 	return re
 }

@@ -3,6 +3,8 @@ package httpfence_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -101,6 +103,20 @@ func TestMiddleware(t *testing.T) {
 		if err := pay(c.b, srv.URL, c.job, c.key); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
+	}
+	// No refusal names the lease the server holds: a stale client told
+	// the newer token could send its write again under it.
+	raw, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay/j", nil)
+	raw.Header.Set(httpfence.HeaderFence, "j/L10-a/1")
+	raw.Header.Set(httpfence.HeaderKey, "charge-9")
+	resp, err := srv.Client().Do(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || strings.Contains(string(body), "L20-b") || strings.Contains(fmt.Sprint(resp.Header), "L20-b") {
+		t.Fatalf("a stale refusal: %s %v %q", resp.Status, resp.Header, body)
 	}
 	// A failed answer does not spend the key.
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay/j?fail=1", nil)

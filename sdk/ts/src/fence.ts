@@ -63,7 +63,8 @@ export const FenceHeader = {
   Key: "Idempotency-Key",
   Claim: "Tenure-Claim",
   Refused: "Tenure-Fence-Refused",
-  Held: "Tenure-Fence-Held",
+  /** A replay's committer: "self" (this lease, a retry) or "other". */
+  Committer: "Tenure-Fence-Committer",
 } as const;
 
 /** What a fenced request needs of a lease: its token and its local deadline (ms on the epoch scale; 0: none). */
@@ -77,13 +78,14 @@ export interface FencedLease {
  * undefined for any other: a TenureError with code Refused and the
  * reason's codes (stale: StaleGeneration, LostAuthority; mismatch:
  * Mismatch, LostAuthority; expired: Expired, LostAuthority; replay:
- * Replay), and the token the server holds (or that committed the effect).
+ * Replay); a replay of an effect this lease committed (a retry) also
+ * carries committedBySelf. The server never names the lease it holds.
  */
 export function fenceRefusal(resp: Response, t: FencingToken, effect: string): TenureError | undefined {
   const reason = resp.headers.get(FenceHeader.Refused);
   if (!reason) return undefined;
-  const held = resp.headers.get(FenceHeader.Held) ?? "";
-  const msg = `fence: ${reason}: ${formatFencingToken(t)}${effect ? " effect " + effect : ""}${held ? " (the resource holds " + held + ")" : ""}`;
+  const self = reason === "replay" && resp.headers.get(FenceHeader.Committer) === "self";
+  const msg = `fence: ${reason}: ${formatFencingToken(t)}${effect ? " effect " + effect : ""}${self ? " (committed by this lease)" : ""}`;
   const codes: ErrorCode[] = [ErrorCode.Refused];
   switch (reason) {
     case "stale": codes.push(ErrorCode.StaleGeneration, ErrorCode.LostAuthority); break;
@@ -92,7 +94,7 @@ export function fenceRefusal(resp: Response, t: FencingToken, effect: string): T
     case "replay": codes.push(ErrorCode.Replay); break;
   }
   const err = new TenureError(msg, codes);
-  (err as TenureError & { held?: string }).held = held;
+  (err as TenureError & { committedBySelf?: boolean }).committedBySelf = self;
   return err;
 }
 
