@@ -247,6 +247,18 @@ func (s *Store) Do(ctx context.Context, l fence.Lease, effect string, fn func(tx
 	if err := s.admit(ctx, tx, t); err != nil {
 		return Commit{}, s.refused(ctx, conn, tx, err, effect)
 	}
+	// A replay is refused before fn runs (fn's own writes could fail on
+	// their unique keys first): the fence row's lock orders every commit
+	// of the job, so the effect's row cannot appear meanwhile.
+	var committer fence.Token
+	var cgen int64
+	switch err := tx.QueryRow(ctx, s.sql.committer, t.Job, effect).Scan(&committer.LeaseID, &cgen); {
+	case err == nil:
+		committer.Job, committer.Generation = t.Job, uint64(cgen)
+		return Commit{}, s.refused(ctx, conn, tx, &fence.RefusedError{Reason: fence.ReasonReplay, Token: t, Held: committer, Effect: effect}, effect)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Commit{}, fmt.Errorf("pgfence: %s effect %s: %w", t, effect, err)
+	}
 	if err := fn(tx); err != nil {
 		return Commit{}, err
 	}

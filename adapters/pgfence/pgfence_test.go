@@ -229,3 +229,29 @@ func TestRace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A replay is refused before fn runs: an effect whose own writes have
+// unique keys (a row per job) fails on them otherwise, and its attempt
+// is retried for ever (the drain of 10,000 jobs found one job DEAD after
+// 100 attempts so, its first commit's result lost with a killed worker).
+func TestReplayBeforeFn(t *testing.T) {
+	fx, pool := newStore(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE once (job text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	soon := time.Now().Add(time.Minute)
+	insert := func(tx pgx.Tx) error { _, err := tx.Exec(ctx, `INSERT INTO once VALUES ('j')`); return err }
+	g1, g2 := lease("j", "L10-a", 1, soon), lease("j", "L20-b", 2, soon)
+	if _, err := fx.Do(ctx, g1, "effect", insert); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	_, err := fx.Do(ctx, g2, "effect", func(tx pgx.Tx) error { ran = true; return insert(tx) })
+	if !errors.Is(err, fence.ErrReplay) || ran {
+		t.Fatalf("the next generation's replay: %v (fn ran: %v), want a replay refusal before fn", err, ran)
+	}
+	if _, err := fx.Do(ctx, g2, "effect", insert); !errors.Is(err, fence.ErrReplay) {
+		t.Fatalf("again: %v", err)
+	}
+}

@@ -241,9 +241,8 @@ func (s *Store) Do(ctx context.Context, l fence.Lease, effect string, fn func(tx
 		rollback()
 		return Commit{}, s.refused(ctx, err, effect)
 	}
-	if err := fn(c); err != nil {
-		return Commit{}, err
-	}
+	// A replay is refused before fn runs (fn's own writes could fail on
+	// their unique keys first); the write lock is held.
 	var by fence.Token
 	by.Job = t.Job
 	var gen int64
@@ -254,6 +253,9 @@ func (s *Store) Do(ctx context.Context, l fence.Lease, effect string, fn func(tx
 		return Commit{}, s.refused(ctx, &fence.RefusedError{Reason: fence.ReasonReplay, Token: t, Held: by, Effect: effect}, effect)
 	case !errors.Is(err, sql.ErrNoRows):
 		return Commit{}, fmt.Errorf("sqlitefence: %s effect %s: %w", t, effect, err)
+	}
+	if err := fn(c); err != nil {
+		return Commit{}, err
 	}
 	now := s.now()
 	deadline := l.Expires()

@@ -197,3 +197,22 @@ func TestPausedWorker(t *testing.T) {
 		t.Fatalf("%d items", n)
 	}
 }
+
+// A replay is refused before fn runs (see pgfence's TestReplayBeforeFn).
+func TestReplayBeforeFn(t *testing.T) {
+	fx := open(t)
+	ctx := context.Background()
+	if _, err := fx.DB().Exec(`CREATE TABLE once (job TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	soon := time.Now().Add(time.Minute)
+	insert := func(tx sqlitefence.Tx) error { _, err := tx.ExecContext(ctx, `INSERT INTO once VALUES ('j')`); return err }
+	if _, err := fx.Do(ctx, lease("j", "L10-a", 1, soon), "effect", insert); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	_, err := fx.Do(ctx, lease("j", "L20-b", 2, soon), "effect", func(tx sqlitefence.Tx) error { ran = true; return insert(tx) })
+	if !errors.Is(err, fence.ErrReplay) || ran {
+		t.Fatalf("the next generation's replay: %v (fn ran: %v), want a replay refusal before fn", err, ran)
+	}
+}
