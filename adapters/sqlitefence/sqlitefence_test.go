@@ -206,7 +206,10 @@ func TestReplayBeforeFn(t *testing.T) {
 		t.Fatal(err)
 	}
 	soon := time.Now().Add(time.Minute)
-	insert := func(tx sqlitefence.Tx) error { _, err := tx.ExecContext(ctx, `INSERT INTO once VALUES ('j')`); return err }
+	insert := func(tx sqlitefence.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO once VALUES ('j')`)
+		return err
+	}
 	if _, err := fx.Do(ctx, lease("j", "L10-a", 1, soon), "effect", insert); err != nil {
 		t.Fatal(err)
 	}
