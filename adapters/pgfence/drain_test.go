@@ -71,6 +71,11 @@ func drainHooks(cfg drain.WorkerConfig) (drain.Hooks, func(), error) {
 	return drain.Hooks{}, nil, fmt.Errorf("drain: mode %q", cfg.Extra["mode"])
 }
 
+// carelessWork is the paused worker's longest attempt: long enough that,
+// when it is paused, most of its attempts are in their handlers (their
+// claims, made before, take several round trips to the database).
+const carelessWork = 160 * time.Millisecond
+
 // drainStore starts PostgreSQL with the fence's tables and the drain's.
 func drainStore(t *testing.T) (*testutil.Postgres, *pgfence.Store, *pgxpool.Pool) {
 	pg := testutil.StartPostgres(t)
@@ -105,7 +110,7 @@ CREATE TABLE drain_unfenced (position bigserial PRIMARY KEY, job text NOT NULL, 
 func TestDrainPostgres(t *testing.T) {
 	pg, fx, pool := drainStore(t)
 	ctx := context.Background()
-	out := drain.Run(t, drain.Options{Jobs: drain.Size(t), Extra: map[string]string{"dsn": pg.DSN, "mode": "fenced"}})
+	out := drain.Run(t, drain.Options{Jobs: drain.Size(t), Extra: map[string]string{"dsn": pg.DSN, "mode": "fenced"}, CarelessWork: carelessWork})
 	r := drain.Check("drain", out.Jobs, out.Decisions, nil)
 	for _, f := range r.Findings.Items {
 		t.Error(f)
@@ -163,7 +168,7 @@ func TestDrainPostgres(t *testing.T) {
 func TestDrainUnfenced(t *testing.T) {
 	pg, _, pool := drainStore(t)
 	ctx := context.Background()
-	out := drain.Run(t, drain.Options{Jobs: min(drain.Size(t), 500), Extra: map[string]string{"dsn": pg.DSN, "mode": "unfenced"}})
+	out := drain.Run(t, drain.Options{Jobs: min(drain.Size(t), 500), Extra: map[string]string{"dsn": pg.DSN, "mode": "unfenced"}, CarelessWork: carelessWork})
 	rows, err := pool.Query(ctx, `SELECT position, job, effect, lease_id, generation, committed_at FROM drain_unfenced ORDER BY position`)
 	if err != nil {
 		t.Fatal(err)

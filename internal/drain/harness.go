@@ -231,6 +231,28 @@ type Options struct {
 	// Store serves the drain's NATS Store, which the default effect
 	// writes to (Outcome.Writes).
 	Store bool
+	// CarelessWork is the most each attempt of the paused (careless)
+	// worker works before its effect (default 40 ms;
+	// $TENURE_DRAIN_CARELESS_WORK overrides it, for runs to be compared):
+	// longer, more of its attempts are in their handlers, rather than
+	// being accepted or bound, when it is paused.
+	CarelessWork time.Duration
+}
+
+// carelessWork is the paused worker's MaxWork: $TENURE_DRAIN_CARELESS_WORK,
+// o.CarelessWork, or 5 times the others'.
+func carelessWork(t testing.TB, o Options) time.Duration {
+	if s := os.Getenv("TENURE_DRAIN_CARELESS_WORK"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			t.Fatalf("TENURE_DRAIN_CARELESS_WORK=%q: want a positive duration", s)
+		}
+		return d
+	}
+	if o.CarelessWork > 0 {
+		return o.CarelessWork
+	}
+	return 5 * maxWork
 }
 
 // Outcome is what a drain did, read back once every job ended.
@@ -294,7 +316,7 @@ func Run(t *testing.T, o Options) *Outcome {
 			ReportErrors: os.Getenv("TENURE_DRAIN_KEEP") != "", Extra: o.Extra,
 		}}
 		if i == paused {
-			procs[i].cfg.Careless, procs[i].cfg.MaxWork = true, 5*maxWork
+			procs[i].cfg.Careless, procs[i].cfg.MaxWork = true, carelessWork(t, o)
 		}
 		procs[i].start()
 	}
