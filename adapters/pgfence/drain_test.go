@@ -111,7 +111,7 @@ func TestDrainPostgres(t *testing.T) {
 	pg, fx, pool := drainStore(t)
 	ctx := context.Background()
 	out := drain.Run(t, drain.Options{Jobs: drain.Size(t), Extra: map[string]string{"dsn": pg.DSN, "mode": "fenced"}, CarelessWork: carelessWork})
-	r := drain.Check("drain", out.Jobs, out.Decisions, nil)
+	r := drain.CheckEnds("drain", out.Jobs, out.Decisions)
 	for _, f := range r.Findings.Items {
 		t.Error(f)
 	}

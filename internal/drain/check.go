@@ -49,9 +49,19 @@ type Result struct {
 //     the job is that attempt's;
 //   - the generations of the writes admitted for a job never go down, and
 //     every write refused was stale (older than one admitted before it).
-//
-// With writes nil, only the first holds: the caller checks the effects.
 func Check(queue string, jobs []string, ds []events.Decision, writes []Write) *Result {
+	return check(queue, jobs, ds, writes, true)
+}
+
+// CheckEnds is the first of Check's checks alone, for a drain whose
+// effects are checked elsewhere (a database's receipts): every job ends
+// COMPLETED, by exactly one completed SUCCESS decision, and no job of the
+// queue was not submitted.
+func CheckEnds(queue string, jobs []string, ds []events.Decision) *Result {
+	return check(queue, jobs, ds, nil, false)
+}
+
+func check(queue string, jobs []string, ds []events.Decision, writes []Write, withWrites bool) *Result {
 	r := &Result{Jobs: len(jobs), Ends: make(map[string]int), Ended: make(map[string]int)}
 	submitted := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
@@ -137,8 +147,8 @@ func Check(queue string, jobs []string, ds []events.Decision, writes []Write) *R
 			r.Reruns++
 		}
 	}
-	if writes == nil {
-		return r // the effects are checked elsewhere (a database's receipts)
+	if !withWrites {
+		return r
 	}
 	ids := make([]string, 0, len(ends))
 	for id := range ends {
