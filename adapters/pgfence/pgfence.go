@@ -33,7 +33,12 @@
 //     CHECK constraint); position is a bigserial, in commit order for
 //     each job (the fence row's lock serializes a job's commits);
 //   - tenure_refusals: every refused write or claim, with its reason, for
-//     operators (nothing else reads it).
+//     operators (nothing else reads it; a worker that keeps sending stale
+//     writes grows it: truncate it as you see fit).
+//
+// The command pgfence (cmd/pgfence) creates them and exports the
+// receipts and refusals: `pgfence receipts > effects.jsonl`, then
+// `tenure audit --effects effects.jsonl`.
 //
 // # A fenced transaction
 //
