@@ -19,6 +19,17 @@ browser_note = found=; for b in chromium chromium-browser google-chrome google-c
 	echo '*** make test: no headless Chromium on the PATH: the browser tests of the web board (ui/) are SKIPPED.' >&2; \
 	echo '*** Install it with: apt-get install chromium  (or set TENURE_CHROMIUM to a Chrome or Chromium).' >&2; fi
 
+## The adapters of package fence that link a database driver are Go modules of their own
+## (so that the worker SDK links none): ./... does not enter them, so test and lint name them.
+## Their tests start a PostgreSQL server (Debian's postgresql package); without one they are
+## skipped, unless TENURE_REQUIRE_POSTGRES=1 (.ci/run sets it), which makes its absence a failure.
+ADAPTERS := adapters/pgfence adapters/sqlitefence
+postgres_note = found=; for d in /usr/lib/postgresql/*/bin; do test -x $$d/postgres && found=1; done; \
+	command -v postgres >/dev/null 2>&1 && found=1; \
+	if [ "$${TENURE_REQUIRE_POSTGRES:-}" != 1 ] && [ -z "$${TENURE_POSTGRES_BIN:-}" ] && [ -z "$$found" ]; then \
+	echo '*** make test: no PostgreSQL server: the tests of adapters/pgfence against it are SKIPPED.' >&2; \
+	echo '*** Install it with: apt-get install postgresql  (or set TENURE_POSTGRES_BIN to its bin directory).' >&2; fi
+
 ## The TypeScript worker SDK (sdk/ts) is tested with Node.js 20 or later and npm: without them
 ## make test skips it and says so, unless TENURE_REQUIRE_NODE=1 (.ci/run sets it), which makes
 ## their absence a failure.
@@ -29,11 +40,15 @@ node_note = echo '*** make test: no Node.js 20+ and npm on the PATH: the TypeScr
 
 test:
 	@$(browser_note)
+	@$(postgres_note)
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@for m in $(ADAPTERS); do echo "cd $$m && $(GO) test -race -count=1 -timeout 20m ./..."; \
+		(cd $$m && $(GO) test -race -count=1 -timeout 20m ./...) || exit 1; done
 	@if $(node_ok); then $(MAKE) --no-print-directory test-ts; \
 	elif [ "$${TENURE_REQUIRE_NODE:-}" = 1 ]; then echo 'make test: TENURE_REQUIRE_NODE=1 but no Node.js 20+ and npm on the PATH' >&2; exit 1; \
 	else $(node_note); fi
 	@$(browser_note)
+	@$(postgres_note)
 
 ## test-ts: the TypeScript worker SDK (sdk/ts): its dependencies from the committed lockfile,
 ## the build (tsc to dist/), its tests (node --test) against a real `tenure serve`, which they
@@ -90,10 +105,15 @@ chaos-short:
 	@$(call chaos_run,short)
 
 ## drain: the end-to-end drain of a queue by three worker processes under SIGKILLs and a SIGSTOP
-## (internal/drain/) with 10,000 jobs; make test runs it with 1,000. DRAINJOBS sets the size.
+## (internal/drain/) with 10,000 jobs, with its effects in the drain's own fenced store, then
+## against PostgreSQL through adapters/pgfence (every effect committed once, the audit of the
+## effect receipts clean, the stale writes refused and counted); make test runs both with 1,000.
+## DRAINJOBS sets the size.
 DRAINJOBS ?= 10000
 drain:
+	@$(postgres_note)
 	TENURE_DRAIN_JOBS=$(DRAINJOBS) $(GO) test -race -count=1 -timeout 30m -run '^TestDrain$$' -v ./internal/drain/
+	cd adapters/pgfence && TENURE_DRAIN_JOBS=$(DRAINJOBS) $(GO) test -race -count=1 -timeout 30m -run '^TestDrainPostgres$$' -v .
 
 ## check: the exhaustive check of the lease rules (internal/modelcheck, TESTING.md): every
 ## interleaving of the inputs of the scopes of the "check" set (two or three workers, one or two
@@ -123,3 +143,4 @@ lint:
 	$(GO) vet ./...
 	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	$(STATICCHECK) ./...
+	@for m in $(ADAPTERS); do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done

@@ -8,8 +8,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/fence"
 	"github.com/maknow/tenure/projector"
 )
 
@@ -97,6 +99,12 @@ type Options struct {
 	// decision it names. They need the whole log: one before the audit's
 	// start is a finding.
 	Witnesses []Witness
+	// Effects are effect receipts (package fence: what resources
+	// committed under leases) to check against the leases of the log
+	// (Report.Effects, CheckEffects): they need the whole log. EffectSkew
+	// is the most a resource's clock may differ from the NATS server's.
+	Effects    []fence.ReceiptLine
+	EffectSkew time.Duration
 }
 
 // DefaultMaxListed is the default of Options.MaxListed.
@@ -197,6 +205,7 @@ type checker struct {
 	rulesSeq     uint64
 
 	wit *witnesses // Options.Witnesses by sequence (nil: none)
+	fx  *EffectTracker
 
 	latest map[string]events.Decision
 	steps  map[uint64]int // timeline index by input sequence
@@ -232,6 +241,9 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 	c.chainer, c.chain, c.chainUnknown = events.NewChainer(), st.Chain, st.ChainUnknown
 	c.wit = newWitnesses(opts.Witnesses)
 	c.rep.Witnesses.Given = len(opts.Witnesses)
+	if opts.Effects != nil {
+		c.fx = NewEffectTracker(ReceiptJobs(opts.Effects))
+	}
 	if c.p.Revision() >= events.Revision2 {
 		c.rulesSeq = c.p.LastSeq() + 1 // a snapshot at revision 2: every decision read
 	}
@@ -340,6 +352,9 @@ func (c *checker) foldNext() bool {
 		}
 		if d.Kind == events.KindCheckpointed && d.Checkpoint != nil {
 			c.checkClaim(d)
+		}
+		if c.fx != nil {
+			c.fx.Observe(d)
 		}
 	}
 	if c.steps != nil {
@@ -705,6 +720,10 @@ func (c *checker) finish() {
 	}
 	if c.steps != nil {
 		sort.SliceStable(rep.Timeline, func(i, j int) bool { return rep.Timeline[i].Input.Seq < rep.Timeline[j].Input.Seq })
+	}
+	if c.fx != nil {
+		fx := c.fx.CheckEffects(c.opts.Effects, c.opts.EffectSkew, c.max)
+		rep.Effects = &fx
 	}
 	if c.opts.Progress != nil {
 		c.progress()

@@ -103,6 +103,23 @@ func WriteSummary(w io.Writer, r *Report, list int) error {
 			p("  ... %d more\n", w.Findings.Count-n)
 		}
 	}
+	if e := r.Effects; e != nil {
+		p("%-12s %d (%d receipts given, %d confirmed", "effects:", e.Findings.Count, e.Given, e.Confirmed)
+		if e.Skew > 0 {
+			p(", clocks within %v", e.Skew)
+		}
+		p(")\n")
+		n := len(e.Findings.Items)
+		if list >= 0 {
+			n = min(n, list)
+		}
+		for _, f := range e.Findings.Items[:n] {
+			p("  %s: %s: %s\n", f.Origin, f.Kind, f.Problem)
+		}
+		if e.Findings.Count > n {
+			p("  ... %d more\n", e.Findings.Count-n)
+		}
+	}
 	cp := &r.Checkpoints
 	p("%-12s %d (%d claims, %d verified", "checkpoints:", cp.Mismatches.Count, cp.Claims, cp.Verified)
 	if cp.Unchecked.Count > 0 {

@@ -332,6 +332,9 @@ type Report struct {
 	Archive *ArchiveCheck `json:"archive,omitempty"`
 	// Witnesses are the receipts and chain heads checked (Options.Witnesses).
 	Witnesses Witnesses `json:"witnesses"`
+	// Effects are the effect receipts checked (Options.Effects), nil
+	// without any.
+	Effects *Effects `json:"effects,omitempty"`
 	// Checkpoints are the checkpoint claims the fold recorded, checked
 	// against the replay.
 	Checkpoints Checkpoints `json:"checkpoints"`
@@ -365,7 +368,7 @@ func (r *Report) HashesEqual() bool { return r.FoldHash == r.StoredHash }
 
 // Problems counts the findings that mean the log is not reproduced: every
 // mismatch, missing, extra and orphan decision, hole, chain break,
-// checkpoint claim the replay does not bear out, a snapshot that does not
+// checkpoint claim the replay does not bear out, effect finding, a snapshot that does not
 // check out, streams that are not locked down, and unequal hashes (unless
 // the tail is partial, which makes them differ by design). Pending inputs
 // count only when Strict.
@@ -373,6 +376,9 @@ func (r *Report) Problems() int {
 	n := r.Mismatches.Count + r.Missing.Count + r.Extra.Count + r.Orphans.Count + r.Holes.Count + r.Chain.Count
 	n += r.Checkpoints.Mismatches.Count
 	n += r.Witnesses.Findings.Count
+	if r.Effects != nil {
+		n += r.Effects.Findings.Count
+	}
 	if r.Snapshot != nil && r.Snapshot.Problem != "" {
 		n++
 	}

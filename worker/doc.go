@@ -142,7 +142,12 @@
 // Pass Lease.Token (job, lease id, generation) with every side effect; a
 // resource guarded by a Fence refuses tokens older than the newest it has
 // seen, so even a paused worker that resumes cannot write over its
-// successor.
+// successor. Package fence and its adapters (adapters/pgfence,
+// adapters/sqlitefence, fence/kvfence, fence/httpfence) carry the rule to
+// real resources: Run's WithEffects binds each attempt to one before its
+// handler runs (the job is claimed there, so an older lease's writes are
+// refused from then on), and a refusal matches ErrLostAuthority with
+// ErrStaleGeneration or ErrExpired, as a verdict would.
 //
 // # Errors
 //

@@ -11,22 +11,14 @@ import (
 
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/fence"
 )
 
 // FencingToken names one lease: a job, the lease's id and its generation.
 // Pass it with every side effect; a guarded resource admits it only if no
-// newer generation of the job has been seen (see Fence).
-type FencingToken struct {
-	Job        string
-	LeaseID    string
-	Generation uint64
-}
-
-// String renders the token as "<job>/<lease id>/<generation>", which
-// ParseFencingToken reads back.
-func (t FencingToken) String() string {
-	return t.Job + "/" + t.LeaseID + "/" + strconv.FormatUint(t.Generation, 10)
-}
+// newer lease of the job has been seen (see Fence, and package fence for
+// the adapters). It is fence.Token.
+type FencingToken = fence.Token
 
 // ParseFencingToken parses the form String writes.
 func ParseFencingToken(s string) (FencingToken, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/fence"
 	"github.com/maknow/tenure/receipt"
 )
 
@@ -243,6 +244,13 @@ type RunOptions struct {
 	// (WithResultHandler). It is called from the attempt's goroutine,
 	// after the report's verdict, and must not block for long.
 	OnResult func(*Job, Result)
+	// Effects, when set, binds each attempt to a resource before its
+	// handler runs (package fence): the adapter claims the job there, so
+	// that an older lease's writes are refused from then on, and the
+	// handler's ctx carries the fenced transaction or client
+	// (pgfence.From(ctx), ...). A Bind that fails fails the attempt
+	// without running the handler.
+	Effects fence.Binder
 }
 
 // RunOption sets one of RunOptions.
@@ -298,6 +306,14 @@ func WithDrain(stop context.Context, timeout time.Duration) RunOption {
 func WithResultHandler(f func(*Job, Result)) RunOption {
 	return func(o *RunOptions) error {
 		o.OnResult = f
+		return nil
+	}
+}
+
+// WithEffects sets RunOptions.Effects.
+func WithEffects(b fence.Binder) RunOption {
+	return func(o *RunOptions) error {
+		o.Effects = b
 		return nil
 	}
 }

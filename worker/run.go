@@ -426,7 +426,18 @@ func (r *runner) work(o *Offer, s *slot) {
 	unstop := context.AfterFunc(r.stop, func() {
 		hcancel(fmt.Errorf("%w: %w", ErrRunStopped, context.Cause(r.stop)))
 	})
-	herr := r.call(hctx, j)
+	var herr error
+	if b := r.opts.Effects; b != nil {
+		bctx, err := b.Bind(hctx, l)
+		if err != nil {
+			herr = fmt.Errorf("worker: run %s: job %s: bind its effects: %w", r.queue, l.token, err)
+		} else {
+			hctx = bctx
+		}
+	}
+	if herr == nil {
+		herr = r.call(hctx, j)
+	}
 	unstop()
 	hcancel(nil)
 	shutdown := r.stop.Err() != nil

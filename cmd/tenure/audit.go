@@ -16,6 +16,7 @@ import (
 
 	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/fence"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
@@ -66,7 +67,20 @@ audits only the job's partition. --from SEQ applies to every partition:
 SEQ is a sequence of each partition's own input stream. The evidence
 matrix (--matrix, --job) has one more column, Partition ("partition" in
 JSON lines), and --report writes {"partitions", "ok", "problems",
-"reports": [{"partition": k, ...}]}.`,
+"reports": [{"partition": k, ...}]}.
+
+--effects FILE checks effect receipts (package fence: JSON lines of what a
+resource committed under a lease, as adapters/pgfence, adapters/sqlitefence,
+fence/kvfence and fence/httpfence export them) against the leases of the
+log, which it must read whole: each effect committed under a lease the log
+gave that job, with its generation, while that lease held authority by the
+log's clock (from the input that made it ACTIVE to its end or its
+expires_at; --effects-skew widens both by the most the resource's clock may
+differ from the NATS server's) and not after a later generation started;
+each effect id of a job committed once; and at each resource a job's
+effects in the order of its leases. Each violation is a finding naming the
+receipt (FILE:LINE), the lease and the input sequences involved; the JSON
+report has them under "effects".`,
 	run: runAudit,
 }
 
@@ -90,6 +104,9 @@ func runAudit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var receiptFiles files
 	fs.Var(&receiptFiles, "receipts", "check the receipts in `FILE` (JSON lines: worker.WithReceipts, tenure watch --receipts, ...) against the log: an input or decision missing or different is a finding; repeatable")
+	var effectFiles files
+	fs.Var(&effectFiles, "effects", "check the effect receipts in `FILE` (JSON lines of package fence: what a resource committed under a lease, e.g. pgfence's WriteReceipts; - reads standard input) against the log's leases: an effect of an unknown lease, committed outside its lease's authority or after a later generation started, committed twice, or out of the leases' order is a finding; repeatable")
+	effectSkew := fs.Duration("effects-skew", 0, "with --effects: the most a resource's clock may differ from the NATS server's; a commit within it of its lease's authority is not a finding")
 	var hw auditHeads
 	hw.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -110,6 +127,21 @@ func runAudit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		return fmt.Errorf("%w: --list must be -1 or more", errUsage)
 	case len(receiptFiles) > 0 && (*from > 1 || *job != ""):
 		return fmt.Errorf("%w: --receipts checks the whole log: not with --from or --job", errUsage)
+	case len(effectFiles) > 0 && (*from > 1 || *job != "" || *archiveDir != ""):
+		return fmt.Errorf("%w: --effects checks the leases of the whole log: not with --from, --job or --archive", errUsage)
+	case *effectSkew < 0:
+		return fmt.Errorf("%w: --effects-skew must not be negative", errUsage)
+	}
+	var effects []fence.ReceiptLine
+	for _, f := range effectFiles {
+		lines, err := fence.ReadReceiptFile(f)
+		if err != nil {
+			return fmt.Errorf("--effects: %w", err)
+		}
+		effects = append(effects, lines...)
+	}
+	if len(effectFiles) > 0 && effects == nil {
+		effects = []fence.ReceiptLine{} // checked, though empty
 	}
 	var wits witnessSet
 	if err := wits.addReceipts(receiptFiles); err != nil {
@@ -186,6 +218,7 @@ func runAudit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 			Options: audit.Options{
 				Job: *job, Matrix: *matrix, Strict: *strict, MaxListed: maxListed, Progress: prog.update,
 				Witnesses: append(wits.forTopology(t), hw.of(t)...),
+				Effects:   effectsOf(effects, t), EffectSkew: *effectSkew,
 			},
 		})
 		prog.finish()
@@ -324,6 +357,25 @@ func writeAuditReport(file string, count uint32, audits []audit.PartitionAudit) 
 		return err
 	}
 	return os.WriteFile(file, append(b, '\n'), 0o644)
+}
+
+// effectsOf is the effect receipts of partition t's jobs (all of them
+// unpartitioned; a line without a job goes to partition 0); nil for nil.
+func effectsOf(lines []fence.ReceiptLine, t streams.Topology) []fence.ReceiptLine {
+	if lines == nil || !t.Partition.Partitioned() {
+		return lines
+	}
+	out := []fence.ReceiptLine{}
+	for _, l := range lines {
+		k := uint32(0)
+		if l.Job != "" {
+			k = events.PartitionOf(l.Job, t.Partition.Count)
+		}
+		if k == t.Partition.Index {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func validPrefix(s string) bool {

@@ -50,6 +50,18 @@ type Result struct {
 //   - the generations of the writes admitted for a job never go down, and
 //     every write refused was stale (older than one admitted before it).
 func Check(queue string, jobs []string, ds []events.Decision, writes []Write) *Result {
+	return check(queue, jobs, ds, writes, true)
+}
+
+// CheckEnds is the first of Check's checks alone, for a drain whose
+// effects are checked elsewhere (a database's receipts): every job ends
+// COMPLETED, by exactly one completed SUCCESS decision, and no job of the
+// queue was not submitted.
+func CheckEnds(queue string, jobs []string, ds []events.Decision) *Result {
+	return check(queue, jobs, ds, nil, false)
+}
+
+func check(queue string, jobs []string, ds []events.Decision, writes []Write, withWrites bool) *Result {
 	r := &Result{Jobs: len(jobs), Ends: make(map[string]int), Ended: make(map[string]int)}
 	submitted := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
@@ -134,6 +146,9 @@ func Check(queue string, jobs []string, ds []events.Decision, writes []Write) *R
 		if e := ends[t.Job]; e == nil || e.gen != t.Generation {
 			r.Reruns++
 		}
+	}
+	if !withWrites {
+		return r
 	}
 	ids := make([]string, 0, len(ends))
 	for id := range ends {

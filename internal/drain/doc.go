@@ -1,7 +1,11 @@
 // Package drain is the end-to-end drain of a queue (PROTOCOL.md §22) by
 // worker processes under faults, and its checks.
 //
-// The test (drain_test.go) starts an embedded nats-server and a
+// Run (harness.go) is the drain itself, for the tests of this package and
+// of the adapters' (adapters/pgfence runs it against PostgreSQL, with
+// Hooks that make each attempt's effect a fenced transaction, and once
+// without the fence, to show the audit of its effect receipts naming the
+// stale commits). The test (drain_test.go) starts an embedded nats-server and a
 // coordinator in its own process, three worker processes (the test binary
 // run again as RunWorker: the worker SDK's Run, on a connection journaled
 // by a chaos.Tap, with handlers that fail at random, retryably), and

@@ -31,8 +31,18 @@ type WorkerConfig struct {
 	// check and its write, they write after losing their lease, which
 	// only the Store's fence stops.
 	Careless     bool
-	Logger       *slog.Logger
-	ReportErrors bool // log the SDK's asynchronous errors (ErrorHandler) at Info, not Debug
+	Logger       *slog.Logger      `json:"-"`
+	ReportErrors bool              // log the SDK's asynchronous errors (ErrorHandler) at Info, not Debug
+	Extra        map[string]string // for the worker's Hooks (Options.Extra)
+}
+
+// Hooks change what a drain worker's attempts do.
+type Hooks struct {
+	// Effect writes an attempt's effect (default: WriteEffect to the
+	// Store, with the lease's token). A refused effect is its error.
+	Effect func(ctx context.Context, nc *nats.Conn, j *worker.Job) error
+	// Options are added to worker.Run's (worker.WithEffects, ...).
+	Options []worker.RunOption
 }
 
 // RunWorker is the body of a drain worker process: worker.Run on the
@@ -43,7 +53,10 @@ type WorkerConfig struct {
 // to the Store with its lease's fencing token, then returns nil (SUCCESS).
 // A refused write (a newer attempt wrote: this one lost its lease) is the
 // attempt's error.
-func RunWorker(ctx context.Context, cfg WorkerConfig) error {
+func RunWorker(ctx context.Context, cfg WorkerConfig) error { return RunWorkerWith(ctx, cfg, Hooks{}) }
+
+// RunWorkerWith is RunWorker with hooks.
+func RunWorkerWith(ctx context.Context, cfg WorkerConfig, hooks Hooks) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -95,8 +108,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		if ctx.Err() != nil && !cfg.Careless { // a careful handler looks before it writes; the fence covers the rest
 			return context.Cause(ctx)
 		}
+		if hooks.Effect != nil {
+			ectx := ctx
+			if cfg.Careless { // writes whatever its lease says: only the resource stops it
+				ectx = context.WithoutCancel(ctx)
+			}
+			return hooks.Effect(ectx, nc, j)
+		}
 		return WriteEffect(nc, cfg.Store, cfg.ID, j.Lease.Token(), 5*time.Second)
-	}, worker.WithConcurrency(cfg.Concurrency), worker.WithCapacityTTL(cfg.CapacityTTL))
+	}, append([]worker.RunOption{worker.WithConcurrency(cfg.Concurrency), worker.WithCapacityTTL(cfg.CapacityTTL)}, hooks.Options...)...)
 	if err := tap.Err(); err != nil {
 		return fmt.Errorf("drain: worker %s: journal: %w", cfg.ID, err)
 	}

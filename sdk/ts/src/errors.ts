@@ -51,6 +51,12 @@ export const ErrorCode = {
    * because it sent more than its rate allows, or storage is short. Nothing was stored; comes with NoVerdict.
    */
   Quota: "Quota",
+  /** A resource refused a fenced write (fence.ts): with StaleGeneration, Mismatch, Expired or Replay, the reason. */
+  Refused: "Refused",
+  /** A resource refused a token that contradicts the lease it holds for the job, or names another job (comes with LostAuthority). */
+  Mismatch: "Mismatch",
+  /** A resource refused an effect id it had committed already (Go: fence.ErrReplay). */
+  Replay: "Replay",
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];

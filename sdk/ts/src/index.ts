@@ -9,10 +9,10 @@ export {
 export { Lease, DEFAULT_RENEW_FRACTION } from "./lease.js";
 export type { LeaseOptions } from "./lease.js";
 export { Offer } from "./offer.js";
-export type { Handler, Job, RunOptions } from "./run.js";
+export type { EffectsBinder, Handler, Job, RunOptions } from "./run.js";
 export { ErrorCode, TenureError, VerdictError, isError, permanent, verdictCodes } from "./errors.js";
-export { Fence, formatFencingToken, parseFencingToken } from "./fence.js";
-export type { FencingToken } from "./fence.js";
+export { BoundFence, Fence, FenceClient, FenceHeader, fenceRefusal, formatFencingToken, parseFencingToken, setFenceHeaders } from "./fence.js";
+export type { FenceClientOptions, FencedLease, FencingToken } from "./fence.js";
 export { realClock } from "./clock.js";
 export type { Clock, Timer } from "./clock.js";
 export {

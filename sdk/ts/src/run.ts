@@ -33,6 +33,23 @@ export interface Job {
    * lease, and run() then reports nothing more.
    */
   readonly lease: Lease;
+  /**
+   * What RunOptions.effects bound to this attempt before the handler ran
+   * (a FenceClient's BoundFence, ...); undefined without one.
+   */
+  readonly effects: unknown;
+}
+
+/**
+ * Binds a resource to each attempt run() runs (the Go SDK's
+ * worker.WithEffects): bind is called once the attempt's lease is held,
+ * before the handler, and may claim the job at the resource, so that an
+ * older lease's writes are refused from then on; what it returns is the
+ * handler's job.effects. A bind that throws fails the attempt without
+ * running the handler.
+ */
+export interface EffectsBinder {
+  bind(lease: Lease, signal: AbortSignal): Promise<unknown>;
 }
 
 /**
@@ -52,6 +69,8 @@ export interface RunOptions {
   capacityTtlMs?: number;
   /** Aborting it shuts the run down: capacity withdrawn, handlers' signals aborted, unfinished work released. */
   signal?: AbortSignal;
+  /** Binds each attempt to a resource before its handler runs (fence.ts: FenceClient). */
+  effects?: EffectsBinder;
 }
 
 const enum SlotState { Accepting, Running, Finishing }
@@ -72,6 +91,7 @@ export class Runner {
   readonly #retry: number; // after an announcement whose verdict was not learned
   readonly #stopCtl = new AbortController(); // the run's signal, the Worker closed, or a refused pull
   readonly #userSignal: AbortSignal | undefined;
+  readonly #effects: EffectsBinder | undefined;
   #fatal: Error | undefined;
 
   #withdrawnResolve!: () => void;
@@ -105,6 +125,7 @@ export class Runner {
     this.#every = Math.max(ttl / 3, 1);
     this.#retry = Math.max(this.#every / 4, 1);
     this.#userSignal = o.signal;
+    this.#effects = o.effects;
   }
 
   get #stopped(): boolean {
@@ -213,7 +234,8 @@ export class Runner {
       this.#stopCtl.signal.addEventListener("abort", onStop, { once: true });
       let herr: unknown;
       try {
-        await this.#h(jobOf(o, l), hctl.signal);
+        const effects = this.#effects ? await this.#effects.bind(l, hctl.signal) : undefined;
+        await this.#h(jobOf(o, l, effects), hctl.signal);
       } catch (err) {
         herr = err ?? new Error("handler threw " + String(err));
       } finally {
@@ -423,12 +445,12 @@ export class Runner {
   }
 }
 
-function jobOf(o: Offer, l: Lease): Job {
+function jobOf(o: Offer, l: Lease, effects: unknown): Job {
   const j = o.decision.job;
   return Object.freeze({
     id: j.id, queue: j.queue ?? "", payload: j.payload, attempt: j.attempt ?? 0, maxAttempts: j.max_attempts ?? 0,
     priority: j.priority ?? 0, submitter: j.submitter ?? "", submittedAt: timeMs(j.submitted_at),
-    lastReason: j.last_reason ?? "", lease: l,
+    lastReason: j.last_reason ?? "", lease: l, effects,
   });
 }
 
