@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -196,12 +197,12 @@ type checker struct {
 	// The decision chain: chain is the value of decision prevDec (as
 	// computed, or as stored after a break, so that each break is found
 	// once, where it is); every decision must carry its value once one
-	// has (chainSeen) or once the fold has moved to rules revision 2
+	// has (chk, shared with the coordinator) or once the fold has moved to rules revision 2
 	// (from input rulesSeq on).
 	chainer      *events.Chainer
 	chain        events.Chain
 	chainUnknown bool
-	chainSeen    bool
+	chk          events.ChainCheck
 	rulesSeq     uint64
 
 	wit *witnesses // Options.Witnesses by sequence (nil: none)
@@ -499,28 +500,27 @@ func (c *checker) link(s *StoredDecision, k *skey) {
 	c.chain = want
 	c.witnessDecision(s, cause, want)
 	c.rep.ChainSeq, c.rep.ChainHead = s.Seq, want
-	brk := func(format string, args ...any) {
-		c.rep.Chain.add(c.max, Break{Stream: "decision", Seq: s.Seq, Prev: s.Seq - 1, Kind: BreakLink, Detail: fmt.Sprintf(format, args...)})
-	}
-	if s.Chain == "" {
-		if c.chainSeen || c.rulesSeq != 0 && cause >= c.rulesSeq {
-			brk("no %s header (every decision at rules revision 2 carries one)", events.HeaderChain)
+	required := c.rulesSeq != 0 && cause >= c.rulesSeq
+	if c.chainUnknown && s.Chain != "" {
+		// The fold began where the chain value is not known (a
+		// snapshot without one): the first readable value is adopted.
+		if got, ok := events.ParseChain(s.Chain); ok {
+			_ = c.chk.Check(s.Chain, got, required)
+			c.chainUnknown = false
+			c.chain, c.rep.ChainHead = got, got
+			return
 		}
+	}
+	err := c.chk.Check(s.Chain, want, required)
+	var ce *events.ChainError
+	if !errors.As(err, &ce) {
 		return
 	}
-	got, ok := events.ParseChain(s.Chain)
-	if !ok {
-		brk("unreadable %s header %q", events.HeaderChain, s.Chain)
-		return
-	}
-	c.chainSeen = true
-	if c.chainUnknown {
-		c.chainUnknown = false
-		c.chain, c.rep.ChainHead = got, got
-		return
-	}
-	if got != want {
-		brk("the chain breaks: the %s header is %s, the decisions before it give %s (the log before it was changed or lost decisions)", events.HeaderChain, got, want)
+	c.rep.Chain.add(c.max, Break{Stream: "decision", Seq: s.Seq, Prev: s.Seq - 1, Kind: BreakLink, Detail: ce.Error()})
+	if ce.Kind == events.ChainBroken {
+		// Follow the log's own chain from here, so one break is
+		// reported once.
+		got, _ := events.ParseChain(s.Chain)
 		c.chain, c.rep.ChainHead = got, got
 	}
 }

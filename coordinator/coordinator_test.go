@@ -518,7 +518,7 @@ func TestChainBreakRefused(t *testing.T) {
 	}{
 		{"right value", func(right events.Chain) string { return right.String() }, ""},
 		{"another history", func(right events.Chain) string { right[0] ^= 1; return right.String() }, "the chain breaks"},
-		{"no value", func(events.Chain) string { return "" }, "carries no Tenure-Chain header"},
+		{"no value", func(events.Chain) string { return "" }, "no Tenure-Chain header"},
 		{"unreadable", func(right events.Chain) string { return strings.ToUpper(right.String()) }, "unreadable Tenure-Chain header"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -578,5 +578,60 @@ func TestChainBreakRefused(t *testing.T) {
 				t.Fatalf("the coordinator wrote to a diverging log: %d decisions, want %d", len(got), len(out)+1)
 			}
 		})
+	}
+}
+
+// A log at rules revision 1 need not carry chain values, but once a
+// decision carried one every later one must (PROTOCOL.md §20): a log whose
+// chain headers stop part way was changed, and the coordinator refuses it
+// as the audit does. (Before the coordinator and the audit shared one
+// check, the coordinator went live on such a log: at revision 1 it
+// required no header at all.)
+func TestChainHeadersStopPartWay(t *testing.T) {
+	srv, _, js := newOpenServer(t)
+	// Two inputs stored before any coordinator ran: judged at revision 1.
+	publish(t, js, events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	publish(t, js, events.RoleWorker, "w1", "j2", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	ins := readStream(t, js, "TENURE_IN")
+	p := projector.New()
+	var chain events.Chain
+	seq := uint64(0)
+	for _, in := range ins {
+		ds, err := p.Step(events.Raw{Seq: in.seq, Time: in.time, Subject: in.subject, Body: in.data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ds {
+			seq++
+			subj, body := events.DecisionSubject(&ds[i]), events.AppendDecision(nil, &ds[i])
+			chain = events.NextChain(chain, seq, in.seq, uint32(i), uint32(len(ds)), subj, body)
+			m := nats.NewMsg(subj)
+			m.Data = body
+			m.Header.Set(events.HeaderCause, fmt.Sprint(in.seq))
+			m.Header.Set(events.HeaderIndex, fmt.Sprintf("%d/%d", i, len(ds)))
+			if seq == 1 { // the first decision carries its chain value, the later ones none
+				m.Header.Set(events.HeaderChain, chain.String())
+			}
+			if _, err := js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if p.Revision() != events.Revision1 || seq < 2 {
+		t.Fatalf("the hand-written log: %d decisions at revision %d, want 2 or more at revision 1", seq, p.Revision())
+	}
+	nc, _ := testutil.Connect(t, srv.ClientURL())
+	c, err := coordinator.New(coordinator.Config{ID: "c1", Conn: nc, LeaderTTL: 600 * time.Millisecond, SnapshotEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	if !errors.Is(err, coordinator.ErrDivergence) || !strings.Contains(err.Error(), "decision 2: no Tenure-Chain header") {
+		t.Fatalf("Run returned %v, want ErrDivergence naming decision 2's missing chain header", err)
+	}
+	if got := readStream(t, js, "TENURE_OUT"); uint64(len(got)) != seq {
+		t.Fatalf("the coordinator wrote to a diverging log: %d decisions, want %d", len(got), seq)
 	}
 }

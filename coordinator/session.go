@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
@@ -37,6 +36,7 @@ type session struct {
 	head    events.Chain
 	headSeq uint64
 	chainer *events.Chainer
+	chk     events.ChainCheck // the stored decisions' chain headers, as the audit checks them
 
 	decSeq     uint64                 // last decision sequence verified, or derived while live
 	inKnown    uint64                 // the input stream is known to hold inputs up to this sequence
@@ -290,8 +290,8 @@ func (s *session) verify(sd stored) error {
 		return fmt.Errorf("%w: decision %d (cause input %d, %d/%d):\n stored  %s %s (headers %d, %d/%d)\n derived %s %s",
 			ErrDivergence, sd.seq, want.cause, want.n, want.of, sd.subject, sd.data, cause, n, of, want.subject, want.body)
 	}
-	if err := checkChain(sd.seq, sd.header, want.chain, want.chained); err != nil {
-		return err
+	if err := s.chk.Check(sd.header.Get(events.HeaderChain), want.chain, want.chained); err != nil {
+		return fmt.Errorf("%w: decision %d: %w", ErrDivergence, sd.seq, err)
 	}
 	s.pend = s.pend[1:]
 	if len(s.pend) == 0 {
@@ -318,28 +318,5 @@ func (s *session) inputExists(cause uint64) error {
 		return fmt.Errorf("%w: a stored decision names input %d; the input stream ends at %d", ErrDivergence, cause, info.State.LastSeq)
 	}
 	s.inKnown = info.State.LastSeq
-	return nil
-}
-
-// checkChain checks a stored decision's chain header against want, its
-// chain value computed from the decisions before it: a value that differs
-// (the log before it changed, or lost a decision) or, when required, none
-// at all is a divergence.
-func checkChain(seq uint64, h nats.Header, want events.Chain, required bool) error {
-	v := h.Get(events.HeaderChain)
-	if v == "" {
-		if required {
-			return fmt.Errorf("%w: decision %d carries no %s header (every decision at rules revision 2 does)", ErrDivergence, seq, events.HeaderChain)
-		}
-		return nil
-	}
-	got, ok := events.ParseChain(v)
-	if !ok {
-		return fmt.Errorf("%w: decision %d: unreadable %s header %q", ErrDivergence, seq, events.HeaderChain, v)
-	}
-	if got != want {
-		return fmt.Errorf("%w: decision %d: the chain breaks: its %s header is %s, the decisions before it give %s (the log before it was changed or lost decisions)",
-			ErrDivergence, seq, events.HeaderChain, got, want)
-	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
+	"strconv"
 )
 
 // The decision chain (PROTOCOL.md §20). Every stored decision carries, in
@@ -108,3 +109,67 @@ func ParseChain(s string) (Chain, bool) {
 	}
 	return c, true
 }
+
+// ChainCheck checks the chain header of each stored decision of a log, in
+// order, against the chain value the decisions before it give: the one
+// check the coordinator (verifying what it did not append) and the audit
+// share. Once a decision carried a chain value, every later one must: a
+// log that loses its chain headers part way was changed, whatever its
+// rules revision.
+type ChainCheck struct {
+	seen bool // a decision carried a chain value
+}
+
+// ChainError is why a stored decision's chain header does not check out.
+type ChainError struct {
+	Kind ChainErrorKind
+	Got  string // the header as stored
+	Want Chain  // the value the decisions before it give
+}
+
+// ChainErrorKind says what is wrong with a chain header.
+type ChainErrorKind uint8
+
+const (
+	// ChainMissing: no header where one is required.
+	ChainMissing ChainErrorKind = iota + 1
+	// ChainUnreadable: not 64 lower-case hexadecimal digits.
+	ChainUnreadable
+	// ChainBroken: another value than the decisions before it give.
+	ChainBroken
+)
+
+func (e *ChainError) Error() string {
+	switch e.Kind {
+	case ChainMissing:
+		return "no " + HeaderChain + " header (every decision at rules revision 2 carries one, and every one after a decision that did)"
+	case ChainUnreadable:
+		return "unreadable " + HeaderChain + " header " + strconv.Quote(e.Got)
+	}
+	return "the chain breaks: its " + HeaderChain + " header is " + e.Got + ", the decisions before it give " + e.Want.String() + " (the log before it was changed or lost decisions)"
+}
+
+// Check checks header, the stored chain header of the next decision (""
+// when it has none), against want, the chain value the decisions before it
+// give; required says the decision was derived at rules revision 2 or
+// later. It returns nil or a *ChainError.
+func (c *ChainCheck) Check(header string, want Chain, required bool) error {
+	if header == "" {
+		if required || c.seen {
+			return &ChainError{Kind: ChainMissing, Want: want}
+		}
+		return nil
+	}
+	c.seen = true
+	got, ok := ParseChain(header)
+	switch {
+	case !ok:
+		return &ChainError{Kind: ChainUnreadable, Got: header, Want: want}
+	case got != want:
+		return &ChainError{Kind: ChainBroken, Got: header, Want: want}
+	}
+	return nil
+}
+
+// Seen reports whether a decision checked carried a chain value.
+func (c *ChainCheck) Seen() bool { return c.seen }

@@ -3,6 +3,7 @@ package events
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -96,5 +97,45 @@ func BenchmarkParseChain(b *testing.B) {
 		if _, ok := ParseChain(s); !ok {
 			b.Fatal(s)
 		}
+	}
+}
+
+// ChainCheck: a header is required when the revision says so or once one
+// was seen; a value must read and match.
+func TestChainCheck(t *testing.T) {
+	var right Chain
+	right[0] = 0xab // letters, for the upper-case case
+	other := right
+	other[1] = 1
+	type step struct {
+		header   string
+		required bool
+		want     ChainErrorKind // 0: checks out
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"revision 1 without headers", []step{{"", false, 0}, {"", false, 0}}},
+		{"required and missing", []step{{"", true, ChainMissing}}},
+		{"headers stop part way", []step{{right.String(), false, 0}, {"", false, ChainMissing}}},
+		{"unreadable", []step{{"zz", false, ChainUnreadable}, {"", false, ChainMissing}}},
+		{"upper case", []step{{strings.ToUpper(right.String()), false, ChainUnreadable}}},
+		{"broken", []step{{other.String(), true, ChainBroken}}},
+		{"right", []step{{right.String(), true, 0}, {right.String(), false, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c ChainCheck
+			for i, s := range tc.steps {
+				err := c.Check(s.header, right, s.required)
+				var ce *ChainError
+				switch {
+				case s.want == 0 && err != nil:
+					t.Fatalf("step %d: %v, want none", i, err)
+				case s.want != 0 && (!errors.As(err, &ce) || ce.Kind != s.want):
+					t.Fatalf("step %d: %v, want kind %d", i, err, s.want)
+				}
+			}
+		})
 	}
 }
