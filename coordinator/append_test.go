@@ -15,7 +15,6 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
-	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -221,7 +220,7 @@ func (streamInfoOnly) Snapshots() SnapshotStore                   { panic("not f
 func TestFoldRefusesAnInputGap(t *testing.T) {
 	// Streams not created for log retention: a hole in them is no removed
 	// segment.
-	s := &session{c: &Coordinator{be: streamInfoOnly{&jetstream.StreamInfo{State: jetstream.StreamState{FirstSeq: 1, LastSeq: 3}}}}, p: projector.New()}
+	s := &session{c: &Coordinator{be: streamInfoOnly{&jetstream.StreamInfo{State: jetstream.StreamState{FirstSeq: 1, LastSeq: 3}}}}, core: newCore(streams.Topology{})}
 	body := `{"v":1,"lease_ms":1000}`
 	raw := stored{seq: 1, time: 1, subject: "tenure.in.worker.w1.j1.acquire", data: []byte(body)}
 	if err := s.fold(raw); err != nil {

@@ -4,6 +4,15 @@
 // order, each fenced with Nats-Expected-Last-Sequence and deduplicated by a
 // deterministic Nats-Msg-Id.
 //
+// The loop's knowledge of the log lives in its core (core.go), which does
+// no I/O and reads no clock: the fold, the decisions derived and not yet
+// matched or sent, their sequences and chain values (checked with the
+// audit's own events.ChainCheck), what the stream acknowledged, and the
+// tick policy. The loop hands it each input and decision read, each
+// append acknowledged and the time a timer fired, takes from it what to
+// append, and checks its invariants after every turn (core.check); its
+// tests (core_test.go, testdata/core) need no server.
+//
 // A coordinator is either a warm standby or live. A standby follows both
 // streams and re-derives every stored decision from the stored inputs,
 // byte for byte; a mismatch is ErrDivergence, and a missing input sequence

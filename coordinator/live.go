@@ -38,12 +38,10 @@ func (s *session) runLive() error {
 		return err
 	}
 	// Decisions of the last input that a crash left unstored come first.
-	s.sentSeq = s.decSeq
-	s.decSeq += uint64(len(s.pend))
+	s.goLive(c.cfg.Topology.Partition.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbTick))
 	if err := s.flush(); err != nil {
 		return err
 	}
-	s.tickSubj = c.cfg.Topology.Partition.InputSubject(events.RoleCoord, c.cfg.ID, events.NoJob, events.VerbTick)
 	if err := s.ensureRules(); err != nil {
 		return err
 	}
@@ -98,6 +96,9 @@ func (s *session) runLive() error {
 
 	var woke time.Time // when the select last returned: the start of the turn
 	for {
+		if err := s.check(); err != nil {
+			return err
+		}
 		// Arm the tick timer for the earliest deadline.
 		if d, ok := s.p.NextDeadline(); ok && d != armedFor {
 			armedFor = d
@@ -106,7 +107,7 @@ func (s *session) runLive() error {
 		// Backpressure: past MaxInflight decisions not yet acknowledged,
 		// read no more inputs until the stream catches up.
 		inC := s.in.ch
-		if s.decSeq-s.acked >= uint64(c.cfg.MaxInflight) {
+		if s.inflight() >= uint64(c.cfg.MaxInflight) {
 			inC = nil
 		}
 		if !woke.IsZero() {
@@ -124,7 +125,7 @@ func (s *session) runLive() error {
 			// every input is slow to decode (a flood of the largest bodies).
 			sliceEnd := woke.Add(foldSlice)
 		more:
-			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.sentSeq-s.acked+uint64(len(s.pend)) < uint64(c.cfg.MaxInflight) && clk.Now().Before(sliceEnd) {
+			for len(s.pend) < max(c.cfg.AppendBatch, batchMin) && s.inflight() < uint64(c.cfg.MaxInflight) && clk.Now().Before(sliceEnd) {
 				select {
 				case m := <-s.in.ch:
 					if err := s.fold(m); err != nil {
@@ -134,11 +135,10 @@ func (s *session) runLive() error {
 					break more
 				}
 			}
-			s.decSeq = s.sentSeq + uint64(len(s.pend))
 			if err := s.flush(); err != nil {
 				return err
 			}
-			if s.p.Due() && s.tickSent.IsZero() {
+			if s.p.Due() && s.tick.sentAt == 0 {
 				// Deadlines the fold's per-input limit left due
 				// (events.MaxFiredPerInput): the next tick at once.
 				d, _ := s.p.NextDeadline()
@@ -162,22 +162,13 @@ func (s *session) runLive() error {
 		case <-tick.C():
 			woke = clk.Now()
 			armedFor = -1
+			s.tickAnswer()
 			if d, ok := s.p.NextDeadline(); ok && d <= woke.UnixNano() {
-				// One tick at a time: another is appended only once the
-				// last is folded, or its append failed or went unanswered
-				// (tickInFlight). A tick appended whenever the earliest
-				// deadline moved filled the input stream with ticks far
-				// ahead of the fold in an expiry storm, and every worker's
-				// input stored behind them waited for the whole backlog.
-				if !s.tickInFlight(woke) {
+				if d, ok := s.tickWanted(woke.UnixNano()); ok {
 					s.appendTick(d)
 				}
-				// Look again unless the tick's stored timestamp passes d,
-				// backing off (20 ms doubling to 1 s) so that a stalled
-				// input reader does not fill the append-only log with
-				// ticks.
 				armedFor = d
-				tick.Reset(min(20*time.Millisecond<<min(s.ticks, 6), time.Second))
+				tick.Reset(s.tickRetry())
 			}
 		case rep := <-s.leadershipReports():
 			woke = clk.Now()
@@ -232,11 +223,12 @@ func (s *session) flush() error {
 			return err
 		}
 	}
-	n := 0
-	for n < len(s.pend) {
-		left := len(s.pend) - n
+	for {
+		pend := s.unsent()
+		left := len(pend)
 		var k int
 		switch {
+		case left == 0:
 		case c.cfg.AppendBatch > 1 && a.batching && left >= batchMin:
 			if a.batches >= c.cfg.AppendBatches {
 				break
@@ -248,34 +240,12 @@ func (s *session) flush() error {
 		if k == 0 {
 			break
 		}
-		if err := a.send(s.pend[n:n+k], s.sentSeq); err != nil {
+		if err := a.send(pend[:k], s.sentSeq); err != nil {
 			return err
 		}
-		s.sentSeq += uint64(k)
-		n += k
-	}
-	if n > 0 {
-		clear(s.pend[:n])
-		s.pend = s.pend[n:] // a queue: appends reallocate once its capacity is used up
-		if len(s.pend) == 0 {
-			s.resetArena() // every body was copied out by the publishes
-		}
+		s.sent(k)
 	}
 	return nil
-}
-
-// arenaChunk is the size of the chunks of the arena decision bodies are
-// encoded into (perf: under a backlog, growing one arena copied every
-// body queued, a tenth of the process's CPU in the pipeline benchmark).
-const arenaChunk = 256 << 10
-
-// resetArena lets the next bodies reuse the arena, once pend is empty.
-func (s *session) resetArena() {
-	if cap(s.arena) > 4<<20 {
-		s.arena = nil // after a burst, do not keep it all
-		return
-	}
-	s.arena = s.arena[:0]
 }
 
 // acknowledged applies the stream's reply to the oldest unit in flight.
@@ -299,7 +269,9 @@ func (s *session) acknowledged(m *nats.Msg) error {
 			mt.DecisionAppended(lat)
 		}
 	}
-	s.acked, s.ackedChain, s.ackedCause = u.last, u.chain, u.cause
+	if err := s.ack(u.last, u.chain, u.cause); err != nil {
+		return err
+	}
 	c.appended.Store(s.acked)
 	c.folded.Store(u.cause)
 	return nil
@@ -308,12 +280,7 @@ func (s *session) acknowledged(m *nats.Msg) error {
 // appendTick appends a tick input for deadline d.
 func (s *session) appendTick(d int64) {
 	c := s.c
-	if d == s.lastTickAt {
-		s.ticks++
-	} else {
-		s.lastTickAt, s.ticks = d, 0
-	}
-	msg := &nats.Msg{Subject: s.tickSubj, Data: []byte(`{"v":1}`)}
+	msg := &nats.Msg{Subject: s.tick.subject, Data: []byte(`{"v":1}`)}
 	// An unpredictable id: a publisher that stored a tick's id first would
 	// make the stream drop the tick as a duplicate, delaying the deadline.
 	f, err := c.be.PublishAsync(msg, randomID("tick-"+c.cfg.ID))
@@ -321,37 +288,22 @@ func (s *session) appendTick(d int64) {
 		c.log.Warn("tick not appended", "err", err)
 		return
 	}
-	s.tickSent, s.tickFut, s.tickStored = c.clk.Now(), f, false
+	s.tickFut = f
+	s.tickAppended(d, c.clk.Now().UnixNano())
 }
 
-// tickLost is how long a tick's append may go unanswered before another
-// is appended in its place.
-const tickLost = 2 * time.Second
-
-// tickInFlight reports whether the last tick appended still stands: not
-// yet folded, and stored, or its append neither refused nor unanswered
-// for tickLost. A stored tick is never appended again: the fold reaches
-// it, however long the decisions ahead of it take (the reader waits while
-// MaxInflight decisions are unacknowledged), and the next one leaves once
-// it is folded. So the input stream holds at most one tick ahead of the
-// fold, and a worker's input waits for at most its decisions and those in
-// flight (PROTOCOL.md §4.2, fair service).
-func (s *session) tickInFlight(now time.Time) bool {
-	if s.tickSent.IsZero() {
-		return false
-	}
-	if s.tickStored {
-		return true
+// tickAnswer hands the core the stream's answer to the last tick's
+// append, if it came.
+func (s *session) tickAnswer() {
+	if s.tick.sentAt == 0 || s.tick.stored {
+		return
 	}
 	select {
 	case <-s.tickFut.Ok():
-		s.tickStored = true
-		return true
+		s.tickAnswered(true)
 	case err := <-s.tickFut.Err():
 		s.c.log.Warn("tick not appended", "err", err)
-		s.tickSent = time.Time{}
-		return false
+		s.tickAnswered(false)
 	default:
 	}
-	return now.Sub(s.tickSent) < tickLost
 }

@@ -5,69 +5,42 @@ package coordinator
 // decisions and the decision chain.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/events"
-	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
 )
 
 // session is one pass of standby then live, from a fresh projector.
 type session struct {
-	c     *Coordinator
-	ctx   context.Context
-	p     *projector.Projector
-	in    *reader
-	out   *reader
-	pend  []pending // derived decisions not yet matched or appended
-	arena []byte    // the bodies of pend, reset when pend empties
-	gate  *gate     // live: empties intake streams, reads the storage (intake.go); nil when none
+	core // the log as the session knows it: every change to it is a method of core (core.go)
 
-	// The decision chain (events.HeaderChain): head is the chain value of
-	// decision headSeq, the last one derived (or, before any is, the last
-	// one verified or restored).
-	head    events.Chain
-	headSeq uint64
-	chainer *events.Chainer
-	chk     events.ChainCheck // the stored decisions' chain headers, as the audit checks them
+	c    *Coordinator
+	ctx  context.Context
+	in   *reader
+	out  *reader
+	gate *gate // live: empties intake streams, reads the storage (intake.go); nil when none
 
-	decSeq     uint64                 // last decision sequence verified, or derived while live
 	inKnown    uint64                 // the input stream is known to hold inputs up to this sequence
-	sentSeq    uint64                 // live: last decision sequence published (decSeq - len(pend))
-	acked      uint64                 // last decision sequence acknowledged
 	app        *appender              // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
 	leaderRev  uint64                 // the leadership entry's revision while no renewer runs (acquire, stepDown)
 	renewer    *renewer               // renews the entry while the session holds it (leadership.go)
 	validUntil time.Time              // the leadership cannot have expired before then
-	lastTickAt int64                  // the deadline the last tick was appended for
-	ticks      int                    // ticks appended for it
-	tickSent   time.Time              // when the last tick was appended, zero once it is folded
 	tickFut    jetstream.PubAckFuture // the last tick's append
-	tickStored bool                   // the last tick's append was acknowledged
-	tickSubj   string                 // the subject of this coordinator's ticks
 
-	// Chain heads (heads.go): the chain value of decision acked and the
-	// input it answers (the last head published is the Coordinator's).
-	ackedChain events.Chain
-	ackedCause uint64
-
-	sinceSnap int
-	snapTime  time.Time
-	snapWait  *snapshot // taken, waiting for its decisions to be acknowledged
-	snapCh    chan snapshot
+	snapTime time.Time
+	snapWait *snapshot // taken, waiting for its decisions to be acknowledged
+	snapCh   chan snapshot
 	// The encoder (snapshot.go): frozen states go to it, encoded
 	// snapshots come back to the live loop.
-	enc         chan encodeJob
-	encoded     chan *snapshot
-	encoding    bool // a snapshot handed to the encoder, not back yet
-	sinceFreeze int  // inputs folded since the last freeze
+	enc      chan encodeJob
+	encoded  chan *snapshot
+	encoding bool // a snapshot handed to the encoder, not back yet
 }
 
 type pending struct {
@@ -88,9 +61,8 @@ func (c *Coordinator) session(ctx context.Context) error {
 	if st := c.currentState(); st.name == StateStarting || st.name == StateLive {
 		c.setState(StateStandby, "verifying the stored decisions before taking leadership")
 	}
-	s := &session{c: c, ctx: ctx, p: projector.NewPartition(c.cfg.Topology.Partition), snapTime: c.clk.Now()}
+	s := &session{core: newCore(c.cfg.Topology), c: c, ctx: ctx, snapTime: c.clk.Now()}
 	s.loadSnapshot() // may start the readers (perf: reading overlaps the restore)
-	s.headSeq = s.decSeq
 	if c.cfg.SnapshotEvery >= 0 {
 		// Snapshots are encoded off the loop (snapshot.go): from the state
 		// restored, or the empty one, every change is tracked.
@@ -135,7 +107,8 @@ func (c *Coordinator) setSnapshot(seq uint64, at time.Time) {
 	c.snapMu.Unlock()
 }
 
-// fold reads the next input (blocking) and derives its decisions into s.pend.
+// fold folds input m (core.fold) and does what follows for the loop: the
+// gate, the snapshot anchor, the tick, the metrics.
 func (s *session) fold(m stored) error {
 	if m.err != nil {
 		return m.err
@@ -144,87 +117,33 @@ func (s *session) fold(m stored) error {
 		if err := s.removed(true, s.p.LastSeq()+1); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: after input %d comes input %d", ErrInputGap, s.p.LastSeq(), m.seq)
 	}
-	ds, err := s.p.Step(events.Raw{Seq: m.seq, Time: m.time, Subject: m.subject, Body: m.data})
+	f, err := s.core.fold(m)
 	if err != nil {
 		return err
 	}
-	// A worker's input sourced from its intake stream (quotas, PROTOCOL.md
-	// §4.2): its verdicts name the intake sequence its PubAck gave, and
-	// the live gate may empty it from the intake.
-	var src uint64
-	var worker string
-	if w, ok := intakeActor(m.subject); ok && m.header != nil {
-		if src = s.c.cfg.Topology.SourceSeq(m.header.Get(streams.HeaderStreamSource), w); src > 0 {
-			worker = w
-			if g := s.gate; g != nil && s.app != nil {
-				g.folded(w, src, int64(len(m.subject)+len(m.data)+64))
-			}
-		}
-	}
 	if s.app != nil {
-		// Live: the first of these decisions gets the sequence after the
-		// ones derived so far.
-		s.anchored(ds, s.sentSeq+uint64(len(s.pend))+1)
-		if m.subject == s.tickSubj {
-			s.tickSent = time.Time{} // folded: the next one may leave
+		// Live: the live gate may empty the input from its worker's intake
+		// stream (quotas, PROTOCOL.md §4.2).
+		if g := s.gate; g != nil && f.src > 0 {
+			g.folded(f.worker, f.src, int64(len(m.subject)+len(m.data)+64))
 		}
-	}
-	for i := range ds {
-		d := &ds[i]
-		if cap(s.arena)-len(s.arena) < arenaChunk/64 {
-			// perf: a new chunk rather than a grown (copied) arena; the
-			// bodies cut from the old one keep it alive until sent.
-			s.arena = make([]byte, 0, arenaChunk)
-		}
-		start := len(s.arena)
-		s.arena = events.AppendDecision(s.arena, d)
-		pd := pending{
-			subject: s.c.cfg.Topology.Partition.DecisionSubject(d), n: d.N, of: d.Of, cause: d.Cause,
-			body:    s.arena[start:len(s.arena):len(s.arena)],
-			seq:     s.headSeq + 1,
-			chained: s.p.Revision() >= events.Revision2,
-		}
-		if src > 0 && d.Addressee == worker {
-			pd.src = src
-		}
-		if s.chainer == nil {
-			s.chainer = events.NewChainer()
-		}
-		pd.chain = s.chainer.Next(s.head, pd.seq, pd.cause, pd.n, pd.of, pd.subject, pd.body)
-		s.head, s.headSeq = pd.chain, pd.seq
-		s.pend = append(s.pend, pd)
-	}
-	if s.app == nil {
+		s.anchored(f.ds, f.first)
+	} else {
 		// Live, an input counts as folded once its decisions are stored
 		// (acknowledged), so that Stats never shows an input folded whose
 		// decisions are not in the stream yet.
 		s.c.folded.Store(m.seq)
 	}
-	if n := len(ds); n == 0 || ds[n-1].Verb != events.VerbCheckpoint {
-		s.sinceSnap++ // checkpoints do not count, or each would call for the next
-	}
-	s.sinceFreeze++
 	s.c.jobs.Store(int64(s.p.Len()))
 	s.compact()
 	if mt := s.c.cfg.Metrics; mt != nil {
-		mt.InputFolded(m.seq, time.Unix(0, m.time), len(ds))
+		mt.InputFolded(m.seq, time.Unix(0, m.time), len(f.ds))
 		if cu, ok := mt.(CatchUpMetrics); ok && m.pending == 0 {
 			cu.CaughtUp(m.seq)
 		}
 	}
 	return nil
-}
-
-// intakeActor returns the worker of an input subject of the worker role.
-func intakeActor(subject string) (string, bool) {
-	rest, ok := strings.CutPrefix(subject, events.InputPrefix+".worker.")
-	if !ok {
-		return "", false
-	}
-	w, _, ok := strings.Cut(rest, ".")
-	return w, ok
 }
 
 // removed returns an ErrLogRemoved when want, the sequence the session
@@ -247,7 +166,8 @@ func (s *session) removed(input bool, want uint64) error {
 	return nil
 }
 
-// verify matches one stored decision against the fold.
+// verify matches one stored decision against the fold (core.match),
+// reading the inputs it needs.
 func (s *session) verify(sd stored) error {
 	if sd.err != nil {
 		return sd.err
@@ -256,23 +176,22 @@ func (s *session) verify(sd stored) error {
 		if err := s.removed(false, s.decSeq+1); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: decision stream jumped from %d to %d", ErrDivergence, s.decSeq, sd.seq)
 	}
-	cause, n, of, herr := decisionIndex(sd.header)
-	if herr != nil {
-		return fmt.Errorf("%w: decision %d: %v", ErrDivergence, sd.seq, herr)
-	}
-	if len(s.pend) == 0 {
-		// Every decision of the inputs folded so far is matched: this one
-		// must be caused by an input still to come, one that exists.
-		if cause <= s.p.LastSeq() {
-			return fmt.Errorf("%w: decision %d names input %d, whose decisions are all matched already (an extra decision)", ErrDivergence, sd.seq, cause)
+	for {
+		need, err := s.match(sd)
+		if err != nil {
+			return err
+		}
+		if need == 0 {
+			break
 		}
 		var m stored
 		select {
 		case m = <-s.in.ch:
 		default:
-			if err := s.inputExists(cause); err != nil {
+			// The decision names an input not read yet: one that exists,
+			// or the session would wait for ever.
+			if err := s.inputExists(need); err != nil {
 				return err
 			}
 			select {
@@ -285,20 +204,6 @@ func (s *session) verify(sd stored) error {
 			return err
 		}
 	}
-	want := s.pend[0]
-	if sd.subject != want.subject || !bytes.Equal(sd.data, want.body) || cause != want.cause || n != want.n || of != want.of || sd.seq != want.seq {
-		return fmt.Errorf("%w: decision %d (cause input %d, %d/%d):\n stored  %s %s (headers %d, %d/%d)\n derived %s %s",
-			ErrDivergence, sd.seq, want.cause, want.n, want.of, sd.subject, sd.data, cause, n, of, want.subject, want.body)
-	}
-	if err := s.chk.Check(sd.header.Get(events.HeaderChain), want.chain, want.chained); err != nil {
-		return fmt.Errorf("%w: decision %d: %w", ErrDivergence, sd.seq, err)
-	}
-	s.pend = s.pend[1:]
-	if len(s.pend) == 0 {
-		s.resetArena()
-	}
-	s.decSeq = sd.seq
-	s.acked, s.ackedChain, s.ackedCause = sd.seq, want.chain, cause
 	s.c.appended.Store(sd.seq)
 	return nil
 }

@@ -115,8 +115,7 @@ func (s *session) loadSnapshot() {
 		c.log.Warn("snapshot refused, folding from the start", "err", err)
 		return
 	}
-	s.p, s.decSeq, s.acked, s.head = p, pos.DecisionSeq, pos.DecisionSeq, pos.Chain
-	s.ackedChain, s.ackedCause = pos.Chain, pos.InputSeq // checkAnchor: decision DecisionSeq answers input InputSeq
+	s.restore(p, pos)
 	c.setSnapshot(pos.InputSeq, info.ModTime)
 	c.log.Info("restored snapshot", "input_seq", pos.InputSeq, "decision_seq", pos.DecisionSeq, "anchor_seq", pos.AnchorSeq, "jobs", p.Len())
 }
@@ -189,7 +188,8 @@ func (s *session) maybeSnapshot(timer bool) {
 		if c.cfg.snapshotTaken != nil {
 			c.cfg.snapshotTaken()
 		}
-		s.encoding, s.sinceSnap, s.sinceFreeze = true, 0, 0
+		s.encoding = true
+		s.snapshotted()
 		s.snapTime = c.clk.Now()
 	}
 }
@@ -242,7 +242,7 @@ func (s *session) compact() {
 		return
 	}
 	s.enc <- encodeJob{f: s.p.Freeze()}
-	s.sinceFreeze = 0
+	s.frozen()
 }
 
 // encoder encodes the frozen states handed to it, in order, off the loop,

@@ -32,6 +32,9 @@ func (s *session) standby() error {
 			if err := s.verify(sd); err != nil {
 				return err
 			}
+			if err := s.check(); err != nil {
+				return err
+			}
 		case <-try.C():
 			s.noteReaderErrs()
 		case <-s.ctx.Done():
@@ -52,6 +55,9 @@ func (s *session) standby() error {
 		select {
 		case sd := <-s.out.ch:
 			if err := s.verify(sd); err != nil {
+				return err
+			}
+			if err := s.check(); err != nil {
 				return err
 			}
 			if c.cfg.caughtUp != nil {
