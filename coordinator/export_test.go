@@ -7,11 +7,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// SetCatchUpHook makes cfg run f after each decision a session that holds
-// leadership verifies while catching up (tests use it to make catching up
-// outlast the leadership entry's TTL).
-func SetCatchUpHook(cfg *Config, f func()) { cfg.caughtUp = f }
-
 // SetRenewHook makes cfg run f in the leadership renewer before each
 // renewal's KV update, with the renewer's context (tests use it to make a
 // renewal slow, or stuck until the session ends).

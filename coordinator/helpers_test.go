@@ -103,6 +103,13 @@ func checkChainOf(t testing.TB, js jetstream.JetStream, topo streams.Topology) (
 		want = foldStoredIn(t, topo.Partition, inputs)
 		return len(again) == len(inputs) && len(decisions) >= len(want)
 	})
+	checkFold(t, inputs, decisions, want)
+	return inputs, decisions
+}
+
+// checkFold requires decisions to be exactly want, the fold of inputs.
+func checkFold(t testing.TB, inputs, decisions, want []msg) {
+	t.Helper()
 	if len(decisions) != len(want) {
 		for i := range max(len(decisions), len(want)) {
 			var g, w string
@@ -141,7 +148,6 @@ func checkChainOf(t testing.TB, js jetstream.JetStream, topo streams.Topology) (
 			t.Fatalf("decision %d: chain header %q, want %s", i+1, got, chain)
 		}
 	}
-	return inputs, decisions
 }
 
 // startCoordinator runs a coordinator on its own connection until the

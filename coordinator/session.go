@@ -86,6 +86,12 @@ func (c *Coordinator) session(ctx context.Context) error {
 		return err
 	}
 	err := s.runLive()
+	// Not live from the moment the loop stops appending: stepping down
+	// (draining appends, releasing the entry) can take seconds, and
+	// Stats must not say live meanwhile (TestModelStuckRenewal).
+	if c.live.Swap(false) && err != nil {
+		c.setState(StateStandby, "stepping down after: "+err.Error())
+	}
 	s.stopRenewer()
 	s.stepDown()
 	return err
@@ -191,7 +197,7 @@ func (s *session) verify(sd stored) error {
 		default:
 			// The decision names an input not read yet: one that exists,
 			// or the session would wait for ever.
-			if err := s.inputExists(need); err != nil {
+			if err := s.inputExists(sd.seq, need); err != nil {
 				return err
 			}
 			select {
@@ -211,7 +217,7 @@ func (s *session) verify(sd stored) error {
 // inputExists checks, before waiting for input cause, that the input
 // stream holds it: a decision caused by an input that was never stored
 // would otherwise keep the session waiting for ever.
-func (s *session) inputExists(cause uint64) error {
+func (s *session) inputExists(seq, cause uint64) error {
 	if cause <= s.inKnown {
 		return nil
 	}
@@ -220,7 +226,7 @@ func (s *session) inputExists(cause uint64) error {
 		return fmt.Errorf("coordinator: input stream info: %w", streams.Classify(err))
 	}
 	if info.State.LastSeq < cause {
-		return fmt.Errorf("%w: a stored decision names input %d; the input stream ends at %d", ErrDivergence, cause, info.State.LastSeq)
+		return fmt.Errorf("%w: decision %d names input %d; the input stream ends at %d", ErrDivergence, seq, cause, info.State.LastSeq)
 	}
 	s.inKnown = info.State.LastSeq
 	return nil

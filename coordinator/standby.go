@@ -60,9 +60,6 @@ func (s *session) standby() error {
 			if err := s.check(); err != nil {
 				return err
 			}
-			if c.cfg.caughtUp != nil {
-				c.cfg.caughtUp()
-			}
 		case <-try.C():
 			s.noteReaderErrs()
 		case rep := <-s.leadershipReports():

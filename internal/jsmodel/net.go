@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -27,7 +28,9 @@ type Net struct {
 	ops    []*op
 	next   uint64
 	kick   chan struct{}
-	cut    map[string]time.Time // actor -> cut off until
+	cut    map[string]time.Time     // actor -> cut off until
+	held   map[string]time.Time     // lane -> held until (Hold)
+	slow   map[string]time.Duration // lane prefix -> added delay (Slow)
 	// Counts is how often each fault was injected (by kind), and Seen
 	// how often each rare path the simulator asks about was reached
 	// (Touch).
@@ -77,7 +80,7 @@ type Faults struct {
 // from seed.
 func NewNet(m *Model, f Faults, seed uint64) *Net {
 	return &Net{model: m, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), lanes: map[string]*rand.Rand{}, faults: f,
-		kick: make(chan struct{}, 1), cut: map[string]time.Time{}, Counts: map[string]int{}, Seen: map[string]int{}}
+		kick: make(chan struct{}, 1), cut: map[string]time.Time{}, held: map[string]time.Time{}, slow: map[string]time.Duration{}, Counts: map[string]int{}, Seen: map[string]int{}}
 }
 
 // Model returns the model (read it only between steps).
@@ -140,6 +143,11 @@ func (n *Net) delay(lane string) time.Duration {
 // submitLocked adds an operation of actor on lane, due after a delay.
 func (n *Net) submitLocked(actor, lane string, extra time.Duration, do func(now time.Time)) {
 	n.next++
+	for prefix, d := range n.slow { // (a sum: the order does not matter)
+		if strings.HasPrefix(lane, prefix) {
+			extra += d
+		}
+	}
 	n.ops = append(n.ops, &op{id: n.next, at: time.Now().Add(n.delay(lane) + extra), actor: actor, lane: lane, do: do})
 	select {
 	case n.kick <- struct{}{}:
@@ -169,6 +177,40 @@ func (n *Net) Cut(actor string, until time.Time) {
 	}
 	n.Counts["cut"]++
 	n.cut[actor] = until
+}
+
+// Hold holds every operation of one lane until until (the zero time:
+// releases it now): a test's targeted fault, such as one coordinator's
+// requests to the leadership bucket (lane "c1>kv") stuck while its other
+// requests go through. Lanes are "<actor>><target>" for requests
+// (targets: in, out, info, get, kv, obj), "<<target>><actor>" for
+// replies and "~<actor>#<n>" for an actor's n-th reader.
+func (n *Net) Hold(lane string, until time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if until.IsZero() {
+		delete(n.held, lane)
+	} else {
+		n.Counts["hold"]++
+		n.held[lane] = until
+	}
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Slow adds d to the delay of every operation submitted from now on to a
+// lane that starts with prefix (0: no more): a test's targeted fault, such
+// as a coordinator's readers ("~c1#") delivering slowly.
+func (n *Net) Slow(prefix string, d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if d == 0 {
+		delete(n.slow, prefix)
+	} else {
+		n.slow[prefix] = d
+	}
 }
 
 // Stop injects no more faults from now on.
@@ -214,6 +256,9 @@ func (n *Net) eligible(now time.Time) []*op {
 		if until, cut := n.cut[o.actor]; cut && now.Before(until) {
 			return false
 		}
+		if until, held := n.held[o.lane]; held && now.Before(until) {
+			return false
+		}
 		return true
 	}
 	// (lanes in order: the seed's generator is drawn from below)
@@ -254,6 +299,11 @@ func (n *Net) Step() bool {
 			delete(n.cut, a)
 		}
 	}
+	for l, until := range n.held {
+		if !now.Before(until) {
+			delete(n.held, l)
+		}
+	}
 	el := n.eligible(now)
 	if len(el) == 0 {
 		return false
@@ -281,6 +331,9 @@ func (n *Net) Wait(ctx context.Context) {
 		heads[o.lane] = true
 		t := o.at
 		if until, cut := n.cut[o.actor]; cut && t.Before(until) {
+			t = until
+		}
+		if until, held := n.held[o.lane]; held && t.Before(until) {
 			t = until
 		}
 		if at.IsZero() || t.Before(at) {

@@ -1,0 +1,582 @@
+package coordinator_test
+
+// Coordinator tests on the model of JetStream (internal/jsmodel) instead
+// of a server: standby, fencing, failover, leadership renewal and the
+// refusal of a log that diverges, each in a synctest bubble, where a TTL
+// takes no time to pass and the faults are exactly the test's (the net's
+// Hold, Slow and Cut), not a hook in the coordinator. The model's
+// behaviours are checked against the real server by
+// internal/jsmodel/conform_test.go; the tests that remain on the server
+// here are those of what only a server has (its client, advisories,
+// stream configuration, genesis, heads, intake streams) and a few
+// end-to-end counterparts (takeover, fencing, crashes).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/maknow/tenure/coordinator"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/jsmodel"
+	"github.com/maknow/tenure/streams"
+)
+
+// modelEnv is one test's JetStream: the model, its network (no fault but
+// those the test injects) and the coordinators on it.
+type modelEnv struct {
+	t       *testing.T
+	net     *jsmodel.Net
+	ttl     time.Duration
+	ctx     context.Context
+	cancel  context.CancelFunc
+	netDone chan struct{}
+	coords  []*modelCoord
+	msgs    int // inputs published (their message ids)
+	// appends records every append the decision stream stored: who, when,
+	// which sequences.
+	mu      sync.Mutex
+	appends []modelAppend
+}
+
+type modelAppend struct {
+	actor       string
+	at          time.Time
+	first, last uint64
+}
+
+type modelCoord struct {
+	id     string
+	c      *coordinator.Coordinator
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Run's, once done
+}
+
+// newModelEnv starts the model's network; the test must call close before
+// its bubble ends.
+func newModelEnv(t *testing.T, ttl time.Duration) *modelEnv {
+	top := streams.Topology{}
+	net := jsmodel.NewNet(jsmodel.NewModel(top.InputConfig(), top.DecisionConfig(), ttl), jsmodel.Faults{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &modelEnv{t: t, net: net, ttl: ttl, ctx: ctx, cancel: cancel, netDone: make(chan struct{})}
+	net.Appended(func(actor string, first, last uint64) {
+		e.mu.Lock()
+		e.appends = append(e.appends, modelAppend{actor, time.Now(), first, last})
+		e.mu.Unlock()
+	})
+	go func() {
+		defer close(e.netDone)
+		for ctx.Err() == nil {
+			synctest.Wait()
+			if !net.Step() {
+				net.Wait(ctx)
+			}
+		}
+	}()
+	return e
+}
+
+// start runs a coordinator on the model until stopped.
+func (e *modelEnv) start(id string, mod ...func(*coordinator.Config)) *modelCoord {
+	cfg := coordinator.Config{ID: id, Backend: e.net.Backend(id, streams.Topology{}), LeaderTTL: e.ttl, SnapshotEvery: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	mc := &modelCoord{id: id, c: c, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(mc.done)
+		mc.err = c.Run(ctx)
+	}()
+	e.coords = append(e.coords, mc)
+	return mc
+}
+
+// stop stops a coordinator gracefully (it releases the leadership).
+func (c *modelCoord) stop() {
+	c.cancel()
+	<-c.done
+}
+
+// crash stops a coordinator as a dead process does: nothing it sends
+// from now on reaches the model (the leadership entry stays until it
+// expires).
+func (e *modelEnv) crash(c *modelCoord) {
+	e.net.Cut(c.id, time.Now().Add(time.Hour))
+	c.stop()
+}
+
+// close stops every coordinator and the network.
+func (e *modelEnv) close() {
+	for _, c := range e.coords {
+		c.cancel()
+		<-c.done
+	}
+	e.cancel()
+	<-e.netDone
+}
+
+// publish stores an input (a worker's client on the model) and returns
+// its sequence.
+func (e *modelEnv) publish(role events.Role, actor, job string, verb events.Verb, body string) uint64 {
+	e.t.Helper()
+	e.msgs++
+	seq, err := e.net.Client(actor).Publish(e.ctx, events.InputSubject(role, actor, job, verb), []byte(body), fmt.Sprintf("%s-%d", actor, e.msgs))
+	if err != nil {
+		e.t.Fatalf("publish: %v", err)
+	}
+	return seq
+}
+
+// waitFor waits (on the bubble's clock) until cond holds, for at most d.
+func (e *modelEnv) waitFor(d time.Duration, what string, cond func() bool) {
+	e.t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			e.t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// streams returns the model's streams as the server tests read them.
+func (e *modelEnv) streams() (inputs, decisions []msg) {
+	e.net.Lock()
+	defer e.net.Unlock()
+	conv := func(s *jsmodel.Stream) []msg {
+		out := make([]msg, len(s.Msgs))
+		for i, m := range s.Msgs {
+			out[i] = msg{seq: m.Seq, time: m.Time.UnixNano(), subject: m.Subject, data: m.Data, header: m.Header}
+		}
+		return out
+	}
+	return conv(e.net.Model().In), conv(e.net.Model().Out)
+}
+
+// caughtUp reports whether c is live with every input stored decided.
+func (e *modelEnv) caughtUp(c *modelCoord) bool {
+	in, out := e.streams()
+	st := c.c.Stats()
+	return st.Live && st.InputsFolded == uint64(len(in)) && st.DecisionsStored == uint64(len(out))
+}
+
+// checkFold requires the decision stream to be exactly the fold of the
+// input stream, with its chain (no decision lost, duplicated or extra).
+func (e *modelEnv) checkFold() {
+	e.t.Helper()
+	in, out := e.streams()
+	checkFold(e.t, in, out, foldStoredIn(e.t, events.Partition{}, in))
+}
+
+// verdictOf returns the first decision of input seq.
+func (e *modelEnv) verdictOf(seq uint64) (events.Decision, bool) {
+	_, out := e.streams()
+	for _, m := range out {
+		if m.header.Get(events.HeaderCause) == fmt.Sprint(seq) {
+			d, err := events.DecodeDecision(m.data)
+			return d, err == nil
+		}
+	}
+	return events.Decision{}, false
+}
+
+// appendDecision stores msg in the decision stream by hand (no
+// coordinator may be reading it).
+func (e *modelEnv) appendDecision(m *nats.Msg) {
+	e.t.Helper()
+	e.net.Lock()
+	defer e.net.Unlock()
+	if a, _ := e.net.Model().Out.Publish(time.Now(), m); a.Error != nil || a.Duplicate {
+		e.t.Fatalf("the decision written by hand was not stored: %+v", a)
+	}
+}
+
+// A standby takes over from a crashed leader, its projection warm, with no
+// gap and nothing appended twice; the takeover waits for the leadership
+// entry to expire, and no longer than its TTL and a renewal interval.
+func TestModelFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 2 * time.Second
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		a := e.start("ca")
+		e.waitFor(10*time.Second, "ca live", func() bool { return a.c.Stats().Live })
+		b := e.start("cb")
+		for i := range 30 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i%5), events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+		}
+		e.waitFor(10*time.Second, "ca caught up", func() bool { return e.caughtUp(a) })
+		e.waitFor(10*time.Second, "cb following", func() bool { return b.c.Stats().InputsFolded == a.c.Stats().InputsFolded })
+		if b.c.Stats().Live {
+			t.Fatal("both coordinators are live")
+		}
+		crashed := time.Now()
+		e.crash(a)
+		seq := e.publish(events.RoleWorker, "w2", "k1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+		e.waitFor(30*time.Second, "cb live", func() bool { return b.c.Stats().Live })
+		if took := time.Since(crashed); took > ttl+ttl/2 {
+			t.Fatalf("cb took over %v after the crash, TTL %v", took, ttl)
+		}
+		e.waitFor(10*time.Second, "cb caught up", func() bool { return e.caughtUp(b) })
+		if v, ok := e.verdictOf(seq); !ok || v.Kind != events.KindGranted {
+			t.Fatalf("input after the takeover: %+v, want granted", v)
+		}
+		if st := b.c.Stats(); st.Sessions != 1 {
+			t.Fatalf("cb: %d sessions, want its warm first one", st.Sessions)
+		}
+		e.checkFold()
+	})
+}
+
+// A leader whose appends are held in the network (a process paused, a
+// partition) while its leadership expires: the standby takes over and
+// appends; the held appends reach the stream after it, and after the
+// duplicate window (their message ids, the same as the new leader's for
+// the same decisions, no longer stop them), and are refused by the fence
+// (the expected last sequence), so nothing is stored twice or out of
+// order, and the old leader stands by. Without the fence, this test
+// fails: the held decisions are stored again after the new leader's.
+func TestModelPausedLeaderFenced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = time.Second
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		a := e.start("ca")
+		e.waitFor(10*time.Second, "ca live", func() bool { return a.c.Stats().Live })
+		b := e.start("cb")
+		e.publish(events.RoleWorker, "w1", "j0", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+		e.waitFor(10*time.Second, "ca caught up", func() bool { return e.caughtUp(a) })
+		// ca's appends and renewals are held from now on, past the
+		// decision stream's duplicate window.
+		held := time.Now().Add(streams.DefaultDupeWindow + 5*ttl)
+		e.net.Hold("ca>out", held)
+		e.net.Hold("ca>kv", held)
+		for i := range 5 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i+1), events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+		}
+		e.waitFor(10*time.Second, "cb live", func() bool { return b.c.Stats().Live })
+		e.waitFor(10*time.Second, "cb caught up", func() bool { return e.caughtUp(b) })
+		time.Sleep(time.Until(held) + ttl) // ca's held appends reach the stream
+		e.waitFor(10*time.Second, "one live coordinator caught up", func() bool {
+			return (e.caughtUp(a) || e.caughtUp(b)) && a.c.Stats().Live != b.c.Stats().Live
+		})
+		e.mu.Lock()
+		var firstB time.Time
+		for _, ap := range e.appends {
+			if ap.actor == "cb" && firstB.IsZero() {
+				firstB = ap.at
+			}
+			if ap.actor == "ca" && !firstB.IsZero() && ap.at.Before(held) {
+				t.Errorf("ca's append of decisions %d-%d stored at %v, after cb's first (%v)", ap.first, ap.last, ap.at, firstB)
+			}
+		}
+		e.mu.Unlock()
+		if firstB.IsZero() {
+			t.Fatal("cb appended nothing")
+		}
+		if st := a.c.Stats(); st.Sessions < 2 {
+			t.Fatalf("ca: %d sessions, want it to have left live", st.Sessions)
+		}
+		e.checkFold()
+	})
+}
+
+// A leadership renewal held in the network does not stop the live loop:
+// inputs stored while it is in flight get their decisions before it
+// returns, and once it returns the coordinator is still live in its first
+// session. (This test replaced a hook in the renewer.)
+func TestModelSlowRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		a := e.start("c1")
+		e.waitFor(10*time.Second, "live", func() bool { return a.c.Stats().Live })
+		e.waitFor(10*time.Second, "caught up", func() bool { return e.caughtUp(a) })
+		// Renewals run every TTL/3 and time out after TTL/3: held for
+		// less than a timeout, one renewal is slow and succeeds.
+		release := time.Now().Add(ttl / 4)
+		e.net.Hold("c1>kv", release)
+		var last uint64
+		for i := range 20 {
+			last = e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		}
+		e.waitFor(ttl, "the decisions of inputs stored while a renewal is held", func() bool {
+			_, ok := e.verdictOf(last)
+			return ok
+		})
+		if time.Now().After(release) {
+			t.Fatalf("the decisions came %v after the renewal was released: the loop waited for it", time.Since(release))
+		}
+		time.Sleep(2 * ttl)
+		seq := e.publish(events.RoleWorker, "w1", "after", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		e.waitFor(10*time.Second, "caught up", func() bool { return e.caughtUp(a) })
+		if v, ok := e.verdictOf(seq); !ok || v.Kind != events.KindGranted {
+			t.Fatalf("input after the slow renewal: %+v, want granted", v)
+		}
+		if st := a.c.Stats(); !st.Live || st.Sessions != 1 {
+			t.Fatalf("after a slow renewal: live %v, %d sessions (%s); want live in its first session", st.Live, st.Sessions, st.Reason)
+		}
+		e.checkFold()
+	})
+}
+
+// When renewals stop being answered (held in the network), the loop
+// leaves live by itself before the leadership could have expired, and
+// appends nothing after that; once renewals go through again it takes
+// leadership back and carries on. (This test replaced a hook in the
+// renewer.)
+func TestModelStuckRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 1800 * time.Millisecond
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		a := e.start("c1")
+		e.waitFor(10*time.Second, "live", func() bool { return a.c.Stats().Live })
+		e.publish(events.RoleWorker, "w1", "j0", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		e.waitFor(10*time.Second, "caught up", func() bool { return e.caughtUp(a) })
+		// The last renewal that can succeed started before now.
+		stuck := time.Now()
+		e.net.Hold("c1>kv", stuck.Add(4*ttl))
+		// Inputs keep coming while the leadership runs out.
+		var left time.Time
+		for i := 0; left.IsZero(); i++ {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i+1), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+			time.Sleep(50 * time.Millisecond)
+			if st := a.c.Stats(); !st.Live {
+				left = time.Now()
+				if !strings.Contains(st.Reason, "no renewal confirmed") && !strings.Contains(st.Reason, "leadership") {
+					t.Fatalf("left live: %s, want a lost leadership", st.Reason)
+				}
+			}
+			if time.Since(stuck) > 3*ttl {
+				t.Fatalf("still live %v after renewals stopped (TTL %v)", time.Since(stuck), ttl)
+			}
+		}
+		if left.After(stuck.Add(ttl)) {
+			t.Fatalf("left live %v after renewals stopped, past the TTL (%v)", left.Sub(stuck), ttl)
+		}
+		e.mu.Lock()
+		for _, ap := range e.appends {
+			if ap.at.After(stuck.Add(ttl)) && ap.at.Before(stuck.Add(4*ttl)) {
+				t.Errorf("decisions %d-%d stored %v after renewals stopped: past the leadership's lifetime", ap.first, ap.last, ap.at.Sub(stuck))
+			}
+		}
+		e.mu.Unlock()
+		// Renewals go through again: it takes leadership back.
+		e.waitFor(10*ttl, "live again", func() bool { return a.c.Stats().Live })
+		seq := e.publish(events.RoleWorker, "w1", "after", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		e.waitFor(10*time.Second, "caught up", func() bool { return e.caughtUp(a) })
+		if v, ok := e.verdictOf(seq); !ok || v.Kind != events.KindGranted {
+			t.Fatalf("input after taking leadership back: %+v, want granted", v)
+		}
+		if st := a.c.Stats(); st.Sessions < 2 {
+			t.Fatalf("%d sessions, want a second one after leaving live", st.Sessions)
+		}
+		e.checkFold()
+	})
+}
+
+// A coordinator that takes leadership and then needs longer than the
+// leadership entry lives to verify the stored decisions (a cold restart
+// after a million inputs; here its readers are slow) renews the entry
+// while it catches up, and stays live in its first session. Before the
+// fix, the entry expired during catch-up and the coordinator
+// resynchronised for ever. (This test replaced a hook in the standby
+// loop.)
+func TestModelLongCatchUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 600 * time.Millisecond
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		a := e.start("ca")
+		for i := range 40 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		}
+		e.waitFor(10*time.Second, "ca caught up", func() bool { return e.caughtUp(a) })
+		a.stop()
+		// 40+ decisions and inputs at 50 ms each: over three TTLs.
+		e.net.Slow("~cb#", 50*time.Millisecond)
+		started := time.Now()
+		b := e.start("cb")
+		e.waitFor(time.Minute, "cb live", func() bool { return b.c.Stats().Live })
+		if took := time.Since(started); took < 3*ttl {
+			t.Fatalf("catching up took %v, want over three TTLs (%v) for the test to mean anything", took, ttl)
+		}
+		e.net.Slow("~cb#", 0)
+		time.Sleep(5 * ttl)
+		seq := e.publish(events.RoleWorker, "w1", "after", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		e.waitFor(10*time.Second, "cb caught up", func() bool { return e.caughtUp(b) })
+		if v, ok := e.verdictOf(seq); !ok || v.Kind != events.KindGranted {
+			t.Fatalf("input after the catch-up: %+v, want granted", v)
+		}
+		if st := b.c.Stats(); !st.Live || st.Sessions != 1 {
+			t.Fatalf("after catching up for longer than the leadership TTL: live %v, %d sessions (%s); want live in its first session", st.Live, st.Sessions, st.Reason)
+		}
+	})
+}
+
+// runRefused runs a coordinator on a log written by hand and requires it to
+// refuse with ErrDivergence, the error containing each of want, having
+// written nothing.
+func (e *modelEnv) runRefused(want ...string) {
+	e.t.Helper()
+	_, before := e.streams()
+	c := e.start("c1")
+	select {
+	case <-c.done:
+	case <-time.After(time.Minute):
+		e.t.Fatal("the coordinator did not refuse the log")
+	}
+	if !errors.Is(c.err, coordinator.ErrDivergence) {
+		e.t.Fatalf("Run returned %v, want ErrDivergence", c.err)
+	}
+	for _, w := range want {
+		if !strings.Contains(c.err.Error(), w) {
+			e.t.Fatalf("Run returned %v, want it to say %q", c.err, w)
+		}
+	}
+	if _, after := e.streams(); len(after) != len(before) {
+		e.t.Fatalf("the coordinator wrote to a diverging log: %d decisions, had %d", len(after), len(before))
+	}
+}
+
+// decide runs a coordinator until it is live, publishes an acquire,
+// waits until it has decided every input stored, then stops it.
+func (e *modelEnv) decide() {
+	e.t.Helper()
+	c := e.start("c0")
+	e.waitFor(10*time.Second, "live", func() bool { return c.c.Stats().Live })
+	e.publish(events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+	e.waitFor(10*time.Second, "caught up", func() bool { return e.caughtUp(c) })
+	c.stop()
+}
+
+// handDecision returns the decision the fold derives as the last of the
+// decision stream plus one (for input cause, the last stored), with its
+// right chain value, for a test to store as is or changed.
+func (e *modelEnv) handDecision() (*nats.Msg, events.Chain) {
+	e.t.Helper()
+	in, out := e.streams()
+	want := foldStoredIn(e.t, events.Partition{}, in)
+	if len(want) != len(out)+1 {
+		e.t.Fatalf("the fold gives %d decisions, %d are stored: want one more", len(want), len(out))
+	}
+	var prev events.Chain
+	if len(out) > 0 {
+		prev, _ = events.ParseChain(out[len(out)-1].header.Get(events.HeaderChain))
+	}
+	d := want[len(want)-1]
+	cause := in[len(in)-1].seq
+	right := events.NextChain(prev, uint64(len(out)+1), cause, 0, 1, d.subject, d.data)
+	m := nats.NewMsg(d.subject)
+	m.Data = d.data
+	m.Header.Set(events.HeaderCause, fmt.Sprint(cause))
+	m.Header.Set(events.HeaderIndex, "0/1")
+	m.Header.Set(events.HeaderChain, right.String())
+	return m, right
+}
+
+// A decision stream that does not match the fold of the input stream makes
+// the coordinator refuse to go live (Run returns ErrDivergence naming the
+// decision) and write nothing: a decision another writer stored that says
+// otherwise, an exact copy of the last decision, one naming an input never
+// stored, a chain value of another history, none, or an unreadable one.
+// With the right decision it goes live.
+func TestModelRefusesDivergence(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(m *nats.Msg, right events.Chain, lastCause uint64)
+		want   []string // none: goes live
+		copy   bool     // no new input: the decision is the last one's, changed
+	}{
+		{"right decision", func(*nats.Msg, events.Chain, uint64) {}, nil, false},
+		{"another verdict", func(m *nats.Msg, _ events.Chain, _ uint64) {
+			m.Data = []byte(strings.Replace(string(m.Data), `"kind":"granted","accepted":true,"reason":"ok"`, `"kind":"rejected","accepted":false,"reason":"lease_held"`, 1))
+		}, []string{"(cause input"}, false},
+		{"copy of the last decision", func(m *nats.Msg, _ events.Chain, lastCause uint64) {
+			m.Header.Set(events.HeaderCause, fmt.Sprint(lastCause))
+		}, []string{"an extra decision"}, true},
+		{"names an input never stored", func(m *nats.Msg, _ events.Chain, lastCause uint64) {
+			m.Header.Set(events.HeaderCause, fmt.Sprint(lastCause+5))
+		}, []string{"the input stream ends at"}, true},
+		{"another history", func(m *nats.Msg, right events.Chain, _ uint64) {
+			right[0] ^= 1
+			m.Header.Set(events.HeaderChain, right.String())
+		}, []string{"the chain breaks"}, false},
+		{"no chain value", func(m *nats.Msg, _ events.Chain, _ uint64) { m.Header.Del(events.HeaderChain) }, []string{"no Tenure-Chain header"}, false},
+		{"unreadable chain value", func(m *nats.Msg, right events.Chain, _ uint64) {
+			m.Header.Set(events.HeaderChain, strings.ToUpper(right.String()))
+		}, []string{"unreadable Tenure-Chain header"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newModelEnv(t, 600*time.Millisecond)
+				defer e.close()
+				e.decide() // the rules and the default policy, then an acquire
+				in, out := e.streams()
+				lastCause := in[len(in)-1].seq
+				// An input stored while no coordinator runs, its decision
+				// appended by someone else.
+				var m *nats.Msg
+				var right events.Chain
+				if tc.copy {
+					last := out[len(out)-1]
+					m = nats.NewMsg(last.subject)
+					m.Data = last.data
+					m.Header.Set(events.HeaderCause, last.header.Get(events.HeaderCause))
+					m.Header.Set(events.HeaderIndex, last.header.Get(events.HeaderIndex))
+				} else {
+					e.publish(events.RoleWorker, "w1", "j2", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+					m, right = e.handDecision()
+				}
+				tc.change(m, right, lastCause)
+				e.appendDecision(m)
+				if tc.want == nil {
+					c := e.start("c1")
+					e.waitFor(10*time.Second, "live", func() bool { return e.caughtUp(c) })
+					e.checkFold()
+					return
+				}
+				e.runRefused(append(tc.want, fmt.Sprintf("decision %d", len(out)+1))...)
+			})
+		})
+	}
+}
+
+// A log at rules revision 1 need not carry chain values, but once a
+// decision carried one every later one must (PROTOCOL.md §20): a log
+// whose chain headers stop part way was changed, and the coordinator
+// refuses it as the audit does. (Before the coordinator and the audit
+// shared one check, the coordinator went live on such a log.)
+func TestModelChainHeadersStopPartWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newModelEnv(t, 600*time.Millisecond)
+		defer e.close()
+		// Inputs stored before any coordinator ran: judged at revision 1.
+		e.publish(events.RoleWorker, "w1", "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+		m, _ := e.handDecision()
+		e.appendDecision(m) // with its chain value
+		e.publish(events.RoleWorker, "w1", "j2", events.VerbAcquire, `{"v":1,"lease_ms":60000}`)
+		m, _ = e.handDecision()
+		m.Header.Del(events.HeaderChain)
+		e.appendDecision(m) // without
+		e.runRefused("decision 2: no Tenure-Chain header")
+	})
+}
