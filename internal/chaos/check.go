@@ -44,6 +44,11 @@ type Clients struct {
 	// PubAcks journaled before it (Unix ns): the later ones may name inputs
 	// stored after the streams were read.
 	AckedBefore int64
+	// SourcedBefore, when non-zero, limits it further for the inputs of
+	// intake streams (quotas) to the PubAcks journaled before it: the
+	// intake acknowledges an input before the server sources it into the
+	// input stream, which under load takes seconds.
+	SourcedBefore int64
 	// Hostile are the hostile workers (their journals are among Entries),
 	// Attacks their records (checkHostile).
 	Hostile []string
@@ -482,6 +487,9 @@ func checkClients(l *Log, c *Clients, inputs map[uint64]*Message, r *Result) {
 		}
 		m, what := inputs[e.Seq], fmt.Sprintf("input %d", e.Seq)
 		if _, intake := (streams.Topology{}).IntakeWorker(e.Stream); intake {
+			if c.SourcedBefore != 0 && e.At >= c.SourcedBefore {
+				continue // maybe not sourced yet
+			}
 			m, what = sourced[source{e.Stream, e.Seq}], fmt.Sprintf("input %d of %s", e.Seq, e.Stream)
 		}
 		switch {

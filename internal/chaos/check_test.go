@@ -397,4 +397,15 @@ func TestCheckLostThroughIntake(t *testing.T) {
 	if r := Check(l, s.clients()); r.Lost.Count != 1 || !strings.Contains(r.Lost.Items[0], "input 7 of TENURE_INTAKE_w1") {
 		t.Errorf("input missing from the input stream: lost %+v", r.Lost)
 	}
+	// Acknowledged by its intake at or after SourcedBefore: maybe not
+	// sourced yet, not judged; before it, lost.
+	c := s.clients()
+	c.SourcedBefore = e.At
+	if r := Check(l, c); r.Lost.Count != 0 {
+		t.Errorf("an intake's acknowledgement at SourcedBefore: lost %+v", r.Lost)
+	}
+	c.SourcedBefore = e.At + 1
+	if r := Check(l, c); r.Lost.Count != 1 {
+		t.Errorf("an intake's acknowledgement before SourcedBefore: lost %+v, want it counted", r.Lost)
+	}
 }
