@@ -114,11 +114,13 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	// each partition's rules.
 	p0 := top.Partitions(1)[0].DecisionStream()
 	clk := tclock.OrReal(nil)
+	var unpartitioned bool
 	for found := false; !found; {
 		// One attempt at a time: a request a cluster drops is tried again.
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
 		names := js.StreamNames(actx)
 		for n := range names.Name() {
+			unpartitioned = unpartitioned || n == top.DecisionStream()
 			found = found || n == top.DecisionStream() || n == p0
 		}
 		acancel()
@@ -133,11 +135,18 @@ func runGenesis(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 		case <-t.C():
 		}
 	}
-	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-	count, err := streams.Discover(dctx, js, top)
-	dcancel()
-	if err != nil {
-		return err
+	// Listed by name, an unpartitioned deployment needs no more: its
+	// stream's info may not answer yet (a cluster that just created it
+	// answered "not found", and a credential of one form may not ask for
+	// the other's).
+	var count uint32
+	if !unpartitioned {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		count, err = streams.Discover(dctx, js, top)
+		dcancel()
+		if err != nil {
+			return err
+		}
 	}
 	if quotas != nil {
 		if count > 0 {
