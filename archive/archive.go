@@ -732,10 +732,6 @@ func readRange(ctx context.Context, cfg Config, stream string, raw bool, from, l
 		if finished {
 			return
 		}
-		if m.Err != nil {
-			finish(m.Err)
-			return
-		}
 		seen.Add(1)
 		if m.Seq > last {
 			finish(nil)

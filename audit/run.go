@@ -680,12 +680,6 @@ func (r *reader) handle(ctx context.Context, m follow.Msg, headers bool) {
 	if r.done {
 		return
 	}
-	if m.Err != nil { // the follower stops: so does the reading
-		r.fail(fmt.Errorf("audit: %s: %w", r.stream, m.Err))
-		r.done = true
-		close(r.ch)
-		return
-	}
 	rec := record{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data}
 	if m.Header != nil {
 		rec.source = m.Header.Get(streams.HeaderStreamSource)

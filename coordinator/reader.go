@@ -19,7 +19,6 @@ type stored struct {
 	data    []byte
 	header  nats.Header
 	pending uint64 // messages the stream held after this one when it was delivered
-	err     error  // set on the last item when reading failed
 }
 
 // readerPullAhead is how many messages a reader asks the server for ahead
@@ -48,7 +47,7 @@ type reader struct {
 func startReader(ctx context.Context, be Backend, input bool, startSeq uint64, buf int) *reader {
 	ch := make(chan stored, buf)
 	r := be.Read(ctx, input, startSeq, func(m Stored) {
-		s := stored{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data, header: m.Header, pending: m.Pending, err: m.Err}
+		s := stored{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data, header: m.Header, pending: m.Pending}
 		select {
 		case ch <- s:
 		case <-ctx.Done():

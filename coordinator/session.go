@@ -116,9 +116,6 @@ func (c *Coordinator) setSnapshot(seq uint64, at time.Time) {
 // fold folds input m (core.fold) and does what follows for the loop: the
 // gate, the snapshot anchor, the tick, the metrics.
 func (s *session) fold(m stored) error {
-	if m.err != nil {
-		return m.err
-	}
 	if m.seq != s.p.LastSeq()+1 {
 		if err := s.removed(true, s.p.LastSeq()+1); err != nil {
 			return err
@@ -175,9 +172,6 @@ func (s *session) removed(input bool, want uint64) error {
 // verify matches one stored decision against the fold (core.match),
 // reading the inputs it needs.
 func (s *session) verify(sd stored) error {
-	if sd.err != nil {
-		return sd.err
-	}
 	if sd.seq != s.decSeq+1 {
 		if err := s.removed(false, s.decSeq+1); err != nil {
 			return err

@@ -99,21 +99,13 @@ func feedOnce(ctx context.Context, js jetstream.JetStream, stream string, part u
 	}
 	var target atomic.Uint64
 	target.Store(math.MaxUint64)
-	errc := make(chan error, 1) // why the Follower stopped, if it stopped on its own
-	gap := make(chan struct{})  // closed when a decision after a gap was handed over (with a Restorer)
+	gap := make(chan struct{}) // closed when a decision after a gap was handed over (with a Restorer)
 	var gapped atomic.Bool
 	cfg := Config{
 		Stream: stream, StartSeq: sink.PositionOf(part) + 1, PullAhead: 4096,
 		OnError: func(err error) { log.Debug("following", "err", err) },
 	}
 	f := Start(ctx, js, cfg, func(_ context.Context, m Msg) {
-		if m.Err != nil {
-			select {
-			case errc <- m.Err:
-			default:
-			}
-			return
-		}
 		if restorer != nil && (gapped.Load() || m.Seq > sink.PositionOf(part)+1) {
 			if !gapped.Swap(true) {
 				close(gap)
@@ -132,14 +124,7 @@ func feedOnce(ctx context.Context, js jetstream.JetStream, stream string, part u
 		}
 	})
 	defer f.Stop()
-	stopped := func() error {
-		select {
-		case err := <-errc:
-			return err
-		default:
-			return f.Err()
-		}
-	}
+	stopped := f.Err
 	select {
 	case <-f.Ready():
 	case <-f.Done():

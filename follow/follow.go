@@ -97,12 +97,6 @@ type Msg struct {
 	// holds. The block's bytes themselves are the stream's message get's
 	// (package archive keeps them).
 	HeaderLen int
-	// Err, when set, is why the Follower stopped, and the Msg carries
-	// nothing else. This Follower never sets it: a message it cannot place
-	// in its stream is not its consumer's, and is dropped (Dropped) rather
-	// than taken for a failure. The field stays for the callers that check
-	// it.
-	Err error
 }
 
 // Config says what to read and how.

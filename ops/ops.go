@@ -419,9 +419,6 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 		case <-ctx.Done():
 			return events.Decision{}, &noVerdictError{fmt.Sprintf("ops: no verdict for input %d: %v", ack.Sequence, ctx.Err())}
 		}
-		if m.Err != nil {
-			return events.Decision{}, fmt.Errorf("ops: read decisions: %w", m.Err)
-		}
 		d, err := events.DecodeDecision(m.Data)
 		if err != nil || d.Cause != ack.Sequence || d.Kind.Derived() {
 			continue

@@ -246,10 +246,6 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 		Names:             events.WorkerConsumerNames(w.id),
 		InactiveThreshold: workerInactive,
 	}, func(m follow.Msg) {
-		if m.Err != nil {
-			w.report(fmt.Errorf("worker: decision stream %s: %w", out, m.Err))
-			return
-		}
 		if r := w.opts.Receipts; r != nil {
 			cause, _ := strconv.ParseUint(m.Header.Get(events.HeaderCause), 10, 64)
 			w.keep(r, receipt.Decision(out, m.Seq, cause, m.Header.Get(events.HeaderChain), "worker "+w.id))

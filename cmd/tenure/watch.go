@@ -178,9 +178,6 @@ func runWatch(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stde
 		case <-ctx.Done():
 			return nil
 		}
-		if w.m.Err != nil {
-			return fmt.Errorf("watch: %w", w.m.Err)
-		}
 		m := w.m
 		d, err := events.DecodeDecision(m.Data)
 		if err != nil {
@@ -347,8 +344,7 @@ func (c *watchColumns) line(w io.Writer, fields []string) {
 }
 
 // watched is one decision message read from a partition's decision stream
-// (the zero Partition when unpartitioned), or the error that ended its
-// reading (in m.Err).
+// (the zero Partition when unpartitioned).
 type watched struct {
 	part events.Partition
 	m    follow.Msg
