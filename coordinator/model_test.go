@@ -65,8 +65,13 @@ type modelCoord struct {
 // newModelEnv starts the model's network; the test must call close before
 // its bubble ends.
 func newModelEnv(t *testing.T, ttl time.Duration) *modelEnv {
+	return newModelEnvFaults(t, ttl, jsmodel.Faults{})
+}
+
+// newModelEnvFaults is newModelEnv on a network with faults f.
+func newModelEnvFaults(t *testing.T, ttl time.Duration, f jsmodel.Faults) *modelEnv {
 	top := streams.Topology{}
-	net := jsmodel.NewNet(jsmodel.NewModel(top.InputConfig(), top.DecisionConfig(), ttl), jsmodel.Faults{}, 1)
+	net := jsmodel.NewNet(jsmodel.NewModel(top.InputConfig(), top.DecisionConfig(), ttl), f, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &modelEnv{t: t, net: net, ttl: ttl, ctx: ctx, cancel: cancel, netDone: make(chan struct{})}
 	net.Appended(func(actor string, first, last uint64) {
@@ -429,6 +434,43 @@ func TestModelLongCatchUp(t *testing.T) {
 		if st := b.c.Stats(); !st.Live || st.Sessions != 1 {
 			t.Fatalf("after catching up for longer than the leadership TTL: live %v, %d sessions (%s); want live in its first session", st.Live, st.Sessions, st.Reason)
 		}
+	})
+}
+
+// TestModelSnapshotRefusedAfterReadingAhead: a session starts its readers
+// at a snapshot's anchor before it reads the snapshot (reading overlaps
+// the restore), then refuses the snapshot (its bytes are not what its
+// anchor says) and stops the readers to fold from the start. With more
+// inputs after the anchor than a reader buffers, the reader's handler was
+// blocked handing a message to the loop, which was waiting for the reader
+// to stop: the coordinator hung for ever, silent, in standby (the chaos
+// suite's cluster saw both coordinators do it after a node kill).
+func TestModelSnapshotRefusedAfterReadingAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 600 * time.Millisecond
+		e := newModelEnvFaults(t, ttl, jsmodel.Faults{StaleSnapshot: 1})
+		defer e.close()
+		snap := func(c *coordinator.Config) { c.SnapshotEvery = 50 }
+		a := e.start("ca", snap)
+		for i := range 200 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		}
+		e.waitFor(10*time.Second, "ca caught up", func() bool { return e.caughtUp(a) })
+		a.stop()
+		// More inputs than a reader buffers ahead (4,096) while no
+		// coordinator runs.
+		for i := range 5000 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("k%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		}
+		// The snapshot's reads take long enough for the readers to fill
+		// their buffers meanwhile.
+		e.net.Slow("cb>obj", 3*time.Second)
+		b := e.start("cb", snap)
+		e.waitFor(5*time.Minute, "cb caught up", func() bool { return e.caughtUp(b) })
+		if st := b.c.Stats(); st.SnapshotsRefused == 0 {
+			t.Fatalf("no snapshot refused (%+v): the test means nothing", st)
+		}
+		e.checkFold()
 	})
 }
 

@@ -38,13 +38,20 @@ const readerPullAhead = 4096
 // back-pressure: the reader asks for no more than readerPullAhead messages
 // ahead of what the loop has taken.
 type reader struct {
-	ch chan stored
-	r  Reader
+	ch     chan stored
+	r      Reader
+	cancel context.CancelFunc // ends a handler blocked on ch
 }
 
 // startReader reads the input stream (input) or the decision stream from
 // startSeq onward until ctx ends or stop.
 func startReader(ctx context.Context, be Backend, input bool, startSeq uint64, buf int) *reader {
+	// The reader's own context: the session may stop a reader whose
+	// buffer is full and go on (a snapshot refused after the readers read
+	// ahead of it); a handler waiting on ch for the session's context
+	// would then wait for ever, and stop with it
+	// (TestModelSnapshotRefusedAfterReadingAhead).
+	ctx, cancel := context.WithCancel(ctx)
 	ch := make(chan stored, buf)
 	r := be.Read(ctx, input, startSeq, func(m Stored) {
 		s := stored{seq: m.Seq, time: m.Time, subject: m.Subject, data: m.Data, header: m.Header, pending: m.Pending}
@@ -53,13 +60,15 @@ func startReader(ctx context.Context, be Backend, input bool, startSeq uint64, b
 		case <-ctx.Done():
 		}
 	})
-	return &reader{ch: ch, r: r}
+	return &reader{ch: ch, r: r, cancel: cancel}
 }
 
+// stop ends the reader and waits for its handler to return.
 func (r *reader) stop() {
 	if r == nil {
 		return
 	}
+	r.cancel()
 	r.r.Stop()
 }
 
