@@ -491,7 +491,39 @@ func (e *env) waitLive(ctx context.Context, timeout time.Duration) (string, erro
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return "", fmt.Errorf("chaos: %s: no coordinator live after %v", e.name, timeout)
+	return "", fmt.Errorf("chaos: %s: no coordinator live after %v (%s)", e.name, timeout, e.whyNotLive())
+}
+
+// whyNotLive says what each coordinator answers about its state, then
+// makes each one that is running write its goroutines to its log (SIGQUIT:
+// the Go runtime's dump, and the process exits): a coordinator stuck
+// without a word must say where.
+func (e *env) whyNotLive() string {
+	var says []string
+	for i, id := range e.ids {
+		m, err := e.nc.Request("tenure.status."+id, nil, 2*time.Second)
+		var st struct {
+			State    string `json:"state"`
+			Reason   string `json:"reason"`
+			Folded   uint64 `json:"inputs_folded"`
+			Stored   uint64 `json:"decisions_stored"`
+			Sessions uint64 `json:"sessions"`
+		}
+		switch {
+		case err != nil:
+			says = append(says, fmt.Sprintf("%s: no status: %v", id, err))
+		case json.Unmarshal(m.Data, &st) != nil:
+			says = append(says, fmt.Sprintf("%s: status %q", id, m.Data))
+		default:
+			says = append(says, fmt.Sprintf("%s: %s (%s; inputs folded %d, decisions stored %d, session %d)",
+				id, st.State, st.Reason, st.Folded, st.Stored, st.Sessions))
+		}
+		if i < len(e.coords) && e.coords[i].running() {
+			_ = e.coords[i].signal(syscall.SIGQUIT)
+			says[len(says)-1] += " (goroutines dumped to its log)"
+		}
+	}
+	return strings.Join(says, "; ")
 }
 
 // heal starts whatever is not running and waits for a live coordinator:
