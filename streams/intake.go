@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -273,7 +274,8 @@ func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quot
 	// between the two forms is ever seen; the intakes are made after it,
 	// and nats-server sets up a source it could not find again only after
 	// its retry back-off (about 10 s), the time a live deployment's
-	// workers' inputs then wait in their intakes.
+	// workers' inputs then wait in their intakes: ApplyQuotas returns
+	// only once every intake is sourced (WaitSourced).
 	update := func() error {
 		if sameSet(cfg.Subjects, t.IntakeSubjects()) && sameSet(t.Intakes(cfg), workers) && len(cfg.Sources) == len(workers) {
 			return nil
@@ -320,7 +322,63 @@ func ApplyQuotas(ctx context.Context, js jetstream.JetStream, t Topology, q Quot
 	if err := checkStream(t.InputConfig(), s.CachedInfo().Config, nil); err != nil {
 		return nil, err
 	}
+	// Return once the input stream sources every intake: an intake
+	// made after the update (narrowFirst), or a first attempt that failed
+	// under load, leaves its workers' inputs undecided for nats-server's
+	// retry back-off (10 s and more), which the caller must hear of
+	// rather than its workers' leases.
+	wctx, cancel := context.WithTimeout(ctx, SourcesTimeout)
+	defer cancel()
+	if err := WaitSourced(wctx, s, t, workers); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// SourcesTimeout bounds ApplyQuotas' wait for the input stream to source
+// every intake: longer than nats-server's first retry of a source it
+// could not set up (about 12 s).
+const SourcesTimeout = 30 * time.Second
+
+// ErrNotSourced is WaitSourced's error when an intake stream is not yet
+// sourced by the input stream: its worker's inputs are stored and wait
+// in the intake until nats-server sets the source up.
+var ErrNotSourced = errors.New("streams: the input stream does not source every intake stream yet")
+
+// WaitSourced waits until input stream s has set up the source of the
+// intake of each of workers (the server has heard from it: its source
+// information's Active is not -1), or ctx ends.
+func WaitSourced(ctx context.Context, s jetstream.Stream, t Topology, workers []string) error {
+	t = t.withDefaults()
+	for {
+		info, err := s.Info(ctx)
+		var pending []string
+		if err == nil {
+			active := make(map[string]bool, len(info.Sources))
+			for _, si := range info.Sources {
+				if si != nil && si.Active >= 0 && si.Error == nil {
+					active[si.Name] = true
+				}
+			}
+			for _, w := range workers {
+				if !active[t.IntakeStream(w)] {
+					pending = append(pending, t.IntakeStream(w))
+				}
+			}
+			if len(pending) == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("%w: stream %s info: %w", ErrNotSourced, t.InputStream(), Classify(err))
+			}
+			return fmt.Errorf("%w: %s not sourced by %s (nats-server retries a source it could not set up after a back-off of 10 s and more; their workers' inputs wait in them meanwhile)",
+				ErrNotSourced, strings.Join(pending, ", "), t.InputStream())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // ErrQuotasReplicated is ApplyQuotas refusing quotas for a replicated

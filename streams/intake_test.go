@@ -1,7 +1,10 @@
 package streams_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +90,67 @@ func TestApplyQuotasSourcesAtOnce(t *testing.T) {
 	}
 	if got := top.Intakes(in.CachedInfo().Config); len(got) != len(ws)+1 {
 		t.Errorf("the input stream sources %d intakes, want %d", len(got), len(ws)+1)
+	}
+}
+
+// On a deployment past genesis without quotas, the input stream takes
+// every input subject, which the intakes' would overlap: ApplyQuotas
+// narrows it and gives it its sources first, then makes the intakes, and
+// nats-server's first set-up of each source (100 to 200 ms after the
+// update) may come before its intake exists, or fail under load; the next
+// comes after its retry back-off (10 s and more). ApplyQuotas returns only
+// once every intake is sourced. Before, it returned at once, the sources
+// not yet set up (cmd/tenure TestAuditReceiptsOfIntakeInputs, on a loaded
+// machine: its first acquire waited more than 10 s for its verdict).
+func TestApplyQuotasReturnsSourced(t *testing.T) {
+	js := startJS(t)
+	ctx := testCtx(t)
+	top := streams.Topology{}
+	if _, err := streams.Ensure(ctx, js, top, leaderTTL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streams.EndGenesis(ctx, js, top); err != nil {
+		t.Fatal(err)
+	}
+	ws := []string{"w1", "w2", "w3"}
+	q := streams.Quotas{Workers: ws, MaxBytes: 1 << 20, MaxMsgs: 1000, BytesPerS: 1 << 20, MsgsPerS: 1000}
+	in, err := streams.ApplyQuotas(ctx, js, top, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := in.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Sources) != len(ws) {
+		t.Fatalf("%d sources, want %d", len(info.Sources), len(ws))
+	}
+	for _, si := range info.Sources {
+		if si.Active < 0 || si.Error != nil {
+			t.Errorf("ApplyQuotas returned with source %s not set up (active %v, error %v)", si.Name, si.Active, si.Error)
+		}
+	}
+	if d := sourcedWithin(t, js, "w2"); d > 5*time.Second {
+		t.Errorf("w2's input reached the input stream after %v", d)
+	}
+}
+
+// WaitSourced names the intakes the input stream does not source yet.
+func TestWaitSourcedNamesWhatIsMissing(t *testing.T) {
+	js := startJS(t)
+	ctx := testCtx(t)
+	top := streams.Topology{}
+	if _, err := streams.Ensure(ctx, js, top, leaderTTL); err != nil {
+		t.Fatal(err)
+	}
+	in, err := streams.ApplyQuotas(ctx, js, top, streams.Quotas{Workers: []string{"w1"}, MaxBytes: 1 << 20, MaxMsgs: 1000, BytesPerS: 1 << 20, MsgsPerS: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err = streams.WaitSourced(wctx, in, top, []string{"w1", "nobody"})
+	if !errors.Is(err, streams.ErrNotSourced) || !strings.Contains(err.Error(), "TENURE_INTAKE_nobody") || strings.Contains(err.Error(), "TENURE_INTAKE_w1,") {
+		t.Fatalf("WaitSourced = %v, want ErrNotSourced naming TENURE_INTAKE_nobody alone", err)
 	}
 }
