@@ -88,6 +88,7 @@ func TestAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { disp.Close() })
 	ctx := context.Background()
 	s := startAPI(t, srv.ClientURL())
 	cl := api.NewClient(onc, 5*time.Second)
@@ -274,6 +275,7 @@ func TestAPIPartitioned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { disp.Close() })
 	anc, _ := testutil.Connect(t, srv.ClientURL())
 	s, err := api.New(api.Config{Conn: anc, Partitions: count})
 	if err != nil {

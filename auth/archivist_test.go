@@ -33,6 +33,7 @@ func TestArchivistAlonePurges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
 	for i := range 20 {
 		if _, err := d.Offer(ctx, fmt.Sprintf("a%d", i), "w1", 60000, 0); err != nil {
 			t.Fatal(err)

@@ -449,6 +449,7 @@ func (e *attackEnv) startHonest(t *testing.T, cfg honestConfig) *honest {
 	if h.disp, err = ops.New(d.nc, "disp"); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.disp.Close() })
 	for _, id := range cfg.Workers {
 		if err := h.join(t, id); err != nil {
 			t.Fatalf("honest worker %s: %v", id, err)

@@ -294,6 +294,7 @@ func TestAttackConsumersExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { dc.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), honestVerdictTimeout)
 	defer cancel()
 	if v, err := dc.Offer(ctx, "after-hogs", "w1", 6000, honestAckTimeout.Milliseconds()); err != nil {

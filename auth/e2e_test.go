@@ -70,6 +70,7 @@ func endToEnd(t *testing.T, opts auth.Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
 	w2c := connect(t, e.b, e.url, "w2")
 	w2, err := worker.Connect(w2c.nc, "w2", worker.WithErrorHandler(func(err error) { t.Errorf("w2: %v", err) }))
 	if err != nil {

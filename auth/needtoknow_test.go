@@ -45,6 +45,7 @@ func TestAttackLeaseIDsLearnedFromVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { disp.Close() })
 	const secret = "token=s3cret-of-the-submitter"
 	for _, step := range []func() (events.Decision, error){
 		func() (events.Decision, error) { return disp.Offer(ctx, "fx-gen2", "w4", 600000, 200) },

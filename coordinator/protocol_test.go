@@ -6,9 +6,10 @@ package coordinator_test
 // tested"). In short:
 //
 //   - ```json stored-input=<n>         the bodies the coordinator appends as inputs 1 (rules) and 2 (policy) on an empty log;
-//   - ```json example=<name> [seq=<n>] [msg-id=<id>] subject=<subject after "tenure.in.">
+//   - ```json example=<name> [seq=<n>|as-seq=<n>] [leases-of=<example>] [msg-id=<id>] subject=<subject after "tenure.in.">
 //     an input body, published exactly as written (the block's lines joined
-//     by "\n"), in document order; the next non-blank line after the block is
+//     by "\n"; but for the lease ids leases-of names: see docExample), in
+//     document order; the next non-blank line after the block is
 //     "expect: <kind>/<reason>[, <kind>/<reason>...]" (the input's verdicts,
 //     in order), optionally followed by "await: <kind>/<reason>" (a derived
 //     decision about the example's job to wait for before going on);
@@ -63,11 +64,20 @@ type docBlock struct {
 type docExample struct {
 	docBlock
 	name    string
-	subject string   // full subject, tenure.in. included
-	seq     uint64   // expected input sequence, 0 if not given
-	msgID   string   // Nats-Msg-Id to publish with (twice), if any
-	expect  []string // kind/reason of each verdict, in order
-	await   string   // kind/reason of a derived decision to wait for, if any
+	subject string // full subject, tenure.in. included
+	seq     uint64 // expected input sequence, 0 if not given
+	// asSeq is the sequence the document gives an input whose sequence
+	// depends on the ticks appended before it (as-seq=<n>): the lease
+	// ids that later examples name (leasesOf) are written as if it was
+	// stored as input n. leasesOf names such an example: every lease id
+	// in this body that input n would have created for one of the jobs
+	// the body names (§14) is replaced, before publishing, by the one the
+	// sequence that example's input got gives.
+	asSeq    uint64
+	leasesOf string
+	msgID    string   // Nats-Msg-Id to publish with (twice), if any
+	expect   []string // kind/reason of each verdict, in order
+	await    string   // kind/reason of a derived decision to wait for, if any
 }
 
 type protocolDocument struct {
@@ -150,6 +160,19 @@ func (d *protocolDocument) examples(t *testing.T) []docExample {
 				t.Fatalf("%s: bad seq=%q", where, s)
 			}
 			ex.seq = n
+		}
+		if s, ok := b.attrs["as-seq"]; ok {
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil || n == 0 || ex.seq != 0 {
+				t.Fatalf("%s: bad as-seq=%q (with seq=%d)", where, s, ex.seq)
+			}
+			ex.asSeq = n
+		}
+		if o, ok := b.attrs["leases-of"]; ok {
+			if !names[o] {
+				t.Fatalf("%s: leases-of=%s names no earlier example", where, o)
+			}
+			ex.leasesOf = o
 		}
 		if len(b.after) == 0 || !strings.HasPrefix(b.after[0], "expect:") {
 			t.Fatalf("%s: the paragraph after the block must start with \"expect: <kind>/<reason>\"", where)
@@ -456,9 +479,14 @@ func TestProtocolExamples(t *testing.T) {
 		}
 	}
 
+	gotSeq := map[string]uint64{} // example name -> the input sequence it got
+	asSeq := map[string]uint64{}  // example name -> its as-seq
 	for i := range examples {
 		ex := &examples[i]
 		where := fmt.Sprintf("%s:%d: example %q", protocolDoc, ex.line, ex.name)
+		if ex.leasesOf != "" {
+			ex.body = rewriteLeaseIDs(t, where, ex, rules.LeaseKey, asSeq[ex.leasesOf], gotSeq[ex.leasesOf])
+		}
 		core := i%2 == 1 // every other example through a bare core request
 		a := publishExample(t, nc, js, ex, core)
 		if a.Stream != "TENURE_IN" || a.Seq == 0 || a.Duplicate {
@@ -467,6 +495,7 @@ func TestProtocolExamples(t *testing.T) {
 		if ex.seq != 0 && a.Seq != ex.seq {
 			t.Fatalf("%s: stored as input %d, the document says %d (lease ids in later examples depend on it)", where, a.Seq, ex.seq)
 		}
+		gotSeq[ex.name], asSeq[ex.name] = a.Seq, ex.asSeq
 		if ex.msgID != "" {
 			again := publishExample(t, nc, js, ex, core)
 			if !again.Duplicate || again.Seq != a.Seq {
@@ -649,6 +678,42 @@ func TestProtocolPermissions(t *testing.T) {
 			t.Fatalf("input %d on %s was stored despite the permissions", in.seq, in.subject)
 		}
 	}
+}
+
+// rewriteLeaseIDs returns ex's body with every lease id that input
+// documented (as-seq) would have created for a job the body names
+// replaced by the one input got creates (PROTOCOL.md §14). It fails if the
+// body names none of those: the document's ids would be wrong.
+func rewriteLeaseIDs(t *testing.T, where string, ex *docExample, key [events.LeaseKeyLen]byte, documented, got uint64) string {
+	t.Helper()
+	if documented == 0 {
+		t.Fatalf("%s: leases-of=%s: that example has no as-seq", where, ex.leasesOf)
+	}
+	var in events.Input
+	if err := events.DecodeInput(ex.subject, []byte(ex.body), &in); err != nil && !strings.HasPrefix(ex.expect[0], "rejected/") {
+		t.Fatalf("%s: %v", where, err)
+	}
+	jobs := []string{in.Job}
+	for _, e := range in.Batch {
+		jobs = append(jobs, e.Job)
+	}
+	if len(in.Batch) == 0 { // a body the decoder refuses: the jobs named in it
+		for _, m := range regexp.MustCompile(`"job":"([A-Za-z0-9_-]+)"`).FindAllStringSubmatch(ex.body, -1) {
+			jobs = append(jobs, m[1])
+		}
+	}
+	body, n := ex.body, 0
+	for _, job := range jobs {
+		doc := docLeaseID(key, documented, job)
+		if strings.Contains(body, doc) {
+			n++
+			body = strings.ReplaceAll(body, doc, docLeaseID(key, got, job))
+		}
+	}
+	if n == 0 {
+		t.Fatalf("%s: names no lease id input %d (as-seq of %s) creates for its jobs %v", where, documented, ex.leasesOf, jobs)
+	}
+	return body
 }
 
 // docLeaseID is the lease id PROTOCOL.md §14 derives for the lease created

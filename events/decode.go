@@ -111,6 +111,7 @@ const (
 	fSlots
 	fTTLMS
 	fPermanent
+	fJobs // revision 7 on: a batch submit's jobs
 	bodyFieldCount
 )
 
@@ -156,6 +157,7 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fSlots:           "slots",
 	fTTLMS:           "ttl_ms",
 	fPermanent:       "permanent",
+	fJobs:            "jobs",
 }
 
 // fieldSince is the first rules revision that knows field f: under an
@@ -165,6 +167,8 @@ func fieldSince(f bodyField) uint32 {
 	switch {
 	case f == fRetainMS:
 		return Revision3
+	case f == fJobs:
+		return Revision7
 	case f >= fQueue:
 		return Revision4
 	}
@@ -251,6 +255,8 @@ func lookupBodyField(k []byte) bodyField {
 		return fTTLMS
 	case "permanent":
 		return fPermanent
+	case "jobs":
+		return fJobs
 	}
 	return fNone
 }
@@ -309,6 +315,19 @@ var (
 	policy3     = newBodySchema("policy", policyFields, fV, fActor, fJob, fSentAt, fMinLeaseMS, fMaxLeaseMS, fDefaultLeaseMS, fAckTimeoutMS, fCancelTimeoutMS, fMaxLifetimeMS, fMaxGenerations, fRetainMS)
 	batchSchema = newBodySchema("batch renew", nil, fV, fActor, fJob, fSentAt, fLeases)
 	leaseSchema = newBodySchema("lease", nil, fJob, fLeaseID, fGeneration, fRenewSeq, fLeaseMS)
+
+	// Revision 7 on: a batch submit, ack or result (job token NoJob),
+	// and the shape of one of its elements, which is the body of the
+	// single input of its verb with its job and without v, actor and
+	// sent_at. Its required fields are checked once the body is read
+	// (the element's job first).
+	batchSubmitSchema = newBodySchema("batch submit", nil, fV, fActor, fJob, fSentAt, fJobs)
+	batchAckSchema    = newBodySchema("batch ack", nil, fV, fActor, fJob, fSentAt, fLeases)
+	batchResultSchema = newBodySchema("batch result", nil, fV, fActor, fJob, fSentAt, fLeases)
+	submitItemSchema  = newBodySchema("job", []bodyField{fJob, fQueue}, fJob,
+		fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload)
+	ackItemSchema    = newBodySchema("lease", []bodyField{fJob, fLeaseID, fGeneration}, fJob, fLeaseID, fGeneration)
+	resultItemSchema = newBodySchema("lease", []bodyField{fJob, fLeaseID, fGeneration, fOutcome}, fJob, fLeaseID, fGeneration, fOutcome, fDetail, fPermanent)
 
 	// Resolve fields that only some actions use, and the ones each uses.
 	actionOnly = bodyFields(fHolder, fLeaseID, fGeneration, fOutcome)
@@ -377,7 +396,11 @@ func validTokenBytes(b []byte) bool {
 //
 // The strings stored in in never alias body: the caller may reuse body.
 // A single renew also fills in.Leases with the one LeaseRef it names, so that
-// single and batch renews can be handled alike.
+// single and batch renews can be handled alike. A batch submit, ack or
+// result (revision 7 on) fills in.Batch, reusing its backing array: one
+// Input per element, as DecodeInput would return the single input of the
+// batch's verb about the element's job (the batch's identity and sent_at,
+// the element's job and fields).
 func DecodeInput(subject string, body []byte, in *Input) error {
 	return DecodeInputAt(subject, body, CurrentRevision, in)
 }
@@ -399,6 +422,8 @@ func DecodeInputAt(subject string, body []byte, rev uint32, in *Input) error {
 	switch {
 	case s.Verb == VerbRenew && s.Job == NoJob:
 		d.sch = batchSchema
+	case s.Job == NoJob && s.Verb.Batches(rev): // revision 7 on
+		d.sch, d.item = batchSchemas(s.Verb)
 	case s.Verb == VerbPolicy && rev >= Revision3:
 		d.sch = policy3
 	case s.Verb == VerbResult && rev >= Revision4:
@@ -413,10 +438,23 @@ func DecodeInputAt(subject string, body []byte, rev uint32, in *Input) error {
 	return nil
 }
 
-// resetInput zeroes in except for the identity given and the capacity of Leases.
+// batchSchemas returns the body and element schemas of a batch of verb v
+// (revision 7 on: submit, ack, result).
+func batchSchemas(v Verb) (body, item *bodySchema) {
+	switch v {
+	case VerbSubmit:
+		return batchSubmitSchema, submitItemSchema
+	case VerbAck:
+		return batchAckSchema, ackItemSchema
+	}
+	return batchResultSchema, resultItemSchema
+}
+
+// resetInput zeroes in except for the identity given and the capacity of
+// Leases and Batch.
 func resetInput(in *Input, role Role, actor, job string, verb Verb) {
-	leases := in.Leases[:0]
-	*in = Input{Role: role, Actor: actor, Job: job, Verb: verb, Leases: leases}
+	leases, batch := in.Leases[:0], in.Batch[:0]
+	*in = Input{Role: role, Actor: actor, Job: job, Verb: verb, Leases: leases, Batch: batch}
 }
 
 type jsonKind uint8
@@ -444,6 +482,13 @@ type inputDecoder struct {
 	// opaque is set while the string of a payload (revision 4) is
 	// scanned: it may hold escaped control characters, and DEL raw.
 	opaque bool
+	// item is the schema of an element of a batch submit, ack or result
+	// (revision 7; nil otherwise), whose elements go to in.Batch; arr is
+	// the name of its array ("jobs" or "leases") in error fields;
+	// permanent marks the elements whose "permanent" key was read.
+	item      *bodySchema
+	arr       string
+	permanent [MaxBatch / 64]uint64
 
 	sv   []byte // content of the last string scanned (aliases b or buf)
 	buf  []byte // scratch for strings with escapes
@@ -476,7 +521,11 @@ func (d *inputDecoder) syntax(detail string) bool {
 func (d *inputDecoder) err() *DecodeError {
 	f := d.efield
 	if d.eelem >= 0 {
-		p := "leases[" + strconv.Itoa(d.eelem) + "]"
+		arr := d.arr
+		if arr == "" {
+			arr = "leases"
+		}
+		p := arr + "[" + strconv.Itoa(d.eelem) + "]"
 		if f != "" {
 			p += "." + f
 		}
@@ -703,7 +752,7 @@ func (d *inputDecoder) field(f bodyField) bool {
 		var ms uint64
 		ms, ok = d.bounded(0, MaxRetainMS, ReasonBadValue)
 		in.Policy.Retain = int64(ms) * 1e6
-	case fLeases:
+	case fLeases, fJobs:
 		ok = d.leases()
 	case fNote, fDetail, fReason:
 		in.Text, ok = d.text()
@@ -1399,12 +1448,19 @@ func (d *inputDecoder) action() bool {
 	return true
 }
 
-// leases reads a batch renew's leases.
+// leases reads the elements of a batch: a batch renew's leases, and from
+// revision 7 on a batch ack's or result's leases or a batch submit's jobs
+// (d.item).
 func (d *inputDecoder) leases() bool {
+	noun := "lease"
+	if d.item != nil {
+		noun = d.item.name
+		d.arr = d.ctx
+	}
 	if d.i >= len(d.b) || d.b[d.i] != '[' {
 		k, ok := d.value()
 		if ok {
-			return d.wrongType(k, "an array of lease objects")
+			return d.wrongType(k, "an array of "+noun+" objects")
 		}
 		return false
 	}
@@ -1416,11 +1472,18 @@ func (d *inputDecoder) leases() bool {
 	}
 	for n := 0; ; n++ {
 		if n == MaxBatch && d.i < len(d.b) && startsValue(d.b[d.i]) {
-			return d.failv(ReasonTooLarge, "more than "+strconv.Itoa(MaxBatch)+" leases")
+			return d.failv(ReasonTooLarge, "more than "+strconv.Itoa(MaxBatch)+" "+noun+"s")
 		}
 		d.elem = n
+		ctx := d.ctx
 		if d.i < len(d.b) && d.b[d.i] == '{' {
-			if !d.lease() {
+			ok := false
+			if d.item != nil {
+				ok = d.batchItem(n)
+			} else {
+				ok = d.lease()
+			}
+			if !ok {
 				return false
 			}
 		} else {
@@ -1429,10 +1492,10 @@ func (d *inputDecoder) leases() bool {
 			if !ok {
 				return false
 			}
-			return d.wrongType(k, "a lease object")
+			return d.wrongType(k, "a "+noun+" object")
 		}
 		d.elem = -1
-		d.ctx = "leases"
+		d.ctx = ctx
 		d.ws()
 		if done, ok := d.sep(']'); !ok || done {
 			return ok
@@ -1500,6 +1563,141 @@ func (d *inputDecoder) leaseMembers(r *LeaseRef) bool {
 	}
 }
 
+// batchItem reads element n of a batch submit, ack or result (revision 7)
+// into a new element of in.Batch; d.b[d.i] is '{'. Its fields are read as
+// those of the single input of the batch's verb, but for its job, a token.
+func (d *inputDecoder) batchItem(n int) bool {
+	outer := d.in
+	outer.Batch = append(outer.Batch, Input{Role: outer.Role, Actor: outer.Actor, Verb: outer.Verb})
+	e := &outer.Batch[len(outer.Batch)-1]
+	d.i++
+	d.ws()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return true
+	}
+	d.in, d.depth = e, 4
+	defer func() { d.in, d.depth = outer, 2 }()
+	var seen bodyFieldSet
+	for {
+		f, ok := d.key(d.item, seen)
+		if !ok {
+			return false
+		}
+		seen |= 1 << f
+		d.ctx = bodyFieldNames[f]
+		switch f {
+		case fJob:
+			e.Job, ok = d.token()
+		case fPermanent:
+			d.permanent[n/64] |= 1 << (n % 64)
+			ok = d.field(f)
+		default:
+			ok = d.field(f)
+		}
+		if !ok {
+			return false
+		}
+		d.ws()
+		if done, ok := d.sep('}'); !ok || done {
+			return ok
+		}
+	}
+}
+
+// batchRequired checks the required fields of every element of a batch
+// submit, ack or result, in array order (an element's field is missing
+// when it holds its zero value: none of them may be given as zero).
+func (d *inputDecoder) batchRequired() bool {
+	in := d.in
+	for i := range in.Batch {
+		e := &in.Batch[i]
+		d.elem = i
+		for _, f := range d.item.required {
+			var absent bool
+			switch f {
+			case fJob:
+				absent = e.Job == ""
+			case fQueue:
+				absent = e.Queue == ""
+			case fLeaseID:
+				absent = e.LeaseID == ""
+			case fGeneration:
+				absent = e.Generation == 0
+			case fOutcome:
+				absent = e.Outcome == OutcomeNone
+			}
+			if absent {
+				return d.missing(f, "required")
+			}
+		}
+	}
+	d.elem = -1
+	return true
+}
+
+// submitConsistent checks a submit's backoffs: the cap may not be below
+// the first backoff, an absent one standing for its default; the field
+// named is the one given.
+func (d *inputDecoder) submitConsistent(in *Input) bool {
+	lo, hi := in.BackoffMS, in.BackoffMax
+	switch {
+	case lo == 0 && hi != 0 && hi < DefaultBackoffMS:
+		return d.fail(ReasonBadValue, "backoff_max_ms", "below the default backoff_ms ("+strconv.Itoa(DefaultBackoffMS)+")")
+	case lo != 0 && hi == 0 && lo > DefaultBackoffMax:
+		return d.fail(ReasonBadValue, "backoff_ms", "above the default backoff_max_ms ("+strconv.Itoa(DefaultBackoffMax)+")")
+	case lo != 0 && hi != 0 && hi < lo:
+		return d.fail(ReasonBadValue, "backoff_max_ms", "below backoff_ms")
+	}
+	return true
+}
+
+// resultConsistent checks a result's permanent (given: its key was read).
+func (d *inputDecoder) resultConsistent(in *Input, given bool) bool {
+	if given && in.Outcome != OutcomeFailed {
+		return d.fail(ReasonBadValue, "permanent", "only a FAILED result takes permanent")
+	}
+	return true
+}
+
+// finishBatch runs the whole-body checks of a batch submit, ack or result
+// (revision 7): at least one element, each element's required fields,
+// then each element's consistency, in array order; then gives every
+// element the batch's sent_at.
+func (d *inputDecoder) finishBatch() bool {
+	in := d.in
+	arr := fLeases
+	if in.Verb == VerbSubmit {
+		arr = fJobs
+	}
+	if len(in.Batch) == 0 {
+		if d.seen.has(arr) {
+			return d.missing(arr, "a batch names at least one "+d.item.name)
+		}
+		return d.missing(arr, "required")
+	}
+	if !d.batchRequired() {
+		return false
+	}
+	for i := range in.Batch {
+		e := &in.Batch[i]
+		d.elem = i
+		switch in.Verb {
+		case VerbSubmit:
+			if !d.submitConsistent(e) {
+				return false
+			}
+		case VerbResult:
+			if !d.resultConsistent(e, d.permanent[i/64]&(1<<(i%64)) != 0) {
+				return false
+			}
+		}
+		e.SentAt = in.SentAt
+	}
+	d.elem = -1
+	return true
+}
+
 func (d *inputDecoder) missing(f bodyField, detail string) bool {
 	return d.fail(ReasonMissingField, bodyFieldNames[f], detail)
 }
@@ -1514,6 +1712,9 @@ func (d *inputDecoder) finish() bool {
 		if !d.seen.has(f) {
 			return d.missing(f, "required")
 		}
+	}
+	if d.item != nil {
+		return d.finishBatch()
 	}
 	switch in.Verb {
 	case VerbRenew:
@@ -1567,21 +1768,9 @@ func (d *inputDecoder) finish() bool {
 			return d.fail(ReasonBadPolicy, "max_lease_ms", "above max_lifetime_ms")
 		}
 	case VerbSubmit:
-		// The backoff's cap may not be below the first backoff, an absent
-		// one standing for its default; the field named is the one given.
-		lo, hi := in.BackoffMS, in.BackoffMax
-		switch {
-		case lo == 0 && hi != 0 && hi < DefaultBackoffMS:
-			return d.fail(ReasonBadValue, "backoff_max_ms", "below the default backoff_ms ("+strconv.Itoa(DefaultBackoffMS)+")")
-		case lo != 0 && hi == 0 && lo > DefaultBackoffMax:
-			return d.fail(ReasonBadValue, "backoff_ms", "above the default backoff_max_ms ("+strconv.Itoa(DefaultBackoffMax)+")")
-		case lo != 0 && hi != 0 && hi < lo:
-			return d.fail(ReasonBadValue, "backoff_max_ms", "below backoff_ms")
-		}
+		return d.submitConsistent(in)
 	case VerbResult:
-		if d.seen.has(fPermanent) && in.Outcome != OutcomeFailed {
-			return d.fail(ReasonBadValue, "permanent", "only a FAILED result takes permanent")
-		}
+		return d.resultConsistent(in, d.seen.has(fPermanent))
 	}
 	return true
 }

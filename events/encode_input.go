@@ -34,6 +34,14 @@ import (
 //	            lease_ms, ack_timeout_ms, payload (revision 4)
 //	pull        queue, slots, ttl_ms (revision 4)
 //
+// and, from revision 7 on, the batches (in.Job is NoJob, the elements in
+// in.Batch, each written as the body of its single input with its job
+// first and without v and sent_at):
+//
+//	batch submit jobs: [{job, queue, priority, ...}, ...]
+//	batch ack    leases: [{job, lease_id, generation}, ...]
+//	batch result leases: [{job, lease_id, generation, outcome, detail, permanent}, ...]
+//
 // Required fields are always written (a pull's slots even when 0); optional
 // ones (lease_ms, ack_timeout_ms, the texts, a cancel's lease_id and
 // generation, a submit's priority, max_attempts and backoffs, a pull's
@@ -49,6 +57,9 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = append(dst, `,"sent_at":"`...)
 		dst = time.Unix(0, in.SentAt).UTC().AppendFormat(dst, time.RFC3339Nano)
 		dst = append(dst, '"')
+	}
+	if in.Job == NoJob && (in.Verb == VerbSubmit || in.Verb == VerbAck || in.Verb == VerbResult) {
+		return append(appendBatch(dst, in), '}')
 	}
 	switch in.Verb {
 	case VerbOffer:
@@ -92,12 +103,7 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		}
 		dst = appendOptStrField(dst, "reason", in.Text)
 	case VerbResult:
-		dst = appendLease(dst, in.LeaseID, in.Generation)
-		dst = appendStrField(dst, "outcome", in.Outcome.String())
-		dst = appendOptStrField(dst, "detail", in.Text)
-		if in.Permanent { // revision 4 on
-			dst = append(appendKey(dst, "permanent"), "true"...)
-		}
+		dst = appendResultFields(dst, in)
 	case VerbResolve:
 		dst = appendStrField(dst, "action", in.Action.String())
 		switch in.Action {
@@ -134,24 +140,69 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = hex.AppendEncode(dst, in.StateHash[:])
 		dst = append(dst, '"')
 	case VerbSubmit:
-		dst = appendStrField(dst, "queue", in.Queue)
-		dst = appendOptIntField(dst, "priority", in.Priority)
-		if in.MaxAttempts != 0 {
-			dst = appendUintField(dst, "max_attempts", in.MaxAttempts)
-		}
-		dst = appendOptIntField(dst, "backoff_ms", in.BackoffMS)
-		dst = appendOptIntField(dst, "backoff_max_ms", in.BackoffMax)
-		dst = appendOptIntField(dst, "lease_ms", in.LeaseMS)
-		dst = appendOptIntField(dst, "ack_timeout_ms", in.AckTimeoutMS)
-		if in.HasPayload {
-			dst = appendStrField(dst, "payload", in.Payload)
-		}
+		dst = appendSubmitFields(dst, in)
 	case VerbPull:
 		dst = appendStrField(dst, "queue", in.Queue)
 		dst = appendUintField(dst, "slots", in.Slots)
 		dst = appendOptIntField(dst, "ttl_ms", in.TTLMS)
 	}
 	return append(dst, '}')
+}
+
+// appendBatch appends the array of a batch submit, ack or result
+// (revision 7).
+func appendBatch(dst []byte, in *Input) []byte {
+	if in.Verb == VerbSubmit {
+		dst = append(dst, `,"jobs":[`...)
+	} else {
+		dst = append(dst, `,"leases":[`...)
+	}
+	for i := range in.Batch {
+		e := &in.Batch[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"job":`...)
+		dst = appendJSONString(dst, e.Job)
+		switch in.Verb {
+		case VerbSubmit:
+			dst = appendSubmitFields(dst, e)
+		case VerbAck:
+			dst = appendLease(dst, e.LeaseID, e.Generation)
+		case VerbResult:
+			dst = appendResultFields(dst, e)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+// appendSubmitFields appends the fields of a submit after its first.
+func appendSubmitFields(dst []byte, in *Input) []byte {
+	dst = appendStrField(dst, "queue", in.Queue)
+	dst = appendOptIntField(dst, "priority", in.Priority)
+	if in.MaxAttempts != 0 {
+		dst = appendUintField(dst, "max_attempts", in.MaxAttempts)
+	}
+	dst = appendOptIntField(dst, "backoff_ms", in.BackoffMS)
+	dst = appendOptIntField(dst, "backoff_max_ms", in.BackoffMax)
+	dst = appendOptIntField(dst, "lease_ms", in.LeaseMS)
+	dst = appendOptIntField(dst, "ack_timeout_ms", in.AckTimeoutMS)
+	if in.HasPayload {
+		dst = appendStrField(dst, "payload", in.Payload)
+	}
+	return dst
+}
+
+// appendResultFields appends the fields of a result after its first.
+func appendResultFields(dst []byte, in *Input) []byte {
+	dst = appendLease(dst, in.LeaseID, in.Generation)
+	dst = appendStrField(dst, "outcome", in.Outcome.String())
+	dst = appendOptStrField(dst, "detail", in.Text)
+	if in.Permanent { // revision 4 on
+		dst = append(appendKey(dst, "permanent"), "true"...)
+	}
+	return dst
 }
 
 // appendKey appends ,"name": (names need no escaping).

@@ -167,7 +167,8 @@ func FuzzSentAt(f *testing.F) {
 //   - it accepts exactly the subjects of six dot-separated tokens
 //     tenure.in.<role>.<actor>.<job>.<verb> with a known role, valid actor,
 //     a known verb the role may publish, and a valid job token, or "_" for
-//     the job-less verbs (and a batch renew);
+//     the job-less verbs (and a batch renew, and from revision 7 a batch
+//     submit, ack or result);
 //   - it rejects the others with bad_subject, or wrong_role when only the
 //     role-verb combination is wrong, as a *DecodeError;
 //   - an accepted subject round-trips through InputSubject, and a rejected
@@ -248,7 +249,7 @@ func referenceSubject(subject string) string {
 	switch {
 	case !roleOK, !token(actor), !verbs[verb]:
 		return "bad_subject"
-	case job == "_" && !jobLess && verb != "renew":
+	case job == "_" && !jobLess && verb != "renew" && verb != "submit" && verb != "ack" && verb != "result": // batches (revision 7 but for renew)
 		return "bad_subject"
 	case job != "_" && (!token(job) || jobLess):
 		return "bad_subject"

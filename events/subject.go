@@ -165,7 +165,7 @@ func ParseInputSubjectAt(subject string, rev uint32) (Subject, error) {
 	switch {
 	case tok[4] == NoJob:
 		s.Job = NoJob
-		if vok && !(verb.JobLess() || verb == VerbRenew) {
+		if vok && !(verb.JobLess() || verb.Batches(rev)) {
 			fail("job", "verb needs a job")
 		}
 	case ValidToken(tok[4]):

@@ -97,9 +97,22 @@ func (v Verb) Allowed(r Role) bool {
 }
 
 // JobLess reports whether v concerns no single job; its subject carries NoJob.
-// A batch renew also uses NoJob and names its jobs in the body.
+// A batch (Batches) also uses NoJob and names its jobs in the body.
 func (v Verb) JobLess() bool {
 	return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint || v == VerbPull
+}
+
+// Batches reports whether, under rules revision rev, an input of verb v
+// may carry many jobs under the job token NoJob: a batch renew (every
+// revision), and from revision 7 on a batch submit, ack or result.
+func (v Verb) Batches(rev uint32) bool {
+	switch v {
+	case VerbRenew:
+		return true
+	case VerbSubmit, VerbAck, VerbResult:
+		return rev >= Revision7
+	}
+	return false
 }
 
 // Since is the first rules revision in which v is an input kind. Under an
@@ -248,8 +261,23 @@ const (
 	// 6 was rejected (bad_value) by the code of revision 5; only the
 	// coordinator may publish one, and it published none.
 	Revision6 = 6
+	// Revision7 adds batches of jobs (PROTOCOL.md §6.3, §6.10, §22.1):
+	// a submit, an ack and a result may carry up to MaxBatch elements
+	// under the job token NoJob (a batch submit's "jobs", a batch ack's
+	// or result's "leases"), each element judged exactly as the single
+	// input of its verb about its job, in array order, with its own
+	// verdict, and the input's matching once after all of them; so a
+	// dispatcher submits many jobs and a worker ACKs and completes many
+	// leases with one durable write each. Jobs of one batch submit share
+	// their submit_seq; among them the ready order is their turn (array
+	// order within a queue). Nothing else changes: under revision 6 a
+	// batch subject is rejected (bad_subject, "verb needs a job"), and
+	// the snapshot format is still 5. A rules input naming revision 7
+	// was rejected (bad_value) by the code of revision 6; only the
+	// coordinator may publish one, and it published none.
+	Revision7 = 7
 	// CurrentRevision is the revision a coordinator moves its log to.
-	CurrentRevision = Revision6
+	CurrentRevision = Revision7
 )
 
 // LeaseKeyLen is the length of the lease key of a rules input, in bytes
@@ -325,7 +353,7 @@ const (
 	MaxInputBytes   = 64 << 10        // whole input body
 	MaxTokenLen     = 64              // actor, job, holder and lease ids
 	MaxTextLen      = 256             // free text: note, detail, reason
-	MaxBatch        = 256             // leases in one batch renew
+	MaxBatch        = 256             // elements of one batch: leases of a batch renew, ack or result, jobs of a batch submit (revision 7)
 	MaxSeq          = 1<<53 - 1       // sequences and generations (JSON-safe integers)
 	MinDurationMS   = 1               // any duration field
 	MaxDurationMS   = 30 * 86400000   // 30 days: anything longer is absurd for a lease
@@ -418,6 +446,13 @@ type Input struct {
 	Slots       uint64 // pull: 0 withdraws the worker's capacity on the queue
 	TTLMS       int64  // pull; 0: DefaultCapacityTTL
 	Permanent   bool   // result FAILED: do not retry
+
+	// Batch (revision 7 on) holds the elements of a batch submit, ack or
+	// result (Job NoJob): each one the single input of the batch's verb
+	// about its own job, with the batch's Role, Actor, Verb and SentAt,
+	// the element's Job and its fields (Leases stays empty; a batch
+	// renew's elements are Leases, as in every revision).
+	Batch []Input
 
 	Revision      uint32             // rules: the revision to move to
 	LeaseKey      [LeaseKeyLen]byte  // rules: the key of lease ids

@@ -1,11 +1,26 @@
 // Package ops is the dispatcher and operator side of Tenure: offer a job to
-// a holder, submit a job to a queue (Submit, PROTOCOL.md §22), request its
-// cancellation, resolve an ownership conflict, an unresolved job or a DEAD
-// queue job (Retry, Discard), and set the policy. Every call publishes one input on
-// tenure.in.ops.<id>.<job>.<verb> and returns the coordinator's verdict:
-// the decision whose cause is that input. A verdict that is not an accepted
-// one comes back as a *RejectedError carrying the decision, so that callers
-// can match on it with errors.As (or errors.Is against the sentinels).
+// a holder, submit a job to a queue (Submit, PROTOCOL.md §22) or many
+// (SubmitMany), request its cancellation, resolve an ownership conflict, an
+// unresolved job or a DEAD queue job (Retry, Discard), and set the policy.
+// Every call publishes one input on tenure.in.ops.<id>.<job>.<verb> and
+// returns the coordinator's verdict: the decision whose cause is that
+// input. SubmitMany publishes batch submits (tenure.in.ops.<id>._.submit,
+// rules revision 7), up to 256 jobs an input, and returns each job's own
+// verdict. A verdict that is not an accepted one comes back as a
+// *RejectedError carrying the decision, so that callers can match on it
+// with errors.As (or errors.Is against the sentinels).
+//
+// # Reading verdicts
+//
+// The verdicts of a submit and of a policy are all addressed to the client
+// (PROTOCOL.md §3.2): a Client reads them with one decision reader per
+// partition (a follow.Follower of tenure.out.<id>.>, as the worker SDK
+// reads its own), started by the first such call and stopped by Close. So
+// a submit costs its publish and nothing more. The accepted verdict of an
+// offer, a cancel or a resolve goes to the job's holder: each of those
+// calls follows the job's decisions with a consumer of its own, created
+// before it publishes and deleted once it has its verdict. Close a Client
+// when done with it.
 //
 // # Errors and options, as the worker SDK's
 //
@@ -39,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -77,7 +93,9 @@ type noVerdictError struct{ msg string }
 func (e *noVerdictError) Error() string { return e.msg }
 func (e *noVerdictError) Unwrap() error { return ErrNoVerdict }
 
-// Client publishes operator inputs as one ops actor.
+// Client publishes operator inputs as one ops actor. Its methods are safe
+// for concurrent use. Close it when done: it keeps a decision reader per
+// partition once a call needed one (reader.go).
 type Client struct {
 	id       string
 	js       jetstream.JetStream
@@ -89,6 +107,23 @@ type Client struct {
 	pmu   sync.Mutex
 	count uint32 // the deployment's partition count (0: unpartitioned), once known
 	known bool
+
+	ctx    context.Context // ends with Close: the readers' owner
+	cancel context.CancelFunc
+	// noBatch is set once a batch submit was refused as a subject its
+	// coordinator does not know (a log below rules revision 7): SubmitMany
+	// then submits one job per input.
+	noBatch atomic.Bool
+
+	rmu     sync.Mutex
+	readers map[uint32]*follow.Follower // by partition index
+	closed  bool
+
+	mu        sync.Mutex             // guards what follows
+	waiters   map[verdictKey]*waiter // input -> its caller
+	stash     []stashed              // verdicts nobody waited for yet, oldest first from stashHead
+	stashHead int                    //
+	stashN    map[verdictKey]int     // unclaimed stashed verdicts per input
 }
 
 // DefaultTimeout bounds a call without a deadline of its own (Options.Timeout).
@@ -172,7 +207,10 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("ops: %w", err)
 		}
 	}
-	return &Client{id: id, js: js, timeout: o.Timeout, receipts: o.Receipts, onErr: o.ErrorHandler, prefix: o.StreamPrefix}, nil
+	c := &Client{id: id, js: js, timeout: o.Timeout, receipts: o.Receipts, onErr: o.ErrorHandler, prefix: o.StreamPrefix,
+		readers: map[uint32]*follow.Follower{}, waiters: map[verdictKey]*waiter{}, stashN: map[verdictKey]int{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
 }
 
 // keep hands a receipt to the sink, if any.
@@ -363,33 +401,38 @@ func (c *Client) do(ctx context.Context, in *events.Input) (events.Decision, err
 	return c.doIn(ctx, events.Partition{Count: count}.Of(in.Job), in)
 }
 
+// addressedToMe reports whether every verdict of an input of verb v is
+// addressed to the ops actor that published it (PROTOCOL.md §3.2): then
+// the client's shared reader learns them.
+func addressedToMe(v events.Verb) bool { return v == events.VerbSubmit || v == events.VerbPolicy }
+
 // doIn publishes in to partition part and waits for its verdict there.
 func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Input) (events.Decision, error) {
 	in.Role, in.Actor = events.RoleOps, c.id
+	if addressedToMe(in.Verb) {
+		ds, err := c.send(ctx, part, in, 1)
+		if err != nil {
+			return events.Decision{}, err
+		}
+		return ds[0], verdict.Of(events.RoleOps, ds[0])
+	}
+	if c.ctx.Err() != nil {
+		return events.Decision{}, ErrClosed
+	}
 	topo := streams.Topology{Prefix: c.prefix, Partition: part}
-	// Follow the decisions about this job from now on, before publishing,
-	// so the verdict cannot be missed.
-	filter := part.JobDecisionFilter(in.Job) // a policy (job "-") too
-	var pubOpts []jetstream.PublishOpt
-	if part.Partitioned() {
-		pubOpts = append(pubOpts, jetstream.WithExpectStream(topo.InputStream()))
-	}
-	// Start from the stream's next sequence as read before publishing.
-	stream, err := c.js.Stream(ctx, topo.DecisionStream())
-	if err != nil {
-		return events.Decision{}, fmt.Errorf("ops: decision stream: %w", streams.Classify(err))
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return events.Decision{}, fmt.Errorf("ops: decision stream: %w", streams.Classify(err))
-	}
-	// A follow.Follower replaces a consumer lost with a cluster node (an
-	// ordered consumer stalls ~10 s when the node was the meta leader), and
-	// its consumer is deleted when it stops: left alone it would linger
-	// until its inactivity threshold (minutes).
+	// The accepted verdicts of an offer, a cancel or a resolve go to the
+	// job's holder: follow the decisions about this job from now on,
+	// before publishing, so the verdict cannot be missed. The consumer
+	// starts after the stream's last decision when it is created (deliver
+	// policy new: no look-up of the stream first). A follow.Follower
+	// replaces a consumer lost with a cluster node (an ordered consumer
+	// stalls ~10 s when the node was the meta leader), and its consumer is
+	// deleted when it stops: left alone it would linger until its
+	// inactivity threshold (minutes).
+	filter := part.JobDecisionFilter(in.Job)
 	ch := make(chan follow.Msg, 16)
 	f := follow.Start(ctx, c.js, follow.Config{Stream: topo.DecisionStream(), Filters: []string{filter},
-		StartSeq: info.State.LastSeq + 1, PullAhead: 64}, func(ctx context.Context, m follow.Msg) {
+		FromNew: true, PullAhead: 64}, func(ctx context.Context, m follow.Msg) {
 		select {
 		case ch <- m:
 		case <-ctx.Done():
@@ -405,25 +448,100 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 		}
 		return events.Decision{}, fmt.Errorf("ops: follow decisions: %w", streams.Classify(err))
 	}
-	msg := nats.NewMsg(part.InputSubject(events.RoleOps, c.id, in.Job, in.Verb))
-	msg.Data = events.AppendInputBody(nil, in)
-	ack, err := c.js.PublishMsg(ctx, msg, append(pubOpts, jetstream.WithMsgID(c.id+"-"+uuid.NewString()))...)
+	subject := part.InputSubject(events.RoleOps, c.id, in.Job, in.Verb)
+	body := events.AppendInputBody(nil, in)
+	key, err := c.publish(ctx, part, subject, body, c.newMsgID())
 	if err != nil {
-		return events.Decision{}, fmt.Errorf("ops: publish %s: %w", in.Verb, streams.Classify(err))
+		return events.Decision{}, err
 	}
-	c.keep(receipt.Input(ack.Stream, ack.Sequence, msg.Subject, msg.Data, "ops "+c.id))
 	for {
 		var m follow.Msg
 		select {
 		case m = <-ch:
 		case <-ctx.Done():
-			return events.Decision{}, &noVerdictError{fmt.Sprintf("ops: no verdict for input %d: %v", ack.Sequence, ctx.Err())}
+			return events.Decision{}, &noVerdictError{fmt.Sprintf("ops: no verdict for input %d: %v", key.seq, ctx.Err())}
 		}
 		d, err := events.DecodeDecision(m.Data)
-		if err != nil || d.Cause != ack.Sequence || d.Kind.Derived() {
+		if err != nil || d.Cause != key.seq || d.Kind.Derived() {
 			continue
 		}
 		c.keep(receipt.Decision(topo.DecisionStream(), m.Seq, d.Cause, m.Header.Get(events.HeaderChain), "ops "+c.id))
 		return d, verdict.Of(events.RoleOps, d)
 	}
+}
+
+// send publishes in (its Role and Actor set) to partition part, through
+// the partition's shared reader, and waits for its n verdicts (a batch has
+// one per element; a rejection of the whole input is the only one). The
+// error is ErrClosed or matches ErrNoVerdict; verdicts that refuse are
+// returned as decisions.
+func (c *Client) send(ctx context.Context, part events.Partition, in *events.Input, n int) ([]events.Decision, error) {
+	if _, err := c.readerOf(ctx, part); err != nil {
+		return nil, err
+	}
+	subject := part.InputSubject(events.RoleOps, c.id, in.Job, in.Verb)
+	key, err := c.publish(ctx, part, subject, events.AppendInputBody(nil, in), c.newMsgID())
+	if err != nil {
+		return nil, err
+	}
+	return c.await(ctx, key, n)
+}
+
+// newMsgID is "<id>-<random UUID>": namespaced by the actor and
+// unguessable, so that no other publisher can suppress this input through
+// the input stream's duplicate window.
+func (c *Client) newMsgID() string { return c.id + "-" + uuid.NewString() }
+
+// publish stores body on subject in partition part's input stream and
+// returns the key its verdicts come under. Attempts whose outcome is
+// unknown (a timeout, no responders while a stream leader is elected, a
+// reconnection) are sent again with the same Msg-Id until ctx ends: if an
+// earlier one was stored, the stream answers with its sequence.
+func (c *Client) publish(ctx context.Context, part events.Partition, subject string, body []byte, msgID string) (verdictKey, error) {
+	topo := streams.Topology{Prefix: c.prefix, Partition: part}
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(msgID), jetstream.WithRetryAttempts(0)}
+	if part.Partitioned() {
+		opts = append(opts, jetstream.WithExpectStream(topo.InputStream()))
+	}
+	wait := 10 * time.Millisecond
+	for {
+		msg := &nats.Msg{Subject: subject, Data: body}
+		ack, err := c.js.PublishMsg(ctx, msg, opts...)
+		if err == nil {
+			c.keep(receipt.Input(ack.Stream, ack.Sequence, msg.Subject, msg.Data, "ops "+c.id))
+			return verdictKey{part.Index, ack.Sequence}, nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return verdictKey{}, fmt.Errorf("ops: publish %s: %w", subject, streams.Classify(err))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return verdictKey{}, fmt.Errorf("ops: publish %s: %w (last attempt: %w)", subject, context.Cause(ctx), streams.Classify(err))
+		case <-t.C:
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// retryable reports whether a publish error leaves the outcome unknown or
+// may clear by itself: a timeout, no responders (a stream leader being
+// elected, or a deployment whose input stream is still in genesis), a
+// connection being re-established, a stream's full ingest queue.
+func retryable(err error) bool {
+	switch {
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, context.Canceled):
+		return false
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrReconnectBufExceeded):
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == 10008 || apiErr.ErrorCode == 10009 || apiErr.ErrorCode == 10167
+	}
+	return false
 }

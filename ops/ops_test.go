@@ -40,6 +40,7 @@ func startTenureJS(t *testing.T) (*ops.Client, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cl.Close() })
 	return cl, js
 }
 
@@ -131,6 +132,7 @@ func TestNoVerdictWithoutCoordinator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
 	_, js := testutil.Connect(t, srv.ClientURL())
 	base := decisionConsumers(t, js)
 	tctx, tcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -190,8 +192,11 @@ func requireConsumers(t *testing.T, js jetstream.JetStream, want int, after stri
 	})
 }
 
-// Every operation follows the decisions with a consumer of its own and
-// deletes it once the verdict is known, accepted or not, or when none came.
+// An offer, a cancel or a resolve follows the decisions about its job
+// with a consumer of its own and deletes it once the verdict is known,
+// accepted or not, or when none came. A submit or a policy, whose verdicts
+// are all addressed to the client, is read by the client's one decision
+// reader, kept until Close.
 func TestConsumersDeleted(t *testing.T) {
 	c, js := startTenureJS(t)
 	ctx := context.Background()
@@ -216,8 +221,13 @@ func TestConsumersDeleted(t *testing.T) {
 		if err := op.do(); err != nil {
 			t.Fatalf("%s: %v", op.name, err)
 		}
-		requireConsumers(t, js, base, op.name)
+		want := base
+		if op.name == "policy" || op.name == "offer again" {
+			want++ // the reader the policy started
+		}
+		requireConsumers(t, js, want, op.name)
 	}
+	base++
 	// Several at once, from one client.
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -234,6 +244,13 @@ func TestConsumersDeleted(t *testing.T) {
 		t.Fatalf("concurrent offer: %v", err)
 	}
 	requireConsumers(t, js, base, "8 concurrent offers")
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	requireConsumers(t, js, base-1, "Close")
+	if _, err := c.Submit(ctx, "after-close", "q"); !errors.Is(err, ops.ErrClosed) {
+		t.Fatalf("submit after Close: %v, want ErrClosed", err)
+	}
 }
 
 // With receipts on, the client keeps a receipt of its input as stored and
@@ -255,6 +272,7 @@ func TestReceipts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cl.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d, err := cl.Offer(ctx, "job-r", "w1", 0, 0)
@@ -300,6 +318,7 @@ func TestPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cl.Close() })
 	d, err := cl.Offer(context.Background(), "j1", "w1", 0, 0)
 	if err != nil || d.Kind != events.KindOffered {
 		t.Fatalf("offer under prefix ACME: %v %s", err, d.Kind)
@@ -308,6 +327,7 @@ func TestPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { def.Close() })
 	if _, err := def.Offer(context.Background(), "j2", "w1", 0, 0); err == nil {
 		t.Fatal("a client of the default prefix got a verdict from the ACME deployment")
 	}

@@ -40,6 +40,7 @@ func startPartitioned(t *testing.T) (*ops.Client, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cl.Close() })
 	return cl, js
 }
 
@@ -163,10 +164,45 @@ func TestPartitionedOperatorVerdicts(t *testing.T) {
 		}
 	}
 
-	// No consumer left behind on any partition.
+	// No consumer left behind on any partition: the client's decision
+	// reader of each (the policy started them) until Close.
+	for k := range topos {
+		testutil.WaitFor(t, 2*time.Second, fmt.Sprintf("%s: %d consumers (the baseline and the reader)", topos[k].DecisionStream(), base[k]+1), func() bool {
+			return consumers(k) == base[k]+1
+		})
+	}
+	c.Close()
 	for k := range topos {
 		testutil.WaitFor(t, 2*time.Second, fmt.Sprintf("%s: %d consumers (the baseline)", topos[k].DecisionStream(), base[k]), func() bool {
 			return consumers(k) == base[k]
 		})
+	}
+}
+
+// SubmitMany in a partitioned deployment: each partition's jobs go to it
+// in batch submits of its own, each verdict from that partition's input.
+func TestPartitionedSubmitMany(t *testing.T) {
+	c, js := startPartitioned(t)
+	ctx := context.Background()
+	var jobs []ops.SubmitJob
+	for i := range 300 {
+		jobs = append(jobs, ops.SubmitJob{ID: fmt.Sprintf("pj-%d", i), Queue: "q"})
+	}
+	res, err := c.SubmitMany(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	causes := map[[2]uint64]int{} // (partition, input) -> jobs
+	for i, r := range res {
+		d := r.Decision
+		k := events.Partition{Count: testPartitions}.Of(jobs[i].ID)
+		if d.Kind != events.KindSubmitted || d.Job.ID != jobs[i].ID {
+			t.Fatalf("job %s: %s/%s %s", jobs[i].ID, d.Kind, d.Reason, d.Job.ID)
+		}
+		requireCause(t, js, k.Index, d, k.InputSubject(events.RoleOps, "disp", events.NoJob, events.VerbSubmit))
+		causes[[2]uint64{uint64(k.Index), d.Cause}]++
+	}
+	if len(causes) != testPartitions {
+		t.Fatalf("%d inputs for 300 jobs in %d partitions, want one each: %v", len(causes), testPartitions, causes)
 	}
 }

@@ -358,6 +358,10 @@ func (p *Projector) apply() {
 	case events.VerbAcquire:
 		p.acquire()
 	case events.VerbAck:
+		if in.Job == events.NoJob { // revision 7 on: a batch ack
+			p.batch(p.ack)
+			return
+		}
 		p.ack()
 	case events.VerbRenew:
 		for i := range in.Leases {
@@ -378,6 +382,10 @@ func (p *Projector) apply() {
 	case events.VerbCancelAck:
 		p.cancelAck()
 	case events.VerbResult:
+		if in.Job == events.NoJob { // revision 7 on: a batch result
+			p.batch(p.result)
+			return
+		}
 		p.result()
 	case events.VerbRelease:
 		p.release()
@@ -397,6 +405,10 @@ func (p *Projector) apply() {
 	case events.VerbRules:
 		p.rules()
 	case events.VerbSubmit:
+		if in.Job == events.NoJob { // revision 7 on: a batch submit
+			p.batch(p.submit)
+			return
+		}
 		p.submit()
 	case events.VerbPull:
 		p.pull()
@@ -413,6 +425,32 @@ func (p *Projector) apply() {
 		// events, recorded rather than dropped.
 		p.emit(nil, events.KindRejected, events.ReasonBadSubject, in.Actor)
 	}
+}
+
+// batch applies each element of a batch submit, ack or result (revision
+// 7 on) with op, exactly as the single input of the batch's verb about the
+// element's job, in array order: each gets its own verdict (the decoder
+// made every element such an input). An element about another partition's
+// job alone is rejected, as in a batch renew.
+func (p *Projector) batch(op func()) {
+	whole := p.in // its Batch is the decoder's, untouched until the next Step
+	arr := "leases["
+	if whole.Verb == events.VerbSubmit {
+		arr = "jobs["
+	}
+	for i := range whole.Batch {
+		e := &whole.Batch[i]
+		if !p.part.Owns(e.Job) {
+			p.in = whole
+			d := p.emit(nil, events.KindRejected, events.ReasonWrongPartition, whole.Actor)
+			d.Job.ID = e.Job
+			d.Detail = arr + strconv.Itoa(i) + "].job: " + p.wrongPartition(e.Job).Detail
+			continue
+		}
+		p.in = *e
+		op()
+	}
+	p.in = whole
 }
 
 // claim checks a worker's claim on (jobID, leaseID, gen) before any

@@ -53,16 +53,23 @@ type capExpiry struct {
 	seq          uint64
 }
 
-// readyHeap is a min-heap of QUEUED jobs by (ready_at, submit_seq): a total
-// order (one submit makes one job), so pops are the same whatever the
-// array's layout.
+// readyHeap is a min-heap of one submitter's QUEUED jobs of one priority
+// by (ready_at, submit_seq, turn): a total order, so pops are the same
+// whatever the array's layout. Until revision 7 one submit made one job,
+// so no two had the same submit_seq; the jobs of one batch submit
+// (revision 7) share it, and among those of one queue each was given a
+// greater turn than the one before it in the array (the submitter's
+// QUEUED jobs there, which each of them added to), which never changes.
 type readyHeap []*job
 
 func readyLess(a, b *job) bool {
 	if a.ReadyAt != b.ReadyAt {
 		return a.ReadyAt < b.ReadyAt
 	}
-	return a.SubmitSeq < b.SubmitSeq
+	if a.SubmitSeq != b.SubmitSeq {
+		return a.SubmitSeq < b.SubmitSeq
+	}
+	return a.Turn < b.Turn
 }
 
 func (h readyHeap) swap(a, b int) {

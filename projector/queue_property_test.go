@@ -52,13 +52,18 @@ import (
 //   - a cancelled job is never offered again;
 //
 // and the standings too are rebuilt from the decisions.
+//
+// Under revision 7 the dispatchers also submit, and the workers ACK and
+// report results, in batches of one to three (an honest holder batches
+// the same verb for its other live leases), each element judged as its own input.
 func TestQueueProperties(t *testing.T) {
 	for _, c := range []struct {
 		name        string
 		fire, offer int
 		rev         uint32
 	}{{"limits", 0, 0, events.Revision4}, {"fire1-offer1", 1, 1, events.Revision4},
-		{"rev5", 0, 0, events.Revision5}, {"rev5-fire1-offer1", 1, 1, events.Revision5}} {
+		{"rev5", 0, 0, events.Revision5}, {"rev5-fire1-offer1", 1, 1, events.Revision5},
+		{"rev7", 0, 0, events.Revision7}, {"rev7-fire1-offer1", 1, 1, events.Revision7}} {
 		t.Run(c.name, func(t *testing.T) { queueProperties(t, c.fire, c.offer, c.rev) })
 	}
 }
@@ -99,6 +104,14 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			if in.Verb == events.VerbRenew {
 				want = len(in.Leases)
 			}
+			if job == events.NoJob && len(in.Batch) > 0 {
+				want = len(in.Batch)
+				for i := range ds {
+					if ds[i].Kind == events.KindRejected && ds[i].Job.ID == events.NoJob {
+						want = 1 // the whole input refused
+					}
+				}
+			}
 			for i := range ds {
 				if !ds[i].Kind.Derived() {
 					verdicts++
@@ -112,6 +125,19 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			}
 			all = append(all, ds...)
 			return slices.Clone(ds) // Step reuses its slice
+		}
+		// batch sends in as a batch of one to three elements (revision 7)
+		// when the draw says so, each element from next, or as itself.
+		batch := func(role events.Role, actor, job string, in events.Input, next func() events.Input) []events.Decision {
+			if rev < events.Revision7 || !rapid.Bool().Draw(t, "batch") {
+				return step(role, actor, job, in)
+			}
+			in.Job = job
+			items := []events.Input{in}
+			for range rapid.IntRange(0, 2).Draw(t, "more") {
+				items = append(items, next())
+			}
+			return step(role, actor, events.NoJob, events.Input{Verb: in.Verb, Batch: items})
 		}
 		step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: rev, LeaseKey: propLeaseKey})
 		pol := events.DefaultPolicy()
@@ -173,34 +199,60 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 						in.Verb = events.VerbResult
 						in.Outcome = rapid.SampledFrom([]events.Outcome{events.OutcomeSuccess, events.OutcomeFailed, events.OutcomeCancelled}).Draw(t, "outcome")
 					}
-					if in.Verb != events.VerbCancel {
+					if in.Verb == events.VerbAck || in.Verb == events.VerbResult {
+						// Under revision 7 the holder may batch the same
+						// verb for its other live leases.
+						others := func() events.Input {
+							o := before[rapid.SampledFrom(liveIDs).Draw(t, "other live job")]
+							e := events.Input{Verb: in.Verb, Job: o.ID, LeaseID: o.LeaseID, Generation: o.Generation, Outcome: in.Outcome}
+							if e.Verb == events.VerbResult && e.Outcome == events.OutcomeNone {
+								e.Outcome = events.OutcomeSuccess
+							}
+							return e
+						}
+						ds = batch(events.RoleWorker, holder, j.ID, in, others)
+					} else if in.Verb != events.VerbCancel {
 						ds = step(events.RoleWorker, holder, j.ID, in)
 					}
 				}
 			}
 			switch op {
 			case 0, 1:
-				in := events.Input{Verb: events.VerbSubmit, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
-					Priority: int64(rapid.IntRange(0, 2).Draw(t, "prio")), MaxAttempts: uint64(rapid.IntRange(0, 3).Draw(t, "attempts")),
-					BackoffMS: int64(rapid.SampledFrom([]int{0, 1, 100}).Draw(t, "backoff")), BackoffMax: 200}
-				ds = step(events.RoleOps, rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "submitter"), rapid.SampledFrom(jobs).Draw(t, "job"), in)
+				submit := func() events.Input {
+					return events.Input{Verb: events.VerbSubmit, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
+						Priority: int64(rapid.IntRange(0, 2).Draw(t, "prio")), MaxAttempts: uint64(rapid.IntRange(0, 3).Draw(t, "attempts")),
+						BackoffMS: int64(rapid.SampledFrom([]int{0, 1, 100}).Draw(t, "backoff")), BackoffMax: 200}
+				}
+				next := func() events.Input {
+					in := submit()
+					in.Job = rapid.SampledFrom(jobs).Draw(t, "job")
+					return in
+				}
+				ds = batch(events.RoleOps, rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "submitter"), rapid.SampledFrom(jobs).Draw(t, "job"), submit(), next)
 			case 2, 3:
 				in := events.Input{Verb: events.VerbPull, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
 					Slots: uint64(rapid.IntRange(0, 3).Draw(t, "slots")), TTLMS: int64(rapid.SampledFrom([]int{500, 3000}).Draw(t, "ttl"))}
 				ds = step(events.RoleWorker, worker, events.NoJob, in)
 			case 4, 5:
 				l := lease()
-				ds = step(events.RoleWorker, worker, l.job, events.Input{Verb: events.VerbAck, LeaseID: l.lease, Generation: l.gen})
+				ds = batch(events.RoleWorker, worker, l.job, events.Input{Verb: events.VerbAck, LeaseID: l.lease, Generation: l.gen}, func() events.Input {
+					l := lease()
+					return events.Input{Verb: events.VerbAck, Job: l.job, LeaseID: l.lease, Generation: l.gen}
+				})
 			case 6:
 				l := lease()
 				ds = step(events.RoleWorker, worker, events.NoJob, events.Input{Verb: events.VerbRenew,
 					Leases: []events.LeaseRef{{Job: l.job, LeaseID: l.lease, Generation: l.gen, RenewSeq: uint64(rapid.IntRange(1, 3).Draw(t, "rs"))}}})
 			case 7, 8:
-				l := lease()
-				out := rapid.SampledFrom([]events.Outcome{events.OutcomeSuccess, events.OutcomeFailed, events.OutcomeFailed, events.OutcomeCancelled}).Draw(t, "outcome")
-				in := events.Input{Verb: events.VerbResult, LeaseID: l.lease, Generation: l.gen, Outcome: out}
-				in.Permanent = out == events.OutcomeFailed && rapid.IntRange(0, 3).Draw(t, "permanent") == 0
-				ds = step(events.RoleWorker, worker, l.job, in)
+				result := func() events.Input {
+					l := lease()
+					out := rapid.SampledFrom([]events.Outcome{events.OutcomeSuccess, events.OutcomeFailed, events.OutcomeFailed, events.OutcomeCancelled}).Draw(t, "outcome")
+					in := events.Input{Verb: events.VerbResult, Job: l.job, LeaseID: l.lease, Generation: l.gen, Outcome: out}
+					in.Permanent = out == events.OutcomeFailed && rapid.IntRange(0, 3).Draw(t, "permanent") == 0
+					return in
+				}
+				in := result()
+				ds = batch(events.RoleWorker, worker, in.Job, in, result)
 			case 9:
 				l := lease()
 				ds = step(events.RoleWorker, worker, l.job, events.Input{Verb: events.VerbRelease, LeaseID: l.lease, Generation: l.gen})

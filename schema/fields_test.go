@@ -32,7 +32,7 @@ func roleOf(v events.Verb) events.Role {
 
 // subjectFor is a subject for a body of verb v: the body's actor and job
 // when it names them (else w1 and job-1), job _ for a job-less verb and
-// for a batch renew.
+// for a batch.
 func subjectFor(v events.Verb, actor, job string, batch bool) string {
 	if actor == "" {
 		actor = "w1"
@@ -76,7 +76,8 @@ func (d schemaDoc) propertyNames() []string {
 	return slices.Sorted(maps.Keys(p))
 }
 
-// The shapes an input schema describes: one per verb, a renew's two.
+// The shapes an input schema describes: one per verb, two of a verb that
+// batches (batchVerbs).
 type inputShape struct {
 	verb  events.Verb
 	batch bool
@@ -89,7 +90,7 @@ func inputShapes(t *testing.T) []inputShape {
 	for _, v := range inputVerbs() {
 		d := readSchemaDoc(t, InputPath(v))
 		u := BaseURI + InputPath(v)
-		if v == events.VerbRenew {
+		if slices.Contains(batchVerbs, v) {
 			out = append(out,
 				inputShape{v, false, d.object("$defs", "single"), u + "#/$defs/single"},
 				inputShape{v, true, d.object("$defs", "batch"), u + "#/$defs/batch"})
@@ -129,6 +130,9 @@ func TestSchemaExamples(t *testing.T) {
 			actor, _ := m["actor"].(string)
 			job, _ := m["job"].(string)
 			_, batch := m["leases"]
+			if _, jobs := m["jobs"]; jobs {
+				batch = true
+			}
 			subject := subjectFor(v, actor, job, batch)
 			body, _ := json.Marshal(ex)
 			if err := s.validateInput(t, subject, body); err != nil {
@@ -156,9 +160,16 @@ func TestFieldsAgreeWithDecoder(t *testing.T) {
 			names[n] = true
 		}
 	}
-	lease := readSchemaDoc(t, InputPath(events.VerbRenew)).object("$defs", "lease")
-	for _, n := range lease.propertyNames() {
-		names[n] = true
+	elems := map[events.Verb]schemaDoc{} // the element of each batch
+	for _, v := range batchVerbs {
+		el := "lease"
+		if v == events.VerbSubmit {
+			el = "item"
+		}
+		elems[v] = readSchemaDoc(t, InputPath(v)).object("$defs", el)
+		for _, n := range elems[v].propertyNames() {
+			names[n] = true
+		}
 	}
 	for _, sh := range shapes {
 		subject := subjectFor(sh.verb, "", "", sh.batch)
@@ -187,19 +198,30 @@ func TestFieldsAgreeWithDecoder(t *testing.T) {
 			}
 		}
 	}
-	// The elements of a batch renew.
-	schemaHas := map[string]bool{}
-	for _, n := range lease.propertyNames() {
-		schemaHas[n] = true
-	}
-	batch := subjectFor(events.VerbRenew, "", "", true)
-	for n := range names {
-		body, _ := json.Marshal(map[string]any{"v": 1, "leases": []any{map[string]any{n: map[string]any{}}}})
-		r := decodeReason(batch, body)
-		if (r == events.ReasonWrongType) != schemaHas[n] {
-			t.Errorf("batch renew element field %q: decoder %s, in the schema %v", n, r, schemaHas[n])
+	// The elements of each batch.
+	for v, el := range elems {
+		schemaHas := map[string]bool{}
+		for _, n := range el.propertyNames() {
+			schemaHas[n] = true
+		}
+		batch := subjectFor(v, "", "", true)
+		for n := range names {
+			body, _ := json.Marshal(map[string]any{"v": 1, arrayOf(v): []any{map[string]any{n: map[string]any{}}}})
+			r := decodeReason(batch, body)
+			if (r == events.ReasonWrongType) != schemaHas[n] {
+				t.Errorf("batch %s element field %q: decoder %s, in the schema %v", v, n, r, schemaHas[n])
+			}
 		}
 	}
+}
+
+// arrayOf is the key of a batch's array: jobs for a batch submit, leases
+// for the others.
+func arrayOf(v events.Verb) string {
+	if v == events.VerbSubmit {
+		return "jobs"
+	}
+	return "leases"
 }
 
 // The required fields agree: removing a field from a full body makes the
@@ -225,12 +247,14 @@ func TestRequiredAgreeWithDecoder(t *testing.T) {
 		{events.VerbOffer, false, with(common, "holder", "w2", "lease_ms", 1000, "ack_timeout_ms", 1000)},
 		{events.VerbAcquire, false, with(common, "lease_ms", 1000)},
 		{events.VerbAck, false, with(common, "lease_id", "L1", "generation", 1)},
+		{events.VerbAck, true, with(common, "leases", []any{with(lease, "job", "j")})},
 		{events.VerbRenew, false, with(common, "lease_id", "L1", "generation", 1, "renew_seq", 1, "lease_ms", 1000)},
 		{events.VerbRenew, true, with(common, "leases", []any{with(lease, "job", "j", "renew_seq", 1, "lease_ms", 1000)})},
 		{events.VerbProgress, false, with(common, "lease_id", "L1", "generation", 1, "progress_seq", 1, "value", 5, "note", "n")},
 		{events.VerbCancel, false, with(common, "lease_id", "L1", "generation", 1, "reason", "r")},
 		{events.VerbCancelAck, false, with(common, "lease_id", "L1", "generation", 1)},
 		{events.VerbResult, false, with(common, "lease_id", "L1", "generation", 1, "outcome", "FAILED", "detail", "d", "permanent", false)},
+		{events.VerbResult, true, with(common, "leases", []any{with(lease, "job", "j", "outcome", "FAILED", "detail", "d", "permanent", false)})},
 		{events.VerbRelease, false, with(common, "lease_id", "L1", "generation", 1)},
 		{events.VerbResolve, false, with(common, "action", "affirm", "holder", "w2", "lease_id", "L1", "generation", 1, "reason", "r")},
 		{events.VerbResolve, false, with(common, "action", "settle", "outcome", "CANCELLED", "reason", "r")},
@@ -244,6 +268,8 @@ func TestRequiredAgreeWithDecoder(t *testing.T) {
 		{events.VerbCheckpoint, false, with(common, "input_seq", 2, "state_hash", hash)},
 		{events.VerbSubmit, false, with(common, "queue", "q", "priority", 1, "max_attempts", 2, "backoff_ms", 2000,
 			"backoff_max_ms", 4000, "lease_ms", 1000, "ack_timeout_ms", 1000, "payload", "p")},
+		{events.VerbSubmit, true, with(common, "jobs", []any{map[string]any{"job": "j", "queue": "q", "priority": 1, "max_attempts": 2, "backoff_ms": 2000,
+			"backoff_max_ms": 4000, "lease_ms": 1000, "ack_timeout_ms": 1000, "payload": "p"}})},
 		{events.VerbPull, false, with(common, "queue", "q", "slots", 1, "ttl_ms", 1000)},
 	}
 	covered := map[string]bool{}
@@ -269,10 +295,11 @@ func TestRequiredAgreeWithDecoder(t *testing.T) {
 			}
 		}
 		if f.batch {
-			for k := range f.body["leases"].([]any)[0].(map[string]any) {
-				el := maps.Clone(f.body["leases"].([]any)[0].(map[string]any))
+			arr := arrayOf(f.verb)
+			for k := range f.body[arr].([]any)[0].(map[string]any) {
+				el := maps.Clone(f.body[arr].([]any)[0].(map[string]any))
 				delete(el, k)
-				b, _ := json.Marshal(with(f.body, "leases", []any{el}))
+				b, _ := json.Marshal(with(f.body, arr, []any{el}))
 				r := decodeReason(subject, b)
 				err := s.validate(t, uri, b)
 				if (r == events.ReasonMissingField) != (err != nil) || r != "" && r != events.ReasonMissingField {

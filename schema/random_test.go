@@ -2,6 +2,7 @@ package schema
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +25,12 @@ func TestRandomInputs(t *testing.T) {
 	s := loadSchemas(t)
 	for _, v := range inputVerbs() {
 		for _, batch := range []bool{false, true} {
-			if batch && v != events.VerbRenew {
+			if batch && !v.Batches(events.CurrentRevision) {
 				continue
 			}
 			name := v.String()
 			if batch {
-				name = "batch_renew"
+				name = "batch_" + v.String()
 			}
 			t.Run(name, func(t *testing.T) {
 				accepted, rejected := 0, 0
@@ -98,6 +99,13 @@ func withoutDecoderOnlyFaults(in events.Input) (events.Input, bool) {
 	fixed = ascii(&in.Payload, events.MaxPayloadBytes) || fixed
 	if in.Verb == events.VerbSubmit && in.BackoffMS != 0 && in.BackoffMax != 0 && in.BackoffMax < in.BackoffMS {
 		in.BackoffMax, fixed = in.BackoffMS, true
+	}
+	if len(in.Batch) > 0 { // the elements of a batch (revision 7)
+		in.Batch = slices.Clone(in.Batch)
+		for i := range in.Batch {
+			e, f := withoutDecoderOnlyFaults(in.Batch[i])
+			in.Batch[i], fixed = e, f || fixed
+		}
 	}
 	return in, fixed
 }
@@ -184,7 +192,25 @@ func genInput(t *rapid.T, v events.Verb, batch bool) events.Input {
 		in.AckTimeoutMS = genOptMS(t, "ack_timeout_ms", events.MaxDurationMS)
 	case events.VerbAcquire:
 		in.LeaseMS = genOptMS(t, "lease_ms", events.MaxDurationMS)
-	case events.VerbAck, events.VerbCancelAck, events.VerbRelease:
+	case events.VerbAck, events.VerbResult, events.VerbSubmit:
+		if !batch {
+			genFields(t, &in, lease)
+			break
+		}
+		// Revision 7: the elements of a batch, each an input of the verb.
+		n := rapid.OneOf(rapid.IntRange(1, 8), rapid.SampledFrom([]int{events.MaxBatch, events.MaxBatch + 1})).Draw(t, "elements")
+		for i := range n {
+			e := events.Input{Verb: v, Role: in.Role, Actor: in.Actor, Job: "j1", LeaseID: "L1", Generation: 1, Queue: "q", Outcome: events.OutcomeSuccess}
+			if i < 8 {
+				e = events.Input{Verb: v, Role: in.Role, Actor: in.Actor, Job: genToken(t, "element-job")}
+				genFields(t, &e, func() {
+					e.LeaseID = genToken(t, "element-lease_id")
+					e.Generation = genSeq(t, "element-generation")
+				})
+			}
+			in.Batch = append(in.Batch, e)
+		}
+	case events.VerbCancelAck, events.VerbRelease:
 		lease()
 	case events.VerbRenew:
 		if !batch {
@@ -215,13 +241,6 @@ func genInput(t *rapid.T, v events.Verb, batch bool) events.Input {
 		}
 		if rapid.Bool().Draw(t, "reason-set") {
 			in.Text = genText(t, "reason")
-		}
-	case events.VerbResult:
-		lease()
-		in.Outcome = rapid.SampledFrom([]events.Outcome{events.OutcomeSuccess, events.OutcomeFailed, events.OutcomeCancelled}).Draw(t, "outcome")
-		in.Permanent = in.Outcome == events.OutcomeFailed && rapid.Bool().Draw(t, "permanent")
-		if rapid.Bool().Draw(t, "detail-set") {
-			in.Text = genText(t, "detail")
 		}
 	case events.VerbResolve:
 		in.Action = rapid.SampledFrom([]events.Action{events.ActionAffirm, events.ActionRevoke, events.ActionSettle, events.ActionRetry, events.ActionDiscard}).Draw(t, "action")
@@ -257,6 +276,27 @@ func genInput(t *rapid.T, v events.Verb, batch bool) events.Input {
 	case events.VerbCheckpoint:
 		in.CheckpointSeq = genSeq(t, "input_seq")
 		copy(in.StateHash[:], rapid.SliceOfN(rapid.Byte(), events.StateHashLen, events.StateHashLen).Draw(t, "state_hash"))
+	case events.VerbPull:
+		in.Queue = genToken(t, "queue")
+		in.Slots = genUint(t, "slots", 0, events.MaxSlots)
+		in.TTLMS = genOptMS(t, "ttl_ms", events.MaxCapacityTTL)
+	}
+	return in
+}
+
+// genFields draws the fields of an ack, a result or a submit (single, or
+// an element of a batch), lease drawing a lease id and generation.
+func genFields(t *rapid.T, in *events.Input, lease func()) {
+	switch in.Verb {
+	case events.VerbAck:
+		lease()
+	case events.VerbResult:
+		lease()
+		in.Outcome = rapid.SampledFrom([]events.Outcome{events.OutcomeSuccess, events.OutcomeFailed, events.OutcomeCancelled}).Draw(t, "outcome")
+		in.Permanent = in.Outcome == events.OutcomeFailed && rapid.Bool().Draw(t, "permanent")
+		if rapid.Bool().Draw(t, "detail-set") {
+			in.Text = genText(t, "detail")
+		}
 	case events.VerbSubmit:
 		in.Queue = genToken(t, "queue")
 		if rapid.Bool().Draw(t, "priority-set") {
@@ -272,12 +312,7 @@ func genInput(t *rapid.T, v events.Verb, batch bool) events.Input {
 		if in.HasPayload = rapid.Bool().Draw(t, "payload-set"); in.HasPayload {
 			in.Payload = genPayload(t, "payload")
 		}
-	case events.VerbPull:
-		in.Queue = genToken(t, "queue")
-		in.Slots = genUint(t, "slots", 0, events.MaxSlots)
-		in.TTLMS = genOptMS(t, "ttl_ms", events.MaxCapacityTTL)
 	}
-	return in
 }
 
 func sortInt64s(s []int64) {

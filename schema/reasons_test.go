@@ -168,8 +168,9 @@ func TestSentAtDisagreements(t *testing.T) {
 
 // lenientURI is the schema a body on subject is meant for, even when the
 // subject is rejected (a wrong role, a job token where the verb takes
-// none): the verb is the subject's last token, and a renew is a batch when
-// its job token, the fifth, is _. "" when the verb is none of the
+// none): the verb is the subject's last token, and a renew (from rules
+// revision 7 on a submit, an ack, a result) is a batch when its job
+// token, the fifth, is _. "" when the verb is none of the
 // protocol's.
 func lenientURI(subject string) string {
 	tok := strings.Split(subject, ".")
@@ -178,7 +179,7 @@ func lenientURI(subject string) string {
 		return ""
 	}
 	u := BaseURI + InputPath(v)
-	if v == events.VerbRenew {
+	if v.Batches(events.CurrentRevision) {
 		if len(tok) == 6 && tok[4] == events.NoJob {
 			return u + "#/$defs/batch"
 		}
@@ -198,7 +199,7 @@ func repairSubject(subject string) string {
 	if len(tok) > 3 && events.ValidToken(tok[3]) {
 		actor = tok[3]
 	}
-	if len(tok) == 6 && (events.ValidToken(tok[4]) || tok[4] == events.NoJob && v == events.VerbRenew) {
+	if len(tok) == 6 && (events.ValidToken(tok[4]) || tok[4] == events.NoJob && v.Batches(events.CurrentRevision)) {
 		job = tok[4]
 	}
 	return subjectFor(v, actor, job, job == events.NoJob)

@@ -1,5 +1,5 @@
 // Package schema holds the JSON Schemas (draft 2020-12) of the Tenure wire
-// protocol, version 1, as rules revision 4 has it (PROTOCOL.md §24): one per
+// protocol, version 1, as rules revision 7 has it (PROTOCOL.md §24): one per
 // input kind (input/<verb>.json), one for decisions (decision.json) and
 // their shared definitions (defs.json), which the others reference.
 //
@@ -51,8 +51,9 @@ func InputPath(v events.Verb) string {
 
 // InputURI returns the URI of the schema that the body of an input on
 // subject must satisfy: BaseURI+InputPath(verb), with the fragment
-// #/$defs/single or #/$defs/batch for a renew (a batch when the subject's
-// job token is _). It fails as events.ParseInputSubject does on a
+// #/$defs/single or #/$defs/batch for a verb that batches (a renew, and
+// from rules revision 7 on a submit, an ack or a result: a batch when the
+// subject's job token is _). It fails as events.ParseInputSubject does on a
 // malformed subject or a role that may not publish the verb: no schema
 // applies to such an input, which is rejected whatever its body.
 func InputURI(subject string) (string, error) {
@@ -65,7 +66,7 @@ func InputURI(subject string) (string, error) {
 		return "", errors.New("schema: no input schema for verb " + s.Verb.String())
 	}
 	u := BaseURI + p
-	if s.Verb == events.VerbRenew {
+	if s.Verb.Batches(events.CurrentRevision) {
 		if s.Job == events.NoJob {
 			return u + "#/$defs/batch", nil
 		}

@@ -56,8 +56,10 @@ var compiled = sync.OnceValues(func() (*schemas, error) {
 	if err != nil {
 		return nil, err
 	}
-	renew := BaseURI + InputPath(events.VerbRenew)
-	uris = append(uris, renew+"#/$defs/single", renew+"#/$defs/batch")
+	for _, v := range batchVerbs {
+		u := BaseURI + InputPath(v)
+		uris = append(uris, u+"#/$defs/single", u+"#/$defs/batch")
+	}
 	s := &schemas{byURI: map[string]*jsonschema.Schema{}}
 	for _, u := range uris {
 		sch, err := c.Compile(u)
@@ -77,6 +79,10 @@ func loadSchemas(t testing.TB) *schemas {
 	}
 	return s
 }
+
+// batchVerbs are the verbs whose schemas have a single and a batch form:
+// a renew, and from rules revision 7 on a submit, an ack and a result.
+var batchVerbs = []events.Verb{events.VerbAck, events.VerbRenew, events.VerbResult, events.VerbSubmit}
 
 // errNotJSON is what validate reports for bytes that are not one JSON
 // document: no instance to validate, so no schema accepts them.
@@ -132,8 +138,10 @@ func TestFilesCompile(t *testing.T) {
 	for v := events.VerbOffer; v.String() != "?"; v++ {
 		want[BaseURI+InputPath(v)] = true
 	}
-	renew := BaseURI + InputPath(events.VerbRenew)
-	want[renew+"#/$defs/single"], want[renew+"#/$defs/batch"] = true, true
+	for _, v := range batchVerbs {
+		u := BaseURI + InputPath(v)
+		want[u+"#/$defs/single"], want[u+"#/$defs/batch"] = true, true
+	}
 	for u := range s.byURI {
 		if !want[u] {
 			t.Errorf("unexpected schema %s", u)

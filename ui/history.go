@@ -190,6 +190,12 @@ func (s *Server) history(ctx context.Context, id string, after uint64, viewer bo
 					break
 				}
 			}
+			for _, e := range in.Batch { // a batch ack or result (revision 7)
+				if e.Job == id {
+					hi.LeaseID, hi.Generation = e.LeaseID, e.Generation
+					break
+				}
+			}
 		}
 		if viewer {
 			hi.LeaseID, hi.Redacted = "", true // the generation it names stays: the timeline places it by that

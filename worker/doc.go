@@ -89,6 +89,17 @@
 // offers made by a dispatcher reach Offers() or the Run of their queue, so
 // one Worker can run several queues, one Run each.
 //
+// Run's ACKs and results coalesce as renewals do: a worker keeps at most
+// four ACK inputs and four result inputs awaiting their verdicts (per
+// partition); idle, each leaves at once, alone, and under load those that
+// fall due meanwhile leave together, in one batch ack or batch result of
+// up to 256 leases (rules revision 7, PROTOCOL.md §22.9), each lease
+// judged and answered on its own: one input stored for many jobs. An
+// input whose verdicts were not learned is sent again under its Msg-Id
+// until the offer's ACK deadline (the lease's expiry, for a result). A
+// coordinator whose log is below revision 7 refuses batches (bad_subject):
+// the worker then sends each ACK and result alone.
+//
 // Shutdown (ctx ends): the capacity is withdrawn (slots 0) before anything
 // else is sent, offers that arrive after are declined, the handlers'
 // contexts are cancelled and Run waits for them; a handler that returns an

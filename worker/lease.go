@@ -177,6 +177,20 @@ func (l *Lease) result(ctx context.Context, outcome events.Outcome, detail strin
 	})
 }
 
+// resultVia reports the lease's terminal result through the worker's
+// result batcher (Run: with the results of other leases that end
+// meanwhile, in one batch result), which sends the same input again while
+// its verdict is not learned and the lease's local deadline has not
+// passed. Like Complete, it returns nil when the result was accepted.
+func (l *Lease) resultVia(outcome events.Outcome, detail string, permanent bool) error {
+	res := l.w.results.do(events.Input{Job: l.token.Job, LeaseID: l.token.LeaseID, Generation: l.token.Generation,
+		Outcome: outcome, Text: detail, Permanent: permanent}, l.Expires())
+	if res.err != nil {
+		return fmt.Errorf("worker: complete %s: %w", l.token, res.err)
+	}
+	return l.observe(res.d)
+}
+
 // Release gives the lease back without a result; accepted, it ends the
 // lease. It is refused after a cancel request (reconcile instead).
 func (l *Lease) Release(ctx context.Context) error {

@@ -455,21 +455,34 @@ func (r *runner) done(j *Job, res Result) {
 	}
 }
 
-// accept ACKs o, resending the same ACK while its verdict is not learned
-// and the offer's ACK deadline has not passed (an offer read after its
-// deadline, from a coordinator that lagged or a worker that was paused, is
-// not ACKed at all).
+// accept ACKs o through the worker's ACK batcher (with the ACKs of other
+// offers that arrived meanwhile, in one batch ack), which sends the same
+// input again while its verdict is not learned and the offer's ACK
+// deadline has not passed (an offer read after its deadline, from a
+// coordinator that lagged or a worker that was paused, is not ACKed at
+// all).
 func (r *runner) accept(o *Offer) (*Lease, error) {
 	if !r.w.clk.Now().Before(o.localDeadline) { // an ACK now would be late
 		return nil, fmt.Errorf("%w: the offer's ACK deadline passed before it could be accepted", ErrExpired)
 	}
-	for {
-		l, err := o.Accept(context.Background())
-		if err == nil || !errors.Is(err, ErrNoVerdict) || r.w.ctx.Err() != nil || !r.w.clk.Now().Before(o.localDeadline) {
-			return l, err
-		}
-		r.pause()
+	res := r.w.acks.do(events.Input{Job: o.Job, LeaseID: o.LeaseID, Generation: o.Generation}, o.localDeadline)
+	if res.err != nil {
+		return nil, fmt.Errorf("worker: accept %s: %w", o.Token(), res.err)
 	}
+	d := res.d
+	lo, _ := leaseOptions(nil)
+	switch j := &d.Job; {
+	case d.Kind == events.KindAcked:
+		return r.w.newLease(d, res.t0, lo)
+	case d.Kind == events.KindDuplicate && d.Reason == events.ReasonDuplicateAck && j.State == events.StateActive &&
+		j.Holder == r.w.id && j.LeaseID == o.LeaseID && j.Generation == o.Generation && j.AckedAt != 0:
+		// This ACK was stored twice (its first verdict was not learned,
+		// and the duplicate window had passed): the first was accepted at
+		// AckedAt, after res.t0.
+		d.At = j.AckedAt
+		return r.w.newLease(d, res.t0, lo)
+	}
+	return nil, verdictError(d)
 }
 
 // pause waits a little before an input is sent again.
@@ -519,17 +532,17 @@ func (r *runner) result(l *Lease, herr error, shutdown bool) Result {
 	switch {
 	case herr == nil:
 		res.Outcome = events.OutcomeSuccess
-		err = r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeSuccess, "") })
+		err = r.settle(l, "complete", func(context.Context) error { return l.resultVia(events.OutcomeSuccess, "", false) })
 	case errors.Is(herr, ErrPermanent):
 		res.Outcome, res.Permanent, res.Detail = events.OutcomeFailed, true, detailOf(herr)
-		err = r.settle(l, "complete", func(ctx context.Context) error { return l.FailPermanently(ctx, res.Detail) })
+		err = r.settle(l, "complete", func(context.Context) error { return l.resultVia(events.OutcomeFailed, res.Detail, true) })
 	case shutdown:
 		<-r.withdrawn
 		res.Released = true
 		err = r.settle(l, "release", l.Release)
 	default:
 		res.Outcome, res.Detail = events.OutcomeFailed, detailOf(herr)
-		err = r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeFailed, res.Detail) })
+		err = r.settle(l, "complete", func(context.Context) error { return l.resultVia(events.OutcomeFailed, res.Detail, false) })
 	}
 	if cancelPending(err) { // requested while the result was on its way
 		return r.reconcile(l, Result{Err: herr})
@@ -545,7 +558,7 @@ func (r *runner) reconcile(l *Lease, res Result) Result {
 		res.Detail = detailOf(fmt.Errorf("%s: %w", res.Detail, res.Err))
 	}
 	err := r.settle(l, "cancel_ack", l.AckCancel)
-	if e := r.settle(l, "complete", func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeCancelled, res.Detail) }); e != nil {
+	if e := r.settle(l, "complete", func(context.Context) error { return l.resultVia(events.OutcomeCancelled, res.Detail, false) }); e != nil {
 		res.ReportErr = errors.Join(err, e)
 	}
 	return res

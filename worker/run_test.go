@@ -590,3 +590,74 @@ func TestRunStopsWhenTheWorkerCloses(t *testing.T) {
 		t.Fatalf("Run after Close: %v, want ErrClosed", err)
 	}
 }
+
+// Run coalesces its ACKs and results under load (rules revision 7): 300
+// jobs submitted at once to a Run of concurrency 64 are each ACKed once
+// and completed once, with fewer ACK and result inputs than jobs, batches
+// among them, and every batch element's verdict its own.
+func TestRunBatchesAcksAndResults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wa := e.watch()
+	w := e.worker("w1")
+	run := startRun(t, w, "q", func(context.Context, *Job) error { return nil }, WithConcurrency(64))
+	in := events.Input{Role: events.RoleOps, Actor: "op1", Job: events.NoJob, Verb: events.VerbSubmit}
+	const n = 300
+	for i := range n {
+		in.Batch = append(in.Batch, events.Input{Job: fmt.Sprintf("b%03d", i), Queue: "q"})
+		if len(in.Batch) == events.MaxBatch || i == n-1 {
+			e.publishOps(0, &in)
+			in.Batch = nil
+		}
+	}
+	wa.until(60*time.Second, "every job completed", func(ds []events.Decision) bool {
+		done := 0
+		for _, d := range ds {
+			if d.Kind == events.KindCompleted {
+				done++
+			}
+		}
+		return done == n
+	})
+	if err := run.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	acked, completed := map[string]int{}, map[string]int{}
+	inputs := map[events.Verb]map[uint64]int{events.VerbAck: {}, events.VerbResult: {}}
+	for _, d := range wa.all() {
+		if d.Kind.Derived() || d.Actor != "w1" {
+			continue
+		}
+		switch d.Verb {
+		case events.VerbAck:
+			if d.Kind != events.KindAcked {
+				t.Errorf("ACK of %s: %s/%s", d.Job.ID, d.Kind, d.Reason)
+			}
+			acked[d.Job.ID]++
+		case events.VerbResult:
+			if d.Kind != events.KindCompleted || d.Job.Result != events.OutcomeSuccess {
+				t.Errorf("result of %s: %s/%s", d.Job.ID, d.Kind, d.Reason)
+			}
+			completed[d.Job.ID]++
+		default:
+			continue
+		}
+		inputs[d.Verb][d.Cause]++
+	}
+	for i := range n {
+		job := fmt.Sprintf("b%03d", i)
+		if acked[job] != 1 || completed[job] != 1 {
+			t.Errorf("%s: %d ACKs and %d results accepted, want one each", job, acked[job], completed[job])
+		}
+	}
+	for v, byInput := range inputs {
+		most := 0
+		for _, k := range byInput {
+			most = max(most, k)
+		}
+		if len(byInput) >= n || most < 2 {
+			t.Errorf("%d %s inputs for %d jobs, the largest of %d: want batches", len(byInput), v, n, most)
+		}
+		t.Logf("%s: %d inputs for %d jobs, the largest of %d", v, len(byInput), n, most)
+	}
+}

@@ -52,6 +52,8 @@ type Worker struct {
 	renewN []int         // per partition: renewal inputs awaiting their verdicts
 	renewS chan struct{} // wakes the renewer
 
+	acks, results *batcher // Run's ACKs and results (batch.go)
+
 	mu      sync.Mutex
 	waiters map[verdictKey]*waiter // input -> its caller
 	leases  map[leaseKey]*Lease
@@ -195,6 +197,7 @@ func newWorker(id string, o Options, tr Transport, topos []streams.Topology) *Wo
 	for _, t := range topos {
 		w.ins = append(w.ins, t.InputStream())
 	}
+	w.acks, w.results = newBatcher(w, events.VerbAck, len(topos)), newBatcher(w, events.VerbResult, len(topos))
 	if len(topos) == 1 && !topos[0].Partition.Partitioned() {
 		w.intake = topos[0].IntakeStream(id)
 	}
@@ -202,11 +205,13 @@ func newWorker(id string, o Options, tr Transport, topos []streams.Topology) *Wo
 	return w
 }
 
-// run starts the offer pump and the renewer.
+// run starts the offer pump, the renewer and Run's batchers.
 func (w *Worker) run() {
-	w.wg.Add(2)
+	w.wg.Add(4)
 	go w.pumpOffers()
 	go w.renewer()
+	go w.acks.loop()
+	go w.results.loop()
 }
 
 // start creates the decision consumer of every partition (of the

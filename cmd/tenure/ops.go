@@ -90,6 +90,7 @@ func (o *opsCommand) runAll(ctx context.Context, stdout io.Writer, f func(contex
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	defer c.Close()
 	ds, err := f(ctx, c)
 	keepMu.Lock()
 	if err == nil {
@@ -417,6 +418,7 @@ func (o *opsCommand) showPolicy(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	defer c.Close()
 	inForce, err := c.Policies(ctx)
 	if err != nil {
 		return err

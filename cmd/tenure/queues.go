@@ -1,22 +1,27 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
+	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/receipt"
 )
 
 // parsePositional parses args whose positional arguments may come before,
@@ -54,7 +59,8 @@ var submitCmd = &command{
 	name:    "submit",
 	summary: "submit a job to a queue, for workers that pull (dispatcher)",
 	usage: `tenure submit <job> --queue Q [--priority N --max-attempts N --backoff D --backoff-max D
-              --lease D --ack-timeout D --payload S|--payload-file F] [flags]`,
+              --lease D --ack-timeout D --payload S|--payload-file F] [flags]
+       tenure submit --jobs FILE|- [--queue Q and the same flags, for every job] [flags]`,
 	help: `Submits job <job> to queue --queue (PROTOCOL.md §22): it waits QUEUED until
 the queue offers it to a worker that announced capacity on it (a pull, as
 the worker SDK's Run does), highest --priority first and submitters taking
@@ -69,6 +75,19 @@ policy's by default); --payload (or --payload-file, - for stdin: at most
 Submitting the same job again with the same flags (a retry after a lost
 verdict) is no error: the verdict says duplicate/duplicate_submit and
 nothing changes; other flags are refused (rejected/submit_conflicts).
+
+With --jobs, many jobs in few inputs (batch submits of up to 256 jobs,
+rules revision 7), each judged on its own: FILE (- for stdin) has one job
+per line (blank lines and lines starting with # are skipped), either a job
+id, which takes --queue and the flags, or a JSON object with the job's
+"job" and any of the fields of a submit as the protocol names them, which
+override the flags: {"job":"mail-7","queue":"emails","priority":3,
+"max_attempts":5,"backoff_ms":1000,"backoff_max_ms":60000,"lease_ms":30000,
+"ack_timeout_ms":5000,"payload":"..."}. Every line is checked before
+anything is published (a mistake names its line). It prints one line per
+job (--json: each verdict as stored), then how many were submitted; a job
+refused, or whose verdict did not come within 10 s of its input, exits
+with status 1.
 
 ` + opsVerdictHelp,
 	run: runSubmit,
@@ -86,19 +105,29 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	ackTimeout := fs.Duration("ack-timeout", 0, "the time each offered worker has to ACK (default: the policy's)")
 	payload := fs.String("payload", "", "opaque text given to the worker with each offer, at most 4096 bytes")
 	payloadFile := fs.String("payload-file", "", "read the payload from `FILE` (- for stdin)")
+	jobsFile := fs.String("jobs", "", "submit the jobs listed in `FILE` (- for stdin), one per line: a job id, or a JSON object (see --help)")
 	pos, err := parsePositional(fs, args)
 	if err != nil {
 		return err
 	}
-	job, err := oneJob(fs, pos)
-	if err != nil {
-		return err
-	}
-	if err := needToken("queue", *queue); err != nil {
-		return err
-	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var job string
+	if given["jobs"] {
+		if len(pos) > 0 {
+			return fmt.Errorf("%w: --jobs lists the jobs: unexpected argument %q", errUsage, pos[0])
+		}
+		if given["payload-file"] && *payloadFile == "-" && *jobsFile == "-" {
+			return fmt.Errorf("%w: --jobs and --payload-file cannot both read stdin", errUsage)
+		}
+	} else {
+		if job, err = oneJob(fs, pos); err != nil {
+			return err
+		}
+		if err := needToken("queue", *queue); err != nil {
+			return err
+		}
+	}
 	var opts []ops.SubmitOption
 	add := func(flag string, opt ops.SubmitOption) {
 		if given[flag] {
@@ -132,6 +161,13 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 			return fmt.Errorf("%w: %v (see tenure submit --help)", errUsage, err)
 		}
 	}
+	if given["jobs"] {
+		jobs, err := readJobLines(*jobsFile, *queue, check)
+		if err != nil {
+			return err
+		}
+		return o.submitMany(ctx, stdout, jobs)
+	}
 	return o.run(ctx, stdout, func(ctx context.Context, c *ops.Client) (events.Decision, error) {
 		d, err := c.Submit(ctx, job, *queue, opts...)
 		if err == nil && ops.IsDuplicateSubmit(d) && !o.asJSON {
@@ -139,6 +175,185 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 		}
 		return d, err
 	})
+}
+
+// jobLine is a JSON line of tenure submit --jobs: a job and the fields of
+// its submit as the protocol names them (PROTOCOL.md §22.1), each
+// overriding the flags'.
+type jobLine struct {
+	Job          *string `json:"job"`
+	Queue        *string `json:"queue"`
+	Priority     *int    `json:"priority"`
+	MaxAttempts  *int    `json:"max_attempts"`
+	BackoffMS    *int64  `json:"backoff_ms"`
+	BackoffMaxMS *int64  `json:"backoff_max_ms"`
+	LeaseMS      *int64  `json:"lease_ms"`
+	AckTimeoutMS *int64  `json:"ack_timeout_ms"`
+	Payload      *string `json:"payload"`
+}
+
+// readJobLines reads the jobs of tenure submit --jobs from path (- is
+// stdin): each line a job id with the defaults (queue and def, the flags'),
+// or a jobLine. Every job is checked as ops checks it; the first mistake
+// is a usage error naming its line.
+func readJobLines(path, queue string, def ops.SubmitOptions) ([]ops.SubmitJob, error) {
+	var r io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --jobs: %v", errUsage, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	var jobs []ops.SubmitJob
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 2*events.MaxInputBytes)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		j := ops.SubmitJob{ID: line, Queue: queue, Options: def}
+		if strings.HasPrefix(line, "{") {
+			var l jobLine
+			dec := json.NewDecoder(strings.NewReader(line))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&l); err != nil || dec.More() {
+				if err == nil {
+					err = errors.New("more than one JSON object")
+				}
+				return nil, fmt.Errorf("%w: --jobs %s line %d: %v", errUsage, path, n, err)
+			}
+			if l.Job == nil {
+				return nil, fmt.Errorf("%w: --jobs %s line %d: no \"job\"", errUsage, path, n)
+			}
+			j.ID = *l.Job
+			if l.Queue != nil {
+				j.Queue = *l.Queue
+			}
+			var opts []ops.SubmitOption
+			if l.Priority != nil {
+				opts = append(opts, ops.WithPriority(*l.Priority))
+			}
+			if l.MaxAttempts != nil {
+				opts = append(opts, ops.WithMaxAttempts(*l.MaxAttempts))
+			}
+			if l.BackoffMS != nil || l.BackoffMaxMS != nil {
+				b, m := j.Options.Backoff, j.Options.BackoffMax
+				if l.BackoffMS != nil {
+					b = time.Duration(*l.BackoffMS) * time.Millisecond
+				}
+				if l.BackoffMaxMS != nil {
+					m = time.Duration(*l.BackoffMaxMS) * time.Millisecond
+				}
+				opts = append(opts, ops.WithBackoff(b, m))
+			}
+			if l.LeaseMS != nil {
+				opts = append(opts, ops.WithLease(time.Duration(*l.LeaseMS)*time.Millisecond))
+			}
+			if l.AckTimeoutMS != nil {
+				opts = append(opts, ops.WithAckTimeout(time.Duration(*l.AckTimeoutMS)*time.Millisecond))
+			}
+			if l.Payload != nil {
+				opts = append(opts, ops.WithPayload(*l.Payload))
+			}
+			for _, opt := range opts {
+				if err := opt(&j.Options); err != nil {
+					return nil, fmt.Errorf("%w: --jobs %s line %d: %v", errUsage, path, n, err)
+				}
+			}
+		}
+		switch {
+		case !events.ValidToken(j.ID):
+			return nil, fmt.Errorf("%w: --jobs %s line %d: job id %q: want 1 to 64 of [A-Za-z0-9_-] (or a JSON object)", errUsage, path, n, j.ID)
+		case !events.ValidToken(j.Queue):
+			return nil, fmt.Errorf("%w: --jobs %s line %d: job %s has no valid queue (--queue, or \"queue\" on its line)", errUsage, path, n, j.ID)
+		}
+		jobs = append(jobs, j)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--jobs %s: %w", path, err)
+	}
+	return jobs, nil
+}
+
+// submitChunk is how many jobs tenure submit --jobs hands to one
+// SubmitMany: its results are printed as each chunk is decided.
+const submitChunk = 4096
+
+// submitMany submits jobs with SubmitMany and prints each job's verdict.
+func (o *opsCommand) submitMany(ctx context.Context, stdout io.Writer, jobs []ops.SubmitJob) error {
+	defaultURL(&o.conn)
+	o.defaultActor()
+	if !validPrefix(o.prefix) {
+		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, o.prefix)
+	}
+	nc, err := o.conn.connect("tenure-ops-" + o.as)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	opts := []ops.Option{ops.WithPrefix(o.prefix)}
+	var keepErr error
+	var keepMu sync.Mutex
+	if o.receipts != "" {
+		rf, err := receipt.OpenFile(o.receipts)
+		if err != nil {
+			return err
+		}
+		defer rf.Close()
+		opts = append(opts, ops.WithReceipts(rf), ops.WithErrorHandler(func(err error) {
+			keepMu.Lock()
+			keepErr = errors.Join(keepErr, err)
+			keepMu.Unlock()
+		}))
+	}
+	c, err := ops.New(nc, o.as, opts...)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	defer c.Close()
+	var submitted, dups, failed int
+	var first error
+	for start := 0; start < len(jobs); start += submitChunk {
+		chunk := jobs[start:min(start+submitChunk, len(jobs))]
+		res, err := c.SubmitMany(ctx, chunk)
+		if res == nil && err != nil {
+			return err
+		}
+		for i, r := range res {
+			d := r.Decision
+			switch {
+			case o.asJSON && d.Kind != events.KindNone:
+				fmt.Fprintf(stdout, "%s\n", events.AppendDecision(nil, &d))
+			case r.Err != nil && d.Kind == events.KindNone:
+				fmt.Fprintf(stdout, "%s: no verdict: %v\n", chunk[i].ID, r.Err)
+			case !o.asJSON:
+				fmt.Fprintln(stdout, projector.Describe(&d, 0))
+			}
+			switch {
+			case r.Err != nil:
+				failed++
+				if first == nil {
+					first = fmt.Errorf("%s: %w", chunk[i].ID, r.Err)
+				}
+			case ops.IsDuplicateSubmit(d):
+				dups++
+			default:
+				submitted++
+			}
+		}
+	}
+	if !o.asJSON {
+		fmt.Fprintf(stdout, "%d jobs submitted, %d already were (the same fields), %d not submitted\n", submitted, dups, failed)
+	}
+	keepMu.Lock()
+	defer keepMu.Unlock()
+	if first != nil {
+		return fmt.Errorf("%d of %d jobs not submitted; the first, %w", failed, len(jobs), first)
+	}
+	return keepErr
 }
 
 // readPayload reads a payload file (- is stdin): at most

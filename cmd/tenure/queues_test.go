@@ -264,3 +264,60 @@ func awaitJob(t *testing.T, ctx context.Context, url, job, want string) {
 		return run(ctx, []string{"jobs", "get", job, "--nats-url", url}, &o, &e) == 0 && strings.Contains(o.String(), want)
 	})
 }
+
+// tenure submit --jobs against a real tenure serve: many jobs from a file
+// in batch submits, job ids taking the flags and JSON lines overriding
+// them; one line per verdict, then the count. The same file again: every
+// job a duplicate (exit 0); with another lease: every job refused alone
+// (exit 1). A mistake on any line publishes nothing (exit 2, naming the
+// line).
+func TestSubmitJobsFile(t *testing.T) {
+	log, _ := serveArgs(t, "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--sync", "interval")
+	url := waitLog(t, log, regexp.MustCompile(`connect workers to (nats://127\.0\.0\.1:\d+)`))
+	waitLog(t, log, regexp.MustCompile(`(INF live|msg=live) `))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := func(want int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		args = append(args, "--nats-url", url)
+		if code := run(ctx, args, &out, &errOut); code != want {
+			t.Fatalf("tenure %s: exit %d, want %d:\n%s%s", strings.Join(args, " "), code, want, out.String(), errOut.String())
+		}
+		return out.String() + errOut.String()
+	}
+	lines := []string{"# jobs for the reports queue", ""}
+	for i := range 300 {
+		if i%3 == 0 {
+			lines = append(lines, fmt.Sprintf(`{"job":"rep-%d","priority":2,"max_attempts":5,"payload":"r%d"}`, i, i))
+		} else {
+			lines = append(lines, fmt.Sprintf("rep-%d", i))
+		}
+	}
+	jobsFile := filepath.Join(t.TempDir(), "jobs")
+	if err := os.WriteFile(jobsFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := cmd(0, "submit", "--jobs", jobsFile, "--queue", "reports", "--lease", "1m")
+	if strings.Count(out, "submitted ok") != 300 || !strings.Contains(out, "300 jobs submitted, 0 already were (the same fields), 0 not submitted") {
+		t.Fatalf("submit --jobs: %s", out)
+	}
+	if out = cmd(0, "submit", "--jobs", jobsFile, "--queue", "reports", "--lease", "1m"); !strings.Contains(out, "0 jobs submitted, 300 already were") {
+		t.Fatalf("submit --jobs again: %s", out)
+	}
+	if out = cmd(1, "submit", "--jobs", jobsFile, "--queue", "reports"); !strings.Contains(out, "0 jobs submitted, 0 already were (the same fields), 300 not submitted") ||
+		!strings.Contains(out, "submit_conflicts") {
+		t.Fatalf("submit --jobs with another lease: %s", out)
+	}
+	for i, bad := range []string{"a.b", `{"job":"x","queue":"q","priority":10}`, `{"job":"x","colour":"red"}`, `{"queue":"q"}`, `{"job":"x"} {}`} {
+		f := filepath.Join(t.TempDir(), fmt.Sprint("bad", i))
+		if err := os.WriteFile(f, []byte("ok-1\n"+bad+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out := cmd(2, "submit", "--jobs", f, "--queue", "reports"); !strings.Contains(out, "line 2") {
+			t.Errorf("submit --jobs with %s: %s", bad, out)
+		}
+	}
+	cmd(2, "submit", "x", "--jobs", jobsFile, "--queue", "reports") // a job and a list
+
+}

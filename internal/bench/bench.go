@@ -70,9 +70,9 @@ type Config struct {
 	SoakSnapshotEvery int           // the soak: the coordinator's inputs between snapshots (0: its default, coordinator.DefaultSnapshotEvery)
 	QueueWorkers      int           // scenario 9: workers (SDK workers running worker.Run; pull workers of the raw baseline)
 	QueueConcurrency  int           // scenario 9: handlers at once per worker
-	QueueInflight     int           // scenario 9: jobs submitted and not yet completed (the closed loop's window)
-	QueueWarmup       time.Duration // scenario 9: before measuring, each side
-	QueueDuration     time.Duration // scenario 9: measured, each side
+	QueueInflight     int           // scenario 9: jobs submitted and not yet completed (the loaded closed loops' window)
+	QueueWarmup       time.Duration // scenario 9: before measuring, each run
+	QueueDuration     time.Duration // scenario 9: measured, each run (one job at a time too: its samples are its start latencies)
 }
 
 func (c Config) withDefaults() Config {
@@ -275,18 +275,47 @@ type Result struct {
 	RestartColdS          float64 `json:"restart_cold_s"`
 	RestartSnapshotInputs float64 `json:"restart_snapshot_inputs_after"` // inputs folded after the snapshot
 
-	// 9. Queues: jobs through submit, pull and result, against a raw
-	// JetStream work queue (publish, pull, double ack) in the same run.
-	BaselineQueuePerS      float64 `json:"baseline_queue_per_s"`               // jobs acknowledged (ack confirmed) per second
-	TenureQueuePerS        float64 `json:"tenure_queue_per_s"`                 // jobs completed (completed decision stored) per second
-	QueueRatio             float64 `json:"queue_ratio"`                        // tenure / baseline
-	QueueInflight          float64 `json:"queue_inflight"`                     // jobs submitted and not yet completed, both
-	BaselineQueueStartP50  float64 `json:"baseline_queue_start_p50_ms"`        // publish to the handler's start
-	BaselineQueueStartP99  float64 `json:"baseline_queue_start_p99_ms"`        //
-	TenureQueueStartP50    float64 `json:"tenure_queue_start_p50_ms"`          // submit to the handler's start
-	TenureQueueStartP99    float64 `json:"tenure_queue_start_p99_ms"`          //
-	BaselineQueueLoadedP99 float64 `json:"baseline_queue_loaded_start_p99_ms"` // the same with queue_inflight jobs in the loop (the window dominates it)
-	TenureQueueLoadedP99   float64 `json:"tenure_queue_loaded_start_p99_ms"`
+	// 9. Queues: jobs through submit, pull and result, through the SDK
+	// (ops.SubmitMany and Submit, worker.Run), against a raw JetStream work
+	// queue (publish, pull, double ack) in the same run.
+	BaselineQueuePerS       float64 `json:"baseline_queue_per_s"`               // jobs acknowledged (ack confirmed) per second
+	TenureQueuePerS         float64 `json:"tenure_queue_per_s"`                 // jobs completed (SUCCESS accepted) per second, dispatcher on SubmitMany
+	QueueRatio              float64 `json:"queue_ratio"`                        // tenure / baseline
+	TenureQueueSubmitPerS   float64 `json:"tenure_queue_submit_per_s"`          // the same, dispatcher on Submit (one job an input)
+	QueueSubmitRatio        float64 `json:"queue_submit_ratio"`                 // that / baseline
+	QueueInflight           float64 `json:"queue_inflight"`                     // jobs submitted and not yet completed, both loaded loops
+	BaselineQueueStartP50   float64 `json:"baseline_queue_start_p50_ms"`        // publish to the handler's start, one job at a time
+	BaselineQueueStartP99   float64 `json:"baseline_queue_start_p99_ms"`        //
+	BaselineQueueStartP999  float64 `json:"baseline_queue_start_p999_ms"`       //
+	TenureQueueStartP50     float64 `json:"tenure_queue_start_p50_ms"`          // Submit to the handler's start, one job at a time
+	TenureQueueStartP99     float64 `json:"tenure_queue_start_p99_ms"`          //
+	TenureQueueStartP999    float64 `json:"tenure_queue_start_p999_ms"`         //
+	QueueStartP99Ratio      float64 `json:"queue_start_p99_ratio"`              // tenure / baseline, one at a time
+	BaselineQueueLoadedP50  float64 `json:"baseline_queue_loaded_start_p50_ms"` // the same with queue_inflight jobs in the loop (the window dominates it)
+	BaselineQueueLoadedP99  float64 `json:"baseline_queue_loaded_start_p99_ms"`
+	BaselineQueueLoadedP999 float64 `json:"baseline_queue_loaded_start_p999_ms"`
+	TenureQueueLoadedP50    float64 `json:"tenure_queue_loaded_start_p50_ms"` // SubmitMany to the handler's start
+	TenureQueueLoadedP99    float64 `json:"tenure_queue_loaded_start_p99_ms"`
+	TenureQueueLoadedP999   float64 `json:"tenure_queue_loaded_start_p999_ms"`
+	QueueLoadedP99Ratio     float64 `json:"queue_loaded_start_p99_ratio"` // tenure / baseline, loaded
+	QueueSamplesIdle        float64 `json:"queue_start_samples"`          // start latencies measured one at a time (the fewer side's)
+	QueueSamplesLoaded      float64 `json:"queue_loaded_start_samples"`   // and loaded
+	// Per job done, in the loaded loops: the CPU time of the whole process
+	// (server, coordinator, clients), its fsync system calls (perf; -1 when
+	// not measured), and the durable writes (messages stored and acks of
+	// the raw queue; inputs stored and coordinator appends of Tenure: with
+	// sync always, one fsync each).
+	BaselineQueueCPUUs      float64 `json:"baseline_queue_cpu_us"`
+	TenureQueueCPUUs        float64 `json:"tenure_queue_cpu_us"`
+	TenureQueueSubmitCPUUs  float64 `json:"tenure_queue_submit_cpu_us"`
+	BaselineQueueFsyncs     float64 `json:"baseline_queue_fsyncs_per_job"`
+	TenureQueueFsyncs       float64 `json:"tenure_queue_fsyncs_per_job"`
+	TenureQueueSubmitFsyncs float64 `json:"tenure_queue_submit_fsyncs_per_job"`
+	BaselineQueueWrites     float64 `json:"baseline_queue_writes_per_job"`
+	TenureQueueWrites       float64 `json:"tenure_queue_writes_per_job"`
+	TenureQueueSubmitWrites float64 `json:"tenure_queue_submit_writes_per_job"`
+	TenureQueueInputsPerJob float64 `json:"tenure_queue_inputs_per_job"`       // inputs stored per job (batches count once)
+	TenureQueuePerAppend    float64 `json:"tenure_queue_decisions_per_append"` // decisions per coordinator append
 	// The same loaded loop with one hostile worker beside the honest ones
 	// (HostileModes): its jobs per second in each mode against the run
 	// without it, and the least of those ratios.

@@ -73,22 +73,28 @@ func TestRunTiny(t *testing.T) {
 		"storm_3k_raw_async_per_s", "storm_3k_raw_batch_per_s", "storm_3k_first_s", "storm_3k_restart_s",
 		"storm_3k_expired", "storm_3k_ok", "storm_3k_max_decisions_per_input", "storm_3k_ticks", "storm_3k_grants_per_s",
 		"storm_3k_cores", "storm_3k_decisions_per_append", "storm_3k_steady_per_s", "storm_3k_sessions", "storm_3k_restart_inputs", "storm_3k_setup_pause_ms", "storm_3k_pause_ms",
+		// Every figure of a run that measured nothing fails the run (issue 31).
+		"baseline_pipeline_sdk_per_s", "pipeline_sdk_fair_ratio", "baseline_pipeline_sdk_shaped_per_s", "pipeline_sdk_shaped_ratio",
+		"baseline_pipeline_shaped_per_s", "pipeline_single_shaped_ratio",
+		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "tenure_queue_submit_per_s", "queue_submit_ratio", "queue_inflight",
+		"baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms", "baseline_queue_start_p999_ms",
+		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "tenure_queue_start_p999_ms", "queue_start_p99_ratio",
+		"baseline_queue_loaded_start_p50_ms", "baseline_queue_loaded_start_p99_ms", "baseline_queue_loaded_start_p999_ms",
+		"tenure_queue_loaded_start_p50_ms", "tenure_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p999_ms", "queue_loaded_start_p99_ratio",
+		"queue_start_samples", "queue_loaded_start_samples",
+		"baseline_queue_cpu_us", "tenure_queue_cpu_us", "tenure_queue_submit_cpu_us",
+		"baseline_queue_writes_per_job", "tenure_queue_writes_per_job", "tenure_queue_submit_writes_per_job",
+		"tenure_queue_inputs_per_job", "tenure_queue_decisions_per_append", "queue_hostile_ratio",
 	} {
 		v, ok := m[k].(float64)
 		if !ok || !(v > 0) {
 			t.Errorf("%s = %v, want a positive number", k, m[k])
 		}
 	}
-	// The SDK's fair baseline runs (its figure may be 0 in a window this
-	// short when fsyncs stall: it is there, a number).
-	// So may a queue side's (the scenario fails if neither completed a job).
-	for _, k := range []string{"baseline_pipeline_sdk_per_s", "pipeline_sdk_fair_ratio", "baseline_pipeline_sdk_shaped_per_s", "pipeline_sdk_shaped_ratio",
-		"baseline_pipeline_shaped_per_s", "pipeline_single_shaped_ratio",
-		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "queue_inflight", "baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms",
-		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "baseline_queue_loaded_start_p99_ms", "tenure_queue_loaded_start_p99_ms",
-		"queue_hostile_ratio"} {
-		if _, ok := m[k].(float64); !ok {
-			t.Errorf("%s = %v, want a number", k, m[k])
+	// Fsyncs are counted with perf where it may trace (-1 otherwise).
+	for _, k := range []string{"baseline_queue_fsyncs_per_job", "tenure_queue_fsyncs_per_job", "tenure_queue_submit_fsyncs_per_job"} {
+		if v, ok := m[k].(float64); !ok || v == 0 || v < 0 && v != -1 {
+			t.Errorf("%s = %v, want a positive number with sync always, or -1", k, m[k])
 		}
 	}
 	for _, mode := range HostileModes {
@@ -292,5 +298,29 @@ func TestProcCPU(t *testing.T) {
 	}
 	if procCPU(0) != 0 || procCPU(-1) != 0 {
 		t.Errorf("procCPU of no process is not 0")
+	}
+}
+
+// A queue run that measured nothing fails: no job done, no start latency,
+// no CPU time, no durable write (issue 31: the fair baseline's 0 jobs/s
+// passed as a figure).
+func TestQueueLoadCheck(t *testing.T) {
+	good := queueLoad{jobs: 10, perS: 100, samples: []time.Duration{time.Millisecond}, cpuUs: 5, fsyncs: -1, writes: 2}
+	if err := good.check(); err != nil {
+		t.Fatalf("a run that measured: %v", err)
+	}
+	for name, f := range map[string]func(*queueLoad){
+		"no job":         func(q *queueLoad) { q.jobs, q.perS = 0, 0 },
+		"no sample":      func(q *queueLoad) { q.samples = nil },
+		"no CPU":         func(q *queueLoad) { q.cpuUs = 0 },
+		"no write":       func(q *queueLoad) { q.writes = 0 },
+		"a zero rate":    func(q *queueLoad) { q.perS = 0 },
+		"negative write": func(q *queueLoad) { q.writes = -1 },
+	} {
+		q := good
+		f(&q)
+		if err := q.check(); err == nil {
+			t.Errorf("%s: passed", name)
+		}
 	}
 }

@@ -64,8 +64,7 @@ func (b *runner) baselineRTT(ctx context.Context) ([]time.Duration, error) {
 	if _, err := jsP.CreateStream(ctx, baselineStream("BASE_IN", "base.in.>")); err != nil {
 		return nil, err
 	}
-	outStream, err := jsP.CreateStream(ctx, baselineStream("BASE_OUT", "base.out.>"))
-	if err != nil {
+	if _, err := jsP.CreateStream(ctx, baselineStream("BASE_OUT", "base.out.>")); err != nil {
 		return nil, err
 	}
 	// The answering consumer, as in the pipeline; the answer names the
@@ -90,9 +89,7 @@ func (b *runner) baselineRTT(ctx context.Context) ([]time.Duration, error) {
 	defer cc.Stop()
 	// The client's view of the answers.
 	seen := make(chan uint64, 16)
-	answers, err := outStream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"base.out.client.>"}, DeliverPolicy: jetstream.DeliverNewPolicy,
-	})
+	answers, err := followFromNow(ctx, jsP, "BASE_OUT", "base.out.client.>")
 	if err != nil {
 		return nil, err
 	}

@@ -832,8 +832,7 @@ func (b *runner) baselineSDKPipeline(ctx context.Context, shape *nats.Msg) (floa
 		for range b.cfg.PipelineLeases {
 			tokens <- struct{}{}
 		}
-		out, err := js.OrderedConsumer(cctx, "BASE_OUT", jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{"base.out." + id + ".>"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+		out, err := followFromNow(cctx, js, "BASE_OUT", "base.out."+id+".>")
 		if err != nil {
 			return 0, err
 		}

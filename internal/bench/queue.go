@@ -10,92 +10,151 @@ import (
 	"time"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/worker"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Scenario 9, queues (PROTOCOL.md §22): jobs through their whole life,
-// submit -> pull -> result, in a closed loop of QueueInflight jobs: a
-// dispatcher submits a new job whenever one completes. Tenure: submit
-// inputs, QueueWorkers SDK workers each running worker.Run with a
-// concurrency of QueueConcurrency and a handler that returns nil at once,
-// completions counted from the decision stream (a completed decision
-// stored: the job's whole life decided and on disk). The raw baseline, in
-// the same run: a JetStream work-queue stream (Tenure's stream settings,
-// work-queue retention), the same number of pull workers, each message
+// submit -> pull -> result, the way users run them. Tenure: a dispatcher
+// submits with package ops (SubmitMany for the loaded loops, Submit one
+// job at a time), QueueWorkers SDK workers each run worker.Run with a
+// concurrency of QueueConcurrency and a handler that returns nil at once;
+// a job counts as done when its worker learns that its SUCCESS result was
+// accepted (the completed decision stored: the job's whole life decided
+// and on disk; worker.WithResultHandler). The raw baseline, in the same
+// run: a JetStream work-queue stream (Tenure's stream settings, work-queue
+// retention), the same number of pull workers and handlers, each message
 // acknowledged with a double ack (the ack confirmed by the server, as
-// Tenure's result is confirmed by its verdict), completions counted when
-// the ack is confirmed. Both report jobs per second and the time from the
-// publish of a job to the start of its handler.
+// Tenure's result is by its verdict), done when the ack is confirmed; its
+// publisher publishes asynchronously, pipelined. Both report jobs per
+// second, the time from the submit (publish) to the handler's start, the
+// CPU time of the process per job, the fsyncs the process made per job
+// (perf, fsync.go) and its durable writes per job (messages stored, acks
+// and, for Tenure, the coordinator's appends: with sync always each is
+// one fsync). No quotas: the deployment is the embedded one tenure serve
+// runs without tenure auth init, as in every other scenario.
 
-// queueLoad is what one side of the scenario measured.
+// queueLoad is what one run of one side measured.
 type queueLoad struct {
-	perS     float64
-	startP50 time.Duration
-	startP99 time.Duration
-	samples  int
+	jobs    int64 // done in the measured window
+	perS    float64
+	samples []time.Duration // submit to handler start, of the jobs started in the window
+	cpuUs   float64         // CPU time of the process per job done
+	fsyncs  float64         // fsync system calls of the process per job done (-1: not measured)
+	writes  float64         // durable writes per job done (messages stored, acks, appends)
+	// Tenure's: inputs stored per job, decisions per append.
+	inputs, perAppend float64
 }
 
-// queues runs each side twice: loaded (QueueInflight jobs in the loop:
-// the throughput, and the start latency under load, which the loop's
-// window dominates) and alone (one job at a time: the start latency of
-// the path itself).
+func (q *queueLoad) p(pct float64) time.Duration { return percentile(q.samples, pct) }
+
+// queues runs each side loaded (QueueInflight jobs in a closed loop: the
+// throughput, and the start latency under load, which the loop's window
+// dominates: Little's law) and idle (one job at a time: the start latency
+// of the path itself); Tenure loaded twice more, with single submits
+// (Submit, QueueDispatchers at once) and with a hostile worker of each
+// mode. Every run must complete jobs and measure start latencies: one
+// that produced none fails the scenario.
 func (b *runner) queues(ctx context.Context) error {
-	side := func(name string, run func(context.Context, int) (queueLoad, error)) (loaded, alone queueLoad, err error) {
-		if loaded, err = run(ctx, b.cfg.QueueInflight); err != nil {
-			return loaded, alone, fmt.Errorf("%s: %w", name, err)
+	r := b.res
+	type run struct {
+		name string
+		do   func(context.Context) (queueLoad, error)
+		out  *queueLoad
+	}
+	var base, baseIdle, ten, tenIdle, tenSingle queueLoad
+	runs := []run{
+		{"raw work queue, loaded", func(ctx context.Context) (queueLoad, error) { return b.baselineQueue(ctx, b.cfg.QueueInflight) }, &base},
+		{"raw work queue, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.baselineQueue(ctx, 1) }, &baseIdle},
+		{"tenure, SubmitMany, loaded", func(ctx context.Context) (queueLoad, error) {
+			return b.tenureQueue(ctx, b.cfg.QueueInflight, submitMany, "")
+		}, &ten},
+		{"tenure, Submit, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.tenureQueue(ctx, 1, submitOne, "") }, &tenIdle},
+		{"tenure, Submit, loaded", func(ctx context.Context) (queueLoad, error) {
+			return b.tenureQueue(ctx, b.cfg.QueueInflight, submitOne, "")
+		}, &tenSingle},
+	}
+	for _, x := range runs {
+		q, err := x.do(ctx)
+		if err == nil {
+			err = q.check()
 		}
-		if alone, err = run(ctx, 1); err != nil {
-			return loaded, alone, fmt.Errorf("%s, one job at a time: %w", name, err)
+		if err != nil {
+			return fmt.Errorf("%s: %w", x.name, err)
 		}
-		b.logf("  %s: %.0f jobs/s with %d in the loop (start p50 %v, p99 %v); one at a time: start p50 %v, p99 %v (%d samples)", name,
-			loaded.perS, b.cfg.QueueInflight, loaded.startP50.Round(time.Millisecond), loaded.startP99.Round(time.Millisecond),
-			alone.startP50.Round(10*time.Microsecond), alone.startP99.Round(10*time.Microsecond), alone.samples)
-		return loaded, alone, nil
+		*x.out = q
+		b.logf("  %s: %.0f jobs/s; start p50 %v p99 %v p99.9 %v (%d samples); %.1f µs CPU, %s fsyncs, %.2f durable writes per job%s", x.name, q.perS,
+			q.p(50).Round(10*time.Microsecond), q.p(99).Round(10*time.Microsecond), q.p(99.9).Round(10*time.Microsecond), len(q.samples),
+			q.cpuUs, fsyncText(q.fsyncs), q.writes, tenureText(q))
 	}
-	base, baseAlone, err := side("raw work queue", b.baselineQueue)
-	if err != nil {
-		return err
-	}
-	ten, tenAlone, err := side("tenure queue", func(ctx context.Context, inflight int) (queueLoad, error) {
-		return b.tenureQueue(ctx, inflight, "")
-	})
-	if err != nil {
-		return err
-	}
+	r.BaselineQueuePerS, r.TenureQueuePerS, r.TenureQueueSubmitPerS = base.perS, ten.perS, tenSingle.perS
+	r.QueueRatio, r.QueueSubmitRatio = ratio(ten.perS, base.perS), ratio(tenSingle.perS, base.perS)
+	r.BaselineQueueStartP50, r.BaselineQueueStartP99, r.BaselineQueueStartP999 = ms(baseIdle.p(50)), ms(baseIdle.p(99)), ms(baseIdle.p(99.9))
+	r.TenureQueueStartP50, r.TenureQueueStartP99, r.TenureQueueStartP999 = ms(tenIdle.p(50)), ms(tenIdle.p(99)), ms(tenIdle.p(99.9))
+	r.BaselineQueueLoadedP50, r.BaselineQueueLoadedP99, r.BaselineQueueLoadedP999 = ms(base.p(50)), ms(base.p(99)), ms(base.p(99.9))
+	r.TenureQueueLoadedP50, r.TenureQueueLoadedP99, r.TenureQueueLoadedP999 = ms(ten.p(50)), ms(ten.p(99)), ms(ten.p(99.9))
+	r.QueueStartP99Ratio = ratio(r.TenureQueueStartP99, r.BaselineQueueStartP99)
+	r.QueueLoadedP99Ratio = ratio(r.TenureQueueLoadedP99, r.BaselineQueueLoadedP99)
+	r.BaselineQueueCPUUs, r.TenureQueueCPUUs, r.TenureQueueSubmitCPUUs = base.cpuUs, ten.cpuUs, tenSingle.cpuUs
+	r.BaselineQueueFsyncs, r.TenureQueueFsyncs, r.TenureQueueSubmitFsyncs = base.fsyncs, ten.fsyncs, tenSingle.fsyncs
+	r.BaselineQueueWrites, r.TenureQueueWrites, r.TenureQueueSubmitWrites = base.writes, ten.writes, tenSingle.writes
+	r.TenureQueueInputsPerJob, r.TenureQueuePerAppend = ten.inputs, ten.perAppend
+	r.QueueSamplesIdle, r.QueueSamplesLoaded = float64(min(len(baseIdle.samples), len(tenIdle.samples))), float64(min(len(base.samples), len(ten.samples)))
+	r.QueueInflight = float64(b.cfg.QueueInflight)
+
 	// The same loaded loop with one hostile worker beside the honest ones,
 	// in each of its modes (rules revision 5: PROTOCOL.md §22.8).
-	r := b.res
 	r.QueueHostileRatio = -1
 	for _, mode := range HostileModes {
-		h, err := b.tenureQueue(ctx, b.cfg.QueueInflight, mode)
+		h, err := b.tenureQueue(ctx, b.cfg.QueueInflight, submitMany, mode)
+		if err == nil && h.jobs == 0 {
+			err = errors.New("no job completed in the measured window")
+		}
 		if err != nil {
 			return fmt.Errorf("tenure queue with a worker that does %s: %w", mode, err)
 		}
-		q := 0.0
-		if ten.perS > 0 {
-			q = h.perS / ten.perS
-		}
+		q := ratio(h.perS, ten.perS)
 		b.logf("  tenure queue with a worker that does %s: %.0f jobs/s, %.2f of the run without it", mode, h.perS, q)
 		r.QueueHostile = append(r.QueueHostile, QueueHostile{Mode: mode, PerS: h.perS, Ratio: q})
 		if r.QueueHostileRatio < 0 || q < r.QueueHostileRatio {
 			r.QueueHostileRatio = q
 		}
 	}
-	if base.perS == 0 && ten.perS == 0 {
-		return errors.New("no job completed in either measured window")
-	}
-	r.BaselineQueuePerS, r.TenureQueuePerS = base.perS, ten.perS
-	if base.perS > 0 {
-		r.QueueRatio = ten.perS / base.perS
-	}
-	r.BaselineQueueStartP50, r.BaselineQueueStartP99 = ms(baseAlone.startP50), ms(baseAlone.startP99)
-	r.TenureQueueStartP50, r.TenureQueueStartP99 = ms(tenAlone.startP50), ms(tenAlone.startP99)
-	r.BaselineQueueLoadedP99, r.TenureQueueLoadedP99 = ms(base.startP99), ms(ten.startP99)
-	r.QueueInflight = float64(b.cfg.QueueInflight)
 	return nil
+}
+
+// check fails a run that measured nothing: no job done, no start latency,
+// no CPU time, no durable write. A figure of zero is a broken measurement
+// here, never a result. (Fsyncs may be zero with sync interval, which
+// syncs on a timer; not measured, -1, when perf is not available.)
+func (q *queueLoad) check() error {
+	switch {
+	case q.jobs == 0 || q.perS == 0:
+		return errors.New("no job completed in the measured window")
+	case len(q.samples) == 0:
+		return errors.New("no handler started in the measured window: no start latency measured")
+	case q.cpuUs <= 0:
+		return errors.New("no CPU time measured")
+	case q.writes <= 0:
+		return errors.New("no durable write counted")
+	}
+	return nil
+}
+
+func fsyncText(f float64) string {
+	if f < 0 {
+		return "(not measured)"
+	}
+	return strconv.FormatFloat(f, 'f', 2, 64)
+}
+
+func tenureText(q queueLoad) string {
+	if q.inputs == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.2f inputs per job, %.1f decisions per append)", q.inputs, q.perAppend)
 }
 
 // loadWindow counts completions through a warm-up and a measured window
@@ -117,27 +176,60 @@ func (l *loadWindow) started(sent time.Time) {
 	}
 }
 
-func (b *runner) runWindow(ctx context.Context, l *loadWindow) (queueLoad, error) {
+// queueCounts are the running counts of one side, read at both ends of
+// the measured window: its durable writes (messages stored, acks,
+// appends), and for Tenure the inputs stored, the decisions stored and the
+// coordinator's appends.
+type queueCounts struct {
+	writes, inputs, decisions, appends uint64
+}
+
+// runWindow waits out the warm-up, then measures for QueueDuration: the
+// jobs done, the start latencies, the process's CPU time and fsyncs, and
+// the counts (counts, read at both ends of the window).
+func (b *runner) runWindow(ctx context.Context, l *loadWindow, counts func() (queueCounts, error)) (queueLoad, error) {
 	select {
 	case <-time.After(b.cfg.QueueWarmup):
 	case <-ctx.Done():
 		return queueLoad{}, ctx.Err()
 	}
+	k0, err := counts()
+	if err != nil {
+		return queueLoad{}, err
+	}
+	fs := startFsyncs(b.cfg.QueueDuration)
 	l.measure.Store(true)
-	c0, t0 := l.done.Load(), time.Now()
+	c0, t0, cpu0 := l.done.Load(), time.Now(), cpuTime()
 	select {
 	case <-time.After(b.cfg.QueueDuration):
 	case <-ctx.Done():
 		return queueLoad{}, ctx.Err()
 	}
-	c1, t1 := l.done.Load(), time.Now()
+	c1, el, cpu := l.done.Load(), time.Since(t0).Seconds(), cpuTime()-cpu0
 	l.measure.Store(false)
+	k1, err := counts()
+	if err != nil {
+		return queueLoad{}, err
+	}
+	n, ferr := fs.wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// No job completed in the window is a figure too (0): with --sync
-	// always on a disk others share, fsyncs can stall for seconds.
-	return queueLoad{perS: float64(c1-c0) / t1.Sub(t0).Seconds(),
-		startP50: percentile(l.starts, 50), startP99: percentile(l.starts, 99), samples: len(l.starts)}, nil
+	q := queueLoad{jobs: c1 - c0, perS: float64(c1-c0) / el, samples: append([]time.Duration(nil), l.starts...), fsyncs: -1}
+	if q.jobs > 0 {
+		q.cpuUs = cpu.Seconds() * 1e6 / float64(q.jobs)
+		q.writes = float64(k1.writes-k0.writes) / float64(q.jobs)
+		q.inputs = float64(k1.inputs-k0.inputs) / float64(q.jobs)
+		if ferr == nil {
+			q.fsyncs = float64(n) / float64(q.jobs)
+		}
+	}
+	if a := k1.appends - k0.appends; a > 0 {
+		q.perAppend = float64(k1.decisions-k0.decisions) / float64(a)
+	}
+	if ferr != nil {
+		b.logf("    fsyncs not counted: %v", ferr)
+	}
+	return q, nil
 }
 
 // sentAt is the publish time a job carries (Unix ns in decimal).
@@ -174,7 +266,7 @@ func (b *runner) baselineQueue(ctx context.Context, inflight int) (queueLoad, er
 		MaxAckPending: slots, AckWait: time.Minute}); err != nil {
 		return queueLoad{}, err
 	}
-	stop := b.profile(name)
+	stop := b.profile(name + profileSuffix(inflight))
 	defer stop()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -244,12 +336,28 @@ func (b *runner) baselineQueue(ctx context.Context, inflight int) (queueLoad, er
 			}
 		}
 	})
-	res, err := b.runWindow(ctx, l)
+	// Durable writes: the messages stored and the acks (each acked message
+	// is removed from the work queue: a delete the store writes).
+	counts := func() (queueCounts, error) {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return queueCounts{}, err
+		}
+		return queueCounts{writes: info.State.LastSeq + uint64(l.done.Load())}, nil
+	}
+	res, err := b.runWindow(ctx, l, counts)
 	cancel()
 	if e, ok := failed.Load().(error); ok && err == nil {
 		err = e
 	}
 	return res, err
+}
+
+func profileSuffix(inflight int) string {
+	if inflight == 1 {
+		return "-idle"
+	}
+	return ""
 }
 
 // HostileModes are the modes of the hostile worker of the queue scenario:
@@ -258,11 +366,24 @@ func (b *runner) baselineQueue(ctx context.Context, inflight int) (queueLoad, er
 // expires).
 var HostileModes = []string{"decline", "release", "never-ack", "ack-expire"}
 
-// tenureQueue runs the Tenure side; with hostile (one of HostileModes),
-// a worker of that mode runs beside the honest ones (and the profile is
-// not taken).
-func (b *runner) tenureQueue(ctx context.Context, inflight int, hostile string) (queueLoad, error) {
-	name := "queue-tenure"
+// How the Tenure side's dispatcher submits.
+const (
+	submitMany = iota // ops.SubmitMany of the jobs whose slots freed meanwhile (up to 256 a call), QueueDispatchers calls at once
+	submitOne         // ops.Submit of one job, QueueDispatchers at once (one job at a time when the loop holds one)
+)
+
+// queueDispatchers is how many goroutines of the dispatcher submit at once.
+const queueDispatchers = 4
+
+// tenureQueue runs the Tenure side with inflight jobs in the loop, the
+// dispatcher submitting by how (submitMany, submitOne); with hostile (one
+// of HostileModes), a worker of that mode runs beside the honest ones (and
+// the profile is not taken).
+func (b *runner) tenureQueue(ctx context.Context, inflight, how int, hostile string) (queueLoad, error) {
+	name := "queue-tenure" + profileSuffix(inflight)
+	if how == submitOne && inflight > 1 {
+		name += "-submit"
+	}
 	if hostile != "" {
 		name += "-hostile-" + hostile
 	}
@@ -277,8 +398,12 @@ func (b *runner) tenureQueue(ctx context.Context, inflight int, hostile string) 
 		return queueLoad{}, err
 	}
 	defer ncP.Close()
-	var failed atomic.Value
-	jsP, err := asyncJS(ncP, 4096, &failed)
+	disp, err := ops.New(ncP, "disp", ops.WithTimeout(30*time.Second))
+	if err != nil {
+		return queueLoad{}, err
+	}
+	defer disp.Close()
+	js, err := jetstream.New(ncP)
 	if err != nil {
 		return queueLoad{}, err
 	}
@@ -288,6 +413,12 @@ func (b *runner) tenureQueue(ctx context.Context, inflight int, hostile string) 
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var failed atomic.Value
+	fail := func(err error) {
+		if cctx.Err() == nil {
+			failed.CompareAndSwap(nil, err)
+		}
+	}
 	l := &loadWindow{}
 	tokens := make(chan struct{}, inflight)
 	for range inflight {
@@ -296,25 +427,6 @@ func (b *runner) tenureQueue(ctx context.Context, inflight int, hostile string) 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-
-	// Completions: completed decisions stored, read in order.
-	top := streams.Topology{}
-	cons, err := jsP.OrderedConsumer(cctx, top.DecisionStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.DecisionPrefix + ".*.*." + events.KindCompleted.String()}, DeliverPolicy: jetstream.DeliverNewPolicy})
-	if err != nil {
-		return queueLoad{}, err
-	}
-	cc, err := cons.Consume(func(jetstream.Msg) {
-		l.done.Add(1)
-		select {
-		case tokens <- struct{}{}:
-		default:
-		}
-	}, jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return queueLoad{}, err
-	}
-	defer cc.Stop()
 
 	var herr atomic.Int64
 	handler := func(_ context.Context, j *worker.Job) error {
@@ -325,20 +437,36 @@ func (b *runner) tenureQueue(ctx context.Context, inflight int, hostile string) 
 		}
 		return nil
 	}
+	// A job is done when its worker learns that its SUCCESS was accepted.
+	done := worker.WithResultHandler(func(_ *worker.Job, res worker.Result) {
+		if res.Outcome != events.OutcomeSuccess || res.ReportErr != nil {
+			fail(fmt.Errorf("an attempt ended %s", res))
+			return
+		}
+		l.done.Add(1)
+		select {
+		case tokens <- struct{}{}:
+		default:
+		}
+	})
 	for i := range b.cfg.QueueWorkers {
 		nc, err := connect(srv.ClientURL(), fmt.Sprintf("bench-queue-worker-%d", i))
 		if err != nil {
 			return queueLoad{}, err
 		}
 		defer nc.Close()
-		w, err := worker.Connect(nc, fmt.Sprintf("qw%d", i))
+		w, err := worker.Connect(nc, fmt.Sprintf("qw%d", i), worker.WithErrorHandler(func(err error) {
+			if !errors.Is(err, worker.ErrClosed) {
+				b.logf("    worker qw%d: %v", i, err)
+			}
+		}))
 		if err != nil {
 			return queueLoad{}, err
 		}
 		defer w.Close()
 		wg.Go(func() {
-			if err := w.Run(cctx, "bench", handler, worker.WithConcurrency(b.cfg.QueueConcurrency)); err != nil && cctx.Err() == nil {
-				failed.CompareAndSwap(nil, err)
+			if err := w.Run(cctx, "bench", handler, worker.WithConcurrency(b.cfg.QueueConcurrency), done); err != nil {
+				fail(err)
 			}
 		})
 	}
@@ -347,27 +475,61 @@ func (b *runner) tenureQueue(ctx context.Context, inflight int, hostile string) 
 			return queueLoad{}, err
 		}
 	}
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-tokens:
-			case <-cctx.Done():
-				return
-			}
-			in := events.Input{Verb: events.VerbSubmit, Queue: "bench", LeaseMS: 60000,
-				Payload: strconv.FormatInt(time.Now().UnixNano(), 10), HasPayload: true}
-			body := events.AppendInputBody(nil, &in) // kept by the client until its PubAck
-			job := "j" + strconv.Itoa(i)
-			if _, err := jsP.PublishMsgAsync(&nats.Msg{Subject: events.InputSubject(events.RoleOps, "disp", job, events.VerbSubmit), Data: body},
-				jetstream.WithStallWait(30*time.Second)); err != nil {
-				if cctx.Err() == nil {
-					failed.CompareAndSwap(nil, err)
+	var next atomic.Int64 // job ids
+	for range min(queueDispatchers, inflight) {
+		wg.Go(func() {
+			for {
+				select {
+				case <-tokens:
+				case <-cctx.Done():
+					return
 				}
-				return
+				n := 1
+				if how == submitMany {
+					for n < events.MaxBatch { // the slots freed meanwhile
+						select {
+						case <-tokens:
+							n++
+							continue
+						default:
+						}
+						break
+					}
+				}
+				now := strconv.FormatInt(time.Now().UnixNano(), 10)
+				if how == submitOne {
+					if _, err := disp.Submit(cctx, "j"+strconv.FormatInt(next.Add(1), 10), "bench", ops.WithLease(time.Minute), ops.WithPayload(now)); err != nil {
+						fail(err)
+						return
+					}
+					continue
+				}
+				jobs := make([]ops.SubmitJob, n)
+				for i := range jobs {
+					jobs[i] = ops.SubmitJob{ID: "j" + strconv.FormatInt(next.Add(1), 10), Queue: "bench",
+						Options: ops.SubmitOptions{Lease: time.Minute, Payload: now, HasPayload: true}}
+				}
+				if _, err := disp.SubmitMany(cctx, jobs); err != nil {
+					fail(err)
+					return
+				}
 			}
+		})
+	}
+	// Durable writes: the inputs stored and the coordinator's appends (a
+	// single decision or an atomic batch: one write each).
+	top := streams.Topology{}
+	var appends uint64 // since the start: the metrics give them since the last take
+	counts := func() (queueCounts, error) {
+		in, err := lastSeq(ctx, js, top.InputStream())
+		if err != nil {
+			return queueCounts{}, err
 		}
-	})
-	res, err := b.runWindow(ctx, l)
+		_, a, _, _ := co.m.take()
+		appends += uint64(a)
+		return queueCounts{writes: in + appends, inputs: in, decisions: co.c.Stats().DecisionsStored, appends: appends}, nil
+	}
+	res, err := b.runWindow(ctx, l, counts)
 	cancel()
 	if e, ok := failed.Load().(error); ok && err == nil {
 		err = e

@@ -38,6 +38,13 @@ func (r *Result) Targets() []Target {
 	add(r.MemJobs > 0, "bytes_per_job <= 1024", r.BytesPerJob <= 1024, r.BytesPerJob, "%.0f")
 	add(r.RestartSnapshotS > 0, "restart_snapshot_s <= 3", r.RestartSnapshotS <= 3, r.RestartSnapshotS, "%.2f s")
 	add(len(r.QueueHostile) > 0, "queue_hostile_ratio >= 0.8 (the least of the hostile modes)", r.QueueHostileRatio >= 0.8, r.QueueHostileRatio, "%.2f")
+	qmin := 0.8
+	if r.SyncMode == SyncAlways {
+		qmin = 1.0
+	}
+	add(r.BaselineQueuePerS > 0, fmt.Sprintf("queue_ratio >= %.1f (jobs/s through the SDK / raw work queue)", qmin), r.QueueRatio >= qmin, r.QueueRatio, "%.2f")
+	add(r.BaselineQueueStartP99 > 0, "queue_start_p99_ratio <= 2 (submit to start, one at a time)", r.QueueStartP99Ratio <= 2, r.QueueStartP99Ratio, "x%.2f")
+	add(r.BaselineQueueLoadedP99 > 0, "queue_loaded_start_p99_ratio <= 2 (submit to start, loaded)", r.QueueLoadedP99Ratio <= 2, r.QueueLoadedP99Ratio, "x%.2f")
 	if r.Soak != nil {
 		add(true, "soak_ok = 1 (every job retired, no resync)", r.Soak.OK == 1, r.Soak.MaxJob, "%.0f jobs kept at most")
 	}
@@ -115,10 +122,17 @@ func WriteTable(w io.Writer, r *Result) error {
 		row("  the loop's longest turn, storm (ms)", 0, s.PauseMS, "%.1f", 0)
 		row("  honest renewal meanwhile, p99 (ms)", 0, s.HonestP99MS, "%.1f", 0)
 	}
-	row("9 queue, jobs through their life (per s)", r.BaselineQueuePerS, r.TenureQueuePerS, "%.0f", r.QueueRatio)
+	row("9 queue, jobs through their life, SubmitMany (per s)", r.BaselineQueuePerS, r.TenureQueuePerS, "%.0f", r.QueueRatio)
+	row("  the same, Submit one job an input (per s)", r.BaselineQueuePerS, r.TenureQueueSubmitPerS, "%.0f", r.QueueSubmitRatio)
+	row("  CPU per job (µs)", r.BaselineQueueCPUUs, r.TenureQueueCPUUs, "%.1f", ratio(r.TenureQueueCPUUs, r.BaselineQueueCPUUs))
+	row("  fsyncs per job", r.BaselineQueueFsyncs, r.TenureQueueFsyncs, "%.2f", ratio(r.TenureQueueFsyncs, r.BaselineQueueFsyncs))
+	row("  durable writes per job", r.BaselineQueueWrites, r.TenureQueueWrites, "%.2f", ratio(r.TenureQueueWrites, r.BaselineQueueWrites))
 	row("  to the handler's start, alone, p50 (ms)", r.BaselineQueueStartP50, r.TenureQueueStartP50, "%.2f", ratio(r.TenureQueueStartP50, r.BaselineQueueStartP50))
-	row("  to the handler's start, alone, p99 (ms)", r.BaselineQueueStartP99, r.TenureQueueStartP99, "%.2f", ratio(r.TenureQueueStartP99, r.BaselineQueueStartP99))
-	row("  to the handler's start, loaded, p99 (ms)", r.BaselineQueueLoadedP99, r.TenureQueueLoadedP99, "%.0f", ratio(r.TenureQueueLoadedP99, r.BaselineQueueLoadedP99))
+	row("  to the handler's start, alone, p99 (ms)", r.BaselineQueueStartP99, r.TenureQueueStartP99, "%.2f", r.QueueStartP99Ratio)
+	row("  to the handler's start, alone, p99.9 (ms)", r.BaselineQueueStartP999, r.TenureQueueStartP999, "%.2f", ratio(r.TenureQueueStartP999, r.BaselineQueueStartP999))
+	row("  to the handler's start, loaded, p50 (ms)", r.BaselineQueueLoadedP50, r.TenureQueueLoadedP50, "%.1f", ratio(r.TenureQueueLoadedP50, r.BaselineQueueLoadedP50))
+	row("  to the handler's start, loaded, p99 (ms)", r.BaselineQueueLoadedP99, r.TenureQueueLoadedP99, "%.1f", r.QueueLoadedP99Ratio)
+	row("  to the handler's start, loaded, p99.9 (ms)", r.BaselineQueueLoadedP999, r.TenureQueueLoadedP999, "%.1f", ratio(r.TenureQueueLoadedP999, r.BaselineQueueLoadedP999))
 	for _, h := range r.QueueHostile {
 		row("  with a worker that does "+h.Mode+" (per s)", r.TenureQueuePerS, h.PerS, "%.0f", h.Ratio)
 	}
@@ -128,6 +142,10 @@ func WriteTable(w io.Writer, r *Result) error {
 	if r.LogInputs > 0 {
 		fmt.Fprintf(w, "log: %.0f inputs, %.0f decisions; audit clean: %v; the chain check alone %.0f MB/s, %.1f%% of the audit's time; restart from the snapshot folded %.0f inputs\n",
 			r.LogInputs, r.LogDecisions, r.AuditOK == 1, r.ChainMBPerS, 100*r.AuditChainShare, r.RestartSnapshotInputs)
+	}
+	if r.QueueInflight > 0 {
+		fmt.Fprintf(w, "queue: %.0f jobs in the loaded loops; Tenure %.2f inputs per job, %.1f decisions per append; start latencies from %.0f samples one at a time, %.0f loaded\n",
+			r.QueueInflight, r.TenureQueueInputsPerJob, r.TenureQueuePerAppend, r.QueueSamplesIdle, r.QueueSamplesLoaded)
 	}
 	if r.PipelineInflight > 0 {
 		fmt.Fprintf(w, "pipeline: %.0f units in flight in both; %.0f batch renew inputs/s; SDK renewals refused: %.0f\n", r.PipelineInflight, r.TenureInputsPerS, r.TenureRenewErrors)

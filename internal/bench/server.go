@@ -220,3 +220,22 @@ func payload(n int, tag string) []byte {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// followFromNow returns an ordered consumer of stream's messages on
+// filter stored after now: from the stream's next sequence, read before
+// it returns. Not DeliverNewPolicy: nats.go's ordered consumer keeps the
+// deliver policy it was created with until it has delivered a message,
+// so one reset before its first (a missed heartbeat, a reconnection)
+// would start after the stream's last message at the reset, and every
+// answer stored in between would be lost for good. A publisher of the
+// SDK path's fair baseline whose first answers were lost so never got a
+// token back, and the baseline measured 0 answers per second with sync
+// always (issue 31).
+func followFromNow(ctx context.Context, js jetstream.JetStream, stream string, filters ...string) (jetstream.Consumer, error) {
+	next, err := lastSeq(ctx, js, stream)
+	if err != nil {
+		return nil, err
+	}
+	return js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next + 1})
+}

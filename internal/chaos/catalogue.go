@@ -123,7 +123,8 @@ func catalogue() []badInput {
 	rej("subject", "unknown-verb", own("$JOB.steal"), claim, events.ReasonBadSubject)
 	rej("subject", "upper-case-verb", own("$JOB.Renew"), claim, events.ReasonBadSubject)
 	rej("subject", "acquire-without-job", own("_.acquire"), `{"v":1}`, events.ReasonBadSubject)
-	rej("subject", "ack-without-job", own("_.ack"), `{"v":1,"lease_id":"$LEASE","generation":1}`, events.ReasonBadSubject)
+	rej("subject", "progress-without-job", own("_.progress"), `{"v":1,"lease_id":"$LEASE","generation":1,"progress_seq":1,"value":1}`, events.ReasonBadSubject)
+	rej("subject", "batch-ack-with-single-body", own("_.ack"), `{"v":1,"lease_id":"$LEASE","generation":1}`, events.ReasonUnknownField) // rules revision 7: a batch
 	// wrong roles: the verbs of dispatchers, operators and coordinators on
 	// its own subjects
 	rej("role", "worker-offer", own("$JOB.offer"), `{"v":1,"holder":"$SELF"}`, events.ReasonWrongRole)

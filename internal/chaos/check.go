@@ -432,12 +432,19 @@ func checkEffect(s stored, idx int, inputs map[uint64]*Message, newest uint64, i
 		return
 	}
 	gen, job := in.Generation, in.Job
-	if in.Verb == events.VerbRenew {
+	switch {
+	case in.Verb == events.VerbRenew:
 		if idx < 0 || idx >= len(in.Leases) {
 			r.StaleEffects.add("%s: verdict %d of a renew of %d leases", what, idx, len(in.Leases))
 			return
 		}
 		gen, job = in.Leases[idx].Generation, in.Leases[idx].Job
+	case in.Job == events.NoJob && len(in.Batch) > 0: // a batch ack or result (revision 7)
+		if idx < 0 || idx >= len(in.Batch) {
+			r.StaleEffects.add("%s: verdict %d of a batch %s of %d leases", what, idx, in.Verb, len(in.Batch))
+			return
+		}
+		gen, job = in.Batch[idx].Generation, in.Batch[idx].Job
 	}
 	switch {
 	case job != j.ID:

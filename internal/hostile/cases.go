@@ -505,7 +505,11 @@ func Cases() []Case {
 	rej("edge", "offer-lease_ms-below-policy", ops("dur-x", "offer"), `{"v":1,"holder":"w-1","lease_ms":1}`, events.ReasonDurationOutOfPolicy)
 	rej("edge", "cancel-generation-without-lease_id", ops("fx-active", "cancel"), `{"v":1,"generation":1}`, events.ReasonMissingField)
 	rej("edge", "resolve-outcome-before-action-revoke", ops("fx-done", "resolve"), `{"v":1,"outcome":"FAILED","action":"revoke"}`, events.ReasonUnknownField)
-	rej("edge", "ack-subject-without-job", w1(events.NoJob, "ack"), `{"v":1,"lease_id":"L1","generation":1}`, events.ReasonBadSubject)
+	rej("edge", "progress-subject-without-job", w1(events.NoJob, "progress"), `{"v":1,"lease_id":"L1","generation":1,"progress_seq":1,"value":1}`, events.ReasonBadSubject)
+	// Rules revision 7: an ack (a result) without a job is a batch, whose
+	// body has leases, not a single ack's fields.
+	rej("edge", "batch-ack-subject-with-single-body", w1(events.NoJob, "ack"), `{"v":1,"lease_id":"L1","generation":1}`, events.ReasonUnknownField)
+	rej("edge", "batch-result-element-without-outcome", w1(events.NoJob, "result"), `{"v":1,"leases":[{"job":"fx-active","lease_id":"$ACT","generation":1}]}`, events.ReasonMissingField)
 
 	// --- protocol misuse: well-formed inputs that claim what they do not hold ---
 	// A job that never had a lease.

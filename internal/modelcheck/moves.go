@@ -189,6 +189,7 @@ func (c *checker) moves(p *projector.Projector, w *world) []move {
 	var all []int64 // every pending deadline, for ticks
 	var batch []events.LeaseRef
 	var batchTimes []int64
+	var acks, results []events.Input // revision 7: the elements of a batch ack and a batch result
 	for i, id := range c.s.Jobs {
 		j, exists := p.Job(id)
 		jw := &w.jobs[i]
@@ -207,6 +208,8 @@ func (c *checker) moves(p *projector.Projector, w *world) []move {
 			}
 			batch = append(batch, events.LeaseRef{Job: id, LeaseID: j.LeaseID, Generation: j.Generation, RenewSeq: next})
 			batchTimes = append(batchTimes, jt...)
+			acks = append(acks, events.Input{Job: id, LeaseID: j.LeaseID, Generation: j.Generation})
+			results = append(results, events.Input{Job: id, LeaseID: j.LeaseID, Generation: j.Generation, Outcome: events.OutcomeSuccess})
 		}
 		for _, wk := range c.s.Workers {
 			if has(wv, "acquire") {
@@ -345,6 +348,22 @@ func (c *checker) moves(p *projector.Projector, w *world) []move {
 			in := worker(wk, events.NoJob, events.VerbRenew)
 			in.Leases = batch
 			add(in, batchTimes)
+			if p.Revision() >= events.Revision7 {
+				// The current lease of every job, ACKed, then completed,
+				// in one input each.
+				for _, b := range []struct {
+					verb  events.Verb
+					items []events.Input
+				}{{events.VerbAck, acks}, {events.VerbResult, results}} {
+					in := worker(wk, events.NoJob, b.verb)
+					in.Batch = make([]events.Input, len(b.items))
+					for i, e := range b.items {
+						e.Role, e.Actor, e.Verb = events.RoleWorker, wk, b.verb
+						in.Batch[i] = e
+					}
+					add(in, batchTimes)
+				}
+			}
 		}
 	}
 	if c.s.Queue != "" && has(wv, "pull") {

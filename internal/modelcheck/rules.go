@@ -76,15 +76,27 @@ type op struct {
 	gen      uint64
 	renewSeq uint64
 	leaseMS  int64
+	// elem is the element of a batch ack or result (revision 7) the
+	// operation is: the input its verdict is judged as.
+	elem *events.Input
 }
 
 // opsOf lists the lease operations of in, in order: one per input, but a
-// batch renew, which has one per element.
+// batch renew, and from revision 7 a batch ack or result, which have one
+// per element.
 func opsOf(in *events.Input) []op {
 	if in.Verb == events.VerbRenew && in.Job == events.NoJob {
 		out := make([]op, len(in.Leases))
 		for i, r := range in.Leases {
 			out[i] = op{job: r.Job, lease: r.LeaseID, gen: r.Generation, renewSeq: r.RenewSeq, leaseMS: r.LeaseMS}
+		}
+		return out
+	}
+	if in.Job == events.NoJob && len(in.Batch) > 0 {
+		out := make([]op, len(in.Batch))
+		for i := range in.Batch {
+			e := &in.Batch[i]
+			out[i] = op{job: e.Job, lease: e.LeaseID, gen: e.Generation, leaseMS: e.LeaseMS, elem: e}
 		}
 		return out
 	}
@@ -153,7 +165,11 @@ func (c *checker) judge(b *before, w *world, in *events.Input, raw events.Raw, d
 		case k >= len(ops):
 			g.fail(RuleVerdict, "one-verdict", "input %d (%s) has more verdicts than its %d lease operations: %s", raw.Seq, in.Verb, len(ops), kr(d))
 		default:
+			if e := ops[k].elem; e != nil {
+				g.in = e // judged as the single input it is
+			}
 			g.verdict(d, &ops[k])
+			g.in = in
 			k++
 		}
 		if d.Standing != nil && d.Standing.Queue == c.s.Queue {
