@@ -474,6 +474,35 @@ func TestModelSnapshotRefusedAfterReadingAhead(t *testing.T) {
 	})
 }
 
+// TestModelSnapshotAnchorUnreadable: a snapshot whose anchor the session
+// cannot read at first (the decision stream does not answer for 7 s, as a
+// cluster electing its leader) is checked again and restored, not counted
+// as refused with the log folded from the start (the chaos suite's
+// cluster logged "snapshot refused, folding from the start ...: transient
+// jetstream error: context deadline exceeded").
+func TestModelSnapshotAnchorUnreadable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 600 * time.Millisecond
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		snap := func(c *coordinator.Config) { c.SnapshotEvery = 50 }
+		a := e.start("ca", snap)
+		for i := range 200 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		}
+		e.waitFor(10*time.Second, "ca caught up", func() bool { return e.caughtUp(a) && a.c.Stats().SnapshotSeq > 0 })
+		a.stop()
+		e.net.Hold("cb>get", time.Now().Add(7*time.Second))
+		b := e.start("cb", snap)
+		e.waitFor(time.Minute, "cb caught up", func() bool { return e.caughtUp(b) })
+		st := b.c.Stats()
+		if st.SnapshotsRefused != 0 || st.SnapshotSeq == 0 {
+			t.Fatalf("snapshots refused %d, restored at input %d: want the snapshot checked again and restored", st.SnapshotsRefused, st.SnapshotSeq)
+		}
+		e.checkFold()
+	})
+}
+
 // runRefused runs a coordinator on a log written by hand and requires it to
 // refuse with ErrDivergence, the error containing each of want, having
 // written nothing.

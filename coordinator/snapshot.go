@@ -78,9 +78,24 @@ func (s *session) loadSnapshot() {
 		return
 	}
 	pos, err := s.checkAnchor(oinfo.Headers)
+	// A check that could not be made (the decision stream did not answer:
+	// a cluster electing its leaders) is tried again a few times before
+	// the session folds from the start, which on a long log takes minutes;
+	// it is no refusal.
+	for try := 1; err != nil && !errors.Is(err, ErrSnapshotRefused) && try < anchorTries; try++ {
+		c.log.Debug("snapshot's anchor not checked, trying again", "err", err)
+		if !c.sleep(s.ctx, anchorRetry) {
+			return
+		}
+		pos, err = s.checkAnchor(oinfo.Headers)
+	}
 	if err != nil {
-		c.snapRefused.Add(1)
-		c.log.Warn("snapshot refused, folding from the start", "err", err)
+		if errors.Is(err, ErrSnapshotRefused) {
+			c.snapRefused.Add(1)
+			c.log.Warn("snapshot refused, folding from the start", "err", err)
+		} else {
+			c.log.Warn("snapshot's anchor could not be checked, folding from the start", "err", err)
+		}
 		return
 	}
 	// perf: the streams after the snapshot are read (into the readers'
@@ -132,8 +147,14 @@ var ErrSnapshotRefused = errors.New("coordinator: snapshot refused")
 // and state hash.
 func (s *session) checkAnchor(h nats.Header) (streams.SnapshotAnchor, error) {
 	a, err := streams.ParseSnapshotHeaders(h)
+	// A snapshot the decision stream contradicts (an *AnchorError) is
+	// refused; a decision that could not be read leaves it unchecked.
 	refuse := func(err error) (streams.SnapshotAnchor, error) {
-		return a, fmt.Errorf("%w: %w", ErrSnapshotRefused, err)
+		var ae *streams.AnchorError
+		if errors.As(err, &ae) || errors.Is(err, streams.ErrSnapshotUnanchored) {
+			return a, fmt.Errorf("%w: %w", ErrSnapshotRefused, err)
+		}
+		return a, fmt.Errorf("coordinator: snapshot's anchor not checked: %w", streams.Classify(err))
 	}
 	if err != nil {
 		return refuse(err)
@@ -147,6 +168,15 @@ func (s *session) checkAnchor(h nats.Header) (streams.SnapshotAnchor, error) {
 	}
 	return a, nil
 }
+
+// anchorTries is how many times a session tries to check a stored
+// snapshot's anchor that it could not read before it folds from the start,
+// anchorRetry apart (a cluster elects a decision stream's leader in a few
+// seconds).
+const (
+	anchorTries = 4
+	anchorRetry = time.Second
+)
 
 // maybeSnapshot takes a snapshot when one is due: it freezes the state (in
 // time independent of the number of jobs: projector.Freeze) and hands it
