@@ -205,8 +205,9 @@ type checker struct {
 	chk          events.ChainCheck
 	rulesSeq     uint64
 
-	wit *witnesses // Options.Witnesses by sequence (nil: none)
-	fx  *EffectTracker
+	wit  *witnesses // Options.Witnesses by sequence (nil: none)
+	fx   *EffectTracker
+	flow *FlowTracker
 
 	latest map[string]events.Decision
 	steps  map[uint64]int // timeline index by input sequence
@@ -245,6 +246,7 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 	if opts.Effects != nil {
 		c.fx = NewEffectTracker(ReceiptJobs(opts.Effects))
 	}
+	c.flow = NewFlowTracker(c.max)
 	if c.p.Revision() >= events.Revision2 {
 		c.rulesSeq = c.p.LastSeq() + 1 // a snapshot at revision 2: every decision read
 	}
@@ -357,6 +359,7 @@ func (c *checker) foldNext() bool {
 		if c.fx != nil {
 			c.fx.Observe(d)
 		}
+		c.flow.Observe(d)
 	}
 	if c.steps != nil {
 		c.track(raw, ds)
@@ -725,6 +728,7 @@ func (c *checker) finish() {
 		fx := c.fx.CheckEffects(c.opts.Effects, c.opts.EffectSkew, c.max)
 		rep.Effects = &fx
 	}
+	rep.Flow = c.flow.Result()
 	if c.opts.Progress != nil {
 		c.progress()
 	}

@@ -276,6 +276,12 @@ func appendQueueFields(b []byte, j *Job) []byte {
 		b = append(b, `,"attempt_ack_timeout_ms":`...)
 		b = strconv.AppendInt(b, j.AttemptAck/1e6, 10)
 	}
+	// Revision 8 on, each omitted when not set.
+	b = appendTimeField(b, "run_at", j.RunAt)
+	if j.Delay != 0 {
+		b = append(b, `,"delay_ms":`...)
+		b = strconv.AppendInt(b, j.Delay/1e6, 10)
+	}
 	b = appendTimeField(b, "submitted_at", j.SubmittedAt)
 	b = append(b, `,"submit_seq":`...)
 	b = strconv.AppendUint(b, j.SubmitSeq, 10)
@@ -447,6 +453,8 @@ type wireJob struct {
 	BackoffMaxMS int64   `json:"backoff_max_ms"`
 	AttemptLease int64   `json:"attempt_lease_ms"`
 	AttemptAck   int64   `json:"attempt_ack_timeout_ms"`
+	RunAt        string  `json:"run_at"`
+	DelayMS      int64   `json:"delay_ms"`
 	SubmittedAt  string  `json:"submitted_at"`
 	SubmitSeq    uint64  `json:"submit_seq"`
 	ReadyAt      string  `json:"ready_at"`
@@ -756,6 +764,10 @@ func (r *decReader) queueFields(j *Job) {
 	if r.opt(`,"attempt_ack_timeout_ms":`) {
 		j.AttemptAck = r.int() * 1e6
 	}
+	j.RunAt = r.optTime(`,"run_at":`)
+	if r.opt(`,"delay_ms":`) {
+		j.Delay = r.int() * 1e6
+	}
 	j.SubmittedAt = r.optTime(`,"submitted_at":`)
 	r.lit(`,"submit_seq":`)
 	j.SubmitSeq = r.uint()
@@ -795,6 +807,7 @@ func jobFromWire(wj *wireJob, j *Job) error {
 	j.Turn = wj.Turn
 	j.Backoff, j.BackoffMax = wj.BackoffMS*1e6, wj.BackoffMaxMS*1e6
 	j.AttemptLease, j.AttemptAck = wj.AttemptLease*1e6, wj.AttemptAck*1e6
+	j.Delay = wj.DelayMS * 1e6
 	j.SubmitSeq, j.LastReason = wj.SubmitSeq, Reason(wj.LastReason)
 	if wj.Payload != nil {
 		j.Payload, j.HasPayload = *wj.Payload, true
@@ -807,7 +820,7 @@ func jobFromWire(wj *wireJob, j *Job) error {
 		{&j.IssuedAt, wj.IssuedAt}, {&j.ExpiresAt, wj.ExpiresAt}, {&j.AckDeadline, wj.AckDeadline},
 		{&j.AckedAt, wj.AckedAt}, {&j.RenewAt, wj.RenewAt}, {&j.ProgressAt, wj.ProgressAt},
 		{&j.CancelAt, wj.CancelAt}, {&j.CancelBy, wj.CancelBy}, {&j.EndedAt, wj.EndedAt},
-		{&j.SubmittedAt, wj.SubmittedAt}, {&j.ReadyAt, wj.ReadyAt},
+		{&j.SubmittedAt, wj.SubmittedAt}, {&j.ReadyAt, wj.ReadyAt}, {&j.RunAt, wj.RunAt},
 	} {
 		if *f.dst, err = parseTime(f.src); err != nil {
 			return err

@@ -23,6 +23,11 @@ type SubmitOptions struct {
 	AckTimeout  time.Duration // each attempt's ACK timeout; 0: the policy's ack_timeout_ms at the offer
 	Payload     string        // opaque, at most events.MaxPayloadBytes of UTF-8
 	HasPayload  bool          // the submit carries Payload (an empty payload is a payload)
+	// Rules revision 8 (PROTOCOL.md §26.1): not offered before RunAt, or
+	// before the submit's stored time plus Delay (whole milliseconds, at
+	// most events.MaxDelayMS). They exclude each other.
+	RunAt time.Time
+	Delay time.Duration
 }
 
 // SubmitOption sets one of SubmitOptions, or returns why its value is
@@ -118,6 +123,46 @@ func WithPayload(s string) SubmitOption {
 	}
 }
 
+// WithRunAt sets SubmitOptions.RunAt: the job is queued at once and not
+// offered before t, by the coordinator's clock (the stored time of the
+// inputs); a time already past is at once (PROTOCOL.md §26.1). It
+// excludes WithDelay.
+func WithRunAt(t time.Time) SubmitOption {
+	return func(o *SubmitOptions) error {
+		if t.IsZero() {
+			return fmt.Errorf("run at: the zero time")
+		}
+		if t.UnixNano() == 0 || t.Year() < 1678 || t.Year() > 2261 {
+			return fmt.Errorf("run at %v: want a time from 1678 to 2261, not the Unix epoch itself", t)
+		}
+		if o.Delay != 0 {
+			return fmt.Errorf("run at and delay exclude each other")
+		}
+		o.RunAt = t
+		return nil
+	}
+}
+
+// WithDelay sets SubmitOptions.Delay: the job is queued at once and not
+// offered before the submit's stored time plus d (whole milliseconds, at
+// most events.MaxDelayMS: 366 days). Unlike a RunAt computed from the
+// caller's clock, it is measured on the coordinator's. It excludes
+// WithRunAt.
+func WithDelay(d time.Duration) SubmitOption {
+	return func(o *SubmitOptions) error {
+		switch {
+		case d%time.Millisecond != 0:
+			return fmt.Errorf("delay %v: want whole milliseconds", d)
+		case d < time.Millisecond || d > events.MaxDelayMS*time.Millisecond:
+			return fmt.Errorf("delay %v: want 1ms to %v", d, events.MaxDelayMS*time.Millisecond)
+		case !o.RunAt.IsZero():
+			return fmt.Errorf("run at and delay exclude each other")
+		}
+		o.Delay = d
+		return nil
+	}
+}
+
 // checkDuration checks an optional duration of a submit: 0, or whole
 // milliseconds from events.MinDurationMS to events.MaxDurationMS.
 func checkDuration(what string, d time.Duration) error {
@@ -133,7 +178,8 @@ func checkDuration(what string, d time.Duration) error {
 }
 
 // Submit puts job in queue (PROTOCOL.md §22.1): the job waits QUEUED until
-// the queue offers it to a worker that announced capacity, and is retried
+// the queue offers it to a worker that announced capacity (not before its
+// WithRunAt or WithDelay, rules revision 8), and is retried
 // after a backoff when an attempt ends without success, until its attempt
 // budget is spent (DEAD). Its verdict is submitted/ok.
 //
@@ -162,7 +208,10 @@ func (c *Client) Submit(ctx context.Context, job, queue string, opts ...SubmitOp
 		Priority: o.Priority, MaxAttempts: o.MaxAttempts,
 		BackoffMS: o.Backoff.Milliseconds(), BackoffMax: o.BackoffMax.Milliseconds(),
 		LeaseMS: o.Lease.Milliseconds(), AckTimeoutMS: o.AckTimeout.Milliseconds(),
-		Payload: o.Payload, HasPayload: o.HasPayload}
+		Payload: o.Payload, HasPayload: o.HasPayload, DelayMS: o.Delay.Milliseconds()}
+	if !o.RunAt.IsZero() {
+		in.RunAt = o.RunAt.UnixNano()
+	}
 	d, err := c.do(ctx, &in)
 	if err != nil && IsDuplicateSubmit(d) {
 		return d, nil

@@ -82,6 +82,11 @@ func TestSubmit(t *testing.T) {
 		"ack timeout long":  ops.WithAckTimeout(31 * 24 * time.Hour),
 		"payload too big":   ops.WithPayload(strings.Repeat("x", events.MaxPayloadBytes+1)),
 		"payload not UTF-8": ops.WithPayload("\xff"),
+		"delay 0":           ops.WithDelay(0),
+		"delay too long":    ops.WithDelay(367 * 24 * time.Hour),
+		"delay sub-ms":      ops.WithDelay(1500 * time.Microsecond),
+		"run at zero":       ops.WithRunAt(time.Time{}),
+		"run at epoch":      ops.WithRunAt(time.Unix(0, 0)),
 	} {
 		if _, err := c.Submit(ctx, "bad", "emails", o); err == nil || errors.Is(err, ops.ErrRejected) {
 			t.Errorf("%s: %v, want an error of the client", name, err)
@@ -92,9 +97,34 @@ func TestSubmit(t *testing.T) {
 			t.Errorf("submit %q to %q was accepted", args[0], args[1])
 		}
 	}
+	if _, err := c.Submit(ctx, "bad", "emails", ops.WithDelay(time.Second), ops.WithRunAt(time.Now())); err == nil {
+		t.Error("run at and delay together were accepted")
+	}
 	if _, after := lastSeqs(t, js); after != before {
 		t.Fatalf("invalid submits published %d inputs", after-before)
 	}
+}
+
+// Scheduled submits (rules revision 8): the body carries run_at or
+// delay_ms, the job is QUEUED with its ready_at then, and a resend is a
+// duplicate.
+func TestSubmitScheduled(t *testing.T) {
+	c, js := startTenureJS(t)
+	ctx := context.Background()
+	at := time.Date(2030, 5, 6, 7, 8, 9, 123000000, time.UTC)
+	d, err := c.Submit(ctx, "later", "emails", ops.WithRunAt(at))
+	if err != nil || d.Job.RunAt != at.UnixNano() || d.Job.ReadyAt != at.UnixNano() || d.Job.State != events.StateQueued {
+		t.Fatalf("run at: %v %+v", err, d.Job)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"emails","run_at":"2030-05-06T07:08:09.123Z"}`)
+	if d, err = c.Submit(ctx, "later", "emails", ops.WithRunAt(at)); err != nil || !ops.IsDuplicateSubmit(d) {
+		t.Fatalf("the same scheduled submit again: %v %s/%s", err, d.Kind, d.Reason)
+	}
+	d, err = c.Submit(ctx, "soon", "emails", ops.WithDelay(90*time.Second))
+	if err != nil || d.Job.Delay != int64(90*time.Second) || d.Job.ReadyAt != d.At+int64(90*time.Second) {
+		t.Fatalf("delay: %v %+v", err, d.Job)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"emails","delay_ms":90000}`)
 }
 
 // Retry and Discard, the operator's way out of DEAD: a job whose one

@@ -91,6 +91,12 @@ func DescribeJob(j *events.Job, o MatrixOptions) string {
 			w("turn=", strconv.FormatUint(j.Turn, 10))
 		}
 		w("attempt=", strconv.FormatUint(j.Attempt, 10), "/", strconv.FormatUint(j.MaxAttempts, 10))
+		if j.RunAt != 0 {
+			w("run_at=", o.time(j.RunAt))
+		}
+		if j.Delay != 0 {
+			w("delay=", time.Duration(j.Delay).String())
+		}
 		if j.State == events.StateQueued {
 			w("ready=", o.time(j.ReadyAt))
 		}

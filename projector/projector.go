@@ -83,6 +83,7 @@ type job struct {
 	heapIdx  int   // index in the deadline heap, -1 when absent
 	deadline int64 // the heap key while present
 	qPos     int   // queue jobs: 1 + index in its submitter's ready heap, 0 when absent
+	later    bool  // revision 8: qPos indexes its submitter's later heap (ready_at after the fold's time then)
 }
 
 // New returns a projector with no jobs and the protocol's default policy,

@@ -56,6 +56,12 @@ import (
 // Under revision 7 the dispatchers also submit, and the workers ACK and
 // report results, in batches of one to three (an honest holder batches
 // the same verb for its other live leases), each element judged as its own input.
+//
+// Under revision 8 (flow control) single submits may also schedule their
+// jobs (run_at, delay_ms; a batch's elements take neither), and also:
+//
+//   - no job is offered before its run_at, nor before its submit's time
+//     plus its delay_ms.
 func TestQueueProperties(t *testing.T) {
 	for _, c := range []struct {
 		name        string
@@ -63,7 +69,8 @@ func TestQueueProperties(t *testing.T) {
 		rev         uint32
 	}{{"limits", 0, 0, events.Revision4}, {"fire1-offer1", 1, 1, events.Revision4},
 		{"rev5", 0, 0, events.Revision5}, {"rev5-fire1-offer1", 1, 1, events.Revision5},
-		{"rev7", 0, 0, events.Revision7}, {"rev7-fire1-offer1", 1, 1, events.Revision7}} {
+		{"rev8", 0, 0, events.Revision8}, {"rev8-fire1-offer1", 1, 1, events.Revision8},
+		{"rev8", 0, 0, events.Revision8}, {"rev8-fire1-offer1", 1, 1, events.Revision8}} {
 		t.Run(c.name, func(t *testing.T) { queueProperties(t, c.fire, c.offer, c.rev) })
 	}
 }
@@ -228,7 +235,23 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 					in.Job = rapid.SampledFrom(jobs).Draw(t, "job")
 					return in
 				}
-				ds = batch(events.RoleOps, rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "submitter"), rapid.SampledFrom(jobs).Draw(t, "job"), submit(), next)
+				in := submit()
+				if rev >= events.Revision8 {
+					// A scheduled submit goes alone: a batch's elements take
+					// neither run_at nor delay_ms.
+					switch rapid.IntRange(0, 3).Draw(t, "schedule") {
+					case 1:
+						in.RunAt = now + rapid.SampledFrom([]int64{-500, 1, 300, 1500}).Draw(t, "run_at")*ms
+					case 2:
+						in.DelayMS = rapid.SampledFrom([]int64{1, 300, 1500}).Draw(t, "delay")
+					}
+				}
+				submitter, job := rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "submitter"), rapid.SampledFrom(jobs).Draw(t, "job")
+				if in.RunAt != 0 || in.DelayMS != 0 {
+					ds = step(events.RoleOps, submitter, job, in)
+				} else {
+					ds = batch(events.RoleOps, submitter, job, in, next)
+				}
 			case 2, 3:
 				in := events.Input{Verb: events.VerbPull, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
 					Slots: uint64(rapid.IntRange(0, 3).Draw(t, "slots")), TTLMS: int64(rapid.SampledFrom([]int{500, 3000}).Draw(t, "ttl"))}
@@ -341,6 +364,9 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 						t.Fatalf("%s offered while generation %d is live; the input:\n%s", describeAll([]events.Decision{d}), prev.Generation, describeAll(ds))
 					}
 					if d.Kind == events.KindAssigned {
+						if j.RunAt > d.At || j.Delay != 0 && j.SubmittedAt+j.Delay > d.At {
+							t.Fatalf("%s: offered before its time (run_at %d, delay %d)", describeAll([]events.Decision{d}), j.RunAt, j.Delay)
+						}
 						k := [2]string{j.Queue, j.Holder}
 						c, ok := caps[k]
 						if !ok || c.until <= d.At || uint64(held[k]) >= c.slots {

@@ -60,6 +60,10 @@ func TestQueueCommands(t *testing.T) {
 	}
 	cmd(0, "submit", "--queue", "emails", "--priority", "9", "--payload-file", payload, "mail-2", "--lease", "2m", "--backoff", "2s", "--backoff-max", "1m")
 	for _, args := range [][]string{
+		{"submit", "x", "--queue", "emails", "--run-at", "tomorrow"},
+		{"submit", "x", "--queue", "emails", "--run-at", "2031-02-03T04:05:06Z", "--delay", "1s"},
+		{"submit", "x", "--queue", "emails", "--delay", "400d"},
+		{"submit", "x", "--queue", "emails", "--delay", "9000h"},
 		{"submit", "mail-3"},                                     // no queue
 		{"submit", "--queue", "emails"},                          // no job
 		{"submit", "a", "b", "--queue", "emails"},                // two jobs
@@ -181,6 +185,14 @@ func TestQueueCommands(t *testing.T) {
 		var o, e bytes.Buffer
 		return run(ctx, []string{"jobs", "get", "mail-1", "--nats-url", url}, &o, &e) == 1 && strings.Contains(e.String(), "404 no job mail-1")
 	})
+
+	// Scheduled (rules revision 8): queued, ready later.
+	if out = cmd(0, "submit", "later-1", "--queue", "reports", "--delay", "1h"); !strings.Contains(out, "submitted ok") || !strings.Contains(out, "delay=1h0m0s") {
+		t.Fatalf("submit --delay: %s", out)
+	}
+	if out = cmd(0, "submit", "later-2", "--queue", "reports", "--run-at", "2031-02-03T04:05:06+01:00"); !strings.Contains(out, "run_at=2031-02-03T03:05:06Z") {
+		t.Fatalf("submit --run-at: %s", out)
+	}
 }
 
 // The README's Queues section, as written, against a real tenure serve:

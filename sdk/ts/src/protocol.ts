@@ -118,6 +118,10 @@ export interface JobProjection {
   backoff_max_ms?: number;
   attempt_lease_ms?: number;
   attempt_ack_timeout_ms?: number;
+  /** Rules revision 8 (§26.1): the submit's run_at, if any. */
+  run_at?: string;
+  /** Rules revision 8 (§26.1): the submit's delay_ms, if any. */
+  delay_ms?: number;
   submitted_at?: string;
   submit_seq?: number;
   ready_at?: string;
