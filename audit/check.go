@@ -247,6 +247,9 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 		c.fx = NewEffectTracker(ReceiptJobs(opts.Effects))
 	}
 	c.flow = NewFlowTracker(c.max)
+	if c.p.LastSeq() > 0 {
+		c.flow.Seed(c.p) // an audit that starts from a snapshot
+	}
 	if c.p.Revision() >= events.Revision2 {
 		c.rulesSeq = c.p.LastSeq() + 1 // a snapshot at revision 2: every decision read
 	}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
 )
 
 // Flow is what the audit found of the flow rules of rules revision 8
@@ -18,6 +19,13 @@ type Flow struct {
 	// delay_ms), Offers the offers of scheduled jobs (assigned).
 	Scheduled uint64 `json:"scheduled"`
 	Offers    uint64 `json:"scheduled_offers"`
+	// UniqueKeys counts the unique keys named (by queue and key),
+	// Duplicates the submits refused for a key another job held
+	// (duplicate_unique_key), MaxHolders the most jobs that held one key
+	// at once (1 when the rule held).
+	UniqueKeys int    `json:"unique_keys"`
+	Duplicates uint64 `json:"unique_duplicates"`
+	MaxHolders int    `json:"unique_max_holders"`
 	// Findings are the breaches.
 	Findings List[FlowFinding] `json:"findings"`
 }
@@ -30,6 +38,12 @@ const (
 	// FlowOfferedEarly: a queue job offered before its run_at, or before
 	// its submit's time plus its delay_ms.
 	FlowOfferedEarly FlowProblem = "offered_early"
+	// FlowUniqueTwice: a job held its unique key while another job of
+	// its queue held it.
+	FlowUniqueTwice FlowProblem = "unique_key_twice"
+	// FlowUniqueNotHeld: a submit refused (or a retry) for a unique key
+	// that the job it names did not hold.
+	FlowUniqueNotHeld FlowProblem = "unique_key_not_held"
 )
 
 // FlowFinding is one breach: the decision that breached the rule.
@@ -46,17 +60,48 @@ type FlowFinding struct {
 type FlowTracker struct {
 	max  int
 	flow Flow
+	// keys holds, per unique key (queue, key), the latest projection of
+	// the job that last held it; named every key named.
+	keys    map[[2]string]events.Job
+	named   map[[2]string]bool
+	holders map[string]events.Job // the same projections, by job id
 }
 
 // NewFlowTracker returns a tracker that lists at most maxListed findings
 // (all are counted; negative: no bound).
 func NewFlowTracker(maxListed int) *FlowTracker { return &FlowTracker{max: maxListed} }
 
+// Seed takes the state an audit starts from (a snapshot): the holders of
+// unique keys then.
+func (t *FlowTracker) Seed(p *projector.Projector) {
+	for _, j := range p.Jobs() {
+		if j.Queue == "" || !holdsKeyAt(&j, p.Now()) {
+			continue
+		}
+		if t.keys == nil {
+			t.keys, t.named, t.holders = map[[2]string]events.Job{}, map[[2]string]bool{}, map[string]events.Job{}
+		}
+		k := [2]string{j.Queue, j.UniqueKey}
+		t.keys[k], t.holders[j.ID] = j, j
+	}
+}
+
 // Observe takes the next decision.
 func (t *FlowTracker) Observe(d *events.Decision) {
 	j := &d.Job
+	if d.Reason == events.ReasonDuplicateUniqueKey || d.Reason == events.ReasonUniqueKeyHeld {
+		t.flow.Duplicates++
+		// The job named must hold the key, by the decisions before.
+		h, ok := t.holders[d.DuplicateOf]
+		if !ok || !holdsKeyAt(&h, d.At) {
+			t.find(d, FlowUniqueNotHeld, "refused for a unique key that job "+d.DuplicateOf+" did not hold")
+		}
+	}
 	if j.Queue == "" {
 		return
+	}
+	if j.UniqueKey != "" {
+		t.unique(d)
 	}
 	scheduled := j.RunAt != 0 || j.Delay != 0
 	switch d.Kind {
@@ -76,6 +121,56 @@ func (t *FlowTracker) Observe(d *events.Decision) {
 			t.find(d, FlowOfferedEarly, "offered at "+events.FormatTime(d.At)+", before its submit's time plus delay_ms "+events.FormatTime(addNs(j.SubmittedAt, j.Delay)))
 		}
 	}
+}
+
+// unique follows the holder of the unique key of d's job.
+func (t *FlowTracker) unique(d *events.Decision) {
+	j := d.Job
+	k := [2]string{j.Queue, j.UniqueKey}
+	if t.keys == nil {
+		t.keys, t.named, t.holders = map[[2]string]events.Job{}, map[[2]string]bool{}, map[string]events.Job{}
+	}
+	if !t.named[k] {
+		t.named[k] = true
+		t.flow.UniqueKeys++
+	}
+	h, known := t.keys[k]
+	switch {
+	case d.Kind == events.KindRetired:
+		if known && h.ID == j.ID {
+			delete(t.keys, k)
+			delete(t.holders, j.ID)
+		}
+	case !holdsKeyAt(&j, d.At):
+		if known && h.ID == j.ID {
+			t.keys[k], t.holders[j.ID] = j, j
+		}
+	default:
+		if known && h.ID != j.ID && holdsKeyAt(&h, d.At) {
+			t.find(d, FlowUniqueTwice, "job "+j.ID+" holds unique key "+j.UniqueKey+" of queue "+j.Queue+", which job "+h.ID+" holds")
+			t.flow.MaxHolders = max(t.flow.MaxHolders, 2)
+		}
+		t.flow.MaxHolders = max(t.flow.MaxHolders, 1)
+		if known && h.ID != j.ID {
+			delete(t.holders, h.ID)
+		}
+		t.keys[k], t.holders[j.ID] = j, j
+	}
+}
+
+// holdsKeyAt reports whether j holds its unique key at time at
+// (PROTOCOL.md §26.2): it is QUEUED, OFFERED, ACTIVE or UNRESOLVED, an
+// ownership conflict of it is pending, or its last lease ended less than
+// unique_for_ms before.
+func holdsKeyAt(j *events.Job, at int64) bool {
+	if j.UniqueKey == "" {
+		return false
+	}
+	switch j.State {
+	case events.StateQueued, events.StateOffered, events.StateActive, events.StateUnresolved:
+		return true
+	}
+	return j.Conflict || j.UniqueFor > 0 && addNs(j.EndedAt, j.UniqueFor) > at
 }
 
 func (t *FlowTracker) find(d *events.Decision, p FlowProblem, detail string) {
@@ -101,14 +196,16 @@ func addNs(t, d int64) int64 {
 // writeFlow writes the flow section of a summary: nothing for a log that
 // used no flow rule and breached none.
 func writeFlow(p func(string, ...any), f *Flow, list int) {
-	if f.Scheduled == 0 && f.Offers == 0 && f.Findings.Count == 0 {
+	if f.Scheduled == 0 && f.Offers == 0 && f.UniqueKeys == 0 && f.Duplicates == 0 && f.Findings.Count == 0 {
 		return
 	}
-	p("%-12s %d (scheduled jobs: %d submitted, %d offers", "flow:", f.Findings.Count, f.Scheduled, f.Offers)
-	if f.Findings.Count == 0 {
-		p(", none before its time")
+	p("%-12s %d\n", "flow:", f.Findings.Count)
+	if f.Scheduled != 0 || f.Offers != 0 {
+		p("  scheduled jobs: %d submitted, %d offers of them\n", f.Scheduled, f.Offers)
 	}
-	p(")\n")
+	if f.UniqueKeys != 0 || f.Duplicates != 0 {
+		p("  unique keys: %d named, %d submits refused as duplicates, at most %d holder(s) of a key at once (limit 1)\n", f.UniqueKeys, f.Duplicates, f.MaxHolders)
+	}
 	n := len(f.Findings.Items)
 	if list >= 0 {
 		n = min(n, list)

@@ -81,3 +81,87 @@ func TestFlowScheduled(t *testing.T) {
 		t.Fatalf("forged offers: %d, %+v", n, f)
 	}
 }
+
+// TestFlowUnique: the audit counts unique keys and the duplicates
+// refused, and finds a second holder of a key (a submitted decision the
+// fold would have refused) and a refusal naming a job that did not hold
+// the key.
+func TestFlowUnique(t *testing.T) {
+	l := newFlowLog(t)
+	sub := func(at time.Duration, job, key string) []events.Decision {
+		return l.in(at, events.RoleOps, "d1", job, events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: key, MaxAttempts: 1})
+	}
+	sub(0, "a", "k")
+	ds := sub(0, "b", "k")
+	if len(ds) != 1 || ds[0].Reason != events.ReasonDuplicateUniqueKey || ds[0].DuplicateOf != "a" {
+		t.Fatalf("b: %+v", ds)
+	}
+	l.in(time.Second, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbCancel})
+	sub(2*time.Second, "b", "k")
+	f := flowOf(l.all)
+	if f.UniqueKeys != 1 || f.Duplicates != 1 || f.MaxHolders != 1 || f.Findings.Count != 0 {
+		t.Fatalf("clean log: %+v", f)
+	}
+	// Forged: b's refusal names a job that never held the key, and b's
+	// submit is stored before a's cancel (a still QUEUED, holding it).
+	var forged []events.Decision
+	for _, d := range l.all {
+		switch {
+		case d.Reason == events.ReasonDuplicateUniqueKey:
+			d.DuplicateOf = "nobody"
+		case d.Job.ID == "a" && d.Kind == events.KindCancelRequested:
+			continue
+		}
+		forged = append(forged, d)
+	}
+	f = flowOf(forged)
+	probs := map[audit.FlowProblem]int{}
+	for _, x := range f.Findings.Items {
+		probs[x.Problem]++
+	}
+	if probs[audit.FlowUniqueTwice] != 1 || probs[audit.FlowUniqueNotHeld] != 1 || f.MaxHolders != 2 || f.Findings.Count != 2 {
+		t.Fatalf("forged: %+v", f)
+	}
+}
+
+// TestFlowUniqueSeeded: an audit that starts from a snapshot knows the
+// holders of unique keys then, so that a refusal after it naming one is
+// no finding, and a second holder after it is.
+func TestFlowUniqueSeeded(t *testing.T) {
+	l := newFlowLog(t)
+	l.in(0, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
+	snap := l.p.Snapshot()
+	before := len(l.all)
+	ds := l.in(time.Second, events.RoleOps, "d2", "b", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
+	if len(ds) != 1 || ds[0].DuplicateOf != "a" {
+		t.Fatalf("b: %+v", ds)
+	}
+	p := projector.New()
+	if err := p.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	tr := audit.NewFlowTracker(-1)
+	tr.Seed(p)
+	for i := range l.all[before:] {
+		tr.Observe(&l.all[before+i])
+	}
+	if f := tr.Result(); f.Findings.Count != 0 || f.Duplicates != 1 {
+		t.Fatalf("seeded: %+v", f)
+	}
+	// The same refusal without the seed names a job the audit never saw
+	// hold the key.
+	if f := flowOf(l.all[before:]); f.Findings.Count != 1 || f.Findings.Items[0].Problem != audit.FlowUniqueNotHeld {
+		t.Fatalf("unseeded: %+v", f)
+	}
+	// A second holder after the snapshot (a submitted forged from the
+	// refusal) is a finding against the seeded holder.
+	forged := l.all[before]
+	forged.Kind, forged.Reason, forged.DuplicateOf = events.KindSubmitted, events.ReasonOk, ""
+	forged.Job = events.Job{ID: "b", State: events.StateQueued, Queue: "q", Submitter: "d2", UniqueKey: "k", MaxAttempts: 3, SubmittedAt: forged.At, ReadyAt: forged.At, SubmitSeq: forged.Cause}
+	tr = audit.NewFlowTracker(-1)
+	tr.Seed(p)
+	tr.Observe(&forged)
+	if f := tr.Result(); f.Findings.Count != 1 || f.Findings.Items[0].Problem != audit.FlowUniqueTwice {
+		t.Fatalf("seeded, second holder: %+v", f)
+	}
+}

@@ -336,7 +336,7 @@ type Report struct {
 	// without any.
 	Effects *Effects `json:"effects,omitempty"`
 	// Flow is the evidence that the flow rules of rules revision 8
-	// held (PROTOCOL.md §26.2), and their breaches.
+	// held (PROTOCOL.md §26.3), and their breaches.
 	Flow Flow `json:"flow"`
 	// Checkpoints are the checkpoint claims the fold recorded, checked
 	// against the replay.

@@ -32,8 +32,9 @@ import (
 //     each lease element in array order; an empty "leases" counts as
 //     missing) and then the consistency of a policy (bad_policy), of a
 //     submit's backoff_ms and backoff_max_ms (and, revision 8, its run_at
-//     and delay_ms, which exclude each other), and of a result's permanent
-//     with its outcome (bad_value).
+//     and delay_ms, which exclude each other; a unique_for_ms without a
+//     unique_key is missing_field), and of a result's permanent with its
+//     outcome (bad_value).
 //
 // Details of 3:
 //   - A body that does not start with '{' is not_object when its first byte
@@ -116,6 +117,8 @@ const (
 	// revision 8 on: submit (run_at, delay_ms).
 	fRunAt
 	fDelayMS
+	fUniqueKey
+	fUniqueForMS
 	bodyFieldCount
 )
 
@@ -164,6 +167,8 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fJobs:            "jobs",
 	fRunAt:           "run_at",
 	fDelayMS:         "delay_ms",
+	fUniqueKey:       "unique_key",
+	fUniqueForMS:     "unique_for_ms",
 }
 
 // fieldSince is the first rules revision that knows field f: under an
@@ -269,6 +274,10 @@ func lookupBodyField(k []byte) bodyField {
 		return fRunAt
 	case "delay_ms":
 		return fDelayMS
+	case "unique_key":
+		return fUniqueKey
+	case "unique_for_ms":
+		return fUniqueForMS
 	}
 	return fNone
 }
@@ -324,7 +333,7 @@ var (
 	// submit8 is the submit from revision 8 on: run_at or delay_ms.
 	submit8 = newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
 		fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload,
-		fRunAt, fDelayMS)
+		fRunAt, fDelayMS, fUniqueKey, fUniqueForMS)
 	// result4 is the result from revision 4 on: permanent, optional.
 	result4 = newBodySchema("result", []bodyField{fLeaseID, fGeneration, fOutcome}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fOutcome, fDetail, fPermanent)
 	// policy3 is the policy from revision 3 on: retain_ms, optional.
@@ -813,6 +822,10 @@ func (d *inputDecoder) field(f bodyField) bool {
 		var ms uint64
 		ms, ok = d.bounded(MinDurationMS, MaxDelayMS, ReasonBadDuration)
 		in.DelayMS = int64(ms)
+	case fUniqueKey:
+		in.UniqueKey, ok = d.token()
+	case fUniqueForMS:
+		in.UniqueForMS, ok = d.duration()
 	}
 	return ok
 }
@@ -1796,10 +1809,16 @@ func (d *inputDecoder) finish() bool {
 			return d.fail(ReasonBadPolicy, "max_lease_ms", "above max_lifetime_ms")
 		}
 	case VerbSubmit:
-		if d.seen.has(fRunAt) && d.seen.has(fDelayMS) {
-			return d.fail(ReasonBadValue, "delay_ms", "run_at and delay_ms exclude each other")
+		if !d.submitConsistent(in) {
+			return false
 		}
-		return d.submitConsistent(in)
+		// Revision 8 on (a batch's elements take none of these fields).
+		switch {
+		case d.seen.has(fRunAt) && d.seen.has(fDelayMS):
+			return d.fail(ReasonBadValue, "delay_ms", "run_at and delay_ms exclude each other")
+		case d.seen.has(fUniqueForMS) && !d.seen.has(fUniqueKey):
+			return d.missing(fUniqueKey, "unique_for_ms needs a unique_key")
+		}
 	case VerbResult:
 		return d.resultConsistent(in, d.seen.has(fPermanent))
 	}

@@ -278,7 +278,10 @@ const (
 	Revision7 = 7
 	// Revision8 adds flow control (PROTOCOL.md §26), every piece of it a
 	// decision of the fold on stored time: scheduled jobs (a submit's
-	// run_at or delay_ms: queued, not offered before then). A job's turn
+	// run_at or delay_ms: queued, not offered before then); unique keys
+	// (a submit naming a key another live job of its queue holds is a
+	// duplicate naming that job; the key is held until the job ends, or
+	// unique_for_ms after, and never past its retirement or discard). A job's turn
 	// counts only its submitter's jobs ready at its submit (a job
 	// scheduled for later, or backing off, is not ahead of it). The
 	// snapshot format 6 carries the new fields. The elements of a batch
@@ -467,9 +470,13 @@ type Input struct {
 	// renew's elements are Leases, as in every revision).
 	Batch []Input
 
-	// Revision 8 on: submit (RunAt or DelayMS: not offered before then).
-	RunAt   int64 // Unix ns; 0: none
-	DelayMS int64 // 0: none
+	// Revision 8 on: submit (RunAt or DelayMS: not offered before then;
+	// UniqueKey and UniqueForMS: no other live job of the queue with the
+	// key).
+	RunAt       int64 // Unix ns; 0: none
+	DelayMS     int64 // 0: none
+	UniqueKey   string
+	UniqueForMS int64 // 0: the key is held while the job lives
 
 	Revision      uint32             // rules: the revision to move to
 	LeaseKey      [LeaseKeyLen]byte  // rules: the key of lease ids
@@ -709,6 +716,13 @@ type Job struct {
 	// time either gave.
 	RunAt int64
 	Delay int64
+	// UniqueKey (revision 8) is the submit's unique key: no other job of
+	// the queue that holds it may be submitted while this one holds it,
+	// that is while it is QUEUED, OFFERED, ACTIVE or UNRESOLVED (or an
+	// ownership conflict of it is pending), and UniqueFor (ns) after it
+	// ended (ended_at); never past its retirement or discard.
+	UniqueKey string
+	UniqueFor int64
 
 	// Withheld (revision 5 on) is set on the projection a decision carries
 	// to a worker that does not hold the job's current lease: its LeaseID
@@ -767,6 +781,10 @@ type Decision struct {
 	// (revision 5 on): on capacity_set, on withdrawn, and on the completed
 	// decision of a queue job's SUCCESS.
 	Standing *Standing
+	// DuplicateOf (revision 8) names the job that holds the unique key a
+	// submit named: on its duplicate/duplicate_unique_key verdict, and on
+	// the rejected/unique_key_held of a retry.
+	DuplicateOf string
 }
 
 // Standing is a worker's standing on a queue (revision 5 on, PROTOCOL.md

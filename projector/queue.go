@@ -286,6 +286,8 @@ type queueSpec struct {
 	payload                string
 	hasPayload             bool
 	runAt, delay           int64 // revision 8: as the submit gave them (ns; 0: none)
+	uniqueKey              string
+	uniqueFor              int64 // ns
 }
 
 func specOf(in *events.Input) queueSpec {
@@ -293,7 +295,8 @@ func specOf(in *events.Input) queueSpec {
 		backoff: in.BackoffMS * 1e6, backoffMax: in.BackoffMax * 1e6,
 		attemptLease: in.LeaseMS * 1e6, ackLease: in.AckTimeoutMS * 1e6,
 		payload: in.Payload, hasPayload: in.HasPayload,
-		runAt: in.RunAt, delay: in.DelayMS * 1e6}
+		runAt: in.RunAt, delay: in.DelayMS * 1e6,
+		uniqueKey: in.UniqueKey, uniqueFor: in.UniqueForMS * 1e6}
 	if s.maxAttempts == 0 {
 		s.maxAttempts = events.DefaultMaxAttempts
 	}
@@ -330,6 +333,10 @@ func (s *queueSpec) diff(j *events.Job) string {
 		return "run_at"
 	case s.delay != j.Delay:
 		return "delay_ms"
+	case s.uniqueKey != j.UniqueKey:
+		return "unique_key"
+	case s.uniqueFor != j.UniqueFor:
+		return "unique_for_ms"
 	}
 	return ""
 }
@@ -343,6 +350,7 @@ func copyQueue(dst, src *events.Job) {
 	dst.SubmittedAt, dst.SubmitSeq = src.SubmittedAt, src.SubmitSeq
 	dst.Attempt, dst.ReadyAt, dst.LastReason = src.Attempt, src.ReadyAt, src.LastReason
 	dst.RunAt, dst.Delay = src.RunAt, src.Delay
+	dst.UniqueKey, dst.UniqueFor = src.UniqueKey, src.UniqueFor
 }
 
 // outOfPolicy is the detail of a duration_out_of_policy rejection from
@@ -379,6 +387,14 @@ func (p *Projector) submit() {
 		r.Detail = p.outOfPolicy("lease_ms", in.LeaseMS)
 		return
 	}
+	if h := p.keyHolder(spec.queue, spec.uniqueKey); h != nil {
+		// Revision 8: another job of the queue holds the key.
+		r := p.emit(nil, events.KindDuplicate, events.ReasonDuplicateUniqueKey, in.Actor)
+		r.Job.ID = in.Job
+		r.DuplicateOf = h.ID
+		r.Detail = p.heldDetail(h)
+		return
+	}
 	j = &job{heapIdx: -1}
 	j.ID = strings.Clone(in.Job)
 	j.Queue = strings.Clone(spec.queue)
@@ -387,6 +403,7 @@ func (p *Projector) submit() {
 	j.Backoff, j.BackoffMax = spec.backoff, spec.backoffMax
 	j.AttemptLease, j.AttemptAck = spec.attemptLease, spec.ackLease
 	j.Payload, j.HasPayload = strings.Clone(spec.payload), spec.hasPayload
+	j.UniqueKey, j.UniqueFor = strings.Clone(spec.uniqueKey), spec.uniqueFor
 	j.State = events.StateQueued
 	j.SubmittedAt, j.SubmitSeq, j.ReadyAt = p.now, p.cause, p.now
 	// Revision 8: a job scheduled for later (run_at, delay_ms) is ready
@@ -408,6 +425,7 @@ func (p *Projector) submit() {
 	}
 	p.jobs[j.ID] = j
 	q.jobs++
+	p.takeKey(j)
 	p.schedule(j) // its wake-up at ready_at, when scheduled for later (revision 8)
 	p.enqueue(j)
 	p.emit(j, events.KindSubmitted, events.ReasonOk, in.Actor)
@@ -865,9 +883,17 @@ func (p *Projector) resolveDead(j *job) {
 		p.retireFor(j, events.ReasonDiscarded)
 		return
 	}
+	if h := p.keyHolder(j.Queue, j.UniqueKey); h != nil && h != j {
+		// Revision 8: its unique key went to another job since it ended.
+		d := p.emit(j, events.KindRejected, events.ReasonUniqueKeyHeld, in.Actor)
+		d.DuplicateOf = h.ID
+		d.Detail = p.heldDetail(h)
+		return
+	}
 	j.Attempt = 0
 	j.State = events.StateQueued
 	j.ReadyAt = p.now
+	p.takeKey(j)
 	p.schedule(j)
 	p.enqueue(j)
 	p.emit(j, events.KindResolved, events.ReasonRetried, j.Submitter)

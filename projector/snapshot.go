@@ -184,6 +184,12 @@ func appendJob(b []byte, j *events.Job) []byte {
 			if rev8&r8Delay != 0 {
 				b = binary.AppendVarint(b, j.Delay)
 			}
+			if rev8&r8UniqueKey != 0 {
+				b = str(b, j.UniqueKey)
+			}
+			if rev8&r8UniqueFor != 0 {
+				b = binary.AppendVarint(b, j.UniqueFor)
+			}
 		}
 	}
 	return b
@@ -192,9 +198,11 @@ func appendJob(b []byte, j *events.Job) []byte {
 // The fields of revision 8 a queue job's record may go on with (format 6):
 // a byte of these bits, then each field whose bit is set, in bit order.
 const (
-	r8RunAt = 1 << iota // varint
-	r8Delay             // varint
-	r7Known = r8RunAt | r8Delay
+	r8RunAt     = 1 << iota // varint
+	r8Delay                 // varint
+	r8UniqueKey             // string
+	r8UniqueFor             // varint
+	r8Known     = r8RunAt | r8Delay | r8UniqueKey | r8UniqueFor
 )
 
 // rev8FieldsOf is the byte of the revision-8 fields j has (0: none, and
@@ -207,13 +215,19 @@ func rev8FieldsOf(j *events.Job) byte {
 	if j.Delay != 0 {
 		f |= r8Delay
 	}
+	if j.UniqueKey != "" {
+		f |= r8UniqueKey
+	}
+	if j.UniqueFor != 0 {
+		f |= r8UniqueFor
+	}
 	return f
 }
 
 // readRev8Fields reads the revision-8 fields of a queue job's record.
 func readRev8Fields(r *snapReader, j *events.Job) {
 	f := r.bytes(1, "revision 8 fields")[0]
-	if f == 0 || f&^r7Known != 0 {
+	if f == 0 || f&^r8Known != 0 {
 		r.fail("revision 8 fields")
 		return
 	}
@@ -222,6 +236,12 @@ func readRev8Fields(r *snapReader, j *events.Job) {
 	}
 	if f&r8Delay != 0 {
 		j.Delay = r.varint("delay")
+	}
+	if f&r8UniqueKey != 0 {
+		j.UniqueKey = string(r.strBytes("unique key"))
+	}
+	if f&r8UniqueFor != 0 {
+		j.UniqueFor = r.varint("unique for")
 	}
 }
 
@@ -544,6 +564,14 @@ func (p *Projector) Restore(snap []byte) error {
 				q.liveStart(j)
 			}
 			q.enqueue(j)
+			if q.holdsKey(j) {
+				// Judged on the projections as stored: no deadline fires
+				// while restoring (keyHolder's lookup would fire one).
+				if h := q.unique[uniqueKey{j.Queue, j.UniqueKey}]; h != nil {
+					return fmt.Errorf("%w: jobs %q and %q both hold unique key %q of queue %q", ErrBadSnapshot, h.ID, j.ID, j.UniqueKey, j.Queue)
+				}
+				q.takeKey(j)
+			}
 		}
 		if d, ok := nextDeadline(j, q.policy.Retain, q.now); ok {
 			j.deadline, j.heapIdx = d, len(q.heap)
@@ -661,6 +689,9 @@ func invalidQueueJob(j *events.Job) string {
 	case j.Delay != 0 && (j.Delay < events.MinDurationMS*1e6 || j.Delay > events.MaxDelayMS*1e6 || j.Delay%1e6 != 0),
 		j.RunAt != 0 && j.Delay != 0:
 		return "run_at or delay_ms out of range"
+	case j.UniqueKey != "" && !events.ValidToken(j.UniqueKey),
+		j.UniqueFor != 0 && (j.UniqueKey == "" || j.UniqueFor < events.MinDurationMS*1e6 || j.UniqueFor > events.MaxDurationMS*1e6 || j.UniqueFor%1e6 != 0):
+		return "unique key or unique_for_ms out of range"
 	}
 	return ""
 }
