@@ -28,6 +28,11 @@ type SubmitOptions struct {
 	// most events.MaxDelayMS). They exclude each other.
 	RunAt time.Time
 	Delay time.Duration
+	// Rules revision 8 (PROTOCOL.md §26.2): no other job of the queue
+	// naming UniqueKey is submitted while this one holds it (while it
+	// lives, and UniqueFor after it ended); UniqueFor needs UniqueKey.
+	UniqueKey string
+	UniqueFor time.Duration
 }
 
 // SubmitOption sets one of SubmitOptions, or returns why its value is
@@ -163,6 +168,39 @@ func WithDelay(d time.Duration) SubmitOption {
 	}
 }
 
+// WithUniqueKey sets SubmitOptions.UniqueKey (a token: 1 to 64 of
+// [A-Za-z0-9_-]): while a job of the queue that named key holds it
+// (QUEUED, OFFERED, ACTIVE or UNRESOLVED, and WithUniqueFor after it
+// ended), this submit is refused: duplicate/duplicate_unique_key, a
+// *RejectedError whose decision's DuplicateOf names that job
+// (IsDuplicateUniqueKey). PROTOCOL.md §26.2.
+func WithUniqueKey(key string) SubmitOption {
+	return func(o *SubmitOptions) error {
+		if !events.ValidToken(key) {
+			return fmt.Errorf("unique key %q: want 1 to %d characters of [A-Za-z0-9_-], not _", key, events.MaxTokenLen)
+		}
+		o.UniqueKey = key
+		return nil
+	}
+}
+
+// WithUniqueFor sets SubmitOptions.UniqueFor: the job holds its unique key
+// this long after it ended too (whole milliseconds, at most
+// events.MaxDurationMS), never past its retirement or discard. It needs
+// WithUniqueKey.
+func WithUniqueFor(d time.Duration) SubmitOption {
+	return func(o *SubmitOptions) error {
+		if err := checkDuration("unique for", d); err != nil {
+			return err
+		}
+		if d == 0 {
+			return fmt.Errorf("unique for 0: want %v to %v", events.MinDurationMS*time.Millisecond, events.MaxDurationMS*time.Millisecond)
+		}
+		o.UniqueFor = d
+		return nil
+	}
+}
+
 // checkDuration checks an optional duration of a submit: 0, or whole
 // milliseconds from events.MinDurationMS to events.MaxDurationMS.
 func checkDuration(what string, d time.Duration) error {
@@ -204,11 +242,15 @@ func (c *Client) Submit(ctx context.Context, job, queue string, opts ...SubmitOp
 			return events.Decision{}, fmt.Errorf("ops: submit %s: %w", job, err)
 		}
 	}
+	if o.UniqueFor != 0 && o.UniqueKey == "" {
+		return events.Decision{}, fmt.Errorf("ops: submit %s: unique for needs a unique key", job)
+	}
 	in := events.Input{Job: job, Verb: events.VerbSubmit, Queue: queue,
 		Priority: o.Priority, MaxAttempts: o.MaxAttempts,
 		BackoffMS: o.Backoff.Milliseconds(), BackoffMax: o.BackoffMax.Milliseconds(),
 		LeaseMS: o.Lease.Milliseconds(), AckTimeoutMS: o.AckTimeout.Milliseconds(),
-		Payload: o.Payload, HasPayload: o.HasPayload, DelayMS: o.Delay.Milliseconds()}
+		Payload: o.Payload, HasPayload: o.HasPayload, DelayMS: o.Delay.Milliseconds(),
+		UniqueKey: o.UniqueKey, UniqueForMS: o.UniqueFor.Milliseconds()}
 	if !o.RunAt.IsZero() {
 		in.RunAt = o.RunAt.UnixNano()
 	}
@@ -226,9 +268,19 @@ func IsDuplicateSubmit(d events.Decision) bool {
 	return d.Kind == events.KindDuplicate && d.Reason == events.ReasonDuplicateSubmit
 }
 
+// IsDuplicateUniqueKey reports whether d is the verdict of a submit
+// refused because another job of the queue holds its unique key
+// (duplicate/duplicate_unique_key, rules revision 8): d.DuplicateOf names
+// that job.
+func IsDuplicateUniqueKey(d events.Decision) bool {
+	return d.Kind == events.KindDuplicate && d.Reason == events.ReasonDuplicateUniqueKey
+}
+
 // Retry queues a DEAD queue job again, ready at once, with a fresh attempt
 // budget (resolve action retry, PROTOCOL.md §22.5): resolved/retried. A job
-// that is not DEAD is rejected/nothing_to_resolve.
+// that is not DEAD is rejected/nothing_to_resolve, one whose unique key
+// another job holds now rejected/unique_key_held (revision 8: DuplicateOf
+// names it).
 func (c *Client) Retry(ctx context.Context, job, reason string) (events.Decision, error) {
 	return c.do(ctx, &events.Input{Job: job, Verb: events.VerbResolve, Action: events.ActionRetry, Text: reason})
 }

@@ -87,6 +87,11 @@ func TestSubmit(t *testing.T) {
 		"delay sub-ms":      ops.WithDelay(1500 * time.Microsecond),
 		"run at zero":       ops.WithRunAt(time.Time{}),
 		"run at epoch":      ops.WithRunAt(time.Unix(0, 0)),
+		"unique key dot":    ops.WithUniqueKey("user.42"),
+		"unique key none":   ops.WithUniqueKey("_"),
+		"unique for 0":      ops.WithUniqueFor(0),
+		"unique for long":   ops.WithUniqueFor(31 * 24 * time.Hour),
+		"unique for alone":  ops.WithUniqueFor(time.Hour),
 	} {
 		if _, err := c.Submit(ctx, "bad", "emails", o); err == nil || errors.Is(err, ops.ErrRejected) {
 			t.Errorf("%s: %v, want an error of the client", name, err)
@@ -125,6 +130,30 @@ func TestSubmitScheduled(t *testing.T) {
 		t.Fatalf("delay: %v %+v", err, d.Job)
 	}
 	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"emails","delay_ms":90000}`)
+}
+
+// Unique keys (rules revision 8): the body carries unique_key and
+// unique_for_ms; a second job naming a held key is refused, naming the
+// holder; the holder's own resend is a duplicate submit, no error.
+func TestSubmitUnique(t *testing.T) {
+	c, js := startTenureJS(t)
+	ctx := context.Background()
+	d, err := c.Submit(ctx, "export-1", "exports", ops.WithUniqueKey("user-42"), ops.WithUniqueFor(time.Hour))
+	if err != nil || d.Job.UniqueKey != "user-42" || d.Job.UniqueFor != int64(time.Hour) {
+		t.Fatalf("submit: %v %+v", err, d.Job)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"exports","unique_key":"user-42","unique_for_ms":3600000}`)
+	d, err = c.Submit(ctx, "export-2", "exports", ops.WithUniqueKey("user-42"))
+	var re *ops.RejectedError
+	if !errors.Is(err, ops.ErrRejected) || !errors.As(err, &re) || !ops.IsDuplicateUniqueKey(d) || d.DuplicateOf != "export-1" {
+		t.Fatalf("second job with the key: %v %s/%s of %q", err, d.Kind, d.Reason, d.DuplicateOf)
+	}
+	if d, err = c.Submit(ctx, "export-1", "exports", ops.WithUniqueKey("user-42"), ops.WithUniqueFor(time.Hour)); err != nil || !ops.IsDuplicateSubmit(d) {
+		t.Fatalf("the holder's resend: %v %s/%s", err, d.Kind, d.Reason)
+	}
+	if _, err = c.Submit(ctx, "export-3", "other", ops.WithUniqueKey("user-42")); err != nil {
+		t.Fatalf("the key in another queue: %v", err)
+	}
 }
 
 // Retry and Discard, the operator's way out of DEAD: a job whose one

@@ -64,6 +64,9 @@ func TestQueueCommands(t *testing.T) {
 		{"submit", "x", "--queue", "emails", "--run-at", "2031-02-03T04:05:06Z", "--delay", "1s"},
 		{"submit", "x", "--queue", "emails", "--delay", "400d"},
 		{"submit", "x", "--queue", "emails", "--delay", "9000h"},
+		{"submit", "x", "--queue", "emails", "--unique-key", "a.b"},
+		{"submit", "x", "--queue", "emails", "--unique-for", "1h"},
+		{"submit", "x", "--queue", "emails", "--unique-key", "k", "--unique-for", "800h"},
 		{"submit", "mail-3"},                                     // no queue
 		{"submit", "--queue", "emails"},                          // no job
 		{"submit", "a", "b", "--queue", "emails"},                // two jobs
@@ -192,6 +195,15 @@ func TestQueueCommands(t *testing.T) {
 	}
 	if out = cmd(0, "submit", "later-2", "--queue", "reports", "--run-at", "2031-02-03T04:05:06+01:00"); !strings.Contains(out, "run_at=2031-02-03T03:05:06Z") {
 		t.Fatalf("submit --run-at: %s", out)
+	}
+
+	// Unique keys (rules revision 8): a second job naming a held key is
+	// refused, naming the holder.
+	if out = cmd(0, "submit", "export-1", "--queue", "exports", "--unique-key", "user-42", "--unique-for", "1h"); !strings.Contains(out, "unique=user-42 for=1h0m0s") {
+		t.Fatalf("submit --unique-key: %s", out)
+	}
+	if out = cmd(1, "submit", "export-2", "--queue", "exports", "--unique-key", "user-42"); !strings.Contains(out, "duplicate_unique_key") || !strings.Contains(out, "duplicate_of=export-1") {
+		t.Fatalf("submit of a held key: %s", out)
 	}
 }
 
