@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
@@ -443,6 +444,18 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			}
 			if !p.Due() && projector.Matchable(p) {
 				t.Fatalf("after input %d a queue has a ready job and a free slot, and nothing is due", len(raws))
+			}
+		}
+
+		// The audit's independent check of the flow rules finds nothing
+		// in the fold's decisions (no false finding).
+		if rev >= events.Revision7 {
+			tr := audit.NewFlowTracker(-1)
+			for i := range all {
+				tr.Observe(&all[i])
+			}
+			if f := tr.Result(); f.Findings.Count != 0 || f.MaxHolders > 1 {
+				t.Fatalf("the audit of the fold's decisions: %+v", f)
 			}
 		}
 
