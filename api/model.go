@@ -501,6 +501,7 @@ func (m *Model) summary(e *Entry) JobSummary {
 			s.ReadyAt = events.FormatTime(j.ReadyAt)
 		}
 		s.ScheduledFor = events.FormatTime(ScheduledFor(j))
+		s.UniqueKey = j.UniqueKey
 	}
 	return s
 }

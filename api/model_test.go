@@ -566,3 +566,18 @@ func TestScheduledFor(t *testing.T) {
 		}
 	}
 }
+
+// A queue job's summary names its unique key (rules revision 8); a submit
+// refused for the key (its job NONE) lists no job.
+func TestJobSummaryUniqueKey(t *testing.T) {
+	f := newFolded(t)
+	f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision8, LeaseKey: [events.LeaseKeyLen]byte{7}})
+	f.step(events.RoleOps, "d1", "u1", events.Input{Verb: events.VerbSubmit, Queue: "exports", UniqueKey: "user-42"})
+	if ds := f.step(events.RoleOps, "d2", "u2", events.Input{Verb: events.VerbSubmit, Queue: "exports", UniqueKey: "user-42"}); len(ds) != 1 || ds[0].DuplicateOf != "u1" {
+		t.Fatalf("u2: %+v", ds)
+	}
+	l := f.m.List(JobsRequest{Queue: "exports", Limit: 10}, f.at())
+	if l.Total != 1 || len(l.Jobs) != 1 || l.Jobs[0].ID != "u1" || l.Jobs[0].UniqueKey != "user-42" {
+		t.Fatalf("the jobs of exports: %+v", l)
+	}
+}

@@ -122,6 +122,7 @@ type Row struct {
 	MaxAttempts   uint64 `json:"max_attempts,omitempty"`
 	ReadyAt       int64  `json:"ready_at,omitempty"`
 	ScheduledFor  int64  `json:"scheduled_for,omitempty"` // rules revision 8: its run_at, or its submit's time plus delay_ms
+	UniqueKey     string `json:"unique_key,omitempty"`    // rules revision 8: the submit's unique key
 	AttemptReason string `json:"attempt_reason,omitempty"`
 	Anomalies     uint64 `json:"anomalies"` // non-accepted verdicts about the job, every generation
 	Decisions     int    `json:"decisions"` // decisions about the job
@@ -180,6 +181,7 @@ func (e *jobEntry) row() Row {
 			r.ReadyAt = ms(j.ReadyAt)
 		}
 		r.ScheduledFor = ms(api.ScheduledFor(j))
+		r.UniqueKey = j.UniqueKey
 	}
 	if j.Generation == 0 {
 		return r

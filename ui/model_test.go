@@ -508,3 +508,15 @@ func TestModelScheduledJob(t *testing.T) {
 		t.Fatalf("scheduled rows: %+v", p.Rows)
 	}
 }
+
+// A queue job's row names its unique key (rules revision 8).
+func TestModelUniqueKeyJob(t *testing.T) {
+	m := newModel(0, 0)
+	j := events.Job{ID: "u1", State: events.StateQueued, Queue: "exports", Submitter: "disp", MaxAttempts: 3,
+		Backoff: sec, BackoffMax: 60 * sec, SubmittedAt: sec, ReadyAt: sec, UniqueKey: "user-42", UniqueFor: 60 * sec}
+	m.apply(0, 1, decision(1, events.KindSubmitted, events.ReasonOk, j))
+	p := m.page(Query{Queue: "exports"}, time.Unix(2, 0))
+	if len(p.Rows) != 1 || p.Rows[0].UniqueKey != "user-42" {
+		t.Fatalf("rows: %+v", p.Rows)
+	}
+}
