@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 )
 
@@ -36,5 +37,24 @@ func TestRestoreUniqueKeyTwice(t *testing.T) {
 	projector.SetJob(f.p, b)
 	if err := new(projector.Projector).Restore(f.p.Snapshot()); !errors.Is(err, projector.ErrBadSnapshot) {
 		t.Fatalf("two holders of one key: Restore = %v, want ErrBadSnapshot", err)
+	}
+}
+
+// TestUniqueForAtTheEndOfTime: a unique key held unique_for_ms (its
+// longest) after a job that ended at the end of int64 nanoseconds is
+// still held: the window saturates, it does not wrap into the past and
+// free the key.
+func TestUniqueForAtTheEndOfTime(t *testing.T) {
+	f := &folder{t: t, p: projector.New()}
+	at := projector.MaxTime - 1000 - testutil.ScenarioBase
+	f.step(at, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision7, LeaseKey: propLeaseKey})
+	f.step(at, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k", UniqueForMS: events.MaxDurationMS})
+	f.step(at, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbCancel})
+	ds := f.step(at+500, events.RoleOps, "d1", "b", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
+	if len(ds) != 1 || ds[0].Reason != events.ReasonDuplicateUniqueKey || ds[0].DuplicateOf != "a" {
+		t.Fatalf("b at the end of time: %s", describeAll(ds))
+	}
+	if err := new(projector.Projector).Restore(f.p.Snapshot()); err != nil {
+		t.Fatalf("restore at the end of time: %v", err)
 	}
 }
