@@ -165,3 +165,24 @@ func TestFlowUniqueSeeded(t *testing.T) {
 		t.Fatalf("seeded, second holder: %+v", f)
 	}
 }
+
+// The summary's flow section: the scheduled jobs and the unique keys when
+// a log used them, and each finding.
+func TestWriteSummaryFlow(t *testing.T) {
+	l := newFlowLog(t)
+	l.in(0, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k", DelayMS: 1000})
+	l.in(0, events.RoleOps, "d1", "b", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
+	var b strings.Builder
+	if err := audit.WriteSummary(&b, &audit.Report{Flow: flowOf(l.all)}, 5); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"flow:        0\n",
+		"  scheduled jobs: 1 submitted, 0 offers of them\n",
+		"  unique keys: 1 named, 1 submits refused as duplicates, at most 1 holder(s) of a key at once (limit 1)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the summary has no %q:\n%s", want, b.String())
+		}
+	}
+}
