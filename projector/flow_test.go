@@ -47,7 +47,7 @@ func TestRestoreUniqueKeyTwice(t *testing.T) {
 func TestUniqueForAtTheEndOfTime(t *testing.T) {
 	f := &folder{t: t, p: projector.New()}
 	at := projector.MaxTime - 1000 - testutil.ScenarioBase
-	f.step(at, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision7, LeaseKey: propLeaseKey})
+	f.step(at, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision8, LeaseKey: propLeaseKey})
 	f.step(at, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k", UniqueForMS: events.MaxDurationMS})
 	f.step(at, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbCancel})
 	ds := f.step(at+500, events.RoleOps, "d1", "b", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
@@ -56,5 +56,72 @@ func TestUniqueForAtTheEndOfTime(t *testing.T) {
 	}
 	if err := new(projector.Projector).Restore(f.p.Snapshot()); err != nil {
 		t.Fatalf("restore at the end of time: %v", err)
+	}
+}
+
+// TestBatchesAndFlow: a log at rules revision 8 takes both revision 7's
+// batches and revision 8's scheduled jobs and unique keys, side by side in
+// one queue; under revision 7 a submit naming run_at, delay_ms, unique_key
+// or unique_for_ms is refused as it was below 7 (rejected/unknown_field),
+// and nothing of it is in the projection.
+func TestBatchesAndFlow(t *testing.T) {
+	for _, rev := range []uint32{events.Revision7, events.Revision8} {
+		f := &folder{t: t, p: projector.New()}
+		f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: rev, LeaseKey: propLeaseKey})
+		ds := f.step(0, events.RoleOps, "d1", events.NoJob, events.Input{Verb: events.VerbSubmit, Batch: []events.Input{
+			{Job: "a", Verb: events.VerbSubmit, Queue: "q"}, {Job: "b", Verb: events.VerbSubmit, Queue: "q"}}})
+		if len(ds) != 2 || ds[0].Kind != events.KindSubmitted || ds[1].Kind != events.KindSubmitted || ds[1].Job.ID != "b" {
+			t.Fatalf("revision %d: a batch submit: %s", rev, describeAll(ds))
+		}
+		for _, in := range []events.Input{
+			{Verb: events.VerbSubmit, Queue: "q", DelayMS: 1000, UniqueKey: "k"},
+			{Verb: events.VerbSubmit, Queue: "q", RunAt: testutil.ScenarioBase + 2e9},
+			{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k", UniqueForMS: 5000},
+		} {
+			ds = f.step(0, events.RoleOps, "d1", "c", in)
+			if rev == events.Revision8 {
+				break
+			}
+			if len(ds) != 1 || ds[0].Kind != events.KindRejected || ds[0].Reason != events.ReasonUnknownField {
+				t.Fatalf("revision 7: %+v: %s, want rejected/unknown_field", in, describeAll(ds))
+			}
+			if _, ok := f.p.Job("c"); ok {
+				t.Fatalf("revision 7: job c exists after a refused submit")
+			}
+		}
+		if rev == events.Revision7 {
+			continue
+		}
+		if len(ds) != 1 || ds[0].Kind != events.KindSubmitted || ds[0].Job.ReadyAt != testutil.ScenarioBase+1e9 || ds[0].Job.UniqueKey != "k" {
+			t.Fatalf("revision 8: a scheduled submit with a unique key: %s", describeAll(ds))
+		}
+		ds = f.step(0, events.RoleOps, "d1", "d", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
+		if len(ds) != 1 || ds[0].Reason != events.ReasonDuplicateUniqueKey || ds[0].DuplicateOf != "c" {
+			t.Fatalf("revision 8: d names c's key: %s", describeAll(ds))
+		}
+		// A worker's pull is offered the batch's jobs now, c only at its time.
+		ds = f.step(0, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 3, TTLMS: 600000})
+		var offered []string
+		for _, d := range ds {
+			if d.Kind == events.KindAssigned {
+				offered = append(offered, d.Job.ID)
+			}
+		}
+		if len(offered) != 2 || offered[0] != "a" || offered[1] != "b" {
+			t.Fatalf("revision 8: the pull at 0s offered %v, want [a b]", offered)
+		}
+		ds = f.step(1e9, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+		offered = offered[:0]
+		for _, d := range ds {
+			if d.Kind == events.KindAssigned {
+				offered = append(offered, d.Job.ID)
+			}
+		}
+		if len(offered) != 1 || offered[0] != "c" {
+			t.Fatalf("revision 8: the tick at 1s offered %v, want [c]: %s", offered, describeAll(ds))
+		}
+		if err := new(projector.Projector).Restore(f.p.Snapshot()); err != nil {
+			t.Fatalf("revision 8: restore: %v", err)
+		}
 	}
 }

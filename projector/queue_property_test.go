@@ -449,7 +449,7 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 
 		// The audit's independent check of the flow rules finds nothing
 		// in the fold's decisions (no false finding).
-		if rev >= events.Revision7 {
+		if rev >= events.Revision8 {
 			tr := audit.NewFlowTracker(-1)
 			for i := range all {
 				tr.Observe(&all[i])
