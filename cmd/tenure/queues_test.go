@@ -343,5 +343,11 @@ func TestSubmitJobsFile(t *testing.T) {
 		}
 	}
 	cmd(2, "submit", "x", "--jobs", jobsFile, "--queue", "reports") // a job and a list
+	// A batch's jobs take none of revision 8's flow fields.
+	for _, flow := range [][]string{{"--run-at", "2026-05-01T03:00:00Z"}, {"--delay", "1m"}, {"--unique-key", "k"}, {"--unique-for", "1m", "--unique-key", "k"}} {
+		if out := cmd(2, append([]string{"submit", "--jobs", jobsFile, "--queue", "reports"}, flow...)...); !strings.Contains(out, "single job") {
+			t.Errorf("submit --jobs %v: %s", flow, out)
+		}
+	}
 
 }
