@@ -1,7 +1,9 @@
 package projector_test
 
 import (
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"testing"
 
 	"github.com/maknow/tenure/events"
@@ -122,6 +124,42 @@ func TestBatchesAndFlow(t *testing.T) {
 		}
 		if err := new(projector.Projector).Restore(f.p.Snapshot()); err != nil {
 			t.Fatalf("revision 8: restore: %v", err)
+		}
+	}
+}
+
+// TestSnapshotFormatOfRevisions: a fold at rules revision 7 (batches)
+// snapshots in format 5, as revision 6 did; one at revision 8 (flow
+// control) in format 6. Each restores; a format 5 snapshot naming revision
+// 8, or a format 6 one naming 7, is refused (its checksum made right).
+func TestSnapshotFormatOfRevisions(t *testing.T) {
+	for _, c := range []struct {
+		rev, other uint32
+		magic      string
+	}{{events.Revision7, events.Revision8, "TNRSNAP5"}, {events.Revision8, events.Revision7, "TNRSNAP6"}} {
+		f := &folder{t: t, p: projector.New()}
+		f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: c.rev, LeaseKey: propLeaseKey})
+		f.step(0, events.RoleOps, "d1", events.NoJob, events.Input{Verb: events.VerbSubmit, Batch: []events.Input{
+			{Job: "a", Verb: events.VerbSubmit, Queue: "q"}, {Job: "b", Verb: events.VerbSubmit, Queue: "q"}}})
+		if c.rev >= events.Revision8 {
+			f.step(0, events.RoleOps, "d1", "c", events.Input{Verb: events.VerbSubmit, Queue: "q", DelayMS: 1000, UniqueKey: "k"})
+		}
+		snap := f.p.Snapshot()
+		if string(snap[:8]) != c.magic || snap[8] != byte(c.rev) {
+			t.Fatalf("revision %d: snapshot starts %q %d, want %q %d", c.rev, snap[:8], snap[8], c.magic, c.rev)
+		}
+		r := new(projector.Projector)
+		if err := r.Restore(snap); err != nil {
+			t.Fatalf("revision %d: restore: %v", c.rev, err)
+		}
+		if string(r.Snapshot()) != string(snap) {
+			t.Fatalf("revision %d: the restored state snapshots otherwise", c.rev)
+		}
+		bad := append([]byte(nil), snap[:len(snap)-4]...)
+		bad[8] = byte(c.other)
+		bad = binary.BigEndian.AppendUint32(bad, crc32.Checksum(bad, crc32.MakeTable(crc32.Castagnoli)))
+		if err := new(projector.Projector).Restore(bad); !errors.Is(err, projector.ErrBadSnapshot) {
+			t.Fatalf("a format %s snapshot naming revision %d: Restore = %v, want ErrBadSnapshot", c.magic, c.other, err)
 		}
 	}
 }

@@ -23,7 +23,7 @@ import (
 // strings, slots uvarint, until varint, the pull's sequence uvarint), and
 // queue jobs: flag bit 4 marks one (bit 5: it has a payload), whose record
 // goes on with its queue fields (queueFields). A job outside any queue
-// encodes as in format 3. Format 5 (revision 5 on) adds, after the
+// encodes as in format 3. Format 5 (revisions 5 to 7) adds, after the
 // capacities, the standings (a count, then per standing, by queue then
 // worker: queue and worker as strings, window and strikes uvarint, the
 // end of its hold varint (0: not held), the time of its last decision
