@@ -500,6 +500,8 @@ func (m *Model) summary(e *Entry) JobSummary {
 		if j.State == events.StateQueued {
 			s.ReadyAt = events.FormatTime(j.ReadyAt)
 		}
+		s.ScheduledFor = events.FormatTime(ScheduledFor(j))
+		s.UniqueKey = j.UniqueKey
 	}
 	return s
 }
@@ -539,4 +541,17 @@ func (m *Model) QueueCount() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.queues.Len()
+}
+
+// ScheduledFor is when a queue job's submit asked it to run from (rules
+// revision 8, PROTOCOL.md §26.1): its run_at, or its submit's time plus
+// its delay_ms; 0 for a job submitted to run at once.
+func ScheduledFor(j *events.Job) int64 {
+	switch {
+	case j.RunAt != 0:
+		return j.RunAt
+	case j.Delay != 0:
+		return j.SubmittedAt + j.Delay
+	}
+	return 0
 }

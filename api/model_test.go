@@ -265,7 +265,7 @@ func TestQueueStats(t *testing.T) {
 	}
 	l := f.m.List(JobsRequest{Queue: "emails", State: "QUEUED", Limit: 10}, f.at())
 	if len(l.Jobs) != 1 || l.Jobs[0].ID != "m0" || l.Jobs[0].Attempt != 1 || l.Jobs[0].LastReason != "attempt_failed" ||
-		l.Jobs[0].ReadyAt != events.FormatTime(j.ReadyAt) {
+		l.Jobs[0].ReadyAt != events.FormatTime(j.ReadyAt) || l.Jobs[0].ScheduledFor != "" {
 		t.Fatalf("the queued jobs: %+v", l.Jobs)
 	}
 	// w1 completes m1: counted, in the rates too.
@@ -547,5 +547,37 @@ func TestModelRestorePartition(t *testing.T) {
 	}
 	if l := m.List(JobsRequest{Limit: MaxJobsLimit}, now); l.Total != 5 {
 		t.Fatalf("%d jobs listed after the restore, want 5", l.Total)
+	}
+}
+
+// ScheduledFor (rules revision 8): a job's run_at, or its submit's time
+// plus its delay; 0 for a job to run at once.
+func TestScheduledFor(t *testing.T) {
+	for _, c := range []struct {
+		j    events.Job
+		want int64
+	}{
+		{events.Job{SubmittedAt: 5, RunAt: 100}, 100},
+		{events.Job{SubmittedAt: 5, Delay: 100}, 105},
+		{events.Job{SubmittedAt: 5}, 0},
+	} {
+		if got := ScheduledFor(&c.j); got != c.want {
+			t.Errorf("ScheduledFor(%+v) = %d, want %d", c.j, got, c.want)
+		}
+	}
+}
+
+// A queue job's summary names its unique key (rules revision 8); a submit
+// refused for the key (its job NONE) lists no job.
+func TestJobSummaryUniqueKey(t *testing.T) {
+	f := newFolded(t)
+	f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision8, LeaseKey: [events.LeaseKeyLen]byte{7}})
+	f.step(events.RoleOps, "d1", "u1", events.Input{Verb: events.VerbSubmit, Queue: "exports", UniqueKey: "user-42"})
+	if ds := f.step(events.RoleOps, "d2", "u2", events.Input{Verb: events.VerbSubmit, Queue: "exports", UniqueKey: "user-42"}); len(ds) != 1 || ds[0].DuplicateOf != "u1" {
+		t.Fatalf("u2: %+v", ds)
+	}
+	l := f.m.List(JobsRequest{Queue: "exports", Limit: 10}, f.at())
+	if l.Total != 1 || len(l.Jobs) != 1 || l.Jobs[0].ID != "u1" || l.Jobs[0].UniqueKey != "user-42" {
+		t.Fatalf("the jobs of exports: %+v", l)
 	}
 }

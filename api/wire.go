@@ -194,15 +194,21 @@ type JobSummary struct {
 	Result     string `json:"result,omitempty"`
 	// Deadline is a live lease's next deadline (RFC 3339): an offer's
 	// ack_deadline, an active lease's expires_at.
-	Deadline    string       `json:"deadline,omitempty"`
-	Conflict    bool         `json:"conflict,omitempty"`
-	Queue       string       `json:"queue,omitempty"`
-	Priority    int64        `json:"priority,omitempty"`
-	Attempt     uint64       `json:"attempt,omitempty"`
-	MaxAttempts uint64       `json:"max_attempts,omitempty"`
-	ReadyAt     string       `json:"ready_at,omitempty"`    // QUEUED: when it may be offered
-	LastReason  string       `json:"last_reason,omitempty"` // why its last attempt ended
-	Last        LastDecision `json:"last"`
+	Deadline    string `json:"deadline,omitempty"`
+	Conflict    bool   `json:"conflict,omitempty"`
+	Queue       string `json:"queue,omitempty"`
+	Priority    int64  `json:"priority,omitempty"`
+	Attempt     uint64 `json:"attempt,omitempty"`
+	MaxAttempts uint64 `json:"max_attempts,omitempty"`
+	ReadyAt     string `json:"ready_at,omitempty"` // QUEUED: when it may be offered
+	// ScheduledFor (rules revision 8) is when the submit asked the job to
+	// run from: its run_at, or its time plus delay_ms (PROTOCOL.md §26.1).
+	ScheduledFor string `json:"scheduled_for,omitempty"`
+	// UniqueKey (rules revision 8) is the submit's unique key
+	// (PROTOCOL.md §26.2).
+	UniqueKey  string       `json:"unique_key,omitempty"`
+	LastReason string       `json:"last_reason,omitempty"` // why its last attempt ended
+	Last       LastDecision `json:"last"`
 	// ResultInput is the input that recorded the job's latest result, and
 	// ResultDetail its worker's detail (why it failed, say), when it has
 	// one: absent before any result.

@@ -205,8 +205,9 @@ type checker struct {
 	chk          events.ChainCheck
 	rulesSeq     uint64
 
-	wit *witnesses // Options.Witnesses by sequence (nil: none)
-	fx  *EffectTracker
+	wit  *witnesses // Options.Witnesses by sequence (nil: none)
+	fx   *EffectTracker
+	flow *FlowTracker
 
 	latest map[string]events.Decision
 	steps  map[uint64]int // timeline index by input sequence
@@ -244,6 +245,10 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 	c.rep.Witnesses.Given = len(opts.Witnesses)
 	if opts.Effects != nil {
 		c.fx = NewEffectTracker(ReceiptJobs(opts.Effects))
+	}
+	c.flow = NewFlowTracker(c.max)
+	if c.p.LastSeq() > 0 {
+		c.flow.Seed(c.p) // an audit that starts from a snapshot
 	}
 	if c.p.Revision() >= events.Revision2 {
 		c.rulesSeq = c.p.LastSeq() + 1 // a snapshot at revision 2: every decision read
@@ -357,6 +362,7 @@ func (c *checker) foldNext() bool {
 		if c.fx != nil {
 			c.fx.Observe(d)
 		}
+		c.flow.Observe(d)
 	}
 	if c.steps != nil {
 		c.track(raw, ds)
@@ -725,6 +731,7 @@ func (c *checker) finish() {
 		fx := c.fx.CheckEffects(c.opts.Effects, c.opts.EffectSkew, c.max)
 		rep.Effects = &fx
 	}
+	rep.Flow = c.flow.Result()
 	if c.opts.Progress != nil {
 		c.progress()
 	}

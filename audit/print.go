@@ -120,6 +120,7 @@ func WriteSummary(w io.Writer, r *Report, list int) error {
 			p("  ... %d more\n", e.Findings.Count-n)
 		}
 	}
+	writeFlow(p, &r.Flow, list)
 	cp := &r.Checkpoints
 	p("%-12s %d (%d claims, %d verified", "checkpoints:", cp.Mismatches.Count, cp.Claims, cp.Verified)
 	if cp.Unchecked.Count > 0 {

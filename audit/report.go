@@ -335,6 +335,9 @@ type Report struct {
 	// Effects are the effect receipts checked (Options.Effects), nil
 	// without any.
 	Effects *Effects `json:"effects,omitempty"`
+	// Flow is the evidence that the flow rules of rules revision 8
+	// held (PROTOCOL.md §26.3), and their breaches.
+	Flow Flow `json:"flow"`
 	// Checkpoints are the checkpoint claims the fold recorded, checked
 	// against the replay.
 	Checkpoints Checkpoints `json:"checkpoints"`
@@ -368,7 +371,8 @@ func (r *Report) HashesEqual() bool { return r.FoldHash == r.StoredHash }
 
 // Problems counts the findings that mean the log is not reproduced: every
 // mismatch, missing, extra and orphan decision, hole, chain break,
-// checkpoint claim the replay does not bear out, effect finding, a snapshot that does not
+// checkpoint claim the replay does not bear out, effect finding, breach of a
+// flow rule, a snapshot that does not
 // check out, streams that are not locked down, and unequal hashes (unless
 // the tail is partial, which makes them differ by design). Pending inputs
 // count only when Strict.
@@ -379,6 +383,7 @@ func (r *Report) Problems() int {
 	if r.Effects != nil {
 		n += r.Effects.Findings.Count
 	}
+	n += r.Flow.Findings.Count
 	if r.Snapshot != nil && r.Snapshot.Problem != "" {
 		n++
 	}

@@ -240,3 +240,30 @@ func TestDecodeBatchReuses(t *testing.T) {
 		t.Fatalf("Batch[0] %+v, reused %v", in.Batch[0], &in.Batch[0] == p)
 	}
 }
+
+// TestBatchTakesNoFlowFields: the elements of a batch submit take none of
+// the fields of rules revision 8 (run_at, delay_ms, unique_key,
+// unique_for_ms), under revision 7 as under 8: an unknown field of the
+// element; under 8 a single submit takes them and a batch is decoded as
+// under 7.
+func TestBatchTakesNoFlowFields(t *testing.T) {
+	for _, field := range []string{`"run_at":"2026-05-01T03:00:00Z"`, `"delay_ms":1000`, `"unique_key":"k"`, `"unique_for_ms":1000`} {
+		name := strings.Trim(strings.SplitN(field, ":", 2)[0], `"`)
+		body := `{"v":1,"jobs":[{"job":"a","queue":"q"},{"job":"b","queue":"q",` + field + `}]}`
+		for _, rev := range []uint32{events.Revision7, events.Revision8} {
+			var in events.Input
+			err := events.DecodeInputAt(sSubmitBatch, []byte(body), rev, &in)
+			var de *events.DecodeError
+			if !errors.As(err, &de) || de.Code != events.ReasonUnknownField || !strings.HasSuffix(de.Field, name) {
+				t.Errorf("%s in a batch under revision %d: %v, want unknown_field on it", name, rev, err)
+			}
+		}
+	}
+	var in events.Input
+	if err := events.DecodeInputAt(sSubmit, []byte(`{"v":1,"queue":"q","delay_ms":1000,"unique_key":"k","unique_for_ms":1000}`), events.Revision8, &in); err != nil || in.DelayMS != 1000 || in.UniqueKey != "k" {
+		t.Errorf("a single submit under revision 8: %v %+v", err, in)
+	}
+	if err := events.DecodeInputAt(sSubmitBatch, []byte(submitBatchBody(3)), events.Revision8, &in); err != nil || len(in.Batch) != 3 {
+		t.Errorf("a batch submit under revision 8: %v", err)
+	}
+}

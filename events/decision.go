@@ -169,6 +169,10 @@ func AppendDecision(b []byte, d *Decision) []byte {
 		b = appendTimeField(b, "held_until", s.HeldUntil) // omitted when 0: not held
 		b = append(b, '}')
 	}
+	if d.DuplicateOf != "" { // revision 8 on
+		b = append(b, `,"duplicate_of":`...)
+		b = appendString(b, d.DuplicateOf)
+	}
 	return append(b, '}')
 }
 
@@ -276,6 +280,20 @@ func appendQueueFields(b []byte, j *Job) []byte {
 		b = append(b, `,"attempt_ack_timeout_ms":`...)
 		b = strconv.AppendInt(b, j.AttemptAck/1e6, 10)
 	}
+	// Revision 8 on, each omitted when not set.
+	b = appendTimeField(b, "run_at", j.RunAt)
+	if j.Delay != 0 {
+		b = append(b, `,"delay_ms":`...)
+		b = strconv.AppendInt(b, j.Delay/1e6, 10)
+	}
+	if j.UniqueKey != "" {
+		b = append(b, `,"unique_key":`...)
+		b = appendString(b, j.UniqueKey)
+	}
+	if j.UniqueFor != 0 {
+		b = append(b, `,"unique_for_ms":`...)
+		b = strconv.AppendInt(b, j.UniqueFor/1e6, 10)
+	}
 	b = appendTimeField(b, "submitted_at", j.SubmittedAt)
 	b = append(b, `,"submit_seq":`...)
 	b = strconv.AppendUint(b, j.SubmitSeq, 10)
@@ -374,6 +392,7 @@ type wireDecision struct {
 	Checkpoint *wireCheckpoint `json:"checkpoint"`
 	Capacity   *wireCapacity   `json:"capacity"`
 	Standing   *wireStanding   `json:"standing"`
+	DupOf      string          `json:"duplicate_of"`
 }
 
 type wireStanding struct {
@@ -447,6 +466,10 @@ type wireJob struct {
 	BackoffMaxMS int64   `json:"backoff_max_ms"`
 	AttemptLease int64   `json:"attempt_lease_ms"`
 	AttemptAck   int64   `json:"attempt_ack_timeout_ms"`
+	RunAt        string  `json:"run_at"`
+	DelayMS      int64   `json:"delay_ms"`
+	UniqueKey    string  `json:"unique_key"`
+	UniqueForMS  int64   `json:"unique_for_ms"`
 	SubmittedAt  string  `json:"submitted_at"`
 	SubmitSeq    uint64  `json:"submit_seq"`
 	ReadyAt      string  `json:"ready_at"`
@@ -492,6 +515,7 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 	var err error
 	bad := func(field, v string) error { return fmt.Errorf("events: decode decision: bad %s %q", field, v) }
 	d.Cause, d.N, d.Of, d.Detail, d.Addressee = w.Cause, w.N, w.Of, w.Detail, w.Addressee
+	d.DuplicateOf = w.DupOf
 	d.Reason = Reason(w.Reason)
 	if d.At, err = parseTime(w.At); err != nil {
 		return d, err
@@ -728,6 +752,9 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		r.lit(`}`)
 		d.Standing = s
 	}
+	if r.opt(`,"duplicate_of":`) {
+		d.DuplicateOf = r.str()
+	}
 	r.lit(`}`)
 	return r.ok && r.i == len(r.b)
 }
@@ -755,6 +782,16 @@ func (r *decReader) queueFields(j *Job) {
 	}
 	if r.opt(`,"attempt_ack_timeout_ms":`) {
 		j.AttemptAck = r.int() * 1e6
+	}
+	j.RunAt = r.optTime(`,"run_at":`)
+	if r.opt(`,"delay_ms":`) {
+		j.Delay = r.int() * 1e6
+	}
+	if r.opt(`,"unique_key":`) {
+		j.UniqueKey = r.str()
+	}
+	if r.opt(`,"unique_for_ms":`) {
+		j.UniqueFor = r.int() * 1e6
 	}
 	j.SubmittedAt = r.optTime(`,"submitted_at":`)
 	r.lit(`,"submit_seq":`)
@@ -795,6 +832,8 @@ func jobFromWire(wj *wireJob, j *Job) error {
 	j.Turn = wj.Turn
 	j.Backoff, j.BackoffMax = wj.BackoffMS*1e6, wj.BackoffMaxMS*1e6
 	j.AttemptLease, j.AttemptAck = wj.AttemptLease*1e6, wj.AttemptAck*1e6
+	j.Delay = wj.DelayMS * 1e6
+	j.UniqueKey, j.UniqueFor = wj.UniqueKey, wj.UniqueForMS*1e6
 	j.SubmitSeq, j.LastReason = wj.SubmitSeq, Reason(wj.LastReason)
 	if wj.Payload != nil {
 		j.Payload, j.HasPayload = *wj.Payload, true
@@ -807,7 +846,7 @@ func jobFromWire(wj *wireJob, j *Job) error {
 		{&j.IssuedAt, wj.IssuedAt}, {&j.ExpiresAt, wj.ExpiresAt}, {&j.AckDeadline, wj.AckDeadline},
 		{&j.AckedAt, wj.AckedAt}, {&j.RenewAt, wj.RenewAt}, {&j.ProgressAt, wj.ProgressAt},
 		{&j.CancelAt, wj.CancelAt}, {&j.CancelBy, wj.CancelBy}, {&j.EndedAt, wj.EndedAt},
-		{&j.SubmittedAt, wj.SubmittedAt}, {&j.ReadyAt, wj.ReadyAt},
+		{&j.SubmittedAt, wj.SubmittedAt}, {&j.ReadyAt, wj.ReadyAt}, {&j.RunAt, wj.RunAt},
 	} {
 		if *f.dst, err = parseTime(f.src); err != nil {
 			return err

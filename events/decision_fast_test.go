@@ -72,6 +72,18 @@ func randomDecision(r *rand.Rand) Decision {
 		if r.IntN(3) > 0 {
 			j.Payload, j.HasPayload = randomPayload(r), true
 		}
+		switch r.IntN(3) { // revision 8
+		case 0:
+			j.RunAt = tm()
+		case 1:
+			j.Delay = (1 + r.Int64N(MaxDelayMS)) * 1e6
+		}
+		if r.IntN(2) == 0 {
+			j.UniqueKey = tok()
+			if r.IntN(2) == 0 {
+				j.UniqueFor = (1 + r.Int64N(MaxDurationMS)) * 1e6
+			}
+		}
 	}
 	if r.IntN(4) == 0 {
 		p := DefaultPolicy()
@@ -93,6 +105,9 @@ func randomDecision(r *rand.Rand) Decision {
 	}
 	if r.IntN(4) == 0 { // revision 5
 		d.Standing = &Standing{Queue: "q" + tok(), Window: r.Uint64N(MaxWindow + 1), Strikes: r.Uint64(), HeldUntil: tm()}
+	}
+	if r.IntN(4) == 0 { // revision 8
+		d.DuplicateOf = tok()
 	}
 	if j.ID != "" && r.IntN(5) == 0 { // revision 5: need to know
 		j.LeaseID, j.Payload, j.HasPayload, j.Withheld = "", "", false, true

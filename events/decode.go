@@ -31,8 +31,10 @@ import (
 //     first, then the verb's fields in canonical order, then the fields of
 //     each lease element in array order; an empty "leases" counts as
 //     missing) and then the consistency of a policy (bad_policy), of a
-//     submit's backoff_ms and backoff_max_ms, and of a result's permanent
-//     with its outcome (bad_value).
+//     submit's backoff_ms and backoff_max_ms (and, revision 8, its run_at
+//     and delay_ms, which exclude each other; a unique_for_ms without a
+//     unique_key is missing_field), and of a result's permanent with its
+//     outcome (bad_value).
 //
 // Details of 3:
 //   - A body that does not start with '{' is not_object when its first byte
@@ -112,6 +114,11 @@ const (
 	fTTLMS
 	fPermanent
 	fJobs // revision 7 on: a batch submit's jobs
+	// revision 8 on: submit (run_at, delay_ms).
+	fRunAt
+	fDelayMS
+	fUniqueKey
+	fUniqueForMS
 	bodyFieldCount
 )
 
@@ -158,6 +165,10 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fTTLMS:           "ttl_ms",
 	fPermanent:       "permanent",
 	fJobs:            "jobs",
+	fRunAt:           "run_at",
+	fDelayMS:         "delay_ms",
+	fUniqueKey:       "unique_key",
+	fUniqueForMS:     "unique_for_ms",
 }
 
 // fieldSince is the first rules revision that knows field f: under an
@@ -167,6 +178,8 @@ func fieldSince(f bodyField) uint32 {
 	switch {
 	case f == fRetainMS:
 		return Revision3
+	case f >= fRunAt:
+		return Revision8
 	case f == fJobs:
 		return Revision7
 	case f >= fQueue:
@@ -257,6 +270,14 @@ func lookupBodyField(k []byte) bodyField {
 		return fPermanent
 	case "jobs":
 		return fJobs
+	case "run_at":
+		return fRunAt
+	case "delay_ms":
+		return fDelayMS
+	case "unique_key":
+		return fUniqueKey
+	case "unique_for_ms":
+		return fUniqueForMS
 	}
 	return fNone
 }
@@ -309,6 +330,10 @@ var (
 			fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload),
 		VerbPull: newBodySchema("pull", []bodyField{fQueue, fSlots}, fV, fActor, fJob, fSentAt, fQueue, fSlots, fTTLMS),
 	}
+	// submit8 is the submit from revision 8 on: run_at or delay_ms.
+	submit8 = newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
+		fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload,
+		fRunAt, fDelayMS, fUniqueKey, fUniqueForMS)
 	// result4 is the result from revision 4 on: permanent, optional.
 	result4 = newBodySchema("result", []bodyField{fLeaseID, fGeneration, fOutcome}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fOutcome, fDetail, fPermanent)
 	// policy3 is the policy from revision 3 on: retain_ms, optional.
@@ -428,6 +453,8 @@ func DecodeInputAt(subject string, body []byte, rev uint32, in *Input) error {
 		d.sch = policy3
 	case s.Verb == VerbResult && rev >= Revision4:
 		d.sch = result4
+	case s.Verb == VerbSubmit && rev >= Revision8:
+		d.sch = submit8
 	default:
 		d.sch = verbSchemas[s.Verb]
 	}
@@ -789,6 +816,16 @@ func (d *inputDecoder) field(f bodyField) bool {
 		in.TTLMS = int64(ms)
 	case fPermanent:
 		in.Permanent, ok = d.boolean()
+	case fRunAt:
+		in.RunAt, ok = d.timeValue()
+	case fDelayMS:
+		var ms uint64
+		ms, ok = d.bounded(MinDurationMS, MaxDelayMS, ReasonBadDuration)
+		in.DelayMS = int64(ms)
+	case fUniqueKey:
+		in.UniqueKey, ok = d.token()
+	case fUniqueForMS:
+		in.UniqueForMS, ok = d.duration()
 	}
 	return ok
 }
@@ -1260,7 +1297,11 @@ var (
 	maxSentAt = time.Unix(0, 1<<63-1)
 )
 
-func (d *inputDecoder) sentAt() (int64, bool) {
+func (d *inputDecoder) sentAt() (int64, bool) { return d.timeValue() }
+
+// timeValue reads an RFC 3339 time with a time zone, from 1678 to the end
+// of int64 Unix nanoseconds (sent_at; a submit's run_at, revision 8).
+func (d *inputDecoder) timeValue() (int64, bool) {
 	if !d.str() {
 		return 0, false
 	}
@@ -1768,7 +1809,16 @@ func (d *inputDecoder) finish() bool {
 			return d.fail(ReasonBadPolicy, "max_lease_ms", "above max_lifetime_ms")
 		}
 	case VerbSubmit:
-		return d.submitConsistent(in)
+		if !d.submitConsistent(in) {
+			return false
+		}
+		// Revision 8 on (a batch's elements take none of these fields).
+		switch {
+		case d.seen.has(fRunAt) && d.seen.has(fDelayMS):
+			return d.fail(ReasonBadValue, "delay_ms", "run_at and delay_ms exclude each other")
+		case d.seen.has(fUniqueForMS) && !d.seen.has(fUniqueKey):
+			return d.missing(fUniqueKey, "unique_for_ms needs a unique_key")
+		}
 	case VerbResult:
 		return d.resultConsistent(in, d.seen.has(fPermanent))
 	}

@@ -256,6 +256,18 @@ var validCases = []decodeCase{
 		want: with(idOps, events.VerbSubmit, func(in *events.Input) {
 			in.Queue, in.BackoffMS, in.BackoffMax = "q", events.MaxDurationMS, events.MaxDurationMS
 		})},
+	// Revision 8: scheduled submits.
+	{name: "submit_run_at", subject: sSubmit, body: `{"v":1,"queue":"q","run_at":"2026-05-01T03:00:00+02:00"}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue, in.RunAt = "q", 1777597200*int64(time.Second) })},
+	{name: "submit_delay_max", subject: sSubmit, body: `{"v":1,"queue":"q","delay_ms":31622400000}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue, in.DelayMS = "q", events.MaxDelayMS })},
+	// Revision 8: unique keys.
+	{name: "submit_unique_key", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":"user-42"}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) { in.Queue, in.UniqueKey = "q", "user-42" })},
+	{name: "submit_unique_for_max", subject: sSubmit, body: `{"v":1,"queue":"q","unique_for_ms":2592000000,"unique_key":"k"}`,
+		want: with(idOps, events.VerbSubmit, func(in *events.Input) {
+			in.Queue, in.UniqueKey, in.UniqueForMS = "q", "k", events.MaxDurationMS
+		})},
 	{name: "pull", subject: sPull, body: `{"v":1,"actor":"w-7","queue":"emails","slots":4,"ttl_ms":600000}`,
 		want: with(idPull, events.VerbNone, func(in *events.Input) { in.Queue, in.Slots, in.TTLMS = "emails", 4, events.MaxCapacityTTL })},
 	{name: "pull_withdraw", subject: sPull, body: `{"slots":0,"queue":"emails","v":1}`,
@@ -613,6 +625,22 @@ var errorCases = []decodeCase{
 	{name: "duplicate_key_payload", subject: sSubmit, body: `{"v":1,"queue":"q","payload":"a","payload":"a"}`, code: events.ReasonDuplicateKey, field: "payload"},
 	{name: "identity_mismatch_actor_on_submit", subject: sSubmit, body: `{"v":1,"actor":"disp-2","queue":"q"}`, code: events.ReasonIdentityMismatch, field: "actor"},
 	{name: "identity_mismatch_job_on_submit", subject: sSubmit, body: `{"v":1,"job":"job-2","queue":"q"}`, code: events.ReasonIdentityMismatch, field: "job"},
+	// Revision 8: scheduled submits.
+	{name: "bad_value_submit_run_at_and_delay", subject: sSubmit, body: `{"v":1,"queue":"q","delay_ms":5,"run_at":"2026-05-01T03:00:00Z"}`, code: events.ReasonBadValue, field: "delay_ms"},
+	{name: "bad_duration_submit_delay_zero", subject: sSubmit, body: `{"v":1,"queue":"q","delay_ms":0}`, code: events.ReasonBadDuration, field: "delay_ms"},
+	{name: "bad_duration_submit_delay_long", subject: sSubmit, body: `{"v":1,"queue":"q","delay_ms":31622400001}`, code: events.ReasonBadDuration, field: "delay_ms"},
+	{name: "bad_time_submit_run_at", subject: sSubmit, body: `{"v":1,"queue":"q","run_at":"tomorrow"}`, code: events.ReasonBadTime, field: "run_at"},
+	{name: "wrong_type_submit_run_at", subject: sSubmit, body: `{"v":1,"queue":"q","run_at":1777597200}`, code: events.ReasonWrongType, field: "run_at"},
+	// Revision 8: unique keys.
+	{name: "missing_field_submit_unique_for_alone", subject: sSubmit, body: `{"v":1,"queue":"q","unique_for_ms":1000}`, code: events.ReasonMissingField, field: "unique_key"},
+	{name: "bad_token_submit_unique_key_none", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":"_"}`, code: events.ReasonBadToken, field: "unique_key"},
+	{name: "bad_token_submit_unique_key_empty", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":""}`, code: events.ReasonBadToken, field: "unique_key"},
+	{name: "bad_token_submit_unique_key_dot", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":"user.42"}`, code: events.ReasonBadToken, field: "unique_key"},
+	{name: "bad_token_submit_unique_key_long", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":"` + strings.Repeat("k", events.MaxTokenLen+1) + `"}`, code: events.ReasonBadToken, field: "unique_key"},
+	{name: "wrong_type_submit_unique_key", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":42}`, code: events.ReasonWrongType, field: "unique_key"},
+	{name: "bad_duration_submit_unique_for_zero", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":"k","unique_for_ms":0}`, code: events.ReasonBadDuration, field: "unique_for_ms"},
+	{name: "bad_duration_submit_unique_for_long", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":"k","unique_for_ms":2592000001}`, code: events.ReasonBadDuration, field: "unique_for_ms"},
+	{name: "duplicate_key_unique_key", subject: sSubmit, body: `{"v":1,"queue":"q","unique_key":"a","unique_key":"a"}`, code: events.ReasonDuplicateKey, field: "unique_key"},
 
 	// Revision 4: pull.
 	{name: "bad_subject_pull_with_job", subject: "tenure.in.worker.w-7.job-1.pull", body: `{"v":1,"queue":"q","slots":1}`, code: events.ReasonBadSubject, field: "job"},
@@ -823,6 +851,10 @@ func TestAppendInputBodyCanonical(t *testing.T) {
 		"result_failed_permanent_false": `{"v":1,"lease_id":"L-1","generation":2,"outcome":"FAILED"}`,
 		"resolve_retry":                 `{"v":1,"action":"retry","reason":"fixed the template"}`,
 		"resolve_discard":               `{"v":1,"action":"discard","reason":"obsolete"}`,
+		"submit_run_at":                 `{"v":1,"queue":"q","run_at":"2026-05-01T01:00:00Z"}`,
+		"submit_delay_max":              `{"v":1,"queue":"q","delay_ms":31622400000}`,
+		"submit_unique_key":             `{"v":1,"queue":"q","unique_key":"user-42"}`,
+		"submit_unique_for_max":         `{"v":1,"queue":"q","unique_key":"k","unique_for_ms":2592000000}`,
 	} {
 		in, ok := byName[name]
 		if !ok {
@@ -1134,4 +1166,41 @@ func FuzzSubmitPayload(f *testing.F) {
 			t.Fatalf("AppendInputBody wrote invalid JSON: %s", body)
 		}
 	})
+}
+
+// TestRevision8Gating: the fields of rules revision 8 are unknown fields
+// under an earlier revision (never case variants), known from revision 8
+// on.
+func TestRevision8Gating(t *testing.T) {
+	for _, c := range []struct {
+		name, subject, body, field string
+	}{
+		{"run_at", sSubmit, `{"v":1,"queue":"q","run_at":"2026-05-01T03:00:00Z"}`, "run_at"},
+		{"delay_ms", sSubmit, `{"v":1,"queue":"q","delay_ms":1000}`, "delay_ms"},
+		{"run_at_case_variant", sSubmit, `{"v":1,"queue":"q","Run_At":"2026-05-01T03:00:00Z"}`, "Run_At"},
+		{"unique_key", sSubmit, `{"v":1,"queue":"q","unique_key":"k"}`, "unique_key"},
+		{"unique_for_ms", sSubmit, `{"v":1,"queue":"q","unique_for_ms":1000,"unique_key":"k"}`, "unique_for_ms"},
+	} {
+		for rev := uint32(events.Revision1); rev <= events.CurrentRevision; rev++ {
+			var in events.Input
+			err := events.DecodeInputAt(c.subject, []byte(c.body), rev, &in)
+			var de *events.DecodeError
+			switch {
+			case rev < events.Revision4:
+				if !errors.As(err, &de) || de.Code != events.ReasonBadSubject {
+					t.Errorf("%s under revision %d: %v, want bad_subject (no submit yet)", c.name, rev, err)
+				}
+			case rev < events.Revision8:
+				if !errors.As(err, &de) || de.Code != events.ReasonUnknownField || de.Field != c.field {
+					t.Errorf("%s under revision %d: %v, want unknown_field on %q", c.name, rev, err, c.field)
+				}
+			case c.name == "run_at_case_variant":
+				if !errors.As(err, &de) || de.Code != events.ReasonCaseVariantKey {
+					t.Errorf("%s under revision %d: %v, want case_variant_key", c.name, rev, err)
+				}
+			case err != nil:
+				t.Errorf("%s under revision %d: %v", c.name, rev, err)
+			}
+		}
+	}
 }

@@ -31,7 +31,9 @@ import (
 //	rules       revision, lease_key
 //	checkpoint  input_seq, state_hash
 //	submit      queue, priority, max_attempts, backoff_ms, backoff_max_ms,
-//	            lease_ms, ack_timeout_ms, payload (revision 4)
+//	            lease_ms, ack_timeout_ms, payload (revision 4),
+//	            run_at, delay_ms, unique_key, unique_for_ms (revision 8;
+//	            not in a batch's elements)
 //	pull        queue, slots, ttl_ms (revision 4)
 //
 // and, from revision 7 on, the batches (in.Job is NoJob, the elements in
@@ -141,6 +143,15 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = append(dst, '"')
 	case VerbSubmit:
 		dst = appendSubmitFields(dst, in)
+		if in.RunAt != 0 { // revision 8 on
+			dst = appendKey(dst, "run_at")
+			dst = append(dst, '"')
+			dst = AppendTime(dst, in.RunAt)
+			dst = append(dst, '"')
+		}
+		dst = appendOptIntField(dst, "delay_ms", in.DelayMS)
+		dst = appendOptStrField(dst, "unique_key", in.UniqueKey)
+		dst = appendOptIntField(dst, "unique_for_ms", in.UniqueForMS)
 	case VerbPull:
 		dst = appendStrField(dst, "queue", in.Queue)
 		dst = appendUintField(dst, "slots", in.Slots)

@@ -40,7 +40,8 @@ func FuzzDecodeInput(f *testing.F) {
 		dirty := events.Input{Role: events.RoleOps, Actor: "x", Job: "y", Verb: events.VerbTick, SentAt: 7, Holder: "h", LeaseID: "l",
 			Generation: 1, RenewSeq: 2, ProgressSeq: 3, Value: 4, LeaseMS: 5, AckTimeoutMS: 6, Outcome: 1, Action: 1, Text: "t",
 			Policy: events.DefaultPolicy(), Leases: []events.LeaseRef{{Job: "old", LeaseID: "old", Generation: 1, RenewSeq: 1, LeaseMS: 1}, {Job: "old"}},
-			Queue: "q", Priority: 1, MaxAttempts: 2, BackoffMS: 3, BackoffMax: 4, Payload: "p", HasPayload: true, Slots: 5, TTLMS: 6, Permanent: true}
+			Queue: "q", Priority: 1, MaxAttempts: 2, BackoffMS: 3, BackoffMax: 4, Payload: "p", HasPayload: true, Slots: 5, TTLMS: 6, Permanent: true,
+			RunAt: 8, DelayMS: 9, UniqueKey: "u", UniqueForMS: 10}
 		err3 := events.DecodeInput(subject, body, &dirty)
 		if errText(err) != errText(err2) || errText(err) != errText(err3) {
 			t.Fatalf("not deterministic: %v / %v / %v", err, err2, err3)

@@ -92,6 +92,9 @@ const (
 	ReasonReleased        Reason = "released"         // the holder released the lease: the job is queued again at once, the attempt not counted
 	ReasonRetried         Reason = "retried"          // resolve retry: a DEAD job is queued again with a fresh attempt budget
 	ReasonDiscarded       Reason = "discarded"        // resolve discard: a DEAD job leaves the projection, its id is free again
+	// revision 8 on: flow control
+	ReasonDuplicateUniqueKey Reason = "duplicate_unique_key" // submit naming a unique key another job of the queue holds (duplicate_of names it): nothing changes
+	ReasonUniqueKeyHeld      Reason = "unique_key_held"      // retry of a DEAD job whose unique key another job of the queue holds now (duplicate_of names it)
 )
 
 var reasonDocs = []struct {
@@ -187,4 +190,6 @@ var reasonDocs = []struct {
 	{ReasonReleased, "the holder released the lease: the job is queued again at once, the attempt not counted"},
 	{ReasonRetried, "resolve retry: a DEAD job is queued again with a fresh attempt budget"},
 	{ReasonDiscarded, "resolve discard: a DEAD job leaves the projection, its id is free again"},
+	{ReasonDuplicateUniqueKey, "submit naming a unique key another job of the queue holds (duplicate_of names it): nothing changes"},
+	{ReasonUniqueKeyHeld, "retry of a DEAD job whose unique key another job of the queue holds now (duplicate_of names it)"},
 }

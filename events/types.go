@@ -276,8 +276,21 @@ const (
 	// was rejected (bad_value) by the code of revision 6; only the
 	// coordinator may publish one, and it published none.
 	Revision7 = 7
+	// Revision8 adds flow control (PROTOCOL.md §26), every piece of it a
+	// decision of the fold on stored time: scheduled jobs (a submit's
+	// run_at or delay_ms: queued, not offered before then); unique keys
+	// (a submit naming a key another live job of its queue holds is a
+	// duplicate naming that job; the key is held until the job ends, or
+	// unique_for_ms after, and never past its retirement or discard). A job's turn
+	// counts only its submitter's jobs ready at its submit (a job
+	// scheduled for later, or backing off, is not ahead of it). The
+	// snapshot format 6 carries the new fields. The elements of a batch
+	// submit (revision 7) take none of them. A rules input naming
+	// revision 8 was rejected (bad_value) by the code of revision 7; only
+	// the coordinator may publish one, and it published none.
+	Revision8 = 8
 	// CurrentRevision is the revision a coordinator moves its log to.
-	CurrentRevision = Revision7
+	CurrentRevision = Revision8
 )
 
 // LeaseKeyLen is the length of the lease key of a rules input, in bytes
@@ -299,6 +312,9 @@ const (
 	MaxSlots           = MaxBatch // a pull's slots: jobs of the queue held at once
 	DefaultCapacityTTL = 30000    // a pull's ttl_ms when it names none
 	MaxCapacityTTL     = 600000   // longest ttl_ms of a pull: ten minutes
+	// MaxDelayMS is the longest delay_ms of a submit (revision 8): 366
+	// days. A run_at may be any time the wire can carry.
+	MaxDelayMS = 366 * 86400000
 	// MaxOffersPerInput bounds the offers (and the DEAD decisions of jobs
 	// that reached max_generations when matched) one input's matching
 	// makes; more matches wait for the next input (Due reports them, and
@@ -453,6 +469,14 @@ type Input struct {
 	// the element's Job and its fields (Leases stays empty; a batch
 	// renew's elements are Leases, as in every revision).
 	Batch []Input
+
+	// Revision 8 on: submit (RunAt or DelayMS: not offered before then;
+	// UniqueKey and UniqueForMS: no other live job of the queue with the
+	// key).
+	RunAt       int64 // Unix ns; 0: none
+	DelayMS     int64 // 0: none
+	UniqueKey   string
+	UniqueForMS int64 // 0: the key is held while the job lives
 
 	Revision      uint32             // rules: the revision to move to
 	LeaseKey      [LeaseKeyLen]byte  // rules: the key of lease ids
@@ -686,6 +710,20 @@ type Job struct {
 	ReadyAt      int64  // QUEUED: when it may be offered
 	LastReason   Reason // why its last attempt ended ("" before any)
 
+	// Revision 8 on: what the submit asked for, as it asked (a resend is
+	// compared with it): RunAt, the time it may run from (0: none), or
+	// Delay, its wait from the submit (ns; 0: none). ReadyAt holds the
+	// time either gave.
+	RunAt int64
+	Delay int64
+	// UniqueKey (revision 8) is the submit's unique key: no other job of
+	// the queue that holds it may be submitted while this one holds it,
+	// that is while it is QUEUED, OFFERED, ACTIVE or UNRESOLVED (or an
+	// ownership conflict of it is pending), and UniqueFor (ns) after it
+	// ended (ended_at); never past its retirement or discard.
+	UniqueKey string
+	UniqueFor int64
+
 	// Withheld (revision 5 on) is set on the projection a decision carries
 	// to a worker that does not hold the job's current lease: its LeaseID
 	// is "" and its payload absent (need to know, PROTOCOL.md §4.1). The
@@ -743,6 +781,10 @@ type Decision struct {
 	// (revision 5 on): on capacity_set, on withdrawn, and on the completed
 	// decision of a queue job's SUCCESS.
 	Standing *Standing
+	// DuplicateOf (revision 8) names the job that holds the unique key a
+	// submit named: on its duplicate/duplicate_unique_key verdict, and on
+	// the rejected/unique_key_held of a retry.
+	DuplicateOf string
 }
 
 // Standing is a worker's standing on a queue (revision 5 on, PROTOCOL.md

@@ -132,6 +132,12 @@ func TestSubmitManyChecksFirst(t *testing.T) {
 		"payload size":  {ID: "x", Queue: "q", Options: ops.SubmitOptions{Payload: strings.Repeat("a", events.MaxPayloadBytes+1), HasPayload: true}},
 		"payload utf8":  {ID: "x", Queue: "q", Options: ops.SubmitOptions{Payload: "\xff", HasPayload: true}},
 		"no HasPayload": {ID: "x", Queue: "q", Options: ops.SubmitOptions{Payload: "p"}},
+		// A batch's elements take none of rules revision 8's fields: such
+		// a job goes alone, with Submit (else they would be dropped).
+		"run at":     {ID: "x", Queue: "q", Options: ops.SubmitOptions{RunAt: time.Unix(1777597200, 0)}},
+		"delay":      {ID: "x", Queue: "q", Options: ops.SubmitOptions{Delay: time.Second}},
+		"unique key": {ID: "x", Queue: "q", Options: ops.SubmitOptions{UniqueKey: "k"}},
+		"unique for": {ID: "x", Queue: "q", Options: ops.SubmitOptions{UniqueKey: "k", UniqueFor: time.Second}},
 	} {
 		res, err := c.SubmitMany(ctx, []ops.SubmitJob{good, good, bad})
 		if err == nil || res != nil || !strings.Contains(err.Error(), "job 2") {

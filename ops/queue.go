@@ -23,6 +23,16 @@ type SubmitOptions struct {
 	AckTimeout  time.Duration // each attempt's ACK timeout; 0: the policy's ack_timeout_ms at the offer
 	Payload     string        // opaque, at most events.MaxPayloadBytes of UTF-8
 	HasPayload  bool          // the submit carries Payload (an empty payload is a payload)
+	// Rules revision 8 (PROTOCOL.md §26.1): not offered before RunAt, or
+	// before the submit's stored time plus Delay (whole milliseconds, at
+	// most events.MaxDelayMS). They exclude each other.
+	RunAt time.Time
+	Delay time.Duration
+	// Rules revision 8 (PROTOCOL.md §26.2): no other job of the queue
+	// naming UniqueKey is submitted while this one holds it (while it
+	// lives, and UniqueFor after it ended); UniqueFor needs UniqueKey.
+	UniqueKey string
+	UniqueFor time.Duration
 }
 
 // SubmitOption sets one of SubmitOptions, or returns why its value is
@@ -118,6 +128,79 @@ func WithPayload(s string) SubmitOption {
 	}
 }
 
+// WithRunAt sets SubmitOptions.RunAt: the job is queued at once and not
+// offered before t, by the coordinator's clock (the stored time of the
+// inputs); a time already past is at once (PROTOCOL.md §26.1). It
+// excludes WithDelay.
+func WithRunAt(t time.Time) SubmitOption {
+	return func(o *SubmitOptions) error {
+		if t.IsZero() {
+			return fmt.Errorf("run at: the zero time")
+		}
+		if t.UnixNano() == 0 || t.Year() < 1678 || t.Year() > 2261 {
+			return fmt.Errorf("run at %v: want a time from 1678 to 2261, not the Unix epoch itself", t)
+		}
+		if o.Delay != 0 {
+			return fmt.Errorf("run at and delay exclude each other")
+		}
+		o.RunAt = t
+		return nil
+	}
+}
+
+// WithDelay sets SubmitOptions.Delay: the job is queued at once and not
+// offered before the submit's stored time plus d (whole milliseconds, at
+// most events.MaxDelayMS: 366 days). Unlike a RunAt computed from the
+// caller's clock, it is measured on the coordinator's. It excludes
+// WithRunAt.
+func WithDelay(d time.Duration) SubmitOption {
+	return func(o *SubmitOptions) error {
+		switch {
+		case d%time.Millisecond != 0:
+			return fmt.Errorf("delay %v: want whole milliseconds", d)
+		case d < time.Millisecond || d > events.MaxDelayMS*time.Millisecond:
+			return fmt.Errorf("delay %v: want 1ms to %v", d, events.MaxDelayMS*time.Millisecond)
+		case !o.RunAt.IsZero():
+			return fmt.Errorf("run at and delay exclude each other")
+		}
+		o.Delay = d
+		return nil
+	}
+}
+
+// WithUniqueKey sets SubmitOptions.UniqueKey (a token: 1 to 64 of
+// [A-Za-z0-9_-]): while a job of the queue that named key holds it
+// (QUEUED, OFFERED, ACTIVE or UNRESOLVED, and WithUniqueFor after it
+// ended), this submit is refused: duplicate/duplicate_unique_key, a
+// *RejectedError whose decision's DuplicateOf names that job
+// (IsDuplicateUniqueKey). PROTOCOL.md §26.2.
+func WithUniqueKey(key string) SubmitOption {
+	return func(o *SubmitOptions) error {
+		if !events.ValidToken(key) {
+			return fmt.Errorf("unique key %q: want 1 to %d characters of [A-Za-z0-9_-], not _", key, events.MaxTokenLen)
+		}
+		o.UniqueKey = key
+		return nil
+	}
+}
+
+// WithUniqueFor sets SubmitOptions.UniqueFor: the job holds its unique key
+// this long after it ended too (whole milliseconds, at most
+// events.MaxDurationMS), never past its retirement or discard. It needs
+// WithUniqueKey.
+func WithUniqueFor(d time.Duration) SubmitOption {
+	return func(o *SubmitOptions) error {
+		if err := checkDuration("unique for", d); err != nil {
+			return err
+		}
+		if d == 0 {
+			return fmt.Errorf("unique for 0: want %v to %v", events.MinDurationMS*time.Millisecond, events.MaxDurationMS*time.Millisecond)
+		}
+		o.UniqueFor = d
+		return nil
+	}
+}
+
 // checkDuration checks an optional duration of a submit: 0, or whole
 // milliseconds from events.MinDurationMS to events.MaxDurationMS.
 func checkDuration(what string, d time.Duration) error {
@@ -133,7 +216,8 @@ func checkDuration(what string, d time.Duration) error {
 }
 
 // Submit puts job in queue (PROTOCOL.md §22.1): the job waits QUEUED until
-// the queue offers it to a worker that announced capacity, and is retried
+// the queue offers it to a worker that announced capacity (not before its
+// WithRunAt or WithDelay, rules revision 8), and is retried
 // after a backoff when an attempt ends without success, until its attempt
 // budget is spent (DEAD). Its verdict is submitted/ok.
 //
@@ -158,11 +242,18 @@ func (c *Client) Submit(ctx context.Context, job, queue string, opts ...SubmitOp
 			return events.Decision{}, fmt.Errorf("ops: submit %s: %w", job, err)
 		}
 	}
+	if o.UniqueFor != 0 && o.UniqueKey == "" {
+		return events.Decision{}, fmt.Errorf("ops: submit %s: unique for needs a unique key", job)
+	}
 	in := events.Input{Job: job, Verb: events.VerbSubmit, Queue: queue,
 		Priority: o.Priority, MaxAttempts: o.MaxAttempts,
 		BackoffMS: o.Backoff.Milliseconds(), BackoffMax: o.BackoffMax.Milliseconds(),
 		LeaseMS: o.Lease.Milliseconds(), AckTimeoutMS: o.AckTimeout.Milliseconds(),
-		Payload: o.Payload, HasPayload: o.HasPayload}
+		Payload: o.Payload, HasPayload: o.HasPayload, DelayMS: o.Delay.Milliseconds(),
+		UniqueKey: o.UniqueKey, UniqueForMS: o.UniqueFor.Milliseconds()}
+	if !o.RunAt.IsZero() {
+		in.RunAt = o.RunAt.UnixNano()
+	}
 	d, err := c.do(ctx, &in)
 	if err != nil && IsDuplicateSubmit(d) {
 		return d, nil
@@ -177,9 +268,19 @@ func IsDuplicateSubmit(d events.Decision) bool {
 	return d.Kind == events.KindDuplicate && d.Reason == events.ReasonDuplicateSubmit
 }
 
+// IsDuplicateUniqueKey reports whether d is the verdict of a submit
+// refused because another job of the queue holds its unique key
+// (duplicate/duplicate_unique_key, rules revision 8): d.DuplicateOf names
+// that job.
+func IsDuplicateUniqueKey(d events.Decision) bool {
+	return d.Kind == events.KindDuplicate && d.Reason == events.ReasonDuplicateUniqueKey
+}
+
 // Retry queues a DEAD queue job again, ready at once, with a fresh attempt
 // budget (resolve action retry, PROTOCOL.md §22.5): resolved/retried. A job
-// that is not DEAD is rejected/nothing_to_resolve.
+// that is not DEAD is rejected/nothing_to_resolve, one whose unique key
+// another job holds now rejected/unique_key_held (revision 8: DuplicateOf
+// names it).
 func (c *Client) Retry(ctx context.Context, job, reason string) (events.Decision, error) {
 	return c.do(ctx, &events.Input{Job: job, Verb: events.VerbResolve, Action: events.ActionRetry, Text: reason})
 }

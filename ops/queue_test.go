@@ -82,6 +82,16 @@ func TestSubmit(t *testing.T) {
 		"ack timeout long":  ops.WithAckTimeout(31 * 24 * time.Hour),
 		"payload too big":   ops.WithPayload(strings.Repeat("x", events.MaxPayloadBytes+1)),
 		"payload not UTF-8": ops.WithPayload("\xff"),
+		"delay 0":           ops.WithDelay(0),
+		"delay too long":    ops.WithDelay(367 * 24 * time.Hour),
+		"delay sub-ms":      ops.WithDelay(1500 * time.Microsecond),
+		"run at zero":       ops.WithRunAt(time.Time{}),
+		"run at epoch":      ops.WithRunAt(time.Unix(0, 0)),
+		"unique key dot":    ops.WithUniqueKey("user.42"),
+		"unique key none":   ops.WithUniqueKey("_"),
+		"unique for 0":      ops.WithUniqueFor(0),
+		"unique for long":   ops.WithUniqueFor(31 * 24 * time.Hour),
+		"unique for alone":  ops.WithUniqueFor(time.Hour),
 	} {
 		if _, err := c.Submit(ctx, "bad", "emails", o); err == nil || errors.Is(err, ops.ErrRejected) {
 			t.Errorf("%s: %v, want an error of the client", name, err)
@@ -92,8 +102,57 @@ func TestSubmit(t *testing.T) {
 			t.Errorf("submit %q to %q was accepted", args[0], args[1])
 		}
 	}
+	if _, err := c.Submit(ctx, "bad", "emails", ops.WithDelay(time.Second), ops.WithRunAt(time.Now())); err == nil {
+		t.Error("run at and delay together were accepted")
+	}
 	if _, after := lastSeqs(t, js); after != before {
 		t.Fatalf("invalid submits published %d inputs", after-before)
+	}
+}
+
+// Scheduled submits (rules revision 8): the body carries run_at or
+// delay_ms, the job is QUEUED with its ready_at then, and a resend is a
+// duplicate.
+func TestSubmitScheduled(t *testing.T) {
+	c, js := startTenureJS(t)
+	ctx := context.Background()
+	at := time.Date(2030, 5, 6, 7, 8, 9, 123000000, time.UTC)
+	d, err := c.Submit(ctx, "later", "emails", ops.WithRunAt(at))
+	if err != nil || d.Job.RunAt != at.UnixNano() || d.Job.ReadyAt != at.UnixNano() || d.Job.State != events.StateQueued {
+		t.Fatalf("run at: %v %+v", err, d.Job)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"emails","run_at":"2030-05-06T07:08:09.123Z"}`)
+	if d, err = c.Submit(ctx, "later", "emails", ops.WithRunAt(at)); err != nil || !ops.IsDuplicateSubmit(d) {
+		t.Fatalf("the same scheduled submit again: %v %s/%s", err, d.Kind, d.Reason)
+	}
+	d, err = c.Submit(ctx, "soon", "emails", ops.WithDelay(90*time.Second))
+	if err != nil || d.Job.Delay != int64(90*time.Second) || d.Job.ReadyAt != d.At+int64(90*time.Second) {
+		t.Fatalf("delay: %v %+v", err, d.Job)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"emails","delay_ms":90000}`)
+}
+
+// Unique keys (rules revision 8): the body carries unique_key and
+// unique_for_ms; a second job naming a held key is refused, naming the
+// holder; the holder's own resend is a duplicate submit, no error.
+func TestSubmitUnique(t *testing.T) {
+	c, js := startTenureJS(t)
+	ctx := context.Background()
+	d, err := c.Submit(ctx, "export-1", "exports", ops.WithUniqueKey("user-42"), ops.WithUniqueFor(time.Hour))
+	if err != nil || d.Job.UniqueKey != "user-42" || d.Job.UniqueFor != int64(time.Hour) {
+		t.Fatalf("submit: %v %+v", err, d.Job)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"exports","unique_key":"user-42","unique_for_ms":3600000}`)
+	d, err = c.Submit(ctx, "export-2", "exports", ops.WithUniqueKey("user-42"))
+	var re *ops.RejectedError
+	if !errors.Is(err, ops.ErrRejected) || !errors.As(err, &re) || !ops.IsDuplicateUniqueKey(d) || d.DuplicateOf != "export-1" {
+		t.Fatalf("second job with the key: %v %s/%s of %q", err, d.Kind, d.Reason, d.DuplicateOf)
+	}
+	if d, err = c.Submit(ctx, "export-1", "exports", ops.WithUniqueKey("user-42"), ops.WithUniqueFor(time.Hour)); err != nil || !ops.IsDuplicateSubmit(d) {
+		t.Fatalf("the holder's resend: %v %s/%s", err, d.Kind, d.Reason)
+	}
+	if _, err = c.Submit(ctx, "export-3", "other", ops.WithUniqueKey("user-42")); err != nil {
+		t.Fatalf("the key in another queue: %v", err)
 	}
 }
 

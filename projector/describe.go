@@ -57,6 +57,9 @@ func Describe(d *events.Decision, base int64) string {
 	b.WriteString(" -> ")
 	b.WriteString(DescribeJob(&d.Job, o))
 	describeStanding(&b, d.Standing, o)
+	if d.DuplicateOf != "" {
+		b.WriteString(" duplicate_of=" + d.DuplicateOf)
+	}
 	return b.String()
 }
 
@@ -91,6 +94,18 @@ func DescribeJob(j *events.Job, o MatrixOptions) string {
 			w("turn=", strconv.FormatUint(j.Turn, 10))
 		}
 		w("attempt=", strconv.FormatUint(j.Attempt, 10), "/", strconv.FormatUint(j.MaxAttempts, 10))
+		if j.RunAt != 0 {
+			w("run_at=", o.time(j.RunAt))
+		}
+		if j.Delay != 0 {
+			w("delay=", time.Duration(j.Delay).String())
+		}
+		if j.UniqueKey != "" {
+			w("unique=", j.UniqueKey)
+			if j.UniqueFor != 0 {
+				w("for=", time.Duration(j.UniqueFor).String())
+			}
+		}
 		if j.State == events.StateQueued {
 			w("ready=", o.time(j.ReadyAt))
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/maknow/tenure/events"
@@ -19,6 +20,7 @@ import (
 //	in t=<offset> <role>.<actor>.<job>.<verb>   one stored input; body below
 //	matrix [job=<id>] [all]                      evidence matrix (latest row per job, or every row)
 //	state job=<id>                               the job's projection now
+//	next                                         NextDeadline and Due: when the coordinator ticks
 //
 // After each file, the whole log is replayed twice more: straight (decisions
 // must be byte-identical) and with a snapshot/restore before every input.
@@ -84,6 +86,13 @@ func runGolden(t *testing.T, path string) {
 					d.Fatalf(t, "%v", err)
 				}
 				return b.String()
+			case "next":
+				d, ok := p.NextDeadline()
+				next := "none"
+				if ok {
+					next = "+" + time.Duration(d-testutil.ScenarioBase).String()
+				}
+				return fmt.Sprintf("next=%s due=%v\n", next, p.Due())
 			case "state":
 				var id string
 				d.ScanArgs(t, "job", &id)

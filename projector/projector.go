@@ -66,6 +66,11 @@ type Projector struct {
 	expiries capExpiries // announcements by expiry, for sweep
 	pending  bool        // matching stopped at its limit with matches left
 
+	// Unique keys (revision 8 on, flow.go): derived from the jobs. Each
+	// entry is the job that last took the key, which holds it while
+	// holdsKey says so.
+	unique map[uniqueKey]*job
+
 	// Standings (revision 5 on, standing.go): snapshots hold them; the
 	// timer heaps are derived.
 	standings map[standingKey]*standing
@@ -83,6 +88,7 @@ type job struct {
 	heapIdx  int   // index in the deadline heap, -1 when absent
 	deadline int64 // the heap key while present
 	qPos     int   // queue jobs: 1 + index in its submitter's ready heap, 0 when absent
+	later    bool  // revision 8: qPos indexes its submitter's later heap (ready_at after the fold's time then)
 }
 
 // New returns a projector with no jobs and the protocol's default policy,
@@ -1142,6 +1148,7 @@ func (p *Projector) retireFor(j *job, reason events.Reason) {
 	addressee := j.Holder
 	if j.Queue != "" {
 		addressee = j.Submitter
+		p.dropKey(j)
 		p.dequeue(j)
 		if q := p.queues[j.Queue]; q != nil {
 			q.jobs--

@@ -37,6 +37,33 @@ type queue struct {
 type submitterQ struct {
 	ready [events.MaxPriority + 1]readyHeap
 	live  int // live leases of its jobs in the queue
+	// later (revision 8) holds the QUEUED jobs whose ready_at was after
+	// the fold's time when they were queued (scheduled, or backing off),
+	// all priorities together, by (ready_at, submit_seq); promote moves
+	// those ready by now into ready before anything looks at them, so
+	// what is observable (turns, matching) is a function of the
+	// projections and the time, as a restored fold has it.
+	later readyHeap
+}
+
+// promote moves the jobs of s.later that are ready at now into their
+// ready heaps (revision 8).
+func (s *submitterQ) promote(now int64) {
+	for len(s.later) > 0 && s.later[0].ReadyAt <= now {
+		j := s.later[0]
+		s.later.remove(0)
+		j.later = false
+		s.ready[j.Priority].push(j)
+	}
+}
+
+// readyCount is how many of s's QUEUED jobs are in its ready heaps.
+func (s *submitterQ) readyCount() uint64 {
+	var n uint64
+	for i := range s.ready {
+		n += uint64(len(s.ready[i]))
+	}
+	return n
 }
 
 // capacity is a worker's standing announcement on a queue.
@@ -159,6 +186,16 @@ func (p *Projector) touched(q *queue) {
 	}
 }
 
+// promote moves the jobs of every submitter that are ready at now out of
+// their later heaps (revision 8; before it they are empty).
+func (q *queue) promote(now int64) {
+	for _, s := range q.subs {
+		if len(s.later) > 0 {
+			s.promote(now)
+		}
+	}
+}
+
 func (q *queue) sub(name string) *submitterQ {
 	s := q.subs[name]
 	if s == nil {
@@ -169,13 +206,20 @@ func (q *queue) sub(name string) *submitterQ {
 }
 
 // enqueue puts a QUEUED job in its submitter's heap (not while an
-// ownership conflict is pending: it waits for an operator).
+// ownership conflict is pending: it waits for an operator): from revision
+// 7 on its later heap when its ready_at is after the fold's time.
 func (p *Projector) enqueue(j *job) {
 	if j.qPos != 0 || j.Conflict || j.State != events.StateQueued {
 		return
 	}
 	q := p.queueOf(j.Queue)
-	q.sub(j.Submitter).ready[j.Priority].push(j)
+	s := q.sub(j.Submitter)
+	if p.rev >= events.Revision8 && j.ReadyAt > p.now {
+		j.later = true
+		s.later.push(j)
+	} else {
+		s.ready[j.Priority].push(j)
+	}
 	q.queued++
 	p.touched(q)
 }
@@ -187,7 +231,12 @@ func (p *Projector) dequeue(j *job) {
 	}
 	q := p.queues[j.Queue]
 	s := q.subs[j.Submitter]
-	s.ready[j.Priority].remove(j.qPos - 1)
+	if j.later {
+		s.later.remove(j.qPos - 1)
+		j.later = false
+	} else {
+		s.ready[j.Priority].remove(j.qPos - 1)
+	}
 	q.queued--
 	p.dropSub(q, j.Submitter, s)
 	p.touched(q)
@@ -201,6 +250,9 @@ func (p *Projector) dropSub(q *queue, name string, s *submitterQ) {
 		if len(s.ready[i]) != 0 {
 			return
 		}
+	}
+	if len(s.later) != 0 {
+		return
 	}
 	delete(q.subs, name)
 }
@@ -233,13 +285,18 @@ type queueSpec struct {
 	attemptLease, ackLease int64 // ns; 0: the policy's at the offer
 	payload                string
 	hasPayload             bool
+	runAt, delay           int64 // revision 8: as the submit gave them (ns; 0: none)
+	uniqueKey              string
+	uniqueFor              int64 // ns
 }
 
 func specOf(in *events.Input) queueSpec {
 	s := queueSpec{queue: in.Queue, priority: in.Priority, maxAttempts: in.MaxAttempts,
 		backoff: in.BackoffMS * 1e6, backoffMax: in.BackoffMax * 1e6,
 		attemptLease: in.LeaseMS * 1e6, ackLease: in.AckTimeoutMS * 1e6,
-		payload: in.Payload, hasPayload: in.HasPayload}
+		payload: in.Payload, hasPayload: in.HasPayload,
+		runAt: in.RunAt, delay: in.DelayMS * 1e6,
+		uniqueKey: in.UniqueKey, uniqueFor: in.UniqueForMS * 1e6}
 	if s.maxAttempts == 0 {
 		s.maxAttempts = events.DefaultMaxAttempts
 	}
@@ -272,6 +329,14 @@ func (s *queueSpec) diff(j *events.Job) string {
 		return "ack_timeout_ms"
 	case s.hasPayload != j.HasPayload || s.payload != j.Payload:
 		return "payload"
+	case s.runAt != j.RunAt:
+		return "run_at"
+	case s.delay != j.Delay:
+		return "delay_ms"
+	case s.uniqueKey != j.UniqueKey:
+		return "unique_key"
+	case s.uniqueFor != j.UniqueFor:
+		return "unique_for_ms"
 	}
 	return ""
 }
@@ -284,6 +349,8 @@ func copyQueue(dst, src *events.Job) {
 	dst.Payload, dst.HasPayload = src.Payload, src.HasPayload
 	dst.SubmittedAt, dst.SubmitSeq = src.SubmittedAt, src.SubmitSeq
 	dst.Attempt, dst.ReadyAt, dst.LastReason = src.Attempt, src.ReadyAt, src.LastReason
+	dst.RunAt, dst.Delay = src.RunAt, src.Delay
+	dst.UniqueKey, dst.UniqueFor = src.UniqueKey, src.UniqueFor
 }
 
 // outOfPolicy is the detail of a duration_out_of_policy rejection from
@@ -320,6 +387,14 @@ func (p *Projector) submit() {
 		r.Detail = p.outOfPolicy("lease_ms", in.LeaseMS)
 		return
 	}
+	if h := p.keyHolder(spec.queue, spec.uniqueKey); h != nil {
+		// Revision 8: another job of the queue holds the key.
+		r := p.emit(nil, events.KindDuplicate, events.ReasonDuplicateUniqueKey, in.Actor)
+		r.Job.ID = in.Job
+		r.DuplicateOf = h.ID
+		r.Detail = p.heldDetail(h)
+		return
+	}
 	j = &job{heapIdx: -1}
 	j.ID = strings.Clone(in.Job)
 	j.Queue = strings.Clone(spec.queue)
@@ -328,16 +403,30 @@ func (p *Projector) submit() {
 	j.Backoff, j.BackoffMax = spec.backoff, spec.backoffMax
 	j.AttemptLease, j.AttemptAck = spec.attemptLease, spec.ackLease
 	j.Payload, j.HasPayload = strings.Clone(spec.payload), spec.hasPayload
+	j.UniqueKey, j.UniqueFor = strings.Clone(spec.uniqueKey), spec.uniqueFor
 	j.State = events.StateQueued
 	j.SubmittedAt, j.SubmitSeq, j.ReadyAt = p.now, p.cause, p.now
+	// Revision 8: a job scheduled for later (run_at, delay_ms) is ready
+	// then; a run_at in the past is ready at once.
+	j.RunAt, j.Delay = spec.runAt, spec.delay
+	switch {
+	case j.RunAt > p.now:
+		j.ReadyAt = j.RunAt
+	case j.Delay != 0:
+		j.ReadyAt = addTime(p.now, j.Delay)
+	}
 	q := p.queueOf(j.Queue)
 	if s := q.subs[j.Submitter]; s != nil {
-		for i := range s.ready {
-			j.Turn += uint64(len(s.ready[i]))
-		}
+		// Revision 8 counts only the jobs ready now: a submitter's jobs
+		// scheduled for later (or backing off) are not ahead of this one.
+		// (Before revision 8 later is always empty.)
+		s.promote(p.now)
+		j.Turn = s.readyCount()
 	}
 	p.jobs[j.ID] = j
 	q.jobs++
+	p.takeKey(j)
+	p.schedule(j) // its wake-up at ready_at, when scheduled for later (revision 8)
 	p.enqueue(j)
 	p.emit(j, events.KindSubmitted, events.ReasonOk, in.Actor)
 }
@@ -541,6 +630,7 @@ func (p *Projector) pickWorkerFair(q *queue, passed []string) string {
 // ready jobs keeps that submitter's others from w for now.
 func (q *queue) pickJobFor(now int64, w string) *job {
 	others := -1 // unknown until a refused job asks
+	q.promote(now)
 	for pr := events.MaxPriority; pr >= 0; pr-- {
 		var best *job
 		for _, s := range q.subs {
@@ -613,6 +703,7 @@ func (p *Projector) matchable() bool {
 // submitter's flood of a thousand jobs has turns 0 to 999, and another
 // submitter's job submitted later, turn 0, goes after the flood's first.
 func (q *queue) pickJob(now int64) *job {
+	q.promote(now)
 	for pr := events.MaxPriority; pr >= 0; pr-- {
 		var best *job
 		for _, s := range q.subs {
@@ -792,9 +883,17 @@ func (p *Projector) resolveDead(j *job) {
 		p.retireFor(j, events.ReasonDiscarded)
 		return
 	}
+	if h := p.keyHolder(j.Queue, j.UniqueKey); h != nil && h != j {
+		// Revision 8: its unique key went to another job since it ended.
+		d := p.emit(j, events.KindRejected, events.ReasonUniqueKeyHeld, in.Actor)
+		d.DuplicateOf = h.ID
+		d.Detail = p.heldDetail(h)
+		return
+	}
 	j.Attempt = 0
 	j.State = events.StateQueued
 	j.ReadyAt = p.now
+	p.takeKey(j)
 	p.schedule(j)
 	p.enqueue(j)
 	p.emit(j, events.KindResolved, events.ReasonRetried, j.Submitter)
@@ -910,6 +1009,11 @@ func (p *Projector) Queues() []QueueStats {
 					if j.ReadyAt <= p.now {
 						st.Ready++
 					}
+				}
+			}
+			for _, j := range s.later {
+				if j.ReadyAt <= p.now {
+					st.Ready++
 				}
 			}
 		}

@@ -2,9 +2,11 @@ package projector_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/maknow/tenure/audit"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
@@ -56,6 +58,17 @@ import (
 // Under revision 7 the dispatchers also submit, and the workers ACK and
 // report results, in batches of one to three (an honest holder batches
 // the same verb for its other live leases), each element judged as its own input.
+//
+// Under revision 8 (flow control) single submits may also schedule their
+// jobs (run_at, delay_ms) and name unique keys (a batch's elements take
+// none of these), and also:
+//
+//   - no job is offered before its run_at, nor before its submit's time
+//     plus its delay_ms;
+//   - a unique key is never held by two jobs of its queue (held: QUEUED,
+//     OFFERED, ACTIVE, UNRESOLVED, a conflict pending, or within
+//     unique_for_ms of its end), and a duplicate_unique_key names a job
+//     that holds it.
 func TestQueueProperties(t *testing.T) {
 	for _, c := range []struct {
 		name        string
@@ -63,7 +76,8 @@ func TestQueueProperties(t *testing.T) {
 		rev         uint32
 	}{{"limits", 0, 0, events.Revision4}, {"fire1-offer1", 1, 1, events.Revision4},
 		{"rev5", 0, 0, events.Revision5}, {"rev5-fire1-offer1", 1, 1, events.Revision5},
-		{"rev7", 0, 0, events.Revision7}, {"rev7-fire1-offer1", 1, 1, events.Revision7}} {
+		{"rev7", 0, 0, events.Revision7}, {"rev7-fire1-offer1", 1, 1, events.Revision7},
+		{"rev8", 0, 0, events.Revision8}, {"rev8-fire1-offer1", 1, 1, events.Revision8}} {
 		t.Run(c.name, func(t *testing.T) { queueProperties(t, c.fire, c.offer, c.rev) })
 	}
 }
@@ -228,7 +242,27 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 					in.Job = rapid.SampledFrom(jobs).Draw(t, "job")
 					return in
 				}
-				ds = batch(events.RoleOps, rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "submitter"), rapid.SampledFrom(jobs).Draw(t, "job"), submit(), next)
+				in := submit()
+				if rev >= events.Revision8 {
+					// A scheduled or unique submit goes alone: a batch's
+					// elements take none of revision 8's fields.
+					switch rapid.IntRange(0, 3).Draw(t, "schedule") {
+					case 1:
+						in.RunAt = now + rapid.SampledFrom([]int64{-500, 1, 300, 1500}).Draw(t, "run_at")*ms
+					case 2:
+						in.DelayMS = rapid.SampledFrom([]int64{1, 300, 1500}).Draw(t, "delay")
+					}
+					if k := rapid.IntRange(0, 2).Draw(t, "unique"); k > 0 {
+						in.UniqueKey = "k" + strconv.Itoa(k)
+						in.UniqueForMS = rapid.SampledFrom([]int64{0, 0, 700}).Draw(t, "unique for")
+					}
+				}
+				submitter, job := rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "submitter"), rapid.SampledFrom(jobs).Draw(t, "job")
+				if in.RunAt != 0 || in.DelayMS != 0 || in.UniqueKey != "" {
+					ds = step(events.RoleOps, submitter, job, in)
+				} else {
+					ds = batch(events.RoleOps, submitter, job, in, next)
+				}
 			case 2, 3:
 				in := events.Input{Verb: events.VerbPull, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
 					Slots: uint64(rapid.IntRange(0, 3).Draw(t, "slots")), TTLMS: int64(rapid.SampledFrom([]int{500, 3000}).Draw(t, "ttl"))}
@@ -341,6 +375,9 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 						t.Fatalf("%s offered while generation %d is live; the input:\n%s", describeAll([]events.Decision{d}), prev.Generation, describeAll(ds))
 					}
 					if d.Kind == events.KindAssigned {
+						if j.RunAt > d.At || j.Delay != 0 && j.SubmittedAt+j.Delay > d.At {
+							t.Fatalf("%s: offered before its time (run_at %d, delay %d)", describeAll([]events.Decision{d}), j.RunAt, j.Delay)
+						}
 						k := [2]string{j.Queue, j.Holder}
 						c, ok := caps[k]
 						if !ok || c.until <= d.At || uint64(held[k]) >= c.slots {
@@ -402,8 +439,23 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 					t.Fatalf("after input %d the frozen snapshot differs from Snapshot", len(raws))
 				}
 			}
+			if rev >= events.Revision8 {
+				checkUniqueKeys(t, p, jobs, ds)
+			}
 			if !p.Due() && projector.Matchable(p) {
 				t.Fatalf("after input %d a queue has a ready job and a free slot, and nothing is due", len(raws))
+			}
+		}
+
+		// The audit's independent check of the flow rules finds nothing
+		// in the fold's decisions (no false finding).
+		if rev >= events.Revision8 {
+			tr := audit.NewFlowTracker(-1)
+			for i := range all {
+				tr.Observe(&all[i])
+			}
+			if f := tr.Result(); f.Findings.Count != 0 || f.MaxHolders > 1 {
+				t.Fatalf("the audit of the fold's decisions: %+v", f)
 			}
 		}
 
@@ -491,5 +543,46 @@ func checkNeedToKnow(t *rapid.T, d *events.Decision, before map[string]events.Jo
 	}
 	if b, ok := before[j.ID]; ok && b.LeaseID != "" && strings.Contains(d.Detail, b.LeaseID) {
 		t.Fatalf("%s: the detail names the lease id", describeAll([]events.Decision{*d}))
+	}
+}
+
+// holdsKey is the reference rule of unique keys (PROTOCOL.md §26.2): j
+// holds its key at now.
+func holdsKey(j events.Job, now int64) bool {
+	if j.UniqueKey == "" {
+		return false
+	}
+	switch j.State {
+	case events.StateQueued, events.StateOffered, events.StateActive, events.StateUnresolved:
+		return true
+	}
+	return j.Conflict || j.UniqueFor > 0 && j.EndedAt+j.UniqueFor > now
+}
+
+// checkUniqueKeys fails t if two jobs of p hold the same unique key of a
+// queue now, or if a duplicate_unique_key of the input's decisions ds
+// names a job that did not hold the key.
+func checkUniqueKeys(t *rapid.T, p *projector.Projector, ids []string, ds []events.Decision) {
+	holder := map[[2]string]string{}
+	for _, id := range ids {
+		j, ok := p.Job(id)
+		if !ok || !holdsKey(j, p.Now()) {
+			continue
+		}
+		k := [2]string{j.Queue, j.UniqueKey}
+		if other, dup := holder[k]; dup {
+			t.Fatalf("jobs %s and %s both hold unique key %s of queue %s", other, id, j.UniqueKey, j.Queue)
+		}
+		holder[k] = id
+	}
+	for i := range ds {
+		d := &ds[i]
+		if d.Reason != events.ReasonDuplicateUniqueKey && d.Reason != events.ReasonUniqueKeyHeld {
+			continue
+		}
+		h, ok := p.Job(d.DuplicateOf)
+		if !ok || !holdsKey(h, d.At) {
+			t.Fatalf("%s names %s, which does not hold the key (%+v)", describeAll([]events.Decision{*d}), d.DuplicateOf, h)
+		}
 	}
 }

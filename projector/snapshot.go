@@ -23,18 +23,24 @@ import (
 // strings, slots uvarint, until varint, the pull's sequence uvarint), and
 // queue jobs: flag bit 4 marks one (bit 5: it has a payload), whose record
 // goes on with its queue fields (queueFields). A job outside any queue
-// encodes as in format 3. Format 5 (revision 5 on) adds, after the
+// encodes as in format 3. Format 5 (revisions 5 to 7) adds, after the
 // capacities, the standings (a count, then per standing, by queue then
 // worker: queue and worker as strings, window and strikes uvarint, the
 // end of its hold varint (0: not held), the time of its last decision
-// varint). A state always encodes in the format of its revision, so the
-// state hash of a state of an earlier revision never changed.
+// varint). Format 6 (revision 8 on) is format 5, and a queue job's record
+// may go on, flag bit 6 set, with the fields of revision 8 (rev8Fields: a
+// byte of bits for the fields present, then each present one). A job
+// record is the same in every format that can hold it, so that Frozen's
+// merge can copy the records of a base of an earlier format. A state
+// always encodes in the format of its revision, so the state hash of a
+// state of an earlier revision never changed.
 const (
 	snapshotMagic  = "TNRSNAP1"
 	snapshotMagic2 = "TNRSNAP2"
 	snapshotMagic3 = "TNRSNAP3"
 	snapshotMagic4 = "TNRSNAP4"
 	snapshotMagic5 = "TNRSNAP5"
+	snapshotMagic6 = "TNRSNAP6"
 )
 
 // ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
@@ -62,6 +68,10 @@ func (p *Projector) Snapshot() []byte {
 // sequence, the time and the policy.
 func (p *Projector) appendHeader(b []byte) []byte {
 	switch {
+	case p.rev >= events.Revision8:
+		b = append(b, snapshotMagic6...)
+		b = binary.AppendUvarint(b, uint64(p.rev))
+		b = append(b, p.leaseKey[:]...)
 	case p.rev >= events.Revision5:
 		b = append(b, snapshotMagic5...)
 		b = binary.AppendUvarint(b, uint64(p.rev))
@@ -142,7 +152,8 @@ func appendJob(b []byte, j *events.Job) []byte {
 	b = str(b, j.Holder)
 	b = str(b, j.ConflictWith)
 	var flags byte
-	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired, j.Queue != "", j.HasPayload} {
+	rev8 := rev8FieldsOf(j)
+	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired, j.Queue != "", j.HasPayload, rev8 != 0} {
 		if f {
 			flags |= 1 << i
 		}
@@ -165,8 +176,73 @@ func appendJob(b []byte, j *events.Job) []byte {
 		for _, v := range []int64{j.Backoff, j.BackoffMax, j.AttemptLease, j.AttemptAck, j.SubmittedAt, j.ReadyAt} {
 			b = binary.AppendVarint(b, v)
 		}
+		if rev8 != 0 {
+			b = append(b, rev8)
+			if rev8&r8RunAt != 0 {
+				b = binary.AppendVarint(b, j.RunAt)
+			}
+			if rev8&r8Delay != 0 {
+				b = binary.AppendVarint(b, j.Delay)
+			}
+			if rev8&r8UniqueKey != 0 {
+				b = str(b, j.UniqueKey)
+			}
+			if rev8&r8UniqueFor != 0 {
+				b = binary.AppendVarint(b, j.UniqueFor)
+			}
+		}
 	}
 	return b
+}
+
+// The fields of revision 8 a queue job's record may go on with (format 6):
+// a byte of these bits, then each field whose bit is set, in bit order.
+const (
+	r8RunAt     = 1 << iota // varint
+	r8Delay                 // varint
+	r8UniqueKey             // string
+	r8UniqueFor             // varint
+	r8Known     = r8RunAt | r8Delay | r8UniqueKey | r8UniqueFor
+)
+
+// rev8FieldsOf is the byte of the revision-8 fields j has (0: none, and
+// then its record is the one of format 5).
+func rev8FieldsOf(j *events.Job) byte {
+	var f byte
+	if j.RunAt != 0 {
+		f |= r8RunAt
+	}
+	if j.Delay != 0 {
+		f |= r8Delay
+	}
+	if j.UniqueKey != "" {
+		f |= r8UniqueKey
+	}
+	if j.UniqueFor != 0 {
+		f |= r8UniqueFor
+	}
+	return f
+}
+
+// readRev8Fields reads the revision-8 fields of a queue job's record.
+func readRev8Fields(r *snapReader, j *events.Job) {
+	f := r.bytes(1, "revision 8 fields")[0]
+	if f == 0 || f&^r8Known != 0 {
+		r.fail("revision 8 fields")
+		return
+	}
+	if f&r8RunAt != 0 {
+		j.RunAt = r.varint("run_at")
+	}
+	if f&r8Delay != 0 {
+		j.Delay = r.varint("delay")
+	}
+	if f&r8UniqueKey != 0 {
+		j.UniqueKey = string(r.strBytes("unique key"))
+	}
+	if f&r8UniqueFor != 0 {
+		j.UniqueFor = r.varint("unique for")
+	}
 }
 
 // Queue fields of a format-4 job record: 4 strings, 5 uvarints, 6 varints.
@@ -262,7 +338,7 @@ func (p *Projector) Restore(snap []byte) error {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	magic := string(snap[:len(snapshotMagic)])
-	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 {
+	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 && magic != snapshotMagic6 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
@@ -281,7 +357,9 @@ func (p *Projector) Restore(snap []byte) error {
 		case snapshotMagic4:
 			lo, hi, format = events.Revision4, events.Revision4, 4
 		case snapshotMagic5:
-			lo, hi, format = events.Revision5, events.CurrentRevision, 5
+			lo, hi, format = events.Revision5, events.Revision7, 5
+		case snapshotMagic6:
+			lo, hi, format = events.Revision8, events.CurrentRevision, 6
 		}
 		rev := r.uvarint("revision")
 		key := r.bytes(events.LeaseKeyLen, "lease key")
@@ -300,7 +378,8 @@ func (p *Projector) Restore(snap []byte) error {
 		*f = r.varint("policy")
 	}
 	pol.MaxGenerations = r.uvarint("policy")
-	format5 := magic == snapshotMagic5
+	format6 := magic == snapshotMagic6
+	format5 := magic == snapshotMagic5 || format6 // format 6 is format 5 and the fields of revision 8
 	format4 := magic == snapshotMagic4 || format5 // format 5 is format 4 and the standings
 	if magic == snapshotMagic3 || format4 {
 		pol.Retain = r.varint("policy")
@@ -393,7 +472,7 @@ func (p *Projector) Restore(snap []byte) error {
 			ends = append(ends, uint32(len(strs)))
 		}
 		hdr := r.bytes(4, "job header")
-		if known := byte(0xf); format4 && hdr[3]&^0x3f != 0 || !format4 && hdr[3]&^known != 0 {
+		if known := byte(0xf); format6 && hdr[3]&^0x7f != 0 || !format6 && format4 && hdr[3]&^0x3f != 0 || !format4 && hdr[3]&^known != 0 {
 			r.fail("job flags")
 		}
 		j.State, j.AckState, j.Result = events.State(hdr[0]), events.AckState(hdr[1]), events.Outcome(hdr[2])
@@ -438,7 +517,10 @@ func (p *Projector) Restore(snap []byte) error {
 			j.AttemptAck = r.varint("queue times")
 			j.SubmittedAt = r.varint("queue times")
 			j.ReadyAt = r.varint("queue times")
-		} else if hdr[3]&0x20 != 0 {
+			if hdr[3]&0x40 != 0 {
+				readRev8Fields(r, &j.Job)
+			}
+		} else if hdr[3]&0x60 != 0 {
 			r.fail("job flags")
 		}
 		if len(strs) > 1<<32-1 {
@@ -482,6 +564,14 @@ func (p *Projector) Restore(snap []byte) error {
 				q.liveStart(j)
 			}
 			q.enqueue(j)
+			if q.holdsKey(j) {
+				// Judged on the projections as stored: no deadline fires
+				// while restoring (keyHolder's lookup would fire one).
+				if h := q.unique[uniqueKey{j.Queue, j.UniqueKey}]; h != nil {
+					return fmt.Errorf("%w: jobs %q and %q both hold unique key %q of queue %q", ErrBadSnapshot, h.ID, j.ID, j.UniqueKey, j.Queue)
+				}
+				q.takeKey(j)
+			}
 		}
 		if d, ok := nextDeadline(j, q.policy.Retain, q.now); ok {
 			j.deadline, j.heapIdx = d, len(q.heap)
@@ -596,6 +686,12 @@ func invalidQueueJob(j *events.Job) string {
 		return "last reason not a reason code"
 	case j.SubmitSeq < 1 || j.SubmitSeq > events.MaxSeq || j.Turn > events.MaxSeq:
 		return "submit sequence out of range"
+	case j.Delay != 0 && (j.Delay < events.MinDurationMS*1e6 || j.Delay > events.MaxDelayMS*1e6 || j.Delay%1e6 != 0),
+		j.RunAt != 0 && j.Delay != 0:
+		return "run_at or delay_ms out of range"
+	case j.UniqueKey != "" && !events.ValidToken(j.UniqueKey),
+		j.UniqueFor != 0 && (j.UniqueKey == "" || j.UniqueFor < events.MinDurationMS*1e6 || j.UniqueFor > events.MaxDurationMS*1e6 || j.UniqueFor%1e6 != 0):
+		return "unique key or unique_for_ms out of range"
 	}
 	return ""
 }

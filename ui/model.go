@@ -121,6 +121,8 @@ type Row struct {
 	Attempt       uint64 `json:"attempt,omitempty"`
 	MaxAttempts   uint64 `json:"max_attempts,omitempty"`
 	ReadyAt       int64  `json:"ready_at,omitempty"`
+	ScheduledFor  int64  `json:"scheduled_for,omitempty"` // rules revision 8: its run_at, or its submit's time plus delay_ms
+	UniqueKey     string `json:"unique_key,omitempty"`    // rules revision 8: the submit's unique key
 	AttemptReason string `json:"attempt_reason,omitempty"`
 	Anomalies     uint64 `json:"anomalies"` // non-accepted verdicts about the job, every generation
 	Decisions     int    `json:"decisions"` // decisions about the job
@@ -178,6 +180,8 @@ func (e *jobEntry) row() Row {
 		if j.State == events.StateQueued {
 			r.ReadyAt = ms(j.ReadyAt)
 		}
+		r.ScheduledFor = ms(api.ScheduledFor(j))
+		r.UniqueKey = j.UniqueKey
 	}
 	if j.Generation == 0 {
 		return r

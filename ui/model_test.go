@@ -491,3 +491,32 @@ func TestModelQueueJobs(t *testing.T) {
 		t.Fatalf("queue emails after m2 was discarded: %+v", q)
 	}
 }
+
+// A scheduled queue job's row (rules revision 8) says when it was
+// scheduled for: its run_at, or its submit's time plus its delay.
+func TestModelScheduledJob(t *testing.T) {
+	m := newModel(0, 0)
+	at := events.Job{ID: "at", State: events.StateQueued, Queue: "reports", Submitter: "disp", MaxAttempts: 3,
+		Backoff: sec, BackoffMax: 60 * sec, SubmittedAt: sec, RunAt: 90 * sec, ReadyAt: 90 * sec}
+	in := at
+	in.ID, in.RunAt, in.Delay, in.ReadyAt = "in", 0, 30*sec, 31*sec
+	m.apply(0, 1, decision(1, events.KindSubmitted, events.ReasonOk, at))
+	m.apply(0, 2, decision(2, events.KindSubmitted, events.ReasonOk, in))
+	p := m.page(Query{Queue: "reports"}, time.Unix(2, 0))
+	if len(p.Rows) != 2 || p.Rows[0].ID != "at" || p.Rows[0].ScheduledFor != 90_000 || p.Rows[0].ReadyAt != 90_000 ||
+		p.Rows[1].ScheduledFor != 31_000 {
+		t.Fatalf("scheduled rows: %+v", p.Rows)
+	}
+}
+
+// A queue job's row names its unique key (rules revision 8).
+func TestModelUniqueKeyJob(t *testing.T) {
+	m := newModel(0, 0)
+	j := events.Job{ID: "u1", State: events.StateQueued, Queue: "exports", Submitter: "disp", MaxAttempts: 3,
+		Backoff: sec, BackoffMax: 60 * sec, SubmittedAt: sec, ReadyAt: sec, UniqueKey: "user-42", UniqueFor: 60 * sec}
+	m.apply(0, 1, decision(1, events.KindSubmitted, events.ReasonOk, j))
+	p := m.page(Query{Queue: "exports"}, time.Unix(2, 0))
+	if len(p.Rows) != 1 || p.Rows[0].UniqueKey != "user-42" {
+		t.Fatalf("rows: %+v", p.Rows)
+	}
+}

@@ -35,9 +35,14 @@ type Job struct {
 	Attempt     uint64 // this attempt's number, counting from 1 (declines and releases are not counted)
 	MaxAttempts uint64 // the job's attempt budget
 	Priority    int64
-	Submitter   string        // the ops actor that submitted it
-	SubmittedAt time.Time     // on the coordinator's clock
-	LastReason  events.Reason // why the previous attempt ended ("" on the first)
+	Submitter   string    // the ops actor that submitted it
+	SubmittedAt time.Time // on the coordinator's clock
+	// ScheduledFor (rules revision 8, PROTOCOL.md §26.1) is when the
+	// submit asked the job to run from, on the coordinator's clock: its
+	// run_at, or its time plus delay_ms; the zero time for a job
+	// submitted to run at once.
+	ScheduledFor time.Time
+	LastReason   events.Reason // why the previous attempt ended ("" on the first)
 	// Lease is the attempt's lease: its Token for every side effect,
 	// Progress, Expires, CancelRequested. Run reports the result itself
 	// when the handler returns; a handler that calls Complete or Release
@@ -103,8 +108,19 @@ func newJob(o *Offer, l *Lease) *Job {
 	return &Job{
 		ID: j.ID, Queue: j.Queue, Payload: j.Payload, HasPayload: j.HasPayload,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Priority: j.Priority, Submitter: j.Submitter,
-		SubmittedAt: time.Unix(0, j.SubmittedAt), LastReason: j.LastReason, Lease: l,
+		SubmittedAt: time.Unix(0, j.SubmittedAt), ScheduledFor: scheduledFor(j), LastReason: j.LastReason, Lease: l,
 	}
+}
+
+// scheduledFor is Job.ScheduledFor of projection j.
+func scheduledFor(j *events.Job) time.Time {
+	switch {
+	case j.RunAt != 0:
+		return time.Unix(0, j.RunAt)
+	case j.Delay != 0:
+		return time.Unix(0, j.SubmittedAt+j.Delay)
+	}
+	return time.Time{}
 }
 
 // Run takes the jobs of queue and runs h on each, at most

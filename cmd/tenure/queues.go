@@ -59,7 +59,8 @@ var submitCmd = &command{
 	name:    "submit",
 	summary: "submit a job to a queue, for workers that pull (dispatcher)",
 	usage: `tenure submit <job> --queue Q [--priority N --max-attempts N --backoff D --backoff-max D
-              --lease D --ack-timeout D --payload S|--payload-file F] [flags]
+              --lease D --ack-timeout D --payload S|--payload-file F
+              --run-at TIME|--delay D --unique-key K --unique-for D] [flags]
        tenure submit --jobs FILE|- [--queue Q and the same flags, for every job] [flags]`,
 	help: `Submits job <job> to queue --queue (PROTOCOL.md §22): it waits QUEUED until
 the queue offers it to a worker that announced capacity on it (a pull, as
@@ -71,6 +72,18 @@ operator retries or discards it (tenure resolve --action retry|discard).
 Each attempt's lease and ACK timeout are --lease and --ack-timeout (the
 policy's by default); --payload (or --payload-file, - for stdin: at most
 4096 bytes of UTF-8) goes to the worker with every offer.
+
+--run-at TIME (RFC 3339, e.g. 2026-05-01T03:00:00+02:00) or --delay D
+schedules the job (rules revision 8, PROTOCOL.md §26.1): it is queued at
+once and not offered before that time, or before the submit's stored time
+plus D, by the coordinator's clock.
+
+--unique-key K (rules revision 8, PROTOCOL.md §26.2) refuses the job while
+another job of the queue that named K holds it: while that job is queued,
+offered, active or unresolved, and --unique-for D after it ended (never
+past its retirement or an operator's discard). The refusal is
+duplicate/duplicate_unique_key, duplicate_of naming the job that holds K
+(exit status 1).
 
 Submitting the same job again with the same flags (a retry after a lost
 verdict) is no error: the verdict says duplicate/duplicate_submit and
@@ -106,6 +119,10 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	payload := fs.String("payload", "", "opaque text given to the worker with each offer, at most 4096 bytes")
 	payloadFile := fs.String("payload-file", "", "read the payload from `FILE` (- for stdin)")
 	jobsFile := fs.String("jobs", "", "submit the jobs listed in `FILE` (- for stdin), one per line: a job id, or a JSON object (see --help)")
+	runAt := fs.String("run-at", "", "not offered before this `TIME` (RFC 3339 with a time zone)")
+	delay := fs.Duration("delay", 0, "not offered before the submit's time plus this (at most 366 days)")
+	uniqueKey := fs.String("unique-key", "", "refused while another job of the queue holds this `KEY`")
+	uniqueFor := fs.Duration("unique-for", 0, "the job holds its unique key this long after it ended too (at most 30 days)")
 	pos, err := parsePositional(fs, args)
 	if err != nil {
 		return err
@@ -119,6 +136,9 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 		}
 		if given["payload-file"] && *payloadFile == "-" && *jobsFile == "-" {
 			return fmt.Errorf("%w: --jobs and --payload-file cannot both read stdin", errUsage)
+		}
+		if given["run-at"] || given["delay"] || given["unique-key"] || given["unique-for"] {
+			return fmt.Errorf("%w: --run-at, --delay, --unique-key and --unique-for go with a single job, not --jobs (a batch's jobs take none of them)", errUsage)
 		}
 	} else {
 		if job, err = oneJob(fs, pos); err != nil {
@@ -141,6 +161,19 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	}
 	add("lease", ops.WithLease(*lease))
 	add("ack-timeout", ops.WithAckTimeout(*ackTimeout))
+	add("delay", ops.WithDelay(*delay))
+	add("unique-key", ops.WithUniqueKey(*uniqueKey))
+	add("unique-for", ops.WithUniqueFor(*uniqueFor))
+	if given["unique-for"] && !given["unique-key"] {
+		return fmt.Errorf("%w: --unique-for needs --unique-key", errUsage)
+	}
+	if given["run-at"] {
+		t, err := time.Parse(time.RFC3339Nano, *runAt)
+		if err != nil {
+			return fmt.Errorf("%w: --run-at %q: want an RFC 3339 time with a time zone, as 2026-05-01T03:00:00Z", errUsage, *runAt)
+		}
+		opts = append(opts, ops.WithRunAt(t))
+	}
 	switch {
 	case given["payload"] && given["payload-file"]:
 		return fmt.Errorf("%w: --payload or --payload-file, not both", errUsage)

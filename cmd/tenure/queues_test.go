@@ -60,6 +60,13 @@ func TestQueueCommands(t *testing.T) {
 	}
 	cmd(0, "submit", "--queue", "emails", "--priority", "9", "--payload-file", payload, "mail-2", "--lease", "2m", "--backoff", "2s", "--backoff-max", "1m")
 	for _, args := range [][]string{
+		{"submit", "x", "--queue", "emails", "--run-at", "tomorrow"},
+		{"submit", "x", "--queue", "emails", "--run-at", "2031-02-03T04:05:06Z", "--delay", "1s"},
+		{"submit", "x", "--queue", "emails", "--delay", "400d"},
+		{"submit", "x", "--queue", "emails", "--delay", "9000h"},
+		{"submit", "x", "--queue", "emails", "--unique-key", "a.b"},
+		{"submit", "x", "--queue", "emails", "--unique-for", "1h"},
+		{"submit", "x", "--queue", "emails", "--unique-key", "k", "--unique-for", "800h"},
 		{"submit", "mail-3"},                                     // no queue
 		{"submit", "--queue", "emails"},                          // no job
 		{"submit", "a", "b", "--queue", "emails"},                // two jobs
@@ -181,6 +188,23 @@ func TestQueueCommands(t *testing.T) {
 		var o, e bytes.Buffer
 		return run(ctx, []string{"jobs", "get", "mail-1", "--nats-url", url}, &o, &e) == 1 && strings.Contains(e.String(), "404 no job mail-1")
 	})
+
+	// Scheduled (rules revision 8): queued, ready later.
+	if out = cmd(0, "submit", "later-1", "--queue", "reports", "--delay", "1h"); !strings.Contains(out, "submitted ok") || !strings.Contains(out, "delay=1h0m0s") {
+		t.Fatalf("submit --delay: %s", out)
+	}
+	if out = cmd(0, "submit", "later-2", "--queue", "reports", "--run-at", "2031-02-03T04:05:06+01:00"); !strings.Contains(out, "run_at=2031-02-03T03:05:06Z") {
+		t.Fatalf("submit --run-at: %s", out)
+	}
+
+	// Unique keys (rules revision 8): a second job naming a held key is
+	// refused, naming the holder.
+	if out = cmd(0, "submit", "export-1", "--queue", "exports", "--unique-key", "user-42", "--unique-for", "1h"); !strings.Contains(out, "unique=user-42 for=1h0m0s") {
+		t.Fatalf("submit --unique-key: %s", out)
+	}
+	if out = cmd(1, "submit", "export-2", "--queue", "exports", "--unique-key", "user-42"); !strings.Contains(out, "duplicate_unique_key") || !strings.Contains(out, "duplicate_of=export-1") {
+		t.Fatalf("submit of a held key: %s", out)
+	}
 }
 
 // The README's Queues section, as written, against a real tenure serve:
@@ -319,5 +343,11 @@ func TestSubmitJobsFile(t *testing.T) {
 		}
 	}
 	cmd(2, "submit", "x", "--jobs", jobsFile, "--queue", "reports") // a job and a list
+	// A batch's jobs take none of revision 8's flow fields.
+	for _, flow := range [][]string{{"--run-at", "2026-05-01T03:00:00Z"}, {"--delay", "1m"}, {"--unique-key", "k"}, {"--unique-for", "1m", "--unique-key", "k"}} {
+		if out := cmd(2, append([]string{"submit", "--jobs", jobsFile, "--queue", "reports"}, flow...)...); !strings.Contains(out, "single job") {
+			t.Errorf("submit --jobs %v: %s", flow, out)
+		}
+	}
 
 }

@@ -588,6 +588,9 @@ func (a *adapter) handle(ctx context.Context, queue string, b behaviour, j *work
 	if j.HasPayload {
 		started["payload"] = j.Payload
 	}
+	if !j.ScheduledFor.IsZero() {
+		started["scheduled_for_ms"] = j.ScheduledFor.UnixMilli()
+	}
 	a.event("handler_started", started)
 	progressErrs := []any{}
 	defer func() {

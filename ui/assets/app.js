@@ -752,6 +752,8 @@
         card('Queue', h('a', { href: '/?queue=' + encodeURIComponent(r.queue), text: r.queue }), 'job-queue'),
         card('Attempt', (r.attempt || 0) + ' of ' + r.max_attempts, 'job-attempt'),
         card('Ready at', r.state === 'QUEUED' ? h('span', { id: 'job-ready-at', title: new Date(r.ready_at).toISOString(), text: fmtClock(r.ready_at) }) : '–', 'job-ready'),
+        r.scheduled_for ? card('Scheduled for', h('span', { id: 'job-scheduled-for', title: new Date(r.scheduled_for).toISOString(), text: fmtClock(r.scheduled_for) }), 'job-scheduled') : null,
+        r.unique_key ? card('Unique key', h('span', { id: 'job-unique-key', text: r.unique_key }), 'job-unique') : null,
         card('Last attempt ended', r.attempt_reason || '–', 'job-attempt-reason'),
         card('Priority · submitter', (r.priority || 0) + ' · ' + r.submitter, 'job-submit')] : null);
   }

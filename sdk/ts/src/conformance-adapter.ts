@@ -273,7 +273,9 @@ class Adapter {
       const lf = { lease_id: j.lease.leaseId, generation: j.lease.generation };
       event("handler_started", {
         queue, job: j.id, attempt: j.attempt, max_attempts: j.maxAttempts,
-        ...(j.payload !== undefined ? { payload: j.payload } : {}), ...lf, token: formatFencingToken(j.lease.token), call,
+        ...(j.payload !== undefined ? { payload: j.payload } : {}),
+        ...(j.scheduledFor ? { scheduled_for_ms: Math.floor(j.scheduledFor) } : {}),
+        ...lf, token: formatFencingToken(j.lease.token), call,
       });
       const step = stepOf(j.id, call);
       const progressErrors: Obj[] = [];

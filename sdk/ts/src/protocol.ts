@@ -118,6 +118,14 @@ export interface JobProjection {
   backoff_max_ms?: number;
   attempt_lease_ms?: number;
   attempt_ack_timeout_ms?: number;
+  /** Rules revision 8 (§26.1): the submit's run_at, if any. */
+  run_at?: string;
+  /** Rules revision 8 (§26.1): the submit's delay_ms, if any. */
+  delay_ms?: number;
+  /** Rules revision 8 (§26.2): the submit's unique_key, if any. */
+  unique_key?: string;
+  /** Rules revision 8 (§26.2): the submit's unique_for_ms, if any. */
+  unique_for_ms?: number;
   submitted_at?: string;
   submit_seq?: number;
   ready_at?: string;
@@ -148,6 +156,8 @@ export interface Decision {
   capacity?: { queue: string; slots: number; until: string };
   /** Rules revision 5: the addressee's standing on a queue (§22.8). */
   standing?: { queue: string; window: number; strikes: number; held_until?: string };
+  /** Rules revision 8 (§26.2): the job holding the unique key a refused submit or retry needed. */
+  duplicate_of?: string;
   policy?: Record<string, number>;
   rules?: { revision: number };
   checkpoint?: { input_seq: number; state_hash: string };

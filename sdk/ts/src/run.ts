@@ -24,6 +24,12 @@ export interface Job {
   readonly submitter: string;
   /** On the coordinator's clock, ms since the epoch. */
   readonly submittedAt: number;
+  /**
+   * Rules revision 8 (§26.1): when the job was scheduled to run from (its
+   * submit's run_at, or its time plus delay_ms), ms since the epoch; 0 for
+   * a job submitted to run at once.
+   */
+  readonly scheduledFor: number;
   /** Why the previous attempt ended ("" on the first). */
   readonly lastReason: string;
   /**
@@ -450,8 +456,16 @@ function jobOf(o: Offer, l: Lease, effects: unknown): Job {
   return Object.freeze({
     id: j.id, queue: j.queue ?? "", payload: j.payload, attempt: j.attempt ?? 0, maxAttempts: j.max_attempts ?? 0,
     priority: j.priority ?? 0, submitter: j.submitter ?? "", submittedAt: timeMs(j.submitted_at),
-    lastReason: j.last_reason ?? "", lease: l, effects,
+    scheduledFor: scheduledFor(j), lastReason: j.last_reason ?? "", lease: l, effects,
   });
+}
+
+// The time a queue job was scheduled for (ms; 0: at once): its run_at, or
+// its submit's time plus its delay_ms.
+function scheduledFor(j: Offer["decision"]["job"]): number {
+  if (j.run_at) return timeMs(j.run_at);
+  if (j.delay_ms) return timeMs(j.submitted_at) + j.delay_ms;
+  return 0;
 }
 
 // Whether l is known to be no longer live at the coordinator: its

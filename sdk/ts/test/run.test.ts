@@ -93,6 +93,26 @@ describe("run", () => {
     await watch.close();
   });
 
+  test("a scheduled job (rules revision 8, delay_ms) is offered no earlier than its time, which scheduledFor says", async () => {
+    const queue = uniq("q");
+    const job = uniq("later");
+    const watch = await Decisions.follow(nc, `tenure.out.*.${job}.*`);
+    const seen: Job[] = [];
+    const r = await runWorker(queue, (j) => {
+      seen.push(j);
+    });
+    await ops.submit(job, queue, { delay_ms: 300 });
+    const submitted = await watch.waitFor((d) => d.kind === "submitted");
+    const assigned = await watch.waitFor((d) => d.kind === "assigned");
+    await watch.waitFor((d) => d.kind === "completed");
+    const due = Date.parse(submitted.job.submitted_at ?? "") + 300;
+    assert.ok(Date.parse(assigned.at) >= due, `offered at ${assigned.at}, before ${due}`);
+    assert.equal(seen.length, 1);
+    assert.ok(Math.abs((seen[0]?.scheduledFor ?? 0) - due) < 1, `scheduledFor ${seen[0]?.scheduledFor}, want ${due}`);
+    await shutdown(r);
+    await watch.close();
+  });
+
   test("a handler that throws fails the attempt: retried after its backoff, then SUCCESS", async () => {
     const queue = uniq("q");
     const job = uniq("job");

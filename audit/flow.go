@@ -1,0 +1,219 @@
+package audit
+
+import (
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/projector"
+)
+
+// Flow is what the audit found of the flow rules of rules revision 8
+// (PROTOCOL.md §26): the evidence that they held, by the log's clock,
+// checked from the decisions alone, and every breach as a finding. A
+// clean log has no finding: the fold never breaks its own rules; a
+// finding means decisions the fold did not make (the audit's other
+// findings say where) or a fold that is wrong.
+//
+// It covers the decisions the audit folded: from its start (Config.From,
+// a snapshot) on.
+type Flow struct {
+	// Scheduled counts the scheduled jobs submitted (a submit's run_at or
+	// delay_ms), Offers the offers of scheduled jobs (assigned).
+	Scheduled uint64 `json:"scheduled"`
+	Offers    uint64 `json:"scheduled_offers"`
+	// UniqueKeys counts the unique keys named (by queue and key),
+	// Duplicates the submits refused for a key another job held
+	// (duplicate_unique_key), MaxHolders the most jobs that held one key
+	// at once (1 when the rule held).
+	UniqueKeys int    `json:"unique_keys"`
+	Duplicates uint64 `json:"unique_duplicates"`
+	MaxHolders int    `json:"unique_max_holders"`
+	// Findings are the breaches.
+	Findings List[FlowFinding] `json:"findings"`
+}
+
+// FlowProblem classifies a breach of a flow rule.
+type FlowProblem string
+
+// Flow problems.
+const (
+	// FlowOfferedEarly: a queue job offered before its run_at, or before
+	// its submit's time plus its delay_ms.
+	FlowOfferedEarly FlowProblem = "offered_early"
+	// FlowUniqueTwice: a job held its unique key while another job of
+	// its queue held it.
+	FlowUniqueTwice FlowProblem = "unique_key_twice"
+	// FlowUniqueNotHeld: a submit refused (or a retry) for a unique key
+	// that the job it names did not hold.
+	FlowUniqueNotHeld FlowProblem = "unique_key_not_held"
+)
+
+// FlowFinding is one breach: the decision that breached the rule.
+type FlowFinding struct {
+	Problem FlowProblem `json:"problem"`
+	Cause   uint64      `json:"cause"`
+	N       uint32      `json:"n"`
+	Job     string      `json:"job,omitempty"`
+	Detail  string      `json:"detail"`
+}
+
+// FlowTracker checks the flow rules on a stream of decisions given in
+// order (Observe), for Result.
+type FlowTracker struct {
+	max  int
+	flow Flow
+	// keys holds, per unique key (queue, key), the latest projection of
+	// the job that last held it; named every key named.
+	keys    map[[2]string]events.Job
+	named   map[[2]string]bool
+	holders map[string]events.Job // the same projections, by job id
+}
+
+// NewFlowTracker returns a tracker that lists at most maxListed findings
+// (all are counted; negative: no bound).
+func NewFlowTracker(maxListed int) *FlowTracker { return &FlowTracker{max: maxListed} }
+
+// Seed takes the state an audit starts from (a snapshot): the holders of
+// unique keys then.
+func (t *FlowTracker) Seed(p *projector.Projector) {
+	for _, j := range p.Jobs() {
+		if j.Queue == "" || !holdsKeyAt(&j, p.Now()) {
+			continue
+		}
+		if t.keys == nil {
+			t.keys, t.named, t.holders = map[[2]string]events.Job{}, map[[2]string]bool{}, map[string]events.Job{}
+		}
+		k := [2]string{j.Queue, j.UniqueKey}
+		t.keys[k], t.holders[j.ID] = j, j
+	}
+}
+
+// Observe takes the next decision.
+func (t *FlowTracker) Observe(d *events.Decision) {
+	j := &d.Job
+	if d.Reason == events.ReasonDuplicateUniqueKey || d.Reason == events.ReasonUniqueKeyHeld {
+		t.flow.Duplicates++
+		// The job named must hold the key, by the decisions before.
+		h, ok := t.holders[d.DuplicateOf]
+		if !ok || !holdsKeyAt(&h, d.At) {
+			t.find(d, FlowUniqueNotHeld, "refused for a unique key that job "+d.DuplicateOf+" did not hold")
+		}
+	}
+	if j.Queue == "" {
+		return
+	}
+	if j.UniqueKey != "" {
+		t.unique(d)
+	}
+	scheduled := j.RunAt != 0 || j.Delay != 0
+	switch d.Kind {
+	case events.KindSubmitted:
+		if scheduled {
+			t.flow.Scheduled++
+		}
+	case events.KindAssigned:
+		if !scheduled {
+			return
+		}
+		t.flow.Offers++
+		switch {
+		case j.RunAt > d.At:
+			t.find(d, FlowOfferedEarly, "offered at "+events.FormatTime(d.At)+", before its run_at "+events.FormatTime(j.RunAt))
+		case j.Delay != 0 && addNs(j.SubmittedAt, j.Delay) > d.At:
+			t.find(d, FlowOfferedEarly, "offered at "+events.FormatTime(d.At)+", before its submit's time plus delay_ms "+events.FormatTime(addNs(j.SubmittedAt, j.Delay)))
+		}
+	}
+}
+
+// unique follows the holder of the unique key of d's job.
+func (t *FlowTracker) unique(d *events.Decision) {
+	j := d.Job
+	k := [2]string{j.Queue, j.UniqueKey}
+	if t.keys == nil {
+		t.keys, t.named, t.holders = map[[2]string]events.Job{}, map[[2]string]bool{}, map[string]events.Job{}
+	}
+	if !t.named[k] {
+		t.named[k] = true
+		t.flow.UniqueKeys++
+	}
+	h, known := t.keys[k]
+	switch {
+	case d.Kind == events.KindRetired:
+		if known && h.ID == j.ID {
+			delete(t.keys, k)
+			delete(t.holders, j.ID)
+		}
+	case !holdsKeyAt(&j, d.At):
+		if known && h.ID == j.ID {
+			t.keys[k], t.holders[j.ID] = j, j
+		}
+	default:
+		if known && h.ID != j.ID && holdsKeyAt(&h, d.At) {
+			t.find(d, FlowUniqueTwice, "job "+j.ID+" holds unique key "+j.UniqueKey+" of queue "+j.Queue+", which job "+h.ID+" holds")
+			t.flow.MaxHolders = max(t.flow.MaxHolders, 2)
+		}
+		t.flow.MaxHolders = max(t.flow.MaxHolders, 1)
+		if known && h.ID != j.ID {
+			delete(t.holders, h.ID)
+		}
+		t.keys[k], t.holders[j.ID] = j, j
+	}
+}
+
+// holdsKeyAt reports whether j holds its unique key at time at
+// (PROTOCOL.md §26.2): it is QUEUED, OFFERED, ACTIVE or UNRESOLVED, an
+// ownership conflict of it is pending, or its last lease ended less than
+// unique_for_ms before.
+func holdsKeyAt(j *events.Job, at int64) bool {
+	if j.UniqueKey == "" {
+		return false
+	}
+	switch j.State {
+	case events.StateQueued, events.StateOffered, events.StateActive, events.StateUnresolved:
+		return true
+	}
+	return j.Conflict || j.UniqueFor > 0 && addNs(j.EndedAt, j.UniqueFor) > at
+}
+
+func (t *FlowTracker) find(d *events.Decision, p FlowProblem, detail string) {
+	job := d.Job.ID
+	if job == events.NoJob {
+		job = ""
+	}
+	t.flow.Findings.add(t.max, FlowFinding{Problem: p, Cause: d.Cause, N: d.N, Job: job, Detail: detail})
+}
+
+// Result is what the tracker found in the decisions observed so far.
+func (t *FlowTracker) Result() Flow { return t.flow }
+
+// addNs is t + d, saturating (as the fold's times do).
+func addNs(t, d int64) int64 {
+	const maxTime = int64(1<<63 - 1)
+	if t > maxTime-d {
+		return maxTime
+	}
+	return t + d
+}
+
+// writeFlow writes the flow section of a summary: nothing for a log that
+// used no flow rule and breached none.
+func writeFlow(p func(string, ...any), f *Flow, list int) {
+	if f.Scheduled == 0 && f.Offers == 0 && f.UniqueKeys == 0 && f.Duplicates == 0 && f.Findings.Count == 0 {
+		return
+	}
+	p("%-12s %d\n", "flow:", f.Findings.Count)
+	if f.Scheduled != 0 || f.Offers != 0 {
+		p("  scheduled jobs: %d submitted, %d offers of them\n", f.Scheduled, f.Offers)
+	}
+	if f.UniqueKeys != 0 || f.Duplicates != 0 {
+		p("  unique keys: %d named, %d submits refused as duplicates, at most %d holder(s) of a key at once (limit 1)\n", f.UniqueKeys, f.Duplicates, f.MaxHolders)
+	}
+	n := len(f.Findings.Items)
+	if list >= 0 {
+		n = min(n, list)
+	}
+	for _, x := range f.Findings.Items[:n] {
+		p("  %d.%d %s: %s: %s\n", x.Cause, x.N, x.Job, x.Problem, x.Detail)
+	}
+	if f.Findings.Count > n {
+		p("  ... %d more\n", f.Findings.Count-n)
+	}
+}

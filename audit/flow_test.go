@@ -1,0 +1,188 @@
+package audit_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/maknow/tenure/audit"
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
+	"github.com/maknow/tenure/projector"
+)
+
+// flowLog folds a log of inputs (each at its offset from
+// testutil.ScenarioBase) and returns every decision.
+type flowLog struct {
+	t   *testing.T
+	p   *projector.Projector
+	seq uint64
+	all []events.Decision
+}
+
+func newFlowLog(t *testing.T) *flowLog {
+	l := &flowLog{t: t, p: projector.New()}
+	l.in(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision8})
+	return l
+}
+
+func (l *flowLog) in(at time.Duration, role events.Role, actor, job string, in events.Input) []events.Decision {
+	l.t.Helper()
+	in.Role, in.Actor, in.Job = role, actor, job
+	l.seq++
+	ds, err := l.p.Step(events.Raw{Seq: l.seq, Time: testutil.ScenarioBase + int64(at),
+		Subject: events.InputSubject(role, actor, job, in.Verb), Body: events.AppendInputBody(nil, &in)})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.all = append(l.all, ds...)
+	return ds
+}
+
+func (l *flowLog) tick(at time.Duration) []events.Decision {
+	return l.in(at, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+}
+
+func flowOf(ds []events.Decision) audit.Flow {
+	t := audit.NewFlowTracker(-1)
+	for i := range ds {
+		t.Observe(&ds[i])
+	}
+	return t.Result()
+}
+
+// TestFlowScheduled: the audit counts scheduled jobs and their offers, and
+// finds an offer stored before its time (a decision the fold did not make:
+// here one whose time was moved back).
+func TestFlowScheduled(t *testing.T) {
+	l := newFlowLog(t)
+	l.in(0, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbSubmit, Queue: "q", RunAt: testutil.ScenarioBase + int64(10*time.Second)})
+	l.in(0, events.RoleOps, "d1", "b", events.Input{Verb: events.VerbSubmit, Queue: "q", DelayMS: 5000})
+	l.in(0, events.RoleOps, "d1", "c", events.Input{Verb: events.VerbSubmit, Queue: "q"})
+	l.in(time.Second, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 8, TTLMS: 600000})
+	l.tick(5 * time.Second)
+	l.tick(10 * time.Second)
+	f := flowOf(l.all)
+	if f.Scheduled != 2 || f.Offers != 2 || f.Findings.Count != 0 {
+		t.Fatalf("clean log: %+v", f)
+	}
+	// Move the offer of b back before its delay passed.
+	forged := append([]events.Decision(nil), l.all...)
+	n := 0
+	for i := range forged {
+		if d := &forged[i]; d.Kind == events.KindAssigned && d.Job.ID != "c" {
+			d.At -= int64(2 * time.Second)
+			n++
+		}
+	}
+	f = flowOf(forged)
+	if n != 2 || f.Findings.Count != 2 || f.Findings.Items[0].Problem != audit.FlowOfferedEarly ||
+		!strings.Contains(f.Findings.Items[0].Detail, "before its") {
+		t.Fatalf("forged offers: %d, %+v", n, f)
+	}
+}
+
+// TestFlowUnique: the audit counts unique keys and the duplicates
+// refused, and finds a second holder of a key (a submitted decision the
+// fold would have refused) and a refusal naming a job that did not hold
+// the key.
+func TestFlowUnique(t *testing.T) {
+	l := newFlowLog(t)
+	sub := func(at time.Duration, job, key string) []events.Decision {
+		return l.in(at, events.RoleOps, "d1", job, events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: key, MaxAttempts: 1})
+	}
+	sub(0, "a", "k")
+	ds := sub(0, "b", "k")
+	if len(ds) != 1 || ds[0].Reason != events.ReasonDuplicateUniqueKey || ds[0].DuplicateOf != "a" {
+		t.Fatalf("b: %+v", ds)
+	}
+	l.in(time.Second, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbCancel})
+	sub(2*time.Second, "b", "k")
+	f := flowOf(l.all)
+	if f.UniqueKeys != 1 || f.Duplicates != 1 || f.MaxHolders != 1 || f.Findings.Count != 0 {
+		t.Fatalf("clean log: %+v", f)
+	}
+	// Forged: b's refusal names a job that never held the key, and b's
+	// submit is stored before a's cancel (a still QUEUED, holding it).
+	var forged []events.Decision
+	for _, d := range l.all {
+		switch {
+		case d.Reason == events.ReasonDuplicateUniqueKey:
+			d.DuplicateOf = "nobody"
+		case d.Job.ID == "a" && d.Kind == events.KindCancelRequested:
+			continue
+		}
+		forged = append(forged, d)
+	}
+	f = flowOf(forged)
+	probs := map[audit.FlowProblem]int{}
+	for _, x := range f.Findings.Items {
+		probs[x.Problem]++
+	}
+	if probs[audit.FlowUniqueTwice] != 1 || probs[audit.FlowUniqueNotHeld] != 1 || f.MaxHolders != 2 || f.Findings.Count != 2 {
+		t.Fatalf("forged: %+v", f)
+	}
+}
+
+// TestFlowUniqueSeeded: an audit that starts from a snapshot knows the
+// holders of unique keys then, so that a refusal after it naming one is
+// no finding, and a second holder after it is.
+func TestFlowUniqueSeeded(t *testing.T) {
+	l := newFlowLog(t)
+	l.in(0, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
+	snap := l.p.Snapshot()
+	before := len(l.all)
+	ds := l.in(time.Second, events.RoleOps, "d2", "b", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
+	if len(ds) != 1 || ds[0].DuplicateOf != "a" {
+		t.Fatalf("b: %+v", ds)
+	}
+	p := projector.New()
+	if err := p.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	tr := audit.NewFlowTracker(-1)
+	tr.Seed(p)
+	for i := range l.all[before:] {
+		tr.Observe(&l.all[before+i])
+	}
+	if f := tr.Result(); f.Findings.Count != 0 || f.Duplicates != 1 {
+		t.Fatalf("seeded: %+v", f)
+	}
+	// The same refusal without the seed names a job the audit never saw
+	// hold the key.
+	if f := flowOf(l.all[before:]); f.Findings.Count != 1 || f.Findings.Items[0].Problem != audit.FlowUniqueNotHeld {
+		t.Fatalf("unseeded: %+v", f)
+	}
+	// A second holder after the snapshot (a submitted forged from the
+	// refusal) is a finding against the seeded holder.
+	forged := l.all[before]
+	forged.Kind, forged.Reason, forged.DuplicateOf = events.KindSubmitted, events.ReasonOk, ""
+	forged.Job = events.Job{ID: "b", State: events.StateQueued, Queue: "q", Submitter: "d2", UniqueKey: "k", MaxAttempts: 3, SubmittedAt: forged.At, ReadyAt: forged.At, SubmitSeq: forged.Cause}
+	tr = audit.NewFlowTracker(-1)
+	tr.Seed(p)
+	tr.Observe(&forged)
+	if f := tr.Result(); f.Findings.Count != 1 || f.Findings.Items[0].Problem != audit.FlowUniqueTwice {
+		t.Fatalf("seeded, second holder: %+v", f)
+	}
+}
+
+// The summary's flow section: the scheduled jobs and the unique keys when
+// a log used them, and each finding.
+func TestWriteSummaryFlow(t *testing.T) {
+	l := newFlowLog(t)
+	l.in(0, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k", DelayMS: 1000})
+	l.in(0, events.RoleOps, "d1", "b", events.Input{Verb: events.VerbSubmit, Queue: "q", UniqueKey: "k"})
+	var b strings.Builder
+	if err := audit.WriteSummary(&b, &audit.Report{Flow: flowOf(l.all)}, 5); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"flow:        0\n",
+		"  scheduled jobs: 1 submitted, 0 offers of them\n",
+		"  unique keys: 1 named, 1 submits refused as duplicates, at most 1 holder(s) of a key at once (limit 1)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the summary has no %q:\n%s", want, b.String())
+		}
+	}
+}
