@@ -450,13 +450,7 @@ func TestModelSnapshotRefusedAfterReadingAhead(t *testing.T) {
 		const ttl = 600 * time.Millisecond
 		e := newModelEnvFaults(t, ttl, jsmodel.Faults{StaleSnapshot: 1})
 		defer e.close()
-		snap := func(c *coordinator.Config) { c.SnapshotEvery = 50 }
-		a := e.start("ca", snap)
-		for i := range 200 {
-			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
-		}
-		e.waitFor(10*time.Second, "ca caught up", func() bool { return e.caughtUp(a) })
-		a.stop()
+		snap := e.snapshotted()
 		// More inputs than a reader buffers ahead (4,096) while no
 		// coordinator runs.
 		for i := range 5000 {
@@ -485,13 +479,7 @@ func TestModelSnapshotAnchorUnreadable(t *testing.T) {
 		const ttl = 600 * time.Millisecond
 		e := newModelEnv(t, ttl)
 		defer e.close()
-		snap := func(c *coordinator.Config) { c.SnapshotEvery = 50 }
-		a := e.start("ca", snap)
-		for i := range 200 {
-			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
-		}
-		e.waitFor(10*time.Second, "ca caught up", func() bool { return e.caughtUp(a) && a.c.Stats().SnapshotSeq > 0 })
-		a.stop()
+		snap := e.snapshotted()
 		e.net.Hold("cb>get", time.Now().Add(7*time.Second))
 		b := e.start("cb", snap)
 		e.waitFor(time.Minute, "cb caught up", func() bool { return e.caughtUp(b) })
@@ -501,6 +489,21 @@ func TestModelSnapshotAnchorUnreadable(t *testing.T) {
 		}
 		e.checkFold()
 	})
+}
+
+// snapshotted runs coordinator ca with a snapshot every 50 inputs over 200
+// acquires until it has decided them all and stored a snapshot, then stops
+// it; it returns the configuration to start the next one with.
+func (e *modelEnv) snapshotted() func(*coordinator.Config) {
+	e.t.Helper()
+	snap := func(c *coordinator.Config) { c.SnapshotEvery = 50 }
+	a := e.start("ca", snap)
+	for i := range 200 {
+		e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+	}
+	e.waitFor(10*time.Second, "ca caught up with a snapshot stored", func() bool { return e.caughtUp(a) && a.c.Stats().SnapshotSeq > 0 })
+	a.stop()
+	return snap
 }
 
 // runRefused runs a coordinator on a log written by hand and requires it to
