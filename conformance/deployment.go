@@ -323,6 +323,32 @@ func (d *deployment) caughtUp(timeout time.Duration) error {
 	})
 }
 
+// stored returns how many inputs and decisions the streams hold now, once
+// the deployment's readers have read them (a mark taken from what the
+// readers had read alone could come before a decision already stored: on
+// a loaded machine, consumer-deleted's "renewed" mark came before the
+// explicit renewal's verdict, which then answered the wait for the next
+// automatic one).
+func (d *deployment) stored(timeout time.Duration) (inputs, decisions int, err error) {
+	ctx := context.Background()
+	in, err := d.js.Stream(ctx, d.topo.InputStream())
+	if err != nil {
+		return 0, 0, err
+	}
+	out, err := d.js.Stream(ctx, d.topo.DecisionStream())
+	if err != nil {
+		return 0, 0, err
+	}
+	lastIn, lastOut := int(in.CachedInfo().State.LastSeq), int(out.CachedInfo().State.LastSeq)
+	err = testutil.Poll(timeout, func() error {
+		if d.inputs.len() < lastIn || d.decisions.len() < lastOut {
+			return fmt.Errorf("read %d of %d inputs and %d of %d decisions", d.inputs.len(), lastIn, d.decisions.len(), lastOut)
+		}
+		return nil
+	})
+	return lastIn, lastOut, err
+}
+
 // workerConsumers names the consumers of the decision stream that read
 // worker's decisions (their one filter is tenure.out.<worker>.>), sorted.
 func (d *deployment) workerConsumers(ctx context.Context, worker string) ([]string, error) {

@@ -353,7 +353,11 @@ func (s *session) play(st Step) error {
 		return nil
 	case "mark":
 		name, _ := st.Fields["mark"].(string)
-		m := mark{events: map[string]eventPos{}, decisions: s.d.decisions.len(), inputs: s.d.inputs.len()}
+		inputs, decisions, err := s.d.stored(defaultWait)
+		if err != nil {
+			return fmt.Errorf("mark %s: %w", name, err)
+		}
+		m := mark{events: map[string]eventPos{}, decisions: decisions, inputs: inputs}
 		for n, p := range s.procs {
 			m.events[n] = eventPos{gen: s.gens[n], n: p.events.len()}
 		}
