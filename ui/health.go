@@ -205,8 +205,19 @@ func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 
 // StatusFromService returns a Config.Status that asks every running
 // coordinator for its status through the "tenure" NATS micro service
-// (the same request as `tenure status`), collecting answers for wait.
+// (the same request as `tenure status`), collecting answers for wait (after
+// the first one, when one came).
 func StatusFromService(nc *nats.Conn, wait time.Duration) func(context.Context) ([]CoordinatorStatus, error) {
+	return StatusFromServiceFirst(nc, wait, wait)
+}
+
+// StatusFromServiceFirst is StatusFromService that, when no coordinator has
+// answered within wait, goes on waiting for a first answer until first has
+// passed since the request, then collects for wait more: the number of
+// processes that will answer is not known, so answers are collected for a
+// window, but a process slowed by a loaded machine still gets its say
+// before "nobody answered" is concluded.
+func StatusFromServiceFirst(nc *nats.Conn, wait, first time.Duration) func(context.Context) ([]CoordinatorStatus, error) {
 	return func(ctx context.Context) ([]CoordinatorStatus, error) {
 		inbox := nc.NewInbox()
 		sub, err := nc.SubscribeSync(inbox)
@@ -217,12 +228,22 @@ func StatusFromService(nc *nats.Conn, wait time.Duration) func(context.Context) 
 		if err := nc.PublishRequest("$SRV.STATS.tenure", inbox, nil); err != nil {
 			return nil, streams.Classify(err)
 		}
-		deadline := time.Now().Add(wait)
-		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-			deadline = d
+		ctxDeadline, bounded := ctx.Deadline()
+		capped := func(t time.Time) time.Time {
+			if bounded && ctxDeadline.Before(t) {
+				return ctxDeadline
+			}
+			return t
 		}
+		// Until a first answer: wait, or first when it is longer. After it:
+		// wait more.
+		deadline := capped(time.Now().Add(max(wait, first)))
 		var out []CoordinatorStatus
-		for {
+		for answered := false; ; {
+			if len(out) > 0 && !answered {
+				answered = true
+				deadline = capped(time.Now().Add(wait))
+			}
 			m, err := sub.NextMsg(time.Until(deadline))
 			if err != nil {
 				break

@@ -372,7 +372,9 @@ var statusCmd = &command{
 status and prints one line each: live or standby, the input it has folded
 up to and its lag behind the input stream, its last snapshot. A process
 serving a partitioned deployment answers for each partition; partitions no
-live coordinator answered for within --wait are listed after the table.`,
+live coordinator answered for are listed after the table. Answers are
+collected for --wait after the first one; on a loaded machine a first
+answer is awaited for up to --timeout before "no coordinator answered".`,
 	run: runStatus,
 }
 
@@ -386,7 +388,8 @@ func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	var conn connFlags
 	conn.register(fs, "NATS server (default nats://127.0.0.1:4222, the local embedded one)")
 	asJSON := fs.Bool("json", false, "print the raw status objects, one per line")
-	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect answers")
+	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect answers after the first one")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for a first answer")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -397,12 +400,12 @@ func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	}
 	defer nc.Close()
 	// The inbox honours --inbox-prefix.
-	got, err := ui.StatusFromService(nc, *wait)(ctx)
+	got, err := ui.StatusFromServiceFirst(nc, *wait, *timeout)(ctx)
 	if err != nil {
 		return err
 	}
 	if len(got) == 0 {
-		return errors.New("no coordinator answered (is `tenure serve` running and reachable?)")
+		return fmt.Errorf("no coordinator answered within %v (is `tenure serve` running and reachable?)", *timeout)
 	}
 	slices.SortFunc(got, func(a, b status) int {
 		if c := strings.Compare(a.ID, b.ID); c != 0 {
