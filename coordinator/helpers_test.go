@@ -256,7 +256,13 @@ func waitCaughtUp(t testing.TB, js jetstream.JetStream, r *running) {
 // publish stores one input and returns its sequence.
 func publish(t testing.TB, js jetstream.JetStream, role events.Role, actor, job string, verb events.Verb, body string) uint64 {
 	t.Helper()
-	ack, err := js.Publish(context.Background(), events.InputSubject(role, actor, job, verb), []byte(body))
+	// Until its coordinator first goes live, a deployment's input stream
+	// takes the rules only (genesis, PROTOCOL.md §1.1): a worker's input
+	// meets no stream. Tests publish right after starting a coordinator,
+	// which on two loaded cores took more than the client's default
+	// retries (two, 250 ms apart) to open it: retried for up to 30 s.
+	ack, err := js.Publish(context.Background(), events.InputSubject(role, actor, job, verb), []byte(body),
+		jetstream.WithRetryAttempts(120), jetstream.WithRetryWait(250*time.Millisecond))
 	if err != nil {
 		t.Fatalf("publish %s: %v", verb, err)
 	}
