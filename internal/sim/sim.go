@@ -328,7 +328,7 @@ func Run(p Plan) *Report {
 	wg.Wait()
 	// Every job must end within Drain of the faults' end.
 	deadline := quietFrom.Add(p.Drain)
-	for !allEnded(net, jobs) && time.Now().Before(deadline) {
+	for !(allEnded(net, jobs) && allDecided(net)) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Let the coordinators store what they have folded, then stop them.
@@ -371,6 +371,7 @@ func Run(p Plan) *Report {
 	}
 	checkEffects(rep, l, res)
 	checkRules(rep, l)
+	checkVerdicts(rep, l, entries, nil)
 	for _, e := range runErrs.errs {
 		rep.finding("%s", e)
 	}
