@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/maknow/tenure/streams"
 )
 
 // Leadership renewal runs off the loop. Once a session holds the leadership
@@ -38,6 +41,7 @@ type leaderReport struct {
 	started time.Time // when the renewal was started
 	rev     uint64    // the entry's new revision (success)
 	err     error     // not nil: the renewal failed, leadership is lost
+	lost    error     // not nil: the input stream lost inputs the session folded (inputKept)
 }
 
 // renewer is the goroutine renewing a session's leadership entry.
@@ -115,6 +119,7 @@ func (s *session) renewLoop(ctx context.Context, r *renewer) {
 			r.rev = 0
 		} else {
 			r.rev = rev
+			rep.lost = s.inputKept(ctx, timeout, false)
 		}
 		// Never wait for the loop: a report it has not taken yet is
 		// replaced by this newer one (this goroutine is the only sender).
@@ -187,6 +192,9 @@ func (s *session) renewed(rep leaderReport) error {
 	if rep.err != nil {
 		return fmt.Errorf("coordinator: leadership lost: %w", rep.err)
 	}
+	if rep.lost != nil {
+		return rep.lost
+	}
 	ttl := s.c.cfg.LeaderTTL
 	if v := rep.started.Add(ttl - leaderMargin(ttl)); v.After(s.validUntil) {
 		s.validUntil = v
@@ -215,4 +223,84 @@ func (s *session) leaderExpired(now time.Time) error {
 	}
 	return fmt.Errorf("coordinator: leadership lost: %w (valid until %s, now %s)",
 		errRenewalOverdue, s.validUntil.Format("15:04:05.000"), now.Format("15:04:05.000"))
+}
+
+// errInputsLost is why a session ends when the input stream holds fewer
+// inputs than it has folded: the server lost messages it had
+// acknowledged (a machine that crashed before its file store synced
+// them: --sync interval; PROTOCOL.md §2, "A server that loses its tail").
+// Its readers wait past the stream's new end, and the inputs stored at
+// the sequences lost would never reach them; the next session reads the
+// streams again from what they hold, and either goes live on a log that
+// still folds or refuses one that no longer does (ErrDivergence: a
+// decision names an input lost).
+var errInputsLost = errors.New("the input stream lost inputs this coordinator had folded")
+
+// foldMark is the last input a session folded, as its stream held it.
+type foldMark struct {
+	seq     uint64
+	time    int64
+	subject string
+	data    []byte // (the reader's: never changed)
+}
+
+// markFolded records m as the last input folded (fold).
+func (s *session) markFolded(m stored) {
+	s.markMu.Lock()
+	s.mark = foldMark{seq: m.seq, time: m.time, subject: m.subject, data: m.data}
+	s.markMu.Unlock()
+}
+
+// inputKept checks, every renewal and before going live, that the input
+// stream still holds the last input the session folded, as it read it:
+// a stream that ends before it, or holds another message at its
+// sequence (the sequences lost are used again by the next inputs
+// stored), lost it. A request that fails says nothing (the next renewal
+// asks again), unless strict (before going live): then its error.
+func (s *session) inputKept(ctx context.Context, timeout time.Duration, strict bool) error {
+	s.markMu.Lock()
+	mk := s.mark
+	s.markMu.Unlock()
+	if mk.seq == 0 {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	m, err := s.c.be.Inputs().GetMsg(ictx, mk.seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		// Gone: lost, unless a retention removed it (the stream then goes
+		// on past it).
+		info, ierr := s.c.be.Info(ictx, true)
+		if ierr != nil && strict {
+			return fmt.Errorf("coordinator: input stream info: %w", streams.Classify(ierr))
+		}
+		if ierr != nil || info.State.LastSeq >= mk.seq {
+			return nil
+		}
+		return fmt.Errorf("coordinator: %w: the stream ends at input %d, the session folded input %d (a server that lost its unsynced tail in a crash); reading the streams again", errInputsLost, info.State.LastSeq, mk.seq)
+	case err != nil && strict:
+		return fmt.Errorf("coordinator: input %d: %w", mk.seq, streams.Classify(err))
+	case err != nil:
+		return nil
+	case m.Time.UnixNano() != mk.time || m.Subject != mk.subject || !bytes.Equal(m.Data, mk.data):
+		return fmt.Errorf("coordinator: %w: input %d is another message than the one the session folded (a server that lost its unsynced tail in a crash stores the next inputs at the sequences lost); reading the streams again", errInputsLost, mk.seq)
+	}
+	return nil
+}
+
+// unlessInputsLost returns err, a session's refusal of the log
+// (ErrDivergence, ErrInputGap), unless the session's own reading of the
+// input stream is what the server lost: a standby that read inputs a
+// crash then lost finds the decisions of the inputs stored at their
+// sequences since diverge from its fold; the log may be whole, and the
+// next session, reading it again, judges it.
+func (s *session) unlessInputsLost(err error) error {
+	if !errors.Is(err, ErrDivergence) && !errors.Is(err, ErrInputGap) {
+		return err
+	}
+	if lerr := s.inputKept(s.ctx, max(s.c.cfg.LeaderTTL/3, 50*time.Millisecond), false); lerr != nil {
+		return fmt.Errorf("%w (what the session found: %v)", lerr, err)
+	}
+	return err
 }

@@ -654,3 +654,44 @@ func TestModelChainHeadersStopPartWay(t *testing.T) {
 		e.runRefused("decision 2: no Tenure-Chain header")
 	})
 }
+
+// A server that loses the unsynced tails of both streams in a crash (the
+// last two inputs and their decisions; --sync interval) while the leader
+// is idle: its readers wait past the streams' new ends, and the inputs
+// stored next, at the sequences lost, never reached it. The leader finds
+// at its next leadership renewal that the input it folded last is gone
+// (errInputsLost), reads the streams again and decides them. Before, it
+// stayed live and never decided them (the simulator's seed 12 with
+// SIM_LOST=1: three acknowledged acquires without a verdict).
+func TestModelInputsLostInACrash(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 900 * time.Millisecond
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		a := e.start("c1")
+		e.waitFor(10*time.Second, "live", func() bool { return a.c.Stats().Live })
+		for i := range 5 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		}
+		e.waitFor(10*time.Second, "caught up", func() bool { return e.caughtUp(a) })
+		e.net.Lock()
+		lostIn := e.net.Model().In.LoseTail(2)
+		lostOut := e.net.Model().Out.LoseTail(2)
+		e.net.Unlock()
+		if len(lostIn) != 2 || len(lostOut) != 2 {
+			t.Fatalf("lost %d inputs and %d decisions, want 2 and 2", len(lostIn), len(lostOut))
+		}
+		seq := e.publish(events.RoleWorker, "w2", "k1", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		if seq != lostIn[0].Seq {
+			t.Fatalf("the input after the crash is stored at %d, want %d (a sequence lost, used again)", seq, lostIn[0].Seq)
+		}
+		e.waitFor(10*time.Second, "the input stored after the crash decided", func() bool {
+			v, ok := e.verdictOf(seq)
+			return ok && v.Job.ID == "k1" && e.caughtUp(a)
+		})
+		if st := a.c.Stats(); st.Sessions < 2 {
+			t.Fatalf("%d sessions, want a second one after the loss", st.Sessions)
+		}
+		e.checkFold()
+	})
+}

@@ -32,6 +32,8 @@ type session struct {
 	renewer    *renewer               // renews the entry while the session holds it (leadership.go)
 	validUntil time.Time              // the leadership cannot have expired before then
 	tickFut    jetstream.PubAckFuture // the last tick's append
+	markMu     sync.Mutex             // guards mark: read by the renewer (inputKept)
+	mark       foldMark               // the last input folded
 
 	snapTime time.Time
 	snapWait *snapshot // taken, waiting for its decisions to be acknowledged
@@ -83,9 +85,9 @@ func (c *Coordinator) session(ctx context.Context) error {
 	}
 	defer s.stopRenewer()
 	if err := s.standby(); err != nil {
-		return err
+		return s.unlessInputsLost(err)
 	}
-	err := s.runLive()
+	err := s.unlessInputsLost(s.runLive())
 	// Not live from the moment the loop stops appending: stepping down
 	// (draining appends, releasing the entry) can take seconds, and
 	// Stats must not say live meanwhile (TestModelStuckRenewal).
@@ -125,6 +127,7 @@ func (s *session) fold(m stored) error {
 	if err != nil {
 		return err
 	}
+	s.markFolded(m)
 	if s.app != nil {
 		// Live: the live gate may empty the input from its worker's intake
 		// stream (quotas, PROTOCOL.md §4.2).

@@ -41,6 +41,9 @@ func (s *session) standby() error {
 			return s.ctx.Err()
 		}
 	}
+	if err := s.inputKept(s.ctx, max(c.cfg.LeaderTTL/3, 50*time.Millisecond), true); err != nil {
+		return err
+	}
 	info, err := c.be.Info(s.ctx, false)
 	if err != nil {
 		return fmt.Errorf("coordinator: decision stream info: %w", streams.Classify(err))

@@ -461,7 +461,11 @@ func (n *Net) feedLocked(r *reader) {
 	n.submitLocked(r.actor, "~"+r.id, stall, func(time.Time) {
 		r.inLane = false
 		r.mu.Lock()
-		r.pending = append(r.pending, delivered{m, r.s.Last() - m.Seq})
+		var after uint64 // (0 for a message the stream lost since it was read: LoseTail)
+		if last := r.s.Last(); last > m.Seq {
+			after = last - m.Seq
+		}
+		r.pending = append(r.pending, delivered{m, after})
 		r.mu.Unlock()
 		select {
 		case r.wake <- struct{}{}:

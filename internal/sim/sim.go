@@ -68,6 +68,7 @@ type Plan struct {
 	Cuts         float64       // per second, the chance an actor is cut off (partition, pause)
 	CutFor       time.Duration // how long at most
 	Faults       jsmodel.Faults
+	Lost         LostPlan      // crashes of the server's machine, unsynced tails lost (lost.go)
 	Trace        bool          // keep the net's trace (Report.Trace)
 	Duration     time.Duration // the fault phase
 	Drain        time.Duration // the quiet end: every job must end within it
@@ -117,12 +118,13 @@ func Draw(seed uint64) Plan {
 		Instant:       rate(0.5, 0.5),
 		StaleSnapshot: rate(0.3, 0.5),
 	}
+	p.Lost = drawLost(seed)
 	return p
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, %v then %v quiet",
-		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Duration, p.Drain)
+	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, lost tails %v, %v then %v quiet",
+		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Lost, p.Duration, p.Drain)
 }
 
 // Report is what a run found.
@@ -161,6 +163,7 @@ func Run(p Plan) *Report {
 	if p.Trace {
 		net.Trace = &rep.Trace
 	}
+	lt := newLostTails(p, net)
 	rng := rand.New(rand.NewPCG(p.Seed, 0xc0de))
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -213,7 +216,8 @@ func Run(p Plan) *Report {
 	coords := make([]*coord, p.Coordinators)
 	var runErrs struct {
 		sync.Mutex
-		errs []string
+		errs     []string
+		refusals []error
 	}
 	startCoord := func(i int) {
 		id := fmt.Sprintf("c%d", i+1)
@@ -234,6 +238,7 @@ func Run(p Plan) *Report {
 				logs.add(id + ": run: " + err.Error())
 				runErrs.Lock()
 				runErrs.errs = append(runErrs.errs, id+" refused to go on: "+err.Error())
+				runErrs.refusals = append(runErrs.refusals, err)
 				runErrs.Unlock()
 			}
 		}()
@@ -319,6 +324,7 @@ func Run(p Plan) *Report {
 			a := actors[faultRng.IntN(len(actors))]
 			net.Cut(a, time.Now().Add(time.Duration(faultRng.Int64N(int64(p.CutFor)+1))))
 		}
+		lt.tick()
 	}
 
 	// The quiet end: no more faults; the workers finish and stop.
@@ -328,7 +334,7 @@ func Run(p Plan) *Report {
 	wg.Wait()
 	// Every job must end within Drain of the faults' end.
 	deadline := quietFrom.Add(p.Drain)
-	for !allEnded(net, jobs) && time.Now().Before(deadline) {
+	for !(allEnded(net, jobs) && allDecided(net)) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Let the coordinators store what they have folded, then stop them.
@@ -360,19 +366,41 @@ func Run(p Plan) *Report {
 	for i, c := range coords {
 		ids[i] = c.id
 	}
+	// Inputs the server acknowledged then lost in a crash are its loss
+	// (lost.go): no verdict is owed to them.
+	entries, excused := lt.excuse(entries)
+	if n := lt.excuseEffects(res); n > 0 {
+		net.Touch("effects under a grant the server lost")
+	}
 	r := chaos.Check(l, &chaos.Clients{Entries: entries, Coordinators: ids})
-	for _, f := range []chaos.Findings{r.Lost, r.Phantom, r.DoubleHolders, r.StaleEffects, r.Gaps} {
-		for _, s := range f.Items {
-			rep.finding("%s", s)
+	lt.classify(l)
+	if lt.broken {
+		// A crash lost inputs whose decisions were kept: the log no
+		// longer folds, and the coordinators must refuse it.
+		lt.judgeBroken(rep, runErrs.refusals, 2*p.LeaderTTL+3*time.Second)
+		for _, f := range []chaos.Findings{r.Phantom} {
+			for _, s := range f.Items {
+				rep.finding("%s", s)
+			}
+		}
+	} else {
+		for _, f := range []chaos.Findings{r.Lost, r.Phantom, r.DoubleHolders, r.StaleEffects, r.Gaps} {
+			for _, s := range f.Items {
+				rep.finding("%s", s)
+			}
+		}
+		for _, s := range chaos.Liveness(r, "j", deadline.UnixNano()).Items {
+			rep.finding("liveness: %s", s)
+		}
+		checkEffects(rep, l, res)
+		checkRules(rep, l)
+		checkVerdicts(rep, l, entries, excused)
+		for _, e := range runErrs.errs {
+			rep.finding("%s", e)
 		}
 	}
-	for _, s := range chaos.Liveness(r, "j", deadline.UnixNano()).Items {
-		rep.finding("liveness: %s", s)
-	}
-	checkEffects(rep, l, res)
-	checkRules(rep, l)
-	for _, e := range runErrs.errs {
-		rep.finding("%s", e)
+	if len(lt.crashes) > 0 && !rep.OK() {
+		rep.finding("(crashes: %s)", lt.describe())
 	}
 	leaders := map[string]bool{}
 	for _, m := range l.Decisions {

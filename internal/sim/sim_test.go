@@ -13,9 +13,13 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "run this seed alone (its plan and findings printed)")
 	seedsFlag = flag.Int("seeds", 0, "how many seeds to run from -from (default: SIM_SEEDS, or 200)")
 	fromFlag  = flag.Uint64("from", 1, "the first seed of a run of -seeds")
+	lostFlag  = flag.Bool("lost", false, "crashes that lose the streams' unsynced tails in the swarm (as SIM_LOST=1)")
 )
 
 func seeds() (from uint64, n int) {
+	if *lostFlag {
+		LostTails = true
+	}
 	if *seedFlag != 0 {
 		return *seedFlag, 1
 	}
