@@ -238,9 +238,6 @@ type Config struct {
 	// snapshotTaken, set by tests, runs in the live loop after it takes
 	// (freezes) a snapshot (to make that turn slow).
 	snapshotTaken func()
-	// noAdvisories, set by tests, makes the watch of the streams'
-	// configuration rely on its interval alone (watch.go).
-	noAdvisories bool
 	// encodingSnapshot, set by tests, runs in the encoder before it encodes
 	// a snapshot the live loop asked for.
 	encodingSnapshot func(context.Context)

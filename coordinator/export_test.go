@@ -21,11 +21,6 @@ func SetSnapshotHook(cfg *Config, f func()) { cfg.snapshotTaken = f }
 // it to hold an encoding while the loop goes on).
 func SetEncodeHook(cfg *Config, f func(context.Context)) { cfg.encodingSnapshot = f }
 
-// SetNoAdvisories makes cfg's live sessions watch their streams'
-// configuration on the interval only, without subscribing to the
-// stream-updated advisories (tests use it to see the interval at work).
-func SetNoAdvisories(cfg *Config) { cfg.noAdvisories = true }
-
 // RenewOnce is renewOnce (leadership.go): one renewal of the leadership
 // entry that id holds at revision held.
 func RenewOnce(ctx context.Context, kv jetstream.KeyValue, id string, held uint64) (uint64, error) {
