@@ -317,8 +317,10 @@ func TestReader(t *testing.T) {
 			f.put(t, f.data, f.hdr, 0)
 			return nil, nil
 		}, aheads: 1},
-		{name: "genuine, in chunks of 256 bytes", setup: func(t *testing.T) (snapshot.Objects, streams.MsgGetter) {
-			f.put(t, f.data, f.hdr, 256)
+		{name: "genuine, in chunks of 64 bytes", setup: func(t *testing.T) (snapshot.Objects, streams.MsgGetter) {
+			if info := f.put(t, f.data, f.hdr, 64); info.Chunks < 4 {
+				t.Fatalf("%d chunks: the test means nothing", info.Chunks)
+			}
 			return nil, nil
 		}, aheads: 1},
 		{name: "none stored", setup: func(t *testing.T) (snapshot.Objects, streams.MsgGetter) {
@@ -329,13 +331,15 @@ func TestReader(t *testing.T) {
 			return nil, nil
 		}, read: want{kind: snapshot.ErrNone}},
 		{name: "replaced while read, once", setup: func(t *testing.T) (snapshot.Objects, streams.MsgGetter) {
-			f.put(t, f.data, f.hdr, 256)
+			if info := f.put(t, f.data, f.hdr, 64); info.Chunks < 4 {
+				t.Fatalf("%d chunks: the test means nothing", info.Chunks)
+			}
 			r := &replacing{MsgGetter: f.h.SnapshotStream, at: 2, times: 1, replace: func() { f.put(t, f.data, f.hdr, 0) }}
 			return snapshot.NewObjects(f.top.SnapshotBucket(), f.h.Snapshots, r), nil
 		}, aheads: 2},
 		{name: "replaced while read, every time", setup: func(t *testing.T) (snapshot.Objects, streams.MsgGetter) {
-			f.put(t, f.data, f.hdr, 256)
-			r := &replacing{MsgGetter: f.h.SnapshotStream, at: 1, times: -1, replace: func() { f.put(t, f.data, f.hdr, 256) }}
+			f.put(t, f.data, f.hdr, 64)
+			r := &replacing{MsgGetter: f.h.SnapshotStream, at: 1, times: -1, replace: func() { f.put(t, f.data, f.hdr, 64) }}
 			return snapshot.NewObjects(f.top.SnapshotBucket(), f.h.Snapshots, r), nil
 		}, read: want{snapshot.ErrReplaced, "replaced after 1 of its"}, aheads: snapshot.ReplacedTries},
 		{name: "chunks gone, its description stays", setup: func(t *testing.T) (snapshot.Objects, streams.MsgGetter) {
