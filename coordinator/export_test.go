@@ -7,11 +7,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// SetRenewHook makes cfg run f in the leadership renewer before each
-// renewal's KV update, with the renewer's context (tests use it to make a
-// renewal slow, or stuck until the session ends).
-func SetRenewHook(cfg *Config, f func(context.Context)) { cfg.renewing = f }
-
 // SetSnapshotHook makes cfg run f in the live loop after each snapshot it
 // takes (freezes), in the loop's turn (tests use it to make a turn slow).
 func SetSnapshotHook(cfg *Config, f func()) { cfg.snapshotTaken = f }

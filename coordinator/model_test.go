@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/jsmodel"
@@ -489,6 +490,38 @@ func TestModelSnapshotAnchorUnreadable(t *testing.T) {
 			t.Fatalf("snapshots refused %d, restored at input %d: want the snapshot checked again and restored", st.SnapshotsRefused, st.SnapshotSeq)
 		}
 		e.checkFold()
+	})
+}
+
+// TestModelClockLeadershipExpiry: the leadership-expiry timer is on the
+// coordinator's clock: with every renewal stuck, the loop leaves live once
+// the fake clock reaches the end of what it counts on of the leadership's
+// lifetime (the TTL less a sixth, leaderMargin), although the entry still
+// lives (on the model's clock, which has not moved that far). The clock
+// goes exactly there and no further: the pause before the next session is
+// on the same clock. (This test replaced one on the server that needed a
+// hook to make renewals stuck.)
+func TestModelClockLeadershipExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = time.Minute
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		fc := clock.NewFake(time.Now())
+		a := e.start("ca", withClock(fc))
+		e.waitFor(10*time.Second, "ca live", func() bool { return e.caughtUp(a) })
+		e.net.Hold("ca>kv", time.Now().Add(time.Hour)) // every renewal stuck
+		fc.Advance(ttl - ttl/6)
+		var st coordinator.Stats
+		e.waitFor(10*time.Second, "ca out of live once the fake clock passed its leadership's lifetime", func() bool {
+			st = a.c.Stats()
+			return !st.Live && strings.Contains(st.Reason, "no renewal confirmed")
+		})
+		e.net.Lock()
+		_, _, err := e.net.Model().Leader.Get(time.Now(), coordinator.LeaderKey)
+		e.net.Unlock()
+		if err != nil {
+			t.Fatalf("the leadership entry: %v, want it still there", err)
+		}
 	})
 }
 
