@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -54,8 +55,10 @@ func (o *jsObjects) GetBytes(ctx context.Context, name string, _ ...jetstream.Ge
 	if err != nil {
 		return nil, err
 	}
-	if info.NUID == "" || info.Opts != nil && info.Opts.Link != nil {
-		return nil, newErr(ErrCorrupt, nil, "its metadata names no stored object")
+	if !events.ValidToken(info.NUID) || info.Opts != nil && info.Opts.Link != nil {
+		// A NUID is one subject token: a wildcard would read the chunks
+		// of every version at once.
+		return nil, newErr(ErrCorrupt, nil, "its metadata names no stored object (NUID %q)", info.NUID)
 	}
 	want, err := jetstream.DecodeObjectDigest(info.Digest)
 	if err != nil {

@@ -416,6 +416,14 @@ func TestReader(t *testing.T) {
 			f.put(t, other, f.anchoredAs(other), 0)
 			return nil, nil
 		}, read: want{snapshot.ErrMismatch, fmt.Sprintf("it holds the state after input %d, its headers say %d", f.pos.InputSeq-1, f.pos.InputSeq)}, aheads: 1},
+		// Last: the next version stored would purge the chunks of that
+		// NUID, its own among them (the client's Put purges by the
+		// description's NUID).
+		{name: "corrupt: a wildcard for its NUID", setup: func(t *testing.T) (snapshot.Objects, streams.MsgGetter) {
+			f.put(t, f.data, f.hdr, 0)
+			f.rewriteMeta(t, func(info *jetstream.ObjectInfo) { info.NUID = ">" })
+			return nil, nil
+		}, read: want{snapshot.ErrCorrupt, `names no stored object (NUID ">")`}, aheads: 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
