@@ -32,7 +32,7 @@
 // A decision stream whose first segments were archived and removed
 // (package archive) no longer holds its first decisions. Where the next
 // decision the model would read is gone, Follow restores the partition
-// from the coordinator's stored snapshot (streams.ReadSnapshot, checked
+// from the coordinator's stored snapshot (package snapshot, checked
 // against its anchor as a coordinator checks it before restoring it: the
 // archive reads it so too) and reads on after the snapshot's last
 // decision, so that the model holds what a coordinator restored from the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
-	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/snapshot"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -21,7 +21,7 @@ import (
 // resuming where it stopped after an error. A partition whose decision
 // stream no longer holds the decision after the model's position (its
 // first segments were archived and removed: package archive) is restored
-// from the coordinator's stored snapshot (streams.ReadSnapshot, checked
+// from the coordinator's stored snapshot (package snapshot, checked
 // against its anchor as a coordinator checks it before restoring it) and
 // read on from the snapshot's last decision: the model then holds what the
 // coordinator, restored from the same snapshot, holds. Until a snapshot
@@ -67,17 +67,12 @@ func (r *restorer) restore(ctx context.Context, part uint32) error {
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	snap, err := streams.ReadSnapshot(ctx, h)
+	rd := snapshot.Reader{Objects: snapshot.JetStream(r.top, h), Decisions: h.Out, Partition: r.top.Partition}
+	snap, err := rd.Read(ctx)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}
-	p := projector.NewPartition(r.top.Partition)
-	if err := p.Restore(snap.Data); err != nil {
-		return fmt.Errorf("api: the stored snapshot: %w", err)
-	}
-	if p.LastSeq() != snap.Anchor.InputSeq {
-		return fmt.Errorf("api: the stored snapshot holds the state after input %d, its headers say %d", p.LastSeq(), snap.Anchor.InputSeq)
-	}
+	p := snap.State
 	r.Model.Restore(part, snap.Anchor.DecisionSeq, p)
 	r.log.Info("read model restored from the stored snapshot", "stream", r.top.DecisionStream(),
 		"input_seq", snap.Anchor.InputSeq, "decision_seq", snap.Anchor.DecisionSeq, "jobs", p.Len())

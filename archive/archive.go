@@ -25,6 +25,7 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/snapshot"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -77,10 +78,11 @@ func (c Config) withDefaults() (Config, error) {
 // JetStream cannot cancel that.
 var ErrNotRetained = errors.New("archive: the streams were created without log retention (they deny purges, which JetStream cannot cancel): their log cannot be trimmed; create a new deployment with tenure serve --log-retention")
 
-// ErrNoSnapshot is the error of Archive when there is no stored snapshot
-// that checks out against its anchor: a segment ends at one. It is
-// streams.ErrNoSnapshot, the error of the reader of the snapshot.
-var ErrNoSnapshot = streams.ErrNoSnapshot
+// ErrNoSnapshot is the error of Archive and Remove when there is no stored
+// snapshot that checks out against its anchor: a segment ends at one. The
+// reader's *snapshot.Error is wrapped with it (errors.Is(err,
+// snapshot.ErrNone): none stored yet; snapshot.ErrUnreadable: try again).
+var ErrNoSnapshot = errors.New("archive: no stored snapshot checks out against its anchor in the decision stream")
 
 // Result is what Archive did.
 type Result struct {
@@ -141,7 +143,7 @@ func Archive(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		inFrom, outFrom = last.Manifest.Inputs.Last+1, last.Manifest.Decisions.Last+1
 	}
-	snap, err := storedSnapshot(ctx, h)
+	snap, err := storedSnapshot(ctx, cfg.Topology, h)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +376,7 @@ func Remove(ctx context.Context, cfg Config, through uint64) (*Removal, error) {
 			}
 		}
 	}
-	snap, err := storedSnapshot(ctx, h)
+	snap, err := storedSnapshot(ctx, cfg.Topology, h)
 	if err != nil {
 		return nil, fmt.Errorf("%w: removing the segment would leave a coordinator nothing to restart from", err)
 	}
@@ -475,8 +477,14 @@ func Restore(ctx context.Context, cfg Config) (*Restored, error) {
 		return nil, fmt.Errorf("archive: %w", err)
 	}
 	sp := last.Manifest.Snapshot
-	if cur, err := storedSnapshot(ctx, h); err == nil && cur.anchor.InputSeq >= sp.InputSeq {
+	cur, err := storedSnapshot(ctx, cfg.Topology, h)
+	switch {
+	case err == nil && cur.anchor.InputSeq >= sp.InputSeq:
 		return &Restored{InputSeq: cur.anchor.InputSeq}, nil
+	case errors.Is(err, snapshot.ErrUnreadable), errors.Is(err, snapshot.ErrReplaced):
+		// Nothing is known to be wrong with it, and it may be newer than
+		// the archive's: replacing it would throw that away.
+		return nil, fmt.Errorf("archive: the stored snapshot could not be checked, nothing stored (run it again): %w", err)
 	}
 	data, err := os.ReadFile(filepath.Join(last.Dir, SnapshotFile))
 	if err != nil {
@@ -488,7 +496,8 @@ func Restore(ctx context.Context, cfg Config) (*Restored, error) {
 	hdr.Set(streams.HeaderSnapshotAnchor, strconv.FormatUint(sp.AnchorSeq, 10))
 	hdr.Set(streams.HeaderSnapshotHash, sp.StateHash)
 	hdr.Set(streams.HeaderSnapshotChain, sp.Chain)
-	a, err := streams.CheckAnchored(ctx, h.Out, hdr, data)
+	checked, err := reader(cfg.Topology, h).Check(ctx, hdr, data)
+	a := checked.Anchor
 	if err != nil {
 		return nil, fmt.Errorf("archive: segment %d's snapshot does not check out against the decision stream: %w", last.Manifest.Segment, err)
 	}
@@ -512,7 +521,7 @@ func infos(ctx context.Context, h *streams.Handles) (*jetstream.StreamInfo, *jet
 	return in, out, nil
 }
 
-type snapshot struct {
+type stored struct {
 	anchor streams.SnapshotAnchor
 	data   []byte
 }
@@ -523,17 +532,22 @@ type snapshot struct {
 var errNoSnapshotYet = errors.New("no snapshot stored yet: the live coordinator stores one after --snapshot-every inputs or --snapshot-interval (1 minute by default); run it again then")
 
 // storedSnapshot reads the stored snapshot and checks it as a coordinator
-// does before restoring it (streams.ReadSnapshot); any failure is
-// ErrNoSnapshot with the reason.
-func storedSnapshot(ctx context.Context, h *streams.Handles) (*snapshot, error) {
-	s, err := streams.ReadSnapshot(ctx, h)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, errNoSnapshotYet)
+// does before restoring it (snapshot.Reader); any failure is ErrNoSnapshot
+// with the reader's error.
+func storedSnapshot(ctx context.Context, top streams.Topology, h *streams.Handles) (*stored, error) {
+	s, err := reader(top, h).Read(ctx)
+	if errors.Is(err, snapshot.ErrNone) {
+		return nil, fmt.Errorf("%w: %w: %w", ErrNoSnapshot, err, errNoSnapshotYet)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("archive: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrNoSnapshot, err)
 	}
-	return &snapshot{anchor: s.Anchor, data: s.Data}, nil
+	return &stored{anchor: s.Anchor, data: s.Data}, nil
+}
+
+// reader is the reader of the stored snapshot of top.
+func reader(top streams.Topology, h *streams.Handles) *snapshot.Reader {
+	return &snapshot.Reader{Objects: snapshot.JetStream(top, h), Decisions: h.Out, Partition: top.Partition}
 }
 
 // CheckTail checks that the streams of cfg.Topology still hold segment

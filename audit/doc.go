@@ -34,8 +34,10 @@
 // (Report.Checkpoints.Mismatches); one about an input before the audit's
 // start cannot be checked, and is a note (Unchecked).
 //
-// The stored snapshot is checked as a coordinator checks it before
-// restoring it (streams.SnapshotAnchor): the decision at its anchor
+// The stored snapshot is read and checked by the reader a coordinator
+// restores it with (package snapshot, Reader.Inspect: the audit reads its
+// bytes whatever its headers say, to compare them with the fold): the
+// decision at its anchor
 // sequence is a checkpointed decision claiming exactly its input and state
 // hash, and its bytes hash to that state hash; and it restores, holds the
 // input its headers say, and its decision sequence is that input's last

@@ -1,9 +1,7 @@
 package audit
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +18,7 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/snapshot"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -78,10 +77,11 @@ type Config struct {
 // inputs to be replayed (Start.Claimed), reads both streams concurrently
 // and hands them to Check. It never writes to the streams or buckets: the
 // only things it creates on the server are ephemeral consumers (in memory,
-// removed when idle; the snapshot's is deleted once read). A snapshot
-// replaced by a coordinator while the audit reads it is no error: the
-// audit then replays from the first input, says so in
-// Report.Snapshot.Note and logs it (Warn). An error means the audit could
+// removed when idle). A snapshot replaced by a coordinator while the audit
+// reads it is read again (package snapshot); one replaced every time, or
+// that could not be read, is no error: the audit then replays from the
+// first input, says so in Report.Snapshot.Note and logs it (Warn). An
+// error means the audit could
 // not be carried out; a log that is not reproduced is a Report whose OK is
 // false.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
@@ -118,31 +118,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	lockdown := h.Verify(cfg.Topology)
 	// The snapshot first: a coordinator stores one only once the decisions
 	// it covers are stored, so the stream ends taken next cover it.
-	var snap storedSnapshot
-	var inInfo, outInfo *jetstream.StreamInfo
-	for attempt := 0; ; attempt++ {
-		if snap, err = readSnapshot(ctx, cfg, h); err != nil {
-			return nil, err
-		}
-		if outInfo, err = h.Out.Info(ctx); err != nil {
-			return nil, fmt.Errorf("audit: decision stream info: %w", streams.Classify(err))
-		}
-		if inInfo, err = h.In.Info(ctx); err != nil {
-			return nil, fmt.Errorf("audit: input stream info: %w", streams.Classify(err))
-		}
-		// A trimmed log without the archive can only be audited from the
-		// snapshot: one replaced while it was read (a live coordinator
-		// stores one every so often) is read again.
-		trimmed := inInfo.State.FirstSeq > 1 || outInfo.State.FirstSeq > 1
-		if !trimmed || len(segs) > 0 || snap.note == "" || attempt == 4 {
-			break
-		}
-		cfg.Logger.Debug("audit: the snapshot of a trimmed log was not usable, reading it again", "note", snap.note)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
-		}
+	snap, err := readSnapshot(ctx, cfg, h)
+	if err != nil {
+		return nil, err
+	}
+	outInfo, err := h.Out.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: decision stream info: %w", streams.Classify(err))
+	}
+	inInfo, err := h.In.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit: input stream info: %w", streams.Classify(err))
 	}
 	st := Start{InputEnd: inInfo.State.LastSeq, DecisionEnd: outInfo.State.LastSeq, Partition: cfg.Topology.Partition}
 	from := cfg.From
@@ -231,165 +217,64 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// storedSnapshot is the stored snapshot as read: its metadata and bytes
-// (info nil: none is stored). note says why it cannot be used although
-// nothing is wrong with it (replaced while it was read, unreadable for
-// now); problem is a finding (its bytes do not match its metadata).
+// storedSnapshot is the stored snapshot as read (info nil: none is
+// stored): what the reader read of it (snap) and its findings (the
+// reader's errors ErrUnanchored, ErrMismatch, ErrFormat). note says why it
+// cannot be used although nothing is known to be wrong with it (replaced
+// while it was read, every time the reader tried; unreadable for now);
+// problem is a finding that kept it from being read (ErrCorrupt: its
+// chunks do not match its metadata).
 type storedSnapshot struct {
 	info          *jetstream.ObjectInfo
-	data          []byte
+	snap          *snapshot.Snapshot
+	findings      error
 	note, problem string
 }
 
-// errSnapshotReplaced means the snapshot object was replaced (or deleted)
-// while it was read: storing a new version purges the old one's chunks.
-var errSnapshotReplaced = errors.New("the stored snapshot was replaced while the audit read it")
-
-// errSnapshotStalled means no chunk of the snapshot came for a while: an
-// object store in trouble, not a log that is not reproduced.
-var errSnapshotStalled = errors.New("the stored snapshot could not be read")
-
-// snapshotPoll is how long the snapshot reader waits for a chunk before it
-// looks whether the object was replaced meanwhile; snapshotStall (at most
-// Config.StallTimeout) how long it waits before it gives the snapshot up.
-const (
-	snapshotPoll  = 250 * time.Millisecond
-	snapshotStall = 5 * time.Second
-)
-
-// snapshotChunkHook, when set (tests), is called before the snapshot's
-// chunks are read (with 0) and after each chunk received (with the number
-// received so far).
-var snapshotChunkHook func(received int)
-
-// readSnapshot reads the stored snapshot. The snapshot is optional to an
-// audit: one replaced while it is read, or that cannot be read now, is not
-// used (the audit replays from the first input), which the result notes
-// and the log says; one whose bytes do not match its metadata is a
-// finding. An error means ctx ended.
+// readSnapshot reads the stored snapshot (snapshot.Reader.Inspect: its
+// bytes whatever its headers say, then every check a coordinator makes).
+// The snapshot is optional to an audit: one replaced while it is read, or
+// that cannot be read now, is not used (the audit replays from the first
+// input), which the result notes and the log says; one whose bytes do not
+// match its metadata is a finding. An error means ctx ended.
 func readSnapshot(ctx context.Context, cfg Config, h *streams.Handles) (storedSnapshot, error) {
-	info, err := h.Snapshots.GetInfo(ctx, SnapshotObject)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
+	rd := snapshot.Reader{Objects: snapshot.JetStream(cfg.Topology, h), Decisions: h.Out, Partition: cfg.Topology.Partition}
+	s, err := rd.Inspect(ctx)
+	var se *snapshot.Error
+	switch {
+	case errors.Is(err, snapshot.ErrNone):
 		return storedSnapshot{}, nil
-	}
-	if err == nil {
-		var data []byte
-		data, err = readObject(ctx, cfg, h.Snapshots, info)
-		if err == nil {
-			return storedSnapshot{info: info, data: data}, nil
-		}
-	}
-	if ctx.Err() != nil {
+	case ctx.Err() != nil:
 		return storedSnapshot{}, fmt.Errorf("audit: read snapshot: %w", ctx.Err())
+	case errors.Is(err, snapshot.ErrCorrupt) && errors.As(err, &se):
+		return storedSnapshot{info: s.Info, problem: se.Reason}, nil
+	case errors.Is(err, snapshot.ErrUnreadable), errors.Is(err, snapshot.ErrReplaced):
+		info := &jetstream.ObjectInfo{}
+		if s != nil {
+			info = s.Info
+		}
+		cfg.Logger.Warn("audit: not using the stored snapshot: replaying from the first input", "err", err,
+			"snapshot_input_seq", info.Headers.Get(HeaderSnapshotInput))
+		return storedSnapshot{info: info, note: err.Error()}, nil
 	}
-	var problem *snapshotProblem
-	if errors.As(err, &problem) {
-		return storedSnapshot{info: info, problem: problem.Error()}, nil
-	}
-	if info == nil {
-		info = &jetstream.ObjectInfo{}
-		err = fmt.Errorf("%w: %w", errSnapshotStalled, streams.Classify(err))
-	}
-	cfg.Logger.Warn("audit: not using the stored snapshot: replaying from the first input", "err", err,
-		"snapshot_input_seq", info.Headers.Get(HeaderSnapshotInput))
-	return storedSnapshot{info: info, note: err.Error()}, nil
+	return storedSnapshot{info: s.Info, snap: s, findings: err}, nil
 }
 
-// snapshotProblem is a snapshot whose stored bytes do not match its
-// metadata: a finding.
-type snapshotProblem struct{ what string }
-
-func (p *snapshotProblem) Error() string { return p.what }
-
-// readObject reads the chunks of the object version that info describes,
-// in order, through an ordered consumer on the object store's stream
-// (ADR-20: stream OBJ_<bucket>, chunks on $O.<bucket>.C.<nuid>), and checks
-// their count, size and digest. It does what ObjectStore.Get does, because
-// Get cannot tell that the version it reads was replaced: it waits for the
-// purged chunks until its context ends. Here, whenever no chunk comes for
-// snapshotPoll, the object's metadata is read again: another version, or a
-// deletion, ends the read with errSnapshotReplaced; no chunk for
-// snapshotStall (at most cfg.StallTimeout) with errSnapshotStalled. A
-// mismatch with the metadata is a *snapshotProblem. The consumer is
-// deleted on return.
-func readObject(ctx context.Context, cfg Config, obs jetstream.ObjectStore, info *jetstream.ObjectInfo) ([]byte, error) {
-	if info.NUID == "" || info.Deleted || info.Opts != nil && info.Opts.Link != nil {
-		return nil, &snapshotProblem{"its metadata names no stored object"}
+// finding returns the *snapshot.Error of kind among the findings err (one,
+// or several joined), nil if there is none.
+func finding(err error, kind error) *snapshot.Error {
+	var se *snapshot.Error
+	if errors.As(err, &se) && se.Kind == kind {
+		return se
 	}
-	want, err := jetstream.DecodeObjectDigest(info.Digest)
-	if err != nil {
-		return nil, &snapshotProblem{fmt.Sprintf("its metadata has no valid digest: %v", err)}
-	}
-	if hook := snapshotChunkHook; hook != nil {
-		hook(0)
-	}
-	data := make([]byte, 0, info.Size)
-	sum := sha256.New()
-	if info.Chunks > 0 {
-		bucket := info.Bucket
-		if bucket == "" {
-			bucket = cfg.Topology.SnapshotBucket()
-		}
-		stream := "OBJ_" + bucket
-		cons, err := cfg.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{"$O." + bucket + ".C." + info.NUID},
-		})
-		if err != nil {
-			return nil, err
-		}
-		// Chunks are up to 128 KiB. A pull request expires after 2 s (not
-		// the default 30): in a cluster, a consumer created while a stream
-		// replica catches up after a restart may sit on a pull request
-		// without delivering what is stored; the next request finds it.
-		it, err := cons.Messages(jetstream.PullMaxMessages(8), jetstream.PullExpiry(2*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		defer func() {
-			it.Stop()
-			if ci := cons.CachedInfo(); ci != nil {
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				_ = cfg.JS.DeleteConsumer(dctx, stream, ci.Name)
-				cancel()
-			}
-		}()
-		stall := min(snapshotStall, cfg.StallTimeout)
-		last := time.Now()
-		for n := 0; n < int(info.Chunks); {
-			m, err := it.Next(jetstream.NextMaxWait(snapshotPoll))
-			if errors.Is(err, nats.ErrTimeout) {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				cur, err := obs.GetInfo(ctx, SnapshotObject, jetstream.GetObjectInfoShowDeleted())
-				switch {
-				case errors.Is(err, jetstream.ErrObjectNotFound) || err == nil && (cur.NUID != info.NUID || cur.Deleted):
-					return nil, errSnapshotReplaced
-				case time.Since(last) > stall:
-					return nil, fmt.Errorf("%w: no chunk for %v after chunk %d of %d (metadata read again: %v)",
-						errSnapshotStalled, stall, n, info.Chunks, err)
-				}
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			data = append(data, m.Data()...)
-			sum.Write(m.Data())
-			n++
-			last = time.Now()
-			if hook := snapshotChunkHook; hook != nil {
-				hook(n)
+	if j, ok := err.(interface{ Unwrap() []error }); ok && se != err {
+		for _, e := range j.Unwrap() {
+			if f := finding(e, kind); f != nil {
+				return f
 			}
 		}
 	}
-	if uint64(len(data)) != info.Size {
-		return nil, &snapshotProblem{fmt.Sprintf("its %d chunks hold %d bytes, its metadata says %d", info.Chunks, len(data), info.Size)}
-	}
-	if !bytes.Equal(sum.Sum(nil), want) {
-		return nil, &snapshotProblem{"its chunks do not match the digest in its metadata"}
-	}
-	return data, nil
+	return nil
 }
 
 // checkSnapshot checks the snapshot readSnapshot read; when it checks out
@@ -409,7 +294,7 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		}
 		return nil
 	}
-	info, data := snap.info, snap.data
+	info := snap.info
 	anchor, anchorErr := streams.ParseSnapshotHeaders(info.Headers)
 	if snap.note != "" || snap.problem != "" {
 		sc := &SnapshotCheck{Size: int(info.Size), Problem: snap.problem, Note: snap.note + ": not compared with the fold"}
@@ -427,6 +312,7 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		st.Snapshot = sc
 		return nil
 	}
+	data := snap.snap.Data
 	sc := &SnapshotCheck{Size: len(data)}
 	st.Snapshot = sc
 	inSeq, err1 := strconv.ParseUint(info.Headers.Get(HeaderSnapshotInput), 10, 64)
@@ -436,9 +322,12 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		sc.Problem = fmt.Sprintf("bad %s / %s headers", HeaderSnapshotInput, HeaderSnapshotDecision)
 		return nil
 	}
-	p := projector.NewPartition(st.Partition)
-	if err := p.Restore(data); err != nil {
-		sc.Problem = err.Error()
+	p := snap.snap.State
+	if p == nil {
+		sc.Problem = "it does not restore"
+		if f := finding(snap.findings, snapshot.ErrFormat); f != nil && f.Err != nil {
+			sc.Problem = f.Err.Error()
+		}
 		return nil
 	}
 	last, problem, err := checkSnapshotPosition(ctx, h, p, inSeq, decSeq, st)
@@ -449,34 +338,24 @@ func checkSnapshot(ctx context.Context, h *streams.Handles, snap storedSnapshot,
 		sc.Problem = problem
 		return nil
 	}
-	// Its anchor in the decision stream, and its bytes against it.
+	// Its anchor in the decision stream, its chain value, and its bytes
+	// against it, as the reader checked them.
 	var ae *streams.AnchorError
-	switch {
+	switch mismatch := finding(snap.findings, snapshot.ErrMismatch); {
 	case errors.Is(anchorErr, streams.ErrSnapshotUnanchored):
 		sc.addNote(anchorErr.Error() + ": a coordinator does not restore it")
-	case anchorErr != nil:
-		sc.Problem = anchorErr.Error()
+	case mismatch != nil && errors.As(mismatch, &ae):
+		sc.Problem = ae.Error()
+		if anchorErr == nil {
+			sc.AnchorSeq, sc.StateHash = anchor.AnchorSeq, anchor.Hash
+		}
+	case mismatch != nil:
+		sc.Problem = mismatch.Reason
+	case snap.findings != nil:
+		sc.Problem = snap.findings.Error()
 	default:
 		sc.AnchorSeq, sc.StateHash = anchor.AnchorSeq, anchor.Hash
-		err := anchor.CheckAnchor(ctx, h.Out)
-		if err == nil {
-			err = anchor.CheckBytes(data)
-		}
-		if err == nil {
-			// The chain continues after it from the log's own value.
-			var m *jetstream.RawStreamMsg
-			if m, err = h.Out.GetMsg(ctx, decSeq); err == nil {
-				err = anchor.CheckChain(m.Header)
-			}
-		}
-		switch {
-		case err == nil:
-			sc.Anchored = true
-		case errors.As(err, &ae):
-			sc.Problem = ae.Error()
-		default:
-			return fmt.Errorf("audit: %w", streams.Classify(err))
-		}
+		sc.Anchored = true
 	}
 	switch {
 	case from <= 1:

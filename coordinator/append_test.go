@@ -323,24 +323,6 @@ func TestAppenderDropsForgedReplies(t *testing.T) {
 	}
 }
 
-// The read timeout of a snapshot grows with its size and stays positive at
-// any size an object store can report (it used to overflow past 2^55 bytes).
-func TestSnapshotReadTimeout(t *testing.T) {
-	for _, c := range []struct {
-		size uint64
-		want time.Duration
-	}{
-		{0, 10 * time.Second},
-		{4 << 20, 11 * time.Second},
-		{1 << 40, 10*time.Second + time.Hour},
-		{1<<64 - 1, 10*time.Second + time.Hour},
-	} {
-		if got := streams.SnapshotReadTimeout(c.size); got != c.want {
-			t.Errorf("SnapshotReadTimeout(%d) = %v, want %v", c.size, got, c.want)
-		}
-	}
-}
-
 // The stream's reply to a later unit means the oldest unit's reply was
 // lost (a stream leader change): reply says so at once (a transient error:
 // the session resynchronises) instead of dropping the later replies as

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/follow"
+	"github.com/maknow/tenure/snapshot"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -105,10 +106,10 @@ type LeaderStore interface {
 
 // SnapshotStore stores the latest snapshot (streams.SnapshotObject) with
 // headers that say where it is anchored (streams.ParseSnapshotHeaders); it
-// is read by streams.ReadSnapshotObject, as the archive and the read
-// models read it.
+// is read by a snapshot.Reader, as the archive, the read models and the
+// auditor read it.
 type SnapshotStore interface {
-	streams.SnapshotObjects
+	snapshot.Objects
 	// Put replaces the stored snapshot.
 	Put(ctx context.Context, headers nats.Header, data []byte) error
 }
@@ -137,7 +138,7 @@ func (b *jsBackend) Setup(ctx context.Context) error {
 	b.h = h
 	b.setup = h.In.CachedInfo()
 	b.leader = jsLeader{h.Leader}
-	b.snaps = jsSnapshots{h.Snapshots}
+	b.snaps = jsSnapshots{Objects: snapshot.JetStream(b.c.cfg.Topology, h), obs: h.Snapshots}
 	return nil
 }
 
@@ -233,10 +234,15 @@ func (l jsLeader) Delete(ctx context.Context, key string, last uint64) error {
 	return l.kv.Delete(ctx, key, jetstream.LastRevision(last))
 }
 
-// jsSnapshots is a SnapshotStore over a JetStream object store.
-type jsSnapshots struct{ jetstream.ObjectStore }
+// jsSnapshots is a SnapshotStore over a JetStream object store: it is
+// read by snapshot.JetStream, which never waits for a version replaced
+// while it is read (ObjectStore.GetBytes does, until its context ends).
+type jsSnapshots struct {
+	snapshot.Objects
+	obs jetstream.ObjectStore
+}
 
 func (s jsSnapshots) Put(ctx context.Context, headers nats.Header, data []byte) error {
-	_, err := s.ObjectStore.Put(ctx, jetstream.ObjectMeta{Name: snapshotName, Headers: headers}, bytes.NewReader(data))
+	_, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: snapshotName, Headers: headers}, bytes.NewReader(data))
 	return err
 }

@@ -15,7 +15,6 @@ package coordinator_test
 // out if the timer were on package time's clock.
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -79,34 +78,6 @@ func TestClockTickTimer(t *testing.T) {
 	fc.Set(time.Unix(0, g.Job.ExpiresAt).Add(coordinator.DefaultTickSlack))
 	testutil.WaitFor(t, 10*time.Second, "a tick once the fake clock passed the lease's expiry", func() bool {
 		return ticks(readStream(t, js, "TENURE_IN")) > 0
-	})
-}
-
-// The leadership-expiry timer is on the coordinator's clock: with every
-// renewal stuck, the loop leaves live once the fake clock reaches the end
-// of what it counts on of the leadership's lifetime (the TTL less a sixth,
-// leaderMargin), although the KV entry (real time) still holds. The clock
-// goes exactly there and no further: the pause before the next session is
-// on the same clock, and the next session would take the entry back.
-func TestClockLeadershipExpiry(t *testing.T) {
-	srv, js := clockServer(t)
-	fc := clock.NewFake(time.Now())
-	const ttl = time.Minute
-	r := startCoordinator(t, srv.ClientURL(), "c1", withClock(fc), func(c *coordinator.Config) {
-		c.LeaderTTL, c.SnapshotEvery = ttl, -1
-		coordinator.SetRenewHook(c, func(ctx context.Context) { <-ctx.Done() })
-	})
-	waitCaughtUp(t, js, r) // no append in flight: the overdue ticker would fire too
-	fc.Advance(ttl - ttl/6)
-	var st coordinator.Stats
-	defer func() {
-		if t.Failed() {
-			t.Logf("last stats: %+v", st)
-		}
-	}()
-	testutil.WaitFor(t, 10*time.Second, "c1 out of live once the fake clock passed its leadership's lifetime", func() bool {
-		st = r.c.Stats()
-		return !st.Live && strings.Contains(st.Reason, "no renewal confirmed")
 	})
 }
 

@@ -232,15 +232,9 @@ type Config struct {
 	// yield, set by Group, tells a live coordinator to hand its partition
 	// to another process (it holds more than its share of the partitions).
 	yield func(*Coordinator) bool
-	// renewing, set by tests, runs in the renewer before each renewal's KV
-	// update, with the renewer's context (to make renewals slow or stuck).
-	renewing func(context.Context)
 	// snapshotTaken, set by tests, runs in the live loop after it takes
 	// (freezes) a snapshot (to make that turn slow).
 	snapshotTaken func()
-	// noAdvisories, set by tests, makes the watch of the streams'
-	// configuration rely on its interval alone (watch.go).
-	noAdvisories bool
 	// encodingSnapshot, set by tests, runs in the encoder before it encodes
 	// a snapshot the live loop asked for.
 	encodingSnapshot func(context.Context)

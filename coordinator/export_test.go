@@ -7,11 +7,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// SetRenewHook makes cfg run f in the leadership renewer before each
-// renewal's KV update, with the renewer's context (tests use it to make a
-// renewal slow, or stuck until the session ends).
-func SetRenewHook(cfg *Config, f func(context.Context)) { cfg.renewing = f }
-
 // SetSnapshotHook makes cfg run f in the live loop after each snapshot it
 // takes (freezes), in the loop's turn (tests use it to make a turn slow).
 func SetSnapshotHook(cfg *Config, f func()) { cfg.snapshotTaken = f }
@@ -20,11 +15,6 @@ func SetSnapshotHook(cfg *Config, f func()) { cfg.snapshotTaken = f }
 // each snapshot the live loop took, with the encoder's context (tests use
 // it to hold an encoding while the loop goes on).
 func SetEncodeHook(cfg *Config, f func(context.Context)) { cfg.encodingSnapshot = f }
-
-// SetNoAdvisories makes cfg's live sessions watch their streams'
-// configuration on the interval only, without subscribing to the
-// stream-updated advisories (tests use it to see the interval at work).
-func SetNoAdvisories(cfg *Config) { cfg.noAdvisories = true }
 
 // RenewOnce is renewOnce (leadership.go): one renewal of the leadership
 // entry that id holds at revision held.

@@ -100,9 +100,6 @@ func (s *session) renewLoop(ctx context.Context, r *renewer) {
 		case <-t.C():
 		}
 		started := c.clk.Now()
-		if c.cfg.renewing != nil {
-			c.cfg.renewing(ctx)
-		}
 		rev, err := renewOnce(ctx, c.be.Leader(), c.cfg.ID, r.rev, timeout)
 		for errors.Is(err, errRenewalUnknown) && ctx.Err() == nil {
 			c.log.Warn("leadership renewal unconfirmed, trying again", "err", err)

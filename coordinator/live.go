@@ -77,7 +77,7 @@ func (s *session) runLive() error {
 		headC = t.C()
 	}
 	// The snapshot writer lives as long as this live phase.
-	s.snapCh = make(chan snapshot, 1)
+	s.snapCh = make(chan taken, 1)
 	wctx, wcancel := context.WithCancel(s.ctx)
 	var wg sync.WaitGroup
 	defer func() { wcancel(); wg.Wait() }()

@@ -24,7 +24,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/jsmodel"
@@ -489,6 +491,118 @@ func TestModelSnapshotAnchorUnreadable(t *testing.T) {
 		}
 		e.checkFold()
 	})
+}
+
+// TestModelClockLeadershipExpiry: the leadership-expiry timer is on the
+// coordinator's clock: with every renewal stuck, the loop leaves live once
+// the fake clock reaches the end of what it counts on of the leadership's
+// lifetime (the TTL less a sixth, leaderMargin), although the entry still
+// lives (on the model's clock, which has not moved that far). The clock
+// goes exactly there and no further: the pause before the next session is
+// on the same clock. (This test replaced one on the server that needed a
+// hook to make renewals stuck.)
+func TestModelClockLeadershipExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = time.Minute
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		fc := clock.NewFake(time.Now())
+		a := e.start("ca", withClock(fc))
+		e.waitFor(10*time.Second, "ca live", func() bool { return e.caughtUp(a) })
+		e.net.Hold("ca>kv", time.Now().Add(time.Hour)) // every renewal stuck
+		fc.Advance(ttl - ttl/6)
+		var st coordinator.Stats
+		e.waitFor(10*time.Second, "ca out of live once the fake clock passed its leadership's lifetime", func() bool {
+			st = a.c.Stats()
+			return !st.Live && strings.Contains(st.Reason, "no renewal confirmed")
+		})
+		e.net.Lock()
+		_, _, err := e.net.Model().Leader.Get(time.Now(), coordinator.LeaderKey)
+		e.net.Unlock()
+		if err != nil {
+			t.Fatalf("the leadership entry: %v, want it still there", err)
+		}
+	})
+}
+
+// TestModelSnapshotReplacedAfterItsAnchor: a snapshot replaced by a newer
+// one after the session checked its anchor and before it read its bytes
+// (a standby starting while the leader stores snapshots) is read again,
+// the newer one checked and restored. Before the one snapshot reader, the
+// session folded the whole log from the start ("replaced since its anchor
+// was checked").
+func TestModelSnapshotReplacedAfterItsAnchor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 600 * time.Millisecond
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		stored := func() jsmodel.Object {
+			e.net.Lock()
+			defer e.net.Unlock()
+			return *e.net.Model().Snap
+		}
+		snap := func(c *coordinator.Config) { c.SnapshotEvery = 50 }
+		a := e.start("ca", snap)
+		for i := range 100 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("j%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		}
+		e.waitFor(10*time.Second, "ca caught up with a snapshot stored", func() bool { return e.caughtUp(a) && a.c.Stats().SnapshotSeq > 0 })
+		older := stored()
+		olderAt, err := streams.ParseSnapshotHeaders(older.Info.Headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 100 {
+			e.publish(events.RoleWorker, "w1", fmt.Sprintf("k%d", i), events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		}
+		e.waitFor(10*time.Second, "ca caught up with a newer snapshot stored", func() bool {
+			return e.caughtUp(a) && a.c.Stats().SnapshotSeq > olderAt.InputSeq
+		})
+		a.stop()
+		newer := stored()
+		newerAt, err := streams.ParseSnapshotHeaders(newer.Info.Headers)
+		if err != nil || newer.Info.NUID == older.Info.NUID {
+			t.Fatalf("the newer snapshot: %v, %s and %s", err, newer.Info.NUID, older.Info.NUID)
+		}
+		// The older one is stored when cb starts; the newer replaces it
+		// once cb has checked the older one's anchor and reads its bytes.
+		put := func(o jsmodel.Object) {
+			e.net.Lock()
+			defer e.net.Unlock()
+			e.net.Model().PutSnapshot(time.Now(), streams.SnapshotObject, o.Info.Headers, o.Data)
+		}
+		put(older)
+		var once sync.Once
+		b := e.start("cb", snap, func(c *coordinator.Config) {
+			c.Backend = &replacingBackend{Backend: c.Backend, replace: func() { once.Do(func() { put(newer) }) }}
+		})
+		e.waitFor(time.Minute, "cb caught up", func() bool { return e.caughtUp(b) })
+		if st := b.c.Stats(); st.SnapshotSeq != newerAt.InputSeq || st.SnapshotsRefused != 0 {
+			t.Fatalf("restored the snapshot of input %d (%d refused), want the newer one's, input %d", st.SnapshotSeq, st.SnapshotsRefused, newerAt.InputSeq)
+		}
+		e.checkFold()
+	})
+}
+
+// replacingBackend is a coordinator's port whose snapshot store calls
+// replace before it reads the snapshot's bytes.
+type replacingBackend struct {
+	coordinator.Backend
+	replace func()
+}
+
+func (b *replacingBackend) Snapshots() coordinator.SnapshotStore {
+	return replacingStore{b.Backend.Snapshots(), b.replace}
+}
+
+type replacingStore struct {
+	coordinator.SnapshotStore
+	replace func()
+}
+
+func (s replacingStore) GetBytes(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) ([]byte, error) {
+	s.replace()
+	return s.SnapshotStore.GetBytes(ctx, name, opts...)
 }
 
 // snapshotted runs coordinator ca with a snapshot every 50 inputs over 200

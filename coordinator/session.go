@@ -36,12 +36,12 @@ type session struct {
 	mark       foldMark               // the last input folded
 
 	snapTime time.Time
-	snapWait *snapshot // taken, waiting for its decisions to be acknowledged
-	snapCh   chan snapshot
+	snapWait *taken // taken, waiting for its decisions to be acknowledged
+	snapCh   chan taken
 	// The encoder (snapshot.go): frozen states go to it, encoded
 	// snapshots come back to the live loop.
 	enc      chan encodeJob
-	encoded  chan *snapshot
+	encoded  chan *taken
 	encoding bool // a snapshot handed to the encoder, not back yet
 }
 
@@ -72,7 +72,7 @@ func (c *Coordinator) session(ctx context.Context) error {
 		ectx, ecancel := context.WithCancel(ctx)
 		var ewg sync.WaitGroup
 		defer func() { ecancel(); ewg.Wait() }()
-		s.enc, s.encoded = make(chan encodeJob, 1), make(chan *snapshot, 1)
+		s.enc, s.encoded = make(chan encodeJob, 1), make(chan *taken, 1)
 		ewg.Add(1)
 		go func() { defer ewg.Done(); s.encoder(ectx) }()
 	}

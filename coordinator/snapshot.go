@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
+	"github.com/maknow/tenure/snapshot"
 	"github.com/maknow/tenure/streams"
 )
 
@@ -49,7 +49,10 @@ const (
 // snapshot is dropped and the next one is taken when due.
 const checkpointTimeout = 30 * time.Second
 
-type snapshot struct {
+// taken is a snapshot the session took: its position, then its state
+// hash and bytes once encoded, then its anchor once its checkpointed
+// decision is derived.
+type taken struct {
 	inputSeq, decSeq uint64
 	anchorSeq        uint64 // 0 until the checkpointed decision is derived
 	hash             [events.StateHashLen]byte
@@ -58,125 +61,64 @@ type snapshot struct {
 	sent             time.Time // when the checkpoint input was appended
 }
 
-// loadSnapshot restores the latest snapshot if its anchor checks out;
+// loadSnapshot restores the latest snapshot if it checks out (package
+// snapshot reads and checks it: its anchor, its bytes, its state);
 // otherwise the session folds from the start.
 func (s *session) loadSnapshot() {
 	c := s.c
 	if c.cfg.SnapshotEvery < 0 {
 		return
 	}
-	store := c.be.Snapshots()
-	// Look it up with the client's default bound, check its anchor, then
-	// read it (streams.ReadSnapshotObject bounds the read by its size).
-	ictx, icancel := context.WithTimeout(s.ctx, 5*time.Second)
-	oinfo, err := store.GetInfo(ictx, snapshotName)
-	icancel()
+	rd := snapshot.Reader{
+		Objects: c.be.Snapshots(), Decisions: c.be.Decisions(), Partition: c.cfg.Topology.Partition, Clock: c.clk,
+		// perf: once its anchor checks out, the streams after the
+		// snapshot are read (into the readers' buffers) while its bytes
+		// are read and restored; if it does not restore, the readers are
+		// stopped and the session starts them again from the start.
+		Ahead: func(a streams.SnapshotAnchor) {
+			s.stopReaders()
+			if err := s.startReaders(a.InputSeq+1, a.DecisionSeq+1); err != nil {
+				c.log.Debug("readers not started ahead of the snapshot", "err", err)
+			}
+		},
+	}
+	snap, err := rd.Read(s.ctx)
 	if err != nil {
-		if !errors.Is(err, jetstream.ErrObjectNotFound) {
-			c.log.Warn("snapshot unreadable, folding from the start", "err", err)
+		s.stopReaders()
+		switch {
+		case s.ctx.Err() != nil, errors.Is(err, snapshot.ErrNone):
+		case errors.Is(err, snapshot.ErrUnreadable), errors.Is(err, snapshot.ErrReplaced):
+			// A check that could not be made (the decision stream or the
+			// object store did not answer, every time the reader tried)
+			// is no refusal.
+			c.log.Warn("snapshot could not be read, folding from the start", "err", err)
+		default:
+			c.snapRefused.Add(1)
+			c.log.Warn("snapshot refused, folding from the start", "err", fmt.Errorf("%w: %w", ErrSnapshotRefused, err))
 		}
 		return
 	}
-	pos, err := s.checkAnchor(oinfo.Headers)
-	// A check that could not be made (the decision stream did not answer:
-	// a cluster electing its leaders) is tried again a few times before
-	// the session folds from the start, which on a long log takes minutes;
-	// it is no refusal.
-	for try := 1; err != nil && !errors.Is(err, ErrSnapshotRefused) && try < anchorTries; try++ {
-		c.log.Debug("snapshot's anchor not checked, trying again", "err", err)
-		if !c.sleep(s.ctx, anchorRetry) {
-			return
-		}
-		pos, err = s.checkAnchor(oinfo.Headers)
-	}
-	if err != nil {
-		if errors.Is(err, ErrSnapshotRefused) {
-			c.snapRefused.Add(1)
-			c.log.Warn("snapshot refused, folding from the start", "err", err)
-		} else {
-			c.log.Warn("snapshot's anchor could not be checked, folding from the start", "err", err)
-		}
-		return
-	}
-	// perf: the streams after the snapshot are read (into the readers'
-	// buffers) while the snapshot is read and restored; if it does not
-	// restore, the readers are stopped and the session starts them again
-	// from the start.
-	if err := s.startReaders(pos.InputSeq+1, pos.DecisionSeq+1); err != nil {
-		c.log.Debug("readers not started ahead of the snapshot", "err", err)
-	}
-	info, data, err := streams.ReadSnapshotObject(s.ctx, store)
-	switch {
-	case err != nil:
-	case info.NUID != oinfo.NUID:
-		err = errors.New("replaced since its anchor was checked")
-	default:
-		if err = pos.CheckBytes(data); err != nil {
-			c.snapRefused.Add(1)
-			err = fmt.Errorf("%w: %w", ErrSnapshotRefused, err)
-		}
-	}
-	p := projector.NewPartition(c.cfg.Topology.Partition)
-	if err == nil {
-		err = p.Restore(data)
-	}
-	if err == nil && p.LastSeq() != pos.InputSeq {
-		err = fmt.Errorf("%w: it holds the state after input %d, its headers say %d", ErrSnapshotRefused, p.LastSeq(), pos.InputSeq)
-	}
-	if err != nil {
+	pos := snap.Anchor
+	s.restore(snap.State, pos)
+	c.setSnapshot(pos.InputSeq, snap.Info.ModTime)
+	c.log.Info("restored snapshot", "input_seq", pos.InputSeq, "decision_seq", pos.DecisionSeq, "anchor_seq", pos.AnchorSeq, "jobs", snap.State.Len())
+}
+
+// stopReaders stops the readers if they are started.
+func (s *session) stopReaders() {
+	if s.in != nil {
 		s.in.stop()
 		s.out.stop()
 		s.in, s.out = nil, nil
-		c.log.Warn("snapshot refused, folding from the start", "err", err)
-		return
 	}
-	s.restore(p, pos)
-	c.setSnapshot(pos.InputSeq, info.ModTime)
-	c.log.Info("restored snapshot", "input_seq", pos.InputSeq, "decision_seq", pos.DecisionSeq, "anchor_seq", pos.AnchorSeq, "jobs", p.Len())
 }
 
 // ErrSnapshotRefused is the reason a stored snapshot is not restored: it is
-// not anchored in the decision stream, or not what its anchor says. The
-// coordinator then folds from the start (it is logged, not returned).
+// not anchored in the decision stream, not what its anchor says, or does
+// not restore (package snapshot's ErrUnanchored, ErrMismatch, ErrCorrupt,
+// ErrFormat). The coordinator then folds from the start (it is logged, not
+// returned) and counts it (Stats.SnapshotsRefused).
 var ErrSnapshotRefused = errors.New("coordinator: snapshot refused")
-
-// checkAnchor reads a snapshot's position from its headers and checks it
-// against the decision stream (streams.SnapshotAnchor): the decision at its
-// decision sequence is the last one of its input, and the decision at its
-// anchor sequence is a checkpointed decision claiming its input sequence
-// and state hash.
-func (s *session) checkAnchor(h nats.Header) (streams.SnapshotAnchor, error) {
-	a, err := streams.ParseSnapshotHeaders(h)
-	// A snapshot the decision stream contradicts (an *AnchorError) is
-	// refused; a decision that could not be read leaves it unchecked.
-	refuse := func(err error) (streams.SnapshotAnchor, error) {
-		var ae *streams.AnchorError
-		if errors.As(err, &ae) || errors.Is(err, streams.ErrSnapshotUnanchored) {
-			return a, fmt.Errorf("%w: %w", ErrSnapshotRefused, err)
-		}
-		return a, fmt.Errorf("coordinator: snapshot's anchor not checked: %w", streams.Classify(err))
-	}
-	if err != nil {
-		return refuse(err)
-	}
-	// The decision at DecisionSeq must be the last one of input InputSeq.
-	if err := a.CheckPosition(s.ctx, s.c.be.Decisions()); err != nil {
-		return refuse(err)
-	}
-	if err := a.CheckAnchor(s.ctx, s.c.be.Decisions()); err != nil {
-		return refuse(err)
-	}
-	return a, nil
-}
-
-// anchorTries is how many times a session tries to check a stored
-// snapshot's anchor that it could not read before it folds from the start,
-// anchorRetry apart (a cluster elects a decision stream's leader in a few
-// seconds).
-const (
-	anchorTries = 4
-	anchorRetry = time.Second
-)
 
 // maybeSnapshot takes a snapshot when one is due: it freezes the state (in
 // time independent of the number of jobs: projector.Freeze) and hands it
@@ -213,7 +155,7 @@ func (s *session) maybeSnapshot(timer bool) {
 	}
 	if s.snapWait == nil && !s.encoding && len(s.enc) == 0 && s.sinceSnap > 0 && s.headSeq == s.decSeq &&
 		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && clock.Since(c.clk, s.snapTime) >= c.cfg.SnapshotInterval) {
-		snap := &snapshot{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head}
+		snap := &taken{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head}
 		s.enc <- encodeJob{f: s.p.Freeze(), snap: snap} // the loop is the only sender, and it was empty
 		if c.cfg.snapshotTaken != nil {
 			c.cfg.snapshotTaken()
@@ -226,7 +168,7 @@ func (s *session) maybeSnapshot(timer bool) {
 
 // snapshotEncoded takes a snapshot back from the encoder (nil: it could not
 // be encoded) and appends its checkpoint input.
-func (s *session) snapshotEncoded(snap *snapshot) {
+func (s *session) snapshotEncoded(snap *taken) {
 	s.encoding = false
 	if snap == nil {
 		// The frozen states build on each other: start the tracking
@@ -247,7 +189,7 @@ func (s *session) snapshotEncoded(snap *snapshot) {
 // into the base of the next ones (compact).
 type encodeJob struct {
 	f    *projector.Frozen
-	snap *snapshot
+	snap *taken
 }
 
 // compactEvery is how many inputs a session folds, outside the live loop,
@@ -318,7 +260,7 @@ func (s *session) encoder(ctx context.Context) {
 }
 
 // appendCheckpoint appends the checkpoint input claiming snap's state hash.
-func (s *session) appendCheckpoint(snap *snapshot) bool {
+func (s *session) appendCheckpoint(snap *taken) bool {
 	c := s.c
 	in := events.Input{Verb: events.VerbCheckpoint, CheckpointSeq: snap.inputSeq, StateHash: snap.hash}
 	msg := &nats.Msg{

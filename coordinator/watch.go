@@ -68,9 +68,6 @@ func (s *session) startWatch() (*watch, error) {
 		return w, nil
 	}
 	for _, name := range []string{top.InputStream(), top.DecisionStream()} {
-		if c.cfg.noAdvisories {
-			break
-		}
 		sub, err := c.cfg.WatchConn.Subscribe(AdvisorySubject(name), func(m *nats.Msg) {
 			if m.Reply != "" {
 				// The server's advisories have no reply subject; a

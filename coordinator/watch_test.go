@@ -3,10 +3,14 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/clock"
@@ -84,17 +88,60 @@ func TestWatchRefusesAStreamChangedWhileLive(t *testing.T) {
 	}
 }
 
-// The watch's interval is the backstop for a missed advisory: without the
-// advisory subscriptions, a change is found once the coordinator's clock
-// passes StreamCheckInterval, and not before.
+// The watch's interval is the backstop for a missed advisory: with a watch
+// connection that may not receive the advisories (a user of an older
+// tenure auth init: the server refuses the subscriptions, and says so only
+// asynchronously), a change is found once the coordinator's clock passes
+// StreamCheckInterval, and not before. (This test replaced a hook that
+// skipped the subscriptions.)
 func TestWatchIntervalFindsAMissedChange(t *testing.T) {
-	srv, js := clockServer(t)
+	path := filepath.Join(t.TempDir(), "server.conf")
+	conf := `accounts {
+  TENURE: {
+    jetstream: enabled
+    users: [
+      { user: coord, password: coord-secret }
+      { user: watch, password: watch-secret, permissions: { subscribe: { deny: ["$JS.EVENT.ADVISORY.>"] } } }
+    ]
+  }
+}
+`
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := testutil.StartServer(t, testutil.ConfigFile(path))
+	u, err := url.Parse(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("coord", "coord-secret")
+	_, js := testutil.Connect(t, u.String())
+	refused := make(chan error, 4)
+	watchConn, err := nats.Connect(srv.ClientURL(), nats.UserInfo("watch", "watch-secret"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case refused <- err:
+			default:
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watchConn.Close()
 	fc := clock.NewFake(time.Now())
-	r := startCoordinator(t, srv.ClientURL(), "c1", withClock(fc), func(c *coordinator.Config) {
+	r := startCoordinator(t, u.String(), "c1", withClock(fc), func(c *coordinator.Config) {
 		c.LeaderTTL, c.SnapshotEvery, c.StreamCheckInterval = longTTL, -1, time.Minute
-		coordinator.SetNoAdvisories(c)
+		c.WatchConn = watchConn
 	})
 	testutil.WaitFor(t, 10*time.Second, "c1 live", func() bool { return r.c.Stats().Live })
+	select {
+	case err := <-refused:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("the watch's subscription: %v, want a permissions violation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not refuse the watch's subscriptions: the test means nothing")
+	}
 	waitCaughtUp(t, js, r) // no append in flight: the overdue ticker would fire too
 	updateStream(t, js, "TENURE_IN", func(c *jetstream.StreamConfig) { c.MaxBytes = 1 << 20 })
 	// Nothing to wait on for a check that must not happen: a bounded look.

@@ -349,6 +349,10 @@ type Handles struct {
 	Out       jetstream.Stream
 	Leader    jetstream.KeyValue
 	Snapshots jetstream.ObjectStore
+	// SnapshotStream is the snapshot bucket's stream (OBJ_<bucket>), whose
+	// messages are the object's description and chunks: package snapshot
+	// reads the chunks of one version by sequence.
+	SnapshotStream jetstream.Stream
 }
 
 // ConfigMismatchError reports a stream that exists with a configuration less
@@ -410,6 +414,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, t Topology, leaderTTL t
 	if h.Snapshots, err = ensureSnapshots(ctx, js, t); err != nil {
 		return nil, err
 	}
+	if h.SnapshotStream, err = js.Stream(ctx, "OBJ_"+t.SnapshotBucket()); err != nil {
+		return nil, fmt.Errorf("streams: look up the stream of object store %s: %w", t.SnapshotBucket(), Classify(err))
+	}
 	return &h, nil
 }
 
@@ -438,6 +445,12 @@ func Open(ctx context.Context, js jetstream.JetStream, t Topology) (*Handles, er
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("streams: open object store %s: %w", t.SnapshotBucket(), Classify(err))
+	}
+	if err = transientRetry(ctx, func(ctx context.Context) (err error) {
+		h.SnapshotStream, err = js.Stream(ctx, "OBJ_"+t.SnapshotBucket())
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("streams: open the stream of object store %s: %w", t.SnapshotBucket(), Classify(err))
 	}
 	return &h, nil
 }

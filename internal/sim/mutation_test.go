@@ -49,13 +49,13 @@ var simMutations = []simMutation{
 	},
 	{
 		name: "snapshot-unanchored",
-		file: "coordinator/snapshot.go",
+		file: "snapshot/reader.go",
 		edits: [][2]string{
 			// The stored snapshot restored on its headers' word: its
 			// bytes not checked against its anchored state hash, nor its
 			// state against its headers' input.
-			{"		if err = pos.CheckBytes(data); err != nil {", "		if e := pos.CheckBytes(data); false && e != nil {"},
-			{"	if err == nil && p.LastSeq() != pos.InputSeq {", "	if false && err == nil && p.LastSeq() != pos.InputSeq {"},
+			{"	if err := checkBytes(a, s.Data); err != nil {\n\t\treturn s, err", "	if err := checkBytes(a, s.Data); false && err != nil {\n\t\treturn s, err"},
+			{"	if p.LastSeq() != s.Anchor.InputSeq {", "	if false && p.LastSeq() != s.Anchor.InputSeq {"},
 		},
 		seeds: 400,
 	},
