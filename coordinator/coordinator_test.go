@@ -341,7 +341,11 @@ func TestCrashAtRandomPoints(t *testing.T) {
 			case 3:
 				verb, body = events.VerbProgress, fmt.Sprintf(`{"v":1,"lease_id":%q,"generation":1,"progress_seq":%d,"value":5}`, leaseOf(job), i)
 			}
-			if _, err := js.Publish(ctx, events.InputSubject(events.RoleWorker, "w1", job, verb), []byte(body)); err != nil {
+			// Until the first coordinator ends the input stream's genesis
+			// (on two loaded cores, after the client's two retries), an
+			// input meets no stream: published again.
+			if _, err := js.Publish(ctx, events.InputSubject(events.RoleWorker, "w1", job, verb), []byte(body),
+				jetstream.WithRetryAttempts(120), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
 				return
 			}
 			n++
