@@ -9,7 +9,10 @@ export {
 export { Lease, DEFAULT_RENEW_FRACTION } from "./lease.js";
 export type { LeaseOptions } from "./lease.js";
 export { Offer } from "./offer.js";
-export type { EffectsBinder, Handler, Job, RunOptions } from "./run.js";
+export type { EffectsBinder, Handler, Job, Result, RunOptions } from "./run.js";
+export { describeResult } from "./run.js";
+export { drainOnSignals } from "./signals.js";
+export type { SignalShutdown, SignalShutdownOptions } from "./signals.js";
 export { ErrorCode, TenureError, VerdictError, isError, permanent, verdictCodes } from "./errors.js";
 export { BoundFence, Fence, FenceClient, FenceHeader, fenceRefusal, formatFencingToken, parseFencingToken, setFenceHeaders } from "./fence.js";
 export type { FenceClientOptions, FencedLease, FencingToken } from "./fence.js";
