@@ -16,6 +16,8 @@ export type { SignalShutdown, SignalShutdownOptions } from "./signals.js";
 export { ErrorCode, TenureError, VerdictError, isError, permanent, verdictCodes } from "./errors.js";
 export { BoundFence, Fence, FenceClient, FenceHeader, fenceRefusal, formatFencingToken, parseFencingToken, setFenceHeaders } from "./fence.js";
 export type { FenceClientOptions, FencedLease, FencingToken } from "./fence.js";
+export { connectDispatcher, Dispatcher, isDuplicateSubmit, DEFAULT_DISPATCHER_TIMEOUT_MS, MAX_INPUT_BYTES, MAX_SUBMITS_IN_FLIGHT } from "./ops.js";
+export type { DispatchCallOptions, DispatcherOptions, SubmitJob, SubmitOptions, SubmitResult } from "./ops.js";
 export { realClock } from "./clock.js";
 export type { Clock, Timer } from "./clock.js";
 export {

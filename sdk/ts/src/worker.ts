@@ -236,7 +236,8 @@ function quotaRefusal(err: unknown): boolean {
   return apiCode(err) === 10077 && /maximum (bytes|messages) exceeded/.test(errMessage(err));
 }
 
-function retryable(err: unknown): boolean {
+/** @internal */
+export function retryable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   if (err.name === "ClosedConnectionError" || err.name === "DrainingConnectionError") return false;
   if (err.name === "TimeoutError" || noResponders(err)) return true;
