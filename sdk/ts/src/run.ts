@@ -3,9 +3,11 @@
 // decisions), a handler runs each job under its lease's signal, and the
 // handler's end becomes the attempt's result.
 
+import { setMaxListeners } from "node:events";
+
 import type { Timer } from "./clock.js";
 import { ErrorCode, TenureError, VerdictError, isError, sdkError } from "./errors.js";
-import type { Lease } from "./lease.js";
+import { Lease, leaseOptions } from "./lease.js";
 import type { Offer } from "./offer.js";
 import { DEFAULT_CAPACITY_TTL_MS, MAX_CAPACITY_TTL_MS, MAX_SLOTS, NO_JOB, cleanText, timeMs } from "./protocol.js";
 import { sleep, type Worker } from "./worker.js";
@@ -211,6 +213,8 @@ export class Runner {
     this.#retry = Math.max(this.#every / 4, 1);
     const dt = o.drainTimeoutMs ?? 0;
     if (!Number.isFinite(dt) || dt < 0) throw new RangeError(`worker: run: drain timeout ${dt} ms: want 0 or more`);
+    // One listener per running handler (up to 256) is no leak.
+    setMaxListeners(0, this.#stopCtl.signal, this.#quitCtl.signal);
     this.#userSignal = o.signal;
     this.#drain = o.drain;
     this.#drainTimeout = dt;
@@ -376,22 +380,29 @@ export class Runner {
     }
   }
 
-  // ACKs o, resending the same ACK while its verdict is not learned and the
-  // offer's ACK deadline has not passed (an offer read after its deadline
-  // is not ACKed at all).
+  // ACKs o through the worker's ACK batcher (with the ACKs of other offers
+  // that arrived meanwhile, in one batch ack), which sends the same input
+  // again while its verdict is not learned and the offer's ACK deadline has
+  // not passed (an offer read after its deadline is not ACKed at all).
   async #accept(o: Offer): Promise<Lease> {
-    const clock = this.#w._clock;
-    if (clock.now() >= o.localDeadline) {
+    const w = this.#w;
+    if (w._clock.now() >= o.localDeadline) {
       throw sdkError("the offer's ACK deadline passed before it could be accepted", [ErrorCode.Expired]);
     }
-    for (;;) {
-      try {
-        return await o.accept();
-      } catch (err) {
-        if (!isError(err, ErrorCode.NoVerdict) || this.#w.closed || clock.now() >= o.localDeadline) throw err;
-      }
-      await this.#pause();
+    const res = await w._acks.do({ job: o.job, lease_id: o.leaseId, generation: o.generation }, o.localDeadline);
+    if (res.err) throw wrapErr(`worker: accept ${o.job}/${o.leaseId}/${o.generation}`, res.err);
+    let d = res.d!;
+    const j = d.job;
+    if (d.kind === "duplicate" && d.reason === "duplicate_ack" && j.state === "ACTIVE" && j.holder === w.id &&
+      j.lease_id === o.leaseId && j.generation === o.generation && j.acked_at) {
+      // This ACK was stored twice (its first verdict was not learned, and
+      // the duplicate window had passed): the first was accepted at
+      // acked_at, after res.t0.
+      d = { ...d, at: j.acked_at };
+    } else if (d.kind !== "acked") {
+      throw new VerdictError(d);
     }
+    return Lease._start(w, d, res.t0, leaseOptions({}));
   }
 
   async #pause(): Promise<void> {
@@ -416,12 +427,12 @@ export class Runner {
     let err: Error | undefined;
     if (herr === undefined) {
       res.outcome = "SUCCESS";
-      err = await this.#settle(l, "complete", () => l.complete("SUCCESS", undefined));
+      err = await this.#settle(l, "complete", () => l._resultVia("SUCCESS", undefined, false));
     } else if (isError(herr, ErrorCode.Permanent)) {
       res.outcome = "FAILED";
       res.permanent = true;
       res.detail = detailOf(herr);
-      err = await this.#settle(l, "complete", () => l.failPermanently(res.detail));
+      err = await this.#settle(l, "complete", () => l._resultVia("FAILED", res.detail, true));
     } else if (shutdown) {
       await this.#withdrawn;
       res.released = true;
@@ -429,7 +440,7 @@ export class Runner {
     } else {
       res.outcome = "FAILED";
       res.detail = detailOf(herr);
-      err = await this.#settle(l, "complete", () => l.complete("FAILED", res.detail));
+      err = await this.#settle(l, "complete", () => l._resultVia("FAILED", res.detail, false));
     }
     if (err && cancelPending(err)) return this.#reconcile(l, herr); // requested while the result was on its way
     res.reportError = err;
@@ -442,7 +453,7 @@ export class Runner {
     res.outcome = "CANCELLED";
     res.detail = herr === undefined ? "cancelled on request" : detailOf(`cancelled on request: ${msg(herr)}`);
     const e1 = await this.#settle(l, "cancel_ack", () => l.ackCancel());
-    const e2 = await this.#settle(l, "complete", () => l.complete("CANCELLED", res.detail));
+    const e2 = await this.#settle(l, "complete", () => l._resultVia("CANCELLED", res.detail, false));
     if (e2) res.reportError = e1 ? new AggregateError([e1, e2], `${e1.message}; ${e2.message}`) : e2;
     return res;
   }

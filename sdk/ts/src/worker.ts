@@ -5,6 +5,8 @@
 // lost: follow.ts), routes offers, cancellation requests and expiries, and
 // runs the renewer that coalesces the renewals of its leases.
 
+import { setMaxListeners } from "node:events";
+
 import type { NatsConnection } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import type { JetStreamClient, PubAck } from "@nats-io/jetstream";
@@ -19,6 +21,7 @@ import {
 import { Lease, type LeaseOptions, leaseOptions } from "./lease.js";
 import { Offer } from "./offer.js";
 import { Runner, type Handler, type RunOptions } from "./run.js";
+import { Batcher } from "./batch.js";
 import { Stash } from "./stash.js";
 
 /** Defaults of WorkerOptions and LeaseOptions (those of the Go SDK). */
@@ -278,6 +281,11 @@ export class Worker {
   readonly #offerWaiters: Array<(o: Offer | null) => void> = [];
   readonly #runs = new Map<string, Runner>();
 
+  /** @internal run()'s ACKs and results (batch.ts). */
+  readonly _acks: Batcher = new Batcher(this, "ack");
+  /** @internal */
+  readonly _results: Batcher = new Batcher(this, "result");
+
   #renewQ: RenewReq[] = [];
   #renewN = 0;
   #renewKick = false;
@@ -289,6 +297,7 @@ export class Worker {
     this.#js = js;
     this._opts = o;
     this._clock = clock;
+    setMaxListeners(0, this.#closeCtl.signal); // one listener per call in flight is no leak
     this.#in = `${o.streamPrefix}_IN`;
     this.#intake = `${o.streamPrefix}_INTAKE_${id}`;
   }
@@ -351,6 +360,8 @@ export class Worker {
     }
     for (const r of this.#renewQ) r.done({ t0: this._clock.now(), err: closedError() });
     this.#renewQ = [];
+    this._acks.close();
+    this._results.close();
     for (const wake of this.#offerWaiters.splice(0)) wake(null);
     for (const wt of this.#waiters.values()) wt.wake?.();
     await this.#follower?.stop();
@@ -601,9 +612,12 @@ export class Worker {
   /**
    * @internal _send for an input with n verdicts (a batch renew of n
    * leases). The error is Closed, or matches NoVerdict; it comes with the
-   * verdicts learned so far.
+   * verdicts learned so far, and seq the input's sequence once stored.
+   * want, when given, says how many verdicts to wait for once the
+   * sequence is known (a batch sent again whose first verdicts of that
+   * input were learned by an earlier attempt).
    */
-  async _sendN(p: Input, n: number, signal?: AbortSignal): Promise<{ ds: Decision[]; err?: TenureError }> {
+  async _sendN(p: Input, n: number, signal?: AbortSignal, want?: (seq: number) => number): Promise<{ ds: Decision[]; seq?: number; err?: TenureError }> {
     if (this.closed) return { ds: [], err: closedError() }; // publish nothing after close
     // The call's own signal: the verdict timeout, close(), the caller's
     // signal; one controller and one timer, removed when the call ends.
@@ -626,7 +640,7 @@ export class Worker {
       } catch (err) {
         return { ds: [], err: this.#callErr(err) };
       }
-      return await this.#awaitN(seq, n, ctl.signal);
+      return { ...await this.#awaitN(seq, want ? want(seq) : n, ctl.signal), seq };
     } finally {
       clearTimeout(timer);
       for (const s of sources) s.removeEventListener("abort", onAbort);
