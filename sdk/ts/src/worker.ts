@@ -564,11 +564,13 @@ export class Worker {
 
   /**
    * Takes the jobs of queue (PROTOCOL.md §22) and runs handler on each, at
-   * most `concurrency` at once, until opts.signal is aborted. See README.md
-   * "Queues" for what each outcome of the handler reports. Resolves once
-   * the run has shut down and every handler has returned; rejects with the
-   * refusal of an announcement (a VerdictError), or a Closed error when the
-   * Worker closed under it.
+   * most `concurrency` at once, until opts.signal is aborted (stop at once)
+   * or opts.drain is (stop gracefully: the running handlers may finish for
+   * up to opts.drainTimeoutMs; drainOnSignals() wires SIGTERM and SIGINT to
+   * it). See README.md "Queues" and "Drain" for what each outcome of the
+   * handler reports. Resolves once the run has shut down and every handler
+   * has returned; rejects with the refusal of an announcement (a
+   * VerdictError), or a Closed error when the Worker closed under it.
    */
   async run(queue: string, handler: Handler, opts: RunOptions = {}): Promise<void> {
     if (!validToken(queue)) throw new TypeError(`worker: run: invalid queue ${JSON.stringify(queue)}`);
