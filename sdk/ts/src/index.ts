@@ -9,10 +9,15 @@ export {
 export { Lease, DEFAULT_RENEW_FRACTION } from "./lease.js";
 export type { LeaseOptions } from "./lease.js";
 export { Offer } from "./offer.js";
-export type { EffectsBinder, Handler, Job, RunOptions } from "./run.js";
+export type { EffectsBinder, Handler, Job, Result, RunOptions } from "./run.js";
+export { describeResult } from "./run.js";
+export { drainOnSignals } from "./signals.js";
+export type { SignalShutdown, SignalShutdownOptions } from "./signals.js";
 export { ErrorCode, TenureError, VerdictError, isError, permanent, verdictCodes } from "./errors.js";
 export { BoundFence, Fence, FenceClient, FenceHeader, fenceRefusal, formatFencingToken, parseFencingToken, setFenceHeaders } from "./fence.js";
 export type { FenceClientOptions, FencedLease, FencingToken } from "./fence.js";
+export { connectDispatcher, Dispatcher, isDuplicateSubmit, DEFAULT_DISPATCHER_TIMEOUT_MS, MAX_INPUT_BYTES, MAX_SUBMITS_IN_FLIGHT } from "./ops.js";
+export type { DispatchCallOptions, DispatcherOptions, SubmitJob, SubmitOptions, SubmitResult } from "./ops.js";
 export { realClock } from "./clock.js";
 export type { Clock, Timer } from "./clock.js";
 export {

@@ -228,6 +228,23 @@ export class Lease {
     }, signal);
   }
 
+  /**
+   * @internal Reports the terminal result through the worker's result
+   * batcher (run(): with the results of other leases that end meanwhile,
+   * in one batch result), which sends the same input again while its
+   * verdict is not learned and the lease's local deadline has not passed.
+   * Like complete, it resolves when the result was accepted.
+   */
+  async _resultVia(outcome: Outcome, detail: string | undefined, permanent: boolean): Promise<void> {
+    const res = await this.#w._results.do({
+      job: this.job, lease_id: this.leaseId, generation: this.generation, outcome,
+      detail: detail ? cleanText(detail) : undefined, permanent: permanent ? true : undefined,
+    }, this.#deadline);
+    if (res.err) throw wrap(`worker: complete ${this}`, res.err);
+    const err = this.#observe(res.d!);
+    if (err) throw err;
+  }
+
   /** Gives the lease back without a result; accepted, it ends the lease. Refused after a cancel request (reconcile instead). */
   release(opts: CallOptions = {}): Promise<void> {
     return this.#do("release", "release", { lease_id: this.leaseId, generation: this.generation }, opts.signal);

@@ -220,7 +220,7 @@ export interface LeaseRef {
 }
 
 /** The fields of a worker's input body, besides v and sent_at. */
-export type InputFields = Record<string, string | number | boolean | LeaseRef[] | undefined>;
+export type InputFields = Record<string, string | number | boolean | readonly object[] | undefined>;
 
 /**
  * Encodes an input body: {"v":1,"sent_at":...} then the fields in the

@@ -3,9 +3,11 @@
 // decisions), a handler runs each job under its lease's signal, and the
 // handler's end becomes the attempt's result.
 
+import { setMaxListeners } from "node:events";
+
 import type { Timer } from "./clock.js";
 import { ErrorCode, TenureError, VerdictError, isError, sdkError } from "./errors.js";
-import type { Lease } from "./lease.js";
+import { Lease, leaseOptions } from "./lease.js";
 import type { Offer } from "./offer.js";
 import { DEFAULT_CAPACITY_TTL_MS, MAX_CAPACITY_TTL_MS, MAX_SLOTS, NO_JOB, cleanText, timeMs } from "./protocol.js";
 import { sleep, type Worker } from "./worker.js";
@@ -73,10 +75,85 @@ export interface RunOptions {
   concurrency?: number;
   /** How long each announcement stands (ttl_ms), 1 to 600000 ms; run() announces again every third of it. Default 30000. */
   capacityTtlMs?: number;
-  /** Aborting it shuts the run down: capacity withdrawn, handlers' signals aborted, unfinished work released. */
+  /**
+   * Aborting it shuts the run down at once (River's StopAndCancel):
+   * capacity withdrawn, handlers' signals aborted, unfinished work
+   * released. It also ends a drain early.
+   */
   signal?: AbortSignal;
+  /**
+   * Aborting it drains the run (River's Stop; the Go SDK's WithDrain): the
+   * capacity is withdrawn and the offers arriving from then on declined at
+   * once, as a shutdown does, but the running handlers go on and their
+   * results are reported as usual (a handler that throws fails its
+   * attempt: nothing interrupted it) until drainTimeoutMs has passed; then
+   * the signals of those still running are aborted with a RunStopped
+   * reason, as a shutdown does, and a handler that then throws has its
+   * lease released. run() resolves once every handler has returned and its
+   * result was reported. drainOnSignals() wires it to SIGTERM and SIGINT.
+   */
+  drain?: AbortSignal;
+  /**
+   * How long a drain lets the running handlers go on before their signals
+   * are aborted, in milliseconds on the Worker's clock; 0 (the default):
+   * for as long as they take, until `signal` is aborted.
+   */
+  drainTimeoutMs?: number;
+  /**
+   * Told how each attempt run() ran ended: what it reported to the
+   * coordinator, or why it reported nothing (the Go SDK's
+   * WithResultHandler), for a log line per outcome (describeResult). Called
+   * after the report's verdict; must not throw or block.
+   */
+  onResult?: (job: Job, result: Result) => void;
   /** Binds each attempt to a resource before its handler runs (fence.ts: FenceClient). */
   effects?: EffectsBinder;
+}
+
+/** How one attempt run() ran ended (the Go SDK's worker.Result). */
+export interface Result {
+  /** The result run() reported: SUCCESS, FAILED or CANCELLED (a cancellation request reconciled); undefined when it reported none. */
+  readonly outcome: "SUCCESS" | "FAILED" | "CANCELLED" | undefined;
+  /** The FAILED result said not to retry (permanent()). */
+  readonly permanent: boolean;
+  /** run() gave the lease back instead (it was stopping): not an attempt, the queue offers the job again at once. */
+  readonly released: boolean;
+  /** The handler ended the lease itself (complete, release). */
+  readonly ended: boolean;
+  /** The detail reported with a FAILED or CANCELLED outcome ("" otherwise). */
+  readonly detail: string;
+  /** What the handler threw (undefined: it resolved). */
+  readonly error: unknown;
+  /**
+   * Why the result could not be reported or was not accepted (authority
+   * lost before it, no verdict); undefined when the coordinator accepted
+   * what run() reported, or there was nothing to report.
+   */
+  readonly reportError: Error | undefined;
+}
+
+/**
+ * A result for a log line, as the Go SDK's Result.String: "SUCCESS",
+ * "FAILED (retried if attempts remain): <detail>", "FAILED permanently:
+ * <detail>", "CANCELLED", "released (the run was stopping): not an
+ * attempt", "ended by the handler", each with ", not accepted: <why>", or
+ * "not reported: <why>".
+ */
+export function describeResult(r: Result): string {
+  let s: string;
+  if (r.released) s = "released (the run was stopping): not an attempt";
+  else if (r.ended) s = "ended by the handler";
+  else if (r.outcome === "FAILED" && r.permanent) s = `FAILED permanently: ${r.detail}`;
+  else if (r.outcome === "FAILED") s = `FAILED (retried if attempts remain): ${r.detail}`;
+  else if (r.outcome !== undefined) s = r.outcome;
+  else return r.reportError ? `not reported: ${r.reportError.message}` : "not reported";
+  return r.reportError ? `${s}, not accepted: ${r.reportError.message}` : s;
+}
+
+type MutableResult = { -readonly [K in keyof Result]: Result[K] };
+
+function newResult(error: unknown): MutableResult {
+  return { outcome: undefined, permanent: false, released: false, ended: false, detail: "", error, reportError: undefined };
 }
 
 const enum SlotState { Accepting, Running, Finishing }
@@ -95,8 +172,12 @@ export class Runner {
   readonly #ttl: number;
   readonly #every: number; // between announcements: a third of the ttl
   readonly #retry: number; // after an announcement whose verdict was not learned
-  readonly #stopCtl = new AbortController(); // the run's signal, the Worker closed, or a refused pull
+  readonly #stopCtl = new AbortController(); // the run's signal, the Worker closed, a refused pull, a drain's timeout: aborts the handlers
+  readonly #quitCtl = new AbortController(); // stop, or a drain begun: the run takes no more jobs
   readonly #userSignal: AbortSignal | undefined;
+  readonly #drain: AbortSignal | undefined;
+  readonly #drainTimeout: number;
+  readonly #onResult: ((job: Job, result: Result) => void) | undefined;
   readonly #effects: EffectsBinder | undefined;
   #fatal: Error | undefined;
 
@@ -130,39 +211,68 @@ export class Runner {
     this.#ttl = ttl;
     this.#every = Math.max(ttl / 3, 1);
     this.#retry = Math.max(this.#every / 4, 1);
+    const dt = o.drainTimeoutMs ?? 0;
+    if (!Number.isFinite(dt) || dt < 0) throw new RangeError(`worker: run: drain timeout ${dt} ms: want 0 or more`);
+    // One listener per running handler (up to 256) is no leak.
+    setMaxListeners(0, this.#stopCtl.signal, this.#quitCtl.signal);
     this.#userSignal = o.signal;
+    this.#drain = o.drain;
+    this.#drainTimeout = dt;
+    this.#onResult = o.onResult;
     this.#effects = o.effects;
   }
 
+  // The handlers are being stopped (a shutdown, or a drain's timeout).
   get #stopped(): boolean {
     return this.#stopCtl.signal.aborted;
+  }
+
+  // The run takes no more jobs (stopped, or draining).
+  get #quitting(): boolean {
+    return this.#quitCtl.signal.aborted;
   }
 
   /** @internal The run itself; removeRoute stops routing offers to it once the capacity is withdrawn. */
   async _run(removeRoute: () => void): Promise<void> {
     const stop = this.#stopCtl;
+    const quit = this.#quitCtl;
     const onUser = () => stop.abort(sdkError(`worker: run ${this.#queue} stopped`, [ErrorCode.RunStopped], this.#userSignal?.reason));
     const onClose = () => stop.abort(this.#w._closeSignal.reason);
+    const onStop = () => quit.abort(stop.signal.reason);
+    const onDrain = () => quit.abort(sdkError(`worker: run ${this.#queue} draining`, [ErrorCode.RunStopped], this.#drain?.reason));
+    stop.signal.addEventListener("abort", onStop, { once: true });
     if (this.#userSignal?.aborted) onUser();
     this.#userSignal?.addEventListener("abort", onUser, { once: true });
     this.#w._closeSignal.addEventListener("abort", onClose, { once: true });
+    if (this.#drain?.aborted) onDrain();
+    this.#drain?.addEventListener("abort", onDrain, { once: true });
+    let drainTimer: Timer | undefined;
     try {
       const announcer = this.#announcer();
-      await new Promise<void>((r) => (stop.signal.aborted ? r() : stop.signal.addEventListener("abort", () => r(), { once: true })));
+      await new Promise<void>((r) => (quit.signal.aborted ? r() : quit.signal.addEventListener("abort", () => r(), { once: true })));
       this.#wake();
       await announcer;
-      // Shutdown: the handlers' signals are aborted (stop ended); the
-      // capacity is withdrawn before any release or decline is sent, so
-      // that the queue does not offer those jobs to this worker again.
+      // Shutdown (stop ended: the handlers' signals are aborted) or drain
+      // (only quit ended: they run on): the capacity is withdrawn before
+      // any release or decline is sent, so that the queue does not offer
+      // those jobs to this worker again.
       await this.#withdraw();
       this.#withdrawnResolve();
       // Every offer made before the withdrawal was dispatched before its
       // verdict (decisions arrive in order): this run has them all.
       removeRoute();
+      if (!stop.signal.aborted && this.#drainTimeout > 0) {
+        const ms = this.#drainTimeout;
+        drainTimer = this.#w._clock.setTimer(() => stop.abort(sdkError(
+          `worker: run ${this.#queue} stopped: the drain's timeout of ${ms} ms passed`, [ErrorCode.RunStopped])), ms);
+      }
       while (this.#tasks.size > 0) await Promise.allSettled([...this.#tasks]);
     } finally {
+      drainTimer?.stop();
+      stop.signal.removeEventListener("abort", onStop);
       this.#userSignal?.removeEventListener("abort", onUser);
       this.#w._closeSignal.removeEventListener("abort", onClose);
+      this.#drain?.removeEventListener("abort", onDrain);
       this.#withdrawnResolve();
     }
     if (this.#fatal) throw this.#fatal;
@@ -184,7 +294,7 @@ export class Runner {
 
   // Takes a free slot, if there is one and the run is not shutting down.
   #reserve(): Slot | undefined {
-    if (this.#stopped || this.#running >= this.#concurrency) return undefined;
+    if (this.#quitting || this.#running >= this.#concurrency) return undefined;
     const s: Slot = { state: SlotState.Accepting, lease: undefined };
     this.#slots.add(s);
     this.#running++;
@@ -198,12 +308,12 @@ export class Runner {
   // declined job again; if a slot was freed meanwhile the offer takes it.
   // A decline is not counted as an attempt.
   async #surplus(o: Offer): Promise<void> {
-    if (!this.#stopped) {
+    if (!this.#quitting) {
       await this.#announce();
       const s = this.#reserve();
       if (s) return this.#work(o, s);
     }
-    if (this.#stopped) await this.#withdrawn;
+    if (this.#quitting) await this.#withdrawn;
     if (this.#w._clock.now() >= o.localDeadline) return; // lapsed already: nothing to decline
     try {
       await o.decline();
@@ -229,7 +339,7 @@ export class Runner {
       s.state = SlotState.Running;
       if (this.#stopped) { // shutting down before the handler started: give it back
         this.#finishing(s);
-        this.#report(await this.#result(l, sdkError("worker: run stopped before the handler started", [ErrorCode.RunStopped]), true));
+        this.#done(jobOf(o, l, undefined), await this.#result(l, sdkError("worker: run stopped before the handler started", [ErrorCode.RunStopped]), true));
         return;
       }
       const hctl = new AbortController();
@@ -239,9 +349,10 @@ export class Runner {
       l.signal.addEventListener("abort", onLease, { once: true });
       this.#stopCtl.signal.addEventListener("abort", onStop, { once: true });
       let herr: unknown;
+      let job = jobOf(o, l, undefined);
       try {
-        const effects = this.#effects ? await this.#effects.bind(l, hctl.signal) : undefined;
-        await this.#h(jobOf(o, l, effects), hctl.signal);
+        if (this.#effects) job = jobOf(o, l, await this.#effects.bind(l, hctl.signal));
+        await this.#h(job, hctl.signal);
       } catch (err) {
         herr = err ?? new Error("handler threw " + String(err));
       } finally {
@@ -250,29 +361,48 @@ export class Runner {
       }
       const shutdown = this.#stopped;
       this.#finishing(s); // the handler no longer runs: its slot is free
-      this.#report(await this.#result(l, herr, shutdown));
+      this.#done(job, await this.#result(l, herr, shutdown));
     } finally {
       l.signal.removeEventListener("abort", onLost);
       this.#free(s);
     }
   }
 
-  // ACKs o, resending the same ACK while its verdict is not learned and the
-  // offer's ACK deadline has not passed (an offer read after its deadline
-  // is not ACKed at all).
+  // Reports what went wrong with an attempt's end and tells its result to
+  // RunOptions.onResult.
+  #done(job: Job, res: Result): void {
+    if (res.reportError) this.#w._report(res.reportError);
+    if (!this.#onResult) return;
+    try {
+      this.#onResult(job, res);
+    } catch (err) {
+      this.#w._report(new Error(`worker: run ${this.#queue}: onResult threw: ${msg(err)}`, { cause: err }));
+    }
+  }
+
+  // ACKs o through the worker's ACK batcher (with the ACKs of other offers
+  // that arrived meanwhile, in one batch ack), which sends the same input
+  // again while its verdict is not learned and the offer's ACK deadline has
+  // not passed (an offer read after its deadline is not ACKed at all).
   async #accept(o: Offer): Promise<Lease> {
-    const clock = this.#w._clock;
-    if (clock.now() >= o.localDeadline) {
+    const w = this.#w;
+    if (w._clock.now() >= o.localDeadline) {
       throw sdkError("the offer's ACK deadline passed before it could be accepted", [ErrorCode.Expired]);
     }
-    for (;;) {
-      try {
-        return await o.accept();
-      } catch (err) {
-        if (!isError(err, ErrorCode.NoVerdict) || this.#w.closed || clock.now() >= o.localDeadline) throw err;
-      }
-      await this.#pause();
+    const res = await w._acks.do({ job: o.job, lease_id: o.leaseId, generation: o.generation }, o.localDeadline);
+    if (res.err) throw wrapErr(`worker: accept ${o.job}/${o.leaseId}/${o.generation}`, res.err);
+    let d = res.d!;
+    const j = d.job;
+    if (d.kind === "duplicate" && d.reason === "duplicate_ack" && j.state === "ACTIVE" && j.holder === w.id &&
+      j.lease_id === o.leaseId && j.generation === o.generation && j.acked_at) {
+      // This ACK was stored twice (its first verdict was not learned, and
+      // the duplicate window had passed): the first was accepted at
+      // acked_at, after res.t0.
+      d = { ...d, at: j.acked_at };
+    } else if (d.kind !== "acked") {
+      throw new VerdictError(d);
     }
+    return Lease._start(w, d, res.t0, leaseOptions({}));
   }
 
   async #pause(): Promise<void> {
@@ -280,37 +410,52 @@ export class Runner {
   }
 
   // Reports the result of the handler that threw herr (undefined: resolved)
-  // on lease l (shutdown: after the run's shutdown began); returns what
-  // went wrong.
-  async #result(l: Lease, herr: unknown, shutdown: boolean): Promise<Error | undefined> {
+  // on lease l (shutdown: after the run's shutdown began, or a drain's
+  // timeout); returns what it reported and what went wrong.
+  async #result(l: Lease, herr: unknown, shutdown: boolean): Promise<Result> {
+    const res = newResult(herr);
     if (l.signal.aborted) {
       const cause = l.signal.reason;
-      if (isError(cause, ErrorCode.LeaseEnded)) return undefined; // the handler completed or released it itself
+      if (isError(cause, ErrorCode.LeaseEnded)) { // the handler completed or released it itself
+        res.ended = true;
+        return res;
+      }
       if (cancelPending(cause)) return this.#reconcile(l, herr);
-      return new Error(`worker: run ${this.#queue}: job ${l}: authority lost (${msg(cause)}), the handler's end (${herr === undefined ? "resolved" : msg(herr)}) not reported`, { cause });
+      res.reportError = new Error(`worker: run ${this.#queue}: job ${l}: authority lost (${msg(cause)}), the handler's end (${herr === undefined ? "resolved" : msg(herr)}) not reported`, { cause });
+      return res;
     }
     let err: Error | undefined;
     if (herr === undefined) {
-      err = await this.#settle(l, "complete", () => l.complete("SUCCESS", undefined));
+      res.outcome = "SUCCESS";
+      err = await this.#settle(l, "complete", () => l._resultVia("SUCCESS", undefined, false));
     } else if (isError(herr, ErrorCode.Permanent)) {
-      err = await this.#settle(l, "complete", () => l.failPermanently(detailOf(herr)));
+      res.outcome = "FAILED";
+      res.permanent = true;
+      res.detail = detailOf(herr);
+      err = await this.#settle(l, "complete", () => l._resultVia("FAILED", res.detail, true));
     } else if (shutdown) {
       await this.#withdrawn;
+      res.released = true;
       err = await this.#settle(l, "release", () => l.release());
     } else {
-      err = await this.#settle(l, "complete", () => l.complete("FAILED", detailOf(herr)));
+      res.outcome = "FAILED";
+      res.detail = detailOf(herr);
+      err = await this.#settle(l, "complete", () => l._resultVia("FAILED", res.detail, false));
     }
     if (err && cancelPending(err)) return this.#reconcile(l, herr); // requested while the result was on its way
-    return err;
+    res.reportError = err;
+    return res;
   }
 
   // Answers a cancellation request: cancel ACK, then CANCELLED.
-  async #reconcile(l: Lease, herr: unknown): Promise<Error | undefined> {
-    const detail = herr === undefined ? "cancelled on request" : detailOf(`cancelled on request: ${msg(herr)}`);
+  async #reconcile(l: Lease, herr: unknown): Promise<Result> {
+    const res = newResult(herr);
+    res.outcome = "CANCELLED";
+    res.detail = herr === undefined ? "cancelled on request" : detailOf(`cancelled on request: ${msg(herr)}`);
     const e1 = await this.#settle(l, "cancel_ack", () => l.ackCancel());
-    const e2 = await this.#settle(l, "complete", () => l.complete("CANCELLED", detail));
-    if (e2) return e1 ? new AggregateError([e1, e2], `${e1.message}; ${e2.message}`) : e2;
-    return undefined;
+    const e2 = await this.#settle(l, "complete", () => l._resultVia("CANCELLED", res.detail, false));
+    if (e2) res.reportError = e1 ? new AggregateError([e1, e2], `${e1.message}; ${e2.message}`) : e2;
+    return res;
   }
 
   // Sends one of l's closing inputs, again while its verdict is not
@@ -346,14 +491,10 @@ export class Runner {
     this.#wake();
   }
 
-  #report(err: Error | undefined): void {
-    if (err) this.#w._report(err);
-  }
-
   // The slots to announce: the leases held (those of running handlers and
   // of offers being accepted, live at the coordinator) plus the free slots.
   #desired(): number {
-    if (this.#stopped) return 0;
+    if (this.#quitting) return 0;
     let held = 0;
     for (const s of this.#slots) {
       if (s.state !== SlotState.Finishing && !endedAtCoordinator(s.lease)) held++;
@@ -371,7 +512,7 @@ export class Runner {
   // change.
   async #announcer(): Promise<void> {
     await this.#announce();
-    while (!this.#stopped) {
+    while (!this.#quitting) {
       if (!this.#woken) {
         let t: Timer | undefined;
         await new Promise<void>((resolve) => {
@@ -382,7 +523,7 @@ export class Runner {
         this.#wakeAnnouncer = undefined;
       }
       this.#woken = false;
-      if (this.#stopped) return;
+      if (this.#quitting) return;
       await this.#announce();
     }
   }
@@ -398,7 +539,7 @@ export class Runner {
       this.#stale = false;
       if (!stale && t0 < this.#due && (!this.#ok || want === this.#annSlots)) return;
       try {
-        await this.#pull(want, this.#stopCtl.signal);
+        await this.#pull(want, this.#quitCtl.signal);
         this.#ok = true;
         this.#annSlots = want;
         this.#due = t0 + this.#every;
@@ -412,7 +553,7 @@ export class Runner {
           }
         } else {
           this.#due = this.#w._clock.now() + this.#retry;
-          if (!this.#stopped) this.#w._report(err);
+          if (!this.#quitting) this.#w._report(err);
         }
       }
     });

@@ -5,6 +5,8 @@
 // lost: follow.ts), routes offers, cancellation requests and expiries, and
 // runs the renewer that coalesces the renewals of its leases.
 
+import { setMaxListeners } from "node:events";
+
 import type { NatsConnection } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import type { JetStreamClient, PubAck } from "@nats-io/jetstream";
@@ -19,6 +21,7 @@ import {
 import { Lease, type LeaseOptions, leaseOptions } from "./lease.js";
 import { Offer } from "./offer.js";
 import { Runner, type Handler, type RunOptions } from "./run.js";
+import { Batcher } from "./batch.js";
 import { Stash } from "./stash.js";
 
 /** Defaults of WorkerOptions and LeaseOptions (those of the Go SDK). */
@@ -236,7 +239,8 @@ function quotaRefusal(err: unknown): boolean {
   return apiCode(err) === 10077 && /maximum (bytes|messages) exceeded/.test(errMessage(err));
 }
 
-function retryable(err: unknown): boolean {
+/** @internal */
+export function retryable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   if (err.name === "ClosedConnectionError" || err.name === "DrainingConnectionError") return false;
   if (err.name === "TimeoutError" || noResponders(err)) return true;
@@ -277,6 +281,11 @@ export class Worker {
   readonly #offerWaiters: Array<(o: Offer | null) => void> = [];
   readonly #runs = new Map<string, Runner>();
 
+  /** @internal run()'s ACKs and results (batch.ts). */
+  readonly _acks: Batcher = new Batcher(this, "ack");
+  /** @internal */
+  readonly _results: Batcher = new Batcher(this, "result");
+
   #renewQ: RenewReq[] = [];
   #renewN = 0;
   #renewKick = false;
@@ -288,6 +297,7 @@ export class Worker {
     this.#js = js;
     this._opts = o;
     this._clock = clock;
+    setMaxListeners(0, this.#closeCtl.signal); // one listener per call in flight is no leak
     this.#in = `${o.streamPrefix}_IN`;
     this.#intake = `${o.streamPrefix}_INTAKE_${id}`;
   }
@@ -350,6 +360,8 @@ export class Worker {
     }
     for (const r of this.#renewQ) r.done({ t0: this._clock.now(), err: closedError() });
     this.#renewQ = [];
+    this._acks.close();
+    this._results.close();
     for (const wake of this.#offerWaiters.splice(0)) wake(null);
     for (const wt of this.#waiters.values()) wt.wake?.();
     await this.#follower?.stop();
@@ -552,11 +564,13 @@ export class Worker {
 
   /**
    * Takes the jobs of queue (PROTOCOL.md §22) and runs handler on each, at
-   * most `concurrency` at once, until opts.signal is aborted. See README.md
-   * "Queues" for what each outcome of the handler reports. Resolves once
-   * the run has shut down and every handler has returned; rejects with the
-   * refusal of an announcement (a VerdictError), or a Closed error when the
-   * Worker closed under it.
+   * most `concurrency` at once, until opts.signal is aborted (stop at once)
+   * or opts.drain is (stop gracefully: the running handlers may finish for
+   * up to opts.drainTimeoutMs; drainOnSignals() wires SIGTERM and SIGINT to
+   * it). See README.md "Queues" and "Drain" for what each outcome of the
+   * handler reports. Resolves once the run has shut down and every handler
+   * has returned; rejects with the refusal of an announcement (a
+   * VerdictError), or a Closed error when the Worker closed under it.
    */
   async run(queue: string, handler: Handler, opts: RunOptions = {}): Promise<void> {
     if (!validToken(queue)) throw new TypeError(`worker: run: invalid queue ${JSON.stringify(queue)}`);
@@ -600,9 +614,12 @@ export class Worker {
   /**
    * @internal _send for an input with n verdicts (a batch renew of n
    * leases). The error is Closed, or matches NoVerdict; it comes with the
-   * verdicts learned so far.
+   * verdicts learned so far, and seq the input's sequence once stored.
+   * want, when given, says how many verdicts to wait for once the
+   * sequence is known (a batch sent again whose first verdicts of that
+   * input were learned by an earlier attempt).
    */
-  async _sendN(p: Input, n: number, signal?: AbortSignal): Promise<{ ds: Decision[]; err?: TenureError }> {
+  async _sendN(p: Input, n: number, signal?: AbortSignal, want?: (seq: number) => number): Promise<{ ds: Decision[]; seq?: number; err?: TenureError }> {
     if (this.closed) return { ds: [], err: closedError() }; // publish nothing after close
     // The call's own signal: the verdict timeout, close(), the caller's
     // signal; one controller and one timer, removed when the call ends.
@@ -625,7 +642,7 @@ export class Worker {
       } catch (err) {
         return { ds: [], err: this.#callErr(err) };
       }
-      return await this.#awaitN(seq, n, ctl.signal);
+      return { ...await this.#awaitN(seq, want ? want(seq) : n, ctl.signal), seq };
     } finally {
       clearTimeout(timer);
       for (const s of sources) s.removeEventListener("abort", onAbort);

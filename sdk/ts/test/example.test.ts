@@ -1,6 +1,6 @@
 // examples/worker.ts as a process against a real `tenure serve`: it runs a
-// queue's jobs, and SIGTERM shuts it down cleanly (exit 0, capacity
-// withdrawn).
+// queue's jobs, logs each outcome, and SIGTERM drains it (exit 0, capacity
+// withdrawn; test/drain.test.ts tests the drain itself).
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -54,6 +54,9 @@ test("examples/worker.ts runs a queue and stops on SIGTERM", async () => {
     const w = await watch.waitFor((d) => d.kind === "capacity_set" && d.addressee === id, 10_000, mark);
     assert.equal(w.capacity?.slots, 0);
     assert.match(out, new RegExp(`job ${ok} done`));
+    assert.match(out, new RegExp(`job ${ok} attempt 1: SUCCESS`), "the outcome of each attempt is logged");
+    assert.match(out, new RegExp(`job ${bad} attempt 1: FAILED permanently: `));
+    assert.match(out, /SIGTERM: taking no more jobs/);
     assert.match(out, /stopped/);
   } finally {
     p.kill("SIGKILL");

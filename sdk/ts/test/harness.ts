@@ -161,6 +161,69 @@ export class Serve {
   }
 }
 
+let foldBinary: string | undefined;
+
+/**
+ * An embedded nats-server with Tenure's streams whose log is held at an
+ * older rules revision, the real fold deciding in place of a coordinator
+ * (test/foldcoord, a Go program built once): what a deployment not yet
+ * upgraded does with inputs this SDK sends.
+ */
+export class FoldCoord {
+  readonly url: string;
+  readonly #proc: ChildProcess;
+  readonly #dir: string;
+
+  private constructor(url: string, proc: ChildProcess, dir: string) {
+    this.url = url;
+    this.#proc = proc;
+    this.#dir = dir;
+  }
+
+  static async start(rev: number): Promise<FoldCoord> {
+    if (!foldBinary) {
+      const out = join(pkgDir, "build", "bin", "foldcoord");
+      mkdirSync(dirname(out), { recursive: true });
+      execFileSync("go", ["build", "-o", out, "./sdk/ts/test/foldcoord"], { cwd: repoRoot, stdio: ["ignore", "inherit", "inherit"] });
+      foldBinary = out;
+    }
+    const dir = mkdtempSync(join(tmpdir(), "tenure-fold-"));
+    const proc = spawn(foldBinary, ["-rev", String(rev), "-data", dir], { stdio: ["pipe", "pipe", "pipe"] });
+    let log = "";
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`foldcoord: no url in 30 s:\n${log}`)), 30_000);
+      const onData = (b: Buffer) => {
+        log += b.toString();
+        const m = /^url (\S+)$/m.exec(log);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1]!);
+        }
+      };
+      proc.stdout!.on("data", onData);
+      proc.stderr!.on("data", onData);
+      proc.once("exit", (code) => {
+        clearTimeout(timer);
+        reject(new Error(`foldcoord exited with ${code}:\n${log}`));
+      });
+    });
+    return new FoldCoord(url, proc, dir);
+  }
+
+  /** Stops it (its stdin closed, then SIGKILL) and removes its data directory. */
+  async stop(): Promise<void> {
+    const p = this.#proc;
+    if (p.exitCode === null && p.signalCode === null) {
+      const exited = new Promise<void>((r) => p.once("exit", () => r()));
+      p.stdin!.end();
+      const t = setTimeout(() => p.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(t);
+    }
+    rmSync(this.#dir, { recursive: true, force: true });
+  }
+}
+
 /** A dispatcher and operator: publishes ops inputs and returns their input sequence. */
 export class Ops {
   readonly #js: JetStreamClient;
