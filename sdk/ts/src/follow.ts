@@ -383,6 +383,13 @@ export class Follower {
     let backoff = this.#cfg.retryMs;
     for (;;) {
       if (this.#stopped) return undefined;
+      // A closed connection never opens again: retrying on it (a timer
+      // every retryMs, for ever) kept a process whose connection was
+      // closed under a worker it never closed from exiting.
+      if (this.#nc.isClosed()) {
+        this.#report(new Error(`follow ${this.#cfg.stream}: the connection is closed: no consumer can be made`));
+        return undefined;
+      }
       try {
         const s = await this.#tryCreate();
         if (this.#stopped) {

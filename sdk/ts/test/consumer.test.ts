@@ -159,6 +159,23 @@ describe("the decision consumer", () => {
     assert.deepEqual(await consumersOf(id), [], "a closed worker deletes its consumer");
   });
 
+  test("a worker whose connection was closed under it stops making consumers", async () => {
+    // A process that closed its connection without closing its worker (or
+    // whose connection was closed for it) must still be able to exit: its
+    // reader, finding the heartbeats gone, used to retry making a consumer
+    // on the closed connection every retryMs for ever, a timer that kept
+    // node running after every test had passed.
+    const id = uniq("wz");
+    const errors: Error[] = [];
+    const nc2 = await serve.connect("closed-under");
+    await connect(nc2, id, { onError: (e) => errors.push(e), ...names(id) });
+    await nc2.close();
+    for (let i = 0; !errors.some((e) => /the connection is closed: no consumer can be made/.test(e.message)); i++) {
+      assert.ok(i < 600, `the reader did not stop on its closed connection in 60 s: ${errors.map((e) => e.message).join("; ")}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  });
+
   test("every name held: connect says so", async () => {
     const id = uniq("wf");
     for (let i = 0; i < 4; i++) {
