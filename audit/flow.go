@@ -1,6 +1,10 @@
 package audit
 
 import (
+	"slices"
+	"strconv"
+	"strings"
+
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/projector"
 )
@@ -26,6 +30,10 @@ type Flow struct {
 	UniqueKeys int    `json:"unique_keys"`
 	Duplicates uint64 `json:"unique_duplicates"`
 	MaxHolders int    `json:"unique_max_holders"`
+	// Keys are the concurrency keys (revision 9) that had a limit, by
+	// queue then key: per key the most of its jobs live when one of them
+	// was offered under a limit, against the limits in force.
+	Keys []FlowKey `json:"concurrency_keys,omitempty"`
 	// Findings are the breaches.
 	Findings List[FlowFinding] `json:"findings"`
 }
@@ -44,7 +52,32 @@ const (
 	// FlowUniqueNotHeld: a submit refused (or a retry) for a unique key
 	// that the job it names did not hold.
 	FlowUniqueNotHeld FlowProblem = "unique_key_not_held"
+	// FlowConcurrencyExceeded: a queue job offered while the live leases
+	// of its concurrency key were at or above the key's limit (revision
+	// 9).
+	FlowConcurrencyExceeded FlowProblem = "concurrency_exceeded"
 )
+
+// FlowKey is what the audit observed of one concurrency key of a queue
+// that had a limit (revision 9, PROTOCOL.md §26.4).
+type FlowKey struct {
+	Queue string `json:"queue"`
+	Key   string `json:"concurrency_key"`
+	// Limited tells whether a limit is in force at the end, Limit which;
+	// MaxLimit is the highest limit that was in force.
+	Limited  bool   `json:"limited"`
+	Limit    uint64 `json:"limit"`
+	MaxLimit uint64 `json:"max_limit"`
+	// Offers counts the offers of the key's jobs under a limit; MaxActive
+	// is the most live leases of the key (OFFERED or ACTIVE) just after
+	// one of them, never above the limit then when the rule held, and so
+	// never above MaxLimit; MaxLive the most at any time while a limit
+	// was in force (above MaxActive only when a limit was set, or
+	// lowered, below the leases then live: a limit revokes nothing).
+	Offers    uint64 `json:"offers"`
+	MaxActive uint64 `json:"max_active"`
+	MaxLive   uint64 `json:"max_live"`
+}
 
 // FlowFinding is one breach: the decision that breached the rule.
 type FlowFinding struct {
@@ -65,6 +98,12 @@ type FlowTracker struct {
 	keys    map[[2]string]events.Job
 	named   map[[2]string]bool
 	holders map[string]events.Job // the same projections, by job id
+	// Concurrency keys (revision 9): the live leases of jobs naming one,
+	// by job id, their count by (queue, key), and the keys that had a
+	// limit.
+	live     map[string]events.Job
+	keyLive  map[[2]string]uint64
+	keyStats map[[2]string]*FlowKey
 }
 
 // NewFlowTracker returns a tracker that lists at most maxListed findings
@@ -84,11 +123,86 @@ func (t *FlowTracker) Seed(p *projector.Projector) {
 		k := [2]string{j.Queue, j.UniqueKey}
 		t.keys[k], t.holders[j.ID] = j, j
 	}
+	for _, l := range p.Limits() {
+		t.setLimit(events.Limit{Queue: l.Queue, ConcurrencyKey: l.Key, MaxActive: l.MaxActive, HasMaxActive: true})
+	}
+	for _, j := range p.Jobs() {
+		if j.ConcurrencyKey != "" && j.State.Live() {
+			t.start(&j)
+		}
+	}
+}
+
+// setLimit takes a limit (set, changed or lifted).
+func (t *FlowTracker) setLimit(l events.Limit) {
+	k := [2]string{l.Queue, l.ConcurrencyKey}
+	st := t.keyStats[k]
+	if st == nil {
+		if !l.HasMaxActive {
+			return
+		}
+		if t.keyStats == nil {
+			t.keyStats = map[[2]string]*FlowKey{}
+		}
+		st = &FlowKey{Queue: l.Queue, Key: l.ConcurrencyKey}
+		t.keyStats[k] = st
+	}
+	st.Limited, st.Limit = l.HasMaxActive, l.MaxActive
+	if l.HasMaxActive {
+		st.MaxLimit = max(st.MaxLimit, l.MaxActive)
+		st.MaxLive = max(st.MaxLive, t.keyLive[k])
+	}
+}
+
+// start counts a new live lease of j, a job naming a concurrency key.
+func (t *FlowTracker) start(j *events.Job) {
+	if t.live == nil {
+		t.live, t.keyLive = map[string]events.Job{}, map[[2]string]uint64{}
+	}
+	k := [2]string{j.Queue, j.ConcurrencyKey}
+	t.live[j.ID] = *j
+	t.keyLive[k]++
+	if st := t.keyStats[k]; st != nil && st.Limited {
+		st.MaxLive = max(st.MaxLive, t.keyLive[k])
+	}
+}
+
+// concurrency follows the live leases of d's job, which names a
+// concurrency key, and checks an offer of it against the key's limit.
+func (t *FlowTracker) concurrency(d *events.Decision) {
+	j := &d.Job
+	k := [2]string{j.Queue, j.ConcurrencyKey}
+	prev, was := t.live[j.ID]
+	if was && (!j.State.Live() || prev.Generation != j.Generation || d.Kind == events.KindRetired) {
+		delete(t.live, j.ID)
+		if t.keyLive[k]--; t.keyLive[k] == 0 {
+			delete(t.keyLive, k)
+		}
+		was = false
+	}
+	if !j.State.Live() || was || d.Kind == events.KindRetired {
+		return
+	}
+	st := t.keyStats[k]
+	if st != nil && st.Limited && d.Kind == events.KindAssigned {
+		st.Offers++
+		if t.keyLive[k] >= st.Limit {
+			t.find(d, FlowConcurrencyExceeded, "offered while "+u64(t.keyLive[k])+" jobs of concurrency key "+j.ConcurrencyKey+" of queue "+j.Queue+" were live, limit "+u64(st.Limit))
+		}
+		st.MaxActive = max(st.MaxActive, t.keyLive[k]+1)
+	}
+	t.start(j)
 }
 
 // Observe takes the next decision.
 func (t *FlowTracker) Observe(d *events.Decision) {
 	j := &d.Job
+	if d.Kind == events.KindLimitSet && d.Limit != nil {
+		t.setLimit(*d.Limit)
+	}
+	if j.ConcurrencyKey != "" && j.Queue != "" {
+		t.concurrency(d)
+	}
 	if d.Reason == events.ReasonDuplicateUniqueKey || d.Reason == events.ReasonUniqueKeyHeld {
 		t.flow.Duplicates++
 		// The job named must hold the key, by the decisions before.
@@ -182,7 +296,22 @@ func (t *FlowTracker) find(d *events.Decision, p FlowProblem, detail string) {
 }
 
 // Result is what the tracker found in the decisions observed so far.
-func (t *FlowTracker) Result() Flow { return t.flow }
+func (t *FlowTracker) Result() Flow {
+	f := t.flow
+	f.Keys = nil
+	for _, st := range t.keyStats {
+		f.Keys = append(f.Keys, *st)
+	}
+	slices.SortFunc(f.Keys, func(a, b FlowKey) int {
+		if c := strings.Compare(a.Queue, b.Queue); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return f
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
 
 // addNs is t + d, saturating (as the fold's times do).
 func addNs(t, d int64) int64 {
@@ -196,7 +325,7 @@ func addNs(t, d int64) int64 {
 // writeFlow writes the flow section of a summary: nothing for a log that
 // used no flow rule and breached none.
 func writeFlow(p func(string, ...any), f *Flow, list int) {
-	if f.Scheduled == 0 && f.Offers == 0 && f.UniqueKeys == 0 && f.Duplicates == 0 && f.Findings.Count == 0 {
+	if f.Scheduled == 0 && f.Offers == 0 && f.UniqueKeys == 0 && f.Duplicates == 0 && len(f.Keys) == 0 && f.Findings.Count == 0 {
 		return
 	}
 	p("%-12s %d\n", "flow:", f.Findings.Count)
@@ -205,6 +334,14 @@ func writeFlow(p func(string, ...any), f *Flow, list int) {
 	}
 	if f.UniqueKeys != 0 || f.Duplicates != 0 {
 		p("  unique keys: %d named, %d submits refused as duplicates, at most %d holder(s) of a key at once (limit 1)\n", f.UniqueKeys, f.Duplicates, f.MaxHolders)
+	}
+	for _, k := range f.Keys {
+		now := "lifted"
+		if k.Limited {
+			now = "limit " + u64(k.Limit)
+		}
+		p("  concurrency key %s/%s: %d offers under a limit, at most %d live just after one (highest limit %d), at most %d live at once; now %s\n",
+			k.Queue, k.Key, k.Offers, k.MaxActive, k.MaxLimit, k.MaxLive, now)
 	}
 	n := len(f.Findings.Items)
 	if list >= 0 {

@@ -119,6 +119,10 @@ const (
 	fDelayMS
 	fUniqueKey
 	fUniqueForMS
+	// revision 9 on: submit (concurrency_key), limit (queue,
+	// concurrency_key, max_active).
+	fConcurrencyKey
+	fMaxActive
 	bodyFieldCount
 )
 
@@ -169,6 +173,8 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fDelayMS:         "delay_ms",
 	fUniqueKey:       "unique_key",
 	fUniqueForMS:     "unique_for_ms",
+	fConcurrencyKey:  "concurrency_key",
+	fMaxActive:       "max_active",
 }
 
 // fieldSince is the first rules revision that knows field f: under an
@@ -178,6 +184,8 @@ func fieldSince(f bodyField) uint32 {
 	switch {
 	case f == fRetainMS:
 		return Revision3
+	case f >= fConcurrencyKey:
+		return Revision9
 	case f >= fRunAt:
 		return Revision8
 	case f == fJobs:
@@ -278,6 +286,10 @@ func lookupBodyField(k []byte) bodyField {
 		return fUniqueKey
 	case "unique_for_ms":
 		return fUniqueForMS
+	case "concurrency_key":
+		return fConcurrencyKey
+	case "max_active":
+		return fMaxActive
 	}
 	return fNone
 }
@@ -329,11 +341,17 @@ var (
 		VerbSubmit: newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
 			fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload),
 		VerbPull: newBodySchema("pull", []bodyField{fQueue, fSlots}, fV, fActor, fJob, fSentAt, fQueue, fSlots, fTTLMS),
+		// Revision 9 on: max_active absent lifts the key's limit.
+		VerbLimit: newBodySchema("limit", []bodyField{fQueue, fConcurrencyKey}, fV, fActor, fJob, fSentAt, fQueue, fConcurrencyKey, fMaxActive),
 	}
 	// submit8 is the submit from revision 8 on: run_at or delay_ms.
 	submit8 = newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
 		fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload,
 		fRunAt, fDelayMS, fUniqueKey, fUniqueForMS)
+	// submit9 is the submit from revision 9 on: concurrency_key.
+	submit9 = newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
+		fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload,
+		fRunAt, fDelayMS, fUniqueKey, fUniqueForMS, fConcurrencyKey)
 	// result4 is the result from revision 4 on: permanent, optional.
 	result4 = newBodySchema("result", []bodyField{fLeaseID, fGeneration, fOutcome}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fOutcome, fDetail, fPermanent)
 	// policy3 is the policy from revision 3 on: retain_ms, optional.
@@ -453,6 +471,8 @@ func DecodeInputAt(subject string, body []byte, rev uint32, in *Input) error {
 		d.sch = policy3
 	case s.Verb == VerbResult && rev >= Revision4:
 		d.sch = result4
+	case s.Verb == VerbSubmit && rev >= Revision9:
+		d.sch = submit9
 	case s.Verb == VerbSubmit && rev >= Revision8:
 		d.sch = submit8
 	default:
@@ -826,6 +846,11 @@ func (d *inputDecoder) field(f bodyField) bool {
 		in.UniqueKey, ok = d.token()
 	case fUniqueForMS:
 		in.UniqueForMS, ok = d.duration()
+	case fConcurrencyKey:
+		in.ConcurrencyKey, ok = d.token()
+	case fMaxActive:
+		in.MaxActive, ok = d.bounded(0, MaxActive, ReasonBadValue)
+		in.HasMaxActive = ok
 	}
 	return ok
 }

@@ -70,6 +70,9 @@ type Projector struct {
 	// entry is the job that last took the key, which holds it while
 	// holdsKey says so.
 	unique map[uniqueKey]*job
+	// Concurrency limits (revision 9 on, concurrency.go): the limits are
+	// in each queue (snapshots hold them); nLimits counts them.
+	nLimits int
 
 	// Standings (revision 5 on, standing.go): snapshots hold them; the
 	// timer heaps are derived.
@@ -89,6 +92,7 @@ type job struct {
 	deadline int64 // the heap key while present
 	qPos     int   // queue jobs: 1 + index in its submitter's ready heap, 0 when absent
 	later    bool  // revision 8: qPos indexes its submitter's later heap (ready_at after the fold's time then)
+	inKey    bool  // revision 9: qPos indexes its key's ready heap of its submitter and priority (its key is limited)
 }
 
 // New returns a projector with no jobs and the protocol's default policy,
@@ -418,6 +422,8 @@ func (p *Projector) apply() {
 		p.submit()
 	case events.VerbPull:
 		p.pull()
+	case events.VerbLimit:
+		p.setLimit()
 	case events.VerbCheckpoint:
 		if in.CheckpointSeq >= p.cause {
 			p.emit(nil, events.KindRejected, events.ReasonBadCheckpoint, in.Actor).Detail =

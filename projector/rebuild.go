@@ -38,7 +38,11 @@ import (
 // projection with fields withheld (events.Job.Withheld) takes them from
 // the job's projection before it (events.Job.Reveal): give jobs revealed
 // from the decisions before them, as a reader of the whole stream can.
-func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity], standings iter.Seq[Standing]) ([32]byte, error) {
+//
+// From revision 9 on it also holds the limits of concurrency keys: each
+// limit_set decision's limit limits yields replaces the one of its queue
+// and key (give the latest of each), one without max_active lifting it.
+func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity], standings iter.Seq[Standing], limits iter.Seq[events.Limit]) ([32]byte, error) {
 	q := New()
 	if base != nil {
 		if err := q.Restore(base); err != nil {
@@ -88,6 +92,20 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 			q.standings[key] = &standing{window: st.Window, strikes: st.Strikes, heldUntil: st.HeldUntil, touchedAt: st.At}
 		}
 	}
+	if limits != nil {
+		for l := range limits {
+			qu := q.queueOf(l.Queue)
+			if cur := qu.limits[l.ConcurrencyKey]; cur != nil {
+				if l.HasMaxActive {
+					cur.max = l.MaxActive
+				} else {
+					qu.unlimit(cur)
+				}
+			} else if l.HasMaxActive {
+				qu.limit(l.ConcurrencyKey, l.MaxActive)
+			}
+		}
+	}
 	return q.StateHash(), nil
 }
 
@@ -112,6 +130,7 @@ type Rebuilder struct {
 	caps      map[[2]string]Capacity
 	standings map[[2]string]Standing
 	policy    *events.Policy
+	limits    map[[2]string]events.Limit // the latest limit_set decision's limit of each queue and key (revision 9)
 	cause     uint64
 	at        int64
 }
@@ -142,6 +161,12 @@ func (r *Rebuilder) Add(d *events.Decision) {
 	if s := d.Standing; s != nil {
 		r.standings[[2]string{s.Queue, d.Addressee}] = Standing{Worker: d.Addressee, Standing: *s, At: d.At}
 	}
+	if d.Kind == events.KindLimitSet && d.Limit != nil {
+		if r.limits == nil {
+			r.limits = map[[2]string]events.Limit{}
+		}
+		r.limits[[2]string{d.Limit.Queue, d.Limit.ConcurrencyKey}] = *d.Limit
+	}
 	if d.Kind == events.KindPolicySet && d.Policy != nil {
 		p := *d.Policy
 		r.policy = &p
@@ -160,5 +185,5 @@ func (r *Rebuilder) Job(id string) (events.Job, bool) {
 // empty state) with rules (nil: base's), at the last decision's cause and
 // time.
 func (r *Rebuilder) Hash(base []byte, rules *Rules) ([32]byte, error) {
-	return RebuildHash(base, r.cause, r.at, r.policy, rules, maps.Values(r.jobs), maps.Values(r.caps), maps.Values(r.standings))
+	return RebuildHash(base, r.cause, r.at, r.policy, rules, maps.Values(r.jobs), maps.Values(r.caps), maps.Values(r.standings), maps.Values(r.limits))
 }

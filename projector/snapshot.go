@@ -34,6 +34,12 @@ import (
 // merge can copy the records of a base of an earlier format. A state
 // always encodes in the format of its revision, so the state hash of a
 // state of an earlier revision never changed.
+//
+// Format 7 (revision 9 on) is format 6 with the limits of concurrency
+// keys after the standings (a count, then per limit, by queue then key:
+// queue and key as strings, max_active uvarint), and a queue job's record
+// may go on, flag bit 7 set, with the fields of revision 9 (rev9Fields:
+// a byte of bits, then each present one) after those of revision 8.
 const (
 	snapshotMagic  = "TNRSNAP1"
 	snapshotMagic2 = "TNRSNAP2"
@@ -41,6 +47,7 @@ const (
 	snapshotMagic4 = "TNRSNAP4"
 	snapshotMagic5 = "TNRSNAP5"
 	snapshotMagic6 = "TNRSNAP6"
+	snapshotMagic7 = "TNRSNAP7"
 )
 
 // ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
@@ -68,6 +75,10 @@ func (p *Projector) Snapshot() []byte {
 // sequence, the time and the policy.
 func (p *Projector) appendHeader(b []byte) []byte {
 	switch {
+	case p.rev >= events.Revision9:
+		b = append(b, snapshotMagic7...)
+		b = binary.AppendUvarint(b, uint64(p.rev))
+		b = append(b, p.leaseKey[:]...)
 	case p.rev >= events.Revision8:
 		b = append(b, snapshotMagic6...)
 		b = binary.AppendUvarint(b, uint64(p.rev))
@@ -126,6 +137,15 @@ func (p *Projector) appendHeader(b []byte) []byte {
 			b = binary.AppendVarint(b, st.At)
 		}
 	}
+	if p.rev >= events.Revision9 {
+		ls := p.Limits()
+		b = binary.AppendUvarint(b, uint64(len(ls)))
+		for i := range ls {
+			b = appendStr(b, ls[i].Queue)
+			b = appendStr(b, ls[i].Key)
+			b = binary.AppendUvarint(b, ls[i].MaxActive)
+		}
+	}
 	return b
 }
 
@@ -153,7 +173,8 @@ func appendJob(b []byte, j *events.Job) []byte {
 	b = str(b, j.ConflictWith)
 	var flags byte
 	rev8 := rev8FieldsOf(j)
-	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired, j.Queue != "", j.HasPayload, rev8 != 0} {
+	rev9 := rev9FieldsOf(j)
+	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired, j.Queue != "", j.HasPayload, rev8 != 0, rev9 != 0} {
 		if f {
 			flags |= 1 << i
 		}
@@ -191,8 +212,42 @@ func appendJob(b []byte, j *events.Job) []byte {
 				b = binary.AppendVarint(b, j.UniqueFor)
 			}
 		}
+		if rev9 != 0 {
+			b = append(b, rev9)
+			if rev9&r9ConcurrencyKey != 0 {
+				b = str(b, j.ConcurrencyKey)
+			}
+		}
 	}
 	return b
+}
+
+// The fields of revision 9 a queue job's record may go on with (format
+// 7): a byte of these bits, then each field whose bit is set.
+const (
+	r9ConcurrencyKey = 1 << iota // string
+	r9Known          = r9ConcurrencyKey
+)
+
+// rev9FieldsOf is the byte of the revision-9 fields j has (0: none).
+func rev9FieldsOf(j *events.Job) byte {
+	var f byte
+	if j.ConcurrencyKey != "" {
+		f |= r9ConcurrencyKey
+	}
+	return f
+}
+
+// readRev9Fields reads the revision-9 fields of a queue job's record.
+func readRev9Fields(r *snapReader, j *events.Job) {
+	f := r.bytes(1, "revision 9 fields")[0]
+	if f == 0 || f&^r9Known != 0 {
+		r.fail("revision 9 fields")
+		return
+	}
+	if f&r9ConcurrencyKey != 0 {
+		j.ConcurrencyKey = string(r.strBytes("concurrency key"))
+	}
 }
 
 // The fields of revision 8 a queue job's record may go on with (format 6):
@@ -338,7 +393,7 @@ func (p *Projector) Restore(snap []byte) error {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	magic := string(snap[:len(snapshotMagic)])
-	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 && magic != snapshotMagic6 {
+	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 && magic != snapshotMagic6 && magic != snapshotMagic7 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
@@ -359,7 +414,9 @@ func (p *Projector) Restore(snap []byte) error {
 		case snapshotMagic5:
 			lo, hi, format = events.Revision5, events.Revision7, 5
 		case snapshotMagic6:
-			lo, hi, format = events.Revision8, events.CurrentRevision, 6
+			lo, hi, format = events.Revision8, events.Revision8, 6
+		case snapshotMagic7:
+			lo, hi, format = events.Revision9, events.CurrentRevision, 7
 		}
 		rev := r.uvarint("revision")
 		key := r.bytes(events.LeaseKeyLen, "lease key")
@@ -378,7 +435,8 @@ func (p *Projector) Restore(snap []byte) error {
 		*f = r.varint("policy")
 	}
 	pol.MaxGenerations = r.uvarint("policy")
-	format6 := magic == snapshotMagic6
+	format7 := magic == snapshotMagic7
+	format6 := magic == snapshotMagic6 || format7 // format 7 is format 6, the limits and the fields of revision 9
 	format5 := magic == snapshotMagic5 || format6 // format 6 is format 5 and the fields of revision 8
 	format4 := magic == snapshotMagic4 || format5 // format 5 is format 4 and the standings
 	if magic == snapshotMagic3 || format4 {
@@ -450,6 +508,37 @@ func (p *Projector) Restore(snap []byte) error {
 			}
 		}
 	}
+	if format7 {
+		n := r.uvarint("limit count")
+		if n > events.MaxLimits || n > uint64(len(r.b)/5) {
+			return fmt.Errorf("%w: limit count %d", ErrBadSnapshot, n)
+		}
+		var ls []Limit
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			var l Limit
+			l.Queue = string(r.strBytes("limit queue"))
+			l.Key = string(r.strBytes("limit key"))
+			l.MaxActive = r.uvarint("limit max_active")
+			ls = append(ls, l)
+		}
+		if r.err != nil {
+			return r.err
+		}
+		for i := range ls {
+			l := &ls[i]
+			switch {
+			case !events.ValidToken(l.Queue) || !events.ValidToken(l.Key):
+				return fmt.Errorf("%w: limit %q/%q: not valid tokens", ErrBadSnapshot, l.Queue, l.Key)
+			case i > 0 && (ls[i-1].Queue > l.Queue || ls[i-1].Queue == l.Queue && ls[i-1].Key >= l.Key):
+				return fmt.Errorf("%w: limits not sorted at %q/%q", ErrBadSnapshot, l.Queue, l.Key)
+			case l.MaxActive > events.MaxActive:
+				return fmt.Errorf("%w: limit %q/%q out of range", ErrBadSnapshot, l.Queue, l.Key)
+			}
+			// Before the jobs: their ready jobs go to the keys' heaps.
+			q.queueOf(l.Queue).limit(l.Key, l.MaxActive)
+		}
+		q.nLimits = len(ls)
+	}
 	n := r.uvarint("job count")
 	if n > uint64(len(r.b)/minJobBytes) {
 		return fmt.Errorf("%w: job count %d", ErrBadSnapshot, n)
@@ -472,7 +561,7 @@ func (p *Projector) Restore(snap []byte) error {
 			ends = append(ends, uint32(len(strs)))
 		}
 		hdr := r.bytes(4, "job header")
-		if known := byte(0xf); format6 && hdr[3]&^0x7f != 0 || !format6 && format4 && hdr[3]&^0x3f != 0 || !format4 && hdr[3]&^known != 0 {
+		if known := byte(0xf); !format7 && format6 && hdr[3]&^0x7f != 0 || !format6 && format4 && hdr[3]&^0x3f != 0 || !format4 && hdr[3]&^known != 0 {
 			r.fail("job flags")
 		}
 		j.State, j.AckState, j.Result = events.State(hdr[0]), events.AckState(hdr[1]), events.Outcome(hdr[2])
@@ -520,7 +609,10 @@ func (p *Projector) Restore(snap []byte) error {
 			if hdr[3]&0x40 != 0 {
 				readRev8Fields(r, &j.Job)
 			}
-		} else if hdr[3]&0x60 != 0 {
+			if hdr[3]&0x80 != 0 {
+				readRev9Fields(r, &j.Job)
+			}
+		} else if hdr[3]&0xe0 != 0 {
 			r.fail("job flags")
 		}
 		if len(strs) > 1<<32-1 {
@@ -692,6 +784,8 @@ func invalidQueueJob(j *events.Job) string {
 	case j.UniqueKey != "" && !events.ValidToken(j.UniqueKey),
 		j.UniqueFor != 0 && (j.UniqueKey == "" || j.UniqueFor < events.MinDurationMS*1e6 || j.UniqueFor > events.MaxDurationMS*1e6 || j.UniqueFor%1e6 != 0):
 		return "unique key or unique_for_ms out of range"
+	case j.ConcurrencyKey != "" && !events.ValidToken(j.ConcurrencyKey):
+		return "concurrency key not a valid token"
 	}
 	return ""
 }

@@ -280,6 +280,12 @@ func genInput(t *rapid.T, v events.Verb, batch bool) events.Input {
 		in.Queue = genToken(t, "queue")
 		in.Slots = genUint(t, "slots", 0, events.MaxSlots)
 		in.TTLMS = genOptMS(t, "ttl_ms", events.MaxCapacityTTL)
+	case events.VerbLimit:
+		in.Queue = genToken(t, "queue")
+		in.ConcurrencyKey = genToken(t, "concurrency_key")
+		if rapid.Bool().Draw(t, "max_active-set") {
+			in.MaxActive, in.HasMaxActive = genUint(t, "max_active", 0, events.MaxActive), true
+		}
 	}
 	return in
 }
