@@ -34,6 +34,10 @@ type Flow struct {
 	// queue then key: per key the most of its jobs live when one of them
 	// was offered under a limit, against the limits in force.
 	Keys []FlowKey `json:"concurrency_keys,omitempty"`
+	// Rates are the rate limits (revision 9) of queues (Key "") and of
+	// concurrency keys, by queue then key: per limit its starts and the
+	// most in any window of one period, against what its bucket allows.
+	Rates []FlowRate `json:"rate_limits,omitempty"`
 	// Findings are the breaches.
 	Findings List[FlowFinding] `json:"findings"`
 }
@@ -56,7 +60,43 @@ const (
 	// of its concurrency key were at or above the key's limit (revision
 	// 9).
 	FlowConcurrencyExceeded FlowProblem = "concurrency_exceeded"
+	// FlowRateExceeded: a queue job offered when its queue's or its
+	// concurrency key's rate limit had no token, by the bucket recomputed
+	// from the limits and the offers before it (revision 9).
+	FlowRateExceeded FlowProblem = "rate_exceeded"
 )
+
+// FlowRate is what the audit observed of one rate limit (revision 9,
+// PROTOCOL.md §26.5): of a queue (Key "") or of a concurrency key.
+type FlowRate struct {
+	Queue string `json:"queue"`
+	Key   string `json:"concurrency_key,omitempty"`
+	// Limited tells whether a rate is in force at the end, Rate per
+	// PeriodMS which (the last one when lifted).
+	Limited  bool   `json:"limited"`
+	Rate     uint64 `json:"rate"`
+	PeriodMS int64  `json:"period_ms"`
+	// Starts counts the offers under the limit; MaxInPeriod is the most
+	// of them in any window of one period (its period then), and Allowed
+	// the most its bucket allows in such a window, rate + (period-1)/T
+	// with T = ceil(period/rate) (at most twice the rate; rate at once):
+	// MaxInPeriod is at most Allowed when the rule held.
+	Starts      uint64 `json:"starts"`
+	MaxInPeriod uint64 `json:"max_in_period"`
+	Allowed     uint64 `json:"allowed_in_period"`
+}
+
+// rateState is a rate limit's bucket as the audit recomputes it, and the
+// starts of the last period.
+type rateState struct {
+	rate   uint64
+	period int64 // ns
+	tat    int64
+	window []int64
+	stats  *FlowRate
+}
+
+func (r *rateState) interval() int64 { return (r.period + int64(r.rate) - 1) / int64(r.rate) }
 
 // FlowKey is what the audit observed of one concurrency key of a queue
 // that had a limit (revision 9, PROTOCOL.md §26.4).
@@ -104,6 +144,10 @@ type FlowTracker struct {
 	live     map[string]events.Job
 	keyLive  map[[2]string]uint64
 	keyStats map[[2]string]*FlowKey
+	// Rate limits (revision 9): the buckets in force, and what was
+	// observed of every rate limit, by (queue, key).
+	rates     map[[2]string]*rateState
+	rateStats map[[2]string]*FlowRate
 }
 
 // NewFlowTracker returns a tracker that lists at most maxListed findings
@@ -124,7 +168,10 @@ func (t *FlowTracker) Seed(p *projector.Projector) {
 		t.keys[k], t.holders[j.ID] = j, j
 	}
 	for _, l := range p.Limits() {
-		t.setLimit(events.Limit{Queue: l.Queue, ConcurrencyKey: l.Key, MaxActive: l.MaxActive, HasMaxActive: true})
+		t.setLimit(l.Limit)
+		if r := t.rates[[2]string{l.Queue, l.ConcurrencyKey}]; r != nil {
+			r.tat = l.TAT
+		}
 	}
 	for _, j := range p.Jobs() {
 		if j.ConcurrencyKey != "" && j.State.Live() {
@@ -136,6 +183,27 @@ func (t *FlowTracker) Seed(p *projector.Projector) {
 // setLimit takes a limit (set, changed or lifted).
 func (t *FlowTracker) setLimit(l events.Limit) {
 	k := [2]string{l.Queue, l.ConcurrencyKey}
+	switch r := t.rates[k]; {
+	case l.Rate == 0:
+		if r != nil {
+			r.stats.Limited = false
+			delete(t.rates, k)
+		}
+	case r == nil || r.rate != l.Rate || r.period != l.PeriodMS*1e6:
+		// Another rate: a full bucket (the same one keeps its bucket).
+		if t.rates == nil {
+			t.rates, t.rateStats = map[[2]string]*rateState{}, map[[2]string]*FlowRate{}
+		}
+		st := t.rateStats[k]
+		if st == nil {
+			st = &FlowRate{Queue: l.Queue, Key: l.ConcurrencyKey}
+			t.rateStats[k] = st
+		}
+		r = &rateState{rate: l.Rate, period: l.PeriodMS * 1e6, stats: st}
+		st.Limited, st.Rate, st.PeriodMS = true, l.Rate, l.PeriodMS
+		st.Allowed = max(st.Allowed, l.Rate+uint64((r.period-1)/r.interval()))
+		t.rates[k] = r
+	}
 	st := t.keyStats[k]
 	if st == nil {
 		if !l.HasMaxActive {
@@ -165,6 +233,33 @@ func (t *FlowTracker) start(j *events.Job) {
 	if st := t.keyStats[k]; st != nil && st.Limited {
 		st.MaxLive = max(st.MaxLive, t.keyLive[k])
 	}
+}
+
+// rateStart checks an offer (d) against the rate limit of (queue, key),
+// if any, and spends its token.
+func (t *FlowTracker) rateStart(queue, key string, d *events.Decision) {
+	r := t.rates[[2]string{queue, key}]
+	if r == nil {
+		return
+	}
+	T := r.interval()
+	if tau := int64(r.rate-1) * T; r.tat > addNs(d.At, tau) {
+		scope := "queue " + queue
+		if key != "" {
+			scope = "concurrency key " + key + " of queue " + queue
+		}
+		t.find(d, FlowRateExceeded, "offered at "+events.FormatTime(d.At)+" with no token of the rate limit of "+scope+" ("+u64(r.rate)+" per "+strconv.FormatInt(r.period/1e6, 10)+" ms) before "+events.FormatTime(r.tat-tau))
+	}
+	r.tat = addNs(max(r.tat, d.At), T)
+	w := r.window[:0]
+	for _, at := range r.window {
+		if at > d.At-r.period {
+			w = append(w, at)
+		}
+	}
+	r.window = append(w, d.At)
+	r.stats.Starts++
+	r.stats.MaxInPeriod = max(r.stats.MaxInPeriod, uint64(len(r.window)))
 }
 
 // concurrency follows the live leases of d's job, which names a
@@ -199,6 +294,12 @@ func (t *FlowTracker) Observe(d *events.Decision) {
 	j := &d.Job
 	if d.Kind == events.KindLimitSet && d.Limit != nil {
 		t.setLimit(*d.Limit)
+	}
+	if d.Kind == events.KindAssigned && len(t.rates) != 0 {
+		t.rateStart(j.Queue, "", d)
+		if j.ConcurrencyKey != "" {
+			t.rateStart(j.Queue, j.ConcurrencyKey, d)
+		}
 	}
 	if j.ConcurrencyKey != "" && j.Queue != "" {
 		t.concurrency(d)
@@ -308,6 +409,16 @@ func (t *FlowTracker) Result() Flow {
 		}
 		return strings.Compare(a.Key, b.Key)
 	})
+	f.Rates = nil
+	for _, st := range t.rateStats {
+		f.Rates = append(f.Rates, *st)
+	}
+	slices.SortFunc(f.Rates, func(a, b FlowRate) int {
+		if c := strings.Compare(a.Queue, b.Queue); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
 	return f
 }
 
@@ -325,7 +436,7 @@ func addNs(t, d int64) int64 {
 // writeFlow writes the flow section of a summary: nothing for a log that
 // used no flow rule and breached none.
 func writeFlow(p func(string, ...any), f *Flow, list int) {
-	if f.Scheduled == 0 && f.Offers == 0 && f.UniqueKeys == 0 && f.Duplicates == 0 && len(f.Keys) == 0 && f.Findings.Count == 0 {
+	if f.Scheduled == 0 && f.Offers == 0 && f.UniqueKeys == 0 && f.Duplicates == 0 && len(f.Keys) == 0 && len(f.Rates) == 0 && f.Findings.Count == 0 {
 		return
 	}
 	p("%-12s %d\n", "flow:", f.Findings.Count)
@@ -342,6 +453,18 @@ func writeFlow(p func(string, ...any), f *Flow, list int) {
 		}
 		p("  concurrency key %s/%s: %d offers under a limit, at most %d live just after one (highest limit %d), at most %d live at once; now %s\n",
 			k.Queue, k.Key, k.Offers, k.MaxActive, k.MaxLimit, k.MaxLive, now)
+	}
+	for _, r := range f.Rates {
+		scope := "queue " + r.Queue
+		if r.Key != "" {
+			scope = "concurrency key " + r.Queue + "/" + r.Key
+		}
+		now := "lifted"
+		if r.Limited {
+			now = "in force"
+		}
+		p("  rate limit of %s: %d per %d ms (%s), %d starts, at most %d in one period (its bucket allows %d)\n",
+			scope, r.Rate, r.PeriodMS, now, r.Starts, r.MaxInPeriod, r.Allowed)
 	}
 	n := len(f.Findings.Items)
 	if list >= 0 {

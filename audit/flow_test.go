@@ -273,3 +273,45 @@ func TestFlowConcurrencySeeded(t *testing.T) {
 		t.Fatalf("seeded: %+v", f)
 	}
 }
+
+// TestFlowRate: the audit recomputes the buckets of the rate limits
+// (revision 9) from the limits and the offers, reports per limit its
+// starts and the most in one period against what its bucket allows, and
+// finds an offer made without a token (a decision the fold did not
+// make: here one moved earlier).
+func TestFlowRate(t *testing.T) {
+	l := &flowLog{t: t, p: projector.New()}
+	l.in(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision9})
+	l.in(0, events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbLimit, Queue: "q", Rate: 2, PeriodMS: 1000})
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		l.in(0, events.RoleOps, "d1", id, events.Input{Verb: events.VerbSubmit, Queue: "q"})
+	}
+	l.in(0, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 8, TTLMS: 600000})
+	for _, at := range []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond} {
+		l.tick(at)
+	}
+	f := flowOf(l.all)
+	want := audit.FlowRate{Queue: "q", Limited: true, Rate: 2, PeriodMS: 1000, Starts: 5, MaxInPeriod: 3, Allowed: 3}
+	if f.Findings.Count != 0 || len(f.Rates) != 1 || f.Rates[0] != want {
+		t.Fatalf("clean log: %+v, want %+v", f, want)
+	}
+	var out strings.Builder
+	if err := audit.WriteSummary(&out, &audit.Report{Flow: f}, 5); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "rate limit of queue q: 2 per 1000 ms (in force), 5 starts, at most 3 in one period (its bucket allows 3)") {
+		t.Fatalf("summary:\n%s", out.String())
+	}
+	// The offer at 1 s moved to 600 ms: no token then.
+	forged := append([]events.Decision(nil), l.all...)
+	for i := range forged {
+		if d := &forged[i]; d.Kind == events.KindAssigned && d.At == testutil.ScenarioBase+int64(time.Second) {
+			d.At -= int64(400 * time.Millisecond)
+		}
+	}
+	f = flowOf(forged)
+	if f.Findings.Count == 0 || f.Findings.Items[0].Problem != audit.FlowRateExceeded || f.Findings.Items[0].Job != "d" ||
+		!strings.Contains(f.Findings.Items[0].Detail, "no token of the rate limit of queue q (2 per 1000 ms)") {
+		t.Fatalf("forged offer: %+v", f)
+	}
+}

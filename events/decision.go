@@ -176,11 +176,19 @@ func AppendDecision(b []byte, d *Decision) []byte {
 	if l := d.Limit; l != nil { // revision 9 on
 		b = append(b, `,"limit":{"queue":`...)
 		b = appendString(b, l.Queue)
-		b = append(b, `,"concurrency_key":`...)
-		b = appendString(b, l.ConcurrencyKey)
+		if l.ConcurrencyKey != "" {
+			b = append(b, `,"concurrency_key":`...)
+			b = appendString(b, l.ConcurrencyKey)
+		}
 		if l.HasMaxActive {
 			b = append(b, `,"max_active":`...)
 			b = strconv.AppendUint(b, l.MaxActive, 10)
+		}
+		if l.Rate != 0 {
+			b = append(b, `,"rate":`...)
+			b = strconv.AppendUint(b, l.Rate, 10)
+			b = append(b, `,"period_ms":`...)
+			b = strconv.AppendInt(b, l.PeriodMS, 10)
 		}
 		b = append(b, '}')
 	}
@@ -415,6 +423,8 @@ type wireLimit struct {
 	Queue     string  `json:"queue"`
 	Key       string  `json:"concurrency_key"`
 	MaxActive *uint64 `json:"max_active"`
+	Rate      uint64  `json:"rate"`
+	PeriodMS  int64   `json:"period_ms"`
 }
 
 type wireStanding struct {
@@ -540,7 +550,7 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 	d.Cause, d.N, d.Of, d.Detail, d.Addressee = w.Cause, w.N, w.Of, w.Detail, w.Addressee
 	d.DuplicateOf = w.DupOf
 	if l := w.Limit; l != nil {
-		d.Limit = &Limit{Queue: l.Queue, ConcurrencyKey: l.Key}
+		d.Limit = &Limit{Queue: l.Queue, ConcurrencyKey: l.Key, Rate: l.Rate, PeriodMS: l.PeriodMS}
 		if l.MaxActive != nil {
 			d.Limit.MaxActive, d.Limit.HasMaxActive = *l.MaxActive, true
 		}
@@ -786,10 +796,16 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 	}
 	if r.opt(`,"limit":{"queue":`) {
 		l := &Limit{Queue: r.str()}
-		r.lit(`,"concurrency_key":`)
-		l.ConcurrencyKey = r.str()
+		if r.opt(`,"concurrency_key":`) {
+			l.ConcurrencyKey = r.str()
+		}
 		if r.opt(`,"max_active":`) {
 			l.MaxActive, l.HasMaxActive = r.uint(), true
+		}
+		if r.opt(`,"rate":`) {
+			l.Rate = r.uint()
+			r.lit(`,"period_ms":`)
+			l.PeriodMS = r.int()
 		}
 		r.lit(`}`)
 		d.Limit = l

@@ -123,6 +123,8 @@ const (
 	// concurrency_key, max_active).
 	fConcurrencyKey
 	fMaxActive
+	fRate
+	fPeriodMS
 	bodyFieldCount
 )
 
@@ -175,6 +177,8 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fUniqueForMS:     "unique_for_ms",
 	fConcurrencyKey:  "concurrency_key",
 	fMaxActive:       "max_active",
+	fRate:            "rate",
+	fPeriodMS:        "period_ms",
 }
 
 // fieldSince is the first rules revision that knows field f: under an
@@ -290,6 +294,10 @@ func lookupBodyField(k []byte) bodyField {
 		return fConcurrencyKey
 	case "max_active":
 		return fMaxActive
+	case "rate":
+		return fRate
+	case "period_ms":
+		return fPeriodMS
 	}
 	return fNone
 }
@@ -341,8 +349,9 @@ var (
 		VerbSubmit: newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
 			fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload),
 		VerbPull: newBodySchema("pull", []bodyField{fQueue, fSlots}, fV, fActor, fJob, fSentAt, fQueue, fSlots, fTTLMS),
-		// Revision 9 on: max_active absent lifts the key's limit.
-		VerbLimit: newBodySchema("limit", []bodyField{fQueue, fConcurrencyKey}, fV, fActor, fJob, fSentAt, fQueue, fConcurrencyKey, fMaxActive),
+		// Revision 9 on: what is absent of max_active and rate with
+		// period_ms is lifted.
+		VerbLimit: newBodySchema("limit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt, fQueue, fConcurrencyKey, fMaxActive, fRate, fPeriodMS),
 	}
 	// submit8 is the submit from revision 8 on: run_at or delay_ms.
 	submit8 = newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
@@ -851,6 +860,10 @@ func (d *inputDecoder) field(f bodyField) bool {
 	case fMaxActive:
 		in.MaxActive, ok = d.bounded(0, MaxActive, ReasonBadValue)
 		in.HasMaxActive = ok
+	case fRate:
+		in.Rate, ok = d.bounded(1, MaxRate, ReasonBadValue)
+	case fPeriodMS:
+		in.PeriodMS, ok = d.duration()
 	}
 	return ok
 }
@@ -1846,6 +1859,15 @@ func (d *inputDecoder) finish() bool {
 		}
 	case VerbResult:
 		return d.resultConsistent(in, d.seen.has(fPermanent))
+	case VerbLimit: // revision 9 on
+		switch {
+		case d.seen.has(fMaxActive) && !d.seen.has(fConcurrencyKey):
+			return d.missing(fConcurrencyKey, "max_active limits a concurrency key")
+		case d.seen.has(fRate) && !d.seen.has(fPeriodMS):
+			return d.missing(fPeriodMS, "rate and period_ms go together")
+		case d.seen.has(fPeriodMS) && !d.seen.has(fRate):
+			return d.missing(fRate, "rate and period_ms go together")
+		}
 	}
 	return true
 }

@@ -36,8 +36,8 @@ import (
 //	            not in a batch's elements), concurrency_key (revision 9;
 //	            not in a batch's elements)
 //	pull        queue, slots, ttl_ms (revision 4)
-//	limit       queue, concurrency_key, max_active (revision 9; only
-//	            when in.HasMaxActive)
+//	limit       queue, concurrency_key, max_active (only when
+//	            in.HasMaxActive), rate, period_ms (revision 9)
 //
 // and, from revision 7 on, the batches (in.Job is NoJob, the elements in
 // in.Batch, each written as the body of its single input with its job
@@ -158,10 +158,14 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = appendOptStrField(dst, "concurrency_key", in.ConcurrencyKey) // revision 9 on
 	case VerbLimit:
 		dst = appendStrField(dst, "queue", in.Queue)
-		dst = appendStrField(dst, "concurrency_key", in.ConcurrencyKey)
+		dst = appendOptStrField(dst, "concurrency_key", in.ConcurrencyKey)
 		if in.HasMaxActive {
 			dst = appendUintField(dst, "max_active", in.MaxActive)
 		}
+		if in.Rate != 0 {
+			dst = appendUintField(dst, "rate", in.Rate)
+		}
+		dst = appendOptIntField(dst, "period_ms", in.PeriodMS)
 	case VerbPull:
 		dst = appendStrField(dst, "queue", in.Queue)
 		dst = appendUintField(dst, "slots", in.Slots)

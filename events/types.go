@@ -336,6 +336,10 @@ const (
 	// keeps in force at once (revision 9); a limit input that would add
 	// one more is rejected (limits_full): lift one first.
 	MaxLimits = 1024
+	// MaxRate is the largest rate of a limit (revision 9): starts per
+	// period_ms, a token bucket of that many tokens refilled over the
+	// period (period_ms is a duration: 1 ms to 30 days).
+	MaxRate = 1000000
 	// MaxOffersPerInput bounds the offers (and the DEAD decisions of jobs
 	// that reached max_generations when matched) one input's matching
 	// makes; more matches wait for the next input (Due reports them, and
@@ -500,11 +504,14 @@ type Input struct {
 	UniqueForMS int64 // 0: the key is held while the job lives
 
 	// Revision 9 on: submit (ConcurrencyKey: at most the key's max_active
-	// live leases at once); limit (Queue, ConcurrencyKey, MaxActive, set
-	// when HasMaxActive; absent, the key's limit is lifted).
+	// live leases at once); limit (Queue, ConcurrencyKey: "" for the
+	// queue's own limit; MaxActive, set when HasMaxActive; Rate starts
+	// per PeriodMS, 0 when absent; what is absent is lifted).
 	ConcurrencyKey string
 	MaxActive      uint64
 	HasMaxActive   bool
+	Rate           uint64
+	PeriodMS       int64
 
 	Revision      uint32             // rules: the revision to move to
 	LeaseKey      [LeaseKeyLen]byte  // rules: the key of lease ids
@@ -824,15 +831,20 @@ type Decision struct {
 	Limit *Limit
 }
 
-// Limit is a queue's limit of one concurrency key (revision 9,
-// PROTOCOL.md §26.4): at most MaxActive of the queue's jobs naming the
-// key hold live leases at once, when HasMaxActive; without it the key is
-// not limited (a limit_set that lifted it).
+// Limit is a queue's limit (revision 9, PROTOCOL.md §26.4, §26.5): of
+// one concurrency key, or of the queue as a whole when ConcurrencyKey is
+// "". At most MaxActive of the queue's jobs naming the key hold live
+// leases at once, when HasMaxActive (a key's only); at most Rate of its
+// jobs (of the key, or of the queue) are offered per PeriodMS, a token
+// bucket, when Rate is not 0. With neither nothing is limited (a
+// limit_set that lifted the limit).
 type Limit struct {
 	Queue          string
 	ConcurrencyKey string
 	MaxActive      uint64
 	HasMaxActive   bool
+	Rate           uint64
+	PeriodMS       int64
 }
 
 // Standing is a worker's standing on a queue (revision 5 on, PROTOCOL.md

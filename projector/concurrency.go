@@ -34,11 +34,14 @@ import (
 // restored fold offers exactly what one that never stopped offers. A key
 // with no limit is not limited, and its jobs wait with their submitter's.
 
-// keyLimit is a queue's limit of one concurrency key, and the ready
-// QUEUED jobs naming the key, by submitter.
+// keyLimit is a queue's limit of one concurrency key (or, key "", of
+// the queue as a whole: a rate only), and the ready QUEUED jobs naming
+// the key, by submitter.
 type keyLimit struct {
 	key    string
+	capped bool // max_active is in force
 	max    uint64
+	rate   *bucket // nil: no rate limit (revision 9, rate.go)
 	subs   map[string]*keySub
 	queued int // jobs in subs
 }
@@ -49,13 +52,16 @@ type keySub struct {
 	n     int
 }
 
-// open reports whether the key is below its limit.
-func (q *queue) open(l *keyLimit) bool { return uint64(q.keyLive[l.key]) < l.max }
+// open reports whether the key is below its limit at now: fewer live
+// leases than max_active, and a token in its rate's bucket.
+func (q *queue) open(l *keyLimit, now int64) bool {
+	return (!l.capped || uint64(q.keyLive[l.key]) < l.max) && (l.rate == nil || l.rate.ok(now))
+}
 
 // readyPush puts a ready QUEUED job in its submitter's ready heap, or in
 // its key's when the key is limited (revision 9).
 func (q *queue) readyPush(s *submitterQ, j *job) {
-	if j.ConcurrencyKey != "" && q.limits != nil {
+	if j.ConcurrencyKey != "" && q.limits != nil { // (never the queue's own, key "")
 		if l := q.limits[j.ConcurrencyKey]; l != nil {
 			ks := l.subs[j.Submitter]
 			if ks == nil {
@@ -91,7 +97,7 @@ func (q *queue) keyRemove(s *submitterQ, j *job) {
 // each such key, but for those skip refuses.
 func (q *queue) pickKeyed(pr int, now int64, best *job, skip func(*job) bool) *job {
 	for _, l := range q.limits {
-		if l.queued == 0 || !q.open(l) {
+		if l.queued == 0 || !q.open(l, now) {
 			continue
 		}
 		for _, ks := range l.subs {
@@ -112,16 +118,18 @@ func (q *queue) pickKeyed(pr int, now int64, best *job, skip func(*job) bool) *j
 }
 
 // setLimit applies a limit input: it sets the queue's limit of the
-// concurrency key (max_active), or lifts it (no max_active).
+// concurrency key (or, with none, of the queue) to what it names
+// (max_active, a rate), lifting what it does not name; with nothing
+// named, the limit is lifted. A rate and period the limit already had
+// keep its bucket; another starts a full one.
 func (p *Projector) setLimit() {
 	in := &p.in
 	q := p.queueOf(in.Queue)
 	l := q.limits[in.ConcurrencyKey]
 	switch {
-	case !in.HasMaxActive:
+	case !in.HasMaxActive && in.Rate == 0:
 		if l != nil {
-			q.unlimit(l)
-			p.nLimits--
+			p.unlimit(q, l)
 		}
 	case l == nil:
 		if p.nLimits >= events.MaxLimits {
@@ -130,24 +138,42 @@ func (p *Projector) setLimit() {
 			p.touched(q)
 			return
 		}
-		q.limit(in.ConcurrencyKey, in.MaxActive)
+		l = q.limit(in.ConcurrencyKey)
 		p.nLimits++
+		fallthrough
 	default:
-		l.max = in.MaxActive
+		l.capped, l.max = in.HasMaxActive, in.MaxActive
+		switch period := in.PeriodMS * 1e6; {
+		case in.Rate == 0:
+			p.setRate(l, nil)
+		case l.rate == nil || l.rate.rate != in.Rate || l.rate.period != period:
+			p.setRate(l, &bucket{rate: in.Rate, period: period})
+		}
 	}
 	p.touched(q)
 	d := p.emit(nil, events.KindLimitSet, events.ReasonOk, in.Actor)
-	d.Limit = &events.Limit{Queue: q.name, ConcurrencyKey: in.ConcurrencyKey, MaxActive: in.MaxActive, HasMaxActive: in.HasMaxActive}
+	d.Limit = &events.Limit{Queue: q.name, ConcurrencyKey: in.ConcurrencyKey, MaxActive: in.MaxActive, HasMaxActive: in.HasMaxActive,
+		Rate: in.Rate, PeriodMS: in.PeriodMS}
 }
 
-// limit adds the limit max of key to q, moving the ready jobs naming the
-// key from their submitters' heaps to the key's.
-func (q *queue) limit(key string, max uint64) {
+// unlimit lifts limit l of q.
+func (p *Projector) unlimit(q *queue, l *keyLimit) {
+	p.setRate(l, nil)
+	q.unlimit(l)
+	p.nLimits--
+}
+
+// limit adds an empty limit of key to q (the caller sets it), moving the
+// ready jobs naming the key from their submitters' heaps to the key's.
+func (q *queue) limit(key string) *keyLimit {
 	if q.limits == nil {
 		q.limits = map[string]*keyLimit{}
 	}
-	l := &keyLimit{key: strings.Clone(key), max: max, subs: map[string]*keySub{}}
+	l := &keyLimit{key: strings.Clone(key), subs: map[string]*keySub{}}
 	q.limits[l.key] = l
+	if key == "" {
+		return l // the queue's own: no job names it
+	}
 	var move []*job
 	for _, s := range q.subs {
 		for pr := range s.ready {
@@ -163,6 +189,7 @@ func (q *queue) limit(key string, max uint64) {
 		s.ready[j.Priority].remove(j.qPos - 1)
 		q.readyPush(s, j)
 	}
+	return l
 }
 
 // unlimit lifts limit l of q, moving its jobs back to their submitters'
@@ -184,11 +211,13 @@ func (q *queue) unlimit(l *keyLimit) {
 	}
 }
 
-// Limit is a queue's limit of a concurrency key, as a snapshot holds it
-// and as RebuildHash takes it (from a limit_set decision).
+// Limit is a queue's limit of a concurrency key (Key "": of the queue),
+// as a snapshot holds it and as RebuildHash takes it: the limit of a
+// limit_set decision, and the state of its rate's bucket (TAT, the
+// theoretical arrival time of the next start, rate.go).
 type Limit struct {
-	Queue, Key string
-	MaxActive  uint64
+	events.Limit
+	TAT int64
 }
 
 // Limits returns the limits in force, sorted by queue then key.
@@ -196,14 +225,18 @@ func (p *Projector) Limits() []Limit {
 	var out []Limit
 	for _, q := range p.queues {
 		for _, l := range q.limits {
-			out = append(out, Limit{Queue: q.name, Key: l.key, MaxActive: l.max})
+			x := Limit{Limit: events.Limit{Queue: q.name, ConcurrencyKey: l.key, MaxActive: l.max, HasMaxActive: l.capped}}
+			if b := l.rate; b != nil {
+				x.Rate, x.PeriodMS, x.TAT = b.rate, b.period/1e6, b.tat
+			}
+			out = append(out, x)
 		}
 	}
 	slices.SortFunc(out, func(a, b Limit) int {
 		if c := strings.Compare(a.Queue, b.Queue); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Key, b.Key)
+		return strings.Compare(a.ConcurrencyKey, b.ConcurrencyKey)
 	})
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 )
 
@@ -89,7 +90,9 @@ func TestRestoreRefusesBadLimits(t *testing.T) {
 		return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 	}
 	for _, c := range []struct{ name, old, new string }{
-		{"limit above the bound", "\x02kk" + string(binary.AppendUvarint(nil, events.MaxActive)), "\x02kk" + string(binary.AppendUvarint(nil, events.MaxActive+1))},
+		{"limit above the bound", "\x02kk\x01" + string(binary.AppendUvarint(nil, events.MaxActive)), "\x02kk\x01" + string(binary.AppendUvarint(nil, events.MaxActive+1))},
+		{"unknown limit flag", "\x02kk\x01", "\x02kk\x05"},
+		{"no limit flag", "\x02kk\x01" + string(binary.AppendUvarint(nil, events.MaxActive)), "\x02kk\x00"},
 		{"key not a token", "\x02zz", "\x02z."},
 		{"limit key not a token", "\x02kk", "\x02k*"},
 	} {
@@ -137,5 +140,39 @@ func TestConcurrencyKeyNoHeadOfLine(t *testing.T) {
 		if got := f.p.KeyActive("q", "hot"); got != 1 {
 			t.Fatalf("%d live jobs of the key, want 1", got)
 		}
+	}
+}
+
+// TestRateAtTheEndOfTime: a rate limit's bucket at the end of int64
+// nanoseconds saturates: after the one start its longest period allows,
+// no later input offers another (a plain sum would wrap into the past
+// and refill the bucket), and the state snapshots and restores.
+func TestRateAtTheEndOfTime(t *testing.T) {
+	f := &folder{t: t, p: projector.New()}
+	at := projector.MaxTime - 1000 - testutil.ScenarioBase
+	f.step(at, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision9, LeaseKey: propLeaseKey})
+	f.step(at, events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbLimit, Queue: "q", Rate: 1, PeriodMS: events.MaxDurationMS})
+	f.step(at, events.RoleOps, "d1", "a", events.Input{Verb: events.VerbSubmit, Queue: "q"})
+	f.step(at, events.RoleOps, "d1", "b", events.Input{Verb: events.VerbSubmit, Queue: "q"})
+	ds := f.step(at, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 4, TTLMS: 600000})
+	if len(ds) != 2 || ds[1].Kind != events.KindAssigned || ds[1].Job.ID != "a" {
+		t.Fatalf("pull: %s", describeAll(ds))
+	}
+	if next, ok := f.p.NextDeadline(); !ok || next != projector.MaxTime {
+		t.Fatalf("next deadline %d %v, want the end of time", next, ok)
+	}
+	ds = f.step(at+999, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+	for _, d := range ds {
+		if d.Kind == events.KindAssigned {
+			t.Fatalf("b offered at the end of time: %s", describeAll(ds))
+		}
+	}
+	snap := f.p.Snapshot()
+	r := new(projector.Projector)
+	if err := r.Restore(snap); err != nil {
+		t.Fatalf("restore at the end of time: %v", err)
+	}
+	if !bytes.Equal(r.Snapshot(), snap) {
+		t.Fatal("the restored state snapshots otherwise")
 	}
 }

@@ -51,10 +51,17 @@ func Describe(d *events.Decision, base int64) string {
 		return b.String()
 	}
 	if l := d.Limit; l != nil { // revision 9
-		b.WriteString(" -> limit " + l.Queue + " key=" + l.ConcurrencyKey)
+		b.WriteString(" -> limit " + l.Queue)
+		if l.ConcurrencyKey != "" {
+			b.WriteString(" key=" + l.ConcurrencyKey)
+		}
 		if l.HasMaxActive {
 			b.WriteString(" max_active=" + strconv.FormatUint(l.MaxActive, 10))
-		} else {
+		}
+		if l.Rate != 0 {
+			b.WriteString(" rate=" + strconv.FormatUint(l.Rate, 10) + "/" + time.Duration(l.PeriodMS*1e6).String())
+		}
+		if !l.HasMaxActive && l.Rate == 0 {
 			b.WriteString(" lifted")
 		}
 		return b.String()

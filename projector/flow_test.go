@@ -146,9 +146,11 @@ func TestSnapshotFormatOfRevisions(t *testing.T) {
 			f.step(0, events.RoleOps, "d1", "c", events.Input{Verb: events.VerbSubmit, Queue: "q", DelayMS: 1000, UniqueKey: "k"})
 		}
 		if c.rev >= events.Revision9 {
-			// Format 7: the limits, and a job's concurrency key.
+			// Format 7: the limits (a bucket too), and a job's concurrency key.
 			f.step(0, events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbLimit, Queue: "q", ConcurrencyKey: "ck", MaxActive: 1, HasMaxActive: true})
+			f.step(0, events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbLimit, Queue: "q", Rate: 3, PeriodMS: 1000})
 			f.step(0, events.RoleOps, "d1", "d", events.Input{Verb: events.VerbSubmit, Queue: "q", ConcurrencyKey: "ck"})
+			f.step(0, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 1, TTLMS: 600000}) // a token spent
 		}
 		snap := f.p.Snapshot()
 		if string(snap[:8]) != c.magic || snap[8] != byte(c.rev) {

@@ -161,7 +161,15 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 		for n := r.uvarint("limit count"); n > 0 && r.err == nil; n-- {
 			r.strBytes("limit queue")
 			r.strBytes("limit key")
-			r.uvarint("limit max_active")
+			f := r.bytes(1, "limit flags")[0]
+			if f&limitCapped != 0 {
+				r.uvarint("limit max_active")
+			}
+			if f&limitRate != 0 {
+				r.uvarint("limit rate")
+				r.varint("limit period")
+				r.varint("limit bucket")
+			}
 		}
 	}
 	n := r.uvarint("job count")

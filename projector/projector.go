@@ -70,9 +70,10 @@ type Projector struct {
 	// entry is the job that last took the key, which holds it while
 	// holdsKey says so.
 	unique map[uniqueKey]*job
-	// Concurrency limits (revision 9 on, concurrency.go): the limits are
-	// in each queue (snapshots hold them); nLimits counts them.
-	nLimits int
+	// Limits (revision 9 on, concurrency.go, rate.go): the limits are in
+	// each queue (snapshots hold them); nLimits counts them, nRates those
+	// with a rate.
+	nLimits, nRates int
 
 	// Standings (revision 5 on, standing.go): snapshots hold them; the
 	// timer heaps are derived.
@@ -175,7 +176,8 @@ func (p *Projector) Jobs() []events.Job {
 // when it is due and no input has arrived.
 //
 // From revision 5 on the end of a hold on a worker (standing.go) is one
-// too: matching may then offer to it.
+// too: matching may then offer to it; from revision 9 on, the time a
+// rate limit without a token whose jobs wait has one again (rate.go).
 func (p *Projector) NextDeadline() (int64, bool) {
 	d, ok := int64(0), false
 	if len(p.heap) > 0 {
@@ -183,6 +185,9 @@ func (p *Projector) NextDeadline() (int64, bool) {
 	}
 	if len(p.holds) > 0 && (!ok || p.holds[0].at < d) {
 		d, ok = p.holds[0].at, true
+	}
+	if t, due := p.nextToken(); due && (!ok || t < d) {
+		d, ok = t, true
 	}
 	return d, ok
 }

@@ -660,6 +660,9 @@ func (p *Projector) pickWorkerFair(q *queue, passed []string) string {
 func (q *queue) pickJobFor(now int64, w string) *job {
 	others := -1 // unknown until a refused job asks
 	q.promote(now)
+	if !q.rateOK(now) { // revision 9: the queue's rate limit
+		return nil
+	}
 	for pr := events.MaxPriority; pr >= 0; pr-- {
 		var best *job
 		for _, s := range q.subs {
@@ -744,6 +747,9 @@ func (p *Projector) matchable() bool {
 // submitter's job submitted later, turn 0, goes after the flood's first.
 func (q *queue) pickJob(now int64) *job {
 	q.promote(now)
+	if !q.rateOK(now) { // revision 9: the queue's rate limit
+		return nil
+	}
 	for pr := events.MaxPriority; pr >= 0; pr-- {
 		var best *job
 		for _, s := range q.subs {
@@ -817,10 +823,10 @@ func (p *Projector) assign(q *queue, j *job, w string) {
 	j.AckDeadline = addTime(p.now, ack)
 	j.Attempt++
 	j.ReadyAt = 0
+	p.takeTokens(q, j) // revision 9: its rate limits' tokens
 	p.liveStart(j)
 	p.schedule(j)
 	p.emit(j, events.KindAssigned, events.ReasonOk, j.Holder)
-	_ = q
 }
 
 // attemptEnd follows the verdict or deadline that ended the live lease of

@@ -71,7 +71,8 @@ import (
 //     that holds it.
 //
 // Under revision 9 single submits may also name concurrency keys, and an
-// operator sets, changes (0 included) and lifts their limits, and also:
+// operator sets, changes (0 included) and lifts their limits and rate
+// limits of keys and queues, and also:
 //
 //   - no job naming a limited key is offered while the key's live leases
 //     (OFFERED or ACTIVE, counted from the projections) are at or above
@@ -79,6 +80,10 @@ import (
 //   - in every state, a key's live leases are at most its limit, or, after
 //     a limit was lowered below them, at most what they were then (a
 //     limit revokes nothing);
+//   - in any window from one start (offer) of a rate-limited scope to a
+//     later one, at most rate + (its length / T) starts, T =
+//     ceil(period / rate): the token bucket's promise, counted from the
+//     decisions;
 //   - the audit's tracker of the limits, fed the decisions alone, finds
 //     nothing and observes at most what the limits allow.
 func TestQueueProperties(t *testing.T) {
@@ -182,6 +187,7 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 		standings := map[[2]string]events.Standing{} // (queue, worker) -> standing (revision 5)
 		cancelled := map[string]bool{}               // queue jobs whose cancel was accepted (revision 5)
 		limits := map[[2]string]*keyAllowance{}      // (queue, concurrency key) -> limit in force (revision 9)
+		rates := map[[2]string]*rateTrack{}          // (queue, concurrency key or "") -> rate in force and its starts (revision 9)
 		steps := rapid.IntRange(1, 120).Draw(t, "steps")
 		for range steps {
 			now += rapid.SampledFrom([]int64{0, 0, 1, 50, 200, 400, 900, 2500}).Draw(t, "gap") * ms
@@ -201,11 +207,15 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			worker := rapid.SampledFrom(workers).Draw(t, "worker")
 			op := rapid.IntRange(0, 16).Draw(t, "op")
 			if rev >= events.Revision9 && rapid.IntRange(0, 9).Draw(t, "limit op") == 0 {
-				// An operator sets, changes or lifts a limit (revision 9).
+				// An operator sets, changes or lifts a limit (revision 9):
+				// of a key (max_active, a rate) or of a queue (a rate).
 				in := events.Input{Verb: events.VerbLimit, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
-					ConcurrencyKey: rapid.SampledFrom([]string{"c1", "c2"}).Draw(t, "limit key")}
-				if n := rapid.IntRange(-1, 2).Draw(t, "max active"); n >= 0 {
+					ConcurrencyKey: rapid.SampledFrom([]string{"c1", "c2", ""}).Draw(t, "limit key")}
+				if n := rapid.IntRange(-1, 2).Draw(t, "max active"); n >= 0 && in.ConcurrencyKey != "" {
 					in.MaxActive, in.HasMaxActive = uint64(n), true
+				}
+				if r := rapid.IntRange(0, 3).Draw(t, "rate"); r > 0 {
+					in.Rate, in.PeriodMS = uint64(r), rapid.SampledFrom([]int64{300, 1000}).Draw(t, "period")
 				}
 				ds = step(events.RoleOps, "admin", events.NoJob, in)
 				op = -1
@@ -369,6 +379,23 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 					} else {
 						limits[k] = &keyAllowance{max: d.Limit.MaxActive, allow: max(d.Limit.MaxActive, uint64(keyLive[k]))}
 					}
+					switch r := rates[k]; {
+					case d.Limit.Rate == 0:
+						delete(rates, k)
+					case r == nil || r.rate != d.Limit.Rate || r.periodMS != d.Limit.PeriodMS:
+						rates[k] = &rateTrack{rate: d.Limit.Rate, periodMS: d.Limit.PeriodMS} // a full bucket
+					}
+				}
+				if d.Kind == events.KindAssigned {
+					scopes := [][2]string{{j.Queue, ""}}
+					if j.ConcurrencyKey != "" {
+						scopes = append(scopes, [2]string{j.Queue, j.ConcurrencyKey})
+					}
+					for _, k := range scopes {
+						if r := rates[k]; r != nil {
+							r.start(t, d.At, &d)
+						}
+					}
 				}
 				if d.Standing != nil {
 					standings[[2]string{d.Standing.Queue, d.Addressee}] = *d.Standing
@@ -514,6 +541,11 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 				t.Fatalf("the audit of the fold's decisions: %+v", f)
 			}
 			if rev >= events.Revision9 {
+				for _, r := range tr.Result().Rates {
+					if r.MaxInPeriod > r.Allowed {
+						t.Fatalf("the audit saw %d starts in one period under rate limit %+v", r.MaxInPeriod, r)
+					}
+				}
 				for _, k := range tr.Result().Keys {
 					if k.MaxActive > k.MaxLimit {
 						t.Fatalf("the audit saw %d live jobs of key %s/%s after an offer, highest limit %d: %+v", k.MaxActive, k.Queue, k.Key, k.MaxLimit, k)
@@ -673,5 +705,28 @@ func checkConcurrency(t *rapid.T, p *projector.Projector, ids []string, limits m
 			t.Fatalf("the fold counts %d live jobs of concurrency key %s of queue %s, the projections %d", got, k[1], k[0], n[k])
 		}
 		l.allow = max(l.max, n[k]) // comes down as leases end, never goes up again
+	}
+}
+
+// rateTrack is a rate limit in force in the property test and the
+// starts (offers) of its scope since it was set with that rate.
+type rateTrack struct {
+	rate     uint64
+	periodMS int64
+	starts   []int64
+}
+
+// start records a start at at and checks the token bucket's promise: in
+// any window from an earlier start to this one, at most rate + (its
+// length / T) starts, T = ceil(period / rate) (so at most rate at once,
+// and rate per period on average).
+func (r *rateTrack) start(t *rapid.T, at int64, d *events.Decision) {
+	r.starts = append(r.starts, at)
+	T := (r.periodMS*int64(ms) + int64(r.rate) - 1) / int64(r.rate)
+	n := len(r.starts)
+	for i := range n {
+		if uint64(n-i) > r.rate+uint64((at-r.starts[i])/T) {
+			t.Fatalf("%s: %d starts in %v, rate %d per %d ms", describeAll([]events.Decision{*d}), n-i, at-r.starts[i], r.rate, r.periodMS)
+		}
 	}
 }

@@ -35,11 +35,19 @@ import (
 // always encodes in the format of its revision, so the state hash of a
 // state of an earlier revision never changed.
 //
-// Format 7 (revision 9 on) is format 6 with the limits of concurrency
-// keys after the standings (a count, then per limit, by queue then key:
-// queue and key as strings, max_active uvarint), and a queue job's record
+// Format 7 (revision 9 on) is format 6 with the limits after the
+// standings (a count, then per limit, by queue then key: queue and key
+// ("" for the queue's own) as strings, a byte of flags (limitCapped,
+// limitRate), then when capped max_active uvarint, when rated the rate
+// uvarint, period_ms varint and the bucket's tat varint), and a queue job's record
 // may go on, flag bit 7 set, with the fields of revision 9 (rev9Fields:
 // a byte of bits, then each present one) after those of revision 8.
+// The flags of a limit's record (format 7).
+const (
+	limitCapped = 1 << iota // max_active
+	limitRate               // rate, period_ms, the bucket's tat
+)
+
 const (
 	snapshotMagic  = "TNRSNAP1"
 	snapshotMagic2 = "TNRSNAP2"
@@ -141,9 +149,25 @@ func (p *Projector) appendHeader(b []byte) []byte {
 		ls := p.Limits()
 		b = binary.AppendUvarint(b, uint64(len(ls)))
 		for i := range ls {
-			b = appendStr(b, ls[i].Queue)
-			b = appendStr(b, ls[i].Key)
-			b = binary.AppendUvarint(b, ls[i].MaxActive)
+			l := &ls[i]
+			b = appendStr(b, l.Queue)
+			b = appendStr(b, l.ConcurrencyKey)
+			var f byte
+			if l.HasMaxActive {
+				f |= limitCapped
+			}
+			if l.Rate != 0 {
+				f |= limitRate
+			}
+			b = append(b, f)
+			if l.HasMaxActive {
+				b = binary.AppendUvarint(b, l.MaxActive)
+			}
+			if l.Rate != 0 {
+				b = binary.AppendUvarint(b, l.Rate)
+				b = binary.AppendVarint(b, l.PeriodMS)
+				b = binary.AppendVarint(b, l.TAT)
+			}
 		}
 	}
 	return b
@@ -514,12 +538,21 @@ func (p *Projector) Restore(snap []byte) error {
 			return fmt.Errorf("%w: limit count %d", ErrBadSnapshot, n)
 		}
 		var ls []Limit
+		var flags []byte
 		for i := uint64(0); i < n && r.err == nil; i++ {
 			var l Limit
 			l.Queue = string(r.strBytes("limit queue"))
-			l.Key = string(r.strBytes("limit key"))
-			l.MaxActive = r.uvarint("limit max_active")
-			ls = append(ls, l)
+			l.ConcurrencyKey = string(r.strBytes("limit key"))
+			f := r.bytes(1, "limit flags")[0]
+			if f&limitCapped != 0 {
+				l.MaxActive, l.HasMaxActive = r.uvarint("limit max_active"), true
+			}
+			if f&limitRate != 0 {
+				l.Rate = r.uvarint("limit rate")
+				l.PeriodMS = r.varint("limit period")
+				l.TAT = r.varint("limit bucket")
+			}
+			ls, flags = append(ls, l), append(flags, f)
 		}
 		if r.err != nil {
 			return r.err
@@ -527,15 +560,20 @@ func (p *Projector) Restore(snap []byte) error {
 		for i := range ls {
 			l := &ls[i]
 			switch {
-			case !events.ValidToken(l.Queue) || !events.ValidToken(l.Key):
-				return fmt.Errorf("%w: limit %q/%q: not valid tokens", ErrBadSnapshot, l.Queue, l.Key)
-			case i > 0 && (ls[i-1].Queue > l.Queue || ls[i-1].Queue == l.Queue && ls[i-1].Key >= l.Key):
-				return fmt.Errorf("%w: limits not sorted at %q/%q", ErrBadSnapshot, l.Queue, l.Key)
-			case l.MaxActive > events.MaxActive:
-				return fmt.Errorf("%w: limit %q/%q out of range", ErrBadSnapshot, l.Queue, l.Key)
+			case !events.ValidToken(l.Queue) || l.ConcurrencyKey != "" && !events.ValidToken(l.ConcurrencyKey):
+				return fmt.Errorf("%w: limit %q/%q: not valid tokens", ErrBadSnapshot, l.Queue, l.ConcurrencyKey)
+			case i > 0 && (ls[i-1].Queue > l.Queue || ls[i-1].Queue == l.Queue && ls[i-1].ConcurrencyKey >= l.ConcurrencyKey):
+				return fmt.Errorf("%w: limits not sorted at %q/%q", ErrBadSnapshot, l.Queue, l.ConcurrencyKey)
+			case flags[i] == 0 || flags[i]&^(limitCapped|limitRate) != 0, l.HasMaxActive && l.ConcurrencyKey == "",
+				l.MaxActive > events.MaxActive, l.Rate != 0 && (!validRate(l.Rate, l.PeriodMS) || !validTAT(l.Rate, l.PeriodMS, l.TAT, q.now)):
+				return fmt.Errorf("%w: limit %q/%q out of range", ErrBadSnapshot, l.Queue, l.ConcurrencyKey)
 			}
 			// Before the jobs: their ready jobs go to the keys' heaps.
-			q.queueOf(l.Queue).limit(l.Key, l.MaxActive)
+			kl := q.queueOf(l.Queue).limit(l.ConcurrencyKey)
+			kl.capped, kl.max = l.HasMaxActive, l.MaxActive
+			if l.Rate != 0 {
+				q.setRate(kl, &bucket{rate: l.Rate, period: l.PeriodMS * 1e6, tat: l.TAT})
+			}
 		}
 		q.nLimits = len(ls)
 	}
