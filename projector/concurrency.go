@@ -43,7 +43,8 @@ type keyLimit struct {
 	max    uint64
 	rate   *bucket // nil: no rate limit (revision 9, rate.go)
 	subs   map[string]*keySub
-	queued int // jobs in subs
+	queued int                         // jobs in subs
+	prio   [events.MaxPriority + 1]int // of them, by priority: matching skips a priority the key has none of
 }
 
 // keySub is one submitter's ready jobs of a limited key.
@@ -71,6 +72,8 @@ func (q *queue) readyPush(s *submitterQ, j *job) {
 			ks.ready[j.Priority].push(j)
 			ks.n++
 			l.queued++
+			l.prio[j.Priority]++
+			q.keyedPrio[j.Priority]++
 			s.keyed++
 			j.inKey = true
 			return
@@ -89,6 +92,8 @@ func (q *queue) keyRemove(s *submitterQ, j *job) {
 		delete(l.subs, j.Submitter)
 	}
 	l.queued--
+	l.prio[j.Priority]--
+	q.keyedPrio[j.Priority]--
 	s.keyed--
 }
 
@@ -96,8 +101,11 @@ func (q *queue) keyRemove(s *submitterQ, j *job) {
 // priority pr: the best of best and each submitter's earliest ready job of
 // each such key, but for those skip refuses.
 func (q *queue) pickKeyed(pr int, now int64, best *job, skip func(*job) bool) *job {
+	if q.keyedPrio[pr] == 0 {
+		return best
+	}
 	for _, l := range q.limits {
-		if l.queued == 0 || !q.open(l, now) {
+		if l.prio[pr] == 0 || !q.open(l, now) {
 			continue
 		}
 		for _, ks := range l.subs {
@@ -204,6 +212,7 @@ func (q *queue) unlimit(l *keyLimit) {
 			for _, j := range ks.ready[pr] {
 				s := q.subs[j.Submitter]
 				s.keyed--
+				q.keyedPrio[pr]--
 				j.inKey = false
 				s.ready[pr].push(j)
 			}

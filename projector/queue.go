@@ -34,8 +34,9 @@ type queue struct {
 	// Revision 9 (concurrency.go): the limits of concurrency keys (an
 	// operator's, which snapshots hold), and the live leases of the
 	// queue's jobs by concurrency key (derived).
-	limits  map[string]*keyLimit
-	keyLive map[string]int
+	limits    map[string]*keyLimit
+	keyLive   map[string]int
+	keyedPrio [events.MaxPriority + 1]int // ready jobs in the keys' heaps, by priority
 }
 
 // submitterQ is one submitter's part of a queue.
