@@ -186,7 +186,7 @@ var scopes = map[string]Scope{
 		Queue: "q", PullTTLs: []int64{3000}, MaxAttempts: 2, BackoffMS: 50, BackoffMaxMS: 100, Continuous: true,
 		ConcurrencyKey: "k", MaxActive: []uint64{0, 1},
 		WorkerVerbs: []string{"ack", "result", "release", "pull"}, Claims: []string{"cur"}, Ops: []string{"submit", "limit", "cancel"}},
-	"limits": {Name: "limits", Workers: []string{"w1", "w2"}, Jobs: []string{"a"}, Depth: 6, Policy: lessPolicy(),
+	"limits": {Name: "limits", Workers: []string{"w1", "w2"}, Jobs: []string{"a"}, Depth: 5, Policy: lessPolicy(),
 		Queue: "q", PullTTLs: []int64{300, 3000}, MaxAttempts: 2, BackoffMS: 50, BackoffMaxMS: 100, Continuous: true,
 		ConcurrencyKey: "k", MaxActive: []uint64{0, 1}},
 	"mut-queue": {Name: "mut-queue", Workers: []string{"w1", "w2"}, Jobs: []string{"a"}, Depth: 3, Policy: lessPolicy(),
