@@ -502,6 +502,7 @@ func (m *Model) summary(e *Entry) JobSummary {
 		}
 		s.ScheduledFor = events.FormatTime(ScheduledFor(j))
 		s.UniqueKey = j.UniqueKey
+		s.ConcurrencyKey = j.ConcurrencyKey
 	}
 	return s
 }

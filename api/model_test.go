@@ -567,6 +567,17 @@ func TestScheduledFor(t *testing.T) {
 	}
 }
 
+// A queue job's summary names its concurrency key (rules revision 9).
+func TestJobSummaryConcurrencyKey(t *testing.T) {
+	f := newFolded(t)
+	f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision9, LeaseKey: [events.LeaseKeyLen]byte{7}})
+	f.step(events.RoleOps, "d1", "c1", events.Input{Verb: events.VerbSubmit, Queue: "exports", ConcurrencyKey: "acct-42"})
+	l := f.m.List(JobsRequest{Queue: "exports", Limit: 10}, f.at())
+	if l.Total != 1 || len(l.Jobs) != 1 || l.Jobs[0].ConcurrencyKey != "acct-42" {
+		t.Fatalf("the jobs of exports: %+v", l)
+	}
+}
+
 // A queue job's summary names its unique key (rules revision 8); a submit
 // refused for the key (its job NONE) lists no job.
 func TestJobSummaryUniqueKey(t *testing.T) {

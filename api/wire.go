@@ -206,9 +206,12 @@ type JobSummary struct {
 	ScheduledFor string `json:"scheduled_for,omitempty"`
 	// UniqueKey (rules revision 8) is the submit's unique key
 	// (PROTOCOL.md §26.2).
-	UniqueKey  string       `json:"unique_key,omitempty"`
-	LastReason string       `json:"last_reason,omitempty"` // why its last attempt ended
-	Last       LastDecision `json:"last"`
+	UniqueKey string `json:"unique_key,omitempty"`
+	// ConcurrencyKey (rules revision 9) is the submit's concurrency key
+	// (PROTOCOL.md §26.4).
+	ConcurrencyKey string       `json:"concurrency_key,omitempty"`
+	LastReason     string       `json:"last_reason,omitempty"` // why its last attempt ended
+	Last           LastDecision `json:"last"`
 	// ResultInput is the input that recorded the job's latest result, and
 	// ResultDetail its worker's detail (why it failed, say), when it has
 	// one: absent before any result.

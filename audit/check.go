@@ -235,7 +235,7 @@ func newChecker(in InputReader, out DecisionReader, st Start, opts Options) *che
 		c.claimFor = make(map[uint64]Hash)
 	}
 	c.rep.LastInput = c.lastInput
-	c.state.From(c.p.LastSeq(), c.p.Now())
+	c.state.Seed(c.p) // its sequence, time, and limits (revision 9)
 	if st.LastDecision != 0 {
 		c.last, c.hasLast, c.lastSeq = st.Last, true, st.LastDecision
 	}

@@ -75,6 +75,40 @@ func TestQueueRetryThroughTick(t *testing.T) {
 	checkChain(t, js)
 }
 
+// A queue's rate limit (rules revision 9) through a real coordinator:
+// of three jobs, the full bucket of 2 lets two be offered by the pull;
+// the third is offered by a tick the coordinator appends when the next
+// token is due (no other input is stored after the pull), not before.
+func TestRateLimitThroughTick(t *testing.T) {
+	srv, _, js := newServer(t)
+	r := startCoordinator(t, srv.ClientURL(), "c1")
+	waitDecision(t, js, "the log at the current revision", func(d events.Decision) bool {
+		return d.Kind == events.KindRulesSet && d.Revision == events.CurrentRevision
+	})
+	seq := publish(t, js, events.RoleOps, "admin", events.NoJob, events.VerbLimit, `{"v":1,"queue":"emails","rate":2,"period_ms":1200}`)
+	if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindLimitSet {
+		t.Fatalf("limit: %s/%s", v.Kind, v.Reason)
+	}
+	for _, id := range []string{"m1", "m2", "m3"} {
+		seq = publish(t, js, events.RoleOps, "d1", id, events.VerbSubmit, `{"v":1,"queue":"emails"}`)
+		if v := verdict(decisionsFor(t, js, seq)); v.Kind != events.KindSubmitted {
+			t.Fatalf("submit %s: %s/%s", id, v.Kind, v.Reason)
+		}
+	}
+	seq = publish(t, js, events.RoleWorker, "w1", events.NoJob, events.VerbPull, `{"v":1,"queue":"emails","slots":8,"ttl_ms":60000}`)
+	ds := decisionsFor(t, js, seq)
+	if len(ds) != 3 || ds[1].Kind != events.KindAssigned || ds[2].Kind != events.KindAssigned {
+		t.Fatalf("pull: %+v", ds)
+	}
+	third := waitDecision(t, js, "the third offer", func(d events.Decision) bool { return d.Kind == events.KindAssigned && d.Job.ID == "m3" })
+	// T = 600 ms: the bucket's next token is 600 ms after the pull's time.
+	if due := ds[0].At + 600e6; third.Verb != events.VerbTick || third.Role != events.RoleCoord || third.At < due || third.At-due > 2e9 {
+		t.Fatalf("third offer caused by %s/%s at +%d ms after the pull, want a tick at +600 ms", third.Role, third.Verb, (third.At-ds[0].At)/1e6)
+	}
+	waitCaughtUp(t, js, r)
+	checkChain(t, js)
+}
+
 // A worker with valid credentials that announces the most capacity and
 // never ACKs (it grabs every offer first) gains nothing: each missed ACK
 // withdraws its announcement and spends no attempt, the jobs go to an

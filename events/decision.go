@@ -173,6 +173,25 @@ func AppendDecision(b []byte, d *Decision) []byte {
 		b = append(b, `,"duplicate_of":`...)
 		b = appendString(b, d.DuplicateOf)
 	}
+	if l := d.Limit; l != nil { // revision 9 on
+		b = append(b, `,"limit":{"queue":`...)
+		b = appendString(b, l.Queue)
+		if l.ConcurrencyKey != "" {
+			b = append(b, `,"concurrency_key":`...)
+			b = appendString(b, l.ConcurrencyKey)
+		}
+		if l.HasMaxActive {
+			b = append(b, `,"max_active":`...)
+			b = strconv.AppendUint(b, l.MaxActive, 10)
+		}
+		if l.Rate != 0 {
+			b = append(b, `,"rate":`...)
+			b = strconv.AppendUint(b, l.Rate, 10)
+			b = append(b, `,"period_ms":`...)
+			b = strconv.AppendInt(b, l.PeriodMS, 10)
+		}
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 
@@ -294,6 +313,10 @@ func appendQueueFields(b []byte, j *Job) []byte {
 		b = append(b, `,"unique_for_ms":`...)
 		b = strconv.AppendInt(b, j.UniqueFor/1e6, 10)
 	}
+	if j.ConcurrencyKey != "" { // revision 9 on
+		b = append(b, `,"concurrency_key":`...)
+		b = appendString(b, j.ConcurrencyKey)
+	}
 	b = appendTimeField(b, "submitted_at", j.SubmittedAt)
 	b = append(b, `,"submit_seq":`...)
 	b = strconv.AppendUint(b, j.SubmitSeq, 10)
@@ -393,6 +416,15 @@ type wireDecision struct {
 	Capacity   *wireCapacity   `json:"capacity"`
 	Standing   *wireStanding   `json:"standing"`
 	DupOf      string          `json:"duplicate_of"`
+	Limit      *wireLimit      `json:"limit"`
+}
+
+type wireLimit struct {
+	Queue     string  `json:"queue"`
+	Key       string  `json:"concurrency_key"`
+	MaxActive *uint64 `json:"max_active"`
+	Rate      uint64  `json:"rate"`
+	PeriodMS  int64   `json:"period_ms"`
 }
 
 type wireStanding struct {
@@ -470,6 +502,7 @@ type wireJob struct {
 	DelayMS      int64   `json:"delay_ms"`
 	UniqueKey    string  `json:"unique_key"`
 	UniqueForMS  int64   `json:"unique_for_ms"`
+	ConcKey      string  `json:"concurrency_key"`
 	SubmittedAt  string  `json:"submitted_at"`
 	SubmitSeq    uint64  `json:"submit_seq"`
 	ReadyAt      string  `json:"ready_at"`
@@ -516,6 +549,12 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 	bad := func(field, v string) error { return fmt.Errorf("events: decode decision: bad %s %q", field, v) }
 	d.Cause, d.N, d.Of, d.Detail, d.Addressee = w.Cause, w.N, w.Of, w.Detail, w.Addressee
 	d.DuplicateOf = w.DupOf
+	if l := w.Limit; l != nil {
+		d.Limit = &Limit{Queue: l.Queue, ConcurrencyKey: l.Key, Rate: l.Rate, PeriodMS: l.PeriodMS}
+		if l.MaxActive != nil {
+			d.Limit.MaxActive, d.Limit.HasMaxActive = *l.MaxActive, true
+		}
+	}
 	d.Reason = Reason(w.Reason)
 	if d.At, err = parseTime(w.At); err != nil {
 		return d, err
@@ -755,6 +794,22 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 	if r.opt(`,"duplicate_of":`) {
 		d.DuplicateOf = r.str()
 	}
+	if r.opt(`,"limit":{"queue":`) {
+		l := &Limit{Queue: r.str()}
+		if r.opt(`,"concurrency_key":`) {
+			l.ConcurrencyKey = r.str()
+		}
+		if r.opt(`,"max_active":`) {
+			l.MaxActive, l.HasMaxActive = r.uint(), true
+		}
+		if r.opt(`,"rate":`) {
+			l.Rate = r.uint()
+			r.lit(`,"period_ms":`)
+			l.PeriodMS = r.int()
+		}
+		r.lit(`}`)
+		d.Limit = l
+	}
 	r.lit(`}`)
 	return r.ok && r.i == len(r.b)
 }
@@ -792,6 +847,9 @@ func (r *decReader) queueFields(j *Job) {
 	}
 	if r.opt(`,"unique_for_ms":`) {
 		j.UniqueFor = r.int() * 1e6
+	}
+	if r.opt(`,"concurrency_key":`) {
+		j.ConcurrencyKey = r.str()
 	}
 	j.SubmittedAt = r.optTime(`,"submitted_at":`)
 	r.lit(`,"submit_seq":`)
@@ -834,6 +892,7 @@ func jobFromWire(wj *wireJob, j *Job) error {
 	j.AttemptLease, j.AttemptAck = wj.AttemptLease*1e6, wj.AttemptAck*1e6
 	j.Delay = wj.DelayMS * 1e6
 	j.UniqueKey, j.UniqueFor = wj.UniqueKey, wj.UniqueForMS*1e6
+	j.ConcurrencyKey = wj.ConcKey
 	j.SubmitSeq, j.LastReason = wj.SubmitSeq, Reason(wj.LastReason)
 	if wj.Payload != nil {
 		j.Payload, j.HasPayload = *wj.Payload, true

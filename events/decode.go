@@ -119,6 +119,12 @@ const (
 	fDelayMS
 	fUniqueKey
 	fUniqueForMS
+	// revision 9 on: submit (concurrency_key), limit (queue,
+	// concurrency_key, max_active).
+	fConcurrencyKey
+	fMaxActive
+	fRate
+	fPeriodMS
 	bodyFieldCount
 )
 
@@ -169,6 +175,10 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fDelayMS:         "delay_ms",
 	fUniqueKey:       "unique_key",
 	fUniqueForMS:     "unique_for_ms",
+	fConcurrencyKey:  "concurrency_key",
+	fMaxActive:       "max_active",
+	fRate:            "rate",
+	fPeriodMS:        "period_ms",
 }
 
 // fieldSince is the first rules revision that knows field f: under an
@@ -178,6 +188,8 @@ func fieldSince(f bodyField) uint32 {
 	switch {
 	case f == fRetainMS:
 		return Revision3
+	case f >= fConcurrencyKey:
+		return Revision9
 	case f >= fRunAt:
 		return Revision8
 	case f == fJobs:
@@ -278,6 +290,14 @@ func lookupBodyField(k []byte) bodyField {
 		return fUniqueKey
 	case "unique_for_ms":
 		return fUniqueForMS
+	case "concurrency_key":
+		return fConcurrencyKey
+	case "max_active":
+		return fMaxActive
+	case "rate":
+		return fRate
+	case "period_ms":
+		return fPeriodMS
 	}
 	return fNone
 }
@@ -329,11 +349,18 @@ var (
 		VerbSubmit: newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
 			fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload),
 		VerbPull: newBodySchema("pull", []bodyField{fQueue, fSlots}, fV, fActor, fJob, fSentAt, fQueue, fSlots, fTTLMS),
+		// Revision 9 on: what is absent of max_active and rate with
+		// period_ms is lifted.
+		VerbLimit: newBodySchema("limit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt, fQueue, fConcurrencyKey, fMaxActive, fRate, fPeriodMS),
 	}
 	// submit8 is the submit from revision 8 on: run_at or delay_ms.
 	submit8 = newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
 		fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload,
 		fRunAt, fDelayMS, fUniqueKey, fUniqueForMS)
+	// submit9 is the submit from revision 9 on: concurrency_key.
+	submit9 = newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
+		fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS, fPayload,
+		fRunAt, fDelayMS, fUniqueKey, fUniqueForMS, fConcurrencyKey)
 	// result4 is the result from revision 4 on: permanent, optional.
 	result4 = newBodySchema("result", []bodyField{fLeaseID, fGeneration, fOutcome}, fV, fActor, fJob, fSentAt, fLeaseID, fGeneration, fOutcome, fDetail, fPermanent)
 	// policy3 is the policy from revision 3 on: retain_ms, optional.
@@ -453,6 +480,8 @@ func DecodeInputAt(subject string, body []byte, rev uint32, in *Input) error {
 		d.sch = policy3
 	case s.Verb == VerbResult && rev >= Revision4:
 		d.sch = result4
+	case s.Verb == VerbSubmit && rev >= Revision9:
+		d.sch = submit9
 	case s.Verb == VerbSubmit && rev >= Revision8:
 		d.sch = submit8
 	default:
@@ -826,6 +855,15 @@ func (d *inputDecoder) field(f bodyField) bool {
 		in.UniqueKey, ok = d.token()
 	case fUniqueForMS:
 		in.UniqueForMS, ok = d.duration()
+	case fConcurrencyKey:
+		in.ConcurrencyKey, ok = d.token()
+	case fMaxActive:
+		in.MaxActive, ok = d.bounded(0, MaxActive, ReasonBadValue)
+		in.HasMaxActive = ok
+	case fRate:
+		in.Rate, ok = d.bounded(1, MaxRate, ReasonBadValue)
+	case fPeriodMS:
+		in.PeriodMS, ok = d.duration()
 	}
 	return ok
 }
@@ -1821,6 +1859,15 @@ func (d *inputDecoder) finish() bool {
 		}
 	case VerbResult:
 		return d.resultConsistent(in, d.seen.has(fPermanent))
+	case VerbLimit: // revision 9 on
+		switch {
+		case d.seen.has(fMaxActive) && !d.seen.has(fConcurrencyKey):
+			return d.missing(fConcurrencyKey, "max_active limits a concurrency key")
+		case d.seen.has(fRate) && !d.seen.has(fPeriodMS):
+			return d.missing(fPeriodMS, "rate and period_ms go together")
+		case d.seen.has(fPeriodMS) && !d.seen.has(fRate):
+			return d.missing(fRate, "rate and period_ms go together")
+		}
 	}
 	return true
 }

@@ -1204,3 +1204,83 @@ func TestRevision8Gating(t *testing.T) {
 		}
 	}
 }
+
+// TestRevision9Gating: the fields of rules revision 9 are unknown fields
+// under an earlier revision, and the limit verb an unknown verb
+// (bad_subject); from revision 9 on they decode, max_active from 0 to
+// events.MaxActive, a rate from 1 to events.MaxRate per a duration, and
+// are unknown on another verb or on a batch submit's element.
+func TestRevision9Gating(t *testing.T) {
+	const sLimit = "tenure.in.ops.admin._.limit"
+	for rev := uint32(events.Revision4); rev <= events.CurrentRevision; rev++ {
+		var in events.Input
+		err := events.DecodeInputAt(sSubmit, []byte(`{"v":1,"queue":"q","concurrency_key":"acct-1"}`), rev, &in)
+		var de *events.DecodeError
+		switch {
+		case rev < events.Revision9:
+			if !errors.As(err, &de) || de.Code != events.ReasonUnknownField || de.Field != "concurrency_key" {
+				t.Errorf("submit under revision %d: %v, want unknown_field on concurrency_key", rev, err)
+			}
+		case err != nil || in.ConcurrencyKey != "acct-1":
+			t.Errorf("submit under revision %d: %v %+v", rev, err, in)
+		}
+		err = events.DecodeInputAt(sLimit, []byte(`{"v":1,"queue":"q","concurrency_key":"acct-1","max_active":0}`), rev, &in)
+		switch {
+		case rev < events.Revision9:
+			if !errors.As(err, &de) || de.Code != events.ReasonBadSubject {
+				t.Errorf("limit under revision %d: %v, want bad_subject", rev, err)
+			}
+		case err != nil || !in.HasMaxActive || in.MaxActive != 0 || in.Queue != "q" || in.ConcurrencyKey != "acct-1":
+			t.Errorf("limit under revision %d: %v %+v", rev, err, in)
+		}
+	}
+	for _, c := range []struct {
+		name, subject, body string
+		code                events.Reason
+		field               string
+	}{
+		{"max", sLimit, `{"v":1,"queue":"q","concurrency_key":"k","max_active":1000000}`, "", ""},
+		{"lift", sLimit, `{"v":1,"queue":"q","concurrency_key":"k"}`, "", ""},
+		{"over", sLimit, `{"v":1,"queue":"q","concurrency_key":"k","max_active":1000001}`, events.ReasonBadValue, "max_active"},
+		{"negative", sLimit, `{"v":1,"queue":"q","concurrency_key":"k","max_active":-1}`, events.ReasonBadValue, "max_active"},
+		{"overflow", sLimit, `{"v":1,"queue":"q","concurrency_key":"k","max_active":99999999999999999999999}`, events.ReasonBadValue, "max_active"},
+		{"fraction", sLimit, `{"v":1,"queue":"q","concurrency_key":"k","max_active":1.5}`, events.ReasonBadNumber, "max_active"},
+		{"string", sLimit, `{"v":1,"queue":"q","concurrency_key":"k","max_active":"1"}`, events.ReasonWrongType, "max_active"},
+		{"max_active_without_key", sLimit, `{"v":1,"queue":"q","max_active":1}`, events.ReasonMissingField, "concurrency_key"},
+		{"no_queue", sLimit, `{"v":1,"concurrency_key":"k","max_active":1}`, events.ReasonMissingField, "queue"},
+		{"key_too_long", sLimit, `{"v":1,"queue":"q","concurrency_key":"` + strings.Repeat("k", 65) + `"}`, events.ReasonBadToken, "concurrency_key"},
+		{"key_64", sSubmit, `{"v":1,"queue":"q","concurrency_key":"` + strings.Repeat("k", 64) + `"}`, "", ""},
+		{"key_dot", sSubmit, `{"v":1,"queue":"q","concurrency_key":"a.b"}`, events.ReasonBadToken, "concurrency_key"},
+		{"key_underscore_alone", sSubmit, `{"v":1,"queue":"q","concurrency_key":"_"}`, events.ReasonBadToken, "concurrency_key"},
+		{"key_empty", sSubmit, `{"v":1,"queue":"q","concurrency_key":""}`, events.ReasonBadToken, "concurrency_key"},
+		{"max_active_on_submit", sSubmit, `{"v":1,"queue":"q","max_active":1}`, events.ReasonUnknownField, "max_active"},
+		{"key_on_pull", sPull, `{"v":1,"queue":"q","slots":1,"concurrency_key":"k"}`, events.ReasonUnknownField, "concurrency_key"},
+		{"key_in_batch", "tenure.in.ops.disp-1._.submit", `{"v":1,"jobs":[{"job":"a","queue":"q","concurrency_key":"k"}]}`, events.ReasonUnknownField, "jobs[0].concurrency_key"},
+		{"queue_rate", sLimit, `{"v":1,"queue":"q","rate":1000000,"period_ms":1}`, "", ""},
+		{"key_rate_and_max", sLimit, `{"v":1,"queue":"q","concurrency_key":"k","max_active":0,"rate":1,"period_ms":2592000000}`, "", ""},
+		{"lift_queue", sLimit, `{"v":1,"queue":"q"}`, "", ""},
+		{"rate_zero", sLimit, `{"v":1,"queue":"q","rate":0,"period_ms":1000}`, events.ReasonBadValue, "rate"},
+		{"rate_over", sLimit, `{"v":1,"queue":"q","rate":1000001,"period_ms":1000}`, events.ReasonBadValue, "rate"},
+		{"rate_negative", sLimit, `{"v":1,"queue":"q","rate":-1,"period_ms":1000}`, events.ReasonBadValue, "rate"},
+		{"period_zero", sLimit, `{"v":1,"queue":"q","rate":1,"period_ms":0}`, events.ReasonBadDuration, "period_ms"},
+		{"period_over", sLimit, `{"v":1,"queue":"q","rate":1,"period_ms":2592000001}`, events.ReasonBadDuration, "period_ms"},
+		{"period_overflow", sLimit, `{"v":1,"queue":"q","rate":1,"period_ms":9223372036854775808}`, events.ReasonBadDuration, "period_ms"},
+		{"rate_alone", sLimit, `{"v":1,"queue":"q","rate":1}`, events.ReasonMissingField, "period_ms"},
+		{"period_alone", sLimit, `{"v":1,"queue":"q","period_ms":1}`, events.ReasonMissingField, "rate"},
+		{"rate_on_submit", sSubmit, `{"v":1,"queue":"q","rate":1,"period_ms":1}`, events.ReasonUnknownField, "rate"},
+		{"limit_with_job", "tenure.in.ops.admin.j1.limit", `{"v":1,"queue":"q","concurrency_key":"k"}`, events.ReasonBadSubject, "job"},
+		{"limit_by_worker", "tenure.in.worker.w1._.limit", `{"v":1,"queue":"q","concurrency_key":"k"}`, events.ReasonWrongRole, ""},
+	} {
+		var in events.Input
+		err := events.DecodeInput(c.subject, []byte(c.body), &in)
+		var de *events.DecodeError
+		switch {
+		case c.code == "":
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+		case !errors.As(err, &de) || de.Code != c.code || de.Field != c.field:
+			t.Errorf("%s: %v, want %s on %q", c.name, err, c.code, c.field)
+		}
+	}
+}

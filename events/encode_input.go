@@ -33,8 +33,11 @@ import (
 //	submit      queue, priority, max_attempts, backoff_ms, backoff_max_ms,
 //	            lease_ms, ack_timeout_ms, payload (revision 4),
 //	            run_at, delay_ms, unique_key, unique_for_ms (revision 8;
+//	            not in a batch's elements), concurrency_key (revision 9;
 //	            not in a batch's elements)
 //	pull        queue, slots, ttl_ms (revision 4)
+//	limit       queue, concurrency_key, max_active (only when
+//	            in.HasMaxActive), rate, period_ms (revision 9)
 //
 // and, from revision 7 on, the batches (in.Job is NoJob, the elements in
 // in.Batch, each written as the body of its single input with its job
@@ -152,6 +155,17 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 		dst = appendOptIntField(dst, "delay_ms", in.DelayMS)
 		dst = appendOptStrField(dst, "unique_key", in.UniqueKey)
 		dst = appendOptIntField(dst, "unique_for_ms", in.UniqueForMS)
+		dst = appendOptStrField(dst, "concurrency_key", in.ConcurrencyKey) // revision 9 on
+	case VerbLimit:
+		dst = appendStrField(dst, "queue", in.Queue)
+		dst = appendOptStrField(dst, "concurrency_key", in.ConcurrencyKey)
+		if in.HasMaxActive {
+			dst = appendUintField(dst, "max_active", in.MaxActive)
+		}
+		if in.Rate != 0 {
+			dst = appendUintField(dst, "rate", in.Rate)
+		}
+		dst = appendOptIntField(dst, "period_ms", in.PeriodMS)
 	case VerbPull:
 		dst = appendStrField(dst, "queue", in.Queue)
 		dst = appendUintField(dst, "slots", in.Slots)

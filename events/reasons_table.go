@@ -95,6 +95,8 @@ const (
 	// revision 8 on: flow control
 	ReasonDuplicateUniqueKey Reason = "duplicate_unique_key" // submit naming a unique key another job of the queue holds (duplicate_of names it): nothing changes
 	ReasonUniqueKeyHeld      Reason = "unique_key_held"      // retry of a DEAD job whose unique key another job of the queue holds now (duplicate_of names it)
+	// revision 9 on: concurrency keys
+	ReasonLimitsFull Reason = "limits_full" // a limit input for a key without a limit while MaxLimits limits are in force: nothing changes
 )
 
 var reasonDocs = []struct {
@@ -192,4 +194,5 @@ var reasonDocs = []struct {
 	{ReasonDiscarded, "resolve discard: a DEAD job leaves the projection, its id is free again"},
 	{ReasonDuplicateUniqueKey, "submit naming a unique key another job of the queue holds (duplicate_of names it): nothing changes"},
 	{ReasonUniqueKeyHeld, "retry of a DEAD job whose unique key another job of the queue holds now (duplicate_of names it)"},
+	{ReasonLimitsFull, "a limit input for a key without a limit while 1,024 limits are in force: nothing changes"},
 }

@@ -55,10 +55,11 @@ const (
 	VerbCheckpoint // the coordinator anchors a snapshot's state hash (revision 2 on)
 	VerbSubmit     // a dispatcher submits a job to a queue (revision 4 on)
 	VerbPull       // a worker announces its capacity on a queue (revision 4 on)
+	VerbLimit      // an operator sets a queue's flow limits (revision 9 on)
 	verbCount
 )
 
-var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick", "rules", "checkpoint", "submit", "pull"}
+var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick", "rules", "checkpoint", "submit", "pull", "limit"}
 
 func (v Verb) String() string {
 	if int(v) < len(verbNames) {
@@ -87,7 +88,7 @@ func (v Verb) Allowed(r Role) bool {
 		}
 	case RoleOps:
 		switch v {
-		case VerbOffer, VerbCancel, VerbResolve, VerbPolicy, VerbSubmit:
+		case VerbOffer, VerbCancel, VerbResolve, VerbPolicy, VerbSubmit, VerbLimit:
 			return true
 		}
 	case RoleCoord:
@@ -99,7 +100,7 @@ func (v Verb) Allowed(r Role) bool {
 // JobLess reports whether v concerns no single job; its subject carries NoJob.
 // A batch (Batches) also uses NoJob and names its jobs in the body.
 func (v Verb) JobLess() bool {
-	return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint || v == VerbPull
+	return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint || v == VerbPull || v == VerbLimit
 }
 
 // Batches reports whether, under rules revision rev, an input of verb v
@@ -125,6 +126,8 @@ func (v Verb) Since() uint32 {
 		return Revision2
 	case VerbSubmit, VerbPull:
 		return Revision4
+	case VerbLimit:
+		return Revision9
 	}
 	return Revision1
 }
@@ -289,8 +292,18 @@ const (
 	// revision 8 was rejected (bad_value) by the code of revision 7; only
 	// the coordinator may publish one, and it published none.
 	Revision8 = 8
+	// Revision9 adds concurrency keys (PROTOCOL.md §26.4): a submit's
+	// concurrency_key, and the limit input by which an operator sets the
+	// most live leases (OFFERED or ACTIVE) of a queue's jobs naming a key
+	// (max_active); matching holds the others back, QUEUED, while the key
+	// is at its limit. The snapshot format 7 carries the jobs' keys and
+	// the limits. The elements of a batch submit take no
+	// concurrency_key. A rules input naming revision 9 was rejected
+	// (bad_value) by the code of revision 8; only the coordinator may
+	// publish one, and it published none.
+	Revision9 = 9
 	// CurrentRevision is the revision a coordinator moves its log to.
-	CurrentRevision = Revision8
+	CurrentRevision = Revision9
 )
 
 // LeaseKeyLen is the length of the lease key of a rules input, in bytes
@@ -315,6 +328,18 @@ const (
 	// MaxDelayMS is the longest delay_ms of a submit (revision 8): 366
 	// days. A run_at may be any time the wire can carry.
 	MaxDelayMS = 366 * 86400000
+	// MaxActive is the largest max_active of a limit (revision 9): more
+	// than any deployment runs at once (a key with no limit is not
+	// limited at all). 0 holds every job of the key back.
+	MaxActive = 1000000
+	// MaxLimits is how many limits (queue and concurrency key) a fold
+	// keeps in force at once (revision 9); a limit input that would add
+	// one more is rejected (limits_full): lift one first.
+	MaxLimits = 1024
+	// MaxRate is the largest rate of a limit (revision 9): starts per
+	// period_ms, a token bucket of that many tokens refilled over the
+	// period (period_ms is a duration: 1 ms to 30 days).
+	MaxRate = 1000000
 	// MaxOffersPerInput bounds the offers (and the DEAD decisions of jobs
 	// that reached max_generations when matched) one input's matching
 	// makes; more matches wait for the next input (Due reports them, and
@@ -478,6 +503,16 @@ type Input struct {
 	UniqueKey   string
 	UniqueForMS int64 // 0: the key is held while the job lives
 
+	// Revision 9 on: submit (ConcurrencyKey: at most the key's max_active
+	// live leases at once); limit (Queue, ConcurrencyKey: "" for the
+	// queue's own limit; MaxActive, set when HasMaxActive; Rate starts
+	// per PeriodMS, 0 when absent; what is absent is lifted).
+	ConcurrencyKey string
+	MaxActive      uint64
+	HasMaxActive   bool
+	Rate           uint64
+	PeriodMS       int64
+
 	Revision      uint32             // rules: the revision to move to
 	LeaseKey      [LeaseKeyLen]byte  // rules: the key of lease ids
 	CheckpointSeq uint64             // checkpoint: the input sequence the state hash is of
@@ -526,6 +561,8 @@ const (
 	KindDead        // derived: an attempt ended and the job's attempt budget is spent
 	KindAssigned    // derived: the queue offered a job to a worker with a free slot (state OFFERED, as an offer)
 	KindWithdrawn   // derived: a worker's announcement withdrawn after a missed ACK (job-less)
+	// revision 9 on
+	KindLimitSet // accepted: an operator set (or lifted) a queue's limit of a concurrency key (job-less)
 	kindCount
 )
 
@@ -533,7 +570,7 @@ var kindNames = [...]string{"", "offered", "granted", "acked", "renewed", "progr
 	"cancel_acked", "completed", "released", "resolved", "policy_set", "ticked", "rules_set", "checkpointed",
 	"duplicate", "stale", "late", "conflict", "lost_authority", "rejected",
 	"expired", "ack_missed", "unresolved", "retired",
-	"submitted", "capacity_set", "requeued", "dead", "assigned", "withdrawn"}
+	"submitted", "capacity_set", "requeued", "dead", "assigned", "withdrawn", "limit_set"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -563,7 +600,7 @@ func Kinds() []Kind {
 
 // Accepted reports whether k is an accepted verdict.
 func (k Kind) Accepted() bool {
-	return k >= KindOffered && k <= KindCheckpointed || k == KindSubmitted || k == KindCapacitySet
+	return k >= KindOffered && k <= KindCheckpointed || k == KindSubmitted || k == KindCapacitySet || k == KindLimitSet
 }
 
 // Derived reports whether k is a consequence rather than the verdict of an
@@ -572,7 +609,7 @@ func (k Kind) Accepted() bool {
 // withdrawn). Every input has exactly one verdict (a batch renew one per
 // lease); all its other decisions are derived.
 func (k Kind) Derived() bool {
-	return k >= KindExpired && k <= KindRetired || k >= KindRequeued && k < kindCount
+	return k >= KindExpired && k <= KindRetired || k >= KindRequeued && k <= KindWithdrawn
 }
 
 // State is the state of a job's current (latest) lease.
@@ -723,6 +760,11 @@ type Job struct {
 	// ended (ended_at); never past its retirement or discard.
 	UniqueKey string
 	UniqueFor int64
+	// ConcurrencyKey (revision 9) is the submit's concurrency key: while
+	// the queue's limit of the key is in force, the queue offers the job
+	// only while fewer than its max_active jobs naming the key hold live
+	// leases (OFFERED or ACTIVE).
+	ConcurrencyKey string
 
 	// Withheld (revision 5 on) is set on the projection a decision carries
 	// to a worker that does not hold the job's current lease: its LeaseID
@@ -785,6 +827,24 @@ type Decision struct {
 	// submit named: on its duplicate/duplicate_unique_key verdict, and on
 	// the rejected/unique_key_held of a retry.
 	DuplicateOf string
+	// Limit (revision 9) is the limit in force after a limit_set decision.
+	Limit *Limit
+}
+
+// Limit is a queue's limit (revision 9, PROTOCOL.md §26.4, §26.5): of
+// one concurrency key, or of the queue as a whole when ConcurrencyKey is
+// "". At most MaxActive of the queue's jobs naming the key hold live
+// leases at once, when HasMaxActive (a key's only); at most Rate of its
+// jobs (of the key, or of the queue) are offered per PeriodMS, a token
+// bucket, when Rate is not 0. With neither nothing is limited (a
+// limit_set that lifted the limit).
+type Limit struct {
+	Queue          string
+	ConcurrencyKey string
+	MaxActive      uint64
+	HasMaxActive   bool
+	Rate           uint64
+	PeriodMS       int64
 }
 
 // Standing is a worker's standing on a queue (revision 5 on, PROTOCOL.md

@@ -260,10 +260,11 @@ func submitInput(j *SubmitJob) (events.Input, error) {
 		return events.Input{}, fmt.Errorf("%s: invalid queue name %q", j.ID, j.Queue)
 	}
 	o := j.Options
-	if !o.RunAt.IsZero() || o.Delay != 0 || o.UniqueKey != "" || o.UniqueFor != 0 {
-		// A batch's elements take none of the fields of rules revision 8
-		// (PROTOCOL.md §22.9, §26): such a job goes alone, with Submit.
-		return events.Input{}, fmt.Errorf("%s: a run_at, delay or unique key goes in a single submit (Submit), not a batch", j.ID)
+	if !o.RunAt.IsZero() || o.Delay != 0 || o.UniqueKey != "" || o.UniqueFor != 0 || o.ConcurrencyKey != "" {
+		// A batch's elements take none of the fields of rules revisions
+		// 8 and 9 (PROTOCOL.md §22.9, §26): such a job goes alone, with
+		// Submit.
+		return events.Input{}, fmt.Errorf("%s: a run_at, delay, unique key or concurrency key goes in a single submit (Submit), not a batch", j.ID)
 	}
 	var check SubmitOptions
 	opts := []SubmitOption{WithPriority(int(o.Priority)), WithLease(o.Lease), WithAckTimeout(o.AckTimeout), WithBackoff(o.Backoff, o.BackoffMax)}

@@ -274,7 +274,58 @@ func (c *Client) SetPolicy(ctx context.Context, p events.Policy) (events.Decisio
 // partition (unpartitioned: the error of SetPolicy); errors.As finds each
 // *RejectedError.
 func (c *Client) SetPolicyAll(ctx context.Context, p events.Policy) ([]events.Decision, error) {
-	in := events.Input{Job: events.NoJob, Verb: events.VerbPolicy, Policy: p}
+	return c.allPartitions(ctx, events.Input{Job: events.NoJob, Verb: events.VerbPolicy, Policy: p})
+}
+
+// SetLimit sets a queue's limit (rules revision 9, PROTOCOL.md §26.4,
+// §26.5): of l.ConcurrencyKey (or, "", of the queue), at most
+// l.MaxActive of its jobs live at once when l.HasMaxActive (a key's
+// only), at most l.Rate starts per l.PeriodMS when l.Rate is not 0; what
+// l does not name is lifted, and naming neither lifts the limit. Its
+// verdict is limit_set/ok; more than events.MaxLimits limits is
+// rejected/limits_full, a *RejectedError. In a partitioned deployment the
+// limit is sent to every partition, and each applies it to its own jobs
+// (the limit is per partition); the verdicts and errors are those of
+// SetPolicy. l is checked as the decoder would before anything is sent.
+func (c *Client) SetLimit(ctx context.Context, l events.Limit) (events.Decision, error) {
+	ds, err := c.SetLimitAll(ctx, l)
+	for _, d := range ds {
+		if d.Kind != events.KindNone && !d.Kind.Accepted() {
+			return d, err
+		}
+	}
+	if len(ds) == 0 {
+		return events.Decision{}, err
+	}
+	return ds[0], err
+}
+
+// SetLimitAll is SetLimit returning the verdict of every partition, as
+// SetPolicyAll.
+func (c *Client) SetLimitAll(ctx context.Context, l events.Limit) ([]events.Decision, error) {
+	switch {
+	case !events.ValidToken(l.Queue):
+		return nil, fmt.Errorf("ops: limit: invalid queue name %q", l.Queue)
+	case l.ConcurrencyKey != "" && !events.ValidToken(l.ConcurrencyKey):
+		return nil, fmt.Errorf("ops: limit: invalid concurrency key %q", l.ConcurrencyKey)
+	case l.HasMaxActive && l.ConcurrencyKey == "":
+		return nil, fmt.Errorf("ops: limit: max_active limits a concurrency key: name one")
+	case l.HasMaxActive && l.MaxActive > events.MaxActive:
+		return nil, fmt.Errorf("ops: limit: max_active %d: want 0 to %d", l.MaxActive, events.MaxActive)
+	case l.Rate > events.MaxRate:
+		return nil, fmt.Errorf("ops: limit: rate %d: want 1 to %d", l.Rate, events.MaxRate)
+	case (l.Rate == 0) != (l.PeriodMS == 0):
+		return nil, fmt.Errorf("ops: limit: rate and period go together")
+	case l.Rate != 0 && (l.PeriodMS < events.MinDurationMS || l.PeriodMS > events.MaxDurationMS):
+		return nil, fmt.Errorf("ops: limit: period %d ms: want %d to %d", l.PeriodMS, events.MinDurationMS, events.MaxDurationMS)
+	}
+	return c.allPartitions(ctx, events.Input{Job: events.NoJob, Verb: events.VerbLimit, Queue: l.Queue, ConcurrencyKey: l.ConcurrencyKey,
+		MaxActive: l.MaxActive, HasMaxActive: l.HasMaxActive, Rate: l.Rate, PeriodMS: l.PeriodMS})
+}
+
+// allPartitions sends the job-less in to every partition (one when the
+// deployment is unpartitioned) and returns each verdict, as SetPolicyAll.
+func (c *Client) allPartitions(ctx context.Context, in events.Input) ([]events.Decision, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	count, err := c.Partitions(ctx)
@@ -404,7 +455,9 @@ func (c *Client) do(ctx context.Context, in *events.Input) (events.Decision, err
 // addressedToMe reports whether every verdict of an input of verb v is
 // addressed to the ops actor that published it (PROTOCOL.md §3.2): then
 // the client's shared reader learns them.
-func addressedToMe(v events.Verb) bool { return v == events.VerbSubmit || v == events.VerbPolicy }
+func addressedToMe(v events.Verb) bool {
+	return v == events.VerbSubmit || v == events.VerbPolicy || v == events.VerbLimit
+}
 
 // doIn publishes in to partition part and waits for its verdict there.
 func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Input) (events.Decision, error) {

@@ -33,6 +33,11 @@ type SubmitOptions struct {
 	// lives, and UniqueFor after it ended); UniqueFor needs UniqueKey.
 	UniqueKey string
 	UniqueFor time.Duration
+	// Rules revision 9 (PROTOCOL.md §26.4): the job's concurrency key;
+	// while an operator's limit of the key is in force on the queue
+	// (SetLimit), at most its max_active jobs naming it run at once, and
+	// its rate limit, if any, applies to them.
+	ConcurrencyKey string
 }
 
 // SubmitOption sets one of SubmitOptions, or returns why its value is
@@ -184,6 +189,20 @@ func WithUniqueKey(key string) SubmitOption {
 	}
 }
 
+// WithConcurrencyKey sets SubmitOptions.ConcurrencyKey (a token: 1 to 64
+// of [A-Za-z0-9_-]). A key limits nothing until an operator sets its
+// limit (SetLimit); then the job waits QUEUED while the key is at its
+// limit. PROTOCOL.md §26.4.
+func WithConcurrencyKey(key string) SubmitOption {
+	return func(o *SubmitOptions) error {
+		if !events.ValidToken(key) {
+			return fmt.Errorf("concurrency key %q: want 1 to %d characters of [A-Za-z0-9_-], not _", key, events.MaxTokenLen)
+		}
+		o.ConcurrencyKey = key
+		return nil
+	}
+}
+
 // WithUniqueFor sets SubmitOptions.UniqueFor: the job holds its unique key
 // this long after it ended too (whole milliseconds, at most
 // events.MaxDurationMS), never past its retirement or discard. It needs
@@ -250,7 +269,7 @@ func (c *Client) Submit(ctx context.Context, job, queue string, opts ...SubmitOp
 		BackoffMS: o.Backoff.Milliseconds(), BackoffMax: o.BackoffMax.Milliseconds(),
 		LeaseMS: o.Lease.Milliseconds(), AckTimeoutMS: o.AckTimeout.Milliseconds(),
 		Payload: o.Payload, HasPayload: o.HasPayload, DelayMS: o.Delay.Milliseconds(),
-		UniqueKey: o.UniqueKey, UniqueForMS: o.UniqueFor.Milliseconds()}
+		UniqueKey: o.UniqueKey, UniqueForMS: o.UniqueFor.Milliseconds(), ConcurrencyKey: o.ConcurrencyKey}
 	if !o.RunAt.IsZero() {
 		in.RunAt = o.RunAt.UnixNano()
 	}

@@ -156,6 +156,47 @@ func TestSubmitUnique(t *testing.T) {
 	}
 }
 
+// SetLimit and WithConcurrencyKey (rules revision 9) against a real
+// coordinator: a key's limit and a queue's rate are set (limit_set, the
+// input's body as PROTOCOL.md §26.4 has it), a job names the key, a bad
+// limit is refused before anything is sent, a limit past the fold's
+// bound is a *RejectedError, and a batch refuses a concurrency key.
+func TestSetLimitAndConcurrencyKey(t *testing.T) {
+	c, js := startTenureJS(t)
+	ctx := context.Background()
+	d, err := c.SetLimit(ctx, events.Limit{Queue: "exports", ConcurrencyKey: "acct-42", MaxActive: 1, HasMaxActive: true, Rate: 10, PeriodMS: 1000})
+	if err != nil || d.Kind != events.KindLimitSet || d.Limit == nil || d.Limit.MaxActive != 1 || d.Limit.Rate != 10 {
+		t.Fatalf("set: %v %+v", err, d)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"exports","concurrency_key":"acct-42","max_active":1,"rate":10,"period_ms":1000}`)
+	if d, err = c.SetLimit(ctx, events.Limit{Queue: "exports", Rate: 100, PeriodMS: 60000}); err != nil || d.Limit.ConcurrencyKey != "" {
+		t.Fatalf("the queue's rate: %v %+v", err, d)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"exports","rate":100,"period_ms":60000}`)
+	d, err = c.Submit(ctx, "x1", "exports", ops.WithConcurrencyKey("acct-42"))
+	if err != nil || d.Job.ConcurrencyKey != "acct-42" {
+		t.Fatalf("submit: %v %+v", err, d.Job)
+	}
+	requireInputBody(t, js, d.Cause, `{"v":1,"queue":"exports","concurrency_key":"acct-42"}`)
+	if _, err := c.Submit(ctx, "x2", "exports", ops.WithConcurrencyKey("acct.42")); err == nil {
+		t.Fatal("a key that is no token was sent")
+	}
+	for _, bad := range []events.Limit{
+		{Queue: "exports", MaxActive: 1, HasMaxActive: true},                                         // no key
+		{Queue: "exports", ConcurrencyKey: "k", MaxActive: events.MaxActive + 1, HasMaxActive: true}, // past the bound
+		{Queue: "exports", Rate: 1},                                     // no period
+		{Queue: "exports", Rate: events.MaxRate + 1, PeriodMS: 1},       // past the bound
+		{Queue: "exports", Rate: 1, PeriodMS: events.MaxDurationMS + 1}, // past the bound
+	} {
+		if _, err := c.SetLimit(ctx, bad); err == nil || errors.Is(err, ops.ErrRejected) {
+			t.Errorf("%+v: %v, want a refusal before sending", bad, err)
+		}
+	}
+	if _, err := c.SubmitMany(ctx, []ops.SubmitJob{{ID: "m1", Queue: "exports", Options: ops.SubmitOptions{ConcurrencyKey: "k"}}}); err == nil {
+		t.Fatal("a batch took a concurrency key")
+	}
+}
+
 // Retry and Discard, the operator's way out of DEAD: a job whose one
 // attempt's lease expired ends DEAD; Retry queues it again
 // with a fresh budget; once DEAD again, Discard removes it and its id is

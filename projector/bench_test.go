@@ -88,7 +88,16 @@ func cpuTime() time.Duration {
 // already queued behind it), the worker's ACK and its SUCCESS result (which
 // frees the slot: the next job is offered in the same input). Compare with
 // BenchmarkLeaseJob, the same life through acquire and result.
-func BenchmarkQueueJob(b *testing.B) {
+func BenchmarkQueueJob(b *testing.B) { benchQueueJob(b, false) }
+
+// BenchmarkQueueJobLimited is BenchmarkQueueJob with rules revision 9's
+// limits in force: every job names one of 16 concurrency keys, each
+// limited to 64 live jobs (never reached: 256 slots, 16 keys), and the
+// queue has a rate limit it never reaches (1,000,000 per ms): the cost of
+// the checks and of the keys' heaps.
+func BenchmarkQueueJobLimited(b *testing.B) { benchQueueJob(b, true) }
+
+func benchQueueJob(b *testing.B, limited bool) {
 	p := projector.New()
 	seq := uint64(0)
 	now := testutil.ScenarioBase
@@ -102,9 +111,17 @@ func BenchmarkQueueJob(b *testing.B) {
 		return ds
 	}
 	step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.CurrentRevision, LeaseKey: propLeaseKey})
+	key := func(int) string { return "" }
+	if limited {
+		key = func(i int) string { return fmt.Sprintf("k%02d", i%16) }
+		for k := range 16 {
+			step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbLimit, Queue: "q", ConcurrencyKey: key(k), MaxActive: 64, HasMaxActive: true})
+		}
+		step(events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbLimit, Queue: "q", Rate: events.MaxRate, PeriodMS: 1})
+	}
 	const backlog = 100_000
 	for i := range backlog {
-		step(events.RoleOps, fmt.Sprintf("d%d", i%4), fmt.Sprintf("pre-%06d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", LeaseMS: 60000, AckTimeoutMS: 60000})
+		step(events.RoleOps, fmt.Sprintf("d%d", i%4), fmt.Sprintf("pre-%06d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", LeaseMS: 60000, AckTimeoutMS: 60000, ConcurrencyKey: key(i)})
 	}
 	type offer struct{ job, lease, worker string }
 	var offers []offer
@@ -121,7 +138,7 @@ func BenchmarkQueueJob(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		step(events.RoleOps, "d0", fmt.Sprintf("job-%09d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", LeaseMS: 60000, AckTimeoutMS: 60000})
+		step(events.RoleOps, "d0", fmt.Sprintf("job-%09d", i), events.Input{Verb: events.VerbSubmit, Queue: "q", LeaseMS: 60000, AckTimeoutMS: 60000, ConcurrencyKey: key(i)})
 		o := offers[0]
 		offers = offers[1:]
 		step(events.RoleWorker, o.worker, o.job, events.Input{Verb: events.VerbAck, LeaseID: o.lease, Generation: 1})

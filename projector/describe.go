@@ -50,6 +50,22 @@ func Describe(d *events.Decision, base int64) string {
 		describeStanding(&b, d.Standing, o)
 		return b.String()
 	}
+	if l := d.Limit; l != nil { // revision 9
+		b.WriteString(" -> limit " + l.Queue)
+		if l.ConcurrencyKey != "" {
+			b.WriteString(" key=" + l.ConcurrencyKey)
+		}
+		if l.HasMaxActive {
+			b.WriteString(" max_active=" + strconv.FormatUint(l.MaxActive, 10))
+		}
+		if l.Rate != 0 {
+			b.WriteString(" rate=" + strconv.FormatUint(l.Rate, 10) + "/" + time.Duration(l.PeriodMS*1e6).String())
+		}
+		if !l.HasMaxActive && l.Rate == 0 {
+			b.WriteString(" lifted")
+		}
+		return b.String()
+	}
 	if c := d.Checkpoint; c != nil {
 		b.WriteString(" -> checkpoint input=" + strconv.FormatUint(c.InputSeq, 10) + " state_hash=" + hex.EncodeToString(c.StateHash[:]))
 		return b.String()
@@ -105,6 +121,9 @@ func DescribeJob(j *events.Job, o MatrixOptions) string {
 			if j.UniqueFor != 0 {
 				w("for=", time.Duration(j.UniqueFor).String())
 			}
+		}
+		if j.ConcurrencyKey != "" {
+			w("conc=", j.ConcurrencyKey)
 		}
 		if j.State == events.StateQueued {
 			w("ready=", o.time(j.ReadyAt))

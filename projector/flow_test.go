@@ -136,13 +136,21 @@ func TestSnapshotFormatOfRevisions(t *testing.T) {
 	for _, c := range []struct {
 		rev, other uint32
 		magic      string
-	}{{events.Revision7, events.Revision8, "TNRSNAP5"}, {events.Revision8, events.Revision7, "TNRSNAP6"}} {
+	}{{events.Revision7, events.Revision8, "TNRSNAP5"}, {events.Revision8, events.Revision7, "TNRSNAP6"},
+		{events.Revision8, events.Revision9, "TNRSNAP6"}, {events.Revision9, events.Revision8, "TNRSNAP7"}} {
 		f := &folder{t: t, p: projector.New()}
 		f.step(0, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: c.rev, LeaseKey: propLeaseKey})
 		f.step(0, events.RoleOps, "d1", events.NoJob, events.Input{Verb: events.VerbSubmit, Batch: []events.Input{
 			{Job: "a", Verb: events.VerbSubmit, Queue: "q"}, {Job: "b", Verb: events.VerbSubmit, Queue: "q"}}})
 		if c.rev >= events.Revision8 {
 			f.step(0, events.RoleOps, "d1", "c", events.Input{Verb: events.VerbSubmit, Queue: "q", DelayMS: 1000, UniqueKey: "k"})
+		}
+		if c.rev >= events.Revision9 {
+			// Format 7: the limits (a bucket too), and a job's concurrency key.
+			f.step(0, events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbLimit, Queue: "q", ConcurrencyKey: "ck", MaxActive: 1, HasMaxActive: true})
+			f.step(0, events.RoleOps, "admin", events.NoJob, events.Input{Verb: events.VerbLimit, Queue: "q", Rate: 3, PeriodMS: 1000})
+			f.step(0, events.RoleOps, "d1", "d", events.Input{Verb: events.VerbSubmit, Queue: "q", ConcurrencyKey: "ck"})
+			f.step(0, events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: "q", Slots: 1, TTLMS: 600000}) // a token spent
 		}
 		snap := f.p.Snapshot()
 		if string(snap[:8]) != c.magic || snap[8] != byte(c.rev) {

@@ -135,10 +135,10 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 	}
 	r.uvarint("policy")
 	m := string(base[:len(snapshotMagic)])
-	if m == snapshotMagic3 || m == snapshotMagic4 || m == snapshotMagic5 || m == snapshotMagic6 {
+	if m == snapshotMagic3 || m == snapshotMagic4 || m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 {
 		r.varint("policy")
 	}
-	if m == snapshotMagic4 || m == snapshotMagic5 || m == snapshotMagic6 {
+	if m == snapshotMagic4 || m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 {
 		for n := r.uvarint("capacity count"); n > 0 && r.err == nil; n-- {
 			r.strBytes("capacity queue")
 			r.strBytes("capacity worker")
@@ -147,7 +147,7 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 			r.uvarint("capacity sequence")
 		}
 	}
-	if m == snapshotMagic5 || m == snapshotMagic6 {
+	if m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 {
 		for n := r.uvarint("standing count"); n > 0 && r.err == nil; n-- {
 			r.strBytes("standing queue")
 			r.strBytes("standing worker")
@@ -155,6 +155,21 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 			r.uvarint("standing strikes")
 			r.varint("standing hold")
 			r.varint("standing time")
+		}
+	}
+	if m == snapshotMagic7 {
+		for n := r.uvarint("limit count"); n > 0 && r.err == nil; n-- {
+			r.strBytes("limit queue")
+			r.strBytes("limit key")
+			f := r.bytes(1, "limit flags")[0]
+			if f&limitCapped != 0 {
+				r.uvarint("limit max_active")
+			}
+			if f&limitRate != 0 {
+				r.uvarint("limit rate")
+				r.varint("limit period")
+				r.varint("limit bucket")
+			}
 		}
 	}
 	n := r.uvarint("job count")
@@ -237,6 +252,10 @@ func skipJobRest(r *snapReader) {
 		if hdr[3]&0x40 != 0 { // the fields of revision 8 (format 6)
 			var j events.Job
 			readRev8Fields(r, &j)
+		}
+		if hdr[3]&0x80 != 0 { // the fields of revision 9 (format 7)
+			var j events.Job
+			readRev9Fields(r, &j)
 		}
 	}
 }

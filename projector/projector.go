@@ -70,6 +70,10 @@ type Projector struct {
 	// entry is the job that last took the key, which holds it while
 	// holdsKey says so.
 	unique map[uniqueKey]*job
+	// Limits (revision 9 on, concurrency.go, rate.go): the limits are in
+	// each queue (snapshots hold them); nLimits counts them, nRates those
+	// with a rate.
+	nLimits, nRates int
 
 	// Standings (revision 5 on, standing.go): snapshots hold them; the
 	// timer heaps are derived.
@@ -89,6 +93,7 @@ type job struct {
 	deadline int64 // the heap key while present
 	qPos     int   // queue jobs: 1 + index in its submitter's ready heap, 0 when absent
 	later    bool  // revision 8: qPos indexes its submitter's later heap (ready_at after the fold's time then)
+	inKey    bool  // revision 9: qPos indexes its key's ready heap of its submitter and priority (its key is limited)
 }
 
 // New returns a projector with no jobs and the protocol's default policy,
@@ -171,7 +176,8 @@ func (p *Projector) Jobs() []events.Job {
 // when it is due and no input has arrived.
 //
 // From revision 5 on the end of a hold on a worker (standing.go) is one
-// too: matching may then offer to it.
+// too: matching may then offer to it; from revision 9 on, the time a
+// rate limit without a token whose jobs wait has one again (rate.go).
 func (p *Projector) NextDeadline() (int64, bool) {
 	d, ok := int64(0), false
 	if len(p.heap) > 0 {
@@ -179,6 +185,9 @@ func (p *Projector) NextDeadline() (int64, bool) {
 	}
 	if len(p.holds) > 0 && (!ok || p.holds[0].at < d) {
 		d, ok = p.holds[0].at, true
+	}
+	if t, due := p.nextToken(); due && (!ok || t < d) {
+		d, ok = t, true
 	}
 	return d, ok
 }
@@ -418,6 +427,8 @@ func (p *Projector) apply() {
 		p.submit()
 	case events.VerbPull:
 		p.pull()
+	case events.VerbLimit:
+		p.setLimit()
 	case events.VerbCheckpoint:
 		if in.CheckpointSeq >= p.cause {
 			p.emit(nil, events.KindRejected, events.ReasonBadCheckpoint, in.Actor).Detail =

@@ -31,6 +31,12 @@ type queue struct {
 	caps   map[string]*capacity   // announcements by worker, until swept at their expiry
 	held   map[string]int         // live leases of this queue's jobs, by holder
 	jobs   int                    // queue jobs of this queue in the projection
+	// Revision 9 (concurrency.go): the limits of concurrency keys (an
+	// operator's, which snapshots hold), and the live leases of the
+	// queue's jobs by concurrency key (derived).
+	limits    map[string]*keyLimit
+	keyLive   map[string]int
+	keyedPrio [events.MaxPriority + 1]int // ready jobs in the keys' heaps, by priority
 }
 
 // submitterQ is one submitter's part of a queue.
@@ -44,22 +50,26 @@ type submitterQ struct {
 	// what is observable (turns, matching) is a function of the
 	// projections and the time, as a restored fold has it.
 	later readyHeap
+	// keyed (revision 9) counts its ready jobs that wait in the heaps of
+	// their concurrency keys' limits (readyPush) rather than in ready.
+	keyed int
 }
 
 // promote moves the jobs of s.later that are ready at now into their
-// ready heaps (revision 8).
-func (s *submitterQ) promote(now int64) {
+// ready heaps (revision 8), or their keys' (revision 9, readyPush).
+func (q *queue) promoteSub(s *submitterQ, now int64) {
 	for len(s.later) > 0 && s.later[0].ReadyAt <= now {
 		j := s.later[0]
 		s.later.remove(0)
 		j.later = false
-		s.ready[j.Priority].push(j)
+		q.readyPush(s, j)
 	}
 }
 
-// readyCount is how many of s's QUEUED jobs are in its ready heaps.
+// readyCount is how many of s's QUEUED jobs are in its ready heaps (its
+// own and, revision 9, its keys').
 func (s *submitterQ) readyCount() uint64 {
-	var n uint64
+	n := uint64(s.keyed)
 	for i := range s.ready {
 		n += uint64(len(s.ready[i]))
 	}
@@ -181,7 +191,7 @@ func (p *Projector) touched(q *queue) {
 	case !on && found:
 		p.active = slices.Delete(p.active, i, i+1)
 	}
-	if q.jobs == 0 && len(q.caps) == 0 {
+	if q.jobs == 0 && len(q.caps) == 0 && len(q.limits) == 0 {
 		delete(p.queues, q.name)
 	}
 }
@@ -191,7 +201,7 @@ func (p *Projector) touched(q *queue) {
 func (q *queue) promote(now int64) {
 	for _, s := range q.subs {
 		if len(s.later) > 0 {
-			s.promote(now)
+			q.promoteSub(s, now)
 		}
 	}
 }
@@ -218,7 +228,7 @@ func (p *Projector) enqueue(j *job) {
 		j.later = true
 		s.later.push(j)
 	} else {
-		s.ready[j.Priority].push(j)
+		q.readyPush(s, j)
 	}
 	q.queued++
 	p.touched(q)
@@ -231,10 +241,13 @@ func (p *Projector) dequeue(j *job) {
 	}
 	q := p.queues[j.Queue]
 	s := q.subs[j.Submitter]
-	if j.later {
+	switch {
+	case j.later:
 		s.later.remove(j.qPos - 1)
 		j.later = false
-	} else {
+	case j.inKey:
+		q.keyRemove(s, j)
+	default:
 		s.ready[j.Priority].remove(j.qPos - 1)
 	}
 	q.queued--
@@ -251,7 +264,7 @@ func (p *Projector) dropSub(q *queue, name string, s *submitterQ) {
 			return
 		}
 	}
-	if len(s.later) != 0 {
+	if len(s.later) != 0 || s.keyed != 0 {
 		return
 	}
 	delete(q.subs, name)
@@ -262,6 +275,12 @@ func (p *Projector) liveStart(j *job) {
 	q := p.queueOf(j.Queue)
 	q.held[j.Holder]++
 	q.sub(j.Submitter).live++
+	if j.ConcurrencyKey != "" { // revision 9
+		if q.keyLive == nil {
+			q.keyLive = map[string]int{}
+		}
+		q.keyLive[j.ConcurrencyKey]++
+	}
 }
 
 // liveEnd uncounts it, once the lease stopped being live.
@@ -269,6 +288,11 @@ func (p *Projector) liveEnd(j *job) {
 	q := p.queues[j.Queue]
 	if q.held[j.Holder]--; q.held[j.Holder] == 0 {
 		delete(q.held, j.Holder)
+	}
+	if j.ConcurrencyKey != "" { // revision 9
+		if q.keyLive[j.ConcurrencyKey]--; q.keyLive[j.ConcurrencyKey] == 0 {
+			delete(q.keyLive, j.ConcurrencyKey)
+		}
 	}
 	s := q.subs[j.Submitter]
 	s.live--
@@ -288,6 +312,7 @@ type queueSpec struct {
 	runAt, delay           int64 // revision 8: as the submit gave them (ns; 0: none)
 	uniqueKey              string
 	uniqueFor              int64 // ns
+	concurrencyKey         string
 }
 
 func specOf(in *events.Input) queueSpec {
@@ -296,7 +321,8 @@ func specOf(in *events.Input) queueSpec {
 		attemptLease: in.LeaseMS * 1e6, ackLease: in.AckTimeoutMS * 1e6,
 		payload: in.Payload, hasPayload: in.HasPayload,
 		runAt: in.RunAt, delay: in.DelayMS * 1e6,
-		uniqueKey: in.UniqueKey, uniqueFor: in.UniqueForMS * 1e6}
+		uniqueKey: in.UniqueKey, uniqueFor: in.UniqueForMS * 1e6,
+		concurrencyKey: in.ConcurrencyKey}
 	if s.maxAttempts == 0 {
 		s.maxAttempts = events.DefaultMaxAttempts
 	}
@@ -337,6 +363,8 @@ func (s *queueSpec) diff(j *events.Job) string {
 		return "unique_key"
 	case s.uniqueFor != j.UniqueFor:
 		return "unique_for_ms"
+	case s.concurrencyKey != j.ConcurrencyKey:
+		return "concurrency_key"
 	}
 	return ""
 }
@@ -351,6 +379,7 @@ func copyQueue(dst, src *events.Job) {
 	dst.Attempt, dst.ReadyAt, dst.LastReason = src.Attempt, src.ReadyAt, src.LastReason
 	dst.RunAt, dst.Delay = src.RunAt, src.Delay
 	dst.UniqueKey, dst.UniqueFor = src.UniqueKey, src.UniqueFor
+	dst.ConcurrencyKey = src.ConcurrencyKey
 }
 
 // outOfPolicy is the detail of a duration_out_of_policy rejection from
@@ -404,6 +433,7 @@ func (p *Projector) submit() {
 	j.AttemptLease, j.AttemptAck = spec.attemptLease, spec.ackLease
 	j.Payload, j.HasPayload = strings.Clone(spec.payload), spec.hasPayload
 	j.UniqueKey, j.UniqueFor = strings.Clone(spec.uniqueKey), spec.uniqueFor
+	j.ConcurrencyKey = strings.Clone(spec.concurrencyKey)
 	j.State = events.StateQueued
 	j.SubmittedAt, j.SubmitSeq, j.ReadyAt = p.now, p.cause, p.now
 	// Revision 8: a job scheduled for later (run_at, delay_ms) is ready
@@ -420,7 +450,7 @@ func (p *Projector) submit() {
 		// Revision 8 counts only the jobs ready now: a submitter's jobs
 		// scheduled for later (or backing off) are not ahead of this one.
 		// (Before revision 8 later is always empty.)
-		s.promote(p.now)
+		q.promoteSub(s, p.now)
 		j.Turn = s.readyCount()
 	}
 	p.jobs[j.ID] = j
@@ -631,6 +661,9 @@ func (p *Projector) pickWorkerFair(q *queue, passed []string) string {
 func (q *queue) pickJobFor(now int64, w string) *job {
 	others := -1 // unknown until a refused job asks
 	q.promote(now)
+	if !q.rateOK(now) { // revision 9: the queue's rate limit
+		return nil
+	}
 	for pr := events.MaxPriority; pr >= 0; pr-- {
 		var best *job
 		for _, s := range q.subs {
@@ -650,6 +683,17 @@ func (q *queue) pickJobFor(now int64, w string) *job {
 			if best == nil || c.Turn < best.Turn || c.Turn == best.Turn && readyLess(c, best) {
 				best = c
 			}
+		}
+		if len(q.limits) != 0 {
+			best = q.pickKeyed(pr, now, best, func(c *job) bool {
+				if c.Holder == w && isRefusal(c.LastReason) {
+					if others < 0 {
+						others = q.othersAnnounce(now, w)
+					}
+					return others == 1
+				}
+				return false
+			})
 		}
 		if best != nil {
 			return best
@@ -704,6 +748,9 @@ func (p *Projector) matchable() bool {
 // submitter's job submitted later, turn 0, goes after the flood's first.
 func (q *queue) pickJob(now int64) *job {
 	q.promote(now)
+	if !q.rateOK(now) { // revision 9: the queue's rate limit
+		return nil
+	}
 	for pr := events.MaxPriority; pr >= 0; pr-- {
 		var best *job
 		for _, s := range q.subs {
@@ -714,6 +761,9 @@ func (q *queue) pickJob(now int64) *job {
 			if c := h[0]; best == nil || c.Turn < best.Turn || c.Turn == best.Turn && readyLess(c, best) {
 				best = c
 			}
+		}
+		if len(q.limits) != 0 {
+			best = q.pickKeyed(pr, now, best, nil)
 		}
 		if best != nil {
 			return best
@@ -774,10 +824,10 @@ func (p *Projector) assign(q *queue, j *job, w string) {
 	j.AckDeadline = addTime(p.now, ack)
 	j.Attempt++
 	j.ReadyAt = 0
+	p.takeTokens(q, j) // revision 9: its rate limits' tokens
 	p.liveStart(j)
 	p.schedule(j)
 	p.emit(j, events.KindAssigned, events.ReasonOk, j.Holder)
-	_ = q
 }
 
 // attemptEnd follows the verdict or deadline that ended the live lease of
@@ -1016,6 +1066,7 @@ func (p *Projector) Queues() []QueueStats {
 					st.Ready++
 				}
 			}
+			st.Ready += s.keyed // revision 9: ready, in their keys' heaps
 		}
 		for _, c := range q.caps {
 			if c.until > p.now {

@@ -69,6 +69,23 @@ import (
 //     OFFERED, ACTIVE, UNRESOLVED, a conflict pending, or within
 //     unique_for_ms of its end), and a duplicate_unique_key names a job
 //     that holds it.
+//
+// Under revision 9 single submits may also name concurrency keys, and an
+// operator sets, changes (0 included) and lifts their limits and rate
+// limits of keys and queues, and also:
+//
+//   - no job naming a limited key is offered while the key's live leases
+//     (OFFERED or ACTIVE, counted from the projections) are at or above
+//     the limit in force;
+//   - in every state, a key's live leases are at most its limit, or, after
+//     a limit was lowered below them, at most what they were then (a
+//     limit revokes nothing);
+//   - in any window from one start (offer) of a rate-limited scope to a
+//     later one, at most rate + (its length / T) starts, T =
+//     ceil(period / rate): the token bucket's promise, counted from the
+//     decisions;
+//   - the audit's tracker of the limits, fed the decisions alone, finds
+//     nothing and observes at most what the limits allow.
 func TestQueueProperties(t *testing.T) {
 	for _, c := range []struct {
 		name        string
@@ -77,7 +94,8 @@ func TestQueueProperties(t *testing.T) {
 	}{{"limits", 0, 0, events.Revision4}, {"fire1-offer1", 1, 1, events.Revision4},
 		{"rev5", 0, 0, events.Revision5}, {"rev5-fire1-offer1", 1, 1, events.Revision5},
 		{"rev7", 0, 0, events.Revision7}, {"rev7-fire1-offer1", 1, 1, events.Revision7},
-		{"rev8", 0, 0, events.Revision8}, {"rev8-fire1-offer1", 1, 1, events.Revision8}} {
+		{"rev8", 0, 0, events.Revision8}, {"rev8-fire1-offer1", 1, 1, events.Revision8},
+		{"rev9", 0, 0, events.Revision9}, {"rev9-fire1-offer1", 1, 1, events.Revision9}} {
 		t.Run(c.name, func(t *testing.T) { queueProperties(t, c.fire, c.offer, c.rev) })
 	}
 }
@@ -168,6 +186,8 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 		caps := map[[2]string]cap{}                  // (queue, worker) -> announcement
 		standings := map[[2]string]events.Standing{} // (queue, worker) -> standing (revision 5)
 		cancelled := map[string]bool{}               // queue jobs whose cancel was accepted (revision 5)
+		limits := map[[2]string]*keyAllowance{}      // (queue, concurrency key) -> limit in force (revision 9)
+		rates := map[[2]string]*rateTrack{}          // (queue, concurrency key or "") -> rate in force and its starts (revision 9)
 		steps := rapid.IntRange(1, 120).Draw(t, "steps")
 		for range steps {
 			now += rapid.SampledFrom([]int64{0, 0, 1, 50, 200, 400, 900, 2500}).Draw(t, "gap") * ms
@@ -186,6 +206,20 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			}
 			worker := rapid.SampledFrom(workers).Draw(t, "worker")
 			op := rapid.IntRange(0, 16).Draw(t, "op")
+			if rev >= events.Revision9 && rapid.IntRange(0, 9).Draw(t, "limit op") == 0 {
+				// An operator sets, changes or lifts a limit (revision 9):
+				// of a key (max_active, a rate) or of a queue (a rate).
+				in := events.Input{Verb: events.VerbLimit, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
+					ConcurrencyKey: rapid.SampledFrom([]string{"c1", "c2", ""}).Draw(t, "limit key")}
+				if n := rapid.IntRange(-1, 2).Draw(t, "max active"); n >= 0 && in.ConcurrencyKey != "" {
+					in.MaxActive, in.HasMaxActive = uint64(n), true
+				}
+				if r := rapid.IntRange(0, 3).Draw(t, "rate"); r > 0 {
+					in.Rate, in.PeriodMS = uint64(r), rapid.SampledFrom([]int64{300, 1000}).Draw(t, "period")
+				}
+				ds = step(events.RoleOps, "admin", events.NoJob, in)
+				op = -1
+			}
 			if op >= 14 {
 				// The holder of a live lease acts on it (ACK, result, release),
 				// as an honest worker does: the paths a random claim rarely takes.
@@ -257,8 +291,13 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 						in.UniqueForMS = rapid.SampledFrom([]int64{0, 0, 700}).Draw(t, "unique for")
 					}
 				}
+				if rev >= events.Revision9 {
+					if k := rapid.IntRange(0, 3).Draw(t, "concurrency key"); k > 0 && k < 3 {
+						in.ConcurrencyKey = "c" + strconv.Itoa(k)
+					}
+				}
 				submitter, job := rapid.SampledFrom([]string{"d1", "d2"}).Draw(t, "submitter"), rapid.SampledFrom(jobs).Draw(t, "job")
-				if in.RunAt != 0 || in.DelayMS != 0 || in.UniqueKey != "" {
+				if in.RunAt != 0 || in.DelayMS != 0 || in.UniqueKey != "" || in.ConcurrencyKey != "" {
 					ds = step(events.RoleOps, submitter, job, in)
 				} else {
 					ds = batch(events.RoleOps, submitter, job, in, next)
@@ -322,10 +361,41 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 					held[[2]string{j.Queue, j.Holder}]++
 				}
 			}
+			keyLive := map[[2]string]int{} // live leases by (queue, concurrency key), decision by decision
+			for _, j := range before {
+				if j.State.Live() && j.ConcurrencyKey != "" {
+					keyLive[[2]string{j.Queue, j.ConcurrencyKey}]++
+				}
+			}
 			for _, d := range ds {
 				j := d.Job
 				if rev >= events.Revision5 {
 					checkNeedToKnow(t, &d, before)
+				}
+				if d.Kind == events.KindLimitSet {
+					k := [2]string{d.Limit.Queue, d.Limit.ConcurrencyKey}
+					if !d.Limit.HasMaxActive {
+						delete(limits, k)
+					} else {
+						limits[k] = &keyAllowance{max: d.Limit.MaxActive, allow: max(d.Limit.MaxActive, uint64(keyLive[k]))}
+					}
+					switch r := rates[k]; {
+					case d.Limit.Rate == 0:
+						delete(rates, k)
+					case r == nil || r.rate != d.Limit.Rate || r.periodMS != d.Limit.PeriodMS:
+						rates[k] = &rateTrack{rate: d.Limit.Rate, periodMS: d.Limit.PeriodMS} // a full bucket
+					}
+				}
+				if d.Kind == events.KindAssigned {
+					scopes := [][2]string{{j.Queue, ""}}
+					if j.ConcurrencyKey != "" {
+						scopes = append(scopes, [2]string{j.Queue, j.ConcurrencyKey})
+					}
+					for _, k := range scopes {
+						if r := rates[k]; r != nil {
+							r.start(t, d.At, &d)
+						}
+					}
 				}
 				if d.Standing != nil {
 					standings[[2]string{d.Standing.Queue, d.Addressee}] = *d.Standing
@@ -369,6 +439,9 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 				}
 				if prev, ok := live[j.ID]; ok && prev.Queue != "" && (!j.State.Live() || j.Generation != prev.Generation) {
 					held[[2]string{prev.Queue, prev.Holder}]--
+					if prev.ConcurrencyKey != "" {
+						keyLive[[2]string{prev.Queue, prev.ConcurrencyKey}]--
+					}
 				}
 				if d.Kind == events.KindOffered || d.Kind == events.KindAssigned {
 					if prev, ok := live[j.ID]; ok && prev.Generation != j.Generation && prev.State.Live() {
@@ -402,6 +475,13 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 							}
 						}
 						held[k]++
+						if j.ConcurrencyKey != "" {
+							ck := [2]string{j.Queue, j.ConcurrencyKey}
+							if l := limits[ck]; l != nil && uint64(keyLive[ck]) >= l.max {
+								t.Fatalf("%s: offered while %d jobs of its concurrency key are live, limit %d; the input:\n%s", describeAll([]events.Decision{d}), keyLive[ck], l.max, describeAll(ds))
+							}
+							keyLive[ck]++
+						}
 					}
 					seen = append(seen, qlease{job: j.ID, lease: j.LeaseID, gen: j.Generation})
 				}
@@ -442,6 +522,9 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			if rev >= events.Revision8 {
 				checkUniqueKeys(t, p, jobs, ds)
 			}
+			if rev >= events.Revision9 {
+				checkConcurrency(t, p, jobs, limits)
+			}
 			if !p.Due() && projector.Matchable(p) {
 				t.Fatalf("after input %d a queue has a ready job and a free slot, and nothing is due", len(raws))
 			}
@@ -456,6 +539,18 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			}
 			if f := tr.Result(); f.Findings.Count != 0 || f.MaxHolders > 1 {
 				t.Fatalf("the audit of the fold's decisions: %+v", f)
+			}
+			if rev >= events.Revision9 {
+				for _, r := range tr.Result().Rates {
+					if r.MaxInPeriod > r.Allowed {
+						t.Fatalf("the audit saw %d starts in one period under rate limit %+v", r.MaxInPeriod, r)
+					}
+				}
+				for _, k := range tr.Result().Keys {
+					if k.MaxActive > k.MaxLimit {
+						t.Fatalf("the audit saw %d live jobs of key %s/%s after an offer, highest limit %d: %+v", k.MaxActive, k.Queue, k.Key, k.MaxLimit, k)
+					}
+				}
 			}
 		}
 
@@ -583,6 +678,55 @@ func checkUniqueKeys(t *rapid.T, p *projector.Projector, ids []string, ds []even
 		h, ok := p.Job(d.DuplicateOf)
 		if !ok || !holdsKey(h, d.At) {
 			t.Fatalf("%s names %s, which does not hold the key (%+v)", describeAll([]events.Decision{*d}), d.DuplicateOf, h)
+		}
+	}
+}
+
+// keyAllowance is a limit in force in the property test: max, and allow,
+// the most live leases the key may have (max, or what it had when the
+// limit was lowered below them, as they end).
+type keyAllowance struct{ max, allow uint64 }
+
+// checkConcurrency: no limited key has more live leases (from the
+// projections) than its allowance; as leases end, the allowance comes
+// down to the limit.
+func checkConcurrency(t *rapid.T, p *projector.Projector, ids []string, limits map[[2]string]*keyAllowance) {
+	n := map[[2]string]uint64{}
+	for _, id := range ids {
+		if j, ok := p.Job(id); ok && j.State.Live() && j.ConcurrencyKey != "" {
+			n[[2]string{j.Queue, j.ConcurrencyKey}]++
+		}
+	}
+	for k, l := range limits {
+		if n[k] > l.allow {
+			t.Fatalf("%d live jobs of concurrency key %s of queue %s, limit %d, allowance %d", n[k], k[1], k[0], l.max, l.allow)
+		}
+		if got := uint64(p.KeyActive(k[0], k[1])); got != n[k] {
+			t.Fatalf("the fold counts %d live jobs of concurrency key %s of queue %s, the projections %d", got, k[1], k[0], n[k])
+		}
+		l.allow = max(l.max, n[k]) // comes down as leases end, never goes up again
+	}
+}
+
+// rateTrack is a rate limit in force in the property test and the
+// starts (offers) of its scope since it was set with that rate.
+type rateTrack struct {
+	rate     uint64
+	periodMS int64
+	starts   []int64
+}
+
+// start records a start at at and checks the token bucket's promise: in
+// any window from an earlier start to this one, at most rate + (its
+// length / T) starts, T = ceil(period / rate) (so at most rate at once,
+// and rate per period on average).
+func (r *rateTrack) start(t *rapid.T, at int64, d *events.Decision) {
+	r.starts = append(r.starts, at)
+	T := (r.periodMS*int64(ms) + int64(r.rate) - 1) / int64(r.rate)
+	n := len(r.starts)
+	for i := range n {
+		if uint64(n-i) > r.rate+uint64((at-r.starts[i])/T) {
+			t.Fatalf("%s: %d starts in %v, rate %d per %d ms", describeAll([]events.Decision{*d}), n-i, at-r.starts[i], r.rate, r.periodMS)
 		}
 	}
 }

@@ -38,7 +38,13 @@ import (
 // projection with fields withheld (events.Job.Withheld) takes them from
 // the job's projection before it (events.Job.Reveal): give jobs revealed
 // from the decisions before them, as a reader of the whole stream can.
-func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity], standings iter.Seq[Standing]) ([32]byte, error) {
+//
+// From revision 9 on it also holds the limits (of concurrency keys, and
+// of queues' rates) and their buckets: limits, when not nil, yields every
+// limit in force, replacing the base's (a Rebuilder follows them from
+// limit_set decisions, and the buckets from the offers, assigned,
+// starting from its Seed).
+func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity], standings iter.Seq[Standing], limits iter.Seq[Limit]) ([32]byte, error) {
 	q := New()
 	if base != nil {
 		if err := q.Restore(base); err != nil {
@@ -88,6 +94,21 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 			q.standings[key] = &standing{window: st.Window, strikes: st.Strikes, heldUntil: st.HeldUntil, touchedAt: st.At}
 		}
 	}
+	if limits != nil {
+		for _, qu := range q.queues {
+			for _, l := range qu.limits {
+				q.unlimit(qu, l)
+			}
+		}
+		for l := range limits {
+			kl := q.queueOf(l.Queue).limit(l.ConcurrencyKey)
+			q.nLimits++
+			kl.capped, kl.max = l.HasMaxActive, l.MaxActive
+			if l.Rate != 0 {
+				q.setRate(kl, &bucket{rate: l.Rate, period: l.PeriodMS * 1e6, tat: l.TAT})
+			}
+		}
+	}
 	return q.StateHash(), nil
 }
 
@@ -112,6 +133,7 @@ type Rebuilder struct {
 	caps      map[[2]string]Capacity
 	standings map[[2]string]Standing
 	policy    *events.Policy
+	limits    map[[2]string]*Limit // the limits in force, by queue and key, with their buckets (revision 9)
 	cause     uint64
 	at        int64
 }
@@ -119,6 +141,19 @@ type Rebuilder struct {
 // From sets the cause and time Hash takes when no decision follows (those
 // of the state a base holds).
 func (r *Rebuilder) From(cause uint64, at int64) { r.cause, r.at = cause, at }
+
+// Seed is From with the sequence and time of p, the state a base holds,
+// and takes its limits and their buckets (revision 9), which decisions
+// alone do not carry: the buckets go on from there, offer by offer.
+func (r *Rebuilder) Seed(p *Projector) {
+	r.From(p.LastSeq(), p.Now())
+	for _, l := range p.Limits() {
+		if r.limits == nil {
+			r.limits = map[[2]string]*Limit{}
+		}
+		r.limits[[2]string{l.Queue, l.ConcurrencyKey}] = &l
+	}
+}
 
 // Add takes the next decision.
 func (r *Rebuilder) Add(d *events.Decision) {
@@ -142,11 +177,43 @@ func (r *Rebuilder) Add(d *events.Decision) {
 	if s := d.Standing; s != nil {
 		r.standings[[2]string{s.Queue, d.Addressee}] = Standing{Worker: d.Addressee, Standing: *s, At: d.At}
 	}
+	switch {
+	case d.Kind == events.KindLimitSet && d.Limit != nil:
+		if r.limits == nil {
+			r.limits = map[[2]string]*Limit{}
+		}
+		k := [2]string{d.Limit.Queue, d.Limit.ConcurrencyKey}
+		l := &Limit{Limit: *d.Limit}
+		if cur := r.limits[k]; cur != nil && cur.Rate == l.Rate && cur.PeriodMS == l.PeriodMS {
+			l.TAT = cur.TAT // the same rate keeps its bucket
+		}
+		if !l.HasMaxActive && l.Rate == 0 {
+			delete(r.limits, k)
+		} else {
+			r.limits[k] = l
+		}
+	case d.Kind == events.KindAssigned && len(r.limits) != 0:
+		// The offer spent a token of its queue's rate and of its key's.
+		r.take(d.Job.Queue, "", d.At)
+		if d.Job.ConcurrencyKey != "" {
+			r.take(d.Job.Queue, d.Job.ConcurrencyKey, d.At)
+		}
+	}
 	if d.Kind == events.KindPolicySet && d.Policy != nil {
 		p := *d.Policy
 		r.policy = &p
 	}
 	r.cause, r.at = d.Cause, d.At
+}
+
+// take spends a token of the bucket of queue's limit of key at at, if
+// it has a rate, as the fold's offer did.
+func (r *Rebuilder) take(queue, key string, at int64) {
+	if l := r.limits[[2]string{queue, key}]; l != nil && l.Rate != 0 {
+		b := bucket{rate: l.Rate, period: l.PeriodMS * 1e6, tat: l.TAT}
+		b.take(at)
+		l.TAT = b.tat
+	}
 }
 
 // Job is the latest projection of job id taken (ok false if none, or
@@ -160,5 +227,15 @@ func (r *Rebuilder) Job(id string) (events.Job, bool) {
 // empty state) with rules (nil: base's), at the last decision's cause and
 // time.
 func (r *Rebuilder) Hash(base []byte, rules *Rules) ([32]byte, error) {
-	return RebuildHash(base, r.cause, r.at, r.policy, rules, maps.Values(r.jobs), maps.Values(r.caps), maps.Values(r.standings))
+	var limits iter.Seq[Limit]
+	if r.limits != nil {
+		limits = func(yield func(Limit) bool) {
+			for _, l := range r.limits {
+				if !yield(*l) {
+					return
+				}
+			}
+		}
+	}
+	return RebuildHash(base, r.cause, r.at, r.policy, rules, maps.Values(r.jobs), maps.Values(r.caps), maps.Values(r.standings), limits)
 }

@@ -34,6 +34,20 @@ import (
 // merge can copy the records of a base of an earlier format. A state
 // always encodes in the format of its revision, so the state hash of a
 // state of an earlier revision never changed.
+//
+// Format 7 (revision 9 on) is format 6 with the limits after the
+// standings (a count, then per limit, by queue then key: queue and key
+// ("" for the queue's own) as strings, a byte of flags (limitCapped,
+// limitRate), then when capped max_active uvarint, when rated the rate
+// uvarint, period_ms varint and the bucket's tat varint), and a queue job's record
+// may go on, flag bit 7 set, with the fields of revision 9 (rev9Fields:
+// a byte of bits, then each present one) after those of revision 8.
+// The flags of a limit's record (format 7).
+const (
+	limitCapped = 1 << iota // max_active
+	limitRate               // rate, period_ms, the bucket's tat
+)
+
 const (
 	snapshotMagic  = "TNRSNAP1"
 	snapshotMagic2 = "TNRSNAP2"
@@ -41,6 +55,7 @@ const (
 	snapshotMagic4 = "TNRSNAP4"
 	snapshotMagic5 = "TNRSNAP5"
 	snapshotMagic6 = "TNRSNAP6"
+	snapshotMagic7 = "TNRSNAP7"
 )
 
 // ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
@@ -68,6 +83,10 @@ func (p *Projector) Snapshot() []byte {
 // sequence, the time and the policy.
 func (p *Projector) appendHeader(b []byte) []byte {
 	switch {
+	case p.rev >= events.Revision9:
+		b = append(b, snapshotMagic7...)
+		b = binary.AppendUvarint(b, uint64(p.rev))
+		b = append(b, p.leaseKey[:]...)
 	case p.rev >= events.Revision8:
 		b = append(b, snapshotMagic6...)
 		b = binary.AppendUvarint(b, uint64(p.rev))
@@ -126,6 +145,31 @@ func (p *Projector) appendHeader(b []byte) []byte {
 			b = binary.AppendVarint(b, st.At)
 		}
 	}
+	if p.rev >= events.Revision9 {
+		ls := p.Limits()
+		b = binary.AppendUvarint(b, uint64(len(ls)))
+		for i := range ls {
+			l := &ls[i]
+			b = appendStr(b, l.Queue)
+			b = appendStr(b, l.ConcurrencyKey)
+			var f byte
+			if l.HasMaxActive {
+				f |= limitCapped
+			}
+			if l.Rate != 0 {
+				f |= limitRate
+			}
+			b = append(b, f)
+			if l.HasMaxActive {
+				b = binary.AppendUvarint(b, l.MaxActive)
+			}
+			if l.Rate != 0 {
+				b = binary.AppendUvarint(b, l.Rate)
+				b = binary.AppendVarint(b, l.PeriodMS)
+				b = binary.AppendVarint(b, l.TAT)
+			}
+		}
+	}
 	return b
 }
 
@@ -153,7 +197,8 @@ func appendJob(b []byte, j *events.Job) []byte {
 	b = str(b, j.ConflictWith)
 	var flags byte
 	rev8 := rev8FieldsOf(j)
-	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired, j.Queue != "", j.HasPayload, rev8 != 0} {
+	rev9 := rev9FieldsOf(j)
+	for i, f := range []bool{j.Conflict, j.CancelReq, j.CancelAck, j.LeaseExpired, j.Queue != "", j.HasPayload, rev8 != 0, rev9 != 0} {
 		if f {
 			flags |= 1 << i
 		}
@@ -191,8 +236,42 @@ func appendJob(b []byte, j *events.Job) []byte {
 				b = binary.AppendVarint(b, j.UniqueFor)
 			}
 		}
+		if rev9 != 0 {
+			b = append(b, rev9)
+			if rev9&r9ConcurrencyKey != 0 {
+				b = str(b, j.ConcurrencyKey)
+			}
+		}
 	}
 	return b
+}
+
+// The fields of revision 9 a queue job's record may go on with (format
+// 7): a byte of these bits, then each field whose bit is set.
+const (
+	r9ConcurrencyKey = 1 << iota // string
+	r9Known          = r9ConcurrencyKey
+)
+
+// rev9FieldsOf is the byte of the revision-9 fields j has (0: none).
+func rev9FieldsOf(j *events.Job) byte {
+	var f byte
+	if j.ConcurrencyKey != "" {
+		f |= r9ConcurrencyKey
+	}
+	return f
+}
+
+// readRev9Fields reads the revision-9 fields of a queue job's record.
+func readRev9Fields(r *snapReader, j *events.Job) {
+	f := r.bytes(1, "revision 9 fields")[0]
+	if f == 0 || f&^r9Known != 0 {
+		r.fail("revision 9 fields")
+		return
+	}
+	if f&r9ConcurrencyKey != 0 {
+		j.ConcurrencyKey = string(r.strBytes("concurrency key"))
+	}
 }
 
 // The fields of revision 8 a queue job's record may go on with (format 6):
@@ -338,7 +417,7 @@ func (p *Projector) Restore(snap []byte) error {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	magic := string(snap[:len(snapshotMagic)])
-	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 && magic != snapshotMagic6 {
+	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 && magic != snapshotMagic6 && magic != snapshotMagic7 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
@@ -359,7 +438,9 @@ func (p *Projector) Restore(snap []byte) error {
 		case snapshotMagic5:
 			lo, hi, format = events.Revision5, events.Revision7, 5
 		case snapshotMagic6:
-			lo, hi, format = events.Revision8, events.CurrentRevision, 6
+			lo, hi, format = events.Revision8, events.Revision8, 6
+		case snapshotMagic7:
+			lo, hi, format = events.Revision9, events.CurrentRevision, 7
 		}
 		rev := r.uvarint("revision")
 		key := r.bytes(events.LeaseKeyLen, "lease key")
@@ -378,7 +459,8 @@ func (p *Projector) Restore(snap []byte) error {
 		*f = r.varint("policy")
 	}
 	pol.MaxGenerations = r.uvarint("policy")
-	format6 := magic == snapshotMagic6
+	format7 := magic == snapshotMagic7
+	format6 := magic == snapshotMagic6 || format7 // format 7 is format 6, the limits and the fields of revision 9
 	format5 := magic == snapshotMagic5 || format6 // format 6 is format 5 and the fields of revision 8
 	format4 := magic == snapshotMagic4 || format5 // format 5 is format 4 and the standings
 	if magic == snapshotMagic3 || format4 {
@@ -450,6 +532,51 @@ func (p *Projector) Restore(snap []byte) error {
 			}
 		}
 	}
+	if format7 {
+		n := r.uvarint("limit count")
+		if n > events.MaxLimits || n > uint64(len(r.b)/5) {
+			return fmt.Errorf("%w: limit count %d", ErrBadSnapshot, n)
+		}
+		var ls []Limit
+		var flags []byte
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			var l Limit
+			l.Queue = string(r.strBytes("limit queue"))
+			l.ConcurrencyKey = string(r.strBytes("limit key"))
+			f := r.bytes(1, "limit flags")[0]
+			if f&limitCapped != 0 {
+				l.MaxActive, l.HasMaxActive = r.uvarint("limit max_active"), true
+			}
+			if f&limitRate != 0 {
+				l.Rate = r.uvarint("limit rate")
+				l.PeriodMS = r.varint("limit period")
+				l.TAT = r.varint("limit bucket")
+			}
+			ls, flags = append(ls, l), append(flags, f)
+		}
+		if r.err != nil {
+			return r.err
+		}
+		for i := range ls {
+			l := &ls[i]
+			switch {
+			case !events.ValidToken(l.Queue) || l.ConcurrencyKey != "" && !events.ValidToken(l.ConcurrencyKey):
+				return fmt.Errorf("%w: limit %q/%q: not valid tokens", ErrBadSnapshot, l.Queue, l.ConcurrencyKey)
+			case i > 0 && (ls[i-1].Queue > l.Queue || ls[i-1].Queue == l.Queue && ls[i-1].ConcurrencyKey >= l.ConcurrencyKey):
+				return fmt.Errorf("%w: limits not sorted at %q/%q", ErrBadSnapshot, l.Queue, l.ConcurrencyKey)
+			case flags[i] == 0 || flags[i]&^(limitCapped|limitRate) != 0, l.HasMaxActive && l.ConcurrencyKey == "",
+				l.MaxActive > events.MaxActive, l.Rate != 0 && (!validRate(l.Rate, l.PeriodMS) || !validTAT(l.Rate, l.PeriodMS, l.TAT, q.now)):
+				return fmt.Errorf("%w: limit %q/%q out of range", ErrBadSnapshot, l.Queue, l.ConcurrencyKey)
+			}
+			// Before the jobs: their ready jobs go to the keys' heaps.
+			kl := q.queueOf(l.Queue).limit(l.ConcurrencyKey)
+			kl.capped, kl.max = l.HasMaxActive, l.MaxActive
+			if l.Rate != 0 {
+				q.setRate(kl, &bucket{rate: l.Rate, period: l.PeriodMS * 1e6, tat: l.TAT})
+			}
+		}
+		q.nLimits = len(ls)
+	}
 	n := r.uvarint("job count")
 	if n > uint64(len(r.b)/minJobBytes) {
 		return fmt.Errorf("%w: job count %d", ErrBadSnapshot, n)
@@ -472,7 +599,7 @@ func (p *Projector) Restore(snap []byte) error {
 			ends = append(ends, uint32(len(strs)))
 		}
 		hdr := r.bytes(4, "job header")
-		if known := byte(0xf); format6 && hdr[3]&^0x7f != 0 || !format6 && format4 && hdr[3]&^0x3f != 0 || !format4 && hdr[3]&^known != 0 {
+		if known := byte(0xf); !format7 && format6 && hdr[3]&^0x7f != 0 || !format6 && format4 && hdr[3]&^0x3f != 0 || !format4 && hdr[3]&^known != 0 {
 			r.fail("job flags")
 		}
 		j.State, j.AckState, j.Result = events.State(hdr[0]), events.AckState(hdr[1]), events.Outcome(hdr[2])
@@ -520,7 +647,10 @@ func (p *Projector) Restore(snap []byte) error {
 			if hdr[3]&0x40 != 0 {
 				readRev8Fields(r, &j.Job)
 			}
-		} else if hdr[3]&0x60 != 0 {
+			if hdr[3]&0x80 != 0 {
+				readRev9Fields(r, &j.Job)
+			}
+		} else if hdr[3]&0xe0 != 0 {
 			r.fail("job flags")
 		}
 		if len(strs) > 1<<32-1 {
@@ -692,6 +822,8 @@ func invalidQueueJob(j *events.Job) string {
 	case j.UniqueKey != "" && !events.ValidToken(j.UniqueKey),
 		j.UniqueFor != 0 && (j.UniqueKey == "" || j.UniqueFor < events.MinDurationMS*1e6 || j.UniqueFor > events.MaxDurationMS*1e6 || j.UniqueFor%1e6 != 0):
 		return "unique key or unique_for_ms out of range"
+	case j.ConcurrencyKey != "" && !events.ValidToken(j.ConcurrencyKey):
+		return "concurrency key not a valid token"
 	}
 	return ""
 }

@@ -267,10 +267,11 @@ func TestRequiredAgreeWithDecoder(t *testing.T) {
 		{events.VerbRules, false, with(common, "revision", 4, "lease_key", key)},
 		{events.VerbCheckpoint, false, with(common, "input_seq", 2, "state_hash", hash)},
 		{events.VerbSubmit, false, with(common, "queue", "q", "priority", 1, "max_attempts", 2, "backoff_ms", 2000,
-			"backoff_max_ms", 4000, "lease_ms", 1000, "ack_timeout_ms", 1000, "payload", "p")},
+			"backoff_max_ms", 4000, "lease_ms", 1000, "ack_timeout_ms", 1000, "payload", "p", "concurrency_key", "k")},
 		{events.VerbSubmit, true, with(common, "jobs", []any{map[string]any{"job": "j", "queue": "q", "priority": 1, "max_attempts": 2, "backoff_ms": 2000,
 			"backoff_max_ms": 4000, "lease_ms": 1000, "ack_timeout_ms": 1000, "payload": "p"}})},
 		{events.VerbPull, false, with(common, "queue", "q", "slots", 1, "ttl_ms", 1000)},
+		{events.VerbLimit, false, with(common, "queue", "q", "concurrency_key", "k", "max_active", 2, "rate", 10, "period_ms", 1000)},
 	}
 	covered := map[string]bool{}
 	for _, f := range full {

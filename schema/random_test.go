@@ -280,6 +280,18 @@ func genInput(t *rapid.T, v events.Verb, batch bool) events.Input {
 		in.Queue = genToken(t, "queue")
 		in.Slots = genUint(t, "slots", 0, events.MaxSlots)
 		in.TTLMS = genOptMS(t, "ttl_ms", events.MaxCapacityTTL)
+	case events.VerbLimit:
+		in.Queue = genToken(t, "queue")
+		if rapid.Bool().Draw(t, "concurrency_key-set") {
+			in.ConcurrencyKey = genToken(t, "concurrency_key")
+			if rapid.Bool().Draw(t, "max_active-set") {
+				in.MaxActive, in.HasMaxActive = genUint(t, "max_active", 0, events.MaxActive), true
+			}
+		}
+		if rapid.Bool().Draw(t, "rate-set") {
+			in.Rate = genUint(t, "rate", 1, events.MaxRate)
+			in.PeriodMS = genMS(t, "period_ms", events.MaxDurationMS)
+		}
 	}
 	return in
 }

@@ -1,5 +1,5 @@
 // Package schema holds the JSON Schemas (draft 2020-12) of the Tenure wire
-// protocol, version 1, as rules revision 8 has it (PROTOCOL.md §24): one per
+// protocol, version 1, as rules revision 9 has it (PROTOCOL.md §24): one per
 // input kind (input/<verb>.json), one for decisions (decision.json) and
 // their shared definitions (defs.json), which the others reference.
 //

@@ -121,8 +121,9 @@ type Row struct {
 	Attempt       uint64 `json:"attempt,omitempty"`
 	MaxAttempts   uint64 `json:"max_attempts,omitempty"`
 	ReadyAt       int64  `json:"ready_at,omitempty"`
-	ScheduledFor  int64  `json:"scheduled_for,omitempty"` // rules revision 8: its run_at, or its submit's time plus delay_ms
-	UniqueKey     string `json:"unique_key,omitempty"`    // rules revision 8: the submit's unique key
+	ScheduledFor  int64  `json:"scheduled_for,omitempty"`   // rules revision 8: its run_at, or its submit's time plus delay_ms
+	UniqueKey     string `json:"unique_key,omitempty"`      // rules revision 8: the submit's unique key
+	ConcKey       string `json:"concurrency_key,omitempty"` // rules revision 9: the submit's concurrency key
 	AttemptReason string `json:"attempt_reason,omitempty"`
 	Anomalies     uint64 `json:"anomalies"` // non-accepted verdicts about the job, every generation
 	Decisions     int    `json:"decisions"` // decisions about the job
@@ -182,6 +183,7 @@ func (e *jobEntry) row() Row {
 		}
 		r.ScheduledFor = ms(api.ScheduledFor(j))
 		r.UniqueKey = j.UniqueKey
+		r.ConcKey = j.ConcurrencyKey
 	}
 	if j.Generation == 0 {
 		return r

@@ -519,4 +519,10 @@ func TestModelUniqueKeyJob(t *testing.T) {
 	if len(p.Rows) != 1 || p.Rows[0].UniqueKey != "user-42" {
 		t.Fatalf("rows: %+v", p.Rows)
 	}
+	j.ID, j.UniqueKey, j.UniqueFor, j.ConcurrencyKey = "c1", "", 0, "acct-42" // rules revision 9
+	m.apply(0, 2, decision(2, events.KindSubmitted, events.ReasonOk, j))
+	p = m.page(Query{Queue: "exports"}, time.Unix(2, 0))
+	if len(p.Rows) != 2 || p.Rows[0].ID != "c1" || p.Rows[0].ConcKey != "acct-42" {
+		t.Fatalf("rows: %+v", p.Rows)
+	}
 }

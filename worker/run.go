@@ -42,7 +42,11 @@ type Job struct {
 	// run_at, or its time plus delay_ms; the zero time for a job
 	// submitted to run at once.
 	ScheduledFor time.Time
-	LastReason   events.Reason // why the previous attempt ended ("" on the first)
+	// ConcurrencyKey (rules revision 9, PROTOCOL.md §26.4) is the key the
+	// submit named ("" if none): the queue's limit of it bounds how many
+	// of its jobs run at once.
+	ConcurrencyKey string
+	LastReason     events.Reason // why the previous attempt ended ("" on the first)
 	// Lease is the attempt's lease: its Token for every side effect,
 	// Progress, Expires, CancelRequested. Run reports the result itself
 	// when the handler returns; a handler that calls Complete or Release
@@ -108,7 +112,7 @@ func newJob(o *Offer, l *Lease) *Job {
 	return &Job{
 		ID: j.ID, Queue: j.Queue, Payload: j.Payload, HasPayload: j.HasPayload,
 		Attempt: j.Attempt, MaxAttempts: j.MaxAttempts, Priority: j.Priority, Submitter: j.Submitter,
-		SubmittedAt: time.Unix(0, j.SubmittedAt), ScheduledFor: scheduledFor(j), LastReason: j.LastReason, Lease: l,
+		SubmittedAt: time.Unix(0, j.SubmittedAt), ScheduledFor: scheduledFor(j), ConcurrencyKey: j.ConcurrencyKey, LastReason: j.LastReason, Lease: l,
 	}
 }
 

@@ -189,3 +189,13 @@ func TestRunStopsOnARefusedAnnouncement(t *testing.T) {
 		}
 	})
 }
+
+// newJob gives the handler the job's concurrency key (rules revision 9)
+// and its schedule (revision 8), from the assigned decision's projection.
+func TestNewJobFlowFields(t *testing.T) {
+	o := &Offer{Decision: events.Decision{Job: events.Job{ID: "j", Queue: "q", ConcurrencyKey: "acct-42", SubmittedAt: 5e9, Delay: 2e9}}}
+	j := newJob(o, nil)
+	if j.ConcurrencyKey != "acct-42" || !j.ScheduledFor.Equal(time.Unix(7, 0)) {
+		t.Fatalf("job %+v", j)
+	}
+}

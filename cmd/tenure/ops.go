@@ -457,3 +457,76 @@ func (o *opsCommand) showPolicy(ctx context.Context, stdout io.Writer) error {
 	}
 	return nil
 }
+
+// limitCmd is `tenure limit`: a queue's limit of a concurrency key, or
+// its rate limit (rules revision 9).
+var limitCmd = &command{
+	name:    "limit",
+	summary: "set or lift a queue's concurrency limit of a key, or a rate limit (operator)",
+	usage: `tenure limit --queue Q [--concurrency-key K] [--max-active N] [--rate R --period D] [flags]
+       tenure limit --queue Q [--concurrency-key K] --lift [flags]`,
+	help: `Sets the limit of concurrency key --concurrency-key of queue --queue (or,
+without a key, of the queue itself) to what the flags name, lifting what
+they do not (PROTOCOL.md §26.4, §26.5, rules revision 9): --max-active N
+(0 to 1000000; a key's only; 0 holds every job of the key back), at most N
+of the queue's jobs naming the key live (offered or active) at once;
+--rate R --period D (1 to 1000000 per 1ms to 30 days), at most R offers
+per D, a token bucket of R tokens. --lift lifts the limit. Lowering a
+limit ends no lease: jobs already running go on. The verdict is
+limit_set/ok; more than 1024 limits in force is rejected/limits_full. In
+a partitioned deployment the limit goes to every partition, each applying
+it to its own jobs.
+
+` + opsVerdictHelp,
+	run: runLimit,
+}
+
+func runLimit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	var o opsCommand
+	o.register(fs)
+	queue := fs.String("queue", "", "the queue (required)")
+	key := fs.String("concurrency-key", "", "the concurrency `KEY` (absent: the queue's own limit, a rate only)")
+	maxActive := fs.Int64("max-active", 0, "at most this many jobs of the key live at once, 0 to 1000000")
+	rate := fs.Int64("rate", 0, "at most this many offers per --period, 1 to 1000000")
+	period := fs.Duration("period", 0, "the period of --rate, 1ms to 30 days, whole milliseconds")
+	lift := fs.Bool("lift", false, "lift the limit")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if rest := fs.Args(); len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q (see tenure limit --help)", errUsage, rest[0])
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if err := needToken("queue", *queue); err != nil {
+		return err
+	}
+	l := events.Limit{Queue: *queue, ConcurrencyKey: *key}
+	switch {
+	case given["concurrency-key"] && !events.ValidToken(*key):
+		return needToken("concurrency-key", *key)
+	case *lift && (given["max-active"] || given["rate"] || given["period"]):
+		return fmt.Errorf("%w: --lift lifts the whole limit: no --max-active, --rate or --period with it", errUsage)
+	case !*lift && !given["max-active"] && !given["rate"]:
+		return fmt.Errorf("%w: give --max-active, --rate with --period, or --lift (see tenure limit --help)", errUsage)
+	case given["max-active"] && *key == "":
+		return fmt.Errorf("%w: --max-active limits a concurrency key: give --concurrency-key", errUsage)
+	case given["max-active"] && (*maxActive < 0 || *maxActive > events.MaxActive):
+		return fmt.Errorf("%w: --max-active must be 0 to %d", errUsage, events.MaxActive)
+	case given["rate"] != given["period"]:
+		return fmt.Errorf("%w: --rate and --period go together", errUsage)
+	case given["rate"] && (*rate < 1 || *rate > events.MaxRate):
+		return fmt.Errorf("%w: --rate must be 1 to %d", errUsage, events.MaxRate)
+	case given["period"] && (*period%time.Millisecond != 0 || *period < time.Millisecond || *period > events.MaxDurationMS*time.Millisecond):
+		return fmt.Errorf("%w: --period must be whole milliseconds, 1ms to %v", errUsage, events.MaxDurationMS*time.Millisecond)
+	}
+	if given["max-active"] {
+		l.MaxActive, l.HasMaxActive = uint64(*maxActive), true
+	}
+	if given["rate"] {
+		l.Rate, l.PeriodMS = uint64(*rate), period.Milliseconds()
+	}
+	return o.runAll(ctx, stdout, func(ctx context.Context, c *ops.Client) ([]events.Decision, error) {
+		return c.SetLimitAll(ctx, l) // to every partition of a partitioned deployment
+	})
+}

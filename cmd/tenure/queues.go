@@ -60,7 +60,7 @@ var submitCmd = &command{
 	summary: "submit a job to a queue, for workers that pull (dispatcher)",
 	usage: `tenure submit <job> --queue Q [--priority N --max-attempts N --backoff D --backoff-max D
               --lease D --ack-timeout D --payload S|--payload-file F
-              --run-at TIME|--delay D --unique-key K --unique-for D] [flags]
+              --run-at TIME|--delay D --unique-key K --unique-for D --concurrency-key K] [flags]
        tenure submit --jobs FILE|- [--queue Q and the same flags, for every job] [flags]`,
 	help: `Submits job <job> to queue --queue (PROTOCOL.md §22): it waits QUEUED until
 the queue offers it to a worker that announced capacity on it (a pull, as
@@ -84,6 +84,11 @@ offered, active or unresolved, and --unique-for D after it ended (never
 past its retirement or an operator's discard). The refusal is
 duplicate/duplicate_unique_key, duplicate_of naming the job that holds K
 (exit status 1).
+
+--concurrency-key K (rules revision 9, PROTOCOL.md §26.4) names the job's
+concurrency key: while an operator's limit of K is in force on the queue
+(tenure limit), at most its max-active jobs naming K run at once, and its
+rate applies to them; the job waits QUEUED otherwise.
 
 Submitting the same job again with the same flags (a retry after a lost
 verdict) is no error: the verdict says duplicate/duplicate_submit and
@@ -123,6 +128,7 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	delay := fs.Duration("delay", 0, "not offered before the submit's time plus this (at most 366 days)")
 	uniqueKey := fs.String("unique-key", "", "refused while another job of the queue holds this `KEY`")
 	uniqueFor := fs.Duration("unique-for", 0, "the job holds its unique key this long after it ended too (at most 30 days)")
+	concKey := fs.String("concurrency-key", "", "the job's concurrency `KEY`: limited by the queue's limit of it (tenure limit)")
 	pos, err := parsePositional(fs, args)
 	if err != nil {
 		return err
@@ -137,8 +143,8 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 		if given["payload-file"] && *payloadFile == "-" && *jobsFile == "-" {
 			return fmt.Errorf("%w: --jobs and --payload-file cannot both read stdin", errUsage)
 		}
-		if given["run-at"] || given["delay"] || given["unique-key"] || given["unique-for"] {
-			return fmt.Errorf("%w: --run-at, --delay, --unique-key and --unique-for go with a single job, not --jobs (a batch's jobs take none of them)", errUsage)
+		if given["run-at"] || given["delay"] || given["unique-key"] || given["unique-for"] || given["concurrency-key"] {
+			return fmt.Errorf("%w: --run-at, --delay, --unique-key, --unique-for and --concurrency-key go with a single job, not --jobs (a batch's jobs take none of them)", errUsage)
 		}
 	} else {
 		if job, err = oneJob(fs, pos); err != nil {
@@ -164,6 +170,7 @@ func runSubmit(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 	add("delay", ops.WithDelay(*delay))
 	add("unique-key", ops.WithUniqueKey(*uniqueKey))
 	add("unique-for", ops.WithUniqueFor(*uniqueFor))
+	add("concurrency-key", ops.WithConcurrencyKey(*concKey))
 	if given["unique-for"] && !given["unique-key"] {
 		return fmt.Errorf("%w: --unique-for needs --unique-key", errUsage)
 	}

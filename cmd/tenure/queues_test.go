@@ -67,6 +67,20 @@ func TestQueueCommands(t *testing.T) {
 		{"submit", "x", "--queue", "emails", "--unique-key", "a.b"},
 		{"submit", "x", "--queue", "emails", "--unique-for", "1h"},
 		{"submit", "x", "--queue", "emails", "--unique-key", "k", "--unique-for", "800h"},
+		{"submit", "x", "--queue", "emails", "--concurrency-key", "a.b"},
+		{"limit", "--concurrency-key", "k", "--max-active", "1"},                                // no queue
+		{"limit", "--queue", "emails"},                                                          // nothing to set
+		{"limit", "--queue", "emails", "--max-active", "1"},                                     // no key
+		{"limit", "--queue", "emails", "--concurrency-key", "k", "--max-active", "-1"},          // below the bound
+		{"limit", "--queue", "emails", "--concurrency-key", "k", "--max-active", "1000001"},     // past it
+		{"limit", "--queue", "emails", "--rate", "5"},                                           // no period
+		{"limit", "--queue", "emails", "--period", "1s"},                                        // no rate
+		{"limit", "--queue", "emails", "--rate", "0", "--period", "1s"},                         // below the bound
+		{"limit", "--queue", "emails", "--rate", "1000001", "--period", "1s"},                   // past it
+		{"limit", "--queue", "emails", "--rate", "1", "--period", "1500us"},                     // not whole ms
+		{"limit", "--queue", "emails", "--rate", "1", "--period", "721h"},                       // past 30 days
+		{"limit", "--queue", "emails", "--concurrency-key", "k", "--lift", "--max-active", "1"}, // both
+		{"limit", "--queue", "emails", "--concurrency-key", "a.b", "--max-active", "1"},
 		{"submit", "mail-3"},                                     // no queue
 		{"submit", "--queue", "emails"},                          // no job
 		{"submit", "a", "b", "--queue", "emails"},                // two jobs
@@ -204,6 +218,20 @@ func TestQueueCommands(t *testing.T) {
 	}
 	if out = cmd(1, "submit", "export-2", "--queue", "exports", "--unique-key", "user-42"); !strings.Contains(out, "duplicate_unique_key") || !strings.Contains(out, "duplicate_of=export-1") {
 		t.Fatalf("submit of a held key: %s", out)
+	}
+
+	// Concurrency keys and rate limits (rules revision 9).
+	if out = cmd(0, "limit", "--queue", "exports", "--concurrency-key", "acct-42", "--max-active", "1", "--rate", "10", "--period", "1s"); !strings.Contains(out, "limit_set ok") || !strings.Contains(out, "limit exports key=acct-42 max_active=1 rate=10/1s") {
+		t.Fatalf("limit: %s", out)
+	}
+	if out = cmd(0, "limit", "--queue", "exports", "--rate", "100", "--period", "1m"); !strings.Contains(out, "limit exports rate=100/1m0s") {
+		t.Fatalf("limit of the queue: %s", out)
+	}
+	if out = cmd(0, "submit", "export-9", "--queue", "exports", "--concurrency-key", "acct-42"); !strings.Contains(out, "conc=acct-42") {
+		t.Fatalf("submit --concurrency-key: %s", out)
+	}
+	if out = cmd(0, "limit", "--queue", "exports", "--concurrency-key", "acct-42", "--lift"); !strings.Contains(out, "limit exports key=acct-42 lifted") {
+		t.Fatalf("limit --lift: %s", out)
 	}
 }
 
@@ -344,7 +372,7 @@ func TestSubmitJobsFile(t *testing.T) {
 	}
 	cmd(2, "submit", "x", "--jobs", jobsFile, "--queue", "reports") // a job and a list
 	// A batch's jobs take none of revision 8's flow fields.
-	for _, flow := range [][]string{{"--run-at", "2026-05-01T03:00:00Z"}, {"--delay", "1m"}, {"--unique-key", "k"}, {"--unique-for", "1m", "--unique-key", "k"}} {
+	for _, flow := range [][]string{{"--run-at", "2026-05-01T03:00:00Z"}, {"--delay", "1m"}, {"--unique-key", "k"}, {"--unique-for", "1m", "--unique-key", "k"}, {"--concurrency-key", "k"}} {
 		if out := cmd(2, append([]string{"submit", "--jobs", jobsFile, "--queue", "reports"}, flow...)...); !strings.Contains(out, "single job") {
 			t.Errorf("submit --jobs %v: %s", flow, out)
 		}

@@ -20,7 +20,9 @@
 // (naming no lease, or an old one), affirms (the holder or another),
 // revokes, settles, retries and discards, and may switch the policy; with a
 // queue in scope a dispatcher submits and workers announce capacity (one
-// slot, for each ttl of the scope) and withdraw it. Every input's stored time is the checker's
+// slot, for each ttl of the scope) and withdraw it; with a concurrency
+// key in scope (rules revision 9) the submits name it and the operator
+// sets its limit to each of the scope's values, or lifts it. Every input's stored time is the checker's
 // choice, among the instants that matter: the fold's time, and just
 // before, exactly at and (for ticks) just after each pending deadline (ACK
 // deadlines, expiries, cancel deadlines, retirements, queue wake-ups, the
@@ -102,6 +104,11 @@
 //     a missed ACK, a declined offer or a release never spends an attempt,
 //     and never ends a job DEAD; a cancelled queue job is never offered or
 //     queued again;
+//   - concurrency (revision 9): after an input that offered a job of the
+//     scope's concurrency key under a limit, at most the limit of its jobs
+//     are live (OFFERED or ACTIVE); after any other input, no more than
+//     before (a limit revokes nothing, lowering it starts nothing); the
+//     fold's count of them is the projections';
 //   - reference: each lease operation of the model's verbs on a job outside
 //     any queue is accepted exactly when the reference model of the
 //     property tests (internal/leasemodel), seeded with the projection the

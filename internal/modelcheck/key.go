@@ -183,6 +183,18 @@ func (c *checker) key(p *projector.Projector, w *world) stateKey {
 		e.optRel(st.HeldUntil)
 		e.rel(st.At)
 	}
+	ls := p.Limits() // revision 9: sorted, with their buckets
+	e.u(uint64(len(ls)))
+	for i := range ls {
+		l := &ls[i]
+		e.str(l.Queue)
+		e.str(l.ConcurrencyKey)
+		e.flag(l.HasMaxActive)
+		e.u(l.MaxActive)
+		e.u(l.Rate)
+		e.i(l.PeriodMS)
+		e.optRel(l.TAT)
+	}
 	sum := sha256.Sum256(e.b)
 	return stateKey(sum[:16])
 }

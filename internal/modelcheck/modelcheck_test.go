@@ -129,6 +129,12 @@ var reached = map[string][]Outcome{
 		{events.VerbResult, events.KindRequeued, events.ReasonAttemptFailed},
 		{events.VerbCancel, events.KindCancelRequested, events.ReasonDequeued},
 	},
+	"ci-limits": {
+		{events.VerbLimit, events.KindLimitSet, events.ReasonOk},
+		{events.VerbLimit, events.KindAssigned, events.ReasonOk},
+		{events.VerbResult, events.KindAssigned, events.ReasonOk},
+		{events.VerbPull, events.KindAssigned, events.ReasonOk},
+	},
 	"ci-retain": {
 		{events.VerbTick, events.KindRetired, events.ReasonRetentionPassed},
 		{events.VerbResult, events.KindLostAuthority, events.ReasonNoSuchJob},

@@ -336,7 +336,8 @@ func (c *checker) moves(p *projector.Projector, w *world) []move {
 			}
 			if has(ov, "submit") {
 				in := events.Input{Role: events.RoleOps, Actor: dispatcher, Job: id, Verb: events.VerbSubmit,
-					Queue: c.s.Queue, MaxAttempts: c.s.MaxAttempts, BackoffMS: c.s.BackoffMS, BackoffMax: c.s.BackoffMaxMS}
+					Queue: c.s.Queue, MaxAttempts: c.s.MaxAttempts, BackoffMS: c.s.BackoffMS, BackoffMax: c.s.BackoffMaxMS,
+					ConcurrencyKey: c.s.ConcurrencyKey}
 				add(in, nowOnly)
 			}
 		}
@@ -375,6 +376,17 @@ func (c *checker) moves(p *projector.Projector, w *world) []move {
 			}
 			in := worker(wk, events.NoJob, events.VerbPull)
 			in.Queue = c.s.Queue // slots 0: withdrawn
+			add(in, nowOnly)
+		}
+	}
+	if c.s.ConcurrencyKey != "" && has(ov, "limit") {
+		// The operator sets the key's limit to each of MaxActive, or lifts it.
+		for i := 0; i <= len(c.s.MaxActive); i++ {
+			in := ops(events.NoJob, events.VerbLimit)
+			in.Queue, in.ConcurrencyKey = c.s.Queue, c.s.ConcurrencyKey
+			if i < len(c.s.MaxActive) {
+				in.MaxActive, in.HasMaxActive = c.s.MaxActive[i], true
+			}
 			add(in, nowOnly)
 		}
 	}

@@ -27,6 +27,10 @@ const (
 	RuleState       = "state"
 	RuleQueue       = "queue"
 	RuleDeterminism = "determinism"
+	// RuleConcurrency (revision 9): no job of a limited concurrency key is
+	// offered while as many of the key's jobs as its limit are live, and a
+	// limit revokes nothing.
+	RuleConcurrency = "concurrency"
 	// RuleReference: the verdict accepts exactly when the reference model
 	// (internal/leasemodel, the property tests' model) says the operation
 	// may be accepted, judged against the same projection.
@@ -180,6 +184,10 @@ func (c *checker) judge(b *before, w *world, in *events.Input, raw events.Raw, d
 		g.fail(RuleVerdict, "one-verdict", "input %d (%s) has %d verdicts for %d lease operations", raw.Seq, in.Verb, k, len(ops))
 	}
 
+	if c.s.ConcurrencyKey != "" {
+		g.concurrency(ds, post)
+	}
+
 	// state: the decisions describe the fold's state; expiry: no live
 	// lease outlives its deadline once the input's time is applied.
 	for i, id := range c.s.Jobs {
@@ -208,6 +216,44 @@ func (c *checker) judge(b *before, w *world, in *events.Input, raw events.Raw, d
 		}
 	}
 	return g.out
+}
+
+// concurrency checks RuleConcurrency on the scope's key: after an input
+// that offered a job of the key under a limit, at most the limit of its
+// jobs are live; after any other, no more than before.
+func (g *judge) concurrency(ds []events.Decision, post *projector.Projector) {
+	key := g.c.s.ConcurrencyKey
+	var limit *projector.Limit
+	for _, l := range post.Limits() {
+		if l.Queue == g.c.s.Queue && l.ConcurrencyKey == key && l.HasMaxActive {
+			limit = &l
+		}
+	}
+	if limit == nil {
+		return
+	}
+	before, after := 0, 0
+	for i, id := range g.c.s.Jobs {
+		if g.b.present[i] && g.b.jobs[i].ConcurrencyKey == key && g.b.jobs[i].State.Live() {
+			before++
+		}
+		if j, ok := post.Job(id); ok && j.ConcurrencyKey == key && j.State.Live() {
+			after++
+		}
+	}
+	offered := false
+	for i := range ds {
+		offered = offered || ds[i].Kind == events.KindAssigned && ds[i].Job.ConcurrencyKey == key
+	}
+	switch {
+	case offered && uint64(after) > limit.MaxActive:
+		g.fail(RuleConcurrency, "offered-over-limit", "%d jobs of concurrency key %s live after an offer, limit %d", after, key, limit.MaxActive)
+	case !offered && after > before:
+		g.fail(RuleConcurrency, "more-live", "%d jobs of concurrency key %s live, %d before, and none offered", after, key, before)
+	}
+	if got := post.KeyActive(g.c.s.Queue, key); got != after {
+		g.fail(RuleConcurrency, "count", "the fold counts %d live jobs of concurrency key %s, the projections %d", got, key, after)
+	}
 }
 
 // announce records in the workers' knowledge an announcement of worker
@@ -421,6 +467,11 @@ func (g *judge) verdict(d *events.Decision, o *op) {
 		case events.KindTicked:
 			if in.Verb != events.VerbTick {
 				g.fail(RuleVerdict, "kind", "%s answers a %s", kr(d), in.Verb)
+			}
+		case events.KindLimitSet:
+			if l := d.Limit; in.Verb != events.VerbLimit || l == nil || l.Queue != in.Queue || l.ConcurrencyKey != in.ConcurrencyKey ||
+				l.HasMaxActive != in.HasMaxActive || l.MaxActive != in.MaxActive || l.Rate != in.Rate || l.PeriodMS != in.PeriodMS {
+				g.fail(RuleVerdict, "kind", "%s answers a %s (%+v)", kr(d), in.Verb, in)
 			}
 		default:
 			if d.Kind.Accepted() {

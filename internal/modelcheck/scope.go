@@ -42,6 +42,11 @@ type Scope struct {
 	// MaxAttempts, BackoffMS and BackoffMaxMS are the submit's.
 	MaxAttempts             uint64
 	BackoffMS, BackoffMaxMS int64
+	// ConcurrencyKey, if set, is the submit's concurrency key (rules
+	// revision 9), and MaxActive the limits of it the operator may set
+	// (the op verb limit; a lift too).
+	ConcurrencyKey string
+	MaxActive      []uint64
 	// Past adds, to every input that chooses its time, a stored time
 	// before the fold's: the fold must clamp it.
 	Past bool
@@ -171,6 +176,19 @@ var scopes = map[string]Scope{
 	// The scopes of the mutation tests (mutation_test.go): ci-lease's
 	// moves to depth 3, and a queue with one announcement ttl.
 	"mut-lease": {Name: "mut-lease", Workers: []string{"w1", "w2"}, Jobs: []string{"a"}, Depth: 3, Policy: lessPolicy()},
+	// Concurrency keys (revision 9): a job of a key whose limit (0 or 1)
+	// the operator sets and lifts at any point. One job: with two, a
+	// worker's input at another job's due ACK deadline leaves it OFFERED
+	// past it (under fair firing, revision 6, only ticks fire the
+	// deadlines of jobs an input does not name), which the ack rule
+	// counts as a finding whatever the limits.
+	"ci-limits": {Name: "ci-limits", Workers: []string{"w1", "w2"}, Jobs: []string{"a"}, Depth: 5, Policy: lessPolicy(),
+		Queue: "q", PullTTLs: []int64{3000}, MaxAttempts: 2, BackoffMS: 50, BackoffMaxMS: 100, Continuous: true,
+		ConcurrencyKey: "k", MaxActive: []uint64{0, 1},
+		WorkerVerbs: []string{"ack", "result", "release", "pull"}, Claims: []string{"cur"}, Ops: []string{"submit", "limit", "cancel"}},
+	"limits": {Name: "limits", Workers: []string{"w1", "w2"}, Jobs: []string{"a"}, Depth: 5, Policy: lessPolicy(),
+		Queue: "q", PullTTLs: []int64{300, 3000}, MaxAttempts: 2, BackoffMS: 50, BackoffMaxMS: 100, Continuous: true,
+		ConcurrencyKey: "k", MaxActive: []uint64{0, 1}},
 	"mut-queue": {Name: "mut-queue", Workers: []string{"w1", "w2"}, Jobs: []string{"a"}, Depth: 3, Policy: lessPolicy(),
 		Queue: "q", PullTTLs: []int64{3000}, MaxAttempts: 2, BackoffMS: 50, BackoffMaxMS: 100,
 		WorkerVerbs: []string{"ack", "result", "release", "pull"}, Claims: []string{"cur"}, Ops: []string{"submit"}},
@@ -178,8 +196,8 @@ var scopes = map[string]Scope{
 
 // sets are named lists of scopes.
 var sets = map[string][]string{
-	"ci":    {"ci-lease", "ci-queue", "ci-retain"},
-	"check": {"lease-deep", "two-jobs", "three-workers", "retain", "queue", "queue-two", "rev1", "rev4"},
+	"ci":    {"ci-lease", "ci-queue", "ci-retain", "ci-limits"},
+	"check": {"lease-deep", "two-jobs", "three-workers", "retain", "queue", "queue-two", "limits", "rev1", "rev4"},
 }
 
 // Lookup returns the scopes a name stands for: a set ("ci", "check") or a
@@ -220,6 +238,9 @@ func (s Scope) String() string {
 	}
 	if s.Queue != "" {
 		fmt.Fprintf(&b, " queue=%s", s.Queue)
+	}
+	if s.ConcurrencyKey != "" {
+		fmt.Fprintf(&b, " concurrency-key=%s max-active=%v", s.ConcurrencyKey, s.MaxActive)
 	}
 	if s.Policy.Retain != 0 || s.AltPolicy != nil && s.AltPolicy.Retain != 0 {
 		b.WriteString(" retention")

@@ -754,6 +754,7 @@
         card('Ready at', r.state === 'QUEUED' ? h('span', { id: 'job-ready-at', title: new Date(r.ready_at).toISOString(), text: fmtClock(r.ready_at) }) : '–', 'job-ready'),
         r.scheduled_for ? card('Scheduled for', h('span', { id: 'job-scheduled-for', title: new Date(r.scheduled_for).toISOString(), text: fmtClock(r.scheduled_for) }), 'job-scheduled') : null,
         r.unique_key ? card('Unique key', h('span', { id: 'job-unique-key', text: r.unique_key }), 'job-unique') : null,
+        r.concurrency_key ? card('Concurrency key', h('span', { id: 'job-concurrency-key', text: r.concurrency_key }), 'job-concurrency') : null,
         card('Last attempt ended', r.attempt_reason || '–', 'job-attempt-reason'),
         card('Priority · submitter', (r.priority || 0) + ' · ' + r.submitter, 'job-submit')] : null);
   }
