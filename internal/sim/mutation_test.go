@@ -59,6 +59,18 @@ var simMutations = []simMutation{
 		},
 		seeds: 400,
 	},
+	{
+		name: "wrong-waiter",
+		file: "worker/worker.go",
+		edits: [][2]string{
+			// A verdict nobody awaits (its PubAck not back yet, or its
+			// caller gone) handed to whichever waiter there is, instead of
+			// stashed for its own caller.
+			{"		if wt, ok := w.waiters[k]; ok {\n", "		wt, ok := w.waiters[k]\n		for k2, wt2 := range w.waiters {\n			if !ok {\n				k, wt, ok = k2, wt2, true\n			}\n		}\n		if ok {\n"},
+		},
+		seeds: 400,
+		want:  "sdk call",
+	},
 }
 
 var failingSeed = regexp.MustCompile(`seed (\d+): \d+ coordinators`)

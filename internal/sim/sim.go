@@ -371,6 +371,12 @@ func Run(p Plan) *Report {
 	}
 	checkEffects(rep, l, res)
 	checkRules(rep, l)
+	v := indexVerdicts(l)
+	for _, w := range sdks {
+		if w.calls != nil {
+			checkCalls(rep, net, v, w.calls)
+		}
+	}
 	for _, e := range runErrs.errs {
 		rep.finding("%s", e)
 	}
