@@ -86,10 +86,15 @@ func (c *calls) done(k *call, err error, l *worker.Lease) {
 		if l != nil {
 			k.leaseID = l.Token().LeaseID
 		}
+	case errors.Is(err, worker.ErrNoVerdict):
+		// (first: a call whose context ended wraps the context's cause,
+		// which may be a *VerdictError, the decision that ended its
+		// lease: no verdict of its own input)
+		k.outcome = outcomeNoVerdict
+	case errors.Is(err, worker.ErrClosed):
+		k.outcome = outcomeOther
 	case errors.As(err, &ve):
 		k.outcome, k.decision = outcomeVerdict, ve.Decision
-	case errors.Is(err, worker.ErrNoVerdict):
-		k.outcome = outcomeNoVerdict
 	default:
 		k.outcome = outcomeOther
 	}

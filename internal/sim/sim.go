@@ -68,6 +68,23 @@ type Plan struct {
 	Cuts         float64       // per second, the chance an actor is cut off (partition, pause)
 	CutFor       time.Duration // how long at most
 	Faults       jsmodel.Faults
+	// The queue workload (queue.go), in the seeds that draw it (Queues
+	// above 0): its queues, workers (worker.Run), the jobs the
+	// dispatcher submits, which features it uses, the operator's, and
+	// the handlers' mix.
+	Queues       int
+	QueueWorkers int
+	QueueJobs    int
+	Batches      bool          // some submits are batch submits (revision 7)
+	Scheduled    bool          // some jobs name run_at or delay_ms (revision 8)
+	Unique       bool          // some jobs name a unique key (revision 8)
+	QueueOps     bool          // the operator cancels and revokes queue jobs
+	Policies     bool          // the operator changes the policy
+	Fail         float64       // the chance an attempt fails (retried)
+	Permanent    float64       // fails for good
+	Panic        float64       // panics
+	Hang         float64       // hangs past its lease (its process paused)
+	Slow         float64       // works long
 	Trace        bool          // keep the net's trace (Report.Trace)
 	Duration     time.Duration // the fault phase
 	Drain        time.Duration // the quiet end: every job must end within it
@@ -117,12 +134,42 @@ func Draw(seed uint64) Plan {
 		Instant:       rate(0.5, 0.5),
 		StaleSnapshot: rate(0.3, 0.5),
 	}
+	// The queue workload, from a generator of its own: the draws above
+	// are those of the seeds before it.
+	q := rand.New(rand.NewPCG(seed, 0x7175e))
+	if q.Float64() < 0.6 {
+		qrate := func(p, max float64) float64 {
+			if q.Float64() >= p {
+				return 0
+			}
+			return q.Float64() * max
+		}
+		p.Queues = 1 + q.IntN(2)
+		p.QueueWorkers = 1 + q.IntN(3)
+		p.QueueJobs = 3 + q.IntN(22)
+		p.Batches = q.Float64() < 0.5
+		p.Scheduled = q.Float64() < 0.5
+		p.Unique = q.Float64() < 0.5
+		p.QueueOps = q.Float64() < 0.5
+		p.Policies = q.Float64() < 0.4
+		p.Fail = qrate(0.6, 0.4)
+		p.Permanent = qrate(0.3, 0.15)
+		p.Panic = qrate(0.2, 0.1)
+		p.Hang = qrate(0.4, 0.2)
+		p.Slow = qrate(0.4, 0.2)
+		p.Drain += 30 * time.Second
+	}
 	return p
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, %v then %v quiet",
-		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Duration, p.Drain)
+	queues := "no queues"
+	if p.Queues > 0 {
+		queues = fmt.Sprintf("%d queues, %d queue workers, %d queue jobs, batches %v, scheduled %v, unique keys %v, queue operator %v, policy changes %v, handlers fail %.2f, permanently %.2f, panic %.2f, hang %.2f, slow %.2f",
+			p.Queues, p.QueueWorkers, p.QueueJobs, p.Batches, p.Scheduled, p.Unique, p.QueueOps, p.Policies, p.Fail, p.Permanent, p.Panic, p.Hang, p.Slow)
+	}
+	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, %s, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, %v then %v quiet",
+		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, queues, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Duration, p.Drain)
 }
 
 // Report is what a run found.
@@ -263,6 +310,19 @@ func Run(p Plan) *Report {
 		sdks[i] = w
 		wg.Go(func() { w.run(ctx, jobs, stopWork) })
 	}
+	// The queue workload: its dispatcher stops with the faults, its
+	// workers and operator once every job has ended (or the drain's end).
+	var qr *queueRun
+	var qwg sync.WaitGroup
+	stopQueue := make(chan struct{})
+	if p.Queues > 0 {
+		qr = newQueueRun(p, net, res, stopWork)
+		wg.Go(func() { qr.dispatch(ctx, stopWork) })
+		qwg.Go(func() { qr.operate(ctx, stopQueue) })
+		for _, w := range qr.workers {
+			qwg.Go(func() { w.run(ctx, stopQueue) })
+		}
+	}
 	var opLog []chaos.Entry
 	var opMu sync.Mutex
 	if p.Cancels {
@@ -303,6 +363,11 @@ func Run(p Plan) *Report {
 	for _, w := range sdks {
 		actors = append(actors, w.id)
 	}
+	if qr != nil {
+		for _, w := range qr.workers {
+			actors = append(actors, w.id)
+		}
+	}
 	for t := time.Duration(0); t < p.Duration; t += 100 * time.Millisecond {
 		time.Sleep(100 * time.Millisecond)
 		if faultRng.Float64() < p.Crashes/10 {
@@ -328,9 +393,11 @@ func Run(p Plan) *Report {
 	wg.Wait()
 	// Every job must end within Drain of the faults' end.
 	deadline := quietFrom.Add(p.Drain)
-	for !allEnded(net, jobs) && time.Now().Before(deadline) {
+	for !(allEnded(net, jobs) && (qr == nil || qr.ended())) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
+	close(stopQueue)
+	qwg.Wait()
 	// Let the coordinators store what they have folded, then stop them.
 	time.Sleep(2 * p.LeaderTTL)
 	for _, c := range coords {
@@ -356,6 +423,13 @@ func Run(p Plan) *Report {
 		entries = append(entries, w.journal...)
 	}
 	entries = append(entries, opLog...)
+	if qr != nil {
+		entries = append(entries, qr.disp.j.all()...)
+		entries = append(entries, qr.ops.j.all()...)
+		for _, w := range qr.workers {
+			entries = append(entries, w.j.all()...)
+		}
+	}
 	ids := make([]string, len(coords))
 	for i, c := range coords {
 		ids[i] = c.id
@@ -375,6 +449,17 @@ func Run(p Plan) *Report {
 	for _, w := range sdks {
 		if w.calls != nil {
 			checkCalls(rep, net, v, w.calls)
+		}
+	}
+	if qr != nil {
+		checkQueues(rep, net, l)
+		for _, w := range qr.workers {
+			if w.calls != nil {
+				checkCalls(rep, net, v, w.calls)
+			}
+		}
+		for _, f := range qr.findings {
+			rep.finding("%s", f)
 		}
 	}
 	for _, e := range runErrs.errs {
