@@ -105,6 +105,7 @@ func (o *opsActor) publish(ctx context.Context, subj string, body []byte, id str
 type queueRun struct {
 	p       Plan
 	net     *jsmodel.Net
+	view    *view
 	res     *resource
 	rng     *rand.Rand
 	disp    *opsActor
@@ -117,10 +118,11 @@ type queueRun struct {
 	findings []string
 }
 
-func newQueueRun(p Plan, net *jsmodel.Net, res *resource, quiet <-chan struct{}) *queueRun {
-	q := &queueRun{p: p, net: net, res: res, rng: rand.New(rand.NewPCG(p.Seed, 0x7175)), quiet: quiet,
+func newQueueRun(p Plan, net *jsmodel.Net, v *view, res *resource, quiet <-chan struct{}) *queueRun {
+	q := &queueRun{p: p, net: net, view: v, res: res, rng: rand.New(rand.NewPCG(p.Seed, 0x7175)), quiet: quiet,
 		disp: &opsActor{id: "disp", c: net.Client("disp")}, ops: &opsActor{id: "qops", c: net.Client("qops")}}
 	q.seeds = [2]uint64{q.rng.Uint64(), q.rng.Uint64()}
+	v.opsPrefixes = []string{events.InputPrefix + ".ops." + q.disp.id + ".", events.InputPrefix + ".ops." + q.ops.id + "."}
 	for i := range p.QueueWorkers {
 		q.workers = append(q.workers, &queueWorker{q: q, id: fmt.Sprintf("r%d", i+1), seed: q.rng.Uint64()})
 	}
@@ -152,7 +154,7 @@ func (q *queueRun) submitInput(r *rand.Rand, job string, single bool) events.Inp
 	// Each attempt's lease and ACK timeout: the job's own, or (with
 	// policy changes) the policy's in force at the offer.
 	if !q.p.Policies || r.IntN(3) > 0 {
-		in.LeaseMS = int64(400 + r.IntN(1600))
+		in.LeaseMS = int64(600 + r.IntN(2400))
 	}
 	if !q.p.Policies || r.IntN(3) > 0 {
 		in.AckTimeoutMS = int64(200 + r.IntN(1300))
@@ -234,19 +236,7 @@ func (q *queueRun) dispatch(ctx context.Context, stop <-chan struct{}) {
 // is live (PROTOCOL.md §1.1), so a pull or submit before it would be
 // judged under revision 1, which knows no queues.
 func (q *queueRun) waitLive(ctx context.Context) {
-	for ctx.Err() == nil {
-		q.net.Lock()
-		live := false
-		for _, m := range q.net.Model().Out.Msgs {
-			if d, err := events.DecodeDecision(m.Data); err == nil && d.Kind == events.KindRulesSet {
-				live = true
-				break
-			}
-		}
-		q.net.Unlock()
-		if live {
-			return
-		}
+	for ctx.Err() == nil && !q.view.isLive() {
 		sleepCtx(ctx, 10*time.Millisecond)
 	}
 }
@@ -254,23 +244,8 @@ func (q *queueRun) waitLive(ctx context.Context) {
 // jobStates is every queue job's last projection in the decision stream
 // (the operator's view: the board, or the state API), by id.
 func (q *queueRun) jobStates() map[string]events.Job {
-	q.net.Lock()
-	defer q.net.Unlock()
-	out := map[string]events.Job{}
-	for _, m := range q.net.Model().Out.Msgs {
-		d, err := events.DecodeDecision(m.Data)
-		if err != nil || d.Job.ID == events.NoJob || d.Job.ID == "" {
-			continue
-		}
-		if d.Kind == events.KindRetired {
-			delete(out, d.Job.ID)
-			continue
-		}
-		if d.Job.Queue != "" {
-			out[d.Job.ID] = d.Job
-		}
-	}
-	return out
+	jobs, _ := q.view.queueJobs()
+	return jobs
 }
 
 // allLive reports whether every job of ids is in the projection and
@@ -286,9 +261,15 @@ func (q *queueRun) allLive(ids []string) bool {
 	return true
 }
 
-// ended reports whether every queue job submitted has ended.
+// ended reports whether every queue job submitted has ended: every
+// submit (and operator's input) stored was folded, and the jobs it made
+// have ended.
 func (q *queueRun) ended() bool {
-	for _, j := range q.jobStates() {
+	jobs, folded := q.view.queueJobs()
+	if !folded {
+		return false
+	}
+	for _, j := range jobs {
 		if !queueEnded(j.State) {
 			return false
 		}
@@ -413,7 +394,7 @@ func (w *queueWorker) run(ctx context.Context, stop <-chan struct{}) {
 		cancel()
 	}()
 	r := rand.New(rand.NewPCG(w.seed, 7))
-	ttl := time.Duration(2000+r.IntN(8000)) * time.Millisecond
+	ttl := time.Duration(5000+r.IntN(25000)) * time.Millisecond
 	// More slots than the run has jobs: an offer never finds every slot
 	// taken. (Such a surplus offer is declined after the announcement is
 	// corrected, and Run holds the announcement's lock, a sync.Mutex,

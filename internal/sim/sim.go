@@ -137,7 +137,7 @@ func Draw(seed uint64) Plan {
 	// The queue workload, from a generator of its own: the draws above
 	// are those of the seeds before it.
 	q := rand.New(rand.NewPCG(seed, 0x7175e))
-	if q.Float64() < 0.6 {
+	if q.Float64() < 0.5 {
 		qrate := func(p, max float64) float64 {
 			if q.Float64() >= p {
 				return 0
@@ -146,7 +146,7 @@ func Draw(seed uint64) Plan {
 		}
 		p.Queues = 1 + q.IntN(2)
 		p.QueueWorkers = 1 + q.IntN(3)
-		p.QueueJobs = 3 + q.IntN(22)
+		p.QueueJobs = 2 + q.IntN(12)
 		p.Batches = q.Float64() < 0.5
 		p.Scheduled = q.Float64() < 0.5
 		p.Unique = q.Float64() < 0.5
@@ -292,6 +292,7 @@ func Run(p Plan) *Report {
 
 	// The fenced resource and the workers.
 	res := &resource{}
+	jv := newView(net)
 	jobs := make([]string, p.Jobs)
 	for i := range jobs {
 		jobs[i] = fmt.Sprintf("j%d", i+1)
@@ -316,7 +317,7 @@ func Run(p Plan) *Report {
 	var qwg sync.WaitGroup
 	stopQueue := make(chan struct{})
 	if p.Queues > 0 {
-		qr = newQueueRun(p, net, res, stopWork)
+		qr = newQueueRun(p, net, jv, res, stopWork)
 		wg.Go(func() { qr.dispatch(ctx, stopWork) })
 		qwg.Go(func() { qr.operate(ctx, stopQueue) })
 		for _, w := range qr.workers {
@@ -393,7 +394,7 @@ func Run(p Plan) *Report {
 	wg.Wait()
 	// Every job must end within Drain of the faults' end.
 	deadline := quietFrom.Add(p.Drain)
-	for !(allEnded(net, jobs) && (qr == nil || qr.ended())) && time.Now().Before(deadline) {
+	for !(allEnded(jv, jobs) && (qr == nil || qr.ended())) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	close(stopQueue)
@@ -520,21 +521,100 @@ func maps(m map[string]int) map[string]int {
 	return c
 }
 
-// allEnded reports whether every job's last decision left it ended (or it
-// never had a lease).
-func allEnded(net *jsmodel.Net, jobs []string) bool {
-	net.Lock()
-	defer net.Unlock()
-	out := net.Model().Out
-	state := map[string]events.State{}
-	for i := range out.Msgs {
-		d, err := events.DecodeDecision(out.Msgs[i].Data)
-		if err == nil && d.Job.ID != events.NoJob {
-			state[d.Job.ID] = d.Job.State
+// view is every job's last projection in the decision stream, each
+// decision decoded once (the drain's loop and the operator look often).
+type view struct {
+	net  *jsmodel.Net
+	mu   sync.Mutex
+	next int                   // decisions read
+	jobs map[string]events.Job // by id; a retired job leaves it
+	live bool                  // a rules input was folded
+	// folded is the greatest input sequence with a decision; opsLast the
+	// last input the queue workload's dispatcher and operator stored
+	// (their prefixes opsPrefixes): the view holds what they asked for
+	// once folded reaches it.
+	folded, opsLast uint64
+	nextIn          int
+	opsPrefixes     []string
+}
+
+func newView(net *jsmodel.Net) *view { return &view{net: net, jobs: map[string]events.Job{}} }
+
+// update reads the decisions stored since the last call.
+func (v *view) update() {
+	v.net.Lock()
+	msgs := v.net.Model().Out.Msgs
+	if len(msgs) < v.next { // (a stream that lost its tail: read it again)
+		v.next, v.live = 0, false
+		clear(v.jobs)
+	}
+	fresh := slices.Clone(msgs[v.next:])
+	v.next = len(msgs)
+	ins := v.net.Model().In.Msgs
+	for _, m := range ins[min(v.nextIn, len(ins)):] {
+		for _, p := range v.opsPrefixes {
+			if strings.HasPrefix(m.Subject, p) {
+				v.opsLast = max(v.opsLast, m.Seq)
+			}
 		}
 	}
+	v.nextIn = len(ins)
+	v.net.Unlock()
+	for i := range fresh {
+		d, err := events.DecodeDecision(fresh[i].Data)
+		if err != nil {
+			continue
+		}
+		v.folded = max(v.folded, d.Cause)
+		switch {
+		case d.Kind == events.KindRulesSet:
+			v.live = true
+		case d.Job.ID == events.NoJob || d.Job.ID == "":
+		case d.Kind == events.KindRetired:
+			delete(v.jobs, d.Job.ID)
+		default:
+			v.jobs[d.Job.ID] = d.Job
+		}
+	}
+}
+
+// state returns job's last state (StateNone: none, or retired).
+func (v *view) state(job string) events.State {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.update()
+	return v.jobs[job].State
+}
+
+// queueJobs returns every queue job's last projection, by id, and
+// whether every input of the queue workload's dispatcher and operator
+// stored so far was folded.
+func (v *view) queueJobs() (map[string]events.Job, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.update()
+	out := map[string]events.Job{}
+	for id, j := range v.jobs {
+		if j.Queue != "" {
+			out[id] = j
+		}
+	}
+	return out, v.folded >= v.opsLast
+}
+
+// isLive reports whether the log has moved to the current rules revision.
+func (v *view) isLive() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.update()
+	return v.live
+}
+
+// allEnded reports whether every job's last decision left it ended (or it
+// never had a lease).
+func allEnded(v *view, jobs []string) bool {
 	for _, j := range jobs {
-		if s, ok := state[j]; ok && s.Live() {
+		if v.state(j).Live() {
 			return false
 		}
 	}
