@@ -182,12 +182,12 @@ func checkCalls(rep *Report, net *jsmodel.Net, v *verdicts, c *calls) {
 		if stored {
 			reached = c.delivered[own.seq]
 			if !reached.IsZero() && !k.acked.IsZero() && reached.Before(k.acked) {
-				net.Touch("sdk call: verdict before its PubAck")
+				net.Touch("sdk calls: verdict before its PubAck")
 			}
 		}
 		switch k.outcome {
 		case outcomeVerdict:
-			net.Touch("sdk call: refused, checked")
+			net.Touch("sdk calls: refused, checked")
 			d := k.decision
 			switch {
 			case k.seq == 0:
@@ -200,7 +200,7 @@ func checkCalls(rep *Report, net *jsmodel.Net, v *verdicts, c *calls) {
 				rep.finding("%s: given %s/%s on %s, but its stored verdict is %s/%s on %s", what, d.Kind, d.Reason, d.Job.ID, own.d.Kind, own.d.Reason, own.d.Job.ID)
 			}
 		case outcomeOK:
-			net.Touch("sdk call: accepted, checked")
+			net.Touch("sdk calls: accepted, checked")
 			switch {
 			case k.op == "acquire":
 				g, ok := v.granted[k.leaseID]
@@ -216,7 +216,7 @@ func checkCalls(rep *Report, net *jsmodel.Net, v *verdicts, c *calls) {
 			if k.seq == 0 {
 				break // its outcome unknown to the SDK too: no PubAck
 			}
-			net.Touch("sdk call: no verdict, checked")
+			net.Touch("sdk calls: no verdict, checked")
 			if stored && !reached.IsZero() && reached.Before(k.ret) {
 				rep.finding("%s: told no verdict (%s), but its verdict (decision %d, %s/%s) had reached the worker at %s", what, k.err, own.seq, own.d.Kind, own.d.Reason, reached.Format("15:04:05.000000"))
 			}

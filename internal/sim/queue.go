@@ -186,7 +186,9 @@ func (q *queueRun) dispatch(ctx context.Context, stop <-chan struct{}) {
 		jobs []string
 	}
 	var bodies []sent
-	q.waitLive(ctx)
+	if !q.waitLive(ctx, stop) {
+		return
+	}
 	for i := 0; i < q.p.QueueJobs; {
 		sleep(ctx, stop, time.Duration(50+r.IntN(700))*time.Millisecond)
 		if q.isQuiet() || ctx.Err() != nil {
@@ -235,10 +237,20 @@ func (q *queueRun) dispatch(ctx context.Context, stop <-chan struct{}) {
 // from the start, where a deployment's takes none before its coordinator
 // is live (PROTOCOL.md §1.1), so a pull or submit before it would be
 // judged under revision 1, which knows no queues.
-func (q *queueRun) waitLive(ctx context.Context) {
-	for ctx.Err() == nil && !q.view.isLive() {
-		sleepCtx(ctx, 10*time.Millisecond)
+// It reports whether it is (false: stop or ctx ended first).
+func (q *queueRun) waitLive(ctx context.Context, stop <-chan struct{}) bool {
+	for !q.view.isLive() {
+		sleep(ctx, stop, 10*time.Millisecond)
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		if ctx.Err() != nil {
+			return false
+		}
 	}
+	return true
 }
 
 // jobStates is every queue job's last projection in the decision stream
@@ -292,7 +304,9 @@ func queueEnded(s events.State) bool {
 func (q *queueRun) operate(ctx context.Context, stop <-chan struct{}) {
 	r := rand.New(rand.NewPCG(q.seeds[1], 6))
 	retried := map[string]bool{}
-	q.waitLive(ctx)
+	if !q.waitLive(ctx, stop) {
+		return
+	}
 	if q.p.Policies {
 		q.setPolicy(ctx, r, stop)
 	}
@@ -374,7 +388,9 @@ type queueWorker struct {
 
 func (w *queueWorker) run(ctx context.Context, stop <-chan struct{}) {
 	q := w.q
-	q.waitLive(ctx)
+	if !q.waitLive(ctx, stop) {
+		return
+	}
 	tr := q.net.Client(w.id).Transport()
 	tr.Journal = w.j.record
 	w.calls = newCalls(tr, w.id)
