@@ -10,9 +10,10 @@
 // of them believe they lead at once.
 //
 // Each seed draws its own run (swarm testing): how many coordinators and
-// workers, which features (renewals, progress, cancellations, snapshots)
-// and which faults at which rates. At the end, with the faults stopped
-// and the workers done, the oracles judge the run:
+// workers, which features (renewals, progress, cancellations, snapshots,
+// queues with their dispatcher, workers running worker.Run and operator:
+// queue.go) and which faults at which rates. At the end, with the faults
+// stopped and the workers done, the oracles judge the run:
 //
 //   - the checks of a chaos run over the final streams (internal/chaos:
 //     the decision stream is exactly the fold of the input stream, the
@@ -22,7 +23,13 @@
 //   - no effect accepted by the fenced resource outside its lease's
 //     authority by the stored clock, nor after a later generation began;
 //   - every input a worker was acknowledged has its verdict;
-//   - liveness: every job ends within a bound once the faults stop.
+//   - the queue rules, read from each job's submit (queuecheck.go): no
+//     offer before run_at, nor before a counted attempt's least backoff,
+//     no attempt past max_attempts, no unique key held twice;
+//   - every SDK call the simulator made was told what the stored verdict
+//     of its own input says (calls.go: the wrong-waiter oracle);
+//   - liveness: every job ends within a bound once the faults stop, every
+//     queue job submitted included.
 //
 // "Sometimes" assertions (Net.Touch, Report.Seen) show each fault and each
 // rare path was reached, in the coverage table a run of many seeds
