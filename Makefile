@@ -129,9 +129,9 @@ check:
 ## sim: the deterministic simulator (internal/sim, TESTING.md): real coordinators and simulated
 ## workers over a model of JetStream whose network the seed drives, with its faults (lost, late,
 ## duplicated and reordered replies, unknown outcomes, stalled readers, crashes, partitions,
-## pauses, stale snapshots), SIM_SEEDS seeds (default 1,000: about 45 s on two cores), every
-## oracle checked; a failing seed is printed with the command that replays it, and the coverage
-## table of faults injected and paths reached at the end. make test runs 200 seeds and the
+## pauses, stale snapshots; queues in one seed in two), SIM_SEEDS seeds (default 1,000: about a
+## minute on two cores), every oracle checked; a failing seed is printed with the command that
+## replays it, and the coverage table of faults injected and paths reached at the end. make test runs 200 seeds and the
 ## mutations the simulator must catch. SIM_SEEDS=100000 make sim is the long run.
 SIM_SEEDS ?= 1000
 sim:

@@ -59,6 +59,39 @@ var simMutations = []simMutation{
 		},
 		seeds: 400,
 	},
+	{
+		name: "wrong-waiter",
+		file: "worker/worker.go",
+		edits: [][2]string{
+			// A verdict nobody awaits (its PubAck not back yet, or its
+			// caller gone) handed to whichever waiter there is, instead of
+			// stashed for its own caller.
+			{"		if wt, ok := w.waiters[k]; ok {\n", "		wt, ok := w.waiters[k]\n		for k2, wt2 := range w.waiters {\n			if !ok {\n				k, wt, ok = k2, wt2, true\n			}\n		}\n		if ok {\n"},
+		},
+		seeds: 400,
+		want:  "sdk call: ", // the wrong-waiter oracle's (checkCalls)
+	},
+	{
+		name: "run-at-ignored",
+		file: "projector/queue.go",
+		edits: [][2]string{
+			// A job scheduled for later (run_at) ready at once.
+			{"	case j.RunAt > p.now:\n		j.ReadyAt = j.RunAt\n", "	case j.RunAt > p.now:\n		j.ReadyAt = p.now\n"},
+		},
+		seeds: 400,
+		want:  "before its run_at",
+	},
+	{
+		name: "attempt-past-budget",
+		file: "projector/queue.go",
+		edits: [][2]string{
+			// One attempt more than the job's max_attempts before it is
+			// DEAD.
+			{"	} else if j.Attempt >= j.MaxAttempts {\n", "	} else if j.Attempt > j.MaxAttempts {\n"},
+		},
+		seeds: 400,
+		want:  "attempts of",
+	},
 }
 
 var failingSeed = regexp.MustCompile(`seed (\d+): \d+ coordinators`)

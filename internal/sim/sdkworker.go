@@ -28,6 +28,7 @@ type sdkWorker struct {
 	mu       sync.Mutex
 	journal  []chaos.Entry
 	findings []string
+	calls    *calls // its transport, with the calls the wrong-waiter oracle checks
 }
 
 func newSDKWorker(id string, net *jsmodel.Net, p Plan, res *resource, seed uint64) *sdkWorker {
@@ -47,7 +48,8 @@ func (s *sdkWorker) record(sent bool, subject, msgID string, body []byte, stream
 func (s *sdkWorker) run(ctx context.Context, jobs []string, stop <-chan struct{}) {
 	tr := s.net.Client(s.id).Transport()
 	tr.Journal = s.record
-	w, err := worker.NewWithTransport(tr, s.id, worker.WithVerdictTimeout(2*s.p.Lease+time.Second))
+	s.calls = newCalls(tr, s.id)
+	w, err := worker.NewWithTransport(s.calls, s.id, worker.WithVerdictTimeout(2*s.p.Lease+time.Second))
 	if err != nil {
 		s.findings = append(s.findings, "worker.NewWithTransport: "+err.Error())
 		return
@@ -67,7 +69,9 @@ func (s *sdkWorker) run(ctx context.Context, jobs []string, stop <-chan struct{}
 			return
 		}
 		job := jobs[s.rng.IntN(len(jobs))]
-		l, err := w.Acquire(ctx, job, worker.WithLeaseDuration(s.p.Lease))
+		cctx, k := s.calls.tag(ctx, "acquire", job)
+		l, err := w.Acquire(cctx, job, worker.WithLeaseDuration(s.p.Lease))
+		s.calls.done(k, err, l)
 		if err != nil {
 			continue // held by another, or no verdict: try another later
 		}
@@ -92,14 +96,14 @@ func (s *sdkWorker) work(ctx context.Context, l *worker.Lease, stop <-chan struc
 		}
 		select {
 		case <-l.CancelRequested():
-			if l.AckCancel(ctx) == nil {
-				_ = l.Complete(ctx, events.OutcomeCancelled, "cancelled")
+			if s.call(ctx, "cancel_ack", tok.Job, func(ctx context.Context) error { return l.AckCancel(ctx) }) == nil {
+				_ = s.call(ctx, "complete", tok.Job, func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeCancelled, "cancelled") })
 			}
 			return
 		default:
 		}
 		if s.p.Progress && s.rng.IntN(3) == 0 {
-			_ = l.Progress(ctx, (i+1)*100/steps)
+			_ = s.call(ctx, "progress", tok.Job, func(ctx context.Context) error { return l.Progress(ctx, (i+1)*100/steps) })
 			continue
 		}
 		// An effect, while the lease holds.
@@ -108,10 +112,20 @@ func (s *sdkWorker) work(ctx context.Context, l *worker.Lease, stop <-chan struc
 		}
 	}
 	if l.Context().Err() == nil {
-		if err := l.Complete(ctx, events.OutcomeSuccess, ""); err != nil && !errors.Is(err, worker.ErrNoVerdict) {
+		err := s.call(ctx, "complete", tok.Job, func(ctx context.Context) error { return l.Complete(ctx, events.OutcomeSuccess, "") })
+		if err != nil && !errors.Is(err, worker.ErrNoVerdict) {
 			return
 		}
 	}
+}
+
+// call makes one call of the SDK about job, tagged for the wrong-waiter
+// oracle (checkCalls).
+func (s *sdkWorker) call(ctx context.Context, op, job string, f func(context.Context) error) error {
+	cctx, k := s.calls.tag(ctx, op, job)
+	err := f(cctx)
+	s.calls.done(k, err, nil)
+	return err
 }
 
 // sleep waits d, or until stop or ctx.

@@ -10,9 +10,10 @@
 // of them believe they lead at once.
 //
 // Each seed draws its own run (swarm testing): how many coordinators and
-// workers, which features (renewals, progress, cancellations, snapshots)
-// and which faults at which rates. At the end, with the faults stopped
-// and the workers done, the oracles judge the run:
+// workers, which features (renewals, progress, cancellations, snapshots,
+// queues with their dispatcher, workers running worker.Run and operator:
+// queue.go) and which faults at which rates. At the end, with the faults
+// stopped and the workers done, the oracles judge the run:
 //
 //   - the checks of a chaos run over the final streams (internal/chaos:
 //     the decision stream is exactly the fold of the input stream, the
@@ -22,7 +23,13 @@
 //   - no effect accepted by the fenced resource outside its lease's
 //     authority by the stored clock, nor after a later generation began;
 //   - every input a worker was acknowledged has its verdict;
-//   - liveness: every job ends within a bound once the faults stop.
+//   - the queue rules, read from each job's submit (queuecheck.go): no
+//     offer before run_at, nor before a counted attempt's least backoff,
+//     no attempt past max_attempts, no unique key held twice;
+//   - every SDK call the simulator made was told what the stored verdict
+//     of its own input says (calls.go: the wrong-waiter oracle);
+//   - liveness: every job ends within a bound once the faults stop, every
+//     queue job submitted included.
 //
 // "Sometimes" assertions (Net.Touch, Report.Seen) show each fault and each
 // rare path was reached, in the coverage table a run of many seeds
@@ -69,6 +76,23 @@ type Plan struct {
 	CutFor       time.Duration // how long at most
 	Faults       jsmodel.Faults
 	Lost         LostPlan      // crashes of the server's machine, unsynced tails lost (lost.go)
+	// The queue workload (queue.go), in the seeds that draw it (Queues
+	// above 0): its queues, workers (worker.Run), the jobs the
+	// dispatcher submits, which features it uses, the operator's, and
+	// the handlers' mix.
+	Queues       int
+	QueueWorkers int
+	QueueJobs    int
+	Batches      bool          // some submits are batch submits (revision 7)
+	Scheduled    bool          // some jobs name run_at or delay_ms (revision 8)
+	Unique       bool          // some jobs name a unique key (revision 8)
+	QueueOps     bool          // the operator cancels and revokes queue jobs
+	Policies     bool          // the operator changes the policy
+	Fail         float64       // the chance an attempt fails (retried)
+	Permanent    float64       // fails for good
+	Panic        float64       // panics
+	Hang         float64       // hangs past its lease (its process paused)
+	Slow         float64       // works long
 	Trace        bool          // keep the net's trace (Report.Trace)
 	Duration     time.Duration // the fault phase
 	Drain        time.Duration // the quiet end: every job must end within it
@@ -119,12 +143,42 @@ func Draw(seed uint64) Plan {
 		StaleSnapshot: rate(0.3, 0.5),
 	}
 	p.Lost = drawLost(seed)
+	// The queue workload, from a generator of its own: the draws above
+	// are those of the seeds before it.
+	q := rand.New(rand.NewPCG(seed, 0x7175e))
+	if q.Float64() < 0.5 {
+		qrate := func(p, max float64) float64 {
+			if q.Float64() >= p {
+				return 0
+			}
+			return q.Float64() * max
+		}
+		p.Queues = 1 + q.IntN(2)
+		p.QueueWorkers = 1 + q.IntN(3)
+		p.QueueJobs = 2 + q.IntN(12)
+		p.Batches = q.Float64() < 0.5
+		p.Scheduled = q.Float64() < 0.5
+		p.Unique = q.Float64() < 0.5
+		p.QueueOps = q.Float64() < 0.5
+		p.Policies = q.Float64() < 0.4
+		p.Fail = qrate(0.6, 0.4)
+		p.Permanent = qrate(0.3, 0.15)
+		p.Panic = qrate(0.2, 0.1)
+		p.Hang = qrate(0.4, 0.2)
+		p.Slow = qrate(0.4, 0.2)
+		p.Drain += 30 * time.Second
+	}
 	return p
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, lost tails %v, %v then %v quiet",
-		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Lost, p.Duration, p.Drain)
+	queues := "no queues"
+	if p.Queues > 0 {
+		queues = fmt.Sprintf("%d queues, %d queue workers, %d queue jobs, batches %v, scheduled %v, unique keys %v, queue operator %v, policy changes %v, handlers fail %.2f, permanently %.2f, panic %.2f, hang %.2f, slow %.2f",
+			p.Queues, p.QueueWorkers, p.QueueJobs, p.Batches, p.Scheduled, p.Unique, p.QueueOps, p.Policies, p.Fail, p.Permanent, p.Panic, p.Hang, p.Slow)
+	}
+	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, %s, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, lost tails %v, %v then %v quiet",
+		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, queues, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Lost, p.Duration, p.Drain)
 }
 
 // Report is what a run found.
@@ -250,6 +304,7 @@ func Run(p Plan) *Report {
 
 	// The fenced resource and the workers.
 	res := &resource{}
+	jv := newView(net)
 	jobs := make([]string, p.Jobs)
 	for i := range jobs {
 		jobs[i] = fmt.Sprintf("j%d", i+1)
@@ -267,6 +322,19 @@ func Run(p Plan) *Report {
 		w := newSDKWorker(fmt.Sprintf("s%d", i+1), net, p, res, rng.Uint64())
 		sdks[i] = w
 		wg.Go(func() { w.run(ctx, jobs, stopWork) })
+	}
+	// The queue workload: its dispatcher stops with the faults, its
+	// workers and operator once every job has ended (or the drain's end).
+	var qr *queueRun
+	var qwg sync.WaitGroup
+	stopQueue := make(chan struct{})
+	if p.Queues > 0 {
+		qr = newQueueRun(p, net, jv, res, stopWork)
+		wg.Go(func() { qr.dispatch(ctx, stopWork) })
+		qwg.Go(func() { qr.operate(ctx, stopQueue) })
+		for _, w := range qr.workers {
+			qwg.Go(func() { w.run(ctx, stopQueue) })
+		}
 	}
 	var opLog []chaos.Entry
 	var opMu sync.Mutex
@@ -308,6 +376,11 @@ func Run(p Plan) *Report {
 	for _, w := range sdks {
 		actors = append(actors, w.id)
 	}
+	if qr != nil {
+		for _, w := range qr.workers {
+			actors = append(actors, w.id)
+		}
+	}
 	for t := time.Duration(0); t < p.Duration; t += 100 * time.Millisecond {
 		time.Sleep(100 * time.Millisecond)
 		if faultRng.Float64() < p.Crashes/10 {
@@ -334,9 +407,11 @@ func Run(p Plan) *Report {
 	wg.Wait()
 	// Every job must end within Drain of the faults' end.
 	deadline := quietFrom.Add(p.Drain)
-	for !(allEnded(net, jobs) && allDecided(net)) && time.Now().Before(deadline) {
+	for !(allEnded(jv, jobs) && allDecided(net) && (qr == nil || qr.ended())) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
+	close(stopQueue)
+	qwg.Wait()
 	// Let the coordinators store what they have folded, then stop them.
 	time.Sleep(2 * p.LeaderTTL)
 	for _, c := range coords {
@@ -362,6 +437,13 @@ func Run(p Plan) *Report {
 		entries = append(entries, w.journal...)
 	}
 	entries = append(entries, opLog...)
+	if qr != nil {
+		entries = append(entries, qr.disp.j.all()...)
+		entries = append(entries, qr.ops.j.all()...)
+		for _, w := range qr.workers {
+			entries = append(entries, w.j.all()...)
+		}
+	}
 	ids := make([]string, len(coords))
 	for i, c := range coords {
 		ids[i] = c.id
@@ -395,6 +477,23 @@ func Run(p Plan) *Report {
 		checkEffects(rep, l, res)
 		checkRules(rep, l)
 		checkVerdicts(rep, l, entries, excused)
+		v := indexVerdicts(l)
+		for _, w := range sdks {
+			if w.calls != nil {
+				checkCalls(rep, net, v, w.calls)
+			}
+		}
+		if qr != nil {
+			checkQueues(rep, net, l)
+			for _, w := range qr.workers {
+				if w.calls != nil {
+					checkCalls(rep, net, v, w.calls)
+				}
+			}
+			for _, f := range qr.findings {
+				rep.finding("%s", f)
+			}
+		}
 		for _, e := range runErrs.errs {
 			rep.finding("%s", e)
 		}
@@ -457,21 +556,100 @@ func maps(m map[string]int) map[string]int {
 	return c
 }
 
-// allEnded reports whether every job's last decision left it ended (or it
-// never had a lease).
-func allEnded(net *jsmodel.Net, jobs []string) bool {
-	net.Lock()
-	defer net.Unlock()
-	out := net.Model().Out
-	state := map[string]events.State{}
-	for i := range out.Msgs {
-		d, err := events.DecodeDecision(out.Msgs[i].Data)
-		if err == nil && d.Job.ID != events.NoJob {
-			state[d.Job.ID] = d.Job.State
+// view is every job's last projection in the decision stream, each
+// decision decoded once (the drain's loop and the operator look often).
+type view struct {
+	net  *jsmodel.Net
+	mu   sync.Mutex
+	next int                   // decisions read
+	jobs map[string]events.Job // by id; a retired job leaves it
+	live bool                  // a rules input was folded
+	// folded is the greatest input sequence with a decision; opsLast the
+	// last input the queue workload's dispatcher and operator stored
+	// (their prefixes opsPrefixes): the view holds what they asked for
+	// once folded reaches it.
+	folded, opsLast uint64
+	nextIn          int
+	opsPrefixes     []string
+}
+
+func newView(net *jsmodel.Net) *view { return &view{net: net, jobs: map[string]events.Job{}} }
+
+// update reads the decisions stored since the last call.
+func (v *view) update() {
+	v.net.Lock()
+	msgs := v.net.Model().Out.Msgs
+	if len(msgs) < v.next { // (a stream that lost its tail: read it again)
+		v.next, v.live = 0, false
+		clear(v.jobs)
+	}
+	fresh := slices.Clone(msgs[v.next:])
+	v.next = len(msgs)
+	ins := v.net.Model().In.Msgs
+	for _, m := range ins[min(v.nextIn, len(ins)):] {
+		for _, p := range v.opsPrefixes {
+			if strings.HasPrefix(m.Subject, p) {
+				v.opsLast = max(v.opsLast, m.Seq)
+			}
 		}
 	}
+	v.nextIn = len(ins)
+	v.net.Unlock()
+	for i := range fresh {
+		d, err := events.DecodeDecision(fresh[i].Data)
+		if err != nil {
+			continue
+		}
+		v.folded = max(v.folded, d.Cause)
+		switch {
+		case d.Kind == events.KindRulesSet:
+			v.live = true
+		case d.Job.ID == events.NoJob || d.Job.ID == "":
+		case d.Kind == events.KindRetired:
+			delete(v.jobs, d.Job.ID)
+		default:
+			v.jobs[d.Job.ID] = d.Job
+		}
+	}
+}
+
+// state returns job's last state (StateNone: none, or retired).
+func (v *view) state(job string) events.State {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.update()
+	return v.jobs[job].State
+}
+
+// queueJobs returns every queue job's last projection, by id, and
+// whether every input of the queue workload's dispatcher and operator
+// stored so far was folded.
+func (v *view) queueJobs() (map[string]events.Job, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.update()
+	out := map[string]events.Job{}
+	for id, j := range v.jobs {
+		if j.Queue != "" {
+			out[id] = j
+		}
+	}
+	return out, v.folded >= v.opsLast
+}
+
+// isLive reports whether the log has moved to the current rules revision.
+func (v *view) isLive() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.update()
+	return v.live
+}
+
+// allEnded reports whether every job's last decision left it ended (or it
+// never had a lease).
+func allEnded(v *view, jobs []string) bool {
 	for _, j := range jobs {
-		if s, ok := state[j]; ok && s.Live() {
+		if v.state(j).Live() {
 			return false
 		}
 	}

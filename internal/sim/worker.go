@@ -342,7 +342,7 @@ func checkEffects(rep *Report, l *chaos.Log, res *resource) {
 			g = &gen{holder: d.Job.Holder, from: m.Time}
 			byGen[d.Job.Generation] = g
 		}
-		if d.Kind == events.KindGranted || d.Kind == events.KindRenewed {
+		if d.Kind == events.KindGranted || d.Kind == events.KindAcked || d.Kind == events.KindRenewed {
 			g.expires = append(g.expires, struct{ at, until int64 }{m.Time, d.Job.ExpiresAt})
 		}
 	}
@@ -376,7 +376,7 @@ func checkEffects(rep *Report, l *chaos.Log, res *resource) {
 // the fold that made it (a fold that broke them would reproduce its own
 // decisions): a renewal is accepted only when stored before its lease's
 // expires_at (seed 000 §6, seed 004), and a job's generation never goes
-// back.
+// back (until it is retired: its id is then free again).
 func checkRules(rep *Report, l *chaos.Log) {
 	type key struct {
 		job string
@@ -387,6 +387,10 @@ func checkRules(rep *Report, l *chaos.Log) {
 	for _, m := range l.Decisions {
 		d, err := events.DecodeDecision(m.Data)
 		if err != nil || d.Job.ID == events.NoJob {
+			continue
+		}
+		if d.Kind == events.KindRetired {
+			delete(gens, d.Job.ID) // its id is free again: a new job starts at generation 0
 			continue
 		}
 		if g := gens[d.Job.ID]; d.Job.Generation < g {
