@@ -75,7 +75,7 @@ type Plan struct {
 	Cuts         float64       // per second, the chance an actor is cut off (partition, pause)
 	CutFor       time.Duration // how long at most
 	Faults       jsmodel.Faults
-	Lost         LostPlan      // crashes of the server's machine, unsynced tails lost (lost.go)
+	Lost         LostPlan // crashes of the server's machine, unsynced tails lost (lost.go)
 	// The queue workload (queue.go), in the seeds that draw it (Queues
 	// above 0): its queues, workers (worker.Run), the jobs the
 	// dispatcher submits, which features it uses, the operator's, and
