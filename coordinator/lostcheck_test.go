@@ -1,12 +1,10 @@
 package coordinator_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/streams"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a logger's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // On a real server, the check that the input stream still holds the last
 // input folded (every leadership renewal) finds it, as the coordinator's
@@ -44,7 +24,7 @@ func (l *lockedBuffer) String() string {
 // only a resynchronisation for a lost input fails it.
 func TestInputKeptOnServer(t *testing.T) {
 	srv, _, js := newServer(t)
-	var logs lockedBuffer
+	var logs testutil.LockedBuffer
 	r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) {
 		c.LeaderTTL = 300 * time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
