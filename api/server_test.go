@@ -108,7 +108,7 @@ func TestAPI(t *testing.T) {
 	var q api.QueueReply
 	testutil.WaitFor(t, 10*time.Second, "two offers in queue emails", func() bool {
 		q, err = cl.Queue(ctx, "emails")
-		return err == nil && q.Queue.InFlight == 2
+		return err == nil && q.Queue.InFlight == 2 && q.CaughtUp
 	})
 	if st := q.Queue; st.Jobs != 3 || st.Queued != 1 || st.Ready != 1 || st.Workers != 1 || st.Slots != 2 || st.FreeSlots != 0 ||
 		len(st.WorkerList) != 1 || st.WorkerList[0].Worker != "w1" || st.WorkerList[0].Held != 2 || st.Totals.Submitted != 3 ||
