@@ -184,6 +184,7 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			until int64
 		}
 		caps := map[[2]string]cap{}                  // (queue, worker) -> announcement
+		latest := map[[2]string]int64{}              // (queue, worker) -> the latest until it announced
 		standings := map[[2]string]events.Standing{} // (queue, worker) -> standing (revision 5)
 		cancelled := map[string]bool{}               // queue jobs whose cancel was accepted (revision 5)
 		limits := map[[2]string]*keyAllowance{}      // (queue, concurrency key) -> limit in force (revision 9)
@@ -305,6 +306,17 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 			case 2, 3:
 				in := events.Input{Verb: events.VerbPull, Queue: rapid.SampledFrom(queues).Draw(t, "queue"),
 					Slots: uint64(rapid.IntRange(0, 3).Draw(t, "slots")), TTLMS: int64(rapid.SampledFrom([]int{500, 3000}).Draw(t, "ttl"))}
+				k := [2]string{in.Queue, worker}
+				if rev == events.Revision5 && now+in.TTLMS*ms < latest[k] {
+					// Revision 5 keeps finding 1 of TESTING.md (an
+					// announcement made again with a shorter ttl counts in
+					// surplus after it expired, for a fold that never
+					// stopped, and not for one restored from a snapshot;
+					// TestFoundSurplusAfterShorterAnnouncement pins it), so
+					// under it the replay with restores below would differ.
+					in.TTLMS = 3000
+				}
+				latest[k] = max(latest[k], now+in.TTLMS*ms)
 				ds = step(events.RoleWorker, worker, events.NoJob, in)
 			case 4, 5:
 				l := lease()
@@ -580,16 +592,19 @@ func queueProperties(t *testing.T, fireLimit, offerLimit int, rev uint32) {
 				got = append(got, events.AppendDecision(nil, &ds[j]))
 			}
 		}
-		if len(got) != len(encoded) {
-			t.Fatalf("replay with restores: %d decisions, want %d", len(got), len(encoded))
-		}
-		for i := range got {
-			if string(got[i]) != string(encoded[i]) {
+		for i := range max(len(got), len(encoded)) {
+			if i >= len(got) || i >= len(encoded) || string(got[i]) != string(encoded[i]) {
+				if i >= len(got) || i >= len(encoded) {
+					t.Fatalf("replay with restores (every %d inputs): %d decisions, want %d; the first %d agree; want next %s", every, len(got), len(encoded), i, encoded[min(i, len(encoded)-1)])
+				}
 				ctx := ""
-				for k := max(0, i-8); k < min(len(got), i+3); k++ {
+				for k := max(0, i-8); k < min(len(got), len(encoded), i+3); k++ {
 					ctx += "\n G " + string(got[k]) + "\n W " + string(encoded[k])
 				}
-				t.Fatalf("replay with restores differs at decision %d:\n got  %s\n want %s%s", i, got[i], encoded[i], ctx)
+				for k := min(len(got), len(encoded), i+3); k < min(len(encoded), i+6); k++ {
+					ctx += "\n W " + string(encoded[k])
+				}
+				t.Fatalf("replay with restores (every %d inputs) differs at decision %d:\n got  %s\n want %s%s", every, i, got[i], encoded[i], ctx)
 			}
 		}
 		if q.StateHash() != p.StateHash() {
