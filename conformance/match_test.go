@@ -113,3 +113,42 @@ func TestScenariosParse(t *testing.T) {
 		}
 	}
 }
+
+// A batch input's elements stand for the single inputs of their jobs, so
+// that await_input matches a queue worker's result whether it went alone
+// or in a batch (the SDKs send what falls due together as one); other
+// inputs have none.
+func TestBatchElements(t *testing.T) {
+	batch := decode(t, `{"seq":8,"subject":"tenure.in.worker.w1._.result","msg_id":"m","body":{"v":1,"leases":[`+
+		`{"job":"q-retry","lease_id":"L4","generation":1,"outcome":"FAILED"},{"job":"q-dead","lease_id":"L5","generation":1,"outcome":"FAILED"}]}}`)
+	els := batchElements(batch)
+	if len(els) != 2 {
+		t.Fatalf("%d elements", len(els))
+	}
+	p := decode(t, `{"subject":"tenure.in.worker.w1.q-retry.result","body":{"outcome":"FAILED","generation":1}}`)
+	if match(p, batch) == nil {
+		t.Fatal("the batch itself matches a single input's pattern")
+	}
+	if err := match(p, els[0]); err != nil {
+		t.Fatalf("the element of q-retry: %v", err)
+	}
+	if match(p, els[1]) == nil {
+		t.Fatal("the element of q-dead matches q-retry's pattern")
+	}
+	if e := els[1].(map[string]any); e["seq"] != 8.0 || e["msg_id"] != "m" || e["batch"] != "tenure.in.worker.w1._.result" {
+		t.Fatalf("the element keeps the batch's seq, msg_id and subject: %v", e)
+	}
+	sub := decode(t, `{"seq":3,"subject":"tenure.in.ops.disp._.submit","body":{"v":1,"jobs":[{"job":"a","queue":"q"}]}}`)
+	if els := batchElements(sub); len(els) != 1 || els[0].(map[string]any)["subject"] != "tenure.in.ops.disp.a.submit" {
+		t.Fatalf("a batch submit: %v", els)
+	}
+	for _, v := range []string{
+		`{"seq":1,"subject":"tenure.in.worker.w1.q-retry.result","body":{"v":1,"leases":[{"job":"x"}]}}`, // not job _
+		`{"seq":1,"subject":"tenure.in.worker.w1._.pull","body":{"v":1,"queue":"q","slots":1}}`,          // no array
+		`{"seq":1,"subject":"tenure.in.worker.w1._.result","body":"not json"}`,
+	} {
+		if els := batchElements(decode(t, v)); len(els) != 0 {
+			t.Errorf("%s: %v", v, els)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/maknow/tenure/events"
 )
 
 // defaultWait bounds a step that waits (await_*, expect_projection,
@@ -532,17 +534,64 @@ func (s *session) await(st Step) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout(st, defaultWait))
 	defer cancel()
 	cand := candidate(p)
-	e, err := f.wait(ctx, from, func(e entry) error {
-		if match(cand, e.v) != nil {
-			return errSkip
+	var kept any
+	_, err = f.wait(ctx, from, func(e entry) error {
+		vs := []any{e.v}
+		if st.Op == "await_input" {
+			vs = append(vs, batchElements(e.v)...)
 		}
-		return match(p, e.v)
+		miss := errSkip
+		for _, v := range vs {
+			if match(cand, v) != nil {
+				continue
+			}
+			if miss = match(p, v); miss == nil {
+				kept = v
+				return nil
+			}
+		}
+		return miss
 	})
 	if err != nil {
 		return fmt.Errorf("want %s: %w", text(p), err)
 	}
-	s.keep(st, e.v)
+	s.keep(st, kept)
 	return nil
+}
+
+// batchElements are the elements of a batch input (PROTOCOL.md §22.9: a
+// subject whose job token is _, a body with an array "leases" or "jobs")
+// as the single inputs they stand for: each element's subject names its
+// job, its body is the element, and seq and msg_id are the batch's. An
+// SDK may send what falls due together as one batch (a queue worker's
+// results, say), so await_input matches an element as it would the single
+// input of its job. Any other input has none.
+func batchElements(v any) []any {
+	in, _ := v.(map[string]any)
+	subject, _ := in["subject"].(string)
+	body, _ := in["body"].(map[string]any)
+	toks := strings.Split(subject, ".")
+	if len(toks) < 4 || toks[len(toks)-2] != events.NoJob || body == nil {
+		return nil
+	}
+	var elems []any
+	for _, k := range []string{"leases", "jobs"} {
+		if a, ok := body[k].([]any); ok {
+			elems = a
+		}
+	}
+	var out []any
+	for _, x := range elems {
+		el, ok := x.(map[string]any)
+		job, _ := el["job"].(string)
+		if !ok || job == "" {
+			continue
+		}
+		t := slices.Clone(toks)
+		t[len(t)-2] = job
+		out = append(out, map[string]any{"seq": in["seq"], "subject": strings.Join(t, "."), "msg_id": in["msg_id"], "body": el, "batch": subject})
+	}
+	return out
 }
 
 // candidate is the part of a pattern that says what an entry is about
