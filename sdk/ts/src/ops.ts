@@ -59,13 +59,20 @@ export interface SubmitOptions {
   uniqueKey?: string;
   /** Rules revision 8: the job holds its key this long after it ended too; needs uniqueKey (single submits only). */
   uniqueForMs?: number;
+  /**
+   * Rules revision 9 (§26.4): the job's concurrency key; while the queue
+   * has a limit of the key (an operator's, tenure limit), at most its
+   * max_active jobs naming it are offered or active at once (single
+   * submits only).
+   */
+  concurrencyKey?: string;
 }
 
-/** One job of submitMany. Its options take no runAt, delayMs, uniqueKey or uniqueForMs: such a job goes alone, with submit. */
+/** One job of submitMany. Its options take no runAt, delayMs, uniqueKey, uniqueForMs or concurrencyKey: such a job goes alone, with submit. */
 export interface SubmitJob {
   id: string;
   queue: string;
-  options?: Omit<SubmitOptions, "runAt" | "delayMs" | "uniqueKey" | "uniqueForMs">;
+  options?: Omit<SubmitOptions, "runAt" | "delayMs" | "uniqueKey" | "uniqueForMs" | "concurrencyKey">;
 }
 
 /** What became of one job of submitMany. */
@@ -505,8 +512,8 @@ function submitFields(job: string, queue: string, o: SubmitOptions, batch: boole
     if (n > MAX_PAYLOAD_BYTES) throw new RangeError(`ops: submit ${job}: payload of ${n} bytes: at most ${MAX_PAYLOAD_BYTES}`);
     f.payload = o.payload;
   }
-  const flow = o.runAt !== undefined || o.delayMs !== undefined || o.uniqueKey !== undefined || o.uniqueForMs !== undefined;
-  if (flow && batch) throw new TypeError(`ops: submit ${job}: a run_at, delay or unique key goes in a single submit (submit), not a batch`);
+  const flow = o.runAt !== undefined || o.delayMs !== undefined || o.uniqueKey !== undefined || o.uniqueForMs !== undefined || o.concurrencyKey !== undefined;
+  if (flow && batch) throw new TypeError(`ops: submit ${job}: a run_at, delay, unique key or concurrency key goes in a single submit (submit), not a batch`);
   if (o.runAt !== undefined) {
     if (o.delayMs !== undefined) throw new TypeError(`ops: submit ${job}: runAt and delayMs exclude each other`);
     const t = o.runAt instanceof Date ? o.runAt.getTime() : NaN;
@@ -522,6 +529,10 @@ function submitFields(job: string, queue: string, o: SubmitOptions, batch: boole
   if (o.uniqueForMs !== undefined) {
     if (o.uniqueKey === undefined) throw new TypeError(`ops: submit ${job}: uniqueForMs needs a uniqueKey`);
     put("unique_for_ms", int("unique for (ms)", o.uniqueForMs, 1, MAX_DURATION_MS));
+  }
+  if (o.concurrencyKey !== undefined) {
+    if (typeof o.concurrencyKey !== "string" || !validToken(o.concurrencyKey)) throw new TypeError(`ops: submit ${job}: concurrency key ${JSON.stringify(o.concurrencyKey)}: want 1 to 64 of [A-Za-z0-9_-], not _`);
+    f.concurrency_key = o.concurrencyKey;
   }
   return f;
 }

@@ -126,6 +126,8 @@ export interface JobProjection {
   unique_key?: string;
   /** Rules revision 8 (§26.2): the submit's unique_for_ms, if any. */
   unique_for_ms?: number;
+  /** Rules revision 9 (§26.4): the submit's concurrency_key, if any. */
+  concurrency_key?: string;
   submitted_at?: string;
   submit_seq?: number;
   ready_at?: string;

@@ -76,6 +76,10 @@ describe("dispatcher", () => {
       assert.ok(err instanceof VerdictError && err.reason === "duplicate_unique_key" && err.decision.duplicate_of === unique);
       return true;
     });
+    // Rules revision 9: the job's concurrency key is the submit's, in its projection.
+    const keyed = await d.submit(uniq("k"), "mail", { concurrencyKey: "acct-42", delayMs: 60_000 });
+    assert.equal(keyed.kind, "submitted");
+    assert.equal(keyed.job.concurrency_key, "acct-42");
   });
 
   test("invalid arguments are refused before anything is published", async () => {
@@ -86,6 +90,9 @@ describe("dispatcher", () => {
     await assert.rejects(d.submit("ok", "mail", { backoffMs: 5000, backoffMaxMs: 4000 }), RangeError);
     await assert.rejects(d.submit("ok", "mail", { delayMs: 5, runAt: new Date() }), TypeError);
     await assert.rejects(d.submit("ok", "mail", { uniqueForMs: 5 }), TypeError);
+    await assert.rejects(d.submit("ok", "mail", { concurrencyKey: "a.b" }), TypeError);
+    await assert.rejects(d.submitMany([{ id: "a", queue: "q", options: { concurrencyKey: "k" } as never }]),
+      (err: Error) => err instanceof TypeError && /single submit/.test(err.message));
     await assert.rejects(d.submitMany([{ id: "a", queue: "q" }, { id: "b", queue: "q", options: { runAt: new Date() } as never }]),
       (err: Error) => err instanceof TypeError && /job 1: .*single submit/.test(err.message));
     await assert.rejects(d.submitMany([{ id: "a", queue: "q", options: { maxAttempts: 0 } }]), RangeError);
