@@ -188,6 +188,9 @@ func (m *Model) apply(part uint32, seq uint64, d *events.Decision) (e, prev *Ent
 	if d.Standing != nil { // revision 5: the addressee's standing on a queue
 		m.queues.Standing(part, d.Addressee, *d.Standing)
 	}
+	if d.Kind == events.KindLimitSet && d.Limit != nil { // revision 9: the limit in force after it
+		m.queues.Limit(part, *d.Limit)
+	}
 	id := d.Job.ID
 	if id == "" || id == events.NoJob || !m.partition(part).Owns(id) {
 		return nil, nil // a rejection about a job of another partition is not its projection
@@ -266,12 +269,12 @@ func (m *Model) unindex(e *Entry) {
 // Restore resets partition part of the model to p, a projector restored
 // from the coordinator's stored snapshot (projector.Projector.Restore)
 // whose last decision is at sequence seq of the partition's decision
-// stream: the partition's jobs, standing announcements and standings are
+// stream: the partition's jobs, standing announcements, standings and limits are
 // the snapshot's, and the model goes on from decision seq+1. Its jobs'
 // last decisions are unknown (Entry.Restored), and the queues' counts and
 // rates, and the workers' counts, start again from the snapshot.
 func (m *Model) Restore(part uint32, seq uint64, p *projector.Projector) {
-	jobs, caps, standings := p.Jobs(), p.Capacities(), p.Standings()
+	jobs, caps, standings, limits := p.Jobs(), p.Capacities(), p.Standings(), p.Limits()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var gone []*Entry
@@ -303,6 +306,9 @@ func (m *Model) Restore(part uint32, seq uint64, p *projector.Projector) {
 	}
 	for _, s := range standings {
 		m.queues.Standing(part, s.Worker, s.Standing)
+	}
+	for _, l := range limits {
+		m.queues.Limit(part, l.Limit)
 	}
 	m.parts[part] = position{seq: seq, at: now, restored: seq}
 	for _, v := range m.views {

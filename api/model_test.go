@@ -592,3 +592,92 @@ func TestJobSummaryUniqueKey(t *testing.T) {
 		t.Fatalf("the jobs of exports: %+v", l)
 	}
 }
+
+// The limits a queue's stats list (rules revision 9) are the fold's:
+// after every input of random logs of keyed jobs, limits set, changed and
+// lifted, and time passing, each queue's limit_list is projector.Limits()
+// of the queue (its key, max_active, rate and period), with the live
+// leases of each key's jobs as the projection has them; so is a model
+// restored from a snapshot at any point and fed the decisions after it.
+func TestModelLimitsAreTheFold(t *testing.T) {
+	jobs := []string{"j0", "j1", "j2", "j3", "j4", "j5"}
+	rapid.Check(t, func(rt *rapid.T) {
+		f := newFolded(rt)
+		f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision9, LeaseKey: [events.LeaseKeyLen]byte{7}})
+		queues, keys := []string{"q1", "q2"}, []string{"", "k1", "k2"}
+		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
+			f.now += rapid.SampledFrom([]int64{0, 1, 50, 400, 2500}).Draw(rt, "gap") * ms
+			job := rapid.SampledFrom(jobs).Draw(rt, "job")
+			j, _ := f.p.Job(job)
+			switch rapid.IntRange(0, 9).Draw(rt, "op") {
+			case 0, 1:
+				f.step(events.RoleOps, "d1", job, events.Input{Verb: events.VerbSubmit, Queue: rapid.SampledFrom(queues).Draw(rt, "queue"),
+					ConcurrencyKey: rapid.SampledFrom(keys).Draw(rt, "key")})
+			case 2:
+				f.step(events.RoleWorker, "w1", events.NoJob, events.Input{Verb: events.VerbPull, Queue: rapid.SampledFrom(queues).Draw(rt, "queue"),
+					Slots: uint64(rapid.IntRange(0, 4).Draw(rt, "slots")), TTLMS: 3000})
+			case 3:
+				f.step(events.RoleWorker, j.Holder, job, events.Input{Verb: events.VerbAck, LeaseID: j.LeaseID, Generation: j.Generation})
+			case 4:
+				f.step(events.RoleWorker, j.Holder, job, events.Input{Verb: events.VerbResult, LeaseID: j.LeaseID, Generation: j.Generation, Outcome: events.OutcomeSuccess})
+			case 5, 6:
+				in := events.Input{Verb: events.VerbLimit, Queue: rapid.SampledFrom(queues).Draw(rt, "queue"), ConcurrencyKey: rapid.SampledFrom(keys).Draw(rt, "key")}
+				if in.ConcurrencyKey != "" && rapid.Bool().Draw(rt, "max") {
+					in.MaxActive, in.HasMaxActive = uint64(rapid.IntRange(0, 2).Draw(rt, "max_active")), true
+				}
+				if rapid.Bool().Draw(rt, "rate") {
+					in.Rate, in.PeriodMS = uint64(rapid.IntRange(1, 3).Draw(rt, "rate_n")), int64(rapid.SampledFrom([]int{100, 1000}).Draw(rt, "period"))
+				}
+				f.step(events.RoleOps, "admin", events.NoJob, in) // neither: lifted
+			case 7:
+				f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+			default:
+				f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+				f.restore()
+			}
+			f.checkLimits(f.m)
+			if f.r != nil {
+				f.checkLimits(f.r)
+			}
+		}
+	})
+}
+
+// checkLimits compares m's limits of every queue with the projector's.
+func (f *folded) checkLimits(m *Model) {
+	f.t.Helper()
+	live := map[[2]string]int{}
+	for _, j := range f.p.Jobs() {
+		if j.State.Live() && j.ConcurrencyKey != "" {
+			live[[2]string{j.Queue, j.ConcurrencyKey}]++
+		}
+	}
+	want := map[string][]LimitInForce{}
+	for _, l := range f.p.Limits() {
+		x := LimitInForce{Key: l.ConcurrencyKey, Rate: l.Rate, PeriodMS: l.PeriodMS}
+		if l.HasMaxActive {
+			x.MaxActive = &l.MaxActive
+		}
+		if l.ConcurrencyKey != "" {
+			x.Live = live[[2]string{l.Queue, l.ConcurrencyKey}]
+		}
+		want[l.Queue] = append(want[l.Queue], x)
+	}
+	for _, name := range []string{"q1", "q2"} {
+		st, ok := m.Queue(name, f.at())
+		if len(want[name]) > 0 && !ok {
+			f.t.Fatalf("queue %s with %d limits in force is not known", name, len(want[name]))
+		}
+		got, _ := json.Marshal(st.Queue.LimitList)
+		w, _ := json.Marshal(want[name])
+		if want[name] == nil {
+			w = []byte("null")
+		}
+		if len(st.Queue.LimitList) == 0 {
+			got = []byte("null")
+		}
+		if !bytes.Equal(got, w) || st.Queue.Limits != len(want[name]) {
+			f.t.Fatalf("queue %s at %s: %d limits listed %s; the fold's: %s", name, events.FormatTime(f.now), st.Queue.Limits, got, w)
+		}
+	}
+}

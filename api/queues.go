@@ -17,6 +17,10 @@ const RateWindow = 60 * time.Second
 // counts them all).
 const MaxWorkersListed = 100
 
+// MaxLimitsListed bounds the limits a queue's stats list (QueueStats.Limits
+// counts them all).
+const MaxLimitsListed = 100
+
 // Counts are how many times something happened to a queue's jobs, by the
 // decisions that say so (PROTOCOL.md §22): a submit accepted (submitted),
 // an offer the queue made (assigned), a job that ended COMPLETED
@@ -142,6 +146,39 @@ type QueueStats struct {
 	// WorkerList is the standing announcements, by worker then partition,
 	// at most MaxWorkersListed (only in the answer about one queue).
 	WorkerList []WorkerCapacity `json:"worker_list,omitempty"`
+	// Limits counts the limits in force on the queue (rules revision 9,
+	// PROTOCOL.md §26.4, §26.5): of its concurrency keys and of the queue
+	// itself, each partition's its own. LimitList is them, by key then
+	// partition, at most MaxLimitsListed (only in the answer about one
+	// queue).
+	Limits    int            `json:"limits"`
+	LimitList []LimitInForce `json:"limit_list,omitempty"`
+}
+
+// LimitInForce is a limit in force on a queue, as the latest limit_set
+// decision of its key (of its partition) left it, or the stored snapshot
+// the read model started from.
+type LimitInForce struct {
+	// Key is the concurrency key it limits; "" for the queue's own limit
+	// (a rate only).
+	Key       string `json:"key"`
+	Partition string `json:"partition,omitempty"` // partitioned deployments: the partition that applies it
+	// MaxActive is at most how many of the queue's jobs naming the key
+	// hold live leases at once; omitted when the limit has none.
+	MaxActive *uint64 `json:"max_active,omitempty"`
+	// Live is how many of the queue's jobs naming the key hold live
+	// leases now (in that partition); for the queue's own limit, 0.
+	Live int `json:"live"`
+	// Rate and PeriodMS: at most Rate offers per PeriodMS, a token bucket;
+	// both omitted when the limit has no rate.
+	Rate     uint64 `json:"rate,omitempty"`
+	PeriodMS int64  `json:"period_ms,omitempty"`
+}
+
+// keyOf is a concurrency key in a partition.
+type keyOf struct {
+	part uint32
+	key  string
 }
 
 // holderKey is a worker in a partition.
@@ -172,6 +209,8 @@ type queueState struct {
 	held    map[holderKey]int
 	caps    map[holderKey]capacity
 	seen    map[holderKey]*workerRecord // the workers its decisions concern (revision 5: their standing)
+	limits  map[keyOf]events.Limit      // the limits in force (revision 9)
+	keyLive map[keyOf]int               // live leases of its jobs by concurrency key
 	ring    [60]bucket
 	totals  [nCounters]uint64
 }
@@ -230,7 +269,7 @@ func (qs *Queues) queue(name string) *queueState {
 
 // forget drops q if nothing is left of it.
 func (qs *Queues) forget(q *queueState) {
-	if q.jobs == 0 && len(q.caps) == 0 && len(q.held) == 0 { // its workers' records go with it
+	if q.jobs == 0 && len(q.caps) == 0 && len(q.held) == 0 && len(q.limits) == 0 { // its workers' records go with it
 		delete(qs.queues, q.name)
 		qs.names.Remove(q.name)
 	}
@@ -305,7 +344,7 @@ func (qs *Queues) drop(part uint32, j *events.Job) {
 
 // reset forgets what partition part contributed (Model.Restore, whose
 // jobs it removed already): its workers' announcements, records and
-// standings. The totals and rates stay.
+// standings, and its limits. The totals and rates stay.
 func (qs *Queues) reset(part uint32) {
 	for _, q := range qs.queues {
 		for k := range q.caps {
@@ -316,6 +355,11 @@ func (qs *Queues) reset(part uint32) {
 		for k := range q.seen {
 			if k.part == part {
 				delete(q.seen, k)
+			}
+		}
+		for k := range q.limits {
+			if k.part == part {
+				delete(q.limits, k)
 			}
 		}
 	}
@@ -388,6 +432,25 @@ func (qs *Queues) Capacity(part uint32, worker string, c events.Capacity) {
 	qs.queue(c.Queue).caps[k] = capacity{slots: c.Slots, until: c.Until}
 }
 
+// Limit records a limit_set decision of partition part: the limit in
+// force on l.Queue for l.ConcurrencyKey (neither a max_active nor a rate:
+// lifted).
+func (qs *Queues) Limit(part uint32, l events.Limit) {
+	k := keyOf{part, l.ConcurrencyKey}
+	if !l.HasMaxActive && l.Rate == 0 {
+		if q := qs.queues[l.Queue]; q != nil {
+			delete(q.limits, k)
+			qs.forget(q)
+		}
+		return
+	}
+	q := qs.queue(l.Queue)
+	if q.limits == nil {
+		q.limits = map[keyOf]events.Limit{}
+	}
+	q.limits[k] = l
+}
+
 func (q *queueState) count(c int, at int64) {
 	q.totals[c]++
 	sec := at / int64(time.Second)
@@ -425,6 +488,12 @@ func (q *queueState) add(part uint32, j *events.Job, now int64) {
 		}
 	case j.State.Live():
 		q.held[holderKey{part, j.Holder}]++
+		if j.ConcurrencyKey != "" {
+			if q.keyLive == nil {
+				q.keyLive = map[keyOf]int{}
+			}
+			q.keyLive[keyOf{part, j.ConcurrencyKey}]++
+		}
 	}
 }
 
@@ -441,6 +510,12 @@ func (q *queueState) remove(part uint32, j *events.Job) {
 		k := holderKey{part, j.Holder}
 		if q.held[k]--; q.held[k] <= 0 {
 			delete(q.held, k)
+		}
+		if j.ConcurrencyKey != "" {
+			k := keyOf{part, j.ConcurrencyKey}
+			if q.keyLive[k]--; q.keyLive[k] <= 0 {
+				delete(q.keyLive, k)
+			}
 		}
 	}
 }
@@ -492,6 +567,7 @@ func (qs *Queues) Stats(name string, now time.Time) (QueueStats, bool) {
 	q.settle(t)
 	st := q.stats(t)
 	st.WorkerList = qs.workers(q)
+	st.LimitList = qs.limitList(q)
 	qs.forget(q)
 	return st, true
 }
@@ -554,6 +630,7 @@ func (q *queueState) stats(now int64) QueueStats {
 	}
 	st.Ready = st.Queued - st.Waiting - st.Blocked
 	st.InFlight = st.Offered + st.Active
+	st.Limits = len(q.limits)
 	for k, c := range q.caps {
 		st.Workers++
 		st.Slots += c.slots
@@ -606,6 +683,32 @@ func (qs *Queues) workers(q *queueState) []WorkerCapacity {
 			w.Partition = events.Partition{Index: k.part, Count: qs.count}.Token()
 		}
 		out = append(out, w)
+	}
+	return out
+}
+
+// limitList lists q's limits in force, by key then partition, at most
+// MaxLimitsListed.
+func (qs *Queues) limitList(q *queueState) []LimitInForce {
+	keys := make([]keyOf, 0, len(q.limits))
+	for k := range q.limits {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b keyOf) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.part, b.part)) })
+	out := make([]LimitInForce, 0, min(len(keys), MaxLimitsListed))
+	for _, k := range keys[:min(len(keys), MaxLimitsListed)] {
+		l := q.limits[k]
+		x := LimitInForce{Key: k.key, Rate: l.Rate, PeriodMS: l.PeriodMS}
+		if l.HasMaxActive {
+			x.MaxActive = &l.MaxActive
+		}
+		if k.key != "" {
+			x.Live = q.keyLive[k]
+		}
+		if qs.count > 0 {
+			x.Partition = events.Partition{Index: k.part, Count: qs.count}.Token()
+		}
+		out = append(out, x)
 	}
 	return out
 }

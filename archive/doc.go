@@ -36,7 +36,10 @@
 //     messages. The segment's last input and last decision stay in the
 //     streams: they are where the snapshot stands; so does the last
 //     policy_set decision before them, so that the policy in force stays
-//     readable from the decision stream.
+//     readable from the decision stream. The limits in force (limit_set,
+//     rules revision 9) are not kept so: nothing reads them from the
+//     decision stream; the snapshot holds them, and the state API's read
+//     model starts from it once the stream is trimmed.
 //   - Restore puts the archive's last snapshot back when the stored one is
 //     lost: a coordinator that finds the log trimmed before the state it
 //     has stands by (coordinator.ErrLogRemoved) rather than fold a partial

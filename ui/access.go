@@ -274,10 +274,12 @@ func public(r *http.Request) bool {
 }
 
 // operatorOnly are the routes a viewer may not use: audits (their reports
-// carry lease ids and input bodies, and one replays the whole log) and the
-// operator actions.
+// carry lease ids and input bodies, and one replays the whole log) and
+// every state-changing request of the API (the operator actions on a job,
+// the bulk operations on a queue's DEAD jobs, and any route added later:
+// a viewer changes nothing).
 func operatorOnly(r *http.Request) bool {
-	return r.URL.Path == "/api/audit" || strings.HasPrefix(r.URL.Path, "/api/jobs/") && strings.HasSuffix(r.URL.Path, "/action")
+	return r.URL.Path == "/api/audit" || strings.HasPrefix(r.URL.Path, "/api/") && !safeMethod(r.Method)
 }
 
 // isPage reports whether r asks for a page (HTML) rather than the API.

@@ -103,7 +103,7 @@ func TestBoardNeedsCredential(t *testing.T) {
 		"/api/anomalies", "/api/queues", "/api/audit", "/api/events?watch=" + job + "&job=" + job + "&feed=0",
 		"/assets/app.js", "/assets/index.html",
 	}
-	posts := []string{"/api/jobs/" + job + "/action", "/api/audit", "/logout"}
+	posts := []string{"/api/jobs/" + job + "/action", "/api/queues/q/dead", "/api/audit", "/logout"}
 	for name, set := range creds {
 		for _, p := range gets {
 			code, body, hdr := e.anonymous(http.MethodGet, p, set)

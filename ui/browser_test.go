@@ -680,6 +680,39 @@ func TestBrowserDeadAndUnresolved(t *testing.T) {
 	}
 }
 
+// The bulk operation on a queue's DEAD jobs in the board: the queue's
+// open panel offers to retry (or discard) every DEAD job; the first click
+// only arms the button, naming the count (nothing is sent); the second
+// sends it, each job its own resolve input; the panel says what became
+// of them, and the buttons go with the DEAD jobs.
+func TestBrowserBulkDead(t *testing.T) {
+	bctx := browser(t)
+	e := newEnv(t, true)
+	e.browserLogin(bctx, Operator)
+	e.deadAndUnresolved() // mail-d and mail-e DEAD in emails
+
+	board := newTab(t, bctx, "board")
+	board.do(chromedp.Navigate(e.url + "/"))
+	board.wait("the queue emails with two DEAD jobs", `(r => r && r.cells[4].textContent === '2')(document.querySelector('#queues-rows tr[data-queue="emails"]'))`)
+	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-queue="emails"] td.workers button`)))
+	retry := `document.querySelector('#queues-rows tr[data-workers-of="emails"] button[data-bulk="retry"]')`
+	board.wait("the bulk retry button", retry+` && `+retry+`.textContent === 'Retry every DEAD job'`)
+	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-workers-of="emails"] button[data-bulk="retry"]`)))
+	board.wait("the armed bulk retry, naming its count", retry+`.textContent === 'confirm: retry every dead job (2)'`)
+	for _, job := range []string{"mail-d", "mail-e"} {
+		if r := e.row(job); r.State != "DEAD" {
+			t.Fatalf("%s after the first click: %s (sent before the confirmation)", job, r.State)
+		}
+	}
+	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-workers-of="emails"] button[data-bulk="retry"]`)))
+	board.wait("the outcome of the bulk retry", `(o => o && o.textContent === ' retried 2 of 2 DEAD jobs')(document.querySelector('#queues-rows tr[data-workers-of="emails"] .bulk-out'))`)
+	for _, job := range []string{"mail-d", "mail-e"} {
+		testutil.WaitFor(t, 10*time.Second, job+" back in its queue", func() bool { return e.row(job).State != "DEAD" })
+	}
+	board.wait("the bulk buttons gone with the DEAD jobs", `!document.querySelector('#queues-rows button[data-bulk]')`)
+	board.checkConsole()
+}
+
 // The board in a real browser: job ids in natural order (batch-2 before
 // batch-10), both ways; no row for a job that never had a lease (a typo, a
 // refused offer), though its page works; no doubled state label; every
@@ -855,6 +888,18 @@ func TestBrowserQueues(t *testing.T) {
 	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-queue="reports"] td.workers button`)))
 	board.wait("the workers of reports: w2 let rep-1 expire", `/^w2=1\|0\|\d\d:\d\d:\d\d\|4\|1\|[^|]+\|1\|0\|0\|0\|1\|0\|0$/.test(`+workers("reports")+`)`)
 	board.wait("the workers of emails stay open through the reloads", `(`+workers("emails")+`).startsWith('w3=')`)
+	// An operator limits reports (rules revision 9): its key acct-1 to 2
+	// live leases, the queue to 5 offers a minute. The queue's name says
+	// how many limits are in force, and its open panel lists them beneath
+	// its workers (columns: max active, live, rate).
+	e.publish("ops.admin._.limit", `{"v":1,"queue":"reports","concurrency_key":"acct-1","max_active":2}`)
+	e.publish("ops.admin._.limit", `{"v":1,"queue":"reports","rate":5,"period_ms":60000}`)
+	board.wait("reports names its two limits", `(e => e && e.textContent === ' · 2 limits')(document.querySelector('#queues-rows tr[data-queue="reports"] .limits-count'))`)
+	board.wait("the limits of reports", `Array.from(document.querySelectorAll('#queues-rows tr[data-workers-of="reports"] .limits-table tbody tr')).map(r => `+
+		`Array.from(r.cells).map(c => c.textContent).join('|')).join(' ; ') === '(the queue)|–|–|5 per 1 min ; acct-1|2|0|–'`)
+	if n := eval[int](board, `document.querySelectorAll('#queues-rows tr[data-workers-of="emails"] .limits-table').length`); n != 0 {
+		t.Errorf("emails, without limits, lists a limits table (%d)", n)
+	}
 	board.screenshot("queue-workers.png", false)
 	board.do(chromedp.Click(chromedp.CSS(`#queues-rows tr[data-queue="emails"] td.workers button`)))
 	board.wait("the workers of emails closed", `!document.querySelector('#queues-rows tr[data-workers-of="emails"]')`)

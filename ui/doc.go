@@ -154,6 +154,7 @@
 //	GET  /api/jobs                 a page of the board (Query, Page)
 //	GET  /api/jobs/{id}            a job page's data (History); ?after=SEQ for newer decisions only
 //	POST /api/jobs/{id}/action     an operator action (ActionRequest, ActionResult)
+//	POST /api/queues/{queue}/dead  retry or discard every DEAD job of a queue (DeadActionRequest, DeadActionResult)
 //	GET  /api/anomalies            the anomalies feed (AnomalyQuery, AnomalyPage)
 //	GET  /api/queues               the queues view (QueuesPage); ?queue=Q one queue's, with its workers
 //	GET  /api/events               live updates (server-sent events)

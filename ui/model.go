@@ -856,6 +856,31 @@ func (m *model) queuePage(name string, now time.Time) (QueuesPage, bool) {
 	return QueuesPage{Queues: []api.QueueStats{r.Queue}, Total: m.am.QueueCount(), Now: now.UnixMilli()}, true
 }
 
+// deadJobs lists the ids of queue's DEAD jobs (those whose last attempt
+// ended for lastReason, when not ""), in byte order, at most max of them,
+// whether more remain, and whether the read model was caught up with the
+// decision streams when it read them.
+func (m *model) deadJobs(queue, lastReason string, max int, now time.Time) (ids []string, more, caughtUp bool) {
+	caughtUp = true
+	after := ""
+	for {
+		r := m.am.List(api.JobsRequest{Queue: queue, State: events.StateDead.String(), After: after, Limit: api.MaxJobsLimit}, now)
+		caughtUp = caughtUp && r.CaughtUp
+		for _, j := range r.Jobs {
+			if lastReason != "" && j.LastReason != lastReason {
+				continue
+			}
+			if len(ids) == max {
+				return ids, true, caughtUp
+			}
+			ids = append(ids, j.ID)
+		}
+		if after = r.Next; after == "" {
+			return ids, false, caughtUp
+		}
+	}
+}
+
 // takeChanges returns and clears the set of jobs changed since the last call.
 func (m *model) takeChanges() (map[string]struct{}, int) {
 	m.mu.Lock()

@@ -281,6 +281,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/jobs/{id}/action", s.serveAction)
 	mux.HandleFunc("GET /api/anomalies", s.serveAnomalies)
 	mux.HandleFunc("GET /api/queues", s.serveQueues)
+	mux.HandleFunc("POST /api/queues/{queue}/dead", s.serveDeadAction)
 	mux.HandleFunc("GET /api/events", s.serveEvents)
 	mux.HandleFunc("GET /api/audit", s.serveLastAudit)
 	mux.HandleFunc("POST /api/audit", s.serveAudit)

@@ -228,7 +228,8 @@ func runCancel(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 var resolveCmd = &command{
 	name:    "resolve",
 	summary: "settle an ownership conflict, an UNRESOLVED job or a DEAD queue job",
-	usage:   "tenure resolve --job ID --action affirm|revoke|settle|retry|discard [flags]",
+	usage: `tenure resolve --job ID --action affirm|revoke|settle|retry|discard [flags]
+       tenure resolve --queue Q --all-dead --action retry|discard [--last-reason R] [--dry-run] [flags]`,
 	help: `Gives an operator's answer where the coordinator may not decide alone:
   affirm   an ownership conflict, in favour of the live lease named by
            --holder, --lease-id and --generation: it keeps the job
@@ -239,6 +240,17 @@ var resolveCmd = &command{
            once, with a fresh budget
   discard  removes a DEAD queue job: its id is free again
 An action with nothing to act on is refused (rejected/nothing_to_resolve).
+
+With --queue Q --all-dead instead of --job, retry or discard every DEAD job
+of queue Q (only those whose last attempt ended for --last-reason R, say
+lease_expired or attempt_failed, when given): the jobs the state API lists
+DEAD now, each its own resolve input and verdict, 16 at a time. It prints
+each job that was not resolved and a count of those that were; --dry-run
+lists the jobs and sends nothing. A job no longer DEAD when its input is
+judged (someone retried it meanwhile) is rejected/nothing_to_resolve and
+left as it is, so running it twice does no harm; jobs that go DEAD after
+the listing wait for the next run. It refuses to start while the state
+API's read model is still catching up (its list would be partial).
 
 ` + opsVerdictHelp,
 	run: runResolve,
@@ -254,8 +266,15 @@ func runResolve(ctx context.Context, fs *flag.FlagSet, args []string, stdout, st
 	gen := fs.Uint64("generation", 0, "affirm: its generation")
 	outcome := fs.String("outcome", "", "settle: FAILED or CANCELLED")
 	reason := fs.String("reason", "", "why, recorded with the decision")
+	queue := fs.String("queue", "", "with --all-dead: the queue whose DEAD jobs to retry or discard")
+	allDead := fs.Bool("all-dead", false, "retry or discard every DEAD job of --queue (instead of --job)")
+	lastReason := fs.String("last-reason", "", "with --all-dead: only the jobs whose last attempt ended for this `REASON`")
+	dryRun := fs.Bool("dry-run", false, "with --all-dead: list the jobs, send nothing")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *allDead || *queue != "" || *lastReason != "" || *dryRun {
+		return runResolveDead(ctx, &o, *job, *queue, *action, *lastReason, *reason, *allDead, *dryRun, stdout)
 	}
 	if err := needToken("job", *job); err != nil {
 		return err
@@ -475,7 +494,8 @@ per D, a token bucket of R tokens. --lift lifts the limit. Lowering a
 limit ends no lease: jobs already running go on. The verdict is
 limit_set/ok; more than 1024 limits in force is rejected/limits_full. In
 a partitioned deployment the limit goes to every partition, each applying
-it to its own jobs.
+it to its own jobs. tenure queues --queue Q lists the limits in force on
+Q, each key's beside its live leases now.
 
 ` + opsVerdictHelp,
 	run: runLimit,

@@ -632,7 +632,9 @@ sees it: its depth (QUEUED jobs ready to be offered, waiting out a backoff,
 or blocked by an ownership conflict), its live leases (offered or active),
 its DEAD, COMPLETED and FAILED jobs, the workers announcing capacity with
 their slots and free slots, and the completions, failures and requeues per
-second over the last minute.
+second over the last minute. With --queue it lists the queue's workers, and
+the limits in force on it (tenure limit): each concurrency key's max active
+with its live leases now, and rates.
 
 ` + apiHelp,
 	run: runQueues,
@@ -719,6 +721,30 @@ func runQueues(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+	}
+	if *queue != "" && len(all[0].LimitList) > 0 {
+		fmt.Fprintln(stdout)
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CONCURRENCY KEY\tPARTITION\tMAX ACTIVE\tLIVE\tRATE")
+		for _, l := range all[0].LimitList {
+			key, maxActive, live, rate := cmp.Or(l.Key, "(the queue)"), "-", "-", "-"
+			if l.MaxActive != nil {
+				maxActive = strconv.FormatUint(*l.MaxActive, 10)
+			}
+			if l.Key != "" {
+				live = strconv.Itoa(l.Live)
+			}
+			if l.Rate != 0 {
+				rate = fmt.Sprintf("%d per %v", l.Rate, time.Duration(l.PeriodMS)*time.Millisecond)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", key, cmp.Or(l.Partition, "-"), maxActive, live, rate)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if all[0].Limits > len(all[0].LimitList) {
+			fmt.Fprintf(stdout, "%d more limits not shown (of %d)\n", all[0].Limits-len(all[0].LimitList), all[0].Limits)
 		}
 	}
 	if more != "" {

@@ -90,6 +90,11 @@ func TestQueueCommands(t *testing.T) {
 		{"submit", "x", "--queue", "emails", "--lease", "1500us"},
 		{"submit", "x", "--queue", "emails", "--payload", "a", "--payload-file", payload},
 		{"resolve", "--job", "x", "--action", "resurrect"},
+		{"resolve", "--queue", "emails", "--action", "retry"},                                     // no --all-dead
+		{"resolve", "--all-dead", "--action", "retry"},                                            // no queue
+		{"resolve", "--all-dead", "--queue", "emails", "--action", "settle"},                      // not a DEAD job's action
+		{"resolve", "--all-dead", "--queue", "emails", "--action", "retry", "--job", "x"},         // both
+		{"resolve", "--all-dead", "--queue", "emails", "--action", "retry", "--last-reason", "z"}, // no such reason
 		{"jobs"}, {"jobs", "rm"}, {"jobs", "get"}, {"jobs", "ls", "--state", "SLEEPING"}, {"jobs", "ls", "--limit", "201"},
 	} {
 		cmd(2, args...)
@@ -177,6 +182,19 @@ func TestQueueCommands(t *testing.T) {
 	if out = cmd(0, "queues", "--queue", "emails"); !regexp.MustCompile(`(?m)^w1 +- +1 +0 +\d{4}-`).MatchString(out) {
 		t.Errorf("queues --queue emails:\n%s", out)
 	}
+	// The limits in force on emails (rules revision 9) are listed beneath
+	// its workers: its key acct-1's max active beside its live leases, and
+	// the queue's own rate.
+	cmd(0, "limit", "--queue", "emails", "--concurrency-key", "acct-1", "--max-active", "3")
+	cmd(0, "limit", "--queue", "emails", "--rate", "10", "--period", "1m")
+	testutil.WaitFor(t, 20*time.Second, "the limits of emails in tenure queues --queue emails", func() bool {
+		var o, e bytes.Buffer
+		out = ""
+		if run(ctx, []string{"queues", "--queue", "emails", "--nats-url", url}, &o, &e) == 0 {
+			out = o.String()
+		}
+		return strings.Contains(out, "CONCURRENCY KEY") && regexp.MustCompile(`(?m)^\(the queue\) +- +- +- +10 per 1m0s\n+acct-1 +- +3 +0 +-\n`).MatchString(out)
+	})
 	var qs api.QueuesReply
 	if err := json.Unmarshal([]byte(cmd(0, "queues", "--json")), &qs); err != nil || len(qs.Queues) != 1 || qs.Queues[0].Dead != 1 {
 		t.Fatalf("queues --json: %v %+v", err, qs)

@@ -411,9 +411,10 @@
       queuesAt = Date.now();
       let qp;
       try { qp = await api('/api/queues'); } catch (e) { return; }
-      // The workers of the open queues (a queue gone since has none).
-      const workersOf = new Map(await Promise.all([...openQueues].map((name) =>
-        api('/api/queues?queue=' + encodeURIComponent(name)).then((p) => [name, p.queues[0].worker_list || []], () => [name, null]))));
+      // The workers and the limits of the open queues (a queue gone since
+      // has none).
+      const detailOf = new Map(await Promise.all([...openQueues].map((name) =>
+        api('/api/queues?queue=' + encodeURIComponent(name)).then((p) => [name, p.queues[0]], () => [name, null]))));
       if (!sc.alive) return;
       queuesBox.classList.toggle('hidden', qp.queues.length === 0);
       if (qp.queues.length === 0) { queuesBox.replaceChildren(); return; }
@@ -433,7 +434,8 @@
             h('th', { title: 'workers announcing capacity on the queue: their slots, and the slots free', text: 'Workers' }),
             h('th', { class: 'num', title: 'completions per second over the last minute', text: 'Done/s' }))),
           h('tbody', { id: 'queues-rows' }, qp.queues.flatMap((x) => [h('tr', { 'data-queue': x.queue },
-            h('td', {}, h('a', { href: '/?queue=' + encodeURIComponent(x.queue), class: 'job', text: x.queue })),
+            h('td', {}, h('a', { href: '/?queue=' + encodeURIComponent(x.queue), class: 'job', text: x.queue }),
+              x.limits ? h('span', { class: 'sub limits-count', title: 'limits in force (tenure limit); click the workers cell for them', text: ' · ' + x.limits + (x.limits === 1 ? ' limit' : ' limits') }) : null),
             cell(x.ready, '', 'ready now'),
             cell(x.waiting, '', 'waiting out a backoff' + (x.blocked ? '; ' + x.blocked + ' more blocked by a conflict' : '')),
             cell(x.in_flight, '', x.offered + ' offered, ' + x.active + ' active'),
@@ -445,7 +447,8 @@
                 String(x.workers) + (x.workers ? ' · ' + x.free_slots + ' of ' + x.slots + ' slots free' : ''))),
             h('td', { class: 'num rate', text: rate(x.rates.completed) })),
           openQueues.has(x.queue) ? h('tr', { class: 'queue-workers', 'data-workers-of': x.queue },
-            h('td', { colspan: 9 }, workersTable(workersOf.get(x.queue), qp.now))) : null])))));
+            h('td', { colspan: 9 }, workersTable(detailOf.get(x.queue) && (detailOf.get(x.queue).worker_list || []), qp.now),
+              limitsTable(detailOf.get(x.queue)), bulkPanel(detailOf.get(x.queue)))) : null])))));
     }
     function toggleWorkers(name) {
       if (!openQueues.delete(name)) openQueues.add(name);
@@ -486,6 +489,72 @@
             num(w.offers), num(w.declines, true), num(w.releases, true), num(w.missed_acks, true), num(w.expiries, true),
             num(w.completions), num(w.failures, true));
         })));
+    }
+    // The bulk operations on an open queue's DEAD jobs (an operator's):
+    // the first click arms a button with the count of DEAD jobs it acts on,
+    // the second sends it with that count, which the server checks against
+    // the queue's DEAD jobs then (409: look again). Kept across the panel's
+    // reloads.
+    const bulkArmed = new Map(); // queue -> { action, count }
+    const bulkOut = new Map(); // queue -> { ok, text }: the last outcome
+    function bulkPanel(q) {
+      if (!q || !operator() || !config.actions) return null;
+      const out = bulkOut.get(q.queue);
+      const msg = out ? h('span', { class: 'bulk-out ' + (out.ok ? 'ok' : 'error'), text: ' ' + out.text }) : null;
+      if (!q.dead) return msg ? h('div', { class: 'bulk' }, msg) : null;
+      const armed = bulkArmed.get(q.queue);
+      const btn = (action, label) => {
+        const on = armed && armed.action === action;
+        return h('button', { class: 'action' + (on ? ' armed' : ''), 'data-bulk': action, onclick: () => bulkClick(q, action) },
+          on ? 'confirm: ' + label.toLowerCase() + ' (' + armed.count + ')' : label);
+      };
+      return h('div', { class: 'bulk' },
+        h('span', { class: 'muted small', text: q.dead + ' DEAD, each its own decision: ' }),
+        btn('retry', 'Retry every DEAD job'), btn('discard', 'Discard every DEAD job'), msg);
+    }
+    async function bulkClick(q, action) {
+      const armed = bulkArmed.get(q.queue);
+      if (!armed || armed.action !== action) {
+        const a = { action, count: q.dead };
+        bulkArmed.set(q.queue, a);
+        sc.later(8000, () => { if (bulkArmed.get(q.queue) === a) { bulkArmed.delete(q.queue); loadQueues(); } });
+        loadQueues();
+        return;
+      }
+      bulkArmed.delete(q.queue);
+      try {
+        const res = await post('/api/queues/' + encodeURIComponent(q.queue) + '/dead', { action, expect: armed.count });
+        const refused = (res.refused || []).map((f) => f.job + ' ' + (f.kind ? f.kind + '/' + f.reason : f.error)).join(', ');
+        bulkOut.set(q.queue, { ok: res.refused_count === 0, text: (action === 'retry' ? 'retried ' : 'discarded ') + res.resolved + ' of ' + res.jobs +
+          ' DEAD jobs' + (res.refused_count ? '; not resolved (' + res.refused_count + '): ' + refused : '') + (res.more ? '; more remain: again' : '') });
+      } catch (e) {
+        bulkOut.set(q.queue, { ok: false, text: e.message });
+      }
+      loadQueues();
+    }
+    // A queue's limits in force (rules revision 9, tenure limit): each
+    // concurrency key's max active beside its live leases now, and rates.
+    function limitsTable(q) {
+      if (!q || !q.limit_list || q.limit_list.length === 0) return null;
+      const period = (ms) => (ms % 86400000 === 0 ? ms / 86400000 + ' d' : ms % 3600000 === 0 ? ms / 3600000 + ' h' :
+        ms % 60000 === 0 ? ms / 60000 + ' min' : ms % 1000 === 0 ? ms / 1000 + ' s' : ms + ' ms');
+      return h('div', { class: 'limits' },
+        h('h3', { class: 'small', text: 'Limits in force' + (q.limits > q.limit_list.length ? ' (the first ' + q.limit_list.length + ' of ' + q.limits + ')' : '') }),
+        h('table', { class: 'board limits-table' },
+          h('thead', {}, h('tr', {},
+            h('th', { text: 'Concurrency key' }),
+            h('th', { class: 'num', title: 'at most this many of the key\'s jobs live (offered or active) at once', text: 'Max active' }),
+            h('th', { class: 'num', title: 'the key\'s jobs live now', text: 'Live' }),
+            h('th', { title: 'at most this many offers per period (a token bucket)', text: 'Rate' }))),
+          h('tbody', {}, q.limit_list.map((l) => {
+            const full = l.key !== '' && l.max_active !== undefined && l.live >= l.max_active;
+            return h('tr', { 'data-key': l.key, class: full ? 'held' : '' },
+              h('td', {}, l.key === '' ? h('span', { class: 'muted', text: '(the queue)' }) : l.key,
+                l.partition ? h('span', { class: 'sub', text: ' p' + l.partition }) : null),
+              h('td', { class: 'num', text: l.max_active === undefined ? '–' : String(l.max_active) }),
+              h('td', { class: 'num' + (full ? ' hot' : ''), text: l.key === '' ? '–' : String(l.live) }),
+              h('td', { text: l.rate ? l.rate + ' per ' + period(l.period_ms) : '–' }));
+          }))));
     }
     loadQueues();
     sc.every(3000, loadQueues);
