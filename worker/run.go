@@ -243,12 +243,21 @@ const (
 
 // announcement is the state of one partition's announcements.
 type announcement struct {
-	mu    sync.Mutex  // one pull of the partition at a time, stored in the order decided
+	// sem is its lock (lock, unlock): one pull of the partition at a
+	// time, stored in the order decided. It is held across the pull's
+	// round trip, so it is a channel rather than a sync.Mutex: a
+	// goroutine waiting to send on a channel is durably blocked in a
+	// testing/synctest bubble (the simulator's), one waiting on a mutex
+	// is not, and the bubble's clock would stop.
+	sem   chan struct{}
 	stale atomic.Bool // the coordinator withdrew the announcement (a missed ACK): announce again at once
 	ok    bool        // the last pull was accepted
 	slots uint64      // the slots it announced
 	due   time.Time   // the next pull is due then, whatever changes
 }
+
+func (a *announcement) lock()   { a.sem <- struct{}{} }
+func (a *announcement) unlock() { <-a.sem }
 
 func newRunner(w *Worker, queue string, h Handler, ro RunOptions) *runner {
 	n := max(len(w.ins), 1)
@@ -265,6 +274,7 @@ func newRunner(w *Worker, queue string, h Handler, ro RunOptions) *runner {
 	r.retry = max(r.every/4, time.Millisecond)
 	for k := range r.wake {
 		r.wake[k] = make(chan struct{}, 1)
+		r.ann[k].sem = make(chan struct{}, 1)
 	}
 	return r
 }
@@ -695,9 +705,9 @@ func cancelPending(cause error) bool {
 func (r *runner) announcer(k uint32) {
 	a := &r.ann[k]
 	r.announce(r.quit, k)
-	a.mu.Lock()
+	a.lock()
 	t := r.w.clk.NewTimer(clock.Until(r.w.clk, a.due))
-	a.mu.Unlock()
+	a.unlock()
 	defer t.Stop()
 	for {
 		select {
@@ -707,9 +717,9 @@ func (r *runner) announcer(k uint32) {
 		case <-t.C():
 		}
 		r.announce(r.quit, k)
-		a.mu.Lock()
+		a.lock()
 		t.Reset(clock.Until(r.w.clk, a.due))
-		a.mu.Unlock()
+		a.unlock()
 	}
 }
 
@@ -718,8 +728,8 @@ func (r *runner) announcer(k uint32) {
 // verdict. A refusal stops Run.
 func (r *runner) announce(ctx context.Context, k uint32) {
 	a := &r.ann[k]
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.lock()
+	defer a.unlock()
 	want := r.desired(k)
 	t0 := r.w.clk.Now()
 	if stale := a.stale.Swap(false); !stale && t0.Before(a.due) && (!a.ok || want == a.slots) {
@@ -766,8 +776,8 @@ func (r *runner) withdraw() {
 	for k := range r.ann {
 		wg.Go(func() {
 			a := &r.ann[k]
-			a.mu.Lock()
-			defer a.mu.Unlock()
+			a.lock()
+			defer a.unlock()
 			if err := r.pull(context.Background(), uint32(k), 0); err != nil {
 				r.report(fmt.Errorf("worker: run %s: withdraw: %w", r.queue, err))
 			}

@@ -411,13 +411,12 @@ func (w *queueWorker) run(ctx context.Context, stop <-chan struct{}) {
 	}()
 	r := rand.New(rand.NewPCG(w.seed, 7))
 	ttl := time.Duration(5000+r.IntN(25000)) * time.Millisecond
-	// More slots than the run has jobs: an offer never finds every slot
-	// taken. (Such a surplus offer is declined after the announcement is
-	// corrected, and Run holds the announcement's lock, a sync.Mutex,
-	// across the pull's round trip: a goroutine waiting on a mutex is not
-	// durably blocked, so the bubble's clock stops and the run hangs.
-	// TESTING.md, "Not done yet".)
-	conc := 2*q.p.QueueJobs + 8
+	// One to three slots per queue, so that offers find every slot taken
+	// (more offers than slots, in flight together, or a lease the
+	// coordinator ended while its handler still runs): Run declines the
+	// surplus after correcting its announcement, a decline that is no
+	// refusal (PROTOCOL.md §22.7).
+	conc := 1 + r.IntN(3)
 	var wg sync.WaitGroup
 	for _, name := range queueNames[:q.p.Queues] {
 		wg.Go(func() {
