@@ -354,6 +354,21 @@ func (n *Net) Wait(ctx context.Context) {
 	}
 }
 
+// Publishing is how many publishes to the input stream are in flight
+// from actors other than those skip names: inputs not stored yet, which
+// may still change the log once stored.
+func (n *Net) Publishing(skip func(actor string) bool) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, o := range n.ops {
+		if strings.HasSuffix(o.lane, ">in") && (skip == nil || !skip(o.actor)) {
+			c++
+		}
+	}
+	return c
+}
+
 // Pending is how many operations are in flight.
 func (n *Net) Pending() int {
 	n.mu.Lock()
