@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,10 +326,10 @@ func TestCrashAtRandomPoints(t *testing.T) {
 		}
 		return "L0"
 	}
+	var count atomic.Int64 // inputs stored so far
 	produced := make(chan int, 1)
 	go func() {
-		n := 0
-		defer func() { produced <- n }()
+		defer func() { produced <- int(count.Load()) }()
 		for i := 0; ctx.Err() == nil; i++ {
 			job := fmt.Sprintf("j%d", i%8)
 			var verb events.Verb
@@ -348,12 +349,17 @@ func TestCrashAtRandomPoints(t *testing.T) {
 				jetstream.WithRetryAttempts(120), jetstream.WithRetryWait(250*time.Millisecond)); err != nil {
 				return
 			}
-			n++
+			count.Add(1)
 			time.Sleep(time.Millisecond)
 		}
 	}()
 	r := startCoordinator(t, srv.ClientURL(), "c1", snapEvery)
 	for i := range 50 {
+		// At least four inputs between two kills, however slowly the
+		// loaded machine lets the workload publish (a stress run's
+		// failure: "only 155 inputs produced" in 50 kills' time).
+		want := int64(4 * (i + 1))
+		testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("%d inputs before kill %d", want, i+1), func() bool { return count.Load() >= want })
 		time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
 		r.kill()
 		if i%10 == 9 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,13 @@ CREATE TABLE drain_unfenced (position bigserial PRIMARY KEY, job text NOT NULL, 
 func TestDrainPostgres(t *testing.T) {
 	pg, fx, pool := drainStore(t)
 	ctx := context.Background()
-	out := drain.Run(t, drain.Options{Jobs: drain.Size(t), Extra: map[string]string{"dsn": pg.DSN, "mode": "fenced"}, CarelessWork: carelessWork})
+	staleSeen := func() bool { // a refusal of the paused worker's writes, once it is resumed
+		refusals, err := fx.Refusals(ctx)
+		return err == nil && slices.ContainsFunc(refusals, func(rf pgfence.Refusal) bool {
+			return rf.Reason == fence.ReasonStale || rf.Reason == fence.ReasonExpired
+		})
+	}
+	out := drain.Run(t, drain.Options{Jobs: drain.Size(t), Extra: map[string]string{"dsn": pg.DSN, "mode": "fenced"}, CarelessWork: carelessWork, StaleSeen: staleSeen})
 	r := drain.CheckEnds("drain", out.Jobs, out.Decisions)
 	for _, f := range r.Findings.Items {
 		t.Error(f)
@@ -168,7 +175,12 @@ func TestDrainPostgres(t *testing.T) {
 func TestDrainUnfenced(t *testing.T) {
 	pg, _, pool := drainStore(t)
 	ctx := context.Background()
-	out := drain.Run(t, drain.Options{Jobs: min(drain.Size(t), 500), Extra: map[string]string{"dsn": pg.DSN, "mode": "unfenced"}, CarelessWork: carelessWork})
+	jobs := min(drain.Size(t), 500)
+	staleSeen := func() bool { // an effect committed twice: the paused worker's, once it is resumed
+		var n int
+		return pool.QueryRow(ctx, `SELECT count(*) FROM drain_unfenced`).Scan(&n) == nil && n > jobs
+	}
+	out := drain.Run(t, drain.Options{Jobs: jobs, Extra: map[string]string{"dsn": pg.DSN, "mode": "unfenced"}, CarelessWork: carelessWork, StaleSeen: staleSeen})
 	rows, err := pool.Query(ctx, `SELECT position, job, effect, lease_id, generation, committed_at FROM drain_unfenced ORDER BY position`)
 	if err != nil {
 		t.Fatal(err)

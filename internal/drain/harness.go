@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -237,7 +238,17 @@ type Options struct {
 	// longer, more of its attempts are in their handlers, rather than
 	// being accepted or bound, when it is paused.
 	CarelessWork time.Duration
+	// StaleSeen reports whether the resource has refused a stale write
+	// (with Store, the NATS Store's refusals are looked at without it).
+	// Once the paused worker is resumed, Run waits up to staleWait for it
+	// before stopping the workers: the careless worker's handlers write
+	// when it runs again, which a loaded machine may schedule late (a
+	// stress run stopped it before they did: no stale write refused).
+	StaleSeen func() bool
 }
+
+// staleWait bounds Run's wait for a stale write after the pause.
+const staleWait = 20 * time.Second
 
 // carelessWork is the paused worker's MaxWork: $TENURE_DRAIN_CARELESS_WORK,
 // o.CarelessWork, or 5 times the others'.
@@ -384,6 +395,18 @@ func Run(t *testing.T, o Options) *Outcome {
 	}
 	drained := time.Since(start)
 	faults.Wait()
+	seen := o.StaleSeen
+	if seen == nil && o.Store {
+		seen = func() bool {
+			return slices.ContainsFunc(store.Writes(), func(w Write) bool { return !w.Accepted })
+		}
+	}
+	if seen != nil && pauses > 0 {
+		until := time.Now().Add(staleWait)
+		for !seen() && time.Now().Before(until) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	for _, p := range procs {
 		p.stop(syscall.SIGTERM) // Run withdraws its capacity and returns
 	}
