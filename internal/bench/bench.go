@@ -278,11 +278,17 @@ type Result struct {
 	// 9. Queues: jobs through submit, pull and result, through the SDK
 	// (ops.SubmitMany and Submit, worker.Run), against a raw JetStream work
 	// queue (publish, pull, double ack) in the same run.
-	BaselineQueuePerS       float64 `json:"baseline_queue_per_s"`               // jobs acknowledged (ack confirmed) per second
-	TenureQueuePerS         float64 `json:"tenure_queue_per_s"`                 // jobs completed (SUCCESS accepted) per second, dispatcher on SubmitMany
-	QueueRatio              float64 `json:"queue_ratio"`                        // tenure / baseline
-	TenureQueueSubmitPerS   float64 `json:"tenure_queue_submit_per_s"`          // the same, dispatcher on Submit (one job an input)
-	QueueSubmitRatio        float64 `json:"queue_submit_ratio"`                 // that / baseline
+	BaselineQueuePerS     float64 `json:"baseline_queue_per_s"`      // jobs acknowledged (ack confirmed) per second
+	TenureQueuePerS       float64 `json:"tenure_queue_per_s"`        // jobs completed (SUCCESS accepted) per second, dispatcher on SubmitMany
+	QueueRatio            float64 `json:"queue_ratio"`               // tenure / baseline
+	TenureQueueSubmitPerS float64 `json:"tenure_queue_submit_per_s"` // the same, dispatcher on Submit (one job an input)
+	QueueSubmitRatio      float64 `json:"queue_submit_ratio"`        // that / baseline
+	// TenureQueueFlowPerS is the same Submit loop with flow control in
+	// force (rules revision 9: 64 concurrency keys limited, a rate limit
+	// on the queue, none of them binding); QueueFlowRatio is that / the
+	// Submit loop without them: the cost of checking limits at each offer.
+	TenureQueueFlowPerS     float64 `json:"tenure_queue_flow_per_s"`
+	QueueFlowRatio          float64 `json:"queue_flow_ratio"`
 	QueueInflight           float64 `json:"queue_inflight"`                     // jobs submitted and not yet completed, both loaded loops
 	BaselineQueueStartP50   float64 `json:"baseline_queue_start_p50_ms"`        // publish to the handler's start, one job at a time
 	BaselineQueueStartP99   float64 `json:"baseline_queue_start_p99_ms"`        //

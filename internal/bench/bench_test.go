@@ -75,6 +75,7 @@ func TestRunTiny(t *testing.T) {
 		"storm_3k_cores", "storm_3k_decisions_per_append", "storm_3k_steady_per_s", "storm_3k_sessions", "storm_3k_restart_inputs", "storm_3k_setup_pause_ms", "storm_3k_pause_ms",
 		// Every figure of a run that measured nothing fails the run (issue 31).
 		"baseline_queue_per_s", "tenure_queue_per_s", "queue_ratio", "tenure_queue_submit_per_s", "queue_submit_ratio", "queue_inflight",
+		"tenure_queue_flow_per_s", "queue_flow_ratio",
 		"baseline_queue_start_p50_ms", "baseline_queue_start_p99_ms", "baseline_queue_start_p999_ms",
 		"tenure_queue_start_p50_ms", "tenure_queue_start_p99_ms", "tenure_queue_start_p999_ms", "queue_start_p99_ratio",
 		"baseline_queue_loaded_start_p50_ms", "baseline_queue_loaded_start_p99_ms", "baseline_queue_loaded_start_p999_ms",

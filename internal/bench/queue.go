@@ -64,7 +64,7 @@ func (b *runner) queues(ctx context.Context) error {
 		do   func(context.Context) (queueLoad, error)
 		out  *queueLoad
 	}
-	var base, baseIdle, ten, tenIdle, tenSingle queueLoad
+	var base, baseIdle, ten, tenIdle, tenSingle, tenFlow queueLoad
 	runs := []run{
 		{"raw work queue, loaded", func(ctx context.Context) (queueLoad, error) { return b.baselineQueue(ctx, b.cfg.QueueInflight) }, &base},
 		{"raw work queue, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.baselineQueue(ctx, 1) }, &baseIdle},
@@ -75,6 +75,9 @@ func (b *runner) queues(ctx context.Context) error {
 		{"tenure, Submit, loaded", func(ctx context.Context) (queueLoad, error) {
 			return b.tenureQueue(ctx, b.cfg.QueueInflight, submitOne, "")
 		}, &tenSingle},
+		{"tenure, Submit, loaded, concurrency keys and a rate limit in force", func(ctx context.Context) (queueLoad, error) {
+			return b.tenureQueue(ctx, b.cfg.QueueInflight, submitFlow, "")
+		}, &tenFlow},
 	}
 	for _, x := range runs {
 		q, err := x.do(ctx)
@@ -91,6 +94,7 @@ func (b *runner) queues(ctx context.Context) error {
 	}
 	r.BaselineQueuePerS, r.TenureQueuePerS, r.TenureQueueSubmitPerS = base.perS, ten.perS, tenSingle.perS
 	r.QueueRatio, r.QueueSubmitRatio = ratio(ten.perS, base.perS), ratio(tenSingle.perS, base.perS)
+	r.TenureQueueFlowPerS, r.QueueFlowRatio = tenFlow.perS, ratio(tenFlow.perS, tenSingle.perS)
 	r.BaselineQueueStartP50, r.BaselineQueueStartP99, r.BaselineQueueStartP999 = ms(baseIdle.p(50)), ms(baseIdle.p(99)), ms(baseIdle.p(99.9))
 	r.TenureQueueStartP50, r.TenureQueueStartP99, r.TenureQueueStartP999 = ms(tenIdle.p(50)), ms(tenIdle.p(99)), ms(tenIdle.p(99.9))
 	r.BaselineQueueLoadedP50, r.BaselineQueueLoadedP99, r.BaselineQueueLoadedP999 = ms(base.p(50)), ms(base.p(99)), ms(base.p(99.9))
@@ -395,6 +399,18 @@ var HostileModes = []string{"decline", "release", "never-ack", "ack-expire"}
 const (
 	submitMany = iota // ops.SubmitMany of the jobs whose slots freed meanwhile (up to 256 a call), QueueDispatchers calls at once
 	submitOne         // ops.Submit of one job, QueueDispatchers at once (one job at a time when the loop holds one)
+	// submitFlow is submitOne with flow control in force (rules revision
+	// 9): each job names one of flowKeys concurrency keys, each limited to
+	// flowMaxActive live jobs, and the queue has a rate limit of
+	// flowRate a second: limits the matcher checks at every offer, set
+	// high enough that the load, not they, sets the pace.
+	submitFlow
+)
+
+const (
+	flowKeys      = 64
+	flowMaxActive = 64
+	flowRate      = 1_000_000
 )
 
 // queueDispatchers is how many goroutines of the dispatcher submit at once.
@@ -408,6 +424,9 @@ func (b *runner) tenureQueue(ctx context.Context, inflight, how int, hostile str
 	name := "queue-tenure" + profileSuffix(inflight)
 	if how == submitOne && inflight > 1 {
 		name += "-submit"
+	}
+	if how == submitFlow {
+		name += "-flow"
 	}
 	if hostile != "" {
 		name += "-hostile-" + hostile
@@ -431,6 +450,16 @@ func (b *runner) tenureQueue(ctx context.Context, inflight, how int, hostile str
 	js, err := jetstream.New(ncP)
 	if err != nil {
 		return queueLoad{}, err
+	}
+	if how == submitFlow {
+		for k := range flowKeys {
+			if _, err := disp.SetLimit(ctx, events.Limit{Queue: "bench", ConcurrencyKey: "k" + strconv.Itoa(k), MaxActive: flowMaxActive, HasMaxActive: true}); err != nil {
+				return queueLoad{}, fmt.Errorf("limit of key k%d: %w", k, err)
+			}
+		}
+		if _, err := disp.SetLimit(ctx, events.Limit{Queue: "bench", Rate: flowRate, PeriodMS: 1000}); err != nil {
+			return queueLoad{}, fmt.Errorf("the queue's rate limit: %w", err)
+		}
 	}
 	if hostile == "" {
 		stop := b.profile(name)
@@ -510,6 +539,16 @@ func (b *runner) tenureQueue(ctx context.Context, inflight, how int, hostile str
 					return
 				}
 				n := 1
+				if how == submitFlow {
+					id := next.Add(1)
+					key := "k" + strconv.FormatInt(id%flowKeys, 10)
+					if _, err := disp.Submit(cctx, "j"+strconv.FormatInt(id, 10), "bench", ops.WithLease(time.Minute),
+						ops.WithPayload(strconv.FormatInt(time.Now().UnixNano(), 10)), ops.WithConcurrencyKey(key)); err != nil {
+						fail(err)
+						return
+					}
+					continue
+				}
 				if how == submitMany {
 					for n < events.MaxBatch { // the slots freed meanwhile
 						select {

@@ -124,6 +124,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	row("9 queue, jobs through their life, SubmitMany (per s)", r.BaselineQueuePerS, r.TenureQueuePerS, "%.0f", r.QueueRatio)
 	row("  the same, Submit one job an input (per s)", r.BaselineQueuePerS, r.TenureQueueSubmitPerS, "%.0f", r.QueueSubmitRatio)
+	row("  Submit, keys and a rate limit in force / without (per s)", r.TenureQueueSubmitPerS, r.TenureQueueFlowPerS, "%.0f", r.QueueFlowRatio)
 	row("  CPU per job (µs)", r.BaselineQueueCPUUs, r.TenureQueueCPUUs, "%.1f", ratio(r.TenureQueueCPUUs, r.BaselineQueueCPUUs))
 	row("  fsyncs per job", r.BaselineQueueFsyncs, r.TenureQueueFsyncs, "%.2f", ratio(r.TenureQueueFsyncs, r.BaselineQueueFsyncs))
 	row("  durable writes per job", r.BaselineQueueWrites, r.TenureQueueWrites, "%.2f", ratio(r.TenureQueueWrites, r.BaselineQueueWrites))
