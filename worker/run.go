@@ -222,7 +222,8 @@ type runner struct {
 
 	mu      sync.Mutex
 	slots   map[*slot]struct{}
-	running int // slots accepting an offer or running a handler
+	running int           // slots accepting an offer or running a handler
+	settled chan struct{} // closed (and replaced) when a slot is freed or its offer accepted
 }
 
 // slot is one offer this Run took: from its arrival until its result was
@@ -270,6 +271,7 @@ func newRunner(w *Worker, queue string, h Handler, ro RunOptions) *runner {
 		ann:       make([]announcement, n),
 		wake:      make([]chan struct{}, n),
 		slots:     make(map[*slot]struct{}),
+		settled:   make(chan struct{}),
 	}
 	r.retry = max(r.every/4, time.Millisecond)
 	for k := range r.wake {
@@ -419,6 +421,10 @@ func (r *runner) surplus(o *Offer, k uint32) {
 			r.work(o, s)
 			return
 		}
+		if s := r.awaitAccepts(o, k); s != nil {
+			r.work(o, s)
+			return
+		}
 	}
 	if r.quit.Err() != nil {
 		<-r.withdrawn
@@ -428,6 +434,54 @@ func (r *runner) surplus(o *Offer, k uint32) {
 	}
 	if err := o.Decline(context.Background()); err != nil {
 		r.report(fmt.Errorf("worker: run %s: decline %s: %w", r.queue, o.Token(), err))
+	}
+}
+
+// settleLocked wakes awaitAccepts: a slot was freed, or its offer
+// accepted. Called under r.mu.
+func (r *runner) settleLocked() {
+	close(r.settled)
+	r.settled = make(chan struct{})
+}
+
+// awaitAccepts waits, while offers of partition k are being accepted (their
+// ACKs in flight), for one of them to free its slot, and takes it for o;
+// nil once none is being accepted and no slot is free, when half the time
+// left to o's ACK deadline has passed, or when Run quits. An ACK in flight may be refused (an operator revoked the lease
+// meanwhile, its deadline passed): the coordinator has then ended that
+// lease and offered o in its place, and counts o against the slots
+// announced, so declining o would be a refusal, a strike against this
+// worker (the simulator's seed 717: an operator's revoke raced the ACK).
+func (r *runner) awaitAccepts(o *Offer, k uint32) *slot {
+	until := r.w.clk.Now().Add(o.localDeadline.Sub(r.w.clk.Now()) / 2)
+	for {
+		r.mu.Lock()
+		accepting := false
+		for s := range r.slots {
+			if s.part == k && s.state == slotAccepting {
+				accepting = true
+				break
+			}
+		}
+		settled := r.settled
+		r.mu.Unlock()
+		left := until.Sub(r.w.clk.Now())
+		if !accepting || left <= 0 {
+			return nil
+		}
+		t := r.w.clk.NewTimer(left)
+		select {
+		case <-settled:
+			t.Stop()
+			if s := r.reserve(k); s != nil {
+				return s
+			}
+		case <-t.C():
+			return nil
+		case <-r.quit.Done():
+			t.Stop()
+			return nil
+		}
 	}
 }
 
@@ -444,6 +498,7 @@ func (r *runner) work(o *Offer, s *slot) {
 	r.mu.Lock()
 	s.lease = l
 	s.state = slotRunning
+	r.settleLocked()
 	r.mu.Unlock()
 	j := newJob(o, l)
 	if r.stop.Err() != nil { // shutting down before the handler started: give it back
@@ -646,6 +701,7 @@ func (r *runner) free(s *slot) {
 		r.running--
 	}
 	delete(r.slots, s)
+	r.settleLocked()
 	r.mu.Unlock()
 	r.wakeAll()
 }
