@@ -384,6 +384,21 @@ type queueWorker struct {
 	seed  uint64
 	j     journal
 	calls *calls
+	runs  []*calls // every run's calls (a restarted worker gets new ones): what reached it when
+}
+
+// reached reports whether decision seq of the decision stream had reached
+// the worker by t (in any of its runs).
+func (w *queueWorker) reached(seq uint64, t time.Time) bool {
+	for _, c := range w.runs {
+		c.mu.Lock()
+		at, ok := c.delivered[seq]
+		c.mu.Unlock()
+		if ok && !at.After(t) {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *queueWorker) run(ctx context.Context, stop <-chan struct{}) {
@@ -394,6 +409,7 @@ func (w *queueWorker) run(ctx context.Context, stop <-chan struct{}) {
 	tr := q.net.Client(w.id).Transport()
 	tr.Journal = w.j.record
 	w.calls = newCalls(tr, w.id)
+	w.runs = append(w.runs, w.calls)
 	sw, err := worker.NewWithTransport(w.calls, w.id, worker.WithVerdictTimeout(3*time.Second))
 	if err != nil {
 		q.finding("%s: worker.NewWithTransport: %v", w.id, err)

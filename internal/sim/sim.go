@@ -481,7 +481,18 @@ func Run(p Plan) *Report {
 		for _, s := range chaos.Liveness(r, "j", deadline.UnixNano()).Items {
 			rep.finding("liveness: %s", s)
 		}
-		checkEffects(rep, l, res)
+		var reached func(worker string, seq uint64, t time.Time) bool
+		if qr != nil {
+			reached = func(worker string, seq uint64, t time.Time) bool {
+				for _, w := range qr.workers {
+					if w.id == worker {
+						return w.reached(seq, t)
+					}
+				}
+				return true // not a queue worker: nothing is excused
+			}
+		}
+		checkEffects(rep, net, l, res, reached)
 		checkRules(rep, l)
 		checkVerdicts(rep, l, entries, excused)
 		v := indexVerdicts(l)

@@ -320,10 +320,20 @@ func (r *resource) write(job string, gen uint64, worker string, at time.Time) bo
 // made so by a decision stored before it, no later generation of the job
 // begun before it, and before the expires_at of the last accepted verdict
 // of its lease stored before it.
-func checkEffects(rep *Report, l *chaos.Log, res *resource) {
+//
+// One exception, which PROTOCOL.md's resolve revoke states: an operator's
+// revoke ends a lease at once, and its holder learns it from the decision
+// (the SDK then cancels the handler's context); an effect its holder
+// wrote after the revoke but before that decision reached it (a process
+// paused, a decision in flight) is stale by the log, and only a fence
+// that admitted a newer generation refuses it (the resource here refuses
+// a write below the highest generation written). reached (nil: none
+// excused) tells whether a decision had reached a worker by a time.
+func checkEffects(rep *Report, net *jsmodel.Net, l *chaos.Log, res *resource, reached func(worker string, seq uint64, t time.Time) bool) {
 	type gen struct {
 		holder  string
-		from    int64 // the stored time of its first decision
+		from    int64  // the stored time of its first decision
+		revoked uint64 // the decision (stream sequence) of an operator's revoke of it, 0 if none
 		expires []struct{ at, until int64 }
 	}
 	gens := map[string]map[uint64]*gen{}
@@ -345,6 +355,9 @@ func checkEffects(rep *Report, l *chaos.Log, res *resource) {
 		if d.Kind == events.KindGranted || d.Kind == events.KindAcked || d.Kind == events.KindRenewed {
 			g.expires = append(g.expires, struct{ at, until int64 }{m.Time, d.Job.ExpiresAt})
 		}
+		if d.Kind == events.KindResolved && d.Reason == events.ReasonLeaseRevoked && g.revoked == 0 && m.Time >= g.from {
+			g.revoked = m.Seq
+		}
 	}
 	res.mu.Lock()
 	defer res.mu.Unlock()
@@ -357,6 +370,10 @@ func checkEffects(rep *Report, l *chaos.Log, res *resource) {
 		}
 		for ng, later := range gens[e.job] {
 			if ng > e.gen && later.from <= t {
+				if g.revoked != 0 && reached != nil && !reached(e.worker, g.revoked, e.at) {
+					net.Touch("effect after a revoke, before the revoke reached its holder")
+					continue
+				}
 				rep.finding("effect of %s on %s generation %d at %s: generation %d began before, at %s", e.worker, e.job, e.gen, e.at.Format(time.RFC3339Nano), ng, time.Unix(0, later.from).Format(time.RFC3339Nano))
 			}
 		}
