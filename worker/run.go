@@ -447,11 +447,12 @@ func (r *runner) settleLocked() {
 // awaitAccepts waits, while offers of partition k are being accepted (their
 // ACKs in flight), for one of them to free its slot, and takes it for o;
 // nil once none is being accepted and no slot is free, when half the time
-// left to o's ACK deadline has passed, or when Run quits. An ACK in flight may be refused (an operator revoked the lease
-// meanwhile, its deadline passed): the coordinator has then ended that
-// lease and offered o in its place, and counts o against the slots
-// announced, so declining o would be a refusal, a strike against this
-// worker (the simulator's seed 717: an operator's revoke raced the ACK).
+// left to o's ACK deadline has passed, or when Run quits. An ACK in
+// flight may be refused (an operator revoked the lease meanwhile, its
+// deadline passed): the coordinator has then ended that lease and offered
+// o in its place, and counts o against the slots announced, so declining
+// o would be a refusal, a strike against this worker (the simulator's
+// seed 717: an operator's revoke raced the ACK).
 func (r *runner) awaitAccepts(o *Offer, k uint32) *slot {
 	until := r.w.clk.Now().Add(o.localDeadline.Sub(r.w.clk.Now()) / 2)
 	for {
