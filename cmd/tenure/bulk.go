@@ -41,15 +41,13 @@ func runResolveDead(ctx context.Context, o *opsCommand, job, queue, action, last
 			return fmt.Errorf("%w: --last-reason %q is no reason of the protocol (PROTOCOL.md §11)", errUsage, lastReason)
 		}
 	}
+	if o.receipts != "" {
+		return fmt.Errorf("%w: --receipts is not taken with --all-dead (each job's verdict prints with --json)", errUsage)
+	}
 	if len(reason) > events.MaxTextLen {
 		return fmt.Errorf("%w: --reason is %d bytes: at most %d", errUsage, len(reason), events.MaxTextLen)
 	}
-	defaultURL(&o.conn)
-	o.defaultActor()
-	if !validPrefix(o.prefix) {
-		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, o.prefix)
-	}
-	nc, err := o.conn.connect("tenure-ops-" + o.as)
+	nc, err := o.dial()
 	if err != nil {
 		return err
 	}

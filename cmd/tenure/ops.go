@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/projector"
@@ -46,6 +48,17 @@ func (o *opsCommand) defaultActor() {
 	}
 }
 
+// dial checks --prefix, sets the defaults of --nats-url and --as, and
+// connects as the ops actor.
+func (o *opsCommand) dial() (*nats.Conn, error) {
+	defaultURL(&o.conn)
+	o.defaultActor()
+	if !validPrefix(o.prefix) {
+		return nil, fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, o.prefix)
+	}
+	return o.conn.connect("tenure-ops-" + o.as)
+}
+
 // run connects, calls f, and prints the verdict; a verdict that is not
 // accepted is an error (exit status 1). In a partitioned deployment the
 // verdict is that of the job's partition.
@@ -61,16 +74,11 @@ func (o *opsCommand) run(ctx context.Context, stdout io.Writer, f func(context.C
 // deployment is partitioned ("partition 2: ..."; as JSON, one decision per
 // line in partition order).
 func (o *opsCommand) runAll(ctx context.Context, stdout io.Writer, f func(context.Context, *ops.Client) ([]events.Decision, error)) error {
-	defaultURL(&o.conn)
-	o.defaultActor()
-	nc, err := o.conn.connect("tenure-ops-" + o.as)
+	nc, err := o.dial()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if !validPrefix(o.prefix) {
-		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, o.prefix)
-	}
 	opts := []ops.Option{ops.WithPrefix(o.prefix)}
 	var keepErr error
 	var keepMu sync.Mutex // SetPolicyAll asks the partitions at once
@@ -423,16 +431,11 @@ func runPolicy(ctx context.Context, fs *flag.FlagSet, args []string, stdout, std
 // unit (per partition in a partitioned deployment); --json prints each as
 // its wire object, one line per partition.
 func (o *opsCommand) showPolicy(ctx context.Context, stdout io.Writer) error {
-	defaultURL(&o.conn)
-	o.defaultActor()
-	nc, err := o.conn.connect("tenure-ops-" + o.as)
+	nc, err := o.dial()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if !validPrefix(o.prefix) {
-		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, o.prefix)
-	}
 	c, err := ops.New(nc, o.as, ops.WithPrefix(o.prefix))
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -324,12 +324,7 @@ const submitChunk = 4096
 
 // submitMany submits jobs with SubmitMany and prints each job's verdict.
 func (o *opsCommand) submitMany(ctx context.Context, stdout io.Writer, jobs []ops.SubmitJob) error {
-	defaultURL(&o.conn)
-	o.defaultActor()
-	if !validPrefix(o.prefix) {
-		return fmt.Errorf("%w: invalid --prefix %q: want 1 to 64 of [A-Za-z0-9_-]", errUsage, o.prefix)
-	}
-	nc, err := o.conn.connect("tenure-ops-" + o.as)
+	nc, err := o.dial()
 	if err != nil {
 		return err
 	}

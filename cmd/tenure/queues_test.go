@@ -95,6 +95,7 @@ func TestQueueCommands(t *testing.T) {
 		{"resolve", "--all-dead", "--queue", "emails", "--action", "settle"},                      // not a DEAD job's action
 		{"resolve", "--all-dead", "--queue", "emails", "--action", "retry", "--job", "x"},         // both
 		{"resolve", "--all-dead", "--queue", "emails", "--action", "retry", "--last-reason", "z"}, // no such reason
+		{"resolve", "--all-dead", "--queue", "emails", "--action", "retry", "--receipts", "r"},    // not taken: it would be silently dropped
 		{"jobs"}, {"jobs", "rm"}, {"jobs", "get"}, {"jobs", "ls", "--state", "SLEEPING"}, {"jobs", "ls", "--limit", "201"},
 	} {
 		cmd(2, args...)
