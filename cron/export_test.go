@@ -1,0 +1,7 @@
+package cron
+
+var (
+	ExportDaysFromCivil = daysFromCivil
+	ExportYearOf        = yearOf
+	ExportWeekday       = weekday
+)
