@@ -93,6 +93,7 @@ func (s *session) renewLoop(ctx context.Context, r *renewer) {
 	timeout := max(c.cfg.LeaderTTL/3, 50*time.Millisecond)
 	t := c.clk.NewTicker(period)
 	defer t.Stop()
+	var lost error // the input stream lost inputs the session folded (sticky)
 	for {
 		select {
 		case <-ctx.Done():
@@ -111,28 +112,41 @@ func (s *session) renewLoop(ctx context.Context, r *renewer) {
 		if ctx.Err() != nil {
 			return // stopped: the outcome of a cancelled renewal is nobody's concern
 		}
-		rep := leaderReport{started: started, rev: rev, err: err}
 		if err != nil {
 			r.rev = 0
-		} else {
-			r.rev = rev
-			rep.lost = s.inputKept(ctx, timeout, false)
+			r.send(leaderReport{started: started, err: err})
+			return
 		}
-		// Never wait for the loop: a report it has not taken yet is
-		// replaced by this newer one (this goroutine is the only sender).
-		for sent := false; !sent; {
-			select {
-			case r.reports <- rep:
-				sent = true
-			default:
-				select {
-				case <-r.reports:
-				default:
-				}
+		r.rev = rev
+		// The renewal is reported before the input stream is checked
+		// (inputKept, another request): the loop's validUntil counts
+		// from started, and a slow check on a loaded server made the
+		// report late enough to end a session that held the entry
+		// (cmd/tenure's expiry storm, on two cores loaded by another
+		// suite). A loss found is reported next, and in every report
+		// after it, so that no later success replaces it untaken.
+		r.send(leaderReport{started: started, rev: rev, lost: lost})
+		if lost == nil {
+			if lost = s.inputKept(ctx, timeout, false); lost != nil && ctx.Err() == nil {
+				r.send(leaderReport{started: started, rev: rev, lost: lost})
 			}
 		}
-		if err != nil {
+	}
+}
+
+// send hands rep to the loop without waiting for it: a report the loop
+// has not taken yet is replaced by this newer one (the renewer is the
+// only sender).
+func (r *renewer) send(rep leaderReport) {
+	for {
+		select {
+		case r.reports <- rep:
 			return
+		default:
+			select {
+			case <-r.reports:
+			default:
+			}
 		}
 	}
 }
