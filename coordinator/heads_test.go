@@ -150,9 +150,13 @@ func TestChainHeads(t *testing.T) {
 	log := collectHeads(t, nc)
 	k1, pub1 := headKey(t)
 	k2, pub2 := headKey(t)
-	c1 := startCoordinator(t, srv.ClientURL(), "c1", withHeads(k1))
+	// A lifetime of 3 s, not the tests' 600 ms: c1 must stay live through
+	// the burst (on two cores loaded by another suite it lost the
+	// leadership to c2 and never caught up); c1.stop() hands over at once.
+	steady := func(c *coordinator.Config) { c.LeaderTTL = coordinator.DefaultLeaderTTL }
+	c1 := startCoordinator(t, srv.ClientURL(), "c1", withHeads(k1), steady)
 	testutil.WaitFor(t, 10*time.Second, "c1 live", func() bool { return c1.c.Stats().Live })
-	c2 := startCoordinator(t, srv.ClientURL(), "c2", withHeads(k2))
+	c2 := startCoordinator(t, srv.ClientURL(), "c2", withHeads(k2), steady)
 
 	// A burst, so that heads are taken while appends are in flight.
 	for i := range 500 {
