@@ -224,8 +224,16 @@ func TestQueueWorkerExampleSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	code := w.wait(t, 30*time.Second)
-	ds := log.all()
-	last := lastCapacity(ds, id, queue)
+	// The withdrawal was stored before the process exited; its decision
+	// follows (the coordinator's, then this test's reader): on two loaded
+	// cores it was not yet read when the process had exited.
+	var last *events.Decision
+	_ = testutil.Poll(15*time.Second, func() error {
+		if last = lastCapacity(log.all(), id, queue); last == nil || last.Capacity.Slots != 0 {
+			return errNotYet
+		}
+		return nil
+	})
 	if last == nil || last.Capacity.Slots != 0 {
 		slots := "none"
 		if last != nil {
@@ -242,7 +250,7 @@ func TestQueueWorkerExampleSIGTERM(t *testing.T) {
 	w = startProcess(t, env, bin)
 	log.until(t, 30*time.Second, "the restarted worker's announcement", announced)
 	log.until(t, 30*time.Second, "img-2 completed", completed("img-2"))
-	ds = log.all()
+	ds := log.all()
 	restart := lastCapacity(ds, id, queue).Cause
 	for _, d := range ds {
 		if d.Job.ID != "img-2" {
