@@ -70,7 +70,7 @@ bench:
 bench-cluster:
 	$(GO) run ./cmd/tenure bench --cluster
 
-## fuzz: every fuzz target (decoding, subject parsing, folding, archive lines) for FUZZTIME each (crashers land in testdata/fuzz and become regression cases).
+## fuzz: every fuzz target (decoding, subject parsing, folding, archive lines, schedules and zones) for FUZZTIME each (crashers land in testdata/fuzz and become regression cases).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeInput$$' -fuzztime $(FUZZTIME) ./events/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseInputSubject$$' -fuzztime $(FUZZTIME) ./events/
@@ -81,6 +81,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzQueuePayloadDecision$$' -fuzztime $(FUZZTIME) ./events/
 	$(GO) test -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME) ./projector/
 	$(GO) test -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) ./archive/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./cron/
+	$(GO) test -run '^$$' -fuzz '^FuzzFooter$$' -fuzztime $(FUZZTIME) ./cron/tzdb/
 
 fuzz-short:
 	$(MAKE) fuzz FUZZTIME=20000x
