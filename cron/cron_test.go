@@ -11,6 +11,7 @@ import (
 
 	"github.com/maknow/tenure/cron"
 	"github.com/maknow/tenure/cron/tzdb"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 // zones are real zones of every shape: none, northern and southern
@@ -422,3 +423,5 @@ func TestCalendarArithmetic(t *testing.T) {
 		}
 	}
 }
+
+func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/maknow/tenure/cron/tzdb"
+	"github.com/maknow/tenure/internal/testutil"
 )
 
 func TestRule(t *testing.T) {
@@ -89,3 +90,5 @@ func FuzzFooter(f *testing.F) {
 		_, _ = tzdb.Footer(data) // never panics
 	})
 }
+
+func TestDocs(t *testing.T) { testutil.RequireDocs(t, ".") }
