@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/maknow/tenure/cron"
 )
 
 // This file is the strict decoder of input bodies. It is hand written, makes
@@ -125,6 +127,13 @@ const (
 	fMaxActive
 	fRate
 	fPeriodMS
+	// revision 10 on: schedule (schedule, op, cron, tz, zone, missed).
+	fSchedule
+	fScheduleOp
+	fCron
+	fTZ
+	fZone
+	fMissed
 	bodyFieldCount
 )
 
@@ -179,6 +188,12 @@ var bodyFieldNames = [bodyFieldCount]string{
 	fMaxActive:       "max_active",
 	fRate:            "rate",
 	fPeriodMS:        "period_ms",
+	fSchedule:        "schedule",
+	fScheduleOp:      "op",
+	fCron:            "cron",
+	fTZ:              "tz",
+	fZone:            "zone",
+	fMissed:          "missed",
 }
 
 // fieldSince is the first rules revision that knows field f: under an
@@ -188,6 +203,8 @@ func fieldSince(f bodyField) uint32 {
 	switch {
 	case f == fRetainMS:
 		return Revision3
+	case f >= fSchedule:
+		return Revision10
 	case f >= fConcurrencyKey:
 		return Revision9
 	case f >= fRunAt:
@@ -298,6 +315,18 @@ func lookupBodyField(k []byte) bodyField {
 		return fRate
 	case "period_ms":
 		return fPeriodMS
+	case "schedule":
+		return fSchedule
+	case "op":
+		return fScheduleOp
+	case "cron":
+		return fCron
+	case "tz":
+		return fTZ
+	case "zone":
+		return fZone
+	case "missed":
+		return fMissed
 	}
 	return fNone
 }
@@ -352,6 +381,11 @@ var (
 		// Revision 9 on: what is absent of max_active and rate with
 		// period_ms is lifted.
 		VerbLimit: newBodySchema("limit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt, fQueue, fConcurrencyKey, fMaxActive, fRate, fPeriodMS),
+		// Revision 10 on: what a set needs (cron, queue) is checked once
+		// the body is read, since op may come last.
+		VerbSchedule: newBodySchema("schedule", []bodyField{fSchedule}, fV, fActor, fJob, fSentAt, fSchedule, fScheduleOp,
+			fCron, fTZ, fZone, fMissed, fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS, fLeaseMS, fAckTimeoutMS,
+			fPayload, fConcurrencyKey, fUniqueKey),
 	}
 	// submit8 is the submit from revision 8 on: run_at or delay_ms.
 	submit8 = newBodySchema("submit", []bodyField{fQueue}, fV, fActor, fJob, fSentAt,
@@ -383,6 +417,9 @@ var (
 
 	// Resolve fields that only some actions use, and the ones each uses.
 	actionOnly = bodyFields(fHolder, fLeaseID, fGeneration, fOutcome)
+	// scheduleSetOnly are the schedule fields only a set takes (revision 10).
+	scheduleSetOnly = bodyFields(fCron, fTZ, fZone, fMissed, fQueue, fPriority, fMaxAttempts, fBackoffMS, fBackoffMaxMS,
+		fLeaseMS, fAckTimeoutMS, fPayload, fConcurrencyKey, fUniqueKey)
 	actionUses = [...]bodyFieldSet{
 		ActionAffirm:  bodyFields(fHolder, fLeaseID, fGeneration),
 		ActionRevoke:  0,
@@ -864,8 +901,94 @@ func (d *inputDecoder) field(f bodyField) bool {
 		in.Rate, ok = d.bounded(1, MaxRate, ReasonBadValue)
 	case fPeriodMS:
 		in.PeriodMS, ok = d.duration()
+	case fSchedule:
+		in.Schedule, ok = d.token()
+	case fScheduleOp:
+		ok = d.scheduleOp()
+	case fCron:
+		ok = d.cronExpr()
+	case fTZ:
+		ok = d.tzRule()
+	case fZone:
+		ok = d.zoneName()
+	case fMissed:
+		ok = d.missed()
 	}
 	return ok
+}
+
+// scheduleOp reads a schedule's op (revision 10).
+func (d *inputDecoder) scheduleOp() bool {
+	if !d.str() {
+		return false
+	}
+	op, ok := ParseScheduleOp(string(d.sv))
+	if !ok {
+		return d.failv(ReasonBadEnum, "want set, pause, resume or delete")
+	}
+	d.in.ScheduleOp = op
+	return true
+}
+
+// missed reads a schedule's missed-fire policy (revision 10).
+func (d *inputDecoder) missed() bool {
+	if !d.str() {
+		return false
+	}
+	m, ok := ParseMissed(string(d.sv))
+	if !ok {
+		return d.failv(ReasonBadEnum, "want skip or once")
+	}
+	d.in.Missed = m
+	return true
+}
+
+// cronExpr reads a schedule's expression: one cron.Parse accepts.
+func (d *inputDecoder) cronExpr() bool {
+	if !d.str() {
+		return false
+	}
+	if len(d.sv) > cron.MaxExprLen {
+		return d.failv(ReasonTooLarge, strconv.Itoa(len(d.sv))+" bytes, over "+strconv.Itoa(cron.MaxExprLen))
+	}
+	if _, err := cron.Parse(string(d.sv)); err != nil {
+		return d.failv(ReasonBadValue, strings.TrimPrefix(err.Error(), cron.ErrSyntax.Error()+"\n"))
+	}
+	d.in.Cron = string(d.sv)
+	return true
+}
+
+// tzRule reads a schedule's zone rule: one cron.ParseZone accepts.
+func (d *inputDecoder) tzRule() bool {
+	if !d.str() {
+		return false
+	}
+	if len(d.sv) > cron.MaxZoneLen {
+		return d.failv(ReasonTooLarge, strconv.Itoa(len(d.sv))+" bytes, over "+strconv.Itoa(cron.MaxZoneLen))
+	}
+	if _, err := cron.ParseZone(string(d.sv)); err != nil {
+		return d.failv(ReasonBadValue, strings.TrimPrefix(err.Error(), cron.ErrZone.Error()+"\n"))
+	}
+	d.in.TZ = string(d.sv)
+	return true
+}
+
+// zoneName reads the IANA name a schedule's rule came from: shown only,
+// so only its shape is checked (1 to 64 of [A-Za-z0-9_+-/]).
+func (d *inputDecoder) zoneName() bool {
+	if !d.str() {
+		return false
+	}
+	if len(d.sv) == 0 || len(d.sv) > 64 {
+		return d.failv(ReasonBadValue, "want a time zone name of 1 to 64 bytes")
+	}
+	for _, c := range d.sv {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '+' || c == '-' || c == '/') {
+			return d.failv(ReasonBadValue, "want a time zone name of [A-Za-z0-9_+-/]")
+		}
+	}
+	d.in.Zone = string(d.sv)
+	return true
 }
 
 // payload reads a submit's payload: a string of at most MaxPayloadBytes
@@ -1859,6 +1982,23 @@ func (d *inputDecoder) finish() bool {
 		}
 	case VerbResult:
 		return d.resultConsistent(in, d.seen.has(fPermanent))
+	case VerbSchedule: // revision 10 on
+		if in.ScheduleOp == ScheduleSet {
+			switch {
+			case !d.seen.has(fCron):
+				return d.missing(fCron, "a schedule's set needs its expression")
+			case !d.seen.has(fQueue):
+				return d.missing(fQueue, "a schedule's set needs the queue of its jobs")
+			}
+			break
+		}
+		if bad := d.seen & scheduleSetOnly; bad != 0 {
+			for f := fV; f < bodyFieldCount; f++ {
+				if bad.has(f) {
+					return d.fail(ReasonUnknownField, bodyFieldNames[f], "not used by op "+in.ScheduleOp.String())
+				}
+			}
+		}
 	case VerbLimit: // revision 9 on
 		switch {
 		case d.seen.has(fMaxActive) && !d.seen.has(fConcurrencyKey):

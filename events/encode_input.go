@@ -38,6 +38,9 @@ import (
 //	pull        queue, slots, ttl_ms (revision 4)
 //	limit       queue, concurrency_key, max_active (only when
 //	            in.HasMaxActive), rate, period_ms (revision 9)
+//	schedule    schedule, op (only when not set), and for a set: cron, tz,
+//	            zone, missed (only when once), then the job template as a
+//	            submit's fields, concurrency_key, unique_key (revision 10)
 //
 // and, from revision 7 on, the batches (in.Job is NoJob, the elements in
 // in.Batch, each written as the body of its single input with its job
@@ -166,6 +169,21 @@ func AppendInputBody(dst []byte, in *Input) []byte {
 			dst = appendUintField(dst, "rate", in.Rate)
 		}
 		dst = appendOptIntField(dst, "period_ms", in.PeriodMS)
+	case VerbSchedule:
+		dst = appendStrField(dst, "schedule", in.Schedule)
+		if in.ScheduleOp != ScheduleSet {
+			dst = appendStrField(dst, "op", in.ScheduleOp.String())
+			break
+		}
+		dst = appendStrField(dst, "cron", in.Cron)
+		dst = appendOptStrField(dst, "tz", in.TZ)
+		dst = appendOptStrField(dst, "zone", in.Zone)
+		if in.Missed != MissedSkip {
+			dst = appendStrField(dst, "missed", in.Missed.String())
+		}
+		dst = appendSubmitFields(dst, in)
+		dst = appendOptStrField(dst, "concurrency_key", in.ConcurrencyKey)
+		dst = appendOptStrField(dst, "unique_key", in.UniqueKey)
 	case VerbPull:
 		dst = appendStrField(dst, "queue", in.Queue)
 		dst = appendUintField(dst, "slots", in.Slots)

@@ -56,10 +56,11 @@ const (
 	VerbSubmit     // a dispatcher submits a job to a queue (revision 4 on)
 	VerbPull       // a worker announces its capacity on a queue (revision 4 on)
 	VerbLimit      // an operator sets a queue's flow limits (revision 9 on)
+	VerbSchedule   // an operator sets, pauses, resumes or deletes a cron schedule (revision 10 on)
 	verbCount
 )
 
-var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick", "rules", "checkpoint", "submit", "pull", "limit"}
+var verbNames = [...]string{"", "offer", "acquire", "ack", "renew", "progress", "cancel", "cancel_ack", "result", "release", "resolve", "policy", "tick", "rules", "checkpoint", "submit", "pull", "limit", "schedule"}
 
 func (v Verb) String() string {
 	if int(v) < len(verbNames) {
@@ -88,7 +89,7 @@ func (v Verb) Allowed(r Role) bool {
 		}
 	case RoleOps:
 		switch v {
-		case VerbOffer, VerbCancel, VerbResolve, VerbPolicy, VerbSubmit, VerbLimit:
+		case VerbOffer, VerbCancel, VerbResolve, VerbPolicy, VerbSubmit, VerbLimit, VerbSchedule:
 			return true
 		}
 	case RoleCoord:
@@ -100,7 +101,7 @@ func (v Verb) Allowed(r Role) bool {
 // JobLess reports whether v concerns no single job; its subject carries NoJob.
 // A batch (Batches) also uses NoJob and names its jobs in the body.
 func (v Verb) JobLess() bool {
-	return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint || v == VerbPull || v == VerbLimit
+	return v == VerbTick || v == VerbPolicy || v == VerbRules || v == VerbCheckpoint || v == VerbPull || v == VerbLimit || v == VerbSchedule
 }
 
 // Batches reports whether, under rules revision rev, an input of verb v
@@ -128,6 +129,8 @@ func (v Verb) Since() uint32 {
 		return Revision4
 	case VerbLimit:
 		return Revision9
+	case VerbSchedule:
+		return Revision10
 	}
 	return Revision1
 }
@@ -201,6 +204,65 @@ func ParseAction(s string) (Action, bool) {
 		}
 	}
 	return ActionNone, false
+}
+
+// ScheduleOp is what a schedule input does (revision 10 on).
+type ScheduleOp uint8
+
+// Schedule operations. A schedule input without an op sets.
+const (
+	ScheduleSet    ScheduleOp = iota // define the schedule, or replace its definition
+	SchedulePause                    // stop firing; due times pass unfired (recorded missed at the resume)
+	ScheduleResume                   // fire again, from the resume's time on
+	ScheduleDelete                   // forget the schedule (the jobs it fired stay)
+)
+
+var scheduleOpNames = [...]string{"set", "pause", "resume", "delete"}
+
+func (o ScheduleOp) String() string {
+	if int(o) < len(scheduleOpNames) {
+		return scheduleOpNames[o]
+	}
+	return "?"
+}
+
+// ParseScheduleOp returns the op named s.
+func ParseScheduleOp(s string) (ScheduleOp, bool) {
+	for i, n := range scheduleOpNames {
+		if n == s {
+			return ScheduleOp(i), true
+		}
+	}
+	return ScheduleSet, false
+}
+
+// Missed is what a schedule does with due times that passed unfired (the
+// deployment was down or the schedule paused; revision 10 on).
+type Missed uint8
+
+// Missed-fire policies.
+const (
+	MissedSkip Missed = iota // record them, fire none (the next on-time due time fires)
+	MissedOnce               // record them, and fire one job for the latest
+)
+
+var missedNames = [...]string{"skip", "once"}
+
+func (m Missed) String() string {
+	if int(m) < len(missedNames) {
+		return missedNames[m]
+	}
+	return "?"
+}
+
+// ParseMissed returns the policy named s.
+func ParseMissed(s string) (Missed, bool) {
+	for i, n := range missedNames {
+		if n == s {
+			return Missed(i), true
+		}
+	}
+	return MissedSkip, false
 }
 
 // Rules revisions. A log's inputs are folded by the rules of the revision in
@@ -302,6 +364,14 @@ const (
 	// (bad_value) by the code of revision 8; only the coordinator may
 	// publish one, and it published none.
 	Revision9 = 9
+	// Revision10 adds cron schedules (docs/schedules-design.md): the
+	// schedule input, by which an operator defines a schedule (a cron
+	// expression, its zone as a POSIX TZ rule, a job template), pauses,
+	// resumes or deletes it, and the fires the fold derives from it on
+	// stored time. Being built: no coordinator moves a log to it yet
+	// (CurrentRevision is still 9), and a rules input naming it is
+	// rejected (bad_value).
+	Revision10 = 10
 	// CurrentRevision is the revision a coordinator moves its log to.
 	CurrentRevision = Revision9
 )
@@ -512,6 +582,17 @@ type Input struct {
 	HasMaxActive   bool
 	Rate           uint64
 	PeriodMS       int64
+
+	// Revision 10 on: schedule (Schedule, its id; ScheduleOp; for a set,
+	// Cron, TZ, Zone, Missed, and the job template in Queue, Priority,
+	// MaxAttempts, BackoffMS, BackoffMax, LeaseMS, AckTimeoutMS, Payload,
+	// ConcurrencyKey and UniqueKey).
+	Schedule   string
+	ScheduleOp ScheduleOp
+	Cron       string // the expression (cron.Parse accepted it)
+	TZ         string // the zone's POSIX TZ rule (cron.ParseZone accepted it); "" is UTC
+	Zone       string // the IANA name the rule came from, shown only
+	Missed     Missed
 
 	Revision      uint32             // rules: the revision to move to
 	LeaseKey      [LeaseKeyLen]byte  // rules: the key of lease ids
