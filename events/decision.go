@@ -192,6 +192,49 @@ func AppendDecision(b []byte, d *Decision) []byte {
 		}
 		b = append(b, '}')
 	}
+	if sc := d.Schedule; sc != nil { // revision 10 on
+		b = appendSchedule(b, sc)
+	}
+	return append(b, '}')
+}
+
+// appendSchedule appends a decision's "schedule" object (revision 10):
+// id, then cron, tz, zone, queue, missed (only "once"), paused (only
+// true) of a definition (a schedule_set's), next, due, and a
+// schedule_missed's missed_from, missed_to, missed_count; each but id
+// only when set.
+func appendSchedule(b []byte, sc *Schedule) []byte {
+	b = append(b, `,"schedule":{"id":`...)
+	b = appendString(b, sc.ID)
+	if sc.Cron != "" {
+		b = append(b, `,"cron":`...)
+		b = appendString(b, sc.Cron)
+		if sc.TZ != "" {
+			b = append(b, `,"tz":`...)
+			b = appendString(b, sc.TZ)
+		}
+		if sc.Zone != "" {
+			b = append(b, `,"zone":`...)
+			b = appendString(b, sc.Zone)
+		}
+		b = append(b, `,"queue":`...)
+		b = appendString(b, sc.Queue)
+		if sc.Missed != MissedSkip {
+			b = append(b, `,"missed":`...)
+			b = appendString(b, sc.Missed.String())
+		}
+		if sc.Paused {
+			b = append(b, `,"paused":true`...)
+		}
+	}
+	b = appendTimeField(b, "next", sc.Next)
+	b = appendTimeField(b, "due", sc.Due)
+	if sc.MissedCount != 0 {
+		b = append(b, `,"missed_from":"`...)
+		b = append(AppendTime(b, sc.MissedFrom), `","missed_to":"`...)
+		b = append(AppendTime(b, sc.MissedTo), `","missed_count":`...)
+		b = strconv.AppendUint(b, sc.MissedCount, 10)
+	}
 	return append(b, '}')
 }
 
@@ -417,6 +460,22 @@ type wireDecision struct {
 	Standing   *wireStanding   `json:"standing"`
 	DupOf      string          `json:"duplicate_of"`
 	Limit      *wireLimit      `json:"limit"`
+	Schedule   *wireSchedule   `json:"schedule"`
+}
+
+type wireSchedule struct {
+	ID          string `json:"id"`
+	Cron        string `json:"cron"`
+	TZ          string `json:"tz"`
+	Zone        string `json:"zone"`
+	Queue       string `json:"queue"`
+	Missed      string `json:"missed"`
+	Paused      bool   `json:"paused"`
+	Next        string `json:"next"`
+	Due         string `json:"due"`
+	MissedFrom  string `json:"missed_from"`
+	MissedTo    string `json:"missed_to"`
+	MissedCount uint64 `json:"missed_count"`
 }
 
 type wireLimit struct {
@@ -606,6 +665,23 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 			return d, err
 		}
 		d.Standing = s
+	}
+	if ws := w.Schedule; ws != nil {
+		sc := &Schedule{ID: ws.ID, Cron: ws.Cron, TZ: ws.TZ, Zone: ws.Zone, Queue: ws.Queue, Paused: ws.Paused, MissedCount: ws.MissedCount}
+		if ws.Missed != "" {
+			if sc.Missed, ok = ParseMissed(ws.Missed); !ok {
+				return d, bad("schedule.missed", ws.Missed)
+			}
+		}
+		for _, t := range []struct {
+			dst *int64
+			v   string
+		}{{&sc.Next, ws.Next}, {&sc.Due, ws.Due}, {&sc.MissedFrom, ws.MissedFrom}, {&sc.MissedTo, ws.MissedTo}} {
+			if *t.dst, err = parseTime(t.v); err != nil {
+				return d, err
+			}
+		}
+		d.Schedule = sc
 	}
 	return d, nil
 }
@@ -809,6 +885,35 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 		}
 		r.lit(`}`)
 		d.Limit = l
+	}
+	if r.opt(`,"schedule":{"id":`) { // revision 10 on
+		sc := &Schedule{ID: r.str()}
+		if r.opt(`,"cron":`) {
+			sc.Cron = r.str()
+			if r.opt(`,"tz":`) {
+				sc.TZ = r.str()
+			}
+			if r.opt(`,"zone":`) {
+				sc.Zone = r.str()
+			}
+			r.lit(`,"queue":`)
+			sc.Queue = r.str()
+			if r.opt(`,"missed":"once"`) {
+				sc.Missed = MissedOnce
+			}
+			sc.Paused = r.opt(`,"paused":true`)
+		}
+		sc.Next = r.optTime(`,"next":`)
+		sc.Due = r.optTime(`,"due":`)
+		if r.opt(`,"missed_from":`) {
+			sc.MissedFrom = r.time()
+			r.lit(`,"missed_to":`)
+			sc.MissedTo = r.time()
+			r.lit(`,"missed_count":`)
+			sc.MissedCount = r.uint()
+		}
+		r.lit(`}`)
+		d.Schedule = sc
 	}
 	r.lit(`}`)
 	return r.ok && r.i == len(r.b)

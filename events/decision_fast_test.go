@@ -109,6 +109,17 @@ func randomDecision(r *rand.Rand) Decision {
 	if r.IntN(4) == 0 { // revision 8
 		d.DuplicateOf = tok()
 	}
+	if r.IntN(4) == 0 { // revision 10
+		sc := &Schedule{ID: "s" + tok(), Next: tm(), Due: tm()}
+		if r.IntN(2) == 0 {
+			sc.Cron, sc.TZ, sc.Zone, sc.Queue = "*/5 * * * *", "CET-1CEST,M3.5.0,M10.5.0/3"+tok(), tok(), "q"+tok()
+			sc.Missed, sc.Paused = Missed(r.IntN(2)), r.IntN(2) == 0
+		}
+		if r.IntN(3) == 0 {
+			sc.MissedFrom, sc.MissedTo, sc.MissedCount = tm(), tm(), r.Uint64N(MaxMissedCount)+1
+		}
+		d.Schedule = sc
+	}
 	if j.ID != "" && r.IntN(5) == 0 { // revision 5: need to know
 		j.LeaseID, j.Payload, j.HasPayload, j.Withheld = "", "", false, true
 	}

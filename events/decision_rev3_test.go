@@ -16,7 +16,7 @@ func TestAppendDecisionOutsideQueuesUnchanged(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for range 20000 {
 		d := randomDecision(r)
-		d.Job.Queue, d.Capacity, d.Standing, d.Job.Withheld, d.DuplicateOf = "", nil, nil, false, ""
+		d.Job.Queue, d.Capacity, d.Standing, d.Job.Withheld, d.DuplicateOf, d.Schedule = "", nil, nil, false, "", nil
 		if got, want := AppendDecision(nil, &d), appendDecisionRev3(nil, &d); string(got) != string(want) {
 			t.Fatalf("encoding changed:\n got %s\nwant %s", got, want)
 		}

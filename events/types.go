@@ -644,6 +644,11 @@ const (
 	KindWithdrawn   // derived: a worker's announcement withdrawn after a missed ACK (job-less)
 	// revision 9 on
 	KindLimitSet // accepted: an operator set (or lifted) a queue's limit of a concurrency key (job-less)
+	// revision 10 on
+	KindScheduleSet     // accepted: an operator set, paused or resumed a schedule (job-less)
+	KindScheduleDeleted // accepted: an operator deleted a schedule (job-less)
+	KindFired           // derived: a schedule's due time submitted a job to its queue
+	KindScheduleMissed  // derived: due times of a schedule passed unfired (job-less)
 	kindCount
 )
 
@@ -651,7 +656,8 @@ var kindNames = [...]string{"", "offered", "granted", "acked", "renewed", "progr
 	"cancel_acked", "completed", "released", "resolved", "policy_set", "ticked", "rules_set", "checkpointed",
 	"duplicate", "stale", "late", "conflict", "lost_authority", "rejected",
 	"expired", "ack_missed", "unresolved", "retired",
-	"submitted", "capacity_set", "requeued", "dead", "assigned", "withdrawn", "limit_set"}
+	"submitted", "capacity_set", "requeued", "dead", "assigned", "withdrawn", "limit_set",
+	"schedule_set", "schedule_deleted", "fired", "schedule_missed"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -681,7 +687,8 @@ func Kinds() []Kind {
 
 // Accepted reports whether k is an accepted verdict.
 func (k Kind) Accepted() bool {
-	return k >= KindOffered && k <= KindCheckpointed || k == KindSubmitted || k == KindCapacitySet || k == KindLimitSet
+	return k >= KindOffered && k <= KindCheckpointed || k == KindSubmitted || k == KindCapacitySet || k == KindLimitSet ||
+		k == KindScheduleSet || k == KindScheduleDeleted
 }
 
 // Derived reports whether k is a consequence rather than the verdict of an
@@ -690,7 +697,7 @@ func (k Kind) Accepted() bool {
 // withdrawn). Every input has exactly one verdict (a batch renew one per
 // lease); all its other decisions are derived.
 func (k Kind) Derived() bool {
-	return k >= KindExpired && k <= KindRetired || k >= KindRequeued && k <= KindWithdrawn
+	return k >= KindExpired && k <= KindRetired || k >= KindRequeued && k <= KindWithdrawn || k == KindFired || k == KindScheduleMissed
 }
 
 // State is the state of a job's current (latest) lease.
@@ -910,7 +917,37 @@ type Decision struct {
 	DuplicateOf string
 	// Limit (revision 9) is the limit in force after a limit_set decision.
 	Limit *Limit
+	// Schedule (revision 10) is the schedule a schedule_set,
+	// schedule_deleted, fired or schedule_missed decision is about.
+	Schedule *Schedule
 }
+
+// Schedule is a decision's schedule (revision 10,
+// docs/schedules-design.md). On schedule_set it is the definition in
+// force after it (ID, Cron, TZ, Zone, Queue, Missed, Paused) and Next,
+// its next due time (0: none before the end of 2261, or paused); on
+// schedule_deleted the ID; on fired the ID and Due, the due time the job
+// (the decision's Job) was fired for; on schedule_missed the ID and the
+// due times that passed unfired: MissedCount of them, from MissedFrom to
+// MissedTo (a count capped at MaxMissedCount).
+type Schedule struct {
+	ID          string
+	Cron        string
+	TZ          string
+	Zone        string
+	Queue       string
+	Missed      Missed
+	Paused      bool
+	Next        int64
+	Due         int64
+	MissedFrom  int64
+	MissedTo    int64
+	MissedCount uint64
+}
+
+// MaxMissedCount caps a schedule_missed decision's count: the fold stops
+// counting there ("that many or more").
+const MaxMissedCount = 10000
 
 // Limit is a queue's limit (revision 9, PROTOCOL.md §26.4, §26.5): of
 // one concurrency key, or of the queue as a whole when ConcurrencyKey is
