@@ -902,7 +902,9 @@ func (d *inputDecoder) field(f bodyField) bool {
 	case fPeriodMS:
 		in.PeriodMS, ok = d.duration()
 	case fSchedule:
-		in.Schedule, ok = d.token()
+		if in.Schedule, ok = d.token(); ok && len(in.Schedule) > MaxScheduleIDLen {
+			in.Schedule, ok = "", d.failv(ReasonBadToken, "at most 40 characters: a fired job's id adds its due time")
+		}
 	case fScheduleOp:
 		ok = d.scheduleOp()
 	case fCron:

@@ -97,6 +97,11 @@ const (
 	ReasonUniqueKeyHeld      Reason = "unique_key_held"      // retry of a DEAD job whose unique key another job of the queue holds now (duplicate_of names it)
 	// revision 9 on: concurrency keys
 	ReasonLimitsFull Reason = "limits_full" // a limit input for a key without a limit while MaxLimits limits are in force: nothing changes
+	// revision 10 on: schedules
+	ReasonNoSuchSchedule Reason = "no_such_schedule" // a schedule's pause, resume or delete naming no schedule: nothing changes
+	ReasonSchedulesFull  Reason = "schedules_full"   // a schedule's set of a new id while MaxSchedules schedules are defined: nothing changes
+	ReasonFireLate       Reason = "fire_late"        // schedule_missed: due times that passed unfired (the deployment was down, or the fold reached them over the grace late)
+	ReasonPausedThrough  Reason = "paused_through"   // schedule_missed: due times that passed while the schedule was paused
 )
 
 var reasonDocs = []struct {
@@ -195,4 +200,8 @@ var reasonDocs = []struct {
 	{ReasonDuplicateUniqueKey, "submit naming a unique key another job of the queue holds (duplicate_of names it): nothing changes"},
 	{ReasonUniqueKeyHeld, "retry of a DEAD job whose unique key another job of the queue holds now (duplicate_of names it)"},
 	{ReasonLimitsFull, "a limit input for a key without a limit while 1,024 limits are in force: nothing changes"},
+	{ReasonNoSuchSchedule, "a schedule's pause, resume or delete naming no schedule: nothing changes"},
+	{ReasonSchedulesFull, "a schedule's set of a new id while 1,024 schedules are defined: nothing changes"},
+	{ReasonFireLate, "schedule_missed: due times that passed unfired (the deployment was down, or the fold reached them over the grace late)"},
+	{ReasonPausedThrough, "schedule_missed: due times that passed while the schedule was paused"},
 }

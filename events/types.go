@@ -945,6 +945,13 @@ type Schedule struct {
 	MissedCount uint64
 }
 
+// MaxSchedules bounds the schedules defined at once (revision 10).
+const MaxSchedules = 1024
+
+// MaxScheduleIDLen bounds a schedule's id (revision 10): a fired job's id
+// is the schedule's, a dash and its due time (at most 21 more bytes).
+const MaxScheduleIDLen = 40
+
 // MaxMissedCount caps a schedule_missed decision's count: the fold stops
 // counting there ("that many or more").
 const MaxMissedCount = 10000

@@ -29,3 +29,8 @@ func QueueCount(p *Projector) int { return len(p.queues) }
 
 // CapacityEntries is the number of announcement expiries held for sweep.
 func CapacityEntries(p *Projector) int { return len(p.expiries) }
+
+// SetRevision moves p to rules revision rev with a zero lease key, for
+// tests of a revision no coordinator moves a log to yet (revision 10 while
+// it is built).
+func SetRevision(p *Projector, rev uint32) { p.setRules(rev, [events.LeaseKeyLen]byte{}) }

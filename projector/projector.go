@@ -75,6 +75,11 @@ type Projector struct {
 	// with a rate.
 	nLimits, nRates int
 
+	// Schedules (revision 10 on, schedules.go): by id, and the active
+	// ones in the order they fall due (next, then id).
+	scheds   map[string]*sched
+	schedDue []*sched
+
 	// Standings (revision 5 on, standing.go): snapshots hold them; the
 	// timer heaps are derived.
 	standings map[standingKey]*standing
@@ -189,6 +194,9 @@ func (p *Projector) NextDeadline() (int64, bool) {
 	if t, due := p.nextToken(); due && (!ok || t < d) {
 		d, ok = t, true
 	}
+	if t, due := p.nextFire(); due && (!ok || t < d) { // revision 10
+		d, ok = t, true
+	}
 	return d, ok
 }
 
@@ -224,6 +232,9 @@ func (p *Projector) Step(raw events.Raw) ([]events.Decision, error) {
 		p.sweepStandings()
 	}
 	p.fire(limit)
+	if p.rev >= events.Revision10 && derr == nil && p.in.Verb == events.VerbTick {
+		p.fireSchedules()
+	}
 	if derr != nil {
 		p.rejectInput(derr)
 	} else {
@@ -429,6 +440,8 @@ func (p *Projector) apply() {
 		p.pull()
 	case events.VerbLimit:
 		p.setLimit()
+	case events.VerbSchedule: // revision 10 on
+		p.setSchedule()
 	case events.VerbCheckpoint:
 		if in.CheckpointSeq >= p.cause {
 			p.emit(nil, events.KindRejected, events.ReasonBadCheckpoint, in.Actor).Detail =

@@ -1,0 +1,308 @@
+package projector
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/maknow/tenure/cron"
+	"github.com/maknow/tenure/events"
+)
+
+// Cron schedules (rules revision 10, docs/schedules-design.md).
+//
+// An operator's schedule input defines a schedule (a cron expression, its
+// zone as a POSIX TZ rule, a job template), pauses, resumes or deletes
+// it. The fold fires it: a tick whose stored time reached a schedule's
+// next due time submits a job derived from the template, its id the
+// schedule's and the due time's, decided by the fold like any submit (a
+// unique key held, a job of that id, a lease out of policy refuse it) and
+// recorded as a fired decision. So a due time fires once: next only moves
+// forward, a restored fold has next from its snapshot, and every
+// coordinator folds the same ticks to the same fires.
+//
+// A due time the fold reaches more than the grace late (the deployment
+// was down), or several at once, is missed: a schedule_missed decision
+// records them, and the latest fires anyway if it is on time, or, with
+// missed "once", however late it is. Due times passed while paused are
+// recorded missed at the resume, which fires none of them.
+
+// scheduleGrace is how late a due time may be reached and still fire on
+// time (an @every shorter than it: its period).
+const scheduleGrace = int64(time.Minute)
+
+// maxFiresPerTick bounds the schedules one tick fires; the others fire
+// with the next ticks (the coordinator ticks while one is due).
+const maxFiresPerTick = 16
+
+// sched is a schedule: its definition, its template, and when it is due.
+type sched struct {
+	def    events.Schedule // ID, Cron, TZ, Zone, Queue, Missed, Paused, Next
+	actor  string          // who set it: the submitter of the jobs it fires
+	tmpl   events.Input    // the template: a submit's fields
+	spec   *cron.Spec
+	zone   *cron.Zone
+	anchor int64 // @every's: the set's (or resume's) stored time
+}
+
+// grace is s's grace (scheduleGrace, or @every's period when shorter).
+func (s *sched) grace() int64 {
+	if e := s.spec.Every(); e > 0 && e < scheduleGrace {
+		return e
+	}
+	return scheduleGrace
+}
+
+// after is s's first due time after t (0 when none before 2262).
+func (s *sched) after(t int64) int64 {
+	n, ok := s.spec.Next(s.zone, s.anchor, t)
+	if !ok {
+		return 0
+	}
+	return n
+}
+
+// schedDue orders the active schedules by (next, id): the order they fire
+// in, the same on every replay.
+func (p *Projector) schedIndex(s *sched) (int, bool) {
+	return slices.BinarySearchFunc(p.schedDue, s, func(a, b *sched) int {
+		switch {
+		case a.def.Next != b.def.Next:
+			if a.def.Next < b.def.Next {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.def.ID, b.def.ID)
+	})
+}
+
+// schedPark takes s out of the due order (before next changes).
+func (p *Projector) schedPark(s *sched) {
+	if i, ok := p.schedIndex(s); ok {
+		p.schedDue = slices.Delete(p.schedDue, i, i+1)
+	}
+}
+
+// schedArm puts s in the due order, if it is active and has a next.
+func (p *Projector) schedArm(s *sched) {
+	if s.def.Paused || s.def.Next == 0 {
+		return
+	}
+	i, _ := p.schedIndex(s)
+	p.schedDue = slices.Insert(p.schedDue, i, s)
+}
+
+// nextFire is the earliest due time of an active schedule.
+func (p *Projector) nextFire() (int64, bool) {
+	if len(p.schedDue) == 0 {
+		return 0, false
+	}
+	return p.schedDue[0].def.Next, true
+}
+
+// setSchedule applies a schedule input.
+func (p *Projector) setSchedule() {
+	in := &p.in
+	s := p.scheds[in.Schedule]
+	if in.ScheduleOp != events.ScheduleSet && s == nil {
+		d := p.emit(nil, events.KindRejected, events.ReasonNoSuchSchedule, in.Actor)
+		d.Schedule = &events.Schedule{ID: in.Schedule}
+		return
+	}
+	switch in.ScheduleOp {
+	case events.ScheduleSet:
+		if s == nil && len(p.scheds) >= events.MaxSchedules {
+			d := p.emit(nil, events.KindRejected, events.ReasonSchedulesFull, in.Actor)
+			d.Schedule = &events.Schedule{ID: in.Schedule}
+			return
+		}
+		if d := specOf(in).attemptLease; d != 0 && (d < p.policy.MinLease || d > p.policy.MaxLease) {
+			d := p.emit(nil, events.KindRejected, events.ReasonDurationOutOfPolicy, in.Actor)
+			d.Schedule = &events.Schedule{ID: in.Schedule}
+			d.Detail = p.outOfPolicy("lease_ms", in.LeaseMS)
+			return
+		}
+		spec, err1 := cron.Parse(in.Cron)
+		tz := in.TZ
+		if tz == "" {
+			tz = "UTC0"
+		}
+		zone, err2 := cron.ParseZone(tz)
+		if err1 != nil || err2 != nil { // the decoder judged both: unreachable
+			p.emit(nil, events.KindRejected, events.ReasonBadValue, in.Actor).Detail = "cron or tz: refused by package cron"
+			return
+		}
+		if s != nil {
+			p.schedPark(s)
+		} else {
+			s = &sched{}
+			if p.scheds == nil {
+				p.scheds = map[string]*sched{}
+			}
+			p.scheds[strings.Clone(in.Schedule)] = s
+		}
+		*s = sched{
+			def: events.Schedule{ID: strings.Clone(in.Schedule), Cron: strings.Clone(in.Cron), TZ: strings.Clone(in.TZ),
+				Zone: strings.Clone(in.Zone), Queue: strings.Clone(in.Queue), Missed: in.Missed},
+			actor: strings.Clone(in.Actor), tmpl: template(in), spec: spec, zone: zone, anchor: p.now,
+		}
+		s.def.Next = s.after(p.now)
+	case events.SchedulePause:
+		if !s.def.Paused {
+			p.schedPark(s)
+			s.def.Paused = true
+		}
+	case events.ScheduleResume:
+		if s.def.Paused {
+			s.def.Paused = false
+			if e := s.spec.Every(); e > 0 {
+				s.anchor = p.now
+			}
+			if s.def.Next != 0 && s.def.Next <= p.now {
+				p.missed(s, s.def.Next, s.latest(s.def.Next, p.now), events.ReasonPausedThrough, in.Actor)
+			}
+			s.def.Next = s.after(p.now)
+		}
+	case events.ScheduleDelete:
+		p.schedPark(s)
+		delete(p.scheds, s.def.ID)
+		d := p.emit(nil, events.KindScheduleDeleted, events.ReasonOk, in.Actor)
+		d.Schedule = &events.Schedule{ID: s.def.ID}
+		return
+	}
+	p.schedArm(s)
+	def := s.def
+	if def.Paused {
+		def.Next = 0
+	}
+	p.emit(nil, events.KindScheduleSet, events.ReasonOk, in.Actor).Schedule = &def
+}
+
+// template is the submit a schedule's set describes (its job id is the
+// fire's).
+func template(in *events.Input) events.Input {
+	return events.Input{
+		Role: events.RoleOps, Verb: events.VerbSubmit,
+		Queue: strings.Clone(in.Queue), Priority: in.Priority, MaxAttempts: in.MaxAttempts,
+		BackoffMS: in.BackoffMS, BackoffMax: in.BackoffMax, LeaseMS: in.LeaseMS, AckTimeoutMS: in.AckTimeoutMS,
+		Payload: strings.Clone(in.Payload), HasPayload: in.HasPayload,
+		ConcurrencyKey: strings.Clone(in.ConcurrencyKey), UniqueKey: strings.Clone(in.UniqueKey),
+	}
+}
+
+// latest is the last due time of s from first to until (first <= until),
+// found without walking every due time between (a deployment down for a
+// year, an every-minute schedule): @every by arithmetic, a cron
+// expression from windows before until, growing until one holds a due
+// time at or after first.
+func (s *sched) latest(first, until int64) int64 {
+	if e := s.spec.Every(); e > 0 {
+		return first + (until-first)/e*e
+	}
+	for _, w := range []time.Duration{time.Hour, 24 * time.Hour, 32 * 24 * time.Hour, 367 * 24 * time.Hour, 10 * 367 * 24 * time.Hour} {
+		from := max(first, until-int64(w))
+		t := from
+		if from > first {
+			t = s.after(from - 1)
+		}
+		if t == 0 || t > until {
+			continue
+		}
+		for {
+			n := s.after(t)
+			if n == 0 || n > until {
+				return t
+			}
+			t = n
+		}
+	}
+	// Beyond ten years: walk (a five-field expression falls due at
+	// least once in eight years, so the last window always holds one).
+	t := first
+	for n := s.after(t); n != 0 && n <= until; n = s.after(t) {
+		t = n
+	}
+	return t
+}
+
+// count is how many due times of s run from first to last (both due
+// times), capped at events.MaxMissedCount.
+func (s *sched) count(first, last int64) uint64 {
+	if e := s.spec.Every(); e > 0 {
+		return min(uint64((last-first)/e)+1, events.MaxMissedCount)
+	}
+	n := uint64(1)
+	for t := first; t < last && n < events.MaxMissedCount; n++ {
+		if t = s.after(t); t == 0 {
+			break
+		}
+	}
+	return n
+}
+
+// missed records the due times of s from first to last as passed
+// unfired.
+func (p *Projector) missed(s *sched, first, last int64, why events.Reason, addressee string) {
+	d := p.emit(nil, events.KindScheduleMissed, why, addressee)
+	d.Schedule = &events.Schedule{ID: s.def.ID, MissedFrom: first, MissedTo: last, MissedCount: s.count(first, last)}
+}
+
+// fireSchedules fires the schedules due at the fold's time, at most
+// maxFiresPerTick of them, earliest first (revision 10, ticks only).
+func (p *Projector) fireSchedules() {
+	for range maxFiresPerTick {
+		if len(p.schedDue) == 0 || p.schedDue[0].def.Next > p.now {
+			return
+		}
+		s := p.schedDue[0]
+		p.schedDue = slices.Delete(p.schedDue, 0, 1)
+		first := s.def.Next
+		latest := s.latest(first, p.now)
+		fire := p.now-latest <= s.grace() || s.def.Missed == events.MissedOnce
+		switch {
+		case latest != first && fire:
+			// All but the latest are missed; the latest fires.
+			p.missed(s, first, s.latest(first, latest-1), events.ReasonFireLate, s.actor)
+		case !fire:
+			p.missed(s, first, latest, events.ReasonFireLate, s.actor)
+		}
+		if fire {
+			p.fireOne(s, latest)
+		}
+		s.def.Next = s.after(max(p.now, latest))
+		p.schedArm(s)
+	}
+}
+
+// fireOne submits s's job for due time due, judged as the template's
+// submit by the schedule's actor, and records it as a fired decision.
+func (p *Projector) fireOne(s *sched, due int64) {
+	tick := p.in
+	p.in = s.tmpl
+	p.in.Actor = s.actor
+	p.in.Job = firedJobID(s.def.ID, due)
+	n := len(p.out)
+	p.submit()
+	p.in = tick
+	for i := n; i < len(p.out); i++ { // (submit emits one decision)
+		d := &p.out[i]
+		d.Kind = events.KindFired
+		d.Role, d.Actor, d.Verb = tick.Role, tick.Actor, tick.Verb
+		if d.Actor == "" {
+			d.Actor = events.NoActor
+		}
+		d.Schedule = &events.Schedule{ID: s.def.ID, Due: due}
+	}
+}
+
+// firedJobID is the id of the job schedule id fires for due time due:
+// id-20261203T214000Z. Two due times of a schedule are at least a second
+// apart (cron's minute, @every's least), so their ids differ.
+func firedJobID(id string, due int64) string {
+	b := make([]byte, 0, len(id)+17)
+	b = append(b, id...)
+	b = append(b, '-')
+	b = time.Unix(0, due).UTC().AppendFormat(b, "20060102T150405")
+	return string(append(b, 'Z'))
+}

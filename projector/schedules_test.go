@@ -1,0 +1,153 @@
+package projector_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/internal/testutil"
+	"github.com/maknow/tenure/projector"
+)
+
+const sec = int64(time.Second)
+
+// schedFolder is a folder under revision 10 (being built: no rules input
+// names it yet).
+func schedFolder(t *testing.T) *folder {
+	f := &folder{t: t, p: projector.New()}
+	projector.SetRevision(f.p, events.Revision10)
+	return f
+}
+
+func (f *folder) tick(at int64) []events.Decision {
+	return f.step(at, events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+}
+
+func (f *folder) sched(at int64, in events.Input) []events.Decision {
+	in.Verb = events.VerbSchedule
+	return f.step(at, events.RoleOps, "admin", events.NoJob, in)
+}
+
+// show lists decisions as kind/reason [schedule: due, missed] [job]: the
+// fires and records of a tick come before its verdict, as every decision
+// fired by time does.
+func show(ds []events.Decision) string {
+	var b []string
+	for _, d := range ds {
+		s := d.Kind.String() + "/" + string(d.Reason)
+		if sc := d.Schedule; sc != nil {
+			s += " " + sc.ID
+			if sc.Due != 0 {
+				s += fmt.Sprintf(" due+%ds", (sc.Due-testutil.ScenarioBase)/sec)
+			}
+			if sc.MissedCount != 0 {
+				s += fmt.Sprintf(" missed %d: +%ds..+%ds", sc.MissedCount, (sc.MissedFrom-testutil.ScenarioBase)/sec, (sc.MissedTo-testutil.ScenarioBase)/sec)
+			}
+			if sc.Next != 0 {
+				s += fmt.Sprintf(" next+%ds", (sc.Next-testutil.ScenarioBase)/sec)
+			}
+		}
+		if d.Job.ID != events.NoJob && d.Job.ID != "" {
+			s += " job " + d.Job.ID + " " + d.Job.State.String()
+		}
+		b = append(b, s)
+	}
+	return strings.Join(b, "; ")
+}
+
+func wantDecisions(t *testing.T, what string, ds []events.Decision, want string) {
+	t.Helper()
+	if got := show(ds); got != want {
+		t.Errorf("%s:\n got %s\nwant %s", what, got, want)
+	}
+}
+
+// A schedule fires each due time once, on the ticks that reach it; due
+// times passed unfired are recorded, the latest fires when on time; a
+// pause passes due times by, recorded at the resume; a delete ends it.
+func TestScheduleFires(t *testing.T) {
+	f := schedFolder(t)
+	wantDecisions(t, "set", f.sched(0, events.Input{Schedule: "s1", Cron: "@every 10s", Queue: "q", Payload: "p", HasPayload: true}),
+		"schedule_set/ok s1 next+10s")
+	if d, ok := f.p.NextDeadline(); !ok || d != testutil.ScenarioBase+10*sec {
+		t.Fatalf("NextDeadline = %d, %v", d, ok)
+	}
+	wantDecisions(t, "an input before it is due", f.tick(9*sec), "ticked/ok")
+	wantDecisions(t, "the due time", f.tick(10*sec), "fired/ok s1 due+10s job s1-20260101T000010Z QUEUED; ticked/ok")
+	if j, ok := f.p.Job("s1-20260101T000010Z"); !ok || j.Queue != "q" || j.Payload != "p" || j.Submitter != "admin" {
+		t.Fatalf("the fired job: %+v", j)
+	}
+	wantDecisions(t, "between due times", f.tick(15*sec), "ticked/ok")
+	// Only a tick fires: another input at a due time does not.
+	wantDecisions(t, "a non-tick input", f.sched(20*sec, events.Input{Schedule: "nope", ScheduleOp: events.SchedulePause}), "rejected/no_such_schedule nope")
+	wantDecisions(t, "four due times at once, the latest on time", f.tick(50*sec),
+		"schedule_missed/fire_late s1 missed 3: +20s..+40s; fired/ok s1 due+50s job s1-20260101T000050Z QUEUED; ticked/ok")
+	wantDecisions(t, "the latest 5 s late (grace: the 10 s period)", f.tick(605*sec),
+		"schedule_missed/fire_late s1 missed 54: +60s..+590s; fired/ok s1 due+600s job s1-20260101T001000Z QUEUED; ticked/ok")
+	wantDecisions(t, "pause", f.sched(606*sec, events.Input{Schedule: "s1", ScheduleOp: events.SchedulePause}), "schedule_set/ok s1")
+	wantDecisions(t, "paused", f.tick(700*sec), "ticked/ok")
+	wantDecisions(t, "resume", f.sched(725*sec, events.Input{Schedule: "s1", ScheduleOp: events.ScheduleResume}),
+		"schedule_missed/paused_through s1 missed 12: +610s..+720s; schedule_set/ok s1 next+735s")
+	wantDecisions(t, "after the resume", f.tick(735*sec), "fired/ok s1 due+735s job s1-20260101T001215Z QUEUED; ticked/ok")
+	wantDecisions(t, "delete", f.sched(736*sec, events.Input{Schedule: "s1", ScheduleOp: events.ScheduleDelete}), "schedule_deleted/ok s1")
+	if d, ok := f.p.NextDeadline(); ok {
+		t.Errorf("a deadline after the delete: %d", d)
+	}
+	wantDecisions(t, "deleted", f.tick(800*sec), "ticked/ok")
+}
+
+// A due time reached over the grace late: skip records it and fires
+// nothing; once fires the latest anyway.
+func TestScheduleMissedPolicies(t *testing.T) {
+	f := schedFolder(t)
+	f.sched(0, events.Input{Schedule: "skip", Cron: "*/5 * * * *", Queue: "q"})
+	f.sched(0, events.Input{Schedule: "once", Cron: "*/5 * * * *", Queue: "q", Missed: events.MissedOnce})
+	// Down from before +5 min until +17 min: 5, 10 and 15 passed; 15 is
+	// 2 min late, over the minute's grace.
+	wantDecisions(t, "late", f.tick(17*60*sec),
+		"schedule_missed/fire_late once missed 2: +300s..+600s; fired/ok once due+900s job once-20260101T001500Z QUEUED; "+
+			"schedule_missed/fire_late skip missed 3: +300s..+900s; ticked/ok")
+	wantDecisions(t, "on time again", f.tick(20*60*sec+30*sec),
+		"fired/ok once due+1200s job once-20260101T002000Z QUEUED; fired/ok skip due+1200s job skip-20260101T002000Z QUEUED; ticked/ok")
+}
+
+// A fire is judged as the template's submit: while the job of the last
+// fire holds the unique key, the next fire is refused, and recorded.
+func TestScheduleFireRefused(t *testing.T) {
+	f := schedFolder(t)
+	f.sched(0, events.Input{Schedule: "u", Cron: "@every 1m", Queue: "q", UniqueKey: "k"})
+	wantDecisions(t, "first", f.tick(60*sec), "fired/ok u due+60s job u-20260101T000100Z QUEUED; ticked/ok")
+	wantDecisions(t, "second, the key held", f.tick(120*sec), "fired/duplicate_unique_key u due+120s job u-20260101T000200Z NONE; ticked/ok")
+}
+
+// Refusals: 1,024 schedules at most; a lease out of the policy.
+func TestScheduleRefusals(t *testing.T) {
+	f := schedFolder(t)
+	f.discard = true
+	for i := range events.MaxSchedules {
+		if ds := f.sched(0, events.Input{Schedule: fmt.Sprintf("s%d", i), Cron: "@hourly", Queue: "q"}); ds[0].Kind != events.KindScheduleSet {
+			t.Fatalf("schedule %d: %s", i, show(ds))
+		}
+	}
+	wantDecisions(t, "one more", f.sched(1, events.Input{Schedule: "more", Cron: "@hourly", Queue: "q"}), "rejected/schedules_full more")
+	wantDecisions(t, "a set of one defined", f.sched(1, events.Input{Schedule: "s7", Cron: "@daily", Queue: "q"}), "schedule_set/ok s7 next+86400s")
+	wantDecisions(t, "lease out of policy", f.sched(2, events.Input{Schedule: "s8", Cron: "@daily", Queue: "q", LeaseMS: 1}), "rejected/duration_out_of_policy s8")
+	// The hourly ones fire 16 a tick, earliest first, then by id.
+	ds := f.tick(3600 * sec)
+	if len(ds) != 17 || ds[0].Schedule.ID != "s0" || ds[1].Schedule.ID != "s1" || ds[2].Schedule.ID != "s10" || ds[16].Kind != events.KindTicked {
+		t.Fatalf("the first tick at the hour: %s", show(ds[:min(len(ds), 5)]))
+	}
+	fired := 16
+	for range 200 {
+		ds := f.tick(3600*sec + 1)
+		if len(ds) == 1 {
+			break
+		}
+		fired += len(ds) - 1
+	}
+	if fired != events.MaxSchedules-1 { // s7 is daily now
+		t.Fatalf("%d fired at the hour, want %d", fired, events.MaxSchedules-1)
+	}
+}
