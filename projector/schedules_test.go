@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
+	"github.com/maknow/tenure/cron"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
@@ -150,4 +153,96 @@ func TestScheduleRefusals(t *testing.T) {
 	if fired != events.MaxSchedules-1 { // s7 is daily now
 		t.Fatalf("%d fired at the hour, want %d", fired, events.MaxSchedules-1)
 	}
+}
+
+// Every due time of a schedule, up to the last tick, is fired exactly
+// once or recorded missed exactly once, never both; fires follow due
+// order; whatever the ticks' times (a coordinator down for hours, ticks
+// late or early), pauses and resumes, and the missed policy.
+func TestScheduleEveryDueTimeOnce(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		expr := rapid.SampledFrom([]string{"* * * * *", "*/7 * * * *", "0 * * * *", "30 2 * * *", "@every 1s", "@every 90s", "@every 17m"}).Draw(rt, "expr")
+		every := strings.HasPrefix(expr, "@every")
+		missed := events.Missed(rapid.IntRange(0, 1).Draw(rt, "missed"))
+		f := &folder{t: &testing.T{}, p: projector.New()}
+		projector.SetRevision(f.p, events.Revision10)
+		var ds []events.Decision
+		step := func(at int64, role events.Role, in events.Input) {
+			in.Role, in.Actor, in.Job = role, "admin", events.NoJob
+			f.seq++
+			out, err := f.p.Step(events.Raw{Seq: f.seq, Time: testutil.ScenarioBase + at,
+				Subject: events.InputSubject(role, "admin", events.NoJob, in.Verb), Body: events.AppendInputBody(nil, &in)})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			ds = append(ds, out...)
+		}
+		step(0, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: "s", Cron: expr, Queue: "q", Missed: missed})
+		at, paused := int64(0), false
+		gaps := []int64{0, 1, 500, 1000, 30000, 61000, 600000, 3600000, 26 * 3600000}
+		if expr == "@every 1s" {
+			gaps = gaps[:7] // (a day of seconds is 86,400 due times to check)
+		}
+		for range rapid.IntRange(1, 60).Draw(rt, "inputs") {
+			at += rapid.SampledFrom(gaps).Draw(rt, "gap_ms") * int64(time.Millisecond)
+			switch {
+			case !every && rapid.IntRange(0, 9).Draw(rt, "pause") == 0:
+				op := events.SchedulePause
+				if paused {
+					op = events.ScheduleResume
+				}
+				paused = !paused
+				step(at, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: "s", ScheduleOp: op})
+			default:
+				step(at, events.RoleCoord, events.Input{Verb: events.VerbTick})
+			}
+		}
+		if paused {
+			step(at, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: "s", ScheduleOp: events.ScheduleResume})
+		}
+		step(at, events.RoleCoord, events.Input{Verb: events.VerbTick}) // everything due by at is handled
+		// The due times, as package cron lists them from the set on.
+		spec, _ := cron.Parse(expr)
+		var due []int64
+		for t, ok := spec.Next(cron.UTC, testutil.ScenarioBase, testutil.ScenarioBase); ok && t <= testutil.ScenarioBase+at && len(due) < 200000; t, ok = spec.Next(cron.UTC, testutil.ScenarioBase, t) {
+			due = append(due, t)
+		}
+		seen := map[int64]string{}
+		mark := func(t int64, how string) {
+			if prev, dup := seen[t]; dup {
+				rt.Fatalf("due time +%ds %s and %s", (t-testutil.ScenarioBase)/sec, prev, how)
+			}
+			seen[t] = how
+		}
+		last := int64(0)
+		for _, d := range ds {
+			switch {
+			case d.Kind == events.KindFired:
+				if d.Schedule.Due <= last {
+					rt.Fatalf("fired +%ds after +%ds", (d.Schedule.Due-testutil.ScenarioBase)/sec, (last-testutil.ScenarioBase)/sec)
+				}
+				last = d.Schedule.Due
+				mark(d.Schedule.Due, "fired")
+			case d.Kind == events.KindScheduleMissed:
+				n := uint64(0)
+				for _, t := range due {
+					if t >= d.Schedule.MissedFrom && t <= d.Schedule.MissedTo {
+						mark(t, "missed")
+						n++
+					}
+				}
+				if n != d.Schedule.MissedCount && d.Schedule.MissedCount != events.MaxMissedCount {
+					rt.Fatalf("missed count %d, %d due times in its range", d.Schedule.MissedCount, n)
+				}
+			}
+		}
+		for _, t := range due {
+			if _, ok := seen[t]; !ok {
+				rt.Fatalf("due time +%ds neither fired nor missed (%d due times; decisions: %s)", (t-testutil.ScenarioBase)/sec, len(due), show(ds))
+			}
+		}
+		if len(seen) != len(due) {
+			rt.Fatalf("%d due times handled, %d due", len(seen), len(due))
+		}
+	})
 }
