@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -305,4 +306,66 @@ func firedJobID(id string, due int64) string {
 	b = append(b, '-')
 	b = time.Unix(0, due).UTC().AppendFormat(b, "20060102T150405")
 	return string(append(b, 'Z'))
+}
+
+// restoreSchedules reads the schedules of a format 8 snapshot into q
+// (before its jobs), refusing any a fold cannot have made.
+func (q *Projector) restoreSchedules(r *snapReader) error {
+	n := r.uvarint("schedule count")
+	if n > events.MaxSchedules || n > uint64(len(r.b)/20) {
+		return fmt.Errorf("%w: schedule count %d", ErrBadSnapshot, n)
+	}
+	prev := ""
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		var strs [9]string
+		for k := range strs {
+			strs[k] = string(r.strBytes("schedule strings"))
+		}
+		f := r.bytes(1, "schedule flags")
+		next, anchor := r.varint("schedule next"), r.varint("schedule anchor")
+		prio, attempts := r.uvarint("schedule priority"), r.uvarint("schedule max_attempts")
+		var durs [4]int64
+		for k := range durs {
+			durs[k] = r.varint("schedule template")
+		}
+		if r.err != nil {
+			return r.err
+		}
+		s := &sched{actor: strs[1], anchor: anchor}
+		s.def = events.Schedule{ID: strs[0], Cron: strs[2], TZ: strs[3], Zone: strs[4], Queue: strs[5], Next: next,
+			Paused: f[0]&schedPaused != 0}
+		if f[0]&schedOnce != 0 {
+			s.def.Missed = events.MissedOnce
+		}
+		s.tmpl = events.Input{Role: events.RoleOps, Verb: events.VerbSubmit, Queue: strs[5], Payload: strs[6], HasPayload: f[0]&schedPayload != 0,
+			ConcurrencyKey: strs[7], UniqueKey: strs[8], Priority: int64(min(prio, events.MaxPriority+1)), MaxAttempts: attempts,
+			BackoffMS: durs[0], BackoffMax: durs[1], LeaseMS: durs[2], AckTimeoutMS: durs[3]}
+		// What the decoder and the fold would have refused.
+		in := s.tmpl
+		in.Verb, in.Schedule, in.Cron, in.TZ, in.Zone = events.VerbSchedule, s.def.ID, s.def.Cron, s.def.TZ, s.def.Zone
+		in.Missed = s.def.Missed
+		body := events.AppendInputBody(nil, &in)
+		var back events.Input
+		tz := s.def.TZ
+		if tz == "" {
+			tz = "UTC0"
+		}
+		var err1, err2 error
+		s.spec, err1 = cron.Parse(s.def.Cron)
+		s.zone, err2 = cron.ParseZone(tz)
+		switch {
+		case f[0]&^(schedOnce|schedPaused|schedPayload) != 0, s.def.ID <= prev, !events.ValidToken(s.actor),
+			events.DecodeInputAt(events.InputSubject(events.RoleOps, s.actor, events.NoJob, events.VerbSchedule), body, events.Revision10, &back) != nil,
+			err1 != nil || err2 != nil, anchor > q.now,
+			next != 0 && s.after(next-1) != next:
+			return fmt.Errorf("%w: schedule %q out of range", ErrBadSnapshot, s.def.ID)
+		}
+		prev = s.def.ID
+		if q.scheds == nil {
+			q.scheds = map[string]*sched{}
+		}
+		q.scheds[s.def.ID] = s
+		q.schedArm(s)
+	}
+	return r.err
 }

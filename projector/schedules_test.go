@@ -158,7 +158,9 @@ func TestScheduleRefusals(t *testing.T) {
 // Every due time of a schedule, up to the last tick, is fired exactly
 // once or recorded missed exactly once, never both; fires follow due
 // order; whatever the ticks' times (a coordinator down for hours, ticks
-// late or early), pauses and resumes, and the missed policy.
+// late or early), pauses and resumes, and the missed policy; and a fold
+// restored from a snapshot at any input decides the rest as one that
+// never stopped.
 func TestScheduleEveryDueTimeOnce(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		expr := rapid.SampledFrom([]string{"* * * * *", "*/7 * * * *", "0 * * * *", "30 2 * * *", "@every 1s", "@every 90s", "@every 17m"}).Draw(rt, "expr")
@@ -167,15 +169,38 @@ func TestScheduleEveryDueTimeOnce(t *testing.T) {
 		f := &folder{t: &testing.T{}, p: projector.New()}
 		projector.SetRevision(f.p, events.Revision10)
 		var ds []events.Decision
+		// A second fold restores from the first's snapshot at a random
+		// input, and from there must decide exactly what the first does.
+		restoreAt := uint64(rapid.IntRange(1, 62).Draw(rt, "restore_at"))
+		var twin *projector.Projector
 		step := func(at int64, role events.Role, in events.Input) {
 			in.Role, in.Actor, in.Job = role, "admin", events.NoJob
 			f.seq++
-			out, err := f.p.Step(events.Raw{Seq: f.seq, Time: testutil.ScenarioBase + at,
-				Subject: events.InputSubject(role, "admin", events.NoJob, in.Verb), Body: events.AppendInputBody(nil, &in)})
+			raw := events.Raw{Seq: f.seq, Time: testutil.ScenarioBase + at,
+				Subject: events.InputSubject(role, "admin", events.NoJob, in.Verb), Body: events.AppendInputBody(nil, &in)}
+			out, err := f.p.Step(raw)
 			if err != nil {
 				rt.Fatal(err)
 			}
 			ds = append(ds, out...)
+			if twin != nil {
+				again, err := twin.Step(raw)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if a, b := show(out), show(again); a != b {
+					rt.Fatalf("input %d after a restore at %d:\n fold %s\n restored %s", f.seq, restoreAt, a, b)
+				}
+			}
+			if f.seq == restoreAt {
+				twin = projector.New()
+				if err := twin.Restore(f.p.Snapshot()); err != nil {
+					rt.Fatalf("restore at %d: %v", f.seq, err)
+				}
+				if string(twin.Snapshot()) != string(f.p.Snapshot()) {
+					rt.Fatalf("the restored state encodes differently")
+				}
+			}
 		}
 		step(0, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: "s", Cron: expr, Queue: "q", Missed: missed})
 		at, paused := int64(0), false

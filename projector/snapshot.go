@@ -56,6 +56,19 @@ const (
 	snapshotMagic5 = "TNRSNAP5"
 	snapshotMagic6 = "TNRSNAP6"
 	snapshotMagic7 = "TNRSNAP7"
+	snapshotMagic8 = "TNRSNAP8"
+)
+
+// Format 8 (revision 10 on) is format 7 with the schedules after the
+// limits: a count, then per schedule, by id: id, actor, cron, tz, zone
+// and the template's queue, payload, concurrency key and unique key as
+// strings, a byte of flags (schedOnce, schedPaused, schedPayload), next
+// and anchor varints, and the template's priority, max_attempts (uvarints),
+// backoff_ms, backoff_max_ms, lease_ms and ack_timeout_ms (varints).
+const (
+	schedOnce    = 1 << iota // missed: once
+	schedPaused              // paused
+	schedPayload             // the template has a payload
 )
 
 // ErrBadSnapshot is returned by Restore for bytes that are not a valid snapshot.
@@ -83,6 +96,10 @@ func (p *Projector) Snapshot() []byte {
 // sequence, the time and the policy.
 func (p *Projector) appendHeader(b []byte) []byte {
 	switch {
+	case p.rev >= events.Revision10:
+		b = append(b, snapshotMagic8...)
+		b = binary.AppendUvarint(b, uint64(p.rev))
+		b = append(b, p.leaseKey[:]...)
 	case p.rev >= events.Revision9:
 		b = append(b, snapshotMagic7...)
 		b = binary.AppendUvarint(b, uint64(p.rev))
@@ -167,6 +184,39 @@ func (p *Projector) appendHeader(b []byte) []byte {
 				b = binary.AppendUvarint(b, l.Rate)
 				b = binary.AppendVarint(b, l.PeriodMS)
 				b = binary.AppendVarint(b, l.TAT)
+			}
+		}
+	}
+	if p.rev >= events.Revision10 {
+		ids := make([]string, 0, len(p.scheds))
+		for id := range p.scheds {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		b = binary.AppendUvarint(b, uint64(len(ids)))
+		for _, id := range ids {
+			s := p.scheds[id]
+			t := &s.tmpl
+			for _, str := range []string{s.def.ID, s.actor, s.def.Cron, s.def.TZ, s.def.Zone, t.Queue, t.Payload, t.ConcurrencyKey, t.UniqueKey} {
+				b = appendStr(b, str)
+			}
+			var f byte
+			if s.def.Missed == events.MissedOnce {
+				f |= schedOnce
+			}
+			if s.def.Paused {
+				f |= schedPaused
+			}
+			if t.HasPayload {
+				f |= schedPayload
+			}
+			b = append(b, f)
+			b = binary.AppendVarint(b, s.def.Next)
+			b = binary.AppendVarint(b, s.anchor)
+			b = binary.AppendUvarint(b, uint64(t.Priority))
+			b = binary.AppendUvarint(b, t.MaxAttempts)
+			for _, v := range []int64{t.BackoffMS, t.BackoffMax, t.LeaseMS, t.AckTimeoutMS} {
+				b = binary.AppendVarint(b, v)
 			}
 		}
 	}
@@ -417,7 +467,7 @@ func (p *Projector) Restore(snap []byte) error {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	magic := string(snap[:len(snapshotMagic)])
-	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 && magic != snapshotMagic6 && magic != snapshotMagic7 {
+	if magic != snapshotMagic && magic != snapshotMagic2 && magic != snapshotMagic3 && magic != snapshotMagic4 && magic != snapshotMagic5 && magic != snapshotMagic6 && magic != snapshotMagic7 && magic != snapshotMagic8 {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	body, sum := snap[:len(snap)-4], binary.BigEndian.Uint32(snap[len(snap)-4:])
@@ -440,7 +490,9 @@ func (p *Projector) Restore(snap []byte) error {
 		case snapshotMagic6:
 			lo, hi, format = events.Revision8, events.Revision8, 6
 		case snapshotMagic7:
-			lo, hi, format = events.Revision9, events.CurrentRevision, 7
+			lo, hi, format = events.Revision9, events.Revision9, 7
+		case snapshotMagic8:
+			lo, hi, format = events.Revision10, events.Revision10, 8
 		}
 		rev := r.uvarint("revision")
 		key := r.bytes(events.LeaseKeyLen, "lease key")
@@ -459,7 +511,8 @@ func (p *Projector) Restore(snap []byte) error {
 		*f = r.varint("policy")
 	}
 	pol.MaxGenerations = r.uvarint("policy")
-	format7 := magic == snapshotMagic7
+	format8 := magic == snapshotMagic8
+	format7 := magic == snapshotMagic7 || format8 // format 8 is format 7 and the schedules
 	format6 := magic == snapshotMagic6 || format7 // format 7 is format 6, the limits and the fields of revision 9
 	format5 := magic == snapshotMagic5 || format6 // format 6 is format 5 and the fields of revision 8
 	format4 := magic == snapshotMagic4 || format5 // format 5 is format 4 and the standings
@@ -576,6 +629,11 @@ func (p *Projector) Restore(snap []byte) error {
 			}
 		}
 		q.nLimits = len(ls)
+	}
+	if format8 {
+		if err := q.restoreSchedules(r); err != nil {
+			return err
+		}
 	}
 	n := r.uvarint("job count")
 	if n > uint64(len(r.b)/minJobBytes) {
