@@ -454,6 +454,11 @@ const (
 // at most four (its job's expiry, the requeue or DEAD end that follows,
 // the withdrawal or the retirement that may then be due, its verdict), and
 // the input's matching at most MaxOffersPerInput more.
+//
+// From revision 10 on a tick also fires at most 16 schedules, each
+// making at most two decisions (a schedule_missed and a fired): 32 within
+// the lease operations' share, which a tick (no lease operation) does not
+// use.
 const (
 	MaxFiredPerInput     = 1024
 	MaxDecisionsPerInput = MaxFiredPerInput + 2 + 4*MaxBatch + MaxOffersPerInput

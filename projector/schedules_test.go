@@ -148,6 +148,9 @@ func TestScheduleRefusals(t *testing.T) {
 		if len(ds) == 1 {
 			break
 		}
+		if len(ds) > 2*16+1 {
+			t.Fatalf("a tick made %d decisions", len(ds))
+		}
 		fired += len(ds) - 1
 	}
 	if fired != events.MaxSchedules-1 { // s7 is daily now
