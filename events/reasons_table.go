@@ -100,8 +100,8 @@ const (
 	// revision 10 on: schedules
 	ReasonNoSuchSchedule Reason = "no_such_schedule" // a schedule's pause, resume or delete naming no schedule: nothing changes
 	ReasonSchedulesFull  Reason = "schedules_full"   // a schedule's set of a new id while MaxSchedules schedules are defined: nothing changes
-	ReasonFireLate       Reason = "fire_late"        // schedule_missed: due times that passed unfired (the deployment was down, or the fold reached them over the grace late)
-	ReasonPausedThrough  Reason = "paused_through"   // schedule_missed: due times that passed while the schedule was paused
+	ReasonFireLate       Reason = "fire_late"        // schedule_missed: due times that passed unfired (the deployment was down, the fold reached them over the grace late, or a set replaced the schedule before a tick reached them)
+	ReasonPausedThrough  Reason = "paused_through"   // schedule_missed: due times that passed while the schedule was paused (recorded at its resume, or at a set that replaces it)
 )
 
 var reasonDocs = []struct {
@@ -202,6 +202,6 @@ var reasonDocs = []struct {
 	{ReasonLimitsFull, "a limit input for a key without a limit while 1,024 limits are in force: nothing changes"},
 	{ReasonNoSuchSchedule, "a schedule's pause, resume or delete naming no schedule: nothing changes"},
 	{ReasonSchedulesFull, "a schedule's set of a new id while 1,024 schedules are defined: nothing changes"},
-	{ReasonFireLate, "schedule_missed: due times that passed unfired (the deployment was down, or the fold reached them over the grace late)"},
-	{ReasonPausedThrough, "schedule_missed: due times that passed while the schedule was paused"},
+	{ReasonFireLate, "schedule_missed: due times that passed unfired (the deployment was down, the fold reached them over the grace late, or a set replaced the schedule before a tick reached them)"},
+	{ReasonPausedThrough, "schedule_missed: due times that passed while the schedule was paused (recorded at its resume, or at a set that replaces it)"},
 }

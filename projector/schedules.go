@@ -134,7 +134,20 @@ func (p *Projector) setSchedule() {
 			p.emit(nil, events.KindRejected, events.ReasonBadValue, in.Actor).Detail = "cron or tz: refused by package cron"
 			return
 		}
+		paused := false
 		if s != nil {
+			// Due times of the definition replaced that passed unfired
+			// (no tick reached them before this input) are recorded,
+			// never dropped; a paused schedule stays paused, its due
+			// times recorded up to now as a resume would.
+			if s.def.Next != 0 && s.def.Next <= p.now {
+				why := events.ReasonFireLate
+				if s.def.Paused {
+					why = events.ReasonPausedThrough
+				}
+				p.missed(s, s.def.Next, s.latest(s.def.Next, p.now), why, in.Actor)
+			}
+			paused = s.def.Paused
 			p.schedPark(s)
 		} else {
 			s = &sched{}
@@ -148,7 +161,7 @@ func (p *Projector) setSchedule() {
 				Zone: strings.Clone(in.Zone), Queue: strings.Clone(in.Queue), Missed: in.Missed},
 			actor: strings.Clone(in.Actor), tmpl: template(in), spec: spec, zone: zone, anchor: p.now,
 		}
-		s.def.Next = s.after(p.now)
+		s.def.Next, s.def.Paused = s.after(p.now), paused
 	case events.SchedulePause:
 		if !s.def.Paused {
 			p.schedPark(s)

@@ -116,6 +116,22 @@ func TestScheduleMissedPolicies(t *testing.T) {
 		"fired/ok once due+1200s job once-20260101T002000Z QUEUED; fired/ok skip due+1200s job skip-20260101T002000Z QUEUED; ticked/ok")
 }
 
+// A set replaces a definition: due times of the old one that no tick
+// reached are recorded missed first (never dropped), and a paused
+// schedule stays paused.
+func TestScheduleSetAgain(t *testing.T) {
+	f := schedFolder(t)
+	f.sched(0, events.Input{Schedule: "s", Cron: "* * * * *", Queue: "q"})
+	wantDecisions(t, "set again after a due time no tick reached", f.sched(61*sec, events.Input{Schedule: "s", Cron: "*/5 * * * *", Queue: "q"}),
+		"schedule_missed/fire_late s missed 1: +60s..+60s; schedule_set/ok s next+300s")
+	f.sched(62*sec, events.Input{Schedule: "s", ScheduleOp: events.SchedulePause})
+	wantDecisions(t, "set while paused", f.sched(601*sec, events.Input{Schedule: "s", Cron: "@hourly", Queue: "q"}),
+		"schedule_missed/paused_through s missed 2: +300s..+600s; schedule_set/ok s")
+	wantDecisions(t, "still paused", f.tick(3600*sec), "ticked/ok")
+	wantDecisions(t, "resume", f.sched(3601*sec, events.Input{Schedule: "s", ScheduleOp: events.ScheduleResume}),
+		"schedule_missed/paused_through s missed 1: +3600s..+3600s; schedule_set/ok s next+7200s")
+}
+
 // A fire is judged as the template's submit: while the job of the last
 // fire holds the unique key, the next fire is refused, and recorded.
 func TestScheduleFireRefused(t *testing.T) {
@@ -213,8 +229,12 @@ func TestScheduleEveryDueTimeOnce(t *testing.T) {
 		}
 		for range rapid.IntRange(1, 60).Draw(rt, "inputs") {
 			at += rapid.SampledFrom(gaps).Draw(rt, "gap_ms") * int64(time.Millisecond)
-			switch {
-			case !every && rapid.IntRange(0, 9).Draw(rt, "pause") == 0:
+			switch act := rapid.IntRange(0, 19).Draw(rt, "act"); {
+			case !every && act == 0:
+				// The definition set again, paused or not (the due times
+				// stay those of the expression; @every's would move).
+				step(at, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: "s", Cron: expr, Queue: "q", Missed: missed})
+			case !every && act <= 2:
 				op := events.SchedulePause
 				if paused {
 					op = events.ScheduleResume
