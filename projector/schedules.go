@@ -3,6 +3,7 @@ package projector
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,6 +110,15 @@ func (p *Projector) setSchedule() {
 	if in.ScheduleOp != events.ScheduleSet && s == nil {
 		d := p.emit(nil, events.KindRejected, events.ReasonNoSuchSchedule, in.Actor)
 		d.Schedule = &events.Schedule{ID: in.Schedule}
+		return
+	}
+	if !p.part.Owns(in.Schedule) {
+		// A schedule lives in the partition of its id, and fires jobs
+		// that partition owns (firedJobID): sent to every partition, it
+		// would fire in each.
+		d := p.emit(nil, events.KindRejected, events.ReasonWrongPartition, in.Actor)
+		d.Schedule = &events.Schedule{ID: in.Schedule}
+		d.Detail = "schedule " + in.Schedule + " belongs to " + p.part.Of(in.Schedule).String() + ", not " + strconv.FormatUint(uint64(p.part.Index), 10)
 		return
 	}
 	switch in.ScheduleOp {
@@ -295,9 +305,14 @@ func (p *Projector) fireOne(s *sched, due int64) {
 	tick := p.in
 	p.in = s.tmpl
 	p.in.Actor = s.actor
-	p.in.Job = firedJobID(s.def.ID, due)
+	p.in.Job = firedJobID(s.def.ID, due, p.part)
 	n := len(p.out)
-	p.submit()
+	if p.part.Owns(p.in.Job) {
+		p.submit()
+	} else { // (firedJobID's millionth candidate: never in practice)
+		p.emit(nil, events.KindRejected, events.ReasonWrongPartition, s.actor).Detail = p.wrongPartition(p.in.Job).Detail
+		p.out[len(p.out)-1].Job.ID = strings.Clone(p.in.Job)
+	}
 	p.in = tick
 	for i := n; i < len(p.out); i++ { // (submit emits one decision)
 		d := &p.out[i]
@@ -312,13 +327,25 @@ func (p *Projector) fireOne(s *sched, due int64) {
 
 // firedJobID is the id of the job schedule id fires for due time due:
 // id-20261203T214000Z. Two due times of a schedule are at least a second
-// apart (cron's minute, @every's least), so their ids differ.
-func firedJobID(id string, due int64) string {
-	b := make([]byte, 0, len(id)+17)
+// apart (cron's minute, @every's least), so their ids differ. In a
+// partitioned deployment the job must be the schedule's partition's (a
+// worker's inputs about it are routed by its id): the first of id-<due>,
+// id-<due>-1, id-<due>-2, ... that partition owns (at most 64 bytes: an id
+// of 40, 17 for the due time, 7 for the suffix; a partition owns one id in
+// Count, 1,024 at most, so one in a million tries is never reached in
+// practice, and if it were the last candidate is refused as
+// wrong_partition by fireOne's submit check).
+func firedJobID(id string, due int64, part events.Partition) string {
+	b := make([]byte, 0, events.MaxTokenLen)
 	b = append(b, id...)
 	b = append(b, '-')
 	b = time.Unix(0, due).UTC().AppendFormat(b, "20060102T150405")
-	return string(append(b, 'Z'))
+	b = append(b, 'Z')
+	base := len(b)
+	for n := 1; !part.Owns(string(b)) && n < 1000000; n++ {
+		b = strconv.AppendInt(append(b[:base], '-'), int64(n), 10)
+	}
+	return string(b)
 }
 
 // restoreSchedules reads the schedules of a format 8 snapshot into q
@@ -367,7 +394,7 @@ func (q *Projector) restoreSchedules(r *snapReader) error {
 		s.spec, err1 = cron.Parse(s.def.Cron)
 		s.zone, err2 = cron.ParseZone(tz)
 		switch {
-		case f[0]&^(schedOnce|schedPaused|schedPayload) != 0, s.def.ID <= prev, !events.ValidToken(s.actor),
+		case f[0]&^(schedOnce|schedPaused|schedPayload) != 0, s.def.ID <= prev, !events.ValidToken(s.actor), !q.part.Owns(s.def.ID),
 			events.DecodeInputAt(events.InputSubject(events.RoleOps, s.actor, events.NoJob, events.VerbSchedule), body, events.Revision10, &back) != nil,
 			err1 != nil || err2 != nil, anchor > q.now,
 			next != 0 && s.after(next-1) != next:

@@ -1,6 +1,7 @@
 package projector_test
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"testing"
@@ -293,4 +294,66 @@ func TestScheduleEveryDueTimeOnce(t *testing.T) {
 			rt.Fatalf("%d due times handled, %d due", len(seen), len(due))
 		}
 	})
+}
+
+// In a partitioned deployment a schedule lives in the partition of its id
+// (another partition refuses it: sent to every one it would fire in each),
+// and every job it fires is that partition's, as a worker's inputs about
+// the job are routed by its id: the due time's id, or the first of it
+// with a suffix -1, -2, ... that the partition owns.
+func TestSchedulePartitioned(t *testing.T) {
+	part := events.Partition{Index: 2, Count: 4}
+	p := projector.NewPartition(part)
+	projector.SetRevision(p, events.Revision10)
+	seq := uint64(0)
+	step := func(at int64, role events.Role, in events.Input) []events.Decision {
+		in.Role, in.Actor, in.Job = role, "admin", events.NoJob
+		seq++
+		ds, err := p.Step(events.Raw{Seq: seq, Time: testutil.ScenarioBase + at,
+			Subject: part.InputSubject(role, "admin", events.NoJob, in.Verb), Body: events.AppendInputBody(nil, &in)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	var mine, other string
+	for i := 0; mine == "" || other == ""; i++ {
+		id := fmt.Sprintf("s%d", i)
+		if part.Owns(id) {
+			mine = cmp.Or(mine, id)
+		} else {
+			other = cmp.Or(other, id)
+		}
+	}
+	if ds := step(0, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: other, Cron: "@every 1s", Queue: "q"}); ds[0].Kind != events.KindRejected || ds[0].Reason != events.ReasonWrongPartition {
+		t.Fatalf("a schedule of another partition: %s", show(ds))
+	}
+	if ds := step(0, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: mine, Cron: "@every 1s", Queue: "q"}); ds[0].Kind != events.KindScheduleSet {
+		t.Fatalf("a schedule of the partition: %s", show(ds))
+	}
+	ids, suffixed := map[string]bool{}, 0
+	for s := int64(1); s <= 300; s++ {
+		for _, d := range step(s*sec, events.RoleCoord, events.Input{Verb: events.VerbTick}) {
+			if d.Kind != events.KindFired {
+				continue
+			}
+			id := d.Job.ID
+			if d.Reason != events.ReasonOk || !part.Owns(id) || ids[id] || !strings.HasPrefix(id, firedID(mine, d.Schedule.Due)) {
+				t.Fatalf("fire of +%ds: %s/%s job %s (owned %v, seen %v)", s, d.Kind, d.Reason, id, part.Owns(id), ids[id])
+			}
+			if id != firedID(mine, d.Schedule.Due) {
+				suffixed++
+			}
+			ids[id] = true
+		}
+	}
+	if len(ids) != 300 || suffixed == 0 {
+		t.Fatalf("%d jobs fired, %d of them with a suffix", len(ids), suffixed)
+	}
+}
+
+// firedID is the id package projector gives the job schedule id fires for
+// due time due in an unpartitioned deployment.
+func firedID(id string, due int64) string {
+	return id + "-" + time.Unix(0, due).UTC().Format("20060102T150405") + "Z"
 }
