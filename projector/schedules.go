@@ -86,13 +86,17 @@ func (p *Projector) schedPark(s *sched) {
 	}
 }
 
-// schedArm puts s in the due order, if it is active and has a next.
+// schedArm puts s in the due order, if it is active, has a next and is
+// not in it yet (a resume of an active schedule arms it again: in twice,
+// it fired twice a tick, the second time from a next already moved).
 func (p *Projector) schedArm(s *sched) {
 	if s.def.Paused || s.def.Next == 0 {
 		return
 	}
-	i, _ := p.schedIndex(s)
-	p.schedDue = slices.Insert(p.schedDue, i, s)
+	i, in := p.schedIndex(s)
+	if !in {
+		p.schedDue = slices.Insert(p.schedDue, i, s)
+	}
 }
 
 // nextFire is the earliest due time of an active schedule.

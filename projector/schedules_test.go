@@ -242,6 +242,14 @@ func TestScheduleEveryDueTimeOnce(t *testing.T) {
 				}
 				paused = !paused
 				step(at, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: "s", ScheduleOp: op})
+			case act == 3:
+				// A pause of a paused schedule, a resume of an active
+				// one: nothing changes.
+				op := events.ScheduleResume
+				if paused {
+					op = events.SchedulePause
+				}
+				step(at, events.RoleOps, events.Input{Verb: events.VerbSchedule, Schedule: "s", ScheduleOp: op})
 			default:
 				step(at, events.RoleCoord, events.Input{Verb: events.VerbTick})
 			}
