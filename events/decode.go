@@ -1992,7 +1992,9 @@ func (d *inputDecoder) finish() bool {
 			case !d.seen.has(fQueue):
 				return d.missing(fQueue, "a schedule's set needs the queue of its jobs")
 			}
-			break
+			// The template's backoffs, as a submit's: its fires are
+			// submits.
+			return d.submitConsistent(in)
 		}
 		if bad := d.seen & scheduleSetOnly; bad != 0 {
 			for f := fV; f < bodyFieldCount; f++ {
