@@ -368,12 +368,13 @@ const (
 	// schedule input, by which an operator defines a schedule (a cron
 	// expression, its zone as a POSIX TZ rule, a job template), pauses,
 	// resumes or deletes it, and the fires the fold derives from it on
-	// stored time. Being built: no coordinator moves a log to it yet
-	// (CurrentRevision is still 9), and a rules input naming it is
-	// rejected (bad_value).
+	// stored time. The snapshot format 8 carries the schedules. A rules
+	// input naming revision 10 was rejected (bad_value) by the code of
+	// revision 9; only the coordinator may publish one, and it published
+	// none.
 	Revision10 = 10
 	// CurrentRevision is the revision a coordinator moves its log to.
-	CurrentRevision = Revision9
+	CurrentRevision = Revision10
 )
 
 // LeaseKeyLen is the length of the lease key of a rules input, in bytes

@@ -66,6 +66,11 @@ func Describe(d *events.Decision, base int64) string {
 		}
 		return b.String()
 	}
+	if sc := d.Schedule; sc != nil && d.Kind != events.KindFired { // revision 10
+		b.WriteString(" -> schedule " + sc.ID)
+		describeSchedule(&b, sc, o)
+		return b.String()
+	}
 	if c := d.Checkpoint; c != nil {
 		b.WriteString(" -> checkpoint input=" + strconv.FormatUint(c.InputSeq, 10) + " state_hash=" + hex.EncodeToString(c.StateHash[:]))
 		return b.String()
@@ -76,7 +81,40 @@ func Describe(d *events.Decision, base int64) string {
 	if d.DuplicateOf != "" {
 		b.WriteString(" duplicate_of=" + d.DuplicateOf)
 	}
+	if sc := d.Schedule; sc != nil { // a fire (revision 10)
+		b.WriteString(" schedule=" + sc.ID)
+		describeSchedule(&b, sc, o)
+	}
 	return b.String()
+}
+
+// describeSchedule appends a decision's schedule object but its id.
+func describeSchedule(b *strings.Builder, sc *events.Schedule, o MatrixOptions) {
+	if sc.Cron != "" {
+		b.WriteString(" cron=" + strconv.Quote(sc.Cron))
+		if sc.TZ != "" {
+			b.WriteString(" tz=" + strconv.Quote(sc.TZ))
+		}
+		if sc.Zone != "" {
+			b.WriteString(" zone=" + sc.Zone)
+		}
+		b.WriteString(" q=" + sc.Queue)
+		if sc.Missed != events.MissedSkip {
+			b.WriteString(" missed=" + sc.Missed.String())
+		}
+		if sc.Paused {
+			b.WriteString(" paused")
+		}
+	}
+	if sc.Next != 0 {
+		b.WriteString(" next=" + o.time(sc.Next))
+	}
+	if sc.Due != 0 {
+		b.WriteString(" due=" + o.time(sc.Due))
+	}
+	if sc.MissedCount != 0 {
+		b.WriteString(" missed " + strconv.FormatUint(sc.MissedCount, 10) + ": " + o.time(sc.MissedFrom) + ".." + o.time(sc.MissedTo))
+	}
 }
 
 // describeStanding appends a decision's standing (revision 5), if any.

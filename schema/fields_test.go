@@ -272,6 +272,9 @@ func TestRequiredAgreeWithDecoder(t *testing.T) {
 			"backoff_max_ms": 4000, "lease_ms": 1000, "ack_timeout_ms": 1000, "payload": "p"}})},
 		{events.VerbPull, false, with(common, "queue", "q", "slots", 1, "ttl_ms", 1000)},
 		{events.VerbLimit, false, with(common, "queue", "q", "concurrency_key", "k", "max_active", 2, "rate", 10, "period_ms", 1000)},
+		{events.VerbSchedule, false, with(common, "schedule", "s", "op", "set", "cron", "@hourly", "tz", "UTC0", "zone", "Etc/UTC", "missed", "once",
+			"queue", "q", "priority", 1, "max_attempts", 2, "backoff_ms", 1000, "backoff_max_ms", 2000, "lease_ms", 1000, "ack_timeout_ms", 500,
+			"payload", "p", "concurrency_key", "k", "unique_key", "u")},
 	}
 	covered := map[string]bool{}
 	for _, f := range full {

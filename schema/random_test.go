@@ -97,7 +97,7 @@ func withoutDecoderOnlyFaults(in events.Input) (events.Input, bool) {
 	}
 	fixed := ascii(&in.Text, events.MaxTextLen)
 	fixed = ascii(&in.Payload, events.MaxPayloadBytes) || fixed
-	if in.Verb == events.VerbSubmit && in.BackoffMS != 0 && in.BackoffMax != 0 && in.BackoffMax < in.BackoffMS {
+	if (in.Verb == events.VerbSubmit || in.Verb == events.VerbSchedule) && in.BackoffMS != 0 && in.BackoffMax != 0 && in.BackoffMax < in.BackoffMS {
 		in.BackoffMax, fixed = in.BackoffMS, true
 	}
 	if len(in.Batch) > 0 { // the elements of a batch (revision 7)
@@ -291,6 +291,31 @@ func genInput(t *rapid.T, v events.Verb, batch bool) events.Input {
 		if rapid.Bool().Draw(t, "rate-set") {
 			in.Rate = genUint(t, "rate", 1, events.MaxRate)
 			in.PeriodMS = genMS(t, "period_ms", events.MaxDurationMS)
+		}
+	case events.VerbSchedule:
+		in.Schedule = genToken(t, "schedule") // (over 40 characters: bad_token, and the schema's maxLength)
+		in.ScheduleOp = rapid.SampledFrom([]events.ScheduleOp{events.ScheduleSet, events.SchedulePause, events.ScheduleResume, events.ScheduleDelete}).Draw(t, "op")
+		if in.ScheduleOp != events.ScheduleSet {
+			break
+		}
+		// Expressions and rules the decoder accepts: what else it refuses
+		// of them (package cron's judgement) the schema does not check.
+		in.Cron = rapid.SampledFrom([]string{"* * * * *", "30 2 * * 1-5", "@hourly", "@every 90s", "0 0 29 2 *", "*/15 9-17 * JAN-MAR mon"}).Draw(t, "cron")
+		if rapid.Bool().Draw(t, "tz-set") {
+			in.TZ = rapid.SampledFrom([]string{"UTC0", "CET-1CEST,M3.5.0,M10.5.0/3", "<+0530>-5:30", "EST5EDT,M3.2.0,M11.1.0"}).Draw(t, "tz")
+		}
+		if rapid.Bool().Draw(t, "zone-set") {
+			in.Zone = rapid.SampledFrom([]string{"Europe/Berlin", "Etc/GMT+5", "America/Argentina/Buenos_Aires"}).Draw(t, "zone")
+		}
+		in.Missed = events.Missed(rapid.IntRange(0, 1).Draw(t, "missed"))
+		in.Verb = events.VerbSubmit // the template's fields are a single submit's
+		genFields(t, &in, nil)
+		in.Verb = events.VerbSchedule
+		if rapid.Bool().Draw(t, "concurrency_key-set") {
+			in.ConcurrencyKey = genToken(t, "concurrency_key")
+		}
+		if rapid.Bool().Draw(t, "unique_key-set") {
+			in.UniqueKey = genToken(t, "unique_key")
 		}
 	}
 	return in
