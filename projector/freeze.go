@@ -135,10 +135,10 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 	}
 	r.uvarint("policy")
 	m := string(base[:len(snapshotMagic)])
-	if m == snapshotMagic3 || m == snapshotMagic4 || m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 {
+	if m == snapshotMagic3 || m == snapshotMagic4 || m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 || m == snapshotMagic8 {
 		r.varint("policy")
 	}
-	if m == snapshotMagic4 || m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 {
+	if m == snapshotMagic4 || m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 || m == snapshotMagic8 {
 		for n := r.uvarint("capacity count"); n > 0 && r.err == nil; n-- {
 			r.strBytes("capacity queue")
 			r.strBytes("capacity worker")
@@ -147,7 +147,7 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 			r.uvarint("capacity sequence")
 		}
 	}
-	if m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 {
+	if m == snapshotMagic5 || m == snapshotMagic6 || m == snapshotMagic7 || m == snapshotMagic8 {
 		for n := r.uvarint("standing count"); n > 0 && r.err == nil; n-- {
 			r.strBytes("standing queue")
 			r.strBytes("standing worker")
@@ -157,7 +157,7 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 			r.varint("standing time")
 		}
 	}
-	if m == snapshotMagic7 {
+	if m == snapshotMagic7 || m == snapshotMagic8 {
 		for n := r.uvarint("limit count"); n > 0 && r.err == nil; n-- {
 			r.strBytes("limit queue")
 			r.strBytes("limit key")
@@ -169,6 +169,21 @@ func merge(base, header []byte, changed map[string]events.Job, scratch []byte) (
 				r.uvarint("limit rate")
 				r.varint("limit period")
 				r.varint("limit bucket")
+			}
+		}
+	}
+	if m == snapshotMagic8 { // the schedules (restoreSchedules' layout)
+		for n := r.uvarint("schedule count"); n > 0 && r.err == nil; n-- {
+			for range 9 {
+				r.strBytes("schedule strings")
+			}
+			r.bytes(1, "schedule flags")
+			r.varint("schedule next")
+			r.varint("schedule anchor")
+			r.uvarint("schedule priority")
+			r.uvarint("schedule max_attempts")
+			for range 4 {
+				r.varint("schedule template")
 			}
 		}
 	}

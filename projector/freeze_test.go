@@ -31,7 +31,9 @@ func TestFreezeIsSnapshot(t *testing.T) {
 			}
 		}
 		now := testutil.ScenarioBase
-		step(1, now, events.Input{Role: events.RoleCoord, Actor: "c1", Job: events.NoJob, Verb: events.VerbRules, Revision: events.Revision3, LeaseKey: propLeaseKey})
+		// Revision 3, or the current one with schedules (format 8).
+		rev := rapid.SampledFrom([]uint32{events.Revision3, events.CurrentRevision}).Draw(t, "revision")
+		step(1, now, events.Input{Role: events.RoleCoord, Actor: "c1", Job: events.NoJob, Verb: events.VerbRules, Revision: rev, LeaseKey: propLeaseKey})
 		pol := events.DefaultPolicy()
 		pol.MinLease = ms
 		pol.Retain = int64(rapid.SampledFrom([]int64{0, 1, 300, 2000}).Draw(t, "retain")) * ms
@@ -54,7 +56,23 @@ func TestFreezeIsSnapshot(t *testing.T) {
 		steps := rapid.IntRange(1, 120).Draw(t, "steps")
 		for seq := uint64(3); seq < 3+uint64(steps); seq++ {
 			now += rapid.SampledFrom([]int64{0, 1, 50, 200, 400, 900, 1500, 3000}).Draw(t, "gap") * ms
-			in := drawInput(t, w)
+			var in events.Input
+			if rev >= events.Revision10 && rapid.IntRange(0, 4).Draw(t, "schedule") == 0 {
+				in = events.Input{Role: events.RoleOps, Actor: "admin", Job: events.NoJob, Verb: events.VerbSchedule,
+					Schedule: fmt.Sprintf("s%d", rapid.IntRange(0, 3).Draw(t, "schedule_id"))}
+				switch rapid.IntRange(0, 3).Draw(t, "schedule_op") {
+				case 0:
+					in.Cron, in.Queue = rapid.SampledFrom([]string{"@every 1s", "* * * * *"}).Draw(t, "cron"), "q"
+				case 1:
+					in.ScheduleOp = events.SchedulePause
+				case 2:
+					in.ScheduleOp = events.ScheduleDelete
+				default:
+					in = events.Input{Role: events.RoleCoord, Actor: "c1", Job: events.NoJob, Verb: events.VerbTick}
+				}
+			} else {
+				in = drawInput(t, w)
+			}
 			step(seq, now, in)
 			if rapid.IntRange(0, 9).Draw(t, "freeze") == 0 {
 				frozen = append(frozen, taken{p.Freeze(), p.Snapshot()})
