@@ -456,7 +456,7 @@ func (c *Client) do(ctx context.Context, in *events.Input) (events.Decision, err
 // addressed to the ops actor that published it (PROTOCOL.md §3.2): then
 // the client's shared reader learns them.
 func addressedToMe(v events.Verb) bool {
-	return v == events.VerbSubmit || v == events.VerbPolicy || v == events.VerbLimit
+	return v == events.VerbSubmit || v == events.VerbPolicy || v == events.VerbLimit || v == events.VerbSchedule
 }
 
 // doIn publishes in to partition part and waits for its verdict there.
