@@ -2,7 +2,9 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/maknow/tenure/cron"
 	"github.com/maknow/tenure/cron/tzdb"
@@ -44,29 +46,46 @@ type Schedule struct {
 // duration_out_of_policy (the template's lease), the decoder's reasons.
 // s is checked as the decoder would before anything is sent.
 func (c *Client) SetSchedule(ctx context.Context, id string, s Schedule) (events.Decision, error) {
-	if err := checkScheduleID(id); err != nil {
+	in, err := scheduleInput(id, s)
+	if err != nil {
 		return events.Decision{}, err
 	}
+	return c.schedule(ctx, &in)
+}
+
+// CheckSchedule returns the error SetSchedule would return for id and s
+// before sending anything (a command line checks its flags so).
+func CheckSchedule(id string, s Schedule) error {
+	_, err := scheduleInput(id, s)
+	return err
+}
+
+// scheduleInput is the schedule input that sets id to s, checked as the
+// decoder would check it (the zone resolved to its rule).
+func scheduleInput(id string, s Schedule) (events.Input, error) {
+	if err := checkScheduleID(id); err != nil {
+		return events.Input{}, err
+	}
 	if len(s.Cron) > cron.MaxExprLen {
-		return events.Decision{}, fmt.Errorf("ops: schedule %s: expression of %d bytes, over %d", id, len(s.Cron), cron.MaxExprLen)
+		return events.Input{}, fmt.Errorf("ops: schedule %s: expression of %d bytes, over %d", id, len(s.Cron), cron.MaxExprLen)
 	}
 	if _, err := cron.Parse(s.Cron); err != nil {
-		return events.Decision{}, fmt.Errorf("ops: schedule %s: %w", id, err)
+		return events.Input{}, fmt.Errorf("ops: schedule %s: %w", id, oneLine(err, cron.ErrSyntax))
 	}
 	if !events.ValidToken(s.Queue) {
-		return events.Decision{}, fmt.Errorf("ops: schedule %s: invalid queue name %q", id, s.Queue)
+		return events.Input{}, fmt.Errorf("ops: schedule %s: invalid queue name %q", id, s.Queue)
 	}
 	if s.Missed != events.MissedSkip && s.Missed != events.MissedOnce {
-		return events.Decision{}, fmt.Errorf("ops: schedule %s: missed policy %d: want skip or once", id, s.Missed)
+		return events.Input{}, fmt.Errorf("ops: schedule %s: missed policy %d: want skip or once", id, s.Missed)
 	}
 	in := events.Input{Job: events.NoJob, Verb: events.VerbSchedule, Schedule: id, Cron: s.Cron, Queue: s.Queue, Missed: s.Missed}
 	if s.Zone != "" {
 		_, rule, err := tzdb.Resolve(s.Zone)
 		if err != nil {
-			return events.Decision{}, fmt.Errorf("ops: schedule %s: zone %q: %w", id, s.Zone, err)
+			return events.Input{}, fmt.Errorf("ops: schedule %s: zone %q: %w", id, s.Zone, oneLine(err, cron.ErrZone))
 		}
 		if len(rule) > cron.MaxZoneLen {
-			return events.Decision{}, fmt.Errorf("ops: schedule %s: zone %q: rule of %d bytes, over %d", id, s.Zone, len(rule), cron.MaxZoneLen)
+			return events.Input{}, fmt.Errorf("ops: schedule %s: zone %q: rule of %d bytes, over %d", id, s.Zone, len(rule), cron.MaxZoneLen)
 		}
 		in.TZ = rule
 		if rule != s.Zone && len(s.Zone) <= 64 {
@@ -76,21 +95,21 @@ func (c *Client) SetSchedule(ctx context.Context, id string, s Schedule) (events
 	var o SubmitOptions
 	for _, opt := range s.Job {
 		if err := opt(&o); err != nil {
-			return events.Decision{}, fmt.Errorf("ops: schedule %s: %w", id, err)
+			return events.Input{}, fmt.Errorf("ops: schedule %s: %w", id, err)
 		}
 	}
 	switch {
 	case !o.RunAt.IsZero() || o.Delay != 0:
-		return events.Decision{}, fmt.Errorf("ops: schedule %s: a schedule's jobs run when it falls due: no run at or delay", id)
+		return events.Input{}, fmt.Errorf("ops: schedule %s: a schedule's jobs run when it falls due: no run at or delay", id)
 	case o.UniqueFor != 0:
-		return events.Decision{}, fmt.Errorf("ops: schedule %s: a schedule's jobs take no unique for", id)
+		return events.Input{}, fmt.Errorf("ops: schedule %s: a schedule's jobs take no unique for", id)
 	}
 	in.Priority, in.MaxAttempts = o.Priority, o.MaxAttempts
 	in.BackoffMS, in.BackoffMax = o.Backoff.Milliseconds(), o.BackoffMax.Milliseconds()
 	in.LeaseMS, in.AckTimeoutMS = o.Lease.Milliseconds(), o.AckTimeout.Milliseconds()
 	in.Payload, in.HasPayload = o.Payload, o.HasPayload
 	in.UniqueKey, in.ConcurrencyKey = o.UniqueKey, o.ConcurrencyKey
-	return c.schedule(ctx, &in)
+	return in, nil
 }
 
 // PauseSchedule stops schedule id from firing until ResumeSchedule: the
@@ -137,4 +156,13 @@ func checkScheduleID(id string) error {
 		return fmt.Errorf("ops: invalid schedule id %q: a token of at most %d characters", id, events.MaxScheduleIDLen)
 	}
 	return nil
+}
+
+// oneLine is err, a package cron error (sentinel and its reason joined on
+// two lines), on one line; it still matches sentinel.
+func oneLine(err, sentinel error) error {
+	if !errors.Is(err, sentinel) {
+		return err
+	}
+	return fmt.Errorf("%w: %s", sentinel, strings.ReplaceAll(strings.TrimPrefix(err.Error(), sentinel.Error()+"\n"), "\n", "; "))
 }

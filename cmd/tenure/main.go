@@ -75,7 +75,7 @@ func isHelp(arg string) bool {
 }
 
 func commands() []*command {
-	return []*command{serveCmd, clusterCmd, demoCmd, offerCmd, submitCmd, cancelCmd, resolveCmd, policyCmd, limitCmd, watchCmd,
+	return []*command{serveCmd, clusterCmd, demoCmd, offerCmd, submitCmd, cancelCmd, resolveCmd, policyCmd, limitCmd, scheduleCmd, watchCmd,
 		jobsCmd, queuesCmd, statusCmd, authCmd, genesisCmd, auditCmd, logCmd, headsCmd, chaosCmd, uiCmd, benchCmd, versionCmd}
 }
 
