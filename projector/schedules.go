@@ -285,6 +285,7 @@ func (p *Projector) fireSchedules() {
 		}
 		s := p.schedDue[0]
 		p.schedDue = slices.Delete(p.schedDue, 0, 1)
+		n := len(p.out)
 		first := s.def.Next
 		latest := s.latest(first, p.now)
 		fire := p.now-latest <= s.grace() || s.def.Missed == events.MissedOnce
@@ -300,6 +301,13 @@ func (p *Projector) fireSchedules() {
 		}
 		s.def.Next = s.after(max(p.now, latest))
 		p.schedArm(s)
+		// Its decisions say when it falls due next (a read model needs
+		// no calendar of its own).
+		for i := n; i < len(p.out); i++ {
+			if sc := p.out[i].Schedule; sc != nil {
+				sc.Next = s.def.Next
+			}
+		}
 	}
 }
 

@@ -79,7 +79,7 @@ func TestScheduleFires(t *testing.T) {
 		t.Fatalf("NextDeadline = %d, %v", d, ok)
 	}
 	wantDecisions(t, "an input before it is due", f.tick(9*sec), "ticked/ok")
-	wantDecisions(t, "the due time", f.tick(10*sec), "fired/ok s1 due+10s job s1-20260101T000010Z QUEUED; ticked/ok")
+	wantDecisions(t, "the due time", f.tick(10*sec), "fired/ok s1 due+10s next+20s job s1-20260101T000010Z QUEUED; ticked/ok")
 	if j, ok := f.p.Job("s1-20260101T000010Z"); !ok || j.Queue != "q" || j.Payload != "p" || j.Submitter != "admin" {
 		t.Fatalf("the fired job: %+v", j)
 	}
@@ -87,14 +87,14 @@ func TestScheduleFires(t *testing.T) {
 	// Only a tick fires: another input at a due time does not.
 	wantDecisions(t, "a non-tick input", f.sched(20*sec, events.Input{Schedule: "nope", ScheduleOp: events.SchedulePause}), "rejected/no_such_schedule nope")
 	wantDecisions(t, "four due times at once, the latest on time", f.tick(50*sec),
-		"schedule_missed/fire_late s1 missed 3: +20s..+40s; fired/ok s1 due+50s job s1-20260101T000050Z QUEUED; ticked/ok")
+		"schedule_missed/fire_late s1 missed 3: +20s..+40s next+60s; fired/ok s1 due+50s next+60s job s1-20260101T000050Z QUEUED; ticked/ok")
 	wantDecisions(t, "the latest 5 s late (grace: the 10 s period)", f.tick(605*sec),
-		"schedule_missed/fire_late s1 missed 54: +60s..+590s; fired/ok s1 due+600s job s1-20260101T001000Z QUEUED; ticked/ok")
+		"schedule_missed/fire_late s1 missed 54: +60s..+590s next+610s; fired/ok s1 due+600s next+610s job s1-20260101T001000Z QUEUED; ticked/ok")
 	wantDecisions(t, "pause", f.sched(606*sec, events.Input{Schedule: "s1", ScheduleOp: events.SchedulePause}), "schedule_set/ok s1")
 	wantDecisions(t, "paused", f.tick(700*sec), "ticked/ok")
 	wantDecisions(t, "resume", f.sched(725*sec, events.Input{Schedule: "s1", ScheduleOp: events.ScheduleResume}),
 		"schedule_missed/paused_through s1 missed 12: +610s..+720s; schedule_set/ok s1 next+735s")
-	wantDecisions(t, "after the resume", f.tick(735*sec), "fired/ok s1 due+735s job s1-20260101T001215Z QUEUED; ticked/ok")
+	wantDecisions(t, "after the resume", f.tick(735*sec), "fired/ok s1 due+735s next+745s job s1-20260101T001215Z QUEUED; ticked/ok")
 	wantDecisions(t, "delete", f.sched(736*sec, events.Input{Schedule: "s1", ScheduleOp: events.ScheduleDelete}), "schedule_deleted/ok s1")
 	if d, ok := f.p.NextDeadline(); ok {
 		t.Errorf("a deadline after the delete: %d", d)
@@ -111,10 +111,10 @@ func TestScheduleMissedPolicies(t *testing.T) {
 	// Down from before +5 min until +17 min: 5, 10 and 15 passed; 15 is
 	// 2 min late, over the minute's grace.
 	wantDecisions(t, "late", f.tick(17*60*sec),
-		"schedule_missed/fire_late once missed 2: +300s..+600s; fired/ok once due+900s job once-20260101T001500Z QUEUED; "+
-			"schedule_missed/fire_late skip missed 3: +300s..+900s; ticked/ok")
+		"schedule_missed/fire_late once missed 2: +300s..+600s next+1200s; fired/ok once due+900s next+1200s job once-20260101T001500Z QUEUED; "+
+			"schedule_missed/fire_late skip missed 3: +300s..+900s next+1200s; ticked/ok")
 	wantDecisions(t, "on time again", f.tick(20*60*sec+30*sec),
-		"fired/ok once due+1200s job once-20260101T002000Z QUEUED; fired/ok skip due+1200s job skip-20260101T002000Z QUEUED; ticked/ok")
+		"fired/ok once due+1200s next+1500s job once-20260101T002000Z QUEUED; fired/ok skip due+1200s next+1500s job skip-20260101T002000Z QUEUED; ticked/ok")
 }
 
 // A set replaces a definition: due times of the old one that no tick
@@ -138,8 +138,8 @@ func TestScheduleSetAgain(t *testing.T) {
 func TestScheduleFireRefused(t *testing.T) {
 	f := schedFolder(t)
 	f.sched(0, events.Input{Schedule: "u", Cron: "@every 1m", Queue: "q", UniqueKey: "k"})
-	wantDecisions(t, "first", f.tick(60*sec), "fired/ok u due+60s job u-20260101T000100Z QUEUED; ticked/ok")
-	wantDecisions(t, "second, the key held", f.tick(120*sec), "fired/duplicate_unique_key u due+120s job u-20260101T000200Z NONE; ticked/ok")
+	wantDecisions(t, "first", f.tick(60*sec), "fired/ok u due+60s next+120s job u-20260101T000100Z QUEUED; ticked/ok")
+	wantDecisions(t, "second, the key held", f.tick(120*sec), "fired/duplicate_unique_key u due+120s next+180s job u-20260101T000200Z NONE; ticked/ok")
 }
 
 // Refusals: 1,024 schedules at most; a lease out of the policy.
