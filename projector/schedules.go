@@ -421,3 +421,26 @@ func (q *Projector) restoreSchedules(r *snapReader) error {
 	}
 	return r.err
 }
+
+// Schedule is a schedule defined in the fold (revision 10): its
+// definition as its schedule_set decision carried it, with its next due
+// time (0 while paused, or when none is left), and the operator that set
+// it (the submitter of the jobs it fires).
+type Schedule struct {
+	events.Schedule
+	Actor string
+}
+
+// Schedules returns the schedules defined, sorted by id.
+func (p *Projector) Schedules() []Schedule {
+	out := make([]Schedule, 0, len(p.scheds))
+	for _, s := range p.scheds {
+		def := s.def
+		if def.Paused {
+			def.Next = 0
+		}
+		out = append(out, Schedule{Schedule: def, Actor: s.actor})
+	}
+	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}

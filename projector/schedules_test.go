@@ -365,3 +365,24 @@ func TestSchedulePartitioned(t *testing.T) {
 func firedID(id string, due int64) string {
 	return id + "-" + time.Unix(0, due).UTC().Format("20060102T150405") + "Z"
 }
+
+// Schedules lists the schedules as their schedule_set decisions carried
+// them, sorted by id, a paused one without next, each after its fires
+// with the next due time the fires carried.
+func TestSchedulesList(t *testing.T) {
+	f := schedFolder(t)
+	f.sched(0, events.Input{Schedule: "b", Cron: "@every 10s", Queue: "q", Missed: events.MissedOnce})
+	f.sched(0, events.Input{Schedule: "a", Cron: "0 3 * * *", TZ: "CET-1CEST,M3.5.0,M10.5.0/3", Zone: "Europe/Berlin", Queue: "r"})
+	f.sched(1, events.Input{Schedule: "a", ScheduleOp: events.SchedulePause})
+	ds := f.tick(10 * sec)
+	got := f.p.Schedules()
+	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" {
+		t.Fatalf("Schedules: %+v", got)
+	}
+	if a := got[0]; !a.Paused || a.Next != 0 || a.Zone != "Europe/Berlin" || a.TZ == "" || a.Queue != "r" || a.Actor != "admin" {
+		t.Errorf("a: %+v", a)
+	}
+	if b := got[1]; b.Paused || b.Next != testutil.ScenarioBase+20*sec || b.Next != ds[0].Schedule.Next || b.Missed != events.MissedOnce {
+		t.Errorf("b: %+v (the fire said next %d)", b, ds[0].Schedule.Next)
+	}
+}
