@@ -84,6 +84,13 @@ func (c *Client) Queues(ctx context.Context, q QueuesRequest) (QueuesReply, erro
 	return r, err
 }
 
+// Schedules returns a page of schedules (rules revision 10).
+func (c *Client) Schedules(ctx context.Context, q SchedulesRequest) (SchedulesReply, error) {
+	var r SchedulesReply
+	err := c.request(ctx, SubjectSchedules, q, &r)
+	return r, err
+}
+
 // Result returns the worker's account of a result of job id (its
 // detail): that of the result input at sequence input of the job's
 // partition's input stream, or, with input 0, of the job's latest result.

@@ -133,7 +133,8 @@ type Model struct {
 	all     stateSets            // every job by state
 	byQueue map[string]stateSets // each queue's jobs by state
 	queues  *Queues
-	bad     uint64 // undecodable decisions skipped
+	scheds  map[string]*schedEntry // revision 10: the schedules, by id
+	bad     uint64                 // undecodable decisions skipped
 	views   []View
 }
 
@@ -190,6 +191,9 @@ func (m *Model) apply(part uint32, seq uint64, d *events.Decision) (e, prev *Ent
 	}
 	if d.Kind == events.KindLimitSet && d.Limit != nil { // revision 9: the limit in force after it
 		m.queues.Limit(part, *d.Limit)
+	}
+	if d.Schedule != nil { // revision 10
+		m.applySchedule(part, d)
 	}
 	id := d.Job.ID
 	if id == "" || id == events.NoJob || !m.partition(part).Owns(id) {
@@ -310,6 +314,7 @@ func (m *Model) Restore(part uint32, seq uint64, p *projector.Projector) {
 	for _, l := range limits {
 		m.queues.Limit(part, l.Limit)
 	}
+	m.restoreSchedules(part, p.Schedules())
 	m.parts[part] = position{seq: seq, at: now, restored: seq}
 	for _, v := range m.views {
 		v.Restored(part, seq, gone, added)

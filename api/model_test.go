@@ -681,3 +681,86 @@ func (f *folded) checkLimits(m *Model) {
 		}
 	}
 }
+
+// The model's schedules are the fold's (revision 10): definitions, paused,
+// next due times (carried by each schedule's decisions) and the operator,
+// whatever was set, paused, resumed, deleted and fired, and so are those
+// of a model restored from a snapshot; the fires, refusals and missed due
+// times it counts are the decisions'.
+func TestModelSchedulesAreTheFold(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		f := newFolded(rt)
+		f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbRules, Revision: events.Revision10, LeaseKey: [events.LeaseKeyLen]byte{7}})
+		ids := []string{"s0", "s1", "s2"}
+		counts := map[string][3]uint64{}
+		for range rapid.IntRange(1, 50).Draw(rt, "steps") {
+			f.now += rapid.SampledFrom([]int64{0, 1, 400, 2500, 61000, 3600000}).Draw(rt, "gap") * ms
+			id := rapid.SampledFrom(ids).Draw(rt, "id")
+			in := events.Input{Verb: events.VerbSchedule, Schedule: id}
+			var ds []events.Decision
+			switch rapid.IntRange(0, 7).Draw(rt, "op") {
+			case 0, 1:
+				in.Cron = rapid.SampledFrom([]string{"@every 1s", "@every 5m", "* * * * *", "0 * * * *"}).Draw(rt, "cron")
+				in.Queue = rapid.SampledFrom([]string{"q1", "q2"}).Draw(rt, "queue")
+				in.Missed = events.Missed(rapid.IntRange(0, 1).Draw(rt, "missed"))
+				in.UniqueKey = rapid.SampledFrom([]string{"", "k"}).Draw(rt, "unique_key")
+				ds = f.step(events.RoleOps, rapid.SampledFrom([]string{"admin", "ops2"}).Draw(rt, "actor"), events.NoJob, in)
+			case 2:
+				in.ScheduleOp = events.SchedulePause
+				ds = f.step(events.RoleOps, "admin", events.NoJob, in)
+			case 3:
+				in.ScheduleOp = events.ScheduleResume
+				ds = f.step(events.RoleOps, "admin", events.NoJob, in)
+			case 4:
+				in.ScheduleOp = events.ScheduleDelete
+				ds = f.step(events.RoleOps, "admin", events.NoJob, in)
+			case 5:
+				ds = f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+				f.restore()
+			default:
+				ds = f.step(events.RoleCoord, "c1", events.NoJob, events.Input{Verb: events.VerbTick})
+			}
+			for _, d := range ds {
+				if d.Schedule == nil {
+					continue
+				}
+				c := counts[d.Schedule.ID]
+				switch {
+				case d.Kind == events.KindScheduleDeleted:
+					c = [3]uint64{}
+				case d.Kind == events.KindFired && d.Reason == events.ReasonOk:
+					c[0]++
+				case d.Kind == events.KindFired:
+					c[1]++
+				case d.Kind == events.KindScheduleMissed:
+					c[2] += d.Schedule.MissedCount
+				}
+				counts[d.Schedule.ID] = c
+			}
+			want := f.p.Schedules()
+			for _, m := range []*Model{f.m, f.r} {
+				if m == nil {
+					continue
+				}
+				got := m.Schedules(SchedulesRequest{Limit: MaxSchedulesLimit}, f.at()).Schedules
+				if len(got) != len(want) {
+					rt.Fatalf("%d schedules listed, the fold has %d", len(got), len(want))
+				}
+				for i, w := range want {
+					g := got[i]
+					next := ""
+					if w.Next != 0 {
+						next = events.FormatTime(w.Next)
+					}
+					if g.ID != w.ID || g.Cron != w.Cron || g.Queue != w.Queue || g.Missed != w.Missed.String() || g.Paused != w.Paused ||
+						g.Next != next || g.Actor != w.Actor {
+						rt.Fatalf("schedule %s: listed %+v, the fold's %+v", w.ID, g, w)
+					}
+					if c := counts[w.ID]; m == f.m && (g.Fires != c[0] || g.Refused != c[1] || g.Skipped != c[2]) {
+						rt.Fatalf("schedule %s: counts %d/%d/%d, the decisions' %v", w.ID, g.Fires, g.Refused, g.Skipped, c)
+					}
+				}
+			}
+		}
+	})
+}

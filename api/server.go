@@ -123,6 +123,7 @@ var endpoints = []struct{ name, subject string }{
 	{"api-queue-get", SubjectQueue},
 	{"api-queue-list", SubjectQueues},
 	{"api-job-result", SubjectResult},
+	{"api-schedule-list", SubjectSchedules},
 }
 
 // Pending limits of each endpoint's subscription (AddEndpoints).
@@ -139,7 +140,7 @@ const (
 // delivering there) is dropped by the client library and counted, not
 // buffered.
 func (s *Server) AddEndpoints(svc micro.Service) error {
-	handlers := []func(micro.Request){s.serveJob, s.serveJobs, s.serveQueue, s.serveQueues, s.serveResult}
+	handlers := []func(micro.Request){s.serveJob, s.serveJobs, s.serveQueue, s.serveQueues, s.serveResult, s.serveSchedules}
 	for i, e := range endpoints {
 		h := handlers[i]
 		if err := svc.AddEndpoint(e.name, micro.HandlerFunc(func(r micro.Request) { s.handle(r, h) }),
@@ -379,6 +380,22 @@ func (s *Server) serveQueue(r micro.Request) {
 	default:
 		s.fail(r, 404, "no queue "+q.Queue+" (no job of it kept, no worker announcing capacity on it)")
 	}
+}
+
+func (s *Server) serveSchedules(r micro.Request) {
+	var q SchedulesRequest
+	if err := decode(r, &q); err != nil {
+		s.fail(r, 400, err.Error())
+		return
+	}
+	err := errors.Join(checkToken("queue", q.Queue, true), checkToken("after", q.After, true))
+	var lerr error
+	q.Limit, lerr = limit(q.Limit, DefaultSchedulesLimit, MaxSchedulesLimit)
+	if err = errors.Join(err, lerr); err != nil {
+		s.fail(r, 400, strings.ReplaceAll(err.Error(), "\n", "; "))
+		return
+	}
+	s.respond(r, s.model.Schedules(q, s.cfg.Now()))
 }
 
 func (s *Server) serveQueues(r micro.Request) {

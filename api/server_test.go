@@ -403,3 +403,52 @@ func TestFailureDetails(t *testing.T) {
 		t.Errorf("job.result of an unknown job: %v", err)
 	}
 }
+
+// schedule.list against a real coordinator: the schedules set through
+// ops, with the fires the read model counted, by page and by queue; bad
+// requests refused.
+func TestAPISchedules(t *testing.T) {
+	srv := startTenure(t)
+	onc, _ := testutil.Connect(t, srv.ClientURL())
+	disp, err := ops.New(onc, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { disp.Close() })
+	ctx := context.Background()
+	startAPI(t, srv.ClientURL())
+	cl := api.NewClient(onc, 5*time.Second)
+	for _, s := range []struct{ id, cron, queue string }{{"a-nightly", "30 2 * * *", "reports"}, {"b-every", "@every 1s", "pings"}, {"c-hourly", "@hourly", "reports"}} {
+		if _, err := disp.SetSchedule(ctx, s.id, ops.Schedule{Cron: s.cron, Queue: s.queue, Zone: "Europe/Berlin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r api.SchedulesReply
+	testutil.WaitFor(t, 10*time.Second, "b-every fired twice", func() bool {
+		r, err = cl.Schedules(ctx, api.SchedulesRequest{})
+		return err == nil && len(r.Schedules) == 3 && r.Schedules[1].Fires >= 2
+	})
+	b := r.Schedules[1]
+	if r.Total != 3 || b.ID != "b-every" || b.Actor != "admin" || b.Queue != "pings" || b.Zone != "Europe/Berlin" || b.TZ == "" ||
+		b.Next == "" || b.LastDue == "" || !strings.HasPrefix(b.LastJob, "b-every-") || b.LastReason != "ok" || b.Missed != "skip" {
+		t.Fatalf("b-every: %+v", b)
+	}
+	if _, err := disp.PauseSchedule(ctx, "a-nightly"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "a-nightly paused", func() bool {
+		r, err = cl.Schedules(ctx, api.SchedulesRequest{Queue: "reports", Limit: 1})
+		return err == nil && len(r.Schedules) == 1 && r.Schedules[0].Paused
+	})
+	if a := r.Schedules[0]; a.ID != "a-nightly" || a.Next != "" || r.Next != "a-nightly" || r.Total != 2 {
+		t.Fatalf("the first page of reports: %+v", r)
+	}
+	if r, err = cl.Schedules(ctx, api.SchedulesRequest{Queue: "reports", After: r.Next}); err != nil || len(r.Schedules) != 1 || r.Schedules[0].ID != "c-hourly" || r.Next != "" {
+		t.Fatalf("the second page: %+v, %v", r, err)
+	}
+	for _, q := range []api.SchedulesRequest{{Queue: "a.b"}, {After: "x y"}, {Limit: -1}} {
+		if _, err := cl.Schedules(ctx, q); err == nil || !strings.Contains(err.Error(), "400") {
+			t.Errorf("%+v: %v, want a 400", q, err)
+		}
+	}
+}

@@ -11,13 +11,15 @@ import (
 // every `tenure serve` (one of them: the endpoints share the micro
 // service's queue group).
 const (
-	SubjectPrefix  = "tenure.api"
-	SubjectJob     = SubjectPrefix + ".job.get"    // JobRequest → JobReply
-	SubjectJobs    = SubjectPrefix + ".job.list"   // JobsRequest → JobsReply
-	SubjectQueue   = SubjectPrefix + ".queue.get"  // QueueRequest → QueueReply
-	SubjectQueues  = SubjectPrefix + ".queue.list" // QueuesRequest → QueuesReply
-	SubjectResult  = SubjectPrefix + ".job.result" // ResultRequest → ResultReply
-	SubjectsFilter = SubjectPrefix + ".>"          // every subject of the API, for permissions
+	SubjectPrefix = "tenure.api"
+	SubjectJob    = SubjectPrefix + ".job.get"    // JobRequest → JobReply
+	SubjectJobs   = SubjectPrefix + ".job.list"   // JobsRequest → JobsReply
+	SubjectQueue  = SubjectPrefix + ".queue.get"  // QueueRequest → QueueReply
+	SubjectQueues = SubjectPrefix + ".queue.list" // QueuesRequest → QueuesReply
+	SubjectResult = SubjectPrefix + ".job.result" // ResultRequest → ResultReply
+	// SubjectSchedules lists the schedules (rules revision 10).
+	SubjectSchedules = SubjectPrefix + ".schedule.list" // SchedulesRequest → SchedulesReply
+	SubjectsFilter   = SubjectPrefix + ".>"             // every subject of the API, for permissions
 )
 
 // Bounds of a request and of the work it makes.
@@ -33,6 +35,10 @@ const (
 	// of queue.list.
 	DefaultQueuesLimit = 50
 	MaxQueuesLimit     = 100
+	// DefaultSchedulesLimit and MaxSchedulesLimit bound the schedules of
+	// one page of schedule.list.
+	DefaultSchedulesLimit = 50
+	MaxSchedulesLimit     = 200
 )
 
 // JobRequest asks for the projection of one job (job.get).

@@ -199,7 +199,7 @@ func AppendDecision(b []byte, d *Decision) []byte {
 }
 
 // appendSchedule appends a decision's "schedule" object (revision 10):
-// id, then cron, tz, zone, queue, missed (only "once"), paused (only
+// id, then cron, tz, zone, queue, actor, missed (only "once"), paused (only
 // true) of a definition (a schedule_set's), next, due, and a
 // schedule_missed's missed_from, missed_to, missed_count; each but id
 // only when set.
@@ -219,6 +219,8 @@ func appendSchedule(b []byte, sc *Schedule) []byte {
 		}
 		b = append(b, `,"queue":`...)
 		b = appendString(b, sc.Queue)
+		b = append(b, `,"actor":`...)
+		b = appendString(b, sc.Actor)
 		if sc.Missed != MissedSkip {
 			b = append(b, `,"missed":`...)
 			b = appendString(b, sc.Missed.String())
@@ -469,6 +471,7 @@ type wireSchedule struct {
 	TZ          string `json:"tz"`
 	Zone        string `json:"zone"`
 	Queue       string `json:"queue"`
+	Actor       string `json:"actor"`
 	Missed      string `json:"missed"`
 	Paused      bool   `json:"paused"`
 	Next        string `json:"next"`
@@ -667,7 +670,7 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 		d.Standing = s
 	}
 	if ws := w.Schedule; ws != nil {
-		sc := &Schedule{ID: ws.ID, Cron: ws.Cron, TZ: ws.TZ, Zone: ws.Zone, Queue: ws.Queue, Paused: ws.Paused, MissedCount: ws.MissedCount}
+		sc := &Schedule{ID: ws.ID, Cron: ws.Cron, TZ: ws.TZ, Zone: ws.Zone, Queue: ws.Queue, Actor: ws.Actor, Paused: ws.Paused, MissedCount: ws.MissedCount}
 		if ws.Missed != "" {
 			if sc.Missed, ok = ParseMissed(ws.Missed); !ok {
 				return d, bad("schedule.missed", ws.Missed)
@@ -898,6 +901,8 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 			}
 			r.lit(`,"queue":`)
 			sc.Queue = r.str()
+			r.lit(`,"actor":`)
+			sc.Actor = r.str()
 			if r.opt(`,"missed":"once"`) {
 				sc.Missed = MissedOnce
 			}

@@ -112,7 +112,7 @@ func randomDecision(r *rand.Rand) Decision {
 	if r.IntN(4) == 0 { // revision 10
 		sc := &Schedule{ID: "s" + tok(), Next: tm(), Due: tm()}
 		if r.IntN(2) == 0 {
-			sc.Cron, sc.TZ, sc.Zone, sc.Queue = "*/5 * * * *", "CET-1CEST,M3.5.0,M10.5.0/3"+tok(), tok(), "q"+tok()
+			sc.Cron, sc.TZ, sc.Zone, sc.Queue, sc.Actor = "*/5 * * * *", "CET-1CEST,M3.5.0,M10.5.0/3"+tok(), tok(), "q"+tok(), "a"+tok()
 			sc.Missed, sc.Paused = Missed(r.IntN(2)), r.IntN(2) == 0
 		}
 		if r.IntN(3) == 0 {

@@ -942,6 +942,7 @@ type Schedule struct {
 	TZ          string
 	Zone        string
 	Queue       string
+	Actor       string // a definition's: the operator that set it, the submitter of the jobs it fires
 	Missed      Missed
 	Paused      bool
 	Next        int64

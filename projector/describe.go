@@ -98,7 +98,7 @@ func describeSchedule(b *strings.Builder, sc *events.Schedule, o MatrixOptions) 
 		if sc.Zone != "" {
 			b.WriteString(" zone=" + sc.Zone)
 		}
-		b.WriteString(" q=" + sc.Queue)
+		b.WriteString(" q=" + sc.Queue + " by=" + sc.Actor)
 		if sc.Missed != events.MissedSkip {
 			b.WriteString(" missed=" + sc.Missed.String())
 		}

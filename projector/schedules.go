@@ -39,8 +39,7 @@ const maxFiresPerTick = 16
 
 // sched is a schedule: its definition, its template, and when it is due.
 type sched struct {
-	def    events.Schedule // ID, Cron, TZ, Zone, Queue, Missed, Paused, Next
-	actor  string          // who set it: the submitter of the jobs it fires
+	def    events.Schedule // ID, Actor (who set it: the submitter of the jobs it fires), Cron, TZ, Zone, Queue, Missed, Paused, Next
 	tmpl   events.Input    // the template: a submit's fields
 	spec   *cron.Spec
 	zone   *cron.Zone
@@ -171,9 +170,9 @@ func (p *Projector) setSchedule() {
 			p.scheds[strings.Clone(in.Schedule)] = s
 		}
 		*s = sched{
-			def: events.Schedule{ID: strings.Clone(in.Schedule), Cron: strings.Clone(in.Cron), TZ: strings.Clone(in.TZ),
+			def: events.Schedule{ID: strings.Clone(in.Schedule), Actor: strings.Clone(in.Actor), Cron: strings.Clone(in.Cron), TZ: strings.Clone(in.TZ),
 				Zone: strings.Clone(in.Zone), Queue: strings.Clone(in.Queue), Missed: in.Missed},
-			actor: strings.Clone(in.Actor), tmpl: template(in), spec: spec, zone: zone, anchor: p.now,
+			tmpl: template(in), spec: spec, zone: zone, anchor: p.now,
 		}
 		s.def.Next, s.def.Paused = s.after(p.now), paused
 	case events.SchedulePause:
@@ -292,9 +291,9 @@ func (p *Projector) fireSchedules() {
 		switch {
 		case latest != first && fire:
 			// All but the latest are missed; the latest fires.
-			p.missed(s, first, s.latest(first, latest-1), events.ReasonFireLate, s.actor)
+			p.missed(s, first, s.latest(first, latest-1), events.ReasonFireLate, s.def.Actor)
 		case !fire:
-			p.missed(s, first, latest, events.ReasonFireLate, s.actor)
+			p.missed(s, first, latest, events.ReasonFireLate, s.def.Actor)
 		}
 		if fire {
 			p.fireOne(s, latest)
@@ -316,13 +315,13 @@ func (p *Projector) fireSchedules() {
 func (p *Projector) fireOne(s *sched, due int64) {
 	tick := p.in
 	p.in = s.tmpl
-	p.in.Actor = s.actor
+	p.in.Actor = s.def.Actor
 	p.in.Job = firedJobID(s.def.ID, due, p.part)
 	n := len(p.out)
 	if p.part.Owns(p.in.Job) {
 		p.submit()
 	} else { // (firedJobID's millionth candidate: never in practice)
-		p.emit(nil, events.KindRejected, events.ReasonWrongPartition, s.actor).Detail = p.wrongPartition(p.in.Job).Detail
+		p.emit(nil, events.KindRejected, events.ReasonWrongPartition, s.def.Actor).Detail = p.wrongPartition(p.in.Job).Detail
 		p.out[len(p.out)-1].Job.ID = strings.Clone(p.in.Job)
 	}
 	p.in = tick
@@ -383,8 +382,8 @@ func (q *Projector) restoreSchedules(r *snapReader) error {
 		if r.err != nil {
 			return r.err
 		}
-		s := &sched{actor: strs[1], anchor: anchor}
-		s.def = events.Schedule{ID: strs[0], Cron: strs[2], TZ: strs[3], Zone: strs[4], Queue: strs[5], Next: next,
+		s := &sched{anchor: anchor}
+		s.def = events.Schedule{ID: strs[0], Actor: strs[1], Cron: strs[2], TZ: strs[3], Zone: strs[4], Queue: strs[5], Next: next,
 			Paused: f[0]&schedPaused != 0}
 		if f[0]&schedOnce != 0 {
 			s.def.Missed = events.MissedOnce
@@ -406,8 +405,8 @@ func (q *Projector) restoreSchedules(r *snapReader) error {
 		s.spec, err1 = cron.Parse(s.def.Cron)
 		s.zone, err2 = cron.ParseZone(tz)
 		switch {
-		case f[0]&^(schedOnce|schedPaused|schedPayload) != 0, s.def.ID <= prev, !events.ValidToken(s.actor), !q.part.Owns(s.def.ID),
-			events.DecodeInputAt(events.InputSubject(events.RoleOps, s.actor, events.NoJob, events.VerbSchedule), body, events.Revision10, &back) != nil,
+		case f[0]&^(schedOnce|schedPaused|schedPayload) != 0, s.def.ID <= prev, !events.ValidToken(s.def.Actor), !q.part.Owns(s.def.ID),
+			events.DecodeInputAt(events.InputSubject(events.RoleOps, s.def.Actor, events.NoJob, events.VerbSchedule), body, events.Revision10, &back) != nil,
 			err1 != nil || err2 != nil, anchor > q.now,
 			next != 0 && s.after(next-1) != next:
 			return fmt.Errorf("%w: schedule %q out of range", ErrBadSnapshot, s.def.ID)
@@ -423,12 +422,11 @@ func (q *Projector) restoreSchedules(r *snapReader) error {
 }
 
 // Schedule is a schedule defined in the fold (revision 10): its
-// definition as its schedule_set decision carried it, with its next due
-// time (0 while paused, or when none is left), and the operator that set
-// it (the submitter of the jobs it fires).
+// definition as its schedule_set decision carried it (Actor the operator
+// that set it, the submitter of the jobs it fires), with its next due
+// time (0 while paused, or when none is left).
 type Schedule struct {
 	events.Schedule
-	Actor string
 }
 
 // Schedules returns the schedules defined, sorted by id.
@@ -439,7 +437,7 @@ func (p *Projector) Schedules() []Schedule {
 		if def.Paused {
 			def.Next = 0
 		}
-		out = append(out, Schedule{Schedule: def, Actor: s.actor})
+		out = append(out, Schedule{Schedule: def})
 	}
 	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.ID, b.ID) })
 	return out

@@ -197,7 +197,7 @@ func (p *Projector) appendHeader(b []byte) []byte {
 		for _, id := range ids {
 			s := p.scheds[id]
 			t := &s.tmpl
-			for _, str := range []string{s.def.ID, s.actor, s.def.Cron, s.def.TZ, s.def.Zone, t.Queue, t.Payload, t.ConcurrencyKey, t.UniqueKey} {
+			for _, str := range []string{s.def.ID, s.def.Actor, s.def.Cron, s.def.TZ, s.def.Zone, t.Queue, t.Payload, t.ConcurrencyKey, t.UniqueKey} {
 				b = appendStr(b, str)
 			}
 			var f byte
