@@ -1,12 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
+	"time"
 
+	"github.com/maknow/tenure/api"
+	"github.com/maknow/tenure/cron"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/ops"
 )
@@ -16,7 +21,7 @@ import (
 var scheduleCmd = &command{
 	name:    "schedule",
 	summary: "set, pause, resume or delete a cron schedule that submits jobs (operator)",
-	usage:   "tenure schedule <set|pause|resume|delete> <id> [flags]",
+	usage:   "tenure schedule <set|pause|resume|delete> <id> [flags]\n       tenure schedule ls [--queue Q] [flags]",
 	help: `Cron schedules (rules revision 10, PROTOCOL.md §26.6): the coordinator's
 fold fires a schedule at each due time, once, as a submit of its job
 template (job <id>-<due time, UTC, as 20060102T150405Z>, submitted by the
@@ -26,7 +31,7 @@ late (the deployment was down, the schedule paused) are recorded
 (schedule_missed), and with --missed once the latest fires anyway.`,
 	subs: scheduleSubs,
 	run: func(ctx context.Context, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
-		return dispatchSub(ctx, fs, "schedule", "set, pause, resume or delete", scheduleSubs, args, stdout, stderr)
+		return dispatchSub(ctx, fs, "schedule", "set, pause, resume, delete or ls", scheduleSubs, args, stdout, stderr)
 	},
 }
 
@@ -71,6 +76,108 @@ recorded (schedule_missed/paused_through), none fired.
 		usage: "tenure schedule delete <id> [flags]",
 		help:  "Forgets schedule <id> (schedule_deleted/ok); the jobs it fired stay.\n\n" + opsVerdictHelp,
 		run:   runScheduleOp},
+	{name: "schedule ls", summary: "list the schedules: when each fires next, in its zone, and its fires",
+		usage: "tenure schedule ls [--queue Q] [flags]",
+		help: `Lists the schedules (or those whose jobs go to --queue Q): the expression,
+the zone, the queue, when each falls due next (in the schedule's zone, by
+its rule), and, in the decisions the read model has read, its fires that
+submitted a job, those refused, the due times recorded missed, and the
+latest fire's job and reason.
+
+` + apiHelp,
+		run: runScheduleLs},
+}
+
+// maxSchedulePages bounds the pages tenure schedule ls reads.
+const maxSchedulePages = 100
+
+func runScheduleLs(ctx context.Context, fs *flag.FlagSet, args []string, stdout, _ io.Writer) error {
+	var a apiCommand
+	a.register(fs)
+	queue := fs.String("queue", "", "only the schedules of this queue")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *queue != "" {
+		if err := needToken("queue", *queue); err != nil {
+			return err
+		}
+	}
+	c, closeConn, err := a.client()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	var all []api.ScheduleSummary
+	var pos api.Position
+	more, after := "", ""
+	for page := 0; ; page++ {
+		r, err := c.Schedules(ctx, api.SchedulesRequest{Queue: *queue, After: after, Limit: api.MaxSchedulesLimit})
+		if err != nil {
+			return err
+		}
+		if a.asJSON {
+			if err := printJSON(stdout, r); err != nil {
+				return err
+			}
+		}
+		all, pos = append(all, r.Schedules...), r.Position
+		if after = r.Next; after == "" {
+			break
+		}
+		if page+1 == maxSchedulePages {
+			more = fmt.Sprintf("%d more schedules not shown (of %d)", r.Total-len(all), r.Total)
+			break
+		}
+	}
+	if a.asJSON {
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tCRON\tZONE\tQUEUE\tMISSED\tNEXT\tFIRES\tREFUSED\tSKIPPED\tLAST JOB\tLAST")
+	for _, s := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, s.Cron, zoneLabel(s), s.Queue, s.Missed, nextLabel(s),
+			s.Fires, s.Refused, s.Skipped, cmp.Or(s.LastJob, "-"), cmp.Or(s.LastReason, "-"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more != "" {
+		fmt.Fprintln(stdout, more)
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(stdout, "no schedule yet (tenure schedule set <id> --cron EXPR --queue Q makes one)")
+	}
+	if b := behind(pos); b != "" {
+		fmt.Fprintln(stdout, strings.TrimPrefix(b, " "))
+	}
+	return nil
+}
+
+// zoneLabel is a schedule's zone as the list shows it: its name, else its
+// rule, else UTC.
+func zoneLabel(s api.ScheduleSummary) string {
+	return cmp.Or(s.Zone, s.TZ, "UTC")
+}
+
+// nextLabel is a schedule's next due time in its zone (by its rule), or
+// why it has none.
+func nextLabel(s api.ScheduleSummary) string {
+	switch {
+	case s.Paused:
+		return "paused"
+	case s.Next == "":
+		return "-"
+	}
+	t, err := time.Parse(time.RFC3339Nano, s.Next)
+	if err != nil {
+		return s.Next
+	}
+	if z, err := cron.ParseZone(cmp.Or(s.TZ, "UTC0")); err == nil {
+		east, _ := z.Offset(t.Unix())
+		t = t.In(time.FixedZone("", int(east)))
+	}
+	return t.Format("2006-01-02 15:04 -07:00")
 }
 
 // scheduleID reads the one positional argument, a schedule id.

@@ -39,6 +39,25 @@ func TestScheduleCommands(t *testing.T) {
 			t.Fatalf("schedule set lacks %q: %s", want, out)
 		}
 	}
+	out = cmd(0, "schedule", "set", "every", "--cron", "@every 1s", "--queue", "pings")
+	var ls string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		// The read model counts every's fires (its latest job).
+		if ls = cmd(0, "schedule", "ls"); strings.Contains(ls, "every-") {
+			break
+		}
+	}
+	// nightly's next due time in Berlin (+01:00 in winter, +02:00 in
+	// summer).
+	for _, want := range []string{"SCHEDULE", "NEXT", "nightly", "30 2 * * *", "Europe/Berlin", "reports", " once ", " 02:30 +0", "every", "pings", " ok"} {
+		if !strings.Contains(ls, want) {
+			t.Fatalf("schedule ls lacks %q:\n%s", want, ls)
+		}
+	}
+	if ls = cmd(0, "schedule", "ls", "--queue", "reports"); strings.Contains(ls, "pings") || !strings.Contains(ls, "nightly") {
+		t.Fatalf("schedule ls --queue reports:\n%s", ls)
+	}
+	cmd(0, "schedule", "delete", "every")
 	if out = cmd(0, "schedule", "pause", "nightly"); !strings.Contains(out, "schedule_set ok") || !strings.Contains(out, " paused") {
 		t.Fatalf("pause: %s", out)
 	}
@@ -63,6 +82,7 @@ func TestScheduleCommands(t *testing.T) {
 		{"schedule", "set", "x", "--cron", "@hourly", "--queue", "q", "--missed", "twice"},
 		{"schedule", "set", "x", "--cron", "@hourly", "--queue", "q", "--backoff", "1m", "--backoff-max", "1s"},
 		{"schedule", "pause"}, {"schedule", "pause", "a", "b"}, {"schedule", "delete", "a.b"},
+		{"schedule", "ls", "extra"}, {"schedule", "ls", "--queue", "a.b"},
 	} {
 		cmd(2, args...)
 	}
