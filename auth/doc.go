@@ -64,7 +64,10 @@
 // consumer, get messages, or administer anything.
 //
 // A dispatcher or operator <d> (input role "ops") may publish
-// tenure.in.ops.<d>.>, create, read and delete consumers on TENURE_OUT
+// tenure.in.ops.<d>.> (but a dispatcher no schedule input,
+// tenure.in.ops.<d>.*.schedule[.*]: a schedule submits in its setter's
+// name for as long as it stands, after the credential that set it is
+// revoked, so only operators set them), create, read and delete consumers on TENURE_OUT
 // with any filter (the ops client deletes its short-lived consumer after
 // each call), get decisions by sequence or subject (STREAM.MSG.GET,
 // DIRECT.GET), send requests to the coordinators' "tenure" micro service

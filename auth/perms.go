@@ -187,6 +187,14 @@ func PartitionedPermissionsFor(a Actor, prefix string, partitions uint32) (Permi
 		}
 		p.PublishDeny = append([]string{events.DecisionFilter}, noAdmin[:4]...)
 		p.PublishDeny = append(p.PublishDeny, streams.HeadFilters()...) // the coordinators' signed chain heads
+		if a.Role == RoleDispatcher {
+			// A schedule (revision 10) is standing authority to submit,
+			// in the name of its setter, that outlives the credential
+			// that set it: an operator's matter. (A partitioned
+			// deployment appends the partition token.)
+			sched := events.InputSubject(role, a.Name, "*", events.VerbSchedule)
+			p.PublishDeny = append(p.PublishDeny, sched, sched+".*")
+		}
 		p.SubscribeAllow = append([]string{inbox, events.DecisionFilter}, streams.HeadFilters()...)
 	case events.RoleCoord:
 		p.PublishAllow = []string{
