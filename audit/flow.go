@@ -38,6 +38,10 @@ type Flow struct {
 	// concurrency keys, by queue then key: per limit its starts and the
 	// most in any window of one period, against what its bucket allows.
 	Rates []FlowRate `json:"rate_limits,omitempty"`
+	// Schedules are the cron schedules (revision 10), by id: per
+	// schedule its due times fired, refused and recorded missed, each
+	// checked to be the next of its definition.
+	Schedules []FlowSchedule `json:"schedules,omitempty"`
 	// Findings are the breaches.
 	Findings List[FlowFinding] `json:"findings"`
 }
@@ -148,6 +152,10 @@ type FlowTracker struct {
 	// observed of every rate limit, by (queue, key).
 	rates     map[[2]string]*rateState
 	rateStats map[[2]string]*FlowRate
+	// Schedules (revision 10): each one followed, and what was observed
+	// of every schedule, by id.
+	scheds     map[string]*schedAudit
+	schedStats map[string]*FlowSchedule
 }
 
 // NewFlowTracker returns a tracker that lists at most maxListed findings
@@ -178,6 +186,7 @@ func (t *FlowTracker) Seed(p *projector.Projector) {
 			t.start(&j)
 		}
 	}
+	t.seedSchedules(p)
 }
 
 // setLimit takes a limit (set, changed or lifted).
@@ -292,6 +301,9 @@ func (t *FlowTracker) concurrency(d *events.Decision) {
 // Observe takes the next decision.
 func (t *FlowTracker) Observe(d *events.Decision) {
 	j := &d.Job
+	if d.Schedule != nil {
+		t.schedule(d)
+	}
 	if d.Kind == events.KindLimitSet && d.Limit != nil {
 		t.setLimit(*d.Limit)
 	}
@@ -419,6 +431,7 @@ func (t *FlowTracker) Result() Flow {
 		}
 		return strings.Compare(a.Key, b.Key)
 	})
+	f.Schedules = t.scheduleResult()
 	return f
 }
 
@@ -436,7 +449,7 @@ func addNs(t, d int64) int64 {
 // writeFlow writes the flow section of a summary: nothing for a log that
 // used no flow rule and breached none.
 func writeFlow(p func(string, ...any), f *Flow, list int) {
-	if f.Scheduled == 0 && f.Offers == 0 && f.UniqueKeys == 0 && f.Duplicates == 0 && len(f.Keys) == 0 && len(f.Rates) == 0 && f.Findings.Count == 0 {
+	if f.Scheduled == 0 && f.Offers == 0 && f.UniqueKeys == 0 && f.Duplicates == 0 && len(f.Keys) == 0 && len(f.Rates) == 0 && len(f.Schedules) == 0 && f.Findings.Count == 0 {
 		return
 	}
 	p("%-12s %d\n", "flow:", f.Findings.Count)
@@ -465,6 +478,18 @@ func writeFlow(p func(string, ...any), f *Flow, list int) {
 		}
 		p("  rate limit of %s: %d per %d ms (%s), %d starts, at most %d in one period (its bucket allows %d)\n",
 			scope, r.Rate, r.PeriodMS, now, r.Starts, r.MaxInPeriod, r.Allowed)
+	}
+	for _, s := range f.Schedules {
+		span := "no due time handled"
+		if s.First != "" {
+			span = "due times " + s.First + " to " + s.Last + ", each once and in turn unless a finding says otherwise"
+		}
+		deleted := ""
+		if s.Deleted {
+			deleted = ", deleted"
+		}
+		p("  schedule %s (%q, queue %s%s): %d fired, %d fired and refused, %d recorded missed; %s\n",
+			s.ID, s.Cron, s.Queue, deleted, s.Fires, s.Refused, s.Missed, span)
 	}
 	n := len(f.Findings.Items)
 	if list >= 0 {

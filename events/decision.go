@@ -228,6 +228,9 @@ func appendSchedule(b []byte, sc *Schedule) []byte {
 		if sc.Paused {
 			b = append(b, `,"paused":true`...)
 		}
+		b = appendTimeField(b, "anchor", sc.Anchor)
+		b = append(b, `,"template":`...)
+		b = AppendScheduleTemplate(b, sc.Template)
 	}
 	b = appendTimeField(b, "next", sc.Next)
 	b = appendTimeField(b, "due", sc.Due)
@@ -236,6 +239,48 @@ func appendSchedule(b []byte, sc *Schedule) []byte {
 		b = append(AppendTime(b, sc.MissedFrom), `","missed_to":"`...)
 		b = append(AppendTime(b, sc.MissedTo), `","missed_count":`...)
 		b = strconv.AppendUint(b, sc.MissedCount, 10)
+	}
+	return append(b, '}')
+}
+
+// AppendScheduleTemplate appends the canonical JSON of a schedule's
+// template (a definition's "template" object): the fields given, in a
+// submit's order; {} for nil.
+func AppendScheduleTemplate(b []byte, t *ScheduleTemplate) []byte {
+	b = append(b, '{')
+	n := len(b)
+	num := func(name string, v int64) {
+		if v != 0 {
+			if len(b) > n {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, name...)
+			b = append(b, `":`...)
+			b = strconv.AppendInt(b, v, 10)
+		}
+	}
+	str := func(name string, v string, given bool) {
+		if given {
+			if len(b) > n {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, name...)
+			b = append(b, `":`...)
+			b = appendString(b, v)
+		}
+	}
+	if t != nil {
+		num("priority", t.Priority)
+		num("max_attempts", int64(min(t.MaxAttempts, 1<<62)))
+		num("backoff_ms", t.BackoffMS)
+		num("backoff_max_ms", t.BackoffMax)
+		num("lease_ms", t.LeaseMS)
+		num("ack_timeout_ms", t.AckTimeoutMS)
+		str("payload", t.Payload, t.HasPayload)
+		str("concurrency_key", t.ConcurrencyKey, t.ConcurrencyKey != "")
+		str("unique_key", t.UniqueKey, t.UniqueKey != "")
 	}
 	return append(b, '}')
 }
@@ -479,6 +524,18 @@ type wireSchedule struct {
 	MissedFrom  string `json:"missed_from"`
 	MissedTo    string `json:"missed_to"`
 	MissedCount uint64 `json:"missed_count"`
+	Anchor      string `json:"anchor"`
+	Template    *struct {
+		Priority       int64   `json:"priority"`
+		MaxAttempts    uint64  `json:"max_attempts"`
+		BackoffMS      int64   `json:"backoff_ms"`
+		BackoffMax     int64   `json:"backoff_max_ms"`
+		LeaseMS        int64   `json:"lease_ms"`
+		AckTimeoutMS   int64   `json:"ack_timeout_ms"`
+		Payload        *string `json:"payload"`
+		ConcurrencyKey string  `json:"concurrency_key"`
+		UniqueKey      string  `json:"unique_key"`
+	} `json:"template"`
 }
 
 type wireLimit struct {
@@ -679,9 +736,16 @@ func decodeDecisionJSON(data []byte) (Decision, error) {
 		for _, t := range []struct {
 			dst *int64
 			v   string
-		}{{&sc.Next, ws.Next}, {&sc.Due, ws.Due}, {&sc.MissedFrom, ws.MissedFrom}, {&sc.MissedTo, ws.MissedTo}} {
+		}{{&sc.Next, ws.Next}, {&sc.Due, ws.Due}, {&sc.MissedFrom, ws.MissedFrom}, {&sc.MissedTo, ws.MissedTo}, {&sc.Anchor, ws.Anchor}} {
 			if *t.dst, err = parseTime(t.v); err != nil {
 				return d, err
+			}
+		}
+		if wt := ws.Template; wt != nil {
+			sc.Template = &ScheduleTemplate{Priority: wt.Priority, MaxAttempts: wt.MaxAttempts, BackoffMS: wt.BackoffMS, BackoffMax: wt.BackoffMax,
+				LeaseMS: wt.LeaseMS, AckTimeoutMS: wt.AckTimeoutMS, ConcurrencyKey: wt.ConcurrencyKey, UniqueKey: wt.UniqueKey}
+			if wt.Payload != nil {
+				sc.Template.Payload, sc.Template.HasPayload = *wt.Payload, true
 			}
 		}
 		d.Schedule = sc
@@ -907,6 +971,50 @@ func decodeDecisionFast(b []byte, d *Decision) bool {
 				sc.Missed = MissedOnce
 			}
 			sc.Paused = r.opt(`,"paused":true`)
+			sc.Anchor = r.optTime(`,"anchor":`)
+			r.lit(`,"template":{`)
+			t := &ScheduleTemplate{}
+			first := true
+			key := func(name string) bool {
+				k := `"` + name + `":`
+				if !first {
+					k = "," + k
+				}
+				if r.opt(k) {
+					first = false
+					return true
+				}
+				return false
+			}
+			if key("priority") {
+				t.Priority = r.int()
+			}
+			if key("max_attempts") {
+				t.MaxAttempts = r.uint()
+			}
+			if key("backoff_ms") {
+				t.BackoffMS = r.int()
+			}
+			if key("backoff_max_ms") {
+				t.BackoffMax = r.int()
+			}
+			if key("lease_ms") {
+				t.LeaseMS = r.int()
+			}
+			if key("ack_timeout_ms") {
+				t.AckTimeoutMS = r.int()
+			}
+			if key("payload") {
+				t.Payload, t.HasPayload = r.text(), true
+			}
+			if key("concurrency_key") {
+				t.ConcurrencyKey = r.str()
+			}
+			if key("unique_key") {
+				t.UniqueKey = r.str()
+			}
+			r.lit(`}`)
+			sc.Template = t
 		}
 		sc.Next = r.optTime(`,"next":`)
 		sc.Due = r.optTime(`,"due":`)

@@ -114,6 +114,17 @@ func randomDecision(r *rand.Rand) Decision {
 		if r.IntN(2) == 0 {
 			sc.Cron, sc.TZ, sc.Zone, sc.Queue, sc.Actor = "*/5 * * * *", "CET-1CEST,M3.5.0,M10.5.0/3"+tok(), tok(), "q"+tok(), "a"+tok()
 			sc.Missed, sc.Paused = Missed(r.IntN(2)), r.IntN(2) == 0
+			sc.Template = &ScheduleTemplate{}
+			if r.IntN(2) == 0 {
+				sc.Anchor = tm()
+			}
+			if r.IntN(2) == 0 {
+				sc.Template = &ScheduleTemplate{Priority: int64(r.IntN(10)), MaxAttempts: r.Uint64N(5), BackoffMS: int64(r.IntN(3)) * 1000,
+					LeaseMS: int64(r.IntN(3)) * 500, UniqueKey: tok()}
+				if r.IntN(2) == 0 {
+					sc.Template.Payload, sc.Template.HasPayload = tok()+"\n\"x\"", true
+				}
+			}
 		}
 		if r.IntN(3) == 0 {
 			sc.MissedFrom, sc.MissedTo, sc.MissedCount = tm(), tm(), r.Uint64N(MaxMissedCount)+1

@@ -950,6 +950,26 @@ type Schedule struct {
 	MissedFrom  int64
 	MissedTo    int64
 	MissedCount uint64
+	// A definition's (a schedule_set's) too: an @every schedule's anchor
+	// (its due times are Anchor + k*period; 0 for five fields), and the
+	// template of the jobs it fires (never nil on a definition).
+	Anchor   int64
+	Template *ScheduleTemplate
+}
+
+// ScheduleTemplate is the job a schedule fires: a submit's fields
+// (PROTOCOL.md §26.6), each zero when not given.
+type ScheduleTemplate struct {
+	Priority       int64
+	MaxAttempts    uint64
+	BackoffMS      int64
+	BackoffMax     int64
+	LeaseMS        int64
+	AckTimeoutMS   int64
+	Payload        string
+	HasPayload     bool
+	ConcurrencyKey string
+	UniqueKey      string
 }
 
 // MaxSchedules bounds the schedules defined at once (revision 10).

@@ -73,7 +73,7 @@ func TestSchedules(t *testing.T) {
 		t.Fatalf("the first fire: %s/%s to %s, job %+v", f.Kind, f.Reason, f.Addressee, j)
 	}
 
-	if d, err := c.PauseSchedule(ctx, "every"); err != nil || !d.Schedule.Paused || d.Schedule.Next != 0 {
+	if d, err := c.PauseSchedule(ctx, "every"); err != nil || !d.Schedule.Paused {
 		t.Fatalf("pause: %+v, %v", d.Schedule, err)
 	}
 	if d, err := c.ResumeSchedule(ctx, "every"); err != nil || d.Schedule.Paused || d.Schedule.Next == 0 {

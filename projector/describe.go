@@ -105,6 +105,13 @@ func describeSchedule(b *strings.Builder, sc *events.Schedule, o MatrixOptions) 
 		if sc.Paused {
 			b.WriteString(" paused")
 		}
+		if sc.Anchor != 0 {
+			b.WriteString(" anchor=" + o.time(sc.Anchor))
+		}
+		if t := events.AppendScheduleTemplate(nil, sc.Template); len(t) > 2 {
+			b.WriteString(" template=")
+			b.Write(t)
+		}
 	}
 	if sc.Next != 0 {
 		b.WriteString(" next=" + o.time(sc.Next))

@@ -44,7 +44,12 @@ import (
 // limit in force, replacing the base's (a Rebuilder follows them from
 // limit_set decisions, and the buckets from the offers, assigned,
 // starting from its Seed).
-func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity], standings iter.Seq[Standing], limits iter.Seq[Limit]) ([32]byte, error) {
+//
+// From revision 10 on it also holds the schedules: scheds, when not nil,
+// yields every schedule defined (each as its latest schedule_set decision
+// defined it, with the next due time its latest decision announced),
+// replacing the base's.
+func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, rules *Rules, jobs iter.Seq[events.Job], caps iter.Seq[Capacity], standings iter.Seq[Standing], limits iter.Seq[Limit], scheds iter.Seq[events.Schedule]) ([32]byte, error) {
 	q := New()
 	if base != nil {
 		if err := q.Restore(base); err != nil {
@@ -109,6 +114,20 @@ func RebuildHash(base []byte, lastSeq uint64, now int64, policy *events.Policy, 
 			}
 		}
 	}
+	if scheds != nil {
+		q.scheds, q.schedDue = nil, nil
+		for def := range scheds {
+			s, err := schedOf(def)
+			if err != nil {
+				return [32]byte{}, fmt.Errorf("projector: rebuild: schedule %s: %w", def.ID, err)
+			}
+			if q.scheds == nil {
+				q.scheds = map[string]*sched{}
+			}
+			q.scheds[def.ID] = s
+			q.schedArm(s)
+		}
+	}
 	return q.StateHash(), nil
 }
 
@@ -134,6 +153,7 @@ type Rebuilder struct {
 	standings map[[2]string]Standing
 	policy    *events.Policy
 	limits    map[[2]string]*Limit // the limits in force, by queue and key, with their buckets (revision 9)
+	scheds    map[string]*events.Schedule // the schedules, by id (revision 10): nil until one is seen or seeded
 	cause     uint64
 	at        int64
 }
@@ -153,6 +173,17 @@ func (r *Rebuilder) Seed(p *Projector) {
 		}
 		r.limits[[2]string{l.Queue, l.ConcurrencyKey}] = &l
 	}
+	for _, s := range p.Schedules() {
+		r.schedule(s.Schedule)
+	}
+}
+
+// schedule takes a schedule's definition.
+func (r *Rebuilder) schedule(def events.Schedule) {
+	if r.scheds == nil {
+		r.scheds = map[string]*events.Schedule{}
+	}
+	r.scheds[def.ID] = &def
 }
 
 // Add takes the next decision.
@@ -199,6 +230,16 @@ func (r *Rebuilder) Add(d *events.Decision) {
 			r.take(d.Job.Queue, d.Job.ConcurrencyKey, d.At)
 		}
 	}
+	if sc := d.Schedule; sc != nil { // revision 10
+		switch cur := r.scheds[sc.ID]; {
+		case d.Kind == events.KindScheduleSet:
+			r.schedule(*sc)
+		case d.Kind == events.KindScheduleDeleted:
+			delete(r.scheds, sc.ID)
+		case cur != nil && d.Verb == events.VerbTick && (d.Kind == events.KindFired || d.Kind == events.KindScheduleMissed):
+			cur.Next = sc.Next // what a tick's decisions announce
+		}
+	}
 	if d.Kind == events.KindPolicySet && d.Policy != nil {
 		p := *d.Policy
 		r.policy = &p
@@ -237,5 +278,15 @@ func (r *Rebuilder) Hash(base []byte, rules *Rules) ([32]byte, error) {
 			}
 		}
 	}
-	return RebuildHash(base, r.cause, r.at, r.policy, rules, maps.Values(r.jobs), maps.Values(r.caps), maps.Values(r.standings), limits)
+	var scheds iter.Seq[events.Schedule]
+	if r.scheds != nil {
+		scheds = func(yield func(events.Schedule) bool) {
+			for _, s := range r.scheds {
+				if !yield(*s) {
+					return
+				}
+			}
+		}
+	}
+	return RebuildHash(base, r.cause, r.at, r.policy, rules, maps.Values(r.jobs), maps.Values(r.caps), maps.Values(r.standings), limits, scheds)
 }

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -43,7 +44,7 @@ type sched struct {
 	tmpl   events.Input    // the template: a submit's fields
 	spec   *cron.Spec
 	zone   *cron.Zone
-	anchor int64 // @every's: the set's (or resume's) stored time
+	anchor int64 // @every's: the set's (or resume's) stored time; 0 for five fields
 }
 
 // grace is s's grace (scheduleGrace, or @every's period when shorter).
@@ -147,6 +148,17 @@ func (p *Projector) setSchedule() {
 			p.emit(nil, events.KindRejected, events.ReasonBadValue, in.Actor).Detail = "cron or tz: refused by package cron"
 			return
 		}
+		if s != nil && s.def.Cron == in.Cron && s.def.TZ == in.TZ {
+			// The same timing (expression and zone rule): a set changes
+			// the rest (the template, the queue, the policy, the
+			// operator) and keeps when it falls due: its next due time,
+			// @every's anchor, its pause. So setting a schedule again as
+			// it stands changes nothing (config management may apply it
+			// on every run), and a due time pending stays pending.
+			s.def.Actor, s.def.Zone, s.def.Queue, s.def.Missed = strings.Clone(in.Actor), strings.Clone(in.Zone), strings.Clone(in.Queue), in.Missed
+			s.tmpl = template(in)
+			break
+		}
 		paused := false
 		if s != nil {
 			// Due times of the definition replaced that passed unfired
@@ -172,7 +184,10 @@ func (p *Projector) setSchedule() {
 		*s = sched{
 			def: events.Schedule{ID: strings.Clone(in.Schedule), Actor: strings.Clone(in.Actor), Cron: strings.Clone(in.Cron), TZ: strings.Clone(in.TZ),
 				Zone: strings.Clone(in.Zone), Queue: strings.Clone(in.Queue), Missed: in.Missed},
-			tmpl: template(in), spec: spec, zone: zone, anchor: p.now,
+			tmpl: template(in), spec: spec, zone: zone,
+		}
+		if spec.Every() > 0 {
+			s.anchor = p.now // (five fields have none: nothing in the state depends on the set's time)
 		}
 		s.def.Next, s.def.Paused = s.after(p.now), paused
 	case events.SchedulePause:
@@ -199,11 +214,21 @@ func (p *Projector) setSchedule() {
 		return
 	}
 	p.schedArm(s)
-	def := s.def
-	if def.Paused {
-		def.Next = 0
-	}
+	def := s.definition()
 	p.emit(nil, events.KindScheduleSet, events.ReasonOk, in.Actor).Schedule = &def
+}
+
+// definition is s as a schedule_set decision carries it: the definition,
+// @every's anchor, the template, the next due time (while paused, the
+// first its resume will record missed).
+func (s *sched) definition() events.Schedule {
+	def := s.def
+	def.Anchor = s.anchor
+	t := &s.tmpl
+	def.Template = &events.ScheduleTemplate{Priority: t.Priority, MaxAttempts: t.MaxAttempts, BackoffMS: t.BackoffMS, BackoffMax: t.BackoffMax,
+		LeaseMS: t.LeaseMS, AckTimeoutMS: t.AckTimeoutMS, Payload: t.Payload, HasPayload: t.HasPayload,
+		ConcurrencyKey: t.ConcurrencyKey, UniqueKey: t.UniqueKey}
+	return def
 }
 
 // template is the submit a schedule's set describes (its job id is the
@@ -424,7 +449,9 @@ func (q *Projector) restoreSchedules(r *snapReader) error {
 // Schedule is a schedule defined in the fold (revision 10): its
 // definition as its schedule_set decision carried it (Actor the operator
 // that set it, the submitter of the jobs it fires), with its next due
-// time (0 while paused, or when none is left).
+// time to handle (0 when none is left; while paused, the first due time
+// its resume will record missed, which a schedule_set of a paused
+// schedule does not show).
 type Schedule struct {
 	events.Schedule
 }
@@ -433,12 +460,31 @@ type Schedule struct {
 func (p *Projector) Schedules() []Schedule {
 	out := make([]Schedule, 0, len(p.scheds))
 	for _, s := range p.scheds {
-		def := s.def
-		if def.Paused {
-			def.Next = 0
-		}
-		out = append(out, Schedule{Schedule: def})
+		out = append(out, Schedule{Schedule: s.definition()})
 	}
 	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// schedOf is the schedule a definition describes (a schedule_set
+// decision's, as definition gives it): what RebuildHash takes.
+func schedOf(def events.Schedule) (*sched, error) {
+	spec, err := cron.Parse(def.Cron)
+	if err != nil {
+		return nil, err
+	}
+	zone, err := cron.ParseZone(cmp.Or(def.TZ, "UTC0"))
+	if err != nil {
+		return nil, err
+	}
+	s := &sched{spec: spec, zone: zone, anchor: def.Anchor,
+		tmpl: events.Input{Role: events.RoleOps, Verb: events.VerbSubmit, Queue: def.Queue}}
+	if t := def.Template; t != nil {
+		s.tmpl.Priority, s.tmpl.MaxAttempts, s.tmpl.BackoffMS, s.tmpl.BackoffMax = t.Priority, t.MaxAttempts, t.BackoffMS, t.BackoffMax
+		s.tmpl.LeaseMS, s.tmpl.AckTimeoutMS, s.tmpl.Payload, s.tmpl.HasPayload = t.LeaseMS, t.AckTimeoutMS, t.Payload, t.HasPayload
+		s.tmpl.ConcurrencyKey, s.tmpl.UniqueKey = t.ConcurrencyKey, t.UniqueKey
+	}
+	def.Anchor, def.Template, def.Due, def.MissedFrom, def.MissedTo, def.MissedCount = 0, nil, 0, 0, 0, 0
+	s.def = def
+	return s, nil
 }

@@ -90,7 +90,7 @@ func TestScheduleFires(t *testing.T) {
 		"schedule_missed/fire_late s1 missed 3: +20s..+40s next+60s; fired/ok s1 due+50s next+60s job s1-20260101T000050Z QUEUED; ticked/ok")
 	wantDecisions(t, "the latest 5 s late (grace: the 10 s period)", f.tick(605*sec),
 		"schedule_missed/fire_late s1 missed 54: +60s..+590s next+610s; fired/ok s1 due+600s next+610s job s1-20260101T001000Z QUEUED; ticked/ok")
-	wantDecisions(t, "pause", f.sched(606*sec, events.Input{Schedule: "s1", ScheduleOp: events.SchedulePause}), "schedule_set/ok s1")
+	wantDecisions(t, "pause", f.sched(606*sec, events.Input{Schedule: "s1", ScheduleOp: events.SchedulePause}), "schedule_set/ok s1 next+610s")
 	wantDecisions(t, "paused", f.tick(700*sec), "ticked/ok")
 	wantDecisions(t, "resume", f.sched(725*sec, events.Input{Schedule: "s1", ScheduleOp: events.ScheduleResume}),
 		"schedule_missed/paused_through s1 missed 12: +610s..+720s; schedule_set/ok s1 next+735s")
@@ -127,10 +127,29 @@ func TestScheduleSetAgain(t *testing.T) {
 		"schedule_missed/fire_late s missed 1: +60s..+60s; schedule_set/ok s next+300s")
 	f.sched(62*sec, events.Input{Schedule: "s", ScheduleOp: events.SchedulePause})
 	wantDecisions(t, "set while paused", f.sched(601*sec, events.Input{Schedule: "s", Cron: "@hourly", Queue: "q"}),
-		"schedule_missed/paused_through s missed 2: +300s..+600s; schedule_set/ok s")
+		"schedule_missed/paused_through s missed 2: +300s..+600s; schedule_set/ok s next+3600s")
 	wantDecisions(t, "still paused", f.tick(3600*sec), "ticked/ok")
 	wantDecisions(t, "resume", f.sched(3601*sec, events.Input{Schedule: "s", ScheduleOp: events.ScheduleResume}),
 		"schedule_missed/paused_through s missed 1: +3600s..+3600s; schedule_set/ok s next+7200s")
+}
+
+// A set with the same expression and zone keeps the timing: @every's
+// anchor, the next due time (one pending stays pending: the next tick
+// fires it), the pause; it replaces the template, queue and policy.
+func TestScheduleSetSameTiming(t *testing.T) {
+	f := schedFolder(t)
+	f.sched(0, events.Input{Schedule: "s", Cron: "@every 10s", Queue: "q"})
+	wantDecisions(t, "the same timing, another queue, a due time pending", f.sched(15*sec, events.Input{Schedule: "s", Cron: "@every 10s", Queue: "r", Missed: events.MissedOnce}),
+		"schedule_set/ok s next+10s")
+	wantDecisions(t, "the pending due time fires", f.tick(16*sec), "fired/ok s due+10s next+20s job s-20260101T000010Z QUEUED; ticked/ok")
+	if j, _ := f.p.Job("s-20260101T000010Z"); j.Queue != "r" {
+		t.Fatalf("the fire after the set went to queue %q, want r", j.Queue)
+	}
+	f.sched(17*sec, events.Input{Schedule: "s", ScheduleOp: events.SchedulePause})
+	wantDecisions(t, "the same set while paused", f.sched(18*sec, events.Input{Schedule: "s", Cron: "@every 10s", Queue: "r"}), "schedule_set/ok s next+20s")
+	if got := f.p.Schedules(); !got[0].Paused || got[0].Missed != events.MissedSkip {
+		t.Fatalf("after the same set while paused: %+v", got[0])
+	}
 }
 
 // A fire is judged as the template's submit: while the job of the last
@@ -367,8 +386,9 @@ func firedID(id string, due int64) string {
 }
 
 // Schedules lists the schedules as their schedule_set decisions carried
-// them, sorted by id, a paused one without next, each after its fires
-// with the next due time the fires carried.
+// them, sorted by id, a paused one with its next due time pending (03:00
+// in Berlin, 02:00 UTC), each after its fires with the next due time the
+// fires carried.
 func TestSchedulesList(t *testing.T) {
 	f := schedFolder(t)
 	f.sched(0, events.Input{Schedule: "b", Cron: "@every 10s", Queue: "q", Missed: events.MissedOnce})
@@ -379,7 +399,7 @@ func TestSchedulesList(t *testing.T) {
 	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" {
 		t.Fatalf("Schedules: %+v", got)
 	}
-	if a := got[0]; !a.Paused || a.Next != 0 || a.Zone != "Europe/Berlin" || a.TZ == "" || a.Queue != "r" || a.Actor != "admin" {
+	if a := got[0]; !a.Paused || a.Next != testutil.ScenarioBase+int64(2*time.Hour) || a.Zone != "Europe/Berlin" || a.TZ == "" || a.Queue != "r" || a.Actor != "admin" {
 		t.Errorf("a: %+v", a)
 	}
 	if b := got[1]; b.Paused || b.Next != testutil.ScenarioBase+20*sec || b.Next != ds[0].Schedule.Next || b.Missed != events.MissedOnce {
