@@ -152,7 +152,7 @@ type Rebuilder struct {
 	caps      map[[2]string]Capacity
 	standings map[[2]string]Standing
 	policy    *events.Policy
-	limits    map[[2]string]*Limit // the limits in force, by queue and key, with their buckets (revision 9)
+	limits    map[[2]string]*Limit        // the limits in force, by queue and key, with their buckets (revision 9)
 	scheds    map[string]*events.Schedule // the schedules, by id (revision 10): nil until one is seen or seeded
 	cause     uint64
 	at        int64

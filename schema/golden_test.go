@@ -87,7 +87,7 @@ func TestGoldenDecisions(t *testing.T) {
 // schema matter and whose fault is a decoder-only rule.
 var goldenExceptions = map[string]string{
 	"rev4_queue_submit.txt: submit {\"v\":1,\"queue\":\"emails\",\"backoff_ms\":5000,\"backoff_max_ms\":1000}": "backoff_max_ms below a given backoff_ms (decoder-only: bad_value)",
-	"rev10_schedules.txt: schedule {\"v\":1,\"schedule\":\"never\",\"cron\":\"0 0 30 2 *\",\"queue\":\"q\"}": "an expression that never falls due (decoder-only: package cron judges it, bad_value)",
+	"rev10_schedules.txt: schedule {\"v\":1,\"schedule\":\"never\",\"cron\":\"0 0 30 2 *\",\"queue\":\"q\"}":   "an expression that never falls due (decoder-only: package cron judges it, bad_value)",
 }
 
 // The input bodies of the golden scenarios, decoded under rules revision 4
