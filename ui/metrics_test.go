@@ -204,3 +204,30 @@ func TestQueueMetrics(t *testing.T) {
 		t.Fatalf("an unknown queue: %d", code)
 	}
 }
+
+// /api/queues?queue= lists the queue's cron schedules (rules revision 10)
+// with their fires, to a viewer, without their templates (a payload is
+// its submitter's and its worker's to know); /api/queues lists none.
+func TestQueueSchedules(t *testing.T) {
+	e := newEnv(t, false)
+	e.decide("ops.disp.m1.submit", `{"v":1,"queue":"emails"}`)
+	e.publish("ops.admin._.schedule", `{"v":1,"schedule":"digest","cron":"@every 1s","queue":"emails","payload":"secret-digest"}`)
+	e.publish("ops.admin._.schedule", `{"v":1,"schedule":"other","cron":"@daily","queue":"reports"}`)
+	viewer := e.login(Viewer)
+	var qp QueuesPage
+	testutil.WaitFor(t, 15*time.Second, "digest fired", func() bool {
+		qp = QueuesPage{}
+		return viewer.get("/api/queues?queue=emails", &qp) == http.StatusOK && len(qp.Schedules) == 1 && qp.Schedules[0].Fires > 0
+	})
+	s := qp.Schedules[0]
+	if s.ID != "digest" || s.Actor != "admin" || s.Cron != "@every 1s" || s.Next == "" || !strings.HasPrefix(s.LastJob, "digest-") || qp.ScheduleTotal != 1 {
+		t.Fatalf("the schedules of emails: %+v", qp)
+	}
+	if _, body := viewer.raw("/api/queues?queue=emails"); strings.Contains(body, "secret-digest") || strings.Contains(body, "template") {
+		t.Fatalf("a viewer's queue answer holds the schedule's template: %s", body)
+	}
+	var all QueuesPage
+	if code := viewer.get("/api/queues", &all); code != http.StatusOK || all.Schedules != nil {
+		t.Fatalf("GET /api/queues: %d %+v", code, all)
+	}
+}

@@ -835,6 +835,12 @@ type QueuesPage struct {
 	Queues []api.QueueStats `json:"queues"`
 	Total  int              `json:"total"` // queues known
 	Now    int64            `json:"now"`   // the server's clock, Unix ms
+	// Schedules are, for one queue (?queue=Q), the cron schedules whose
+	// jobs go to it (rules revision 10; the state API's schedule.list of
+	// the queue, at most MaxPageSize), and ScheduleTotal how many there
+	// are.
+	Schedules     []api.ScheduleSummary `json:"schedules,omitempty"`
+	ScheduleTotal int                   `json:"schedule_total,omitempty"`
 }
 
 // queuesPage answers GET /api/queues at now.
@@ -853,7 +859,9 @@ func (m *model) queuePage(name string, now time.Time) (QueuesPage, bool) {
 	if !ok {
 		return QueuesPage{}, false
 	}
-	return QueuesPage{Queues: []api.QueueStats{r.Queue}, Total: m.am.QueueCount(), Now: now.UnixMilli()}, true
+	sr := m.am.Schedules(api.SchedulesRequest{Queue: name, Limit: MaxPageSize}, now)
+	return QueuesPage{Queues: []api.QueueStats{r.Queue}, Total: m.am.QueueCount(), Now: now.UnixMilli(),
+		Schedules: sr.Schedules, ScheduleTotal: sr.Total}, true
 }
 
 // deadJobs lists the ids of queue's DEAD jobs (those whose last attempt

@@ -414,7 +414,8 @@
       // The workers and the limits of the open queues (a queue gone since
       // has none).
       const detailOf = new Map(await Promise.all([...openQueues].map((name) =>
-        api('/api/queues?queue=' + encodeURIComponent(name)).then((p) => [name, p.queues[0]], () => [name, null]))));
+        api('/api/queues?queue=' + encodeURIComponent(name)).then((p) => [name, p.queues[0] &&
+          Object.assign(p.queues[0], { schedule_list: p.schedules || [], schedule_total: p.schedule_total || 0 })], () => [name, null]))));
       if (!sc.alive) return;
       queuesBox.classList.toggle('hidden', qp.queues.length === 0);
       if (qp.queues.length === 0) { queuesBox.replaceChildren(); return; }
@@ -448,7 +449,7 @@
             h('td', { class: 'num rate', text: rate(x.rates.completed) })),
           openQueues.has(x.queue) ? h('tr', { class: 'queue-workers', 'data-workers-of': x.queue },
             h('td', { colspan: 9 }, workersTable(detailOf.get(x.queue) && (detailOf.get(x.queue).worker_list || []), qp.now),
-              limitsTable(detailOf.get(x.queue)), bulkPanel(detailOf.get(x.queue)))) : null])))));
+              limitsTable(detailOf.get(x.queue)), schedulesTable(detailOf.get(x.queue)), bulkPanel(detailOf.get(x.queue)))) : null])))));
     }
     function toggleWorkers(name) {
       if (!openQueues.delete(name)) openQueues.add(name);
@@ -555,6 +556,34 @@
               h('td', { class: 'num' + (full ? ' hot' : ''), text: l.key === '' ? '–' : String(l.live) }),
               h('td', { text: l.rate ? l.rate + ' per ' + period(l.period_ms) : '–' }));
           }))));
+    }
+    // The cron schedules whose jobs go to a queue (rules revision 10,
+    // tenure schedule): when each fires next, in its zone, and what its
+    // fires were.
+    function schedulesTable(q) {
+      if (!q || !q.schedule_list || q.schedule_list.length === 0) return null;
+      return h('div', { class: 'schedules' },
+        h('h3', { class: 'small', text: 'Schedules' + (q.schedule_total > q.schedule_list.length ? ' (the first ' + q.schedule_list.length + ' of ' + q.schedule_total + ')' : '') }),
+        h('table', { class: 'board schedules-table' },
+          h('thead', {}, h('tr', {},
+            h('th', { text: 'Schedule' }),
+            h('th', { text: 'Cron' }),
+            h('th', { text: 'Zone' }),
+            h('th', { title: 'its next due time (UTC); paused: none until it is resumed', text: 'Next' }),
+            h('th', { class: 'num', title: 'fires that submitted a job, in the decisions read', text: 'Fires' }),
+            h('th', { class: 'num', title: 'fires refused (a unique key held, a job of that id): recorded, not lost', text: 'Refused' }),
+            h('th', { class: 'num', title: 'due times passed unfired (the deployment down, the schedule paused): recorded', text: 'Missed' }),
+            h('th', { text: 'Last job' }))),
+          h('tbody', {}, q.schedule_list.map((s) => h('tr', { 'data-schedule': s.id, class: s.paused ? 'muted' : '' },
+            h('td', {}, s.id, h('span', { class: 'sub', text: ' by ' + s.actor + (s.missed === 'once' ? ' · missed: once' : '') })),
+            h('td', { class: 'mono', text: s.cron }),
+            h('td', { title: s.tz || 'UTC0', text: s.zone || s.tz || 'UTC' }),
+            h('td', { text: s.paused ? 'paused' : (s.next || '–') }),
+            h('td', { class: 'num', text: String(s.fires) }),
+            h('td', { class: 'num' + (s.refused ? ' hot' : ''), text: String(s.refused) }),
+            h('td', { class: 'num' + (s.skipped ? ' hot' : ''), text: String(s.skipped) }),
+            h('td', {}, s.last_job ? jobLink(s.last_job) : '–',
+              s.last_reason && s.last_reason !== 'ok' ? h('span', { class: 'sub', text: ' ' + s.last_reason }) : null))))));
     }
     loadQueues();
     sc.every(3000, loadQueues);
