@@ -42,14 +42,18 @@ export type Kind =
   | "completed" | "released" | "resolved" | "policy_set" | "ticked" | "rules_set" | "checkpointed"
   | "duplicate" | "stale" | "late" | "conflict" | "lost_authority" | "rejected"
   | "expired" | "ack_missed" | "unresolved" | "retired"
-  | "submitted" | "capacity_set" | "requeued" | "dead" | "assigned" | "withdrawn";
+  | "submitted" | "capacity_set" | "requeued" | "dead" | "assigned" | "withdrawn"
+  | "limit_set" // revision 9
+  | "schedule_set" | "schedule_deleted" | "fired" | "schedule_missed"; // revision 10
 
 const acceptedKinds: ReadonlySet<string> = new Set([
   "offered", "granted", "acked", "renewed", "progressed", "cancel_requested", "cancel_acked", "completed",
   "released", "resolved", "policy_set", "ticked", "rules_set", "checkpointed", "submitted", "capacity_set",
+  "limit_set", "schedule_set", "schedule_deleted",
 ]);
 const derivedKinds: ReadonlySet<string> = new Set([
   "expired", "ack_missed", "unresolved", "retired", "requeued", "dead", "assigned", "withdrawn",
+  "fired", "schedule_missed",
 ]);
 
 /** Reports whether kind is an accepted verdict (§11). */
