@@ -17,8 +17,8 @@ import (
 
 const sec = int64(time.Second)
 
-// schedFolder is a folder under revision 10 (being built: no rules input
-// names it yet).
+// schedFolder is a folder under revision 10, set directly (no rules
+// input).
 func schedFolder(t *testing.T) *folder {
 	f := &folder{t: t, p: projector.New()}
 	projector.SetRevision(f.p, events.Revision10)
