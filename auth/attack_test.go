@@ -28,6 +28,7 @@ import (
 
 	"github.com/maknow/tenure/api"
 	"github.com/maknow/tenure/auth"
+	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/ops"
@@ -339,7 +340,14 @@ func TestAttackPayloadFlood(t *testing.T) {
 		{"64KiB bodies", floodCount(t, "FLOOD_SMALL", 1500), events.MaxInputBytes, 8 * time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := newAttackEnv(t)
+			// The leadership lasts 10 s, not 3: on two cores loaded by
+			// another suite, under -race, the process that holds the
+			// server, the coordinator and the flood stalled for seconds
+			// (the log's timestamps lag the times its lines report), the
+			// leadership lapsed, and the honest verdicts waited for the
+			// resynchronisation. The renewal's own path is pinned by
+			// coordinator's TestModelSlowInputCheck.
+			e := newAttackEnvOpts(t, attackOpts{coord: func(c *coordinator.Config) { c.LeaderTTL = 10 * time.Second }})
 			h := e.startHonest(t, honestConfig{Lease: c.lease})
 			a := e.attacker(t)
 			size := c.size

@@ -44,13 +44,16 @@ func endToEnd(t *testing.T, opts auth.Options) {
 		t.Fatal(err)
 	}
 	defer w1.Close()
-	l, err := w1.Acquire(ctx, "e2e-1", worker.WithLeaseDuration(900*time.Millisecond), worker.WithRenewFraction(0.3))
+	// A lease of 3 s renewed every 0.9 s: with 900 ms (every 270 ms), on
+	// two cores loaded by another suite, a renewal's verdict came after
+	// the lease's local deadline.
+	l, err := w1.Acquire(ctx, "e2e-1", worker.WithLeaseDuration(3*time.Second), worker.WithRenewFraction(0.3))
 	if err != nil {
 		t.Fatalf("acquire: %v", err)
 	}
 	first := l.Expires()
 	// Automatic renewals keep the lease past its first expiry.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(4 * time.Second)
 	if l.Context().Err() != nil {
 		t.Fatalf("lease lost: %v", context.Cause(l.Context()))
 	}

@@ -64,6 +64,9 @@ func TestStorageShortStaysLiveAndResumes(t *testing.T) {
 	r := startCoordinator(t, srv.ClientURL(), "c1", func(c *coordinator.Config) {
 		c.Genesis = coordinator.GenesisAdmin
 		c.StorageLimit, c.StorageReserve, c.StorageWarn = limit, 48<<20, 64<<20
+		// The test counts its sessions (one): 3 s of leadership, not the
+		// tests' 600 ms, which two loaded cores can miss.
+		c.LeaderTTL = coordinator.DefaultLeaderTTL
 	})
 	q := streams.Quotas{Workers: []string{"w1"}, MaxBytes: 1 << 20, MaxMsgs: 1000, BytesPerS: 1 << 20, MsgsPerS: 1000}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -78,7 +81,7 @@ func TestStorageShortStaysLiveAndResumes(t *testing.T) {
 	if v := intakeVerdict(t, js, "j1", events.VerbAcquire, `{"v":1,"lease_ms":60000}`); v.Kind != events.KindGranted {
 		t.Fatalf("acquire j1: %s/%s", v.Kind, v.Reason)
 	}
-	testutil.WaitFor(t, 10*time.Second, "the acquire emptied from the intake", func() bool { return r.c.Stats().Storage.Purged >= 1 })
+	testutil.WaitFor(t, 10*time.Second, "the acquire emptied from the intake", func() bool { s := r.c.Stats().Storage; return s != nil && s.Purged >= 1 })
 
 	// Another stream of the account takes 56 MiB: 40 free, below the
 	// 48 MiB reserve.
@@ -92,7 +95,7 @@ func TestStorageShortStaysLiveAndResumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testutil.WaitFor(t, 10*time.Second, "storage short", func() bool { return r.c.Stats().Storage.State == coordinator.StorageShort })
+	testutil.WaitFor(t, 10*time.Second, "storage short", func() bool { s := r.c.Stats().Storage; return s != nil && s.State == coordinator.StorageShort })
 	purged := r.c.Stats().Storage.Purged
 
 	// Short: what is stored is still decided, expiries too, and nothing
@@ -114,8 +117,8 @@ func TestStorageShortStaysLiveAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "storage ok and the intake emptied", func() bool {
-		s := r.c.Stats().Storage
-		return s.State == coordinator.StorageOK && s.Purged > purged && s.Held == 0
+		s := r.c.Stats().Storage // (nil while no session is live)
+		return s != nil && s.State == coordinator.StorageOK && s.Purged > purged && s.Held == 0
 	})
 	if st := r.c.Stats(); st.Sessions != 1 || !st.Live {
 		t.Fatalf("after the storage came back: %+v; want the first session, live", st)

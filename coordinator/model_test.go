@@ -415,6 +415,40 @@ func TestModelSlowRenewal(t *testing.T) {
 	})
 }
 
+// A renewal that succeeds is reported to the loop before the renewer
+// checks that the input stream still holds what the session folded
+// (inputKept, a second request): here every renewal takes TTL/6 and every
+// check its whole timeout (TTL/3), so a report sent after the check came
+// TTL/2 after its renewal started, past the leadership the loop counted
+// from the one before (5/6 of the TTL from its start), and the session
+// ended while it held the entry. Before 2c2a0cc it did (cmd/tenure's
+// expiry storm, on two loaded cores); this test fails on that code.
+func TestModelSlowInputCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		e := newModelEnv(t, ttl)
+		defer e.close()
+		a := e.start("c1")
+		e.waitFor(10*time.Second, "live", func() bool { return a.c.Stats().Live })
+		e.publish(events.RoleWorker, "w1", "j0", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		e.waitFor(10*time.Second, "caught up", func() bool { return e.caughtUp(a) })
+		e.net.Slow("c1>kv", ttl/6)
+		e.net.Slow("c1>get", ttl)
+		time.Sleep(5 * ttl)
+		e.net.Slow("c1>kv", 0)
+		e.net.Slow("c1>get", 0)
+		seq := e.publish(events.RoleWorker, "w1", "after", events.VerbAcquire, `{"v":1,"lease_ms":600000}`)
+		e.waitFor(10*time.Second, "caught up", func() bool { return e.caughtUp(a) })
+		if v, ok := e.verdictOf(seq); !ok || v.Kind != events.KindGranted {
+			t.Fatalf("input after the slow checks: %+v, want granted", v)
+		}
+		if st := a.c.Stats(); !st.Live || st.Sessions != 1 {
+			t.Fatalf("after slow input checks: live %v, %d sessions (%s); want live in its first session", st.Live, st.Sessions, st.Reason)
+		}
+		e.checkFold()
+	})
+}
+
 // When renewals stop being answered (held in the network), the loop
 // leaves live by itself before the leadership could have expired, and
 // appends nothing after that; once renewals go through again it takes

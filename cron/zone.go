@@ -3,8 +3,6 @@ package cron
 import (
 	"errors"
 	"strconv"
-	"strings"
-	"time"
 )
 
 // MaxZoneLen bounds a zone rule's length in bytes.
@@ -322,19 +320,12 @@ func (z *Zone) Offset(sec int64) (east int32, dst bool) {
 	if !z.hasDST {
 		return z.std, false
 	}
-	ts := z.transitions(yearOf(sec))
-	dst = false
-	found := false
-	for _, t := range ts {
+	// The last change at or before sec (the year before has both).
+	for _, t := range z.transitions(yearOf(sec)) {
 		if t.at > sec {
 			break
 		}
-		dst, found = t.toDST, true
-	}
-	if !found {
-		// Before the first change of the year before: impossible for a
-		// rule (each year has both), kept for safety.
-		dst = false
+		dst = t.toDST
 	}
 	if dst {
 		return z.dst, true
@@ -382,32 +373,4 @@ func (z *Zone) instant(l int64) int64 {
 		}
 	}
 	return hi // unreachable for a parsed rule; the later reading
-}
-
-// Wall is the wall clock reading of instant sec in z, as a time in UTC
-// whose fields are the local ones.
-func (z *Zone) Wall(sec int64) time.Time {
-	off, _ := z.Offset(sec)
-	return time.Unix(sec+int64(off), 0).UTC()
-}
-
-// Name is the abbreviation in force at sec, as the rule names it.
-func (z *Zone) Name(sec int64) string {
-	p := &tzParser{s: z.rule}
-	if z == UTC {
-		return "UTC"
-	}
-	p.name()
-	std := strings.Trim(z.rule[:p.i], "<>")
-	if !z.hasDST {
-		return std
-	}
-	p.offset(24)
-	j := p.i
-	p.name()
-	dst := strings.Trim(z.rule[j:p.i], "<>")
-	if _, isDST := z.Offset(sec); isDST {
-		return dst
-	}
-	return std
 }

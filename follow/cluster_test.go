@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -168,6 +169,29 @@ func TestClusterDeliverNew(t *testing.T) {
 			return err
 		})
 	}
+	// A consumer starts from the stream as its own server holds it: one
+	// placed on a replica still applying the publishes starts earlier
+	// (it reads more, never less; under load a replica lagged all 7 and
+	// the answer said 0). What is pinned here is the answer on replicas
+	// that hold the whole stream.
+	testutil.WaitFor(t, 30*time.Second, "every replica to hold the 7 messages", func() bool {
+		for i := range cl.Len() {
+			jsz, err := cl.Server(i).Server().Jsz(&server.JSzOptions{Accounts: true, Streams: true})
+			if err != nil {
+				return false
+			}
+			held := false
+			for _, a := range jsz.AccountDetails {
+				for _, sd := range a.Streams {
+					held = held || (sd.Name == "F" && sd.State.LastSeq == 7)
+				}
+			}
+			if !held {
+				return false
+			}
+		}
+		return true
+	})
 	var info *jetstream.ConsumerInfo
 	retry(t, ctx, "create a deliver-new consumer", func(ctx context.Context) error {
 		c, err := js.CreateConsumer(ctx, "F", jetstream.ConsumerConfig{Name: "new", FilterSubject: "f.y",

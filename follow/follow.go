@@ -111,8 +111,12 @@ type Config struct {
 	// delivered.stream_seq, the stream's last sequence then), and Next
 	// says it from Ready on. A reader that may not look up the stream's
 	// info (a worker under tenure auth init's permissions, PROTOCOL.md §4)
-	// learns where to start so. Every replacement starts after the last
-	// message handed over, as without it.
+	// learns where to start so. On a cluster, a consumer placed on a
+	// replica still applying the latest publishes starts after that
+	// replica's last message: earlier, never later, so nothing stored
+	// after the creation is skipped (Next says where it really starts).
+	// Every replacement starts after the last message handed over, as
+	// without it.
 	FromNew bool
 	// PullAhead is how many messages the consumer is asked for ahead of
 	// what the handler has taken: one pull request for all of them, then

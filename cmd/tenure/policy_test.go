@@ -60,8 +60,14 @@ func TestPolicyChangesOnlyTheFieldsGiven(t *testing.T) {
 			CancelTimeout: w.Cancel * ms, MaxLifetime: w.Life * ms, MaxGenerations: w.Gens, Retain: w.Retain * ms}
 	}
 
-	// The coordinator appended the defaults as input 2.
+	// The coordinator appended the defaults as input 2; its decision may
+	// be stored a little after the coordinator logs that it is live (on
+	// two loaded cores, policy show read the stream before it).
 	out := cmd(0, "policy", "show")
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(out, "set by input 2 at ") && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		out = cmd(0, "policy", "show")
+	}
 	for _, want := range []string{"set by input 2 at ", "FIELD", "VALUE", "ON THE WIRE",
 		"min-lease        100ms          min_lease_ms=100\n",
 		"max-lease        1h0m0s         max_lease_ms=3600000\n",
