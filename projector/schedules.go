@@ -342,6 +342,9 @@ func (p *Projector) fireOne(s *sched, due int64) {
 	p.in = s.tmpl
 	p.in.Actor = s.def.Actor
 	p.in.Job = firedJobID(s.def.ID, due, p.part)
+	// The job's run_at is its due time (past or now: ready at once), so
+	// its handler knows which due time it serves (Job.ScheduledFor).
+	p.in.RunAt = due
 	n := len(p.out)
 	if p.part.Owns(p.in.Job) {
 		p.submit()
