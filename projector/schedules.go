@@ -435,7 +435,7 @@ func (q *Projector) restoreSchedules(r *snapReader) error {
 		switch {
 		case f[0]&^(schedOnce|schedPaused|schedPayload) != 0, s.def.ID <= prev, !events.ValidToken(s.def.Actor), !q.part.Owns(s.def.ID),
 			events.DecodeInputAt(events.InputSubject(events.RoleOps, s.def.Actor, events.NoJob, events.VerbSchedule), body, events.Revision10, &back) != nil,
-			err1 != nil || err2 != nil, anchor > q.now,
+			err1 != nil || err2 != nil, anchor > q.now, anchor != 0 && s.spec.Every() == 0, anchor == 0 && s.spec.Every() > 0,
 			next != 0 && s.after(next-1) != next:
 			return fmt.Errorf("%w: schedule %q out of range", ErrBadSnapshot, s.def.ID)
 		}
