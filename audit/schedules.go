@@ -135,7 +135,7 @@ func (t *FlowTracker) schedule(d *events.Decision) {
 				s.anchor, s.next = d.At, 0
 				s.next = s.after(d.At)
 			}
-			if !sc.Paused && sc.Next != s.next {
+			if sc.Next != s.next { // (paused: the first its resume will record)
 				t.find(d, FlowScheduleOutOfTurn, "schedule "+sc.ID+" announces its next due time "+fmtTime(sc.Next)+"; its definition gives "+fmtTime(s.next))
 			}
 			return
@@ -145,7 +145,7 @@ func (t *FlowTracker) schedule(d *events.Decision) {
 			return
 		}
 		s.next = s.after(d.At)
-		if !sc.Paused && sc.Next != s.next {
+		if sc.Next != s.next {
 			t.find(d, FlowScheduleOutOfTurn, "schedule "+sc.ID+" announces its next due time "+fmtTime(sc.Next)+"; its definition gives "+fmtTime(s.next))
 		}
 	case events.KindScheduleDeleted:
