@@ -232,7 +232,7 @@ func partitionedEndToEnd(t *testing.T, e *partEnv) {
 		}
 	}
 
-	w1, err := worker.Connect(w1c.nc, "w1", worker.WithErrorHandler(func(err error) { t.Errorf("w1: %v", err) }))
+	w1, err := worker.Connect(w1c.nc, "w1", worker.WithErrorHandler(func(err error) { sdkError(t, "w1", err) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func partitionedEndToEnd(t *testing.T, e *partEnv) {
 	}
 	t.Cleanup(func() { d.Close() })
 	w2c := connect(t, e.b, e.url, "w2")
-	w2, err := worker.Connect(w2c.nc, "w2", worker.WithErrorHandler(func(err error) { t.Errorf("w2: %v", err) }))
+	w2, err := worker.Connect(w2c.nc, "w2", worker.WithErrorHandler(func(err error) { sdkError(t, "w2", err) }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,6 +215,12 @@ const (
 // one of the names is in use.
 var ErrNamesInUse = errors.New("every consumer name allowed is in use")
 
+// ErrReplacing is what a report of a consumer being replaced (Config.OnError)
+// matches: the Follower lost its consumer (a missed heartbeat, a deleted
+// consumer, a node gone) and creates another, which goes on after the last
+// message handed over; nothing is lost. A notice, not a failure.
+var ErrReplacing = errors.New("replacing consumer")
+
 // metaToken is the consumer metadata key of the random token that tells a
 // Follower its own consumers from others of the same name.
 const metaToken = "tenure_follow"
@@ -440,7 +446,7 @@ func (f *Follower) run(ctx context.Context) {
 			return
 		}
 		if h := f.cfg.OnError; h != nil {
-			h(fmt.Errorf("follow %s: replacing consumer %s: %w", f.cfg.Stream, s.name, err))
+			h(fmt.Errorf("follow %s: %w %s: %w", f.cfg.Stream, ErrReplacing, s.name, err))
 		}
 		f.replaced.Add(1)
 	}

@@ -2,6 +2,7 @@ package follow_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -152,7 +153,7 @@ func TestReplacesALostConsumer(t *testing.T) {
 	var c collector
 	var errs sync.Map
 	f := follow.Start(ctx, js, follow.Config{Stream: "F", PullAhead: 10, Heartbeat: 500 * time.Millisecond,
-		OnError: func(err error) { errs.Store(err.Error(), true) }}, c.handle)
+		OnError: func(err error) { errs.Store(err.Error(), errors.Is(err, follow.ErrReplacing)) }}, c.handle)
 	defer f.Stop()
 	c.waitCount(t, 50, 10*time.Second)
 	stream, err := js.Stream(ctx, "F")
@@ -179,7 +180,13 @@ func TestReplacesALostConsumer(t *testing.T) {
 		t.Errorf("Replaced = %d after %d deleted consumers", got, rounds)
 	}
 	n := 0
-	errs.Range(func(any, any) bool { n++; return true })
+	errs.Range(func(msg, replacing any) bool {
+		n++
+		if !replacing.(bool) {
+			t.Errorf("a report of a replaced consumer that does not match ErrReplacing: %s", msg)
+		}
+		return true
+	})
 	if n == 0 {
 		t.Error("OnError was never told of a lost consumer")
 	}

@@ -210,7 +210,7 @@ func TestAuthServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wnc.Close()
-	w1, err := sdk.Connect(wnc, "w1", sdk.WithErrorHandler(func(err error) { t.Errorf("w1: %v", err) }))
+	w1, err := sdk.Connect(wnc, "w1", sdk.WithErrorHandler(func(err error) { sdkError(t, "w1", err) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +422,7 @@ func TestAuthServePartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wnc.Close()
-	w1, err := sdk.Connect(wnc, "w1", sdk.WithErrorHandler(func(err error) { t.Errorf("w1: %v", err) }))
+	w1, err := sdk.Connect(wnc, "w1", sdk.WithErrorHandler(func(err error) { sdkError(t, "w1", err) }))
 	if err != nil {
 		t.Fatal(err)
 	}
