@@ -39,7 +39,9 @@ func TestScheduleCommands(t *testing.T) {
 			t.Fatalf("schedule set lacks %q: %s", want, out)
 		}
 	}
-	out = cmd(0, "schedule", "set", "every", "--cron", "@every 1s", "--queue", "pings")
+	if out = cmd(0, "schedule", "set", "every", "--cron", "@every 1s", "--queue", "pings"); !strings.Contains(out, "schedule_set ok") {
+		t.Fatalf("schedule set every: %s", out)
+	}
 	var ls string
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		// The read model counts every's fires (its latest job).
