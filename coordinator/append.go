@@ -17,6 +17,7 @@ import (
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/tracing"
 )
 
 // Appends. The live loop hands the decisions it derived to an appender, in
@@ -131,8 +132,8 @@ type appender struct {
 	units   []unit // awaiting their reply, oldest first
 	batches int    // the units in flight that are batches
 	hdr     nats.Header
-	hdrVals [9][1]string // the values of hdr's keys, reused
-	msg     nats.Msg     // the message being published, reused
+	hdrVals [10][1]string // the values of hdr's keys, reused
+	msg     nats.Msg      // the message being published, reused
 	log     *slog.Logger
 	// The way of appending under backlog, and its measurement.
 	batching  bool
@@ -259,6 +260,9 @@ func (a *appender) send(ps []pending, after uint64) error {
 		set(7, events.HeaderChain, p.chain.String())
 		if p.src > 0 {
 			set(8, events.HeaderSourceSeq, strconv.FormatUint(p.src, 10))
+		}
+		if p.trace != "" {
+			set(9, tracing.HeaderTraceParent, p.trace)
 		}
 		if i == 0 {
 			set(3, headerExpectSeq, strconv.FormatUint(after, 10))

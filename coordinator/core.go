@@ -56,6 +56,8 @@ type core struct {
 	sinceFreeze int // inputs folded since the last freeze
 
 	tick tickState // live: this coordinator's ticks
+
+	traces traceMemory // the trace context of the jobs ops inputs submitted or offered (traces.go)
 }
 
 // tickState is the tick policy's: the one tick that may stand ahead of
@@ -108,6 +110,7 @@ func (k *core) fold(m stored) (foldResult, error) {
 			f.worker = w
 		}
 	}
+	tr := k.traces.input(m)
 	for i := range ds {
 		d := &ds[i]
 		if cap(k.arena)-len(k.arena) < arenaChunk/64 {
@@ -125,6 +128,9 @@ func (k *core) fold(m stored) (foldResult, error) {
 		}
 		if f.src > 0 && d.Addressee == f.worker {
 			pd.src = f.src
+		}
+		if tr.any {
+			pd.trace = k.traces.decision(&tr, d)
 		}
 		if k.chainer == nil {
 			k.chainer = events.NewChainer()

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/maknow/tenure/internal/testutil"
 	"github.com/maknow/tenure/projector"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/tracing"
 )
 
 // coreHarness drives a core as a session's loop would, with no server: the
@@ -36,9 +39,11 @@ func newCoreHarness() *coreHarness {
 // TestCore runs the scenario files in testdata/core (datadriven format;
 // rewrite expectations with -rewrite and review the diff). Commands:
 //
-//	in t=<offset> <role>.<actor>.<job>.<verb> [seq=<n>] [src=<n>]
+//	in t=<offset> <role>.<actor>.<job>.<verb> [seq=<n>] [src=<n>] [trace=<name>]
 //	    one stored input (body below); src: sourced from its worker's intake
-//	    stream at that sequence. Live, the core folds it at once and the
+//	    stream at that sequence; trace: with a traceparent header (testTrace:
+//	    a valid one per name, or a malformed one named bad-...; a decision
+//	    that carries one shows its name). Live, the core folds it at once and the
 //	    output is its decisions; in standby it is only stored (the core reads
 //	    inputs when a decision needs them).
 //	decision <seq> [subject=<s>] [cause=<n>] [index=<n>/<of>] [chain=none|upper|other] [body]
@@ -79,8 +84,18 @@ func (h *coreHarness) run(t *testing.T, d *datadriven.TestData) string {
 	case "reset":
 		*h = *newCoreHarness()
 		return "ok\n"
+	case "traces":
+		// traces max=<n>: the jobs whose trace context the core remembers
+		// at most; traces: how many it remembers.
+		for _, a := range d.CmdArgs {
+			if a.Key == "max" {
+				h.k.traces.max, _ = strconv.Atoi(a.Vals[0])
+			}
+		}
+		return fmt.Sprintf("%d jobs' trace context remembered\n", len(h.k.traces.jobs))
 	case "in":
 		seq, src := uint64(len(h.inputs)+1), uint64(0)
+		var traces []string
 		var args []datadriven.CmdArg
 		for _, a := range d.CmdArgs {
 			switch a.Key {
@@ -88,6 +103,8 @@ func (h *coreHarness) run(t *testing.T, d *datadriven.TestData) string {
 				seq, _ = strconv.ParseUint(a.Vals[0], 10, 64)
 			case "src":
 				src, _ = strconv.ParseUint(a.Vals[0], 10, 64)
+			case "trace":
+				traces = append(traces, a.Vals...)
 			default:
 				args = append(args, a)
 			}
@@ -102,6 +119,12 @@ func (h *coreHarness) run(t *testing.T, d *datadriven.TestData) string {
 			w, _ := intakeActor(raw.Subject)
 			m.header = nats.Header{}
 			m.header.Set(streams.HeaderStreamSource, fmt.Sprintf("%s %d > > %s", streams.Topology{}.IntakeStream(w), src, raw.Subject))
+		}
+		for _, name := range traces {
+			if m.header == nil {
+				m.header = nats.Header{}
+			}
+			m.header.Add(tracing.HeaderTraceParent, testTrace(name))
 		}
 		h.inputs = append(h.inputs, m)
 		if _, err := h.ref.fold(m); err != nil {
@@ -242,6 +265,38 @@ func (h *coreHarness) run(t *testing.T, d *datadriven.TestData) string {
 	return ""
 }
 
+// testTrace is the traceparent a scenario names: a valid one per name,
+// or, for bad-long, bad-upper, bad-version, bad-zero-trace and
+// bad-zero-parent, one the coordinator must not pass on.
+func testTrace(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	h := hex.EncodeToString(sum[:])
+	tid, pid := h[:32], h[32:48]
+	switch name {
+	case "bad-long":
+		return "00-" + tid + "-" + pid + "-01-00"
+	case "bad-upper":
+		return "00-" + strings.ToUpper(tid) + "-" + pid + "-01"
+	case "bad-version":
+		return "01-" + tid + "-" + pid + "-01"
+	case "bad-zero-trace":
+		return "00-" + strings.Repeat("0", 32) + "-" + pid + "-01"
+	case "bad-zero-parent":
+		return "00-" + tid + "-" + strings.Repeat("0", 16) + "-01"
+	}
+	return "00-" + tid + "-" + pid + "-01"
+}
+
+// testTraceName is the name testTrace gave tp, or tp itself.
+func testTraceName(tp string) string {
+	for _, n := range []string{"s1", "s2", "s3", "s4", "s5", "w1", "w2", "x1", "bad-long", "bad-upper", "bad-version", "bad-zero-trace", "bad-zero-parent"} {
+		if testTrace(n) == tp {
+			return n
+		}
+	}
+	return tp
+}
+
 var testTickSubject = events.InputSubject(events.RoleCoord, "c1", events.NoJob, events.VerbTick)
 
 // posArg reads the command's first argument, a number.
@@ -272,6 +327,9 @@ func (h *coreHarness) fold() string {
 			src := ""
 			if p.src > 0 {
 				src = fmt.Sprintf(" src=%d", p.src)
+			}
+			if p.trace != "" {
+				src += " trace=" + testTraceName(p.trace)
 			}
 			fmt.Fprintf(&b, "decision %d%s: %s\n", p.seq, src, projector.Describe(&f.ds[i], testutil.ScenarioBase))
 		}

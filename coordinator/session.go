@@ -54,6 +54,7 @@ type pending struct {
 	src     uint64       // the sourced input's intake sequence, on decisions addressed to its worker (0: none)
 	chain   events.Chain // its chain value
 	chained bool         // derived at rules revision 2 or later: the stored decision must carry its chain value
+	trace   string       // the traceparent header it carries ("": none; traces.go)
 }
 
 func (c *Coordinator) session(ctx context.Context) error {

@@ -96,3 +96,26 @@ func pathTo(graph map[string][]string, root, prefix string) []string {
 	}
 	return nil
 }
+
+// TestWorkerSideLinksNoTraceExporter fails when a worker-side package
+// links OpenTelemetry's SDK or an exporter (PROTOCOL.md §27): the SDKs
+// use the OpenTelemetry API only, and record or export nothing unless
+// the program installs a TracerProvider of its choice.
+func TestWorkerSideLinksNoTraceExporter(t *testing.T) {
+	roots := make([]string, len(workerSide))
+	for i, p := range workerSide {
+		roots[i] = module + p
+	}
+	graph := importGraph(t, roots...)
+	for _, root := range roots {
+		for _, banned := range []string{"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters"} {
+			if chain := pathTo(graph, root, banned); chain != nil {
+				t.Errorf("%s links %s: %s", root, banned, strings.Join(chain, " -> "))
+			}
+		}
+	}
+	// The API is linked: the graph is the real one.
+	if pathTo(graph, module+"worker", "go.opentelemetry.io/otel/trace") == nil {
+		t.Errorf("%sworker does not depend on the OpenTelemetry API: go list returned a partial graph", module)
+	}
+}

@@ -7,10 +7,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/tracing"
 	"github.com/maknow/tenure/verdict"
 )
 
@@ -67,6 +70,9 @@ const maxInputsInFlight = 8
 // a batch as bad_subject: SubmitMany then submits those jobs one by one,
 // and every later call of the Client does.
 func (c *Client) SubmitMany(ctx context.Context, jobs []SubmitJob) ([]SubmitResult, error) {
+	ctx, span := c.tracer.Start(ctx, tracing.SpanSubmit, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.Int("tenure.submit.jobs", len(jobs))))
+	defer span.End()
 	ins := make([]events.Input, len(jobs))
 	for i := range jobs {
 		in, err := submitInput(&jobs[i])
@@ -168,7 +174,9 @@ func (c *Client) sendBatch(ctx context.Context, part events.Partition, idx []int
 	if part.Partitioned() {
 		opts = append(opts, jetstream.WithExpectStream(streams.Topology{Prefix: c.prefix, Partition: part}.InputStream()))
 	}
-	s.fut, s.err = c.js.PublishMsgAsync(&nats.Msg{Subject: s.subject, Data: s.body}, opts...)
+	msg := &nats.Msg{Subject: s.subject, Data: s.body}
+	tracing.Inject(ctx, c.prop, msg)
+	s.fut, s.err = c.js.PublishMsgAsync(msg, opts...)
 	return s
 }
 

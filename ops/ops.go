@@ -60,11 +60,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/tracing"
 	"github.com/maknow/tenure/verdict"
 )
 
@@ -103,6 +106,8 @@ type Client struct {
 	receipts receipt.Sink
 	onErr    func(error)
 	prefix   string // the streams' name prefix ("" is streams.DefaultPrefix)
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator // nil: OpenTelemetry's global one
 
 	pmu   sync.Mutex
 	count uint32 // the deployment's partition count (0: unpartitioned), once known
@@ -146,6 +151,24 @@ type Options struct {
 	// ErrorHandler receives the errors that do not fail a call: a receipt
 	// not kept. Nil loses them.
 	ErrorHandler func(error)
+	// TracerProvider records a span of each submit (tracing.SpanSubmit,
+	// PROTOCOL.md §27); nil: OpenTelemetry's global one, which records
+	// nothing until the program installs one.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the trace context of a call's ctx into its
+	// input's headers; nil: OpenTelemetry's global one, which propagates
+	// nothing until the program sets one (typically
+	// propagation.TraceContext{}).
+	Propagator propagation.TextMapPropagator
+}
+
+// WithTracing sets Options.TracerProvider and Options.Propagator (either
+// may be nil: OpenTelemetry's global one).
+func WithTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) Option {
+	return func(o *Options) error {
+		o.TracerProvider, o.Propagator = tp, prop
+		return nil
+	}
 }
 
 // Option sets one of Options, or returns why its value is invalid.
@@ -208,6 +231,7 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Client, error) {
 		}
 	}
 	c := &Client{id: id, js: js, timeout: o.Timeout, receipts: o.Receipts, onErr: o.ErrorHandler, prefix: o.StreamPrefix,
+		tracer: tracing.Tracer(o.TracerProvider), prop: o.Propagator,
 		readers: map[uint32]*follow.Follower{}, waiters: map[verdictKey]*waiter{}, stashN: map[verdictKey]int{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
@@ -559,6 +583,7 @@ func (c *Client) publish(ctx context.Context, part events.Partition, subject str
 	wait := 10 * time.Millisecond
 	for {
 		msg := &nats.Msg{Subject: subject, Data: body}
+		tracing.Inject(ctx, c.prop, msg)
 		ack, err := c.js.PublishMsg(ctx, msg, opts...)
 		if err == nil {
 			c.keep(receipt.Input(ack.Stream, ack.Sequence, msg.Subject, msg.Data, "ops "+c.id))

@@ -7,7 +7,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/tracing"
 )
 
 // SubmitOptions are the optional fields of a submit (PROTOCOL.md §22.1).
@@ -273,11 +277,30 @@ func (c *Client) Submit(ctx context.Context, job, queue string, opts ...SubmitOp
 	if !o.RunAt.IsZero() {
 		in.RunAt = o.RunAt.UnixNano()
 	}
+	ctx, span := c.tracer.Start(ctx, tracing.SpanSubmit, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(tracing.AttrJob.String(job), tracing.AttrQueue.String(queue)))
+	defer span.End()
 	d, err := c.do(ctx, &in)
 	if err != nil && IsDuplicateSubmit(d) {
-		return d, nil
+		err = nil
 	}
+	verdictSpan(span, d, err)
 	return d, err
+}
+
+// verdictSpan records on span the verdict d of its input (or err).
+func verdictSpan(span trace.Span, d events.Decision, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	if d.Kind != events.KindNone {
+		span.SetAttributes(tracing.AttrKind.String(d.Kind.String()), tracing.AttrReason.String(string(d.Reason)),
+			tracing.AttrInputSeq.Int64(int64(d.Cause))) // a stream sequence: far below 2^63
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
 }
 
 // IsDuplicateSubmit reports whether d is the verdict of a submit that

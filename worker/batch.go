@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maknow/tenure/events"
 )
 
@@ -31,8 +33,9 @@ const maxBatchesInFlight = 4
 
 // batchReq is one element handed to a batcher.
 type batchReq struct {
-	in       events.Input // Job, LeaseID, Generation; a result's Outcome, Text, Permanent
-	deadline time.Time    // the element's local deadline: no attempt is sent after it
+	in       events.Input      // Job, LeaseID, Generation; a result's Outcome, Text, Permanent
+	deadline time.Time         // the element's local deadline: no attempt is sent after it
+	trace    trace.SpanContext // the trace context it carries when sent alone (a batch carries none)
 	done     chan batchResult
 }
 
@@ -67,8 +70,12 @@ func newBatcher(w *Worker, verb events.Verb, parts int) *batcher {
 
 // do hands in (an element of the batcher's verb) to the batcher and waits
 // for its outcome. The batcher answers every element, even on Close.
-func (b *batcher) do(in events.Input, deadline time.Time) batchResult {
-	r := &batchReq{in: in, deadline: deadline, done: make(chan batchResult, 1)}
+//
+// sc is the trace context the element's input carries when it is sent
+// alone (PROTOCOL.md §27); an input carrying a batch carries none, since
+// its elements belong to as many traces.
+func (b *batcher) do(in events.Input, deadline time.Time, sc trace.SpanContext) batchResult {
+	r := &batchReq{in: in, deadline: deadline, trace: sc, done: make(chan batchResult, 1)}
 	k := b.w.part.Of(in.Job).Index
 	b.mu.Lock()
 	if b.w.ctx.Err() != nil {
@@ -267,6 +274,7 @@ func (b *batcher) sendOne(r *batchReq) {
 	in.Verb = b.verb
 	p := b.w.newInput(&in)
 	p.deadline = r.deadline
+	p.trace = r.trace
 	for {
 		d, err := b.w.send(context.Background(), p)
 		if err == nil || !errors.Is(err, ErrNoVerdict) || b.w.ctx.Err() != nil || !b.w.clk.Now().Before(r.deadline) {

@@ -184,7 +184,7 @@ func (l *Lease) result(ctx context.Context, outcome events.Outcome, detail strin
 // passed. Like Complete, it returns nil when the result was accepted.
 func (l *Lease) resultVia(outcome events.Outcome, detail string, permanent bool) error {
 	res := l.w.results.do(events.Input{Job: l.token.Job, LeaseID: l.token.LeaseID, Generation: l.token.Generation,
-		Outcome: outcome, Text: detail, Permanent: permanent}, l.Expires())
+		Outcome: outcome, Text: detail, Permanent: permanent}, l.Expires(), l.opts.trace)
 	if res.err != nil {
 		return fmt.Errorf("worker: complete %s: %w", l.token, res.err)
 	}
@@ -220,6 +220,7 @@ func (l *Lease) do(ctx context.Context, op string, in *events.Input) error {
 func (l *Lease) input(in *events.Input) *input {
 	p := l.w.newInput(in)
 	p.deadline = l.Expires()
+	p.trace = l.opts.trace
 	return p
 }
 

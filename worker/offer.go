@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maknow/tenure/events"
 )
 
@@ -26,11 +28,18 @@ type Offer struct {
 	// when it was decided. It bounds each publish attempt of the ACK and
 	// of Decline (Options.PublishTimeout), as a lease's deadline does.
 	localDeadline time.Time
+	// seq is the offer's sequence in the decision stream (0: not known);
+	// trace the trace context its message carried (PROTOCOL.md §27: the
+	// one of the submit or offer that put the job there).
+	seq   uint64
+	trace trace.SpanContext
 }
 
-// newOffer is the offer of decision d, read at local time now.
-func newOffer(w *Worker, d events.Decision, now time.Time) Offer {
+// newOffer is the offer of decision d, read at local time now from the
+// message dv tells of.
+func newOffer(w *Worker, d events.Decision, now time.Time, dv delivery) Offer {
 	return Offer{
+		seq: dv.seq, trace: w.spanContextOf(dv.h),
 		Job: d.Job.ID, LeaseID: d.Job.LeaseID, Generation: d.Job.Generation,
 		Duration:      time.Duration(d.Job.Duration),
 		AckDeadline:   time.Unix(0, d.Job.AckDeadline),
@@ -38,6 +47,17 @@ func newOffer(w *Worker, d events.Decision, now time.Time) Offer {
 		w:             w,
 		localDeadline: now.Add(time.Duration(d.Job.AckDeadline - d.At)),
 	}
+}
+
+// TraceContext returns ctx with the trace context the offer's message
+// carried as its remote parent (PROTOCOL.md §27), or ctx itself when it
+// carried none: a span started from it continues the trace of the submit
+// (or the dispatcher's offer) that put the job there.
+func (o *Offer) TraceContext(ctx context.Context) context.Context {
+	if !o.trace.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, o.trace)
 }
 
 // Token is the fencing token of the offered lease.
@@ -63,6 +83,7 @@ func (o *Offer) Accept(ctx context.Context, opts ...LeaseOption) (*Lease, error)
 	if o.ack == nil {
 		o.ack = o.w.newInput(&events.Input{Job: o.Job, Verb: events.VerbAck, LeaseID: o.LeaseID, Generation: o.Generation})
 		o.ack.deadline = o.localDeadline
+		o.ack.trace = o.trace
 	}
 	p := o.ack
 	d, err := o.w.send(ctx, p)
@@ -72,6 +93,7 @@ func (o *Offer) Accept(ctx context.Context, opts ...LeaseOption) (*Lease, error)
 	if d.Kind != events.KindAcked {
 		return nil, verdictError(d)
 	}
+	lo.trace = o.trace
 	return o.w.newLease(d, p.t0, lo)
 }
 
@@ -84,6 +106,7 @@ func (o *Offer) Decline(ctx context.Context) error {
 	if o.decl == nil {
 		o.decl = o.w.newInput(&events.Input{Job: o.Job, Verb: events.VerbRelease, LeaseID: o.LeaseID, Generation: o.Generation})
 		o.decl.deadline = o.localDeadline
+		o.decl.trace = o.trace
 	}
 	d, err := o.w.send(ctx, o.decl)
 	if err != nil {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/fence"
@@ -68,6 +71,25 @@ type Options struct {
 	// (VerdictTimeout, PublishTimeout) are those of its contexts, and
 	// run on the real clock. Tests set a clock.Fake.
 	Clock clock.Clock
+	// TracerProvider records the spans of Run's handler runs (tracing.SpanRun,
+	// PROTOCOL.md §27); nil: OpenTelemetry's global one, which records
+	// nothing until the program installs one. The SDK links no exporter.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the trace context of a call's ctx (or of the
+	// lease's span of its run) into the headers of each input, and reads
+	// the one an offer carries; nil: OpenTelemetry's global one, which
+	// propagates nothing until the program sets one (typically
+	// propagation.TraceContext{}).
+	Propagator propagation.TextMapPropagator
+}
+
+// WithTracing sets Options.TracerProvider and Options.Propagator (either
+// may be nil: OpenTelemetry's global one).
+func WithTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) Option {
+	return func(o *Options) error {
+		o.TracerProvider, o.Propagator = tp, prop
+		return nil
+	}
 }
 
 // publishTimeout is the timeout of one publish attempt made at now of an
@@ -164,6 +186,10 @@ type LeaseOptions struct {
 	// renewal that failed: a *VerdictError, or an error matching
 	// ErrNoVerdict. It runs on the renew loop: it must not block.
 	RenewErrorHandler func(l *Lease, err error)
+
+	// trace is the trace context the lease's inputs carry when their ctx
+	// has none (PROTOCOL.md §27): the offer's, or Run's span of the run.
+	trace trace.SpanContext
 
 	// beforeRenew is a test hook, called by the renew loop after it decided
 	// to renew and before it publishes: blocking in it simulates a process

@@ -11,8 +11,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
+	"github.com/maknow/tenure/tracing"
 )
 
 // Handler runs one attempt of a queue job. Its ctx is the lease's context
@@ -488,10 +493,15 @@ func (r *runner) awaitAccepts(o *Offer, k uint32) *slot {
 
 // work accepts o in slot s, runs the handler and reports the result.
 func (r *runner) work(o *Offer, s *slot) {
-	l, err := r.accept(o)
+	span := r.startSpan(o)
+	defer span.End()
+	l, err := r.accept(o, span.SpanContext())
 	if err != nil {
 		r.free(s)
-		r.report(fmt.Errorf("worker: run %s: accept %s: %w", r.queue, o.Token(), err))
+		err = fmt.Errorf("worker: run %s: accept %s: %w", r.queue, o.Token(), err)
+		span.SetStatus(codes.Error, "not accepted")
+		span.RecordError(err)
+		r.report(err)
 		return
 	}
 	unwatch := context.AfterFunc(l.Context(), r.wakeAll) // a lost lease is no longer held
@@ -508,7 +518,7 @@ func (r *runner) work(o *Offer, s *slot) {
 		r.free(s)
 		return
 	}
-	hctx, hcancel := context.WithCancelCause(l.Context())
+	hctx, hcancel := context.WithCancelCause(trace.ContextWithSpan(l.Context(), span))
 	unstop := context.AfterFunc(r.stop, func() {
 		hcancel(fmt.Errorf("%w: %w", ErrRunStopped, context.Cause(r.stop)))
 	})
@@ -528,8 +538,52 @@ func (r *runner) work(o *Offer, s *slot) {
 	hcancel(nil)
 	shutdown := r.stop.Err() != nil
 	r.finishing(s) // the handler no longer runs: its slot is free
-	r.done(j, r.result(l, herr, shutdown))
+	res := r.result(l, herr, shutdown)
+	endSpan(span, res)
+	r.done(j, res)
 	r.free(s)
+}
+
+// startSpan starts the span of the run of offer o (tracing.SpanRun): a
+// child of the trace context the offer carried (the submit's), if any.
+// With no TracerProvider installed it records nothing, and its span
+// context is the offer's, which the lease's inputs then carry on.
+func (r *runner) startSpan(o *Offer) trace.Span {
+	_, span := tracing.Tracer(r.w.opts.TracerProvider).Start(o.TraceContext(context.Background()), tracing.SpanRun,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			tracing.AttrJob.String(o.Job), tracing.AttrQueue.String(r.queue),
+			tracing.AttrLeaseRef.String(tracing.LeaseRef(o.LeaseID)),
+			tracing.AttrGeneration.Int64(int64(o.Generation)), // a generation counts offers: far below 2^63
+			tracing.AttrDecisionSeq.Int64(int64(o.seq)),       // a stream sequence: far below 2^63
+			tracing.AttrAttempt.Int64(int64(o.Decision.Job.Attempt)),
+		))
+	return span
+}
+
+// endSpan records on span how the run ended.
+func endSpan(span trace.Span, res Result) {
+	if !span.IsRecording() {
+		return
+	}
+	switch {
+	case res.Released:
+		span.SetAttributes(attribute.Bool("tenure.result.released", true))
+	case res.Ended:
+		span.SetAttributes(attribute.Bool("tenure.result.by_handler", true))
+	case res.Outcome != events.OutcomeNone:
+		span.SetAttributes(tracing.AttrOutcome.String(res.Outcome.String()))
+	}
+	if res.Err != nil {
+		span.RecordError(res.Err)
+	}
+	switch {
+	case res.ReportErr != nil:
+		span.RecordError(res.ReportErr)
+		span.SetStatus(codes.Error, "result not reported")
+	case res.Outcome == events.OutcomeFailed:
+		span.SetStatus(codes.Error, res.Detail)
+	}
 }
 
 // done reports what went wrong with an attempt's end to the ErrorHandler
@@ -547,16 +601,17 @@ func (r *runner) done(j *Job, res Result) {
 // deadline has not passed (an offer read after its deadline, from a
 // coordinator that lagged or a worker that was paused, is not ACKed at
 // all).
-func (r *runner) accept(o *Offer) (*Lease, error) {
+func (r *runner) accept(o *Offer, sc trace.SpanContext) (*Lease, error) {
 	if !r.w.clk.Now().Before(o.localDeadline) { // an ACK now would be late
 		return nil, fmt.Errorf("%w: the offer's ACK deadline passed before it could be accepted", ErrExpired)
 	}
-	res := r.w.acks.do(events.Input{Job: o.Job, LeaseID: o.LeaseID, Generation: o.Generation}, o.localDeadline)
+	res := r.w.acks.do(events.Input{Job: o.Job, LeaseID: o.LeaseID, Generation: o.Generation}, o.localDeadline, sc)
 	if res.err != nil {
 		return nil, fmt.Errorf("worker: accept %s: %w", o.Token(), res.err)
 	}
 	d := res.d
 	lo, _ := leaseOptions(nil)
+	lo.trace = sc // the lease's inputs (its renewals, its result) carry the run's span context
 	switch j := &d.Job; {
 	case d.Kind == events.KindAcked:
 		return r.w.newLease(d, res.t0, lo)

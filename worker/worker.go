@@ -13,12 +13,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/maknow/tenure/clock"
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/follow"
 	"github.com/maknow/tenure/receipt"
 	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/tracing"
 )
 
 // workerInactive is the inactivity threshold of a worker's decision
@@ -256,7 +258,7 @@ func (w *Worker) follow(ctx context.Context, part uint32, out string) error {
 			w.keep(r, receipt.Decision(out, m.Seq, cause, m.Header.Get(events.HeaderChain), "worker "+w.id))
 		}
 		src, _ := strconv.ParseUint(m.Header.Get(events.HeaderSourceSeq), 10, 64)
-		w.onMsg(part, m.Subject, m.Data, src)
+		w.onMsg(part, m.Subject, m.Data, delivery{seq: m.Seq, src: src, h: m.Header})
 	})
 	w.fols = append(w.fols, f)
 	// Wait for its consumer: a worker not allowed to read its decisions
@@ -325,14 +327,14 @@ func (w *Worker) report(err error) {
 
 // onMsg receives each decision addressed to this worker from partition
 // part's decision stream, in stream order.
-func (w *Worker) onMsg(part uint32, subject string, data []byte, src uint64) {
+func (w *Worker) onMsg(part uint32, subject string, data []byte, dv delivery) {
 	d, err := events.DecodeDecision(data)
 	if err != nil {
 		w.report(fmt.Errorf("worker: decision %s: %w", subject, err))
 		return
 	}
 	w.mu.Lock()
-	err = w.dispatchLocked(part, d, src)
+	err = w.dispatchLocked(part, d, dv)
 	w.mu.Unlock()
 	if err != nil {
 		w.report(err)
@@ -348,16 +350,25 @@ func (w *Worker) dispatch(d events.Decision) { w.dispatchFrom(0, d) }
 // about one of its leases to the lease; what nobody claims yet is stashed.
 func (w *Worker) dispatchFrom(part uint32, d events.Decision) {
 	w.mu.Lock()
-	err := w.dispatchLocked(part, d, 0)
+	err := w.dispatchLocked(part, d, delivery{})
 	w.mu.Unlock()
 	if err != nil {
 		w.report(err)
 	}
 }
 
-// src is the decision's Tenure-Source-Seq (0: none): a verdict of an input
-// stored in this worker's intake stream, matched by that sequence.
-func (w *Worker) dispatchLocked(part uint32, d events.Decision, src uint64) error {
+// delivery is what a decision's message told besides its body: its
+// sequence in the decision stream (0: not known), its Tenure-Source-Seq
+// (src, 0: none; a verdict of an input stored in this worker's intake
+// stream, matched by that sequence), and its headers (an offer's trace
+// context).
+type delivery struct {
+	seq, src uint64
+	h        nats.Header
+}
+
+func (w *Worker) dispatchLocked(part uint32, d events.Decision, dv delivery) error {
+	src := dv.src
 	if w.ctx.Err() != nil {
 		return nil
 	}
@@ -384,10 +395,10 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision, src uint64) erro
 			break
 		}
 		if r := w.runs[d.Job.Queue]; r != nil {
-			r.offerLocked(newOffer(w, d, w.clk.Now()))
+			r.offerLocked(newOffer(w, d, w.clk.Now(), dv))
 			return nil
 		}
-		return w.queueOfferLocked(d)
+		return w.queueOfferLocked(d, dv)
 	case events.KindWithdrawn:
 		if c := d.Capacity; c != nil && d.Addressee == w.id {
 			if r := w.runs[c.Queue]; r != nil {
@@ -398,7 +409,7 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision, src uint64) erro
 		if d.Job.Holder != w.id {
 			break
 		}
-		return w.queueOfferLocked(d)
+		return w.queueOfferLocked(d, dv)
 	case events.KindCancelRequested, events.KindExpired, events.KindUnresolved, events.KindResolved:
 		k := leaseKey{d.Job.ID, d.Job.LeaseID}
 		if l := w.leases[k]; l != nil {
@@ -466,6 +477,9 @@ type input struct {
 	// deadline is the local deadline of the lease the input belongs to
 	// (zero: none); it bounds each publish attempt (publishTimeout).
 	deadline time.Time
+	// trace is the trace context the input carries when the ctx it is
+	// sent with has none (its lease's, its offer's; PROTOCOL.md §27).
+	trace trace.SpanContext
 }
 
 func (w *Worker) newInput(in *events.Input) *input {
@@ -557,6 +571,7 @@ func (w *Worker) publishKey(ctx context.Context, p *input) (verdictKey, error) {
 		Subject: p.part.InputSubject(events.RoleWorker, w.id, p.job, p.verb),
 		Data:    p.body,
 	}
+	w.injectTrace(ctx, p, msg)
 	flips := 0
 	wait := 10 * time.Millisecond
 	var noStream bool      // an attempt found no stream taking the subject
@@ -624,6 +639,24 @@ func (w *Worker) publishKey(ctx context.Context, p *input) (verdictKey, error) {
 		}
 		wait = min(2*wait, 500*time.Millisecond)
 	}
+}
+
+// injectTrace writes the trace context of ctx, or else p's, into msg's
+// headers with the worker's propagator (PROTOCOL.md §27).
+func (w *Worker) injectTrace(ctx context.Context, p *input, msg *nats.Msg) {
+	if p.trace.IsValid() && !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, p.trace)
+	}
+	tracing.Inject(ctx, w.opts.Propagator, msg)
+}
+
+// spanContextOf is the trace context headers h carry (read with the
+// worker's propagator), invalid when none.
+func (w *Worker) spanContextOf(h nats.Header) trace.SpanContext {
+	if len(h) == 0 {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(tracing.Extract(context.Background(), w.opts.Propagator, h))
 }
 
 // jsStreamNotMatch is JetStream's "expected stream does not match" (the
@@ -715,14 +748,14 @@ func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]
 	return ds, nil
 }
 
-func (w *Worker) queueOfferLocked(d events.Decision) error {
+func (w *Worker) queueOfferLocked(d events.Decision, dv delivery) error {
 	var err error
 	if len(w.offerQ) == w.opts.OfferBuffer {
 		old := w.offerQ[0]
 		w.offerQ = w.offerQ[1:]
 		err = fmt.Errorf("worker: offer of job %s (lease %s) dropped: offer buffer full", old.Job, old.LeaseID)
 	}
-	w.offerQ = append(w.offerQ, newOffer(w, d, w.clk.Now()))
+	w.offerQ = append(w.offerQ, newOffer(w, d, w.clk.Now(), dv))
 	select {
 	case w.offerS <- struct{}{}:
 	default:
