@@ -136,6 +136,17 @@
 // worker is full: the price of partitions that do not share a view of the
 // worker's capacity.
 //
+// # Tracing
+//
+// With WithTracing (or OpenTelemetry's global TracerProvider and
+// propagator installed), Run starts a span per handler run (tracing.SpanRun),
+// a child of the trace context the offer carried (the submit's), and hands
+// the handler a ctx holding it; the lease's ACK, renewals, progress and
+// result carry its context in their traceparent header, and so does any
+// input sent with a ctx holding a span. Offer.TraceContext gives an
+// offer's. The SDK links the OpenTelemetry API only: with nothing
+// installed, nothing is recorded or propagated (PROTOCOL.md §27).
+//
 // # Authority
 //
 // A Lease's Context is cancelled, with a cause, the moment the worker must

@@ -78,7 +78,7 @@ func (w *Worker) newLease(d events.Decision, t0 time.Time, lo LeaseOptions) (*Le
 		opts:        lo,
 		cancelC:     make(chan struct{}),
 		loopDone:    make(chan struct{}),
-		req:         newRenewReq(),
+		req:         newRenewReq(lo.trace),
 		interval:    renewInterval(j.Duration, lo.RenewFraction),
 		renewSeq:    j.RenewSeq,
 		progressSeq: j.ProgressSeq,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maknow/tenure/events"
 )
 
@@ -30,11 +32,15 @@ const maxRenewBatches = 4
 // has one renewal in flight at a time (Lease.renewMu), so it reuses one.
 type renewReq struct {
 	ref      events.LeaseRef
-	deadline time.Time        // the lease's local deadline when it was handed over
-	done     chan renewResult // buffered: one result
+	deadline time.Time         // the lease's local deadline when it was handed over
+	trace    trace.SpanContext // the lease's trace context, which a renewal sent alone carries (a batch carries none)
+	done     chan renewResult  // buffered: one result
 }
 
-func newRenewReq() *renewReq { return &renewReq{done: make(chan renewResult, 1)} }
+// newRenewReq is the renewal request of a lease whose trace context is sc.
+func newRenewReq(sc trace.SpanContext) *renewReq {
+	return &renewReq{trace: sc, done: make(chan renewResult, 1)}
+}
 
 // renewResult is the outcome of one renewal: its verdict, or err. t0 is the
 // local time just before the input carrying it was first published (zero if
@@ -134,6 +140,9 @@ func (w *Worker) sendRenewals(batch []*renewReq) {
 		}
 	}
 	p := w.newInput(&in)
+	if len(batch) == 1 {
+		p.trace = batch[0].trace
+	}
 	p.part = w.part.Of(batch[0].ref.Job) // a batch renew's job token is "_"
 	p.t0 = w.clk.Now()
 	for _, r := range batch { // the publish attempts fit in the earliest lease

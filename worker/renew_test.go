@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/testutil"
 )
@@ -139,7 +141,7 @@ func TestBatchVerdictsPerLease(t *testing.T) {
 	b.mu.Lock()
 	b.renewSeq = 0 // the next is 1 again: a duplicate
 	b.mu.Unlock()
-	ra, rb := newRenewReq(), newRenewReq()
+	ra, rb := newRenewReq(trace.SpanContext{}), newRenewReq(trace.SpanContext{})
 	ra.ref = events.LeaseRef{Job: "a", LeaseID: a.token.LeaseID, Generation: 1, RenewSeq: 1}
 	rb.ref = events.LeaseRef{Job: "b", LeaseID: b.token.LeaseID, Generation: 1, RenewSeq: 1}
 	w.sendRenewals([]*renewReq{ra, rb})

@@ -17,6 +17,7 @@
 import { closedError, ErrorCode, isError, sdkError } from "./errors.js";
 import { MAX_BATCH, NO_JOB, type Decision, type InputFields } from "./protocol.js";
 import { sleep, type Input, type Worker } from "./worker.js";
+import type { Context } from "@opentelemetry/api";
 
 /** Inputs of one verb awaiting their verdicts at once (Go's maxBatchesInFlight). */
 export const MAX_BATCHES_IN_FLIGHT = 4;
@@ -44,6 +45,7 @@ interface Req {
   elem: BatchElem;
   size: number;
   deadline: number;
+  trace: Context | undefined; // the trace context the element's input carries when sent alone (a batch carries none)
   done: (r: BatchResult) => void;
 }
 
@@ -63,11 +65,11 @@ export class Batcher {
   }
 
   /** Hands elem to the batcher; resolves with its outcome (every element is answered, on close too). */
-  do(elem: BatchElem, deadline: number): Promise<BatchResult> {
+  do(elem: BatchElem, deadline: number, trace?: Context): Promise<BatchResult> {
     if (this.#w.closed) return Promise.resolve({ t0: this.#w._clock.now(), err: closedError() });
     const size = new TextEncoder().encode(JSON.stringify(elem)).length + 1;
     return new Promise((done) => {
-      this.#q.push({ elem, size, deadline, done });
+      this.#q.push({ elem, size, deadline, trace, done });
       this.#pump();
     });
   }
@@ -107,7 +109,7 @@ export class Batcher {
       return;
     }
     const w = this.#w;
-    const p = w._newInput(NO_JOB, this.#verb, { leases: batch.map((r) => r.elem) });
+    const p = w._newInput(NO_JOB, this.#verb, { leases: batch.map((r) => r.elem) }, null); // its elements belong to as many traces
     p.t0 = w._clock.now();
     for (const r of batch) { // the publish attempts fit in the earliest deadline
       if (p.deadline === undefined || r.deadline < p.deadline) p.deadline = r.deadline;
@@ -160,7 +162,7 @@ export class Batcher {
   async #sendOne(r: Req): Promise<void> {
     const w = this.#w;
     const { job, ...fields } = r.elem;
-    const p: Input = w._newInput(job, this.#verb, fields as InputFields);
+    const p: Input = w._newInput(job, this.#verb, fields as InputFields, r.trace);
     p.deadline = r.deadline;
     for (;;) {
       const { ds, err } = await w._sendN(p, 1);

@@ -22,6 +22,7 @@
 import { randomBytes } from "node:crypto";
 
 import type { Msg, NatsConnection, Subscription } from "@nats-io/nats-core";
+import { TRACEPARENT, validTraceParent } from "./tracing.js";
 
 /** One message of the stream, as handed to the handler. */
 export interface FollowMsg {
@@ -32,6 +33,8 @@ export interface FollowMsg {
   pending: number;
   /** The message's Tenure-Source-Seq header (PROTOCOL.md §4.2), 0 when it has none. */
   sourceSeq?: number;
+  /** Its traceparent header (PROTOCOL.md §27), when it carries exactly one that is well formed. */
+  traceparent?: string | undefined;
 }
 
 /** @internal Configures a Follower. */
@@ -629,7 +632,11 @@ export class Follower {
     this.#next = d.streamSeq + 1;
     try {
       const src = Number(m.headers?.get("Tenure-Source-Seq") ?? "");
-      this.#handle({ seq: d.streamSeq, subject: m.subject, data: m.data, pending: d.pending, sourceSeq: Number.isSafeInteger(src) && src > 0 ? src : 0 });
+      const tps = m.headers?.values(TRACEPARENT) ?? [];
+      this.#handle({
+        seq: d.streamSeq, subject: m.subject, data: m.data, pending: d.pending, sourceSeq: Number.isSafeInteger(src) && src > 0 ? src : 0,
+        traceparent: tps.length === 1 && validTraceParent(tps[0]) ? tps[0] : undefined,
+      });
     } catch (err) {
       this.#report(new Error(`follow ${this.#cfg.stream}: handler: ${errMessage(err)}`, { cause: err }));
     }

@@ -9,6 +9,7 @@ export {
 export { Lease, DEFAULT_RENEW_FRACTION } from "./lease.js";
 export type { LeaseOptions } from "./lease.js";
 export { Offer } from "./offer.js";
+export { leaseRef, validTraceParent, SPAN_RUN, ATTR as TRACE_ATTRIBUTES, TRACEPARENT, type TracingOptions } from "./tracing.js";
 export type { EffectsBinder, Handler, Job, Result, RunOptions } from "./run.js";
 export { describeResult } from "./run.js";
 export { drainOnSignals } from "./signals.js";

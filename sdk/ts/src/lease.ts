@@ -7,6 +7,7 @@ import { ErrorCode, TenureError, VerdictError, isError, sdkError } from "./error
 import { formatFencingToken, type FencingToken } from "./fence.js";
 import { liveState, MAX_DURATION_MS, MAX_SEQ, type Decision, type InputFields, type Outcome, cleanText } from "./protocol.js";
 import { grantedMs, wrap, type CallOptions, type Input, type Worker } from "./worker.js";
+import type { Context } from "@opentelemetry/api";
 
 /** Default fraction of the lease duration between automatic renewals. */
 export const DEFAULT_RENEW_FRACTION = 1 / 3;
@@ -26,6 +27,8 @@ export interface ResolvedLeaseOptions {
   leaseMs: number | undefined;
   renewFraction: number;
   onRenewError: ((lease: Lease, err: Error) => void) | undefined;
+  /** The trace context the lease's inputs carry when the active context has none (PROTOCOL.md §27). */
+  trace?: Context | undefined;
 }
 
 /** @internal */
@@ -239,7 +242,7 @@ export class Lease {
     const res = await this.#w._results.do({
       job: this.job, lease_id: this.leaseId, generation: this.generation, outcome,
       detail: detail ? cleanText(detail) : undefined, permanent: permanent ? true : undefined,
-    }, this.#deadline);
+    }, this.#deadline, this.#opts.trace);
     if (res.err) throw wrap(`worker: complete ${this}`, res.err);
     const err = this.#observe(res.d!);
     if (err) throw err;
@@ -270,7 +273,7 @@ export class Lease {
   // An input of this lease: its publish attempts are bounded by the
   // lease's local deadline.
   #input(verb: "progress" | "result" | "release" | "cancel_ack", fields: InputFields): Input {
-    const p = this.#w._newInput(this.job, verb, fields);
+    const p = this.#w._newInput(this.job, verb, fields, this.#opts.trace);
     p.deadline = this.#deadline;
     return p;
   }
@@ -432,7 +435,7 @@ export class Lease {
     }
     const seq = this.#pendingSeq;
     const res = await this.#w._renewVia(
-      { job: this.job, lease_id: this.leaseId, generation: this.generation, renew_seq: seq }, this.#deadline);
+      { job: this.job, lease_id: this.leaseId, generation: this.generation, renew_seq: seq }, this.#deadline, this.#opts.trace);
     if (this.#pendingSeq === seq && this.#pendingT0 === undefined) this.#pendingT0 = res.t0;
     const t0 = this.#pendingT0 ?? res.t0;
     if (!res.err && this.#pendingSeq === seq) {

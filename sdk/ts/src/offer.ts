@@ -6,6 +6,7 @@ import type { FencingToken } from "./fence.js";
 import { Lease, leaseOptions, type LeaseOptions } from "./lease.js";
 import { timeMs, type Decision } from "./protocol.js";
 import { grantedMs, wrap, type CallOptions, type Input, type Worker } from "./worker.js";
+import type { Context } from "@opentelemetry/api";
 
 /**
  * A lease offered to this worker. Accept it before its ACK deadline, or
@@ -27,14 +28,23 @@ export class Offer {
    * decided. It bounds each publish attempt of the ACK and of decline.
    */
   readonly localDeadline: number;
+  /** The offer's sequence in the decision stream (0: not known). */
+  readonly seq: number;
+  /**
+   * The W3C trace context the offer's message carried (PROTOCOL.md §27: the
+   * submit's, or the dispatcher's offer's), undefined when none.
+   */
+  readonly traceparent: string | undefined;
 
   readonly #w: Worker;
   #ack: Input | undefined; // kept so that a retried accept resends the same message
   #decl: Input | undefined; // the release of decline, likewise
 
   /** @internal */
-  constructor(w: Worker, d: Decision, now: number) {
+  constructor(w: Worker, d: Decision, now: number, m?: { seq: number; traceparent?: string | undefined }) {
     this.#w = w;
+    this.seq = m?.seq ?? 0;
+    this.traceparent = m?.traceparent;
     this.decision = d;
     this.job = d.job.id;
     this.leaseId = d.job.lease_id ?? "";
@@ -42,6 +52,15 @@ export class Offer {
     this.leaseMs = d.job.lease_ms ?? 0;
     this.ackDeadline = timeMs(d.job.ack_deadline);
     this.localDeadline = now + grantedMs(d.job.ack_deadline, d.at);
+  }
+
+  /**
+   * The OpenTelemetry context of the offer's trace context, as the worker's
+   * propagator reads it (ROOT_CONTEXT when none): a span started in it
+   * continues the trace of the job's submit.
+   */
+  traceContext(): Context {
+    return this.#w._tracing.extract(this.traceparent);
   }
 
   /** The fencing token of the offered lease. */
@@ -60,7 +79,7 @@ export class Offer {
   async accept(opts: LeaseOptions & CallOptions = {}): Promise<Lease> {
     const lo = leaseOptions(opts);
     if (!this.#ack) {
-      this.#ack = this.#w._newInput(this.job, "ack", { lease_id: this.leaseId, generation: this.generation });
+      this.#ack = this.#w._newInput(this.job, "ack", { lease_id: this.leaseId, generation: this.generation }, this.traceContext());
       this.#ack.deadline = this.localDeadline;
     }
     const p = this.#ack;
@@ -71,13 +90,13 @@ export class Offer {
       throw wrap(`worker: accept ${this.job}/${this.leaseId}/${this.generation}`, err);
     }
     if (d.kind !== "acked") throw new VerdictError(d);
-    return Lease._start(this.#w, d, p.t0!, lo);
+    return Lease._start(this.#w, d, p.t0!, { ...lo, trace: this.traceContext() });
   }
 
   /** Gives the offer back (a release of the offered lease), so that it can go to someone else before its ACK deadline. */
   async decline(opts: CallOptions = {}): Promise<void> {
     if (!this.#decl) {
-      this.#decl = this.#w._newInput(this.job, "release", { lease_id: this.leaseId, generation: this.generation });
+      this.#decl = this.#w._newInput(this.job, "release", { lease_id: this.leaseId, generation: this.generation }, this.traceContext());
       this.#decl.deadline = this.localDeadline;
     }
     let d: Decision;

@@ -11,6 +11,8 @@ import { Lease, leaseOptions } from "./lease.js";
 import type { Offer } from "./offer.js";
 import { DEFAULT_CAPACITY_TTL_MS, MAX_CAPACITY_TTL_MS, MAX_SLOTS, NO_JOB, cleanText, timeMs } from "./protocol.js";
 import { sleep, type Worker } from "./worker.js";
+import { ATTR, leaseRef } from "./tracing.js";
+import { context as otelContext, SpanStatusCode, type Context, type Span } from "@opentelemetry/api";
 
 /** One attempt of a queue job, as the queue offered it (§22.6). */
 export interface Job {
@@ -34,6 +36,13 @@ export interface Job {
   readonly scheduledFor: number;
   /** Why the previous attempt ended ("" on the first). */
   readonly lastReason: string;
+  /**
+   * The OpenTelemetry context of this run's span (PROTOCOL.md §27): start
+   * the handler's spans in it. run() also calls the handler with it active,
+   * which reaches the handler's awaits when the program installed a
+   * context manager.
+   */
+  readonly traceContext: Context;
   /**
    * The attempt's lease: its token for every side effect, progress(),
    * deadline, cancelRequested. run() reports the result itself when the
@@ -324,12 +333,22 @@ export class Runner {
 
   // Accepts o in slot s, runs the handler and reports the result.
   async #work(o: Offer, s: Slot): Promise<void> {
+    // The run's span (PROTOCOL.md §27): a child of the offer's trace
+    // context (the submit's); the lease's inputs carry its context.
+    const { span, ctx } = this.#w._tracing.startRun(o.traceContext(), {
+      [ATTR.job]: o.job, [ATTR.queue]: this.#queue, [ATTR.leaseRef]: leaseRef(o.leaseId),
+      [ATTR.generation]: o.generation, [ATTR.decisionSeq]: o.seq, [ATTR.attempt]: o.decision.job.attempt ?? 0,
+    });
     let l: Lease;
     try {
-      l = await this.#accept(o);
+      l = await this.#accept(o, ctx);
     } catch (err) {
       this.#free(s);
-      this.#w._report(new Error(`worker: run ${this.#queue}: accept ${o.job}: ${msg(err)}`, { cause: err }));
+      const e = new Error(`worker: run ${this.#queue}: accept ${o.job}: ${msg(err)}`, { cause: err });
+      span.recordException(e);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: "not accepted" });
+      span.end();
+      this.#w._report(e);
       return;
     }
     const onLost = () => this.#wake(); // a lost lease is no longer held
@@ -339,7 +358,9 @@ export class Runner {
       s.state = SlotState.Running;
       if (this.#stopped) { // shutting down before the handler started: give it back
         this.#finishing(s);
-        this.#done(jobOf(o, l, undefined), await this.#result(l, sdkError("worker: run stopped before the handler started", [ErrorCode.RunStopped]), true));
+        const res = await this.#result(l, sdkError("worker: run stopped before the handler started", [ErrorCode.RunStopped]), true);
+        endSpan(span, res);
+        this.#done(jobOf(o, l, undefined, ctx), res);
         return;
       }
       const hctl = new AbortController();
@@ -349,10 +370,10 @@ export class Runner {
       l.signal.addEventListener("abort", onLease, { once: true });
       this.#stopCtl.signal.addEventListener("abort", onStop, { once: true });
       let herr: unknown;
-      let job = jobOf(o, l, undefined);
+      let job = jobOf(o, l, undefined, ctx);
       try {
-        if (this.#effects) job = jobOf(o, l, await this.#effects.bind(l, hctl.signal));
-        await this.#h(job, hctl.signal);
+        if (this.#effects) job = jobOf(o, l, await otelContext.with(ctx, () => this.#effects!.bind(l, hctl.signal)), ctx);
+        await otelContext.with(ctx, () => this.#h(job, hctl.signal)); // spans the handler starts are the run's children
       } catch (err) {
         herr = err ?? new Error("handler threw " + String(err));
       } finally {
@@ -361,10 +382,13 @@ export class Runner {
       }
       const shutdown = this.#stopped;
       this.#finishing(s); // the handler no longer runs: its slot is free
-      this.#done(job, await this.#result(l, herr, shutdown));
+      const res = await this.#result(l, herr, shutdown);
+      endSpan(span, res);
+      this.#done(job, res);
     } finally {
       l.signal.removeEventListener("abort", onLost);
       this.#free(s);
+      span.end();
     }
   }
 
@@ -384,12 +408,12 @@ export class Runner {
   // that arrived meanwhile, in one batch ack), which sends the same input
   // again while its verdict is not learned and the offer's ACK deadline has
   // not passed (an offer read after its deadline is not ACKed at all).
-  async #accept(o: Offer): Promise<Lease> {
+  async #accept(o: Offer, trace: Context): Promise<Lease> {
     const w = this.#w;
     if (w._clock.now() >= o.localDeadline) {
       throw sdkError("the offer's ACK deadline passed before it could be accepted", [ErrorCode.Expired]);
     }
-    const res = await w._acks.do({ job: o.job, lease_id: o.leaseId, generation: o.generation }, o.localDeadline);
+    const res = await w._acks.do({ job: o.job, lease_id: o.leaseId, generation: o.generation }, o.localDeadline, trace);
     if (res.err) throw wrapErr(`worker: accept ${o.job}/${o.leaseId}/${o.generation}`, res.err);
     let d = res.d!;
     const j = d.job;
@@ -402,7 +426,7 @@ export class Runner {
     } else if (d.kind !== "acked") {
       throw new VerdictError(d);
     }
-    return Lease._start(w, d, res.t0, leaseOptions({}));
+    return Lease._start(w, d, res.t0, { ...leaseOptions({}), trace });
   }
 
   async #pause(): Promise<void> {
@@ -592,9 +616,26 @@ export class Runner {
   }
 }
 
-function jobOf(o: Offer, l: Lease, effects: unknown): Job {
+// Records on span how the run ended (#work ends it).
+function endSpan(span: Span, res: Result): void {
+  if (span.isRecording()) {
+    if (res.released) span.setAttribute("tenure.result.released", true);
+    else if (res.ended) span.setAttribute("tenure.result.by_handler", true);
+    else if (res.outcome !== undefined) span.setAttribute(ATTR.outcome, res.outcome);
+    if (res.error !== undefined) span.recordException(res.error instanceof Error ? res.error : String(res.error));
+    if (res.reportError) {
+      span.recordException(res.reportError);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: "result not reported" });
+    } else if (res.outcome === "FAILED") {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: res.detail });
+    }
+  }
+}
+
+function jobOf(o: Offer, l: Lease, effects: unknown, traceContext: Context): Job {
   const j = o.decision.job;
   return Object.freeze({
+    traceContext,
     id: j.id, queue: j.queue ?? "", payload: j.payload, attempt: j.attempt ?? 0, maxAttempts: j.max_attempts ?? 0,
     priority: j.priority ?? 0, submitter: j.submitter ?? "", submittedAt: timeMs(j.submitted_at),
     scheduledFor: scheduledFor(j), lastReason: j.last_reason ?? "", lease: l, effects,

@@ -23,6 +23,9 @@ import { Offer } from "./offer.js";
 import { Runner, type Handler, type RunOptions } from "./run.js";
 import { Batcher } from "./batch.js";
 import { Stash } from "./stash.js";
+import { Tracing, TRACEPARENT, type TracingOptions } from "./tracing.js";
+import { headers as natsHeaders, type MsgHdrs } from "@nats-io/nats-core";
+import type { Context } from "@opentelemetry/api";
 
 /** Defaults of WorkerOptions and LeaseOptions (those of the Go SDK). */
 export const DEFAULT_STREAM_PREFIX = "TENURE";
@@ -74,6 +77,12 @@ export interface WorkerOptions {
   onError?: (err: Error) => void;
   /** The clock of renew loops and local deadlines (tests give a fake). Default: the real one. */
   clock?: Clock;
+  /**
+   * Tracing (PROTOCOL.md §27): the TracerProvider of run()'s spans and the
+   * propagator of inputs' and offers' trace context. Default:
+   * OpenTelemetry's global ones, which do nothing until installed.
+   */
+  tracing?: TracingOptions;
 }
 
 interface ResolvedOptions {
@@ -100,6 +109,8 @@ export interface Input {
   sent: boolean;
   /** The local deadline of the lease the input belongs to: it bounds each attempt. */
   deadline?: number;
+  /** The W3C trace context it carries in its traceparent header (PROTOCOL.md §27). */
+  traceparent?: string;
 }
 
 /** @internal */
@@ -113,6 +124,7 @@ export interface RenewResult {
 export interface RenewReq {
   ref: LeaseRef;
   deadline: number;
+  trace: Context | undefined; // the lease's trace context, which a renewal sent alone carries
   done: (r: RenewResult) => void;
 }
 
@@ -192,7 +204,7 @@ export async function connect(nc: NatsConnection, id: string, opts: WorkerOption
     throw new Error(`worker: decision stream ${out}: ${found === "missing" ? "stream not found" : "no responders (is JetStream enabled?)"}`);
   }
   const js = jetstream(nc, { apiPrefix, timeout });
-  const w = new Worker(id, js, o, opts.clock ?? realClock);
+  const w = new Worker(id, js, o, opts.clock ?? realClock, new Tracing(opts.tracing));
   await w._start(nc, apiPrefix, out, names);
   return w;
 }
@@ -260,6 +272,7 @@ export class Worker {
   readonly id: string;
   /** @internal */ readonly _clock: Clock;
   /** @internal */ readonly _opts: ResolvedOptions;
+  /** @internal */ readonly _tracing: Tracing;
   readonly #js: JetStreamClient;
   readonly #closeCtl = new AbortController();
   #in = "";
@@ -292,8 +305,9 @@ export class Worker {
   #inflight = new Set<Promise<unknown>>();
 
   /** @internal */
-  constructor(id: string, js: JetStreamClient, o: ResolvedOptions, clock: Clock) {
+  constructor(id: string, js: JetStreamClient, o: ResolvedOptions, clock: Clock, tracing: Tracing = new Tracing()) {
     this.id = id;
+    this._tracing = tracing;
     this.#js = js;
     this._opts = o;
     this._clock = clock;
@@ -401,11 +415,11 @@ export class Worker {
       this._report(new Error(`worker: decision ${m.subject}: ${errMessage(err)}`, { cause: err }));
       return;
     }
-    this._dispatch(d, m.sourceSeq ?? 0);
+    this._dispatch(d, m.sourceSeq ?? 0, m);
   }
 
   /** @internal Routes one decision addressed to this worker (src: its Tenure-Source-Seq, 0 for none). */
-  _dispatch(d: Decision, src = 0): void {
+  _dispatch(d: Decision, src = 0, m?: { seq: number; traceparent?: string | undefined }): void {
     if (this.closed) return;
     if (this.#verdictOfMine(d)) {
       const key = src > 0 ? -src : d.cause;
@@ -428,17 +442,17 @@ export class Worker {
         if (d.job.holder !== this.id) return;
         const r = d.job.queue !== undefined ? this.#runs.get(d.job.queue) : undefined;
         if (r) {
-          r._offer(new Offer(this, d, this._clock.now()));
+          r._offer(new Offer(this, d, this._clock.now(), m));
           return;
         }
-        this.#queueOffer(d);
+        this.#queueOffer(d, m);
         return;
       }
       case "withdrawn":
         if (d.capacity && d.addressee === this.id) this.#runs.get(d.capacity.queue)?._withdrawn();
         return;
       case "offered":
-        if (d.job.holder === this.id) this.#queueOffer(d);
+        if (d.job.holder === this.id) this.#queueOffer(d, m);
         return;
       case "cancel_requested": case "expired": case "unresolved": case "resolved": {
         const k = leaseKey(d.job.id, d.job.lease_id ?? "");
@@ -484,8 +498,8 @@ export class Worker {
 
   // ---- Offers ----
 
-  #queueOffer(d: Decision): void {
-    const o = new Offer(this, d, this._clock.now());
+  #queueOffer(d: Decision, m?: { seq: number; traceparent?: string | undefined }): void {
+    const o = new Offer(this, d, this._clock.now(), m);
     const wake = this.#offerWaiters.shift();
     if (wake) {
       wake(o);
@@ -591,8 +605,17 @@ export class Worker {
   // ---- Publishing ----
 
   /** @internal An input of this worker, its body and Msg-Id fixed. */
-  _newInput(job: string, verb: WorkerVerb, fields: InputFields): Input {
-    return { job, verb, body: encodeInput(fields, Date.now()), msgId: this._newMsgId(), sent: false };
+  /**
+   * @internal An input of this worker. Its trace context (PROTOCOL.md §27)
+   * is the active context's span's, else trace's; null: none (a batch).
+   */
+  _newInput(job: string, verb: WorkerVerb, fields: InputFields, trace?: Context | null): Input {
+    const p: Input = { job, verb, body: encodeInput(fields, Date.now()), msgId: this._newMsgId(), sent: false };
+    if (trace !== null) {
+      const tp = this._tracing.traceparent(trace);
+      if (tp !== undefined) p.traceparent = tp;
+    }
+    return p;
   }
 
   /**
@@ -677,7 +700,7 @@ export class Worker {
       const intake = this.#viaIntake;
       const stream = intake ? this.#intake : this.#in;
       try {
-        ack = await raceAbort(this.#js.publish(subject, p.body, { msgID: p.msgId, expect: { streamName: stream }, timeout }), signal);
+        ack = await raceAbort(this.#js.publish(subject, p.body, { msgID: p.msgId, expect: { streamName: stream }, timeout, headers: traceHeaders(p) }), signal);
       } catch (err) {
         if (signal.aborted) throw abortReason(signal, `publish ${subject}`, err);
         lastErr = err;
@@ -745,10 +768,10 @@ export class Worker {
   // ---- Renewals ----
 
   /** @internal Hands req to the renewer; resolves with its outcome. */
-  _renewVia(ref: LeaseRef, deadline: number): Promise<RenewResult> {
+  _renewVia(ref: LeaseRef, deadline: number, trace?: Context): Promise<RenewResult> {
     if (this.closed) return Promise.resolve({ t0: this._clock.now(), err: closedError() });
     return new Promise((done) => {
-      this.#renewQ.push({ ref, deadline, done });
+      this.#renewQ.push({ ref, deadline, trace, done });
       // Renewals falling due in the same turn of the event loop (the
       // timers of several leases firing together) leave in one input.
       if (!this.#renewKick) {
@@ -781,9 +804,9 @@ export class Worker {
     let p: Input;
     if (batch.length === 1) {
       const r = batch[0]!.ref;
-      p = this._newInput(r.job, "renew", { lease_id: r.lease_id, generation: r.generation, renew_seq: r.renew_seq, lease_ms: r.lease_ms });
+      p = this._newInput(r.job, "renew", { lease_id: r.lease_id, generation: r.generation, renew_seq: r.renew_seq, lease_ms: r.lease_ms }, batch[0]!.trace);
     } else {
-      p = this._newInput(NO_JOB, "renew", { leases: batch.map((r) => r.ref) });
+      p = this._newInput(NO_JOB, "renew", { leases: batch.map((r) => r.ref) }, null); // its leases belong to as many traces
     }
     p.t0 = this._clock.now();
     for (const r of batch) {
@@ -874,3 +897,11 @@ export function grantedMs(expiresAt: string | undefined, from: string | undefine
 }
 
 export { isError };
+
+/** The headers input p is published with: its traceparent, if any (PROTOCOL.md §27). */
+function traceHeaders(p: Input): MsgHdrs | undefined {
+  if (p.traceparent === undefined) return undefined;
+  const h = natsHeaders();
+  h.set(TRACEPARENT, p.traceparent);
+  return h;
+}

@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 
 import { connect as natsConnect } from "@nats-io/transport-node";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { headers, type MsgHdrs } from "@nats-io/nats-core";
 import { jetstream, jetstreamManager, type JetStreamClient, type ConsumerMessages } from "@nats-io/jetstream";
 
 import type { Clock, Decision, Timer } from "@tenure/worker";
@@ -235,9 +236,14 @@ export class Ops {
     this.actor = actor;
   }
 
-  async publish(job: string, verb: string, body: Record<string, unknown>): Promise<number> {
+  async publish(job: string, verb: string, body: Record<string, unknown>, hdrs?: Record<string, string>): Promise<number> {
+    let h: MsgHdrs | undefined;
+    if (hdrs) {
+      h = headers();
+      for (const [k, v] of Object.entries(hdrs)) h.set(k, v);
+    }
     const ack = await this.#js.publish(`tenure.in.ops.${this.actor}.${job}.${verb}`, JSON.stringify({ v: 1, ...body }),
-      { msgID: `${this.actor}-${process.pid}-${Date.now()}-${++this.#n}` });
+      { msgID: `${this.actor}-${process.pid}-${Date.now()}-${++this.#n}`, headers: h });
     return ack.seq;
   }
 
@@ -253,8 +259,8 @@ export class Ops {
     return this.publish(job, "resolve", { action: "revoke", reason: "test" });
   }
 
-  submit(job: string, queue: string, body: Record<string, unknown> = {}): Promise<number> {
-    return this.publish(job, "submit", { queue, ...body });
+  submit(job: string, queue: string, body: Record<string, unknown> = {}, hdrs?: Record<string, string>): Promise<number> {
+    return this.publish(job, "submit", { queue, ...body }, hdrs);
   }
 }
 
