@@ -389,6 +389,14 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 // serveJob is GET /api/jobs/{id}: the job page's data; ?after=SEQ for only
 // the decisions after decision stream sequence SEQ (of the job's
 // partition's decision stream, in a partitioned deployment).
+//
+// A job not on the board is 404, except for a request with after: that is
+// a page following a job it loaded, and the job left the board since
+// (retired: a discarded job is, in the input that discarded it). That is
+// an answer, not an error of the request: 200 {"gone":true}, so that the
+// page says so without a failed request in its console (on two loaded
+// cores the board's browser test caught the 404 whenever the page's
+// update raced the job's retirement).
 func (s *Server) serveJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !events.ValidToken(id) {
@@ -398,6 +406,11 @@ func (s *Server) serveJob(w http.ResponseWriter, r *http.Request) {
 	after, _ := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
 	h, ok, err := s.history(r.Context(), id, after, viewerOnly(r))
 	switch {
+	case !ok && r.URL.Query().Has("after"):
+		writeJSON(w, http.StatusOK, struct {
+			Gone bool  `json:"gone"`
+			Now  int64 `json:"now"`
+		}{true, time.Now().UnixMilli()})
 	case !ok:
 		writeError(w, http.StatusNotFound, "no decision about job "+id)
 	case err != nil:

@@ -98,6 +98,14 @@ func TestAPI(t *testing.T) {
 	if code := e.get("/api/jobs/nope", nil); code != http.StatusNotFound {
 		t.Fatalf("unknown job: %d", code)
 	}
+	// A page following a job that left the board: an answer, not a 404.
+	var gone struct {
+		Gone bool  `json:"gone"`
+		Now  int64 `json:"now"`
+	}
+	if code := e.get("/api/jobs/nope?after=5", &gone); code != http.StatusOK || !gone.Gone || gone.Now == 0 {
+		t.Fatalf("a followed job gone: %d %+v", code, gone)
+	}
 	if code := e.get("/api/jobs/a.b", nil); code != http.StatusBadRequest {
 		t.Fatalf("invalid job: %d", code)
 	}

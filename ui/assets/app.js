@@ -949,6 +949,7 @@
 
   function jobPage(main, sc, id) {
     let hist = null;
+    let followed = false; // the page has shown the job once (refresh)
     let inputs = new Map();
     let loading = false;
     let again = false;
@@ -1005,16 +1006,35 @@
       matrixBox.replaceChildren(matrixTable(hist.columns, hist.decisions.map((d) => d.matrix), 'matrix', hist.decisions.map((d) => d.accepted || d.derived)));
       listBox.replaceChildren(interleaved(hist));
     }
+    // The job is not on the board: the verdict of an action stays (a
+    // discarded job leaves the board).
+    function showGone() {
+      head.replaceChildren(h('p', { class: 'muted', id: 'job-none', text: 'No job ' + id + ' on the board: no decision about it yet, or it was retired (a discarded job is). The page updates when one is stored.' }), verdict);
+    }
     async function refresh() {
       if (loading) { again = true; return; }
       loading = true;
       try {
         if (!hist) {
-          hist = await api('/api/jobs/' + encodeURIComponent(id));
+          // Once the page has shown the job, a reload (after a reset, or
+          // once it came back) asks with after=0: the server then answers
+          // a job gone from the board with {"gone":true}, not a 404.
+          const got = await api('/api/jobs/' + encodeURIComponent(id) + (followed ? '?after=0' : ''));
+          if (got.gone) {
+            if (sc.alive) showGone();
+            return;
+          }
+          hist = got;
+          followed = true;
           inputs = new Map(hist.inputs.map((i) => [i.seq, i]));
         } else {
           const last = hist.decisions.length ? hist.decisions[hist.decisions.length - 1].seq : 0;
           const more = await api('/api/jobs/' + encodeURIComponent(id) + '?after=' + last);
+          if (more.gone) { // it left the board since the page loaded it
+            hist = null;
+            if (sc.alive) showGone();
+            return;
+          }
           hist.row = more.row;
           hist.decisions.push(...more.decisions);
           for (const i of more.inputs) if (!inputs.has(i.seq)) { inputs.set(i.seq, i); hist.inputs.push(i); }
@@ -1027,8 +1047,7 @@
       } catch (e) {
         if (e.status === 404) {
           hist = null;
-          // The verdict of an action stays: a discarded job leaves the board.
-          head.replaceChildren(h('p', { class: 'muted', id: 'job-none', text: 'No job ' + id + ' on the board: no decision about it yet, or it was retired (a discarded job is). The page updates when one is stored.' }), verdict);
+          showGone();
         } else head.replaceChildren(h('p', { class: 'error', text: 'cannot load the job: ' + e.message }));
       } finally {
         loading = false;
