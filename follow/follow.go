@@ -256,6 +256,21 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Handle is a reader as the SDKs hold it (worker.Follower and
+// ops.Follower are this type): a *Follower is one, and a model of
+// JetStream (internal/jsmodel) provides others, so that the SDKs run on
+// either.
+type Handle interface {
+	// Ready is closed once the reader reads (its first consumer made).
+	Ready() <-chan struct{}
+	// Err is why it cannot read, nil if it can.
+	Err() error
+	// Stop stops it and waits until its handler is no longer called.
+	Stop()
+}
+
+var _ Handle = (*Follower)(nil)
+
 // Follower reads one stream. It is owned by the goroutine that started it:
 // Stop ends it and waits.
 type Follower struct {

@@ -170,13 +170,13 @@ func (c *Client) sendBatch(ctx context.Context, part events.Partition, idx []int
 		in.Batch[k] = ins[i]
 	}
 	s := sent{subject: part.InputSubject(events.RoleOps, c.id, events.NoJob, events.VerbSubmit), msgID: c.newMsgID(), body: events.AppendInputBody(nil, &in)}
-	opts := []jetstream.PublishOpt{jetstream.WithMsgID(s.msgID)}
+	expect := ""
 	if part.Partitioned() {
-		opts = append(opts, jetstream.WithExpectStream(streams.Topology{Prefix: c.prefix, Partition: part}.InputStream()))
+		expect = streams.Topology{Prefix: c.prefix, Partition: part}.InputStream()
 	}
 	msg := &nats.Msg{Subject: s.subject, Data: s.body}
 	tracing.Inject(ctx, c.prop, msg)
-	s.fut, s.err = c.js.PublishMsgAsync(msg, opts...)
+	s.fut, s.err = c.tr.PublishAsync(msg, s.msgID, expect)
 	return s
 }
 

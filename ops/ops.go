@@ -101,7 +101,7 @@ func (e *noVerdictError) Unwrap() error { return ErrNoVerdict }
 // partition once a call needed one (reader.go).
 type Client struct {
 	id       string
-	js       jetstream.JetStream
+	tr       Transport
 	timeout  time.Duration
 	receipts receipt.Sink
 	onErr    func(error)
@@ -121,7 +121,7 @@ type Client struct {
 	noBatch atomic.Bool
 
 	rmu     sync.Mutex
-	readers map[uint32]*follow.Follower // by partition index
+	readers map[uint32]Follower // by partition index
 	closed  bool
 
 	mu        sync.Mutex             // guards what follows
@@ -224,15 +224,24 @@ func New(nc *nats.Conn, id string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return NewWithTransport(jsTransport{js}, id, opts...)
+}
+
+// NewWithTransport is New on a port of its own (the simulator's model of
+// JetStream); New is NewWithTransport over JetStream.
+func NewWithTransport(tr Transport, id string, opts ...Option) (*Client, error) {
+	if !events.ValidToken(id) {
+		return nil, fmt.Errorf("ops: invalid id %q", id)
+	}
 	o := Options{Timeout: DefaultTimeout}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("ops: %w", err)
 		}
 	}
-	c := &Client{id: id, js: js, timeout: o.Timeout, receipts: o.Receipts, onErr: o.ErrorHandler, prefix: o.StreamPrefix,
+	c := &Client{id: id, tr: tr, timeout: o.Timeout, receipts: o.Receipts, onErr: o.ErrorHandler, prefix: o.StreamPrefix,
 		tracer: tracing.Tracer(o.TracerProvider), prop: o.Propagator,
-		readers: map[uint32]*follow.Follower{}, waiters: map[verdictKey]*waiter{}, stashN: map[verdictKey]int{}}
+		readers: map[uint32]Follower{}, waiters: map[verdictKey]*waiter{}, stashN: map[verdictKey]int{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -411,17 +420,13 @@ func (c *Client) Policies(ctx context.Context) ([]PolicyInForce, error) {
 	out := make([]PolicyInForce, len(parts))
 	for i, part := range parts {
 		topo := streams.Topology{Prefix: c.prefix, Partition: part}
-		stream, err := c.js.Stream(ctx, topo.DecisionStream())
-		if err != nil {
-			return nil, fmt.Errorf("ops: decision stream: %w", streams.Classify(err))
-		}
 		subject := events.DecisionPrefix + ".*." + events.NoJob + "." + events.KindPolicySet.String()
 		if part.Partitioned() {
 			subject += "." + part.Token()
 		}
-		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		m, first, err := c.tr.LastMsg(ctx, topo.DecisionStream(), subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			if first := stream.CachedInfo().State.FirstSeq; first > 1 {
+			if first > 1 {
 				// A trimmed log (package archive) keeps its last
 				// policy_set decision; none means it cannot tell.
 				return nil, fmt.Errorf("ops: %s starts at decision %d and holds no policy_set decision: the policy in force is not known from it", topo.DecisionStream(), first)
@@ -449,7 +454,7 @@ func (c *Client) Partitions(ctx context.Context) (uint32, error) {
 	if c.known {
 		return c.count, nil
 	}
-	n, err := streams.Discover(ctx, c.js, streams.Topology{Prefix: c.prefix})
+	n, err := c.tr.Partitions(ctx, c.prefix)
 	if err != nil {
 		return 0, fmt.Errorf("ops: decision stream: %w", err)
 	}
@@ -508,8 +513,8 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 	// inactivity threshold (minutes).
 	filter := part.JobDecisionFilter(in.Job)
 	ch := make(chan follow.Msg, 16)
-	f := follow.Start(ctx, c.js, follow.Config{Stream: topo.DecisionStream(), Filters: []string{filter},
-		FromNew: true, PullAhead: 64}, func(ctx context.Context, m follow.Msg) {
+	f := c.tr.Follow(ctx, follow.Config{Stream: topo.DecisionStream(), Filters: []string{filter},
+		FromNew: true, PullAhead: 64}, func(m follow.Msg) {
 		select {
 		case ch <- m:
 		case <-ctx.Done():
@@ -576,15 +581,15 @@ func (c *Client) newMsgID() string { return c.id + "-" + uuid.NewString() }
 // earlier one was stored, the stream answers with its sequence.
 func (c *Client) publish(ctx context.Context, part events.Partition, subject string, body []byte, msgID string) (verdictKey, error) {
 	topo := streams.Topology{Prefix: c.prefix, Partition: part}
-	opts := []jetstream.PublishOpt{jetstream.WithMsgID(msgID), jetstream.WithRetryAttempts(0)}
+	expect := ""
 	if part.Partitioned() {
-		opts = append(opts, jetstream.WithExpectStream(topo.InputStream()))
+		expect = topo.InputStream()
 	}
 	wait := 10 * time.Millisecond
 	for {
 		msg := &nats.Msg{Subject: subject, Data: body}
 		tracing.Inject(ctx, c.prop, msg)
-		ack, err := c.js.PublishMsg(ctx, msg, opts...)
+		ack, err := c.tr.Publish(ctx, msg, msgID, expect)
 		if err == nil {
 			c.keep(receipt.Input(ack.Stream, ack.Sequence, msg.Subject, msg.Data, "ops "+c.id))
 			return verdictKey{part.Index, ack.Sequence}, nil

@@ -61,7 +61,7 @@ type stashed struct {
 
 // readerOf returns partition part's decision reader, starting it on first
 // use, once its consumer exists (or ctx ended first).
-func (c *Client) readerOf(ctx context.Context, part events.Partition) (*follow.Follower, error) {
+func (c *Client) readerOf(ctx context.Context, part events.Partition) (Follower, error) {
 	c.rmu.Lock()
 	if c.closed {
 		c.rmu.Unlock()
@@ -71,7 +71,7 @@ func (c *Client) readerOf(ctx context.Context, part events.Partition) (*follow.F
 	if f == nil {
 		topo := streams.Topology{Prefix: c.prefix, Partition: part}
 		out := topo.DecisionStream()
-		f = follow.Start(c.ctx, c.js, follow.Config{
+		f = c.tr.Follow(c.ctx, follow.Config{
 			Stream:            out,
 			FromNew:           true,
 			Filters:           []string{events.AddresseeFilter(c.id)},
@@ -83,7 +83,7 @@ func (c *Client) readerOf(ctx context.Context, part events.Partition) (*follow.F
 			OnDrop: func(reason, subject string) {
 				c.report(fmt.Errorf("ops: decision stream %s: dropped a message no consumer of this client sent (%s) on %s", out, reason, subject))
 			},
-		}, func(_ context.Context, m follow.Msg) { c.onDecision(part.Index, out, m) })
+		}, func(m follow.Msg) { c.onDecision(part.Index, out, m) })
 		c.readers[part.Index] = f
 	}
 	c.rmu.Unlock()

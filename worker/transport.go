@@ -27,15 +27,8 @@ type Transport interface {
 }
 
 // Follower is a reader Transport.Follow started (a *follow.Follower is
-// one).
-type Follower interface {
-	// Ready is closed once the reader reads (its first consumer made).
-	Ready() <-chan struct{}
-	// Err is why it cannot read, nil if it can.
-	Err() error
-	// Stop stops it and waits until fn is no longer called.
-	Stop()
-}
+// one): follow.Handle, shared with package ops's port.
+type Follower = follow.Handle
 
 // jsTransport is JetStream over a connection.
 type jsTransport struct{ js jetstream.JetStream }
