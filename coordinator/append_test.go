@@ -199,6 +199,7 @@ func (b streamInfoOnly) Info(context.Context, bool) (*jetstream.StreamInfo, erro
 // The rest of Backend: a test that calls them is wrong.
 func (streamInfoOnly) Setup(context.Context) error      { panic("not for this test") }
 func (streamInfoOnly) SetupInfo() *jetstream.StreamInfo { panic("not for this test") }
+func (streamInfoOnly) Reconnects() uint64               { panic("not for this test") }
 func (streamInfoOnly) Decisions() streams.MsgGetter     { panic("not for this test") }
 func (streamInfoOnly) Inputs() streams.MsgGetter        { panic("not for this test") }
 func (streamInfoOnly) Read(context.Context, bool, uint64, func(Stored)) Reader {

@@ -64,6 +64,12 @@ type Backend interface {
 	Leader() LeaderStore
 	// Snapshots is the store of the latest snapshot.
 	Snapshots() SnapshotStore
+	// Reconnects counts the times the connection was established again
+	// after it was lost (nats.Conn's Statistics.Reconnects): a server
+	// that restarted may have lost the unsynced tails of its streams
+	// (PROTOCOL.md §2, "A server that loses its tail"), so a session on
+	// a stream of one replica then reads the streams again (inputKept).
+	Reconnects() uint64
 }
 
 // Stored is one message read from a stream, in stream order.
@@ -129,6 +135,8 @@ type jsBackend struct {
 func newJSBackend(c *Coordinator, nc *nats.Conn, js jetstream.JetStream) *jsBackend {
 	return &jsBackend{c: c, nc: nc, js: js, drops: c.drops}
 }
+
+func (b *jsBackend) Reconnects() uint64 { return b.nc.Stats().Reconnects }
 
 func (b *jsBackend) Setup(ctx context.Context) error {
 	h, err := streams.Ensure(ctx, b.js, b.c.cfg.Topology, b.c.cfg.LeaderTTL)

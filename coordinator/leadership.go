@@ -268,7 +268,23 @@ func (s *session) markFolded(m stored) {
 // sequence (the sequences lost are used again by the next inputs
 // stored), lost it. A request that fails says nothing (the next renewal
 // asks again), unless strict (before going live): then its error.
+//
+// Checking the last input alone misses a loss the stream has already
+// made up for: a session whose reader had read inputs a crash lost reads
+// on past the stream's new end, skipping what is stored at the sequences
+// lost, and the last input it folded is then one stored after the crash
+// (sim seed 188 with lost tails: inputs 9 and 10 lost, 11 to 15 folded
+// before the next check, which found 15 as read); and its readers may
+// hold inputs read before the crash, not folded yet (seed 137). A crash
+// breaks every connection to the server: on a stream of one replica
+// (whose tail a crash can lose), a connection established again since
+// the session began (Backend.Reconnects) makes the session read the
+// streams again, with readers that read only what the restarted server
+// holds.
 func (s *session) inputKept(ctx context.Context, timeout time.Duration, strict bool) error {
+	if s.reconnected() {
+		return fmt.Errorf("coordinator: %w: the connection to the server was established again (a server that restarted may have lost its unsynced tail); reading the streams again", errInputsLost)
+	}
 	s.markMu.Lock()
 	mk := s.mark
 	s.markMu.Unlock()
@@ -300,18 +316,69 @@ func (s *session) inputKept(ctx context.Context, timeout time.Duration, strict b
 	return nil
 }
 
+// reconnected reports whether the connection was established again since
+// the session began, on a deployment whose input stream has one replica
+// (a replicated stream keeps what a quorum acknowledged across a
+// node's restart).
+func (s *session) reconnected() bool {
+	if info := s.c.be.SetupInfo(); info != nil && info.Config.Replicas > 1 {
+		return false
+	}
+	return s.c.be.Reconnects() != s.reconnects
+}
+
 // unlessInputsLost returns err, a session's refusal of the log
 // (ErrDivergence, ErrInputGap), unless the session's own reading of the
 // input stream is what the server lost: a standby that read inputs a
 // crash then lost finds the decisions of the inputs stored at their
 // sequences since diverge from its fold; the log may be whole, and the
 // next session, reading it again, judges it.
+//
+// The same holds of its reading of the decision stream: a standby that
+// read decisions a crash then lost reads, past the stream's new end, the
+// decisions stored since at later sequences, whose chain values follow
+// the decisions stored at the sequences lost, not the ones it read
+// (sim seeds 107 and 177 with lost tails): the chain seems to break.
 func (s *session) unlessInputsLost(err error) error {
 	if !errors.Is(err, ErrDivergence) && !errors.Is(err, ErrInputGap) {
 		return err
 	}
-	if lerr := s.inputKept(s.ctx, max(s.c.cfg.LeaderTTL/3, 50*time.Millisecond), false); lerr != nil {
+	timeout := max(s.c.cfg.LeaderTTL/3, 50*time.Millisecond)
+	if lerr := s.inputKept(s.ctx, timeout, false); lerr != nil {
+		return fmt.Errorf("%w (what the session found: %v)", lerr, err)
+	}
+	if lerr := s.decisionKept(s.ctx, timeout); lerr != nil {
 		return fmt.Errorf("%w (what the session found: %v)", lerr, err)
 	}
 	return err
+}
+
+// errDecisionsLost: the decision stream no longer holds a decision the
+// session read (a server that lost its unsynced tail in a crash).
+var errDecisionsLost = errors.New("the decision stream lost decisions this coordinator had read")
+
+// decisionKept checks that the decision stream still holds the last
+// decision the session verified, as it read it (inputKept's check of
+// the other stream). A request that fails says nothing.
+func (s *session) decisionKept(ctx context.Context, timeout time.Duration) error {
+	mk := s.decMark
+	if mk.seq == 0 {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	m, err := s.c.be.Decisions().GetMsg(dctx, mk.seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		info, ierr := s.c.be.Info(dctx, false)
+		if ierr != nil || info.State.LastSeq >= mk.seq {
+			return nil
+		}
+		return fmt.Errorf("coordinator: %w: the stream ends at decision %d, the session read decision %d (a server that lost its unsynced tail in a crash); reading the streams again", errDecisionsLost, info.State.LastSeq, mk.seq)
+	case err != nil:
+		return nil
+	case m.Time.UnixNano() != mk.time || m.Subject != mk.subject || !bytes.Equal(m.Data, mk.data):
+		return fmt.Errorf("coordinator: %w: decision %d is another message than the one the session read (a server that lost its unsynced tail in a crash stores the next decisions at the sequences lost); reading the streams again", errDecisionsLost, mk.seq)
+	}
+	return nil
 }

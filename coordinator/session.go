@@ -34,6 +34,8 @@ type session struct {
 	tickFut    jetstream.PubAckFuture // the last tick's append
 	markMu     sync.Mutex             // guards mark: read by the renewer (inputKept)
 	mark       foldMark               // the last input folded
+	reconnects uint64                 // Backend.Reconnects when the session began
+	decMark    foldMark               // the last decision verified (standby), as its stream held it: the session's goroutine's
 
 	snapTime time.Time
 	snapWait *taken // taken, waiting for its decisions to be acknowledged
@@ -64,7 +66,7 @@ func (c *Coordinator) session(ctx context.Context) error {
 	if st := c.currentState(); st.name == StateStarting || st.name == StateLive {
 		c.setState(StateStandby, "verifying the stored decisions before taking leadership")
 	}
-	s := &session{core: newCore(c.cfg.Topology), c: c, ctx: ctx, snapTime: c.clk.Now()}
+	s := &session{core: newCore(c.cfg.Topology), c: c, ctx: ctx, snapTime: c.clk.Now(), reconnects: c.be.Reconnects()}
 	s.loadSnapshot() // may start the readers (perf: reading overlaps the restore)
 	if c.cfg.SnapshotEvery >= 0 {
 		// Snapshots are encoded off the loop (snapshot.go): from the state
@@ -209,6 +211,7 @@ func (s *session) verify(sd stored) error {
 		}
 	}
 	s.c.appended.Store(sd.seq)
+	s.decMark = foldMark{seq: sd.seq, time: sd.time, subject: sd.subject, data: sd.data}
 	return nil
 }
 

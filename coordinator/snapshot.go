@@ -299,6 +299,14 @@ func (s *session) snapshotWriter(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case snap := <-s.snapCh:
+			if s.reconnected() {
+				// The server may have restarted and lost inputs this
+				// state folded (inputKept): a snapshot of it would let
+				// the next session start past the loss, unseen. The
+				// session reads the streams again at its next check.
+				c.log.Info("snapshot not stored: the connection was established again since the session began", "input_seq", snap.inputSeq)
+				continue
+			}
 			h := nats.Header{}
 			h.Set(headerSnapInput, strconv.FormatUint(snap.inputSeq, 10))
 			h.Set(headerSnapDecision, strconv.FormatUint(snap.decSeq, 10))

@@ -97,6 +97,14 @@ func (b *Backend) stream(input bool) *Stream {
 	return b.n.model.Out
 }
 
+// Reconnects counts the server's crashes (Net.LoseTails): every
+// connection to it was lost and established again.
+func (b *Backend) Reconnects() uint64 {
+	b.n.mu.Lock()
+	defer b.n.mu.Unlock()
+	return b.n.crashes
+}
+
 // Setup finds the model's streams, made open (past genesis).
 func (b *Backend) Setup(context.Context) error { return nil }
 

@@ -35,7 +35,8 @@ func (s *Stream) LoseTail(k int) []Msg {
 // LoseTails is a crash of the server's machine (Faults have nothing to do
 // with it: the simulator calls it): each stream loses the messages it
 // stored after its last sync (inSynced, outSynced: a file store syncs
-// each stream on a timer of its own), as Stream.LoseTail says. Operations
+// each stream on a timer of its own), as Stream.LoseTail says, and every
+// client's connection is established again (Backend.Reconnects). Operations
 // in the net are left alone: a request in flight reaches the restarted
 // server, a reply or a message read in flight reaches its actor, as they
 // would had the server restarted in the instant. It returns the messages
@@ -52,6 +53,7 @@ func (n *Net) LoseTails(inSynced, outSynced time.Time) (in, out []Msg) {
 	}
 	in = n.model.In.LoseTail(after(n.model.In, inSynced))
 	out = n.model.Out.LoseTail(after(n.model.Out, outSynced))
+	n.crashes++
 	n.Counts["crash-lost-tail"]++
 	n.Counts["lost-input"] += len(in)
 	n.Counts["lost-decision"] += len(out)

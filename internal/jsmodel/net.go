@@ -45,6 +45,7 @@ type Net struct {
 	// (Appended).
 	onAppend []func(actor string, first, last uint64)
 	readers  []*reader
+	crashes  uint64 // LoseTails: the server's crashes (Backend.Reconnects)
 }
 
 type op struct {
