@@ -3,9 +3,11 @@ package jsmodel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/maknow/tenure/coordinator"
 	"github.com/maknow/tenure/follow"
+	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/streams"
 	"github.com/maknow/tenure/worker"
 )
@@ -144,7 +147,7 @@ func (b *Backend) Read(ctx context.Context, input bool, from uint64, fn func(coo
 	b.rn++
 	id := b.actor + "#" + strconv.Itoa(b.rn)
 	b.mu.Unlock()
-	return b.n.read(ctx, id, b.actor, b.stream(input), from, "", fn)
+	return b.n.read(ctx, id, b.actor, b.stream(input), from, nil, fn)
 }
 
 func (b *Backend) Publish(ctx context.Context, msg *nats.Msg, msgID string, expectLast *uint64) (*jetstream.PubAck, error) {
@@ -379,9 +382,9 @@ type reader struct {
 	id      string
 	actor   string
 	s       *Stream
-	prefix  string // only subjects under it ("": all)
-	next    uint64 // the next sequence to deliver
-	inLane  bool   // a delivery is in the net
+	filters []string // only subjects matching one of them (none: all)
+	next    uint64   // the next sequence to deliver
+	inLane  bool     // a delivery is in the net
 	mu      sync.Mutex
 	pending []delivered
 	wake    chan struct{}
@@ -389,9 +392,9 @@ type reader struct {
 	done    chan struct{}
 }
 
-func (n *Net) read(ctx context.Context, id, actor string, s *Stream, from uint64, prefix string, fn func(coordinator.Stored)) *reader {
+func (n *Net) read(ctx context.Context, id, actor string, s *Stream, from uint64, filters []string, fn func(coordinator.Stored)) *reader {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &reader{n: n, id: id, actor: actor, s: s, prefix: prefix, next: max(from, 1), wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+	r := &reader{n: n, id: id, actor: actor, s: s, filters: filters, next: max(from, 1), wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	n.mu.Lock()
 	n.readers = append(n.readers, r)
 	n.feedLocked(r)
@@ -438,6 +441,40 @@ func (r *reader) Stop() {
 
 func (r *reader) Err() error { return nil }
 
+// wants reports whether subject matches one of r's filters (any, with
+// none).
+func (r *reader) wants(subject string) bool {
+	if len(r.filters) == 0 {
+		return true
+	}
+	for _, f := range r.filters {
+		if SubjectMatches(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// SubjectMatches reports whether subject matches filter as a JetStream
+// consumer's filter subject matches (TestConformFilters): tokens split at
+// '.', '*' matches any one token, '>' as the last token one or more.
+func SubjectMatches(filter, subject string) bool {
+	for {
+		ft, frest, fmore := strings.Cut(filter, ".")
+		st, srest, smore := strings.Cut(subject, ".")
+		switch {
+		case ft == ">" && !fmore:
+			return true
+		case ft != "*" && ft != st:
+			return false
+		}
+		if !fmore || !smore {
+			return fmore == smore
+		}
+		filter, subject = frest, srest
+	}
+}
+
 // fed is called (under the lock) after s grew: its readers may go on.
 func (n *Net) fed(s *Stream) {
 	for _, r := range n.readers {
@@ -447,13 +484,13 @@ func (n *Net) fed(s *Stream) {
 	}
 }
 
-// feedLocked puts r's next message (matching its prefix) in the net, if
+// feedLocked puts r's next message (matching its filters) in the net, if
 // the stream has one and none is in the net already.
 func (n *Net) feedLocked(r *reader) {
 	if r.inLane {
 		return
 	}
-	for r.next <= r.s.Last() && r.prefix != "" && !strings.HasPrefix(r.s.Get(r.next).Subject, r.prefix) {
+	for r.next <= r.s.Last() && !r.wants(r.s.Get(r.next).Subject) {
 		r.next++
 	}
 	if r.next > r.s.Last() {
@@ -488,7 +525,7 @@ func (n *Net) feedLocked(r *reader) {
 type Client struct {
 	n     *Net
 	actor string
-	rn    int
+	rn    atomic.Int64 // readers started (an ops.Client starts them concurrently)
 }
 
 // Client returns actor's client.
@@ -521,14 +558,25 @@ func (c *Client) Publish(ctx context.Context, subject string, data []byte, msgID
 // prefix (e.g. tenure.out.w1.) from sequence from on, handing each to fn
 // on a goroutine of its own, until ctx ends; Stop stops it.
 func (c *Client) Decisions(ctx context.Context, from uint64, prefix string, fn func(coordinator.Stored)) coordinator.Reader {
-	c.rn++
-	return c.n.read(ctx, c.actor+"#"+strconv.Itoa(c.rn), c.actor, c.n.model.Out, from, prefix, fn)
+	var filters []string
+	if prefix != "" {
+		filters = []string{prefix + ">"}
+	}
+	return c.n.read(ctx, c.readerID(), c.actor, c.n.model.Out, from, filters, fn)
 }
 
-// Transport is a Go SDK worker's port (worker.Transport) to the model:
-// its publishes go to the input stream through the net, and Follow reads
-// the decision stream, filtered by subject, as a follow.Follower does (a
-// consumer that delivers what is stored after its creation with FromNew).
+// readerID names the client's next reader.
+func (c *Client) readerID() string {
+	return c.actor + "#" + strconv.FormatInt(c.rn.Add(1), 10)
+}
+
+// Transport is a Go SDK worker's port (worker.Transport) and a
+// dispatcher's or an operator's (ops.Transport) to the model: its
+// publishes go to the input stream through the net, Follow reads the
+// decision stream, filtered by subject as JetStream filters
+// (SubjectMatches), as a follow.Follower does (a consumer that delivers
+// what is stored after its creation with FromNew), and LastMsg is a get
+// of the last message on a subject.
 // Journal, if set, receives every input sent and every PubAck read, as the
 // chaos workers' taps journal them.
 type Transport struct {
@@ -536,7 +584,13 @@ type Transport struct {
 	Journal func(sent bool, subject, msgID string, body []byte, stream string, seq uint64)
 }
 
-// Transport returns the client's worker transport.
+var (
+	_ worker.Transport = (*Transport)(nil)
+	_ ops.Transport    = (*Transport)(nil)
+)
+
+// Transport returns the client's transport: a worker's (worker.Transport)
+// or a dispatcher's and an operator's (ops.Transport).
 func (c *Client) Transport() *Transport { return &Transport{c: c} }
 
 func (t *Transport) Publish(ctx context.Context, msg *nats.Msg, msgID, expectStream string) (*jetstream.PubAck, error) {
@@ -573,11 +627,6 @@ func (f follower) Ready() <-chan struct{} { return f.ready }
 
 func (t *Transport) Follow(ctx context.Context, cfg follow.Config, fn func(follow.Msg)) worker.Follower {
 	c := t.c
-	c.rn++
-	prefix := ""
-	if len(cfg.Filters) == 1 {
-		prefix = strings.TrimSuffix(cfg.Filters[0], ">")
-	}
 	s := c.n.model.Out
 	if cfg.Stream == c.n.model.In.Name {
 		s = c.n.model.In
@@ -590,5 +639,91 @@ func (t *Transport) Follow(ctx context.Context, cfg follow.Config, fn func(follo
 	}
 	ready := make(chan struct{})
 	close(ready)
-	return follower{c.n.read(ctx, c.actor+"#"+strconv.Itoa(c.rn), c.actor, s, from, prefix, fn), ready}
+	return follower{c.n.read(ctx, c.readerID(), c.actor, s, from, cfg.Filters, fn), ready}
+}
+
+// PublishAsync is Publish without waiting (ops.Transport): the future
+// learns the PubAck, or context.DeadlineExceeded when the request or its
+// reply was lost (nats.go's async publish times out; the input may have
+// been stored). The journal records the send, and the PubAck read.
+func (t *Transport) PublishAsync(msg *nats.Msg, msgID, expectStream string) (jetstream.PubAckFuture, error) {
+	c := t.c
+	m := withHeaders(msg, msgID, nil)
+	if expectStream != "" {
+		m.Header.Set(hdrExpectStrm, expectStream)
+	}
+	if t.Journal != nil {
+		t.Journal(true, m.Subject, msgID, m.Data, "", 0)
+	}
+	f := &future{msg: m, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	answered := false
+	c.n.submitWhat(c.actor, c.actor+">in", m.Subject, func(now time.Time) {
+		if c.n.chance(c.n.faults.LoseRequest, "lose-request") {
+			f.err <- context.DeadlineExceeded
+			return
+		}
+		a, _ := c.n.model.In.Publish(now, m)
+		c.n.fed(c.n.model.In)
+		if c.n.chance(c.n.faults.LoseReply, "lose-reply") {
+			f.err <- context.DeadlineExceeded // stored, but the client does not know
+			return
+		}
+		c.n.submitLocked(c.actor, "<in>"+c.actor, 0, func(time.Time) {
+			if answered {
+				return
+			}
+			answered = true
+			r, err := a.result()
+			if err != nil {
+				f.err <- err
+				return
+			}
+			if t.Journal != nil {
+				t.Journal(false, m.Subject, msgID, m.Data, r.Stream, r.Sequence)
+			}
+			f.ok <- r
+		})
+	})
+	return f, nil
+}
+
+// Partitions is the model's partition count (ops.Transport): 0, the
+// model's streams being one unpartitioned deployment's; a prefix that
+// names other streams finds none (jetstream.ErrStreamNotFound).
+func (t *Transport) Partitions(ctx context.Context, prefix string) (uint32, error) {
+	want := streams.Topology{Prefix: prefix}.DecisionStream()
+	return call(ctx, t.c.n, t.c.actor, "info", func(time.Time) (uint32, error) {
+		if want != t.c.n.model.Out.Name {
+			return 0, fmt.Errorf("jsmodel: stream %s: %w", want, jetstream.ErrStreamNotFound)
+		}
+		return 0, nil
+	})
+}
+
+// LastMsg is the last message of stream on subject, which may hold
+// wildcards (ops.Transport), and the stream's first sequence.
+func (t *Transport) LastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, uint64, error) {
+	type last struct {
+		m     *jetstream.RawStreamMsg
+		first uint64
+	}
+	l, err := call(ctx, t.c.n, t.c.actor, "get", func(time.Time) (last, error) {
+		s := t.c.n.model.Out
+		if stream == t.c.n.model.In.Name {
+			s = t.c.n.model.In
+		} else if stream != s.Name {
+			return last{}, fmt.Errorf("jsmodel: stream %s: %w", stream, jetstream.ErrStreamNotFound)
+		}
+		var first uint64
+		if s.Last() > 0 {
+			first = 1
+		}
+		for seq := s.Last(); seq >= 1; seq-- {
+			if m := s.Get(seq); m != nil && SubjectMatches(subject, m.Subject) {
+				return last{m.Raw(), first}, nil
+			}
+		}
+		return last{nil, first}, jetstream.ErrMsgNotFound
+	})
+	return l.m, l.first, err
 }

@@ -345,3 +345,79 @@ func TestConformLeaderKV(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// TestConformFilters pins the model's subject filters (SubjectMatches:
+// its readers' filters, Transport.LastMsg) to a real server's: for each
+// filter, the messages a consumer filtered by it delivers, and the last
+// message a get by subject finds.
+func TestConformFilters(t *testing.T) {
+	subjects := []string{
+		"tenure.out.w1.j1.acked", "tenure.out.w2.j1.offered", "tenure.out.w1.j2.acked",
+		"tenure.out.w1.j1.acked.p0", "tenure.out.w1", "tenure.out.w1.j1", "tenure.out.w10.j1.acked",
+		"tenure.out.ops.j1.cancelled", "tenure.out.ops._.policy_set", "tenure.out.ops._.policy_set.p3",
+	}
+	filters := []string{
+		"tenure.out.*.j1.*", "tenure.out.w1.>", "tenure.out.*.j1.>", "tenure.out.w1.j1.acked",
+		"tenure.out.*.*.*", "tenure.out.>", "tenure.out.*", "tenure.out.*._.policy_set",
+		"tenure.out.*._.policy_set.p3", "tenure.out.w1.*.>", "tenure.out.x.>",
+	}
+	srv := testutil.StartServer(t)
+	_, js := testutil.Connect(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "F", Subjects: []string{"tenure.out.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range subjects {
+		if _, err := js.Publish(ctx, subj, []byte(subj)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range filters {
+		var want []uint64
+		cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{f}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := int(info.NumPending); n > 0 {
+			batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for m := range batch.Messages() {
+				md, err := m.Metadata()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, md.Sequence.Stream)
+			}
+		}
+		var got []uint64
+		for i, subj := range subjects {
+			if SubjectMatches(f, subj) {
+				got = append(got, uint64(i+1))
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("filter %s: the model delivers %v, the server %v", f, got, want)
+		}
+		var wantLast uint64
+		if m, err := s.GetLastMsgForSubject(ctx, f); err == nil {
+			wantLast = m.Sequence
+		} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Fatal(err)
+		}
+		var gotLast uint64
+		if len(got) > 0 {
+			gotLast = got[len(got)-1]
+		}
+		if gotLast != wantLast {
+			t.Errorf("filter %s: the model's last message is %d, the server's %d", f, gotLast, wantLast)
+		}
+	}
+}
