@@ -72,6 +72,18 @@ var simMutations = []simMutation{
 		want:  "sdk call: ", // the wrong-waiter oracle's (checkCalls)
 	},
 	{
+		name: "ops-wrong-waiter",
+		file: "ops/reader.go",
+		edits: [][2]string{
+			// The same in package ops: a verdict nobody awaits (its
+			// caller gone, or its PubAck not back yet) handed to
+			// whichever call waits, instead of stashed for its own.
+			{"	if w, ok := c.waiters[k]; ok {\n", "	w, ok := c.waiters[k]\n	for k2, w2 := range c.waiters {\n		if !ok {\n			k, w, ok = k2, w2, true\n		}\n	}\n	if ok {\n"},
+		},
+		seeds: 800,
+		want:  "ops call: ", // checkOpsCalls
+	},
+	{
 		name: "run-at-ignored",
 		file: "projector/queue.go",
 		edits: [][2]string{

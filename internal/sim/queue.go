@@ -13,7 +13,7 @@ import (
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/chaos"
 	"github.com/maknow/tenure/internal/jsmodel"
-	"github.com/maknow/tenure/streams"
+	"github.com/maknow/tenure/ops"
 	"github.com/maknow/tenure/worker"
 )
 
@@ -26,9 +26,8 @@ import (
 // run long, or hang past their lease (the process paused: its renewals
 // held with it); an operator retries and discards DEAD jobs, settles
 // UNRESOLVED ones, cancels and revokes, and changes the policy. The
-// dispatcher and the operator publish hand-built inputs on the model (the
-// ops package has no port: it needs a NATS connection), as a nats CLI user
-// would.
+// dispatcher and the operator are package ops's Client on the model's
+// transport (ops.NewWithTransport).
 
 // queueNames are the queues a run uses (the first Plan.Queues of them).
 var queueNames = []string{"qa", "qb"}
@@ -56,48 +55,71 @@ func (j *journal) all() []chaos.Entry {
 	return slices.Clone(j.entries)
 }
 
-// opsActor is a dispatcher or an operator: it publishes inputs by hand,
-// each retried under its Msg-Id while its outcome is unknown.
+// opsActor is a dispatcher or an operator: package ops's Client on the
+// model's transport (ops.NewWithTransport), so that Submit, SubmitMany,
+// the resolves and SetPolicy run as users run them, with their publishes,
+// retries and verdict matching; each call that learned a verdict is kept
+// for the wrong-waiter oracle (checkOpsCalls).
 type opsActor struct {
-	id  string
-	c   *jsmodel.Client
-	j   journal
-	n   int
-	top streams.Topology
+	id string
+	c  *ops.Client
+	j  journal
+
+	mu    sync.Mutex
+	calls []opsCall
 }
 
-// send publishes in (role ops, the actor's) until stored, stop or until.
-func (o *opsActor) send(ctx context.Context, in events.Input, stop <-chan struct{}, until time.Time) (uint64, bool) {
-	in.Role, in.Actor = events.RoleOps, o.id
-	in.SentAt = time.Now().UnixNano()
-	body := events.AppendInputBody(nil, &in)
-	subj := events.InputSubject(events.RoleOps, o.id, in.Job, in.Verb)
-	o.n++
-	id := fmt.Sprintf("%s-%d", o.id, o.n)
-	return o.publish(ctx, subj, body, id, stop, until)
+// opsCall is one verdict an ops call returned: the job it was about, when
+// the call began and returned, and the decision.
+type opsCall struct {
+	op       string
+	job      string
+	from, to time.Time
+	d        events.Decision
 }
 
-func (o *opsActor) publish(ctx context.Context, subj string, body []byte, id string, stop <-chan struct{}, until time.Time) (uint64, bool) {
-	o.j.record(true, subj, id, body, "", 0)
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		if ctx.Err() != nil || !time.Now().Before(until) {
-			return 0, false
-		}
-		pctx, cancel := context.WithDeadline(ctx, until)
-		seq, err := o.c.Publish(pctx, subj, body, id)
-		cancel()
-		if err == nil {
-			o.j.record(false, subj, id, body, o.top.InputStream(), seq)
-			return seq, true
-		}
-		if !errors.Is(err, jsmodel.ErrNotStored) {
-			return 0, false
-		}
+func newOpsActor(net *jsmodel.Net, id string) *opsActor {
+	a := &opsActor{id: id}
+	tr := net.Client(id).Transport()
+	tr.Journal = a.j.record
+	c, err := ops.NewWithTransport(tr, id, ops.WithTimeout(3*time.Second))
+	if err != nil {
+		panic(err) // (an id of the simulator's own: a token)
+	}
+	a.c = c
+	return a
+}
+
+// call makes one call of the client, bounded by until and by stop, and
+// keeps the verdicts it returned (SubmitMany's: one per job).
+func (o *opsActor) call(ctx context.Context, stop <-chan struct{}, until time.Time, op string, jobs []string, fn func(ctx context.Context) ([]events.Decision, error)) error {
+	ctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	go func() { // (ends with the call: cancel)
 		select {
 		case <-stop:
-			return 0, false
-		case <-time.After(wait):
+			cancel()
+		case <-ctx.Done():
 		}
+	}()
+	from := time.Now()
+	ds, err := fn(ctx)
+	to := time.Now()
+	o.mu.Lock()
+	for i, d := range ds {
+		if d.Kind != events.KindNone && i < len(jobs) {
+			o.calls = append(o.calls, opsCall{op, jobs[i], from, to, d})
+		}
+	}
+	o.mu.Unlock()
+	return err
+}
+
+// one adapts a call of one verdict to opsActor.call.
+func one(fn func(ctx context.Context) (events.Decision, error)) func(ctx context.Context) ([]events.Decision, error) {
+	return func(ctx context.Context) ([]events.Decision, error) {
+		d, err := fn(ctx)
+		return []events.Decision{d}, err
 	}
 }
 
@@ -120,7 +142,7 @@ type queueRun struct {
 
 func newQueueRun(p Plan, net *jsmodel.Net, v *view, res *resource, quiet <-chan struct{}) *queueRun {
 	q := &queueRun{p: p, net: net, view: v, res: res, rng: rand.New(rand.NewPCG(p.Seed, 0x7175)), quiet: quiet,
-		disp: &opsActor{id: "disp", c: net.Client("disp")}, ops: &opsActor{id: "qops", c: net.Client("qops")}}
+		disp: newOpsActor(net, "disp"), ops: newOpsActor(net, "qops")}
 	q.seeds = [2]uint64{q.rng.Uint64(), q.rng.Uint64()}
 	v.opsPrefixes = []string{events.InputPrefix + ".ops." + q.disp.id + ".", events.InputPrefix + ".ops." + q.ops.id + "."}
 	for i := range p.QueueWorkers {
@@ -175,17 +197,97 @@ func (q *queueRun) submitInput(r *rand.Rand, job string, single bool) events.Inp
 	return in
 }
 
+// submission is one call of the dispatcher: a single submit (ops.Submit)
+// or a batch (ops.SubmitMany).
+type submission struct {
+	single *events.Input // a single submit
+	batch  []ops.SubmitJob
+	ids    []string
+}
+
+// submitOptions are a drawn submit's fields as ops options.
+func submitOptions(in *events.Input) []ops.SubmitOption {
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	opts := []ops.SubmitOption{ops.WithPriority(int(in.Priority)), ops.WithMaxAttempts(int(in.MaxAttempts)),
+		ops.WithBackoff(ms(in.BackoffMS), ms(in.BackoffMax)), ops.WithLease(ms(in.LeaseMS)), ops.WithAckTimeout(ms(in.AckTimeoutMS))}
+	if in.HasPayload {
+		opts = append(opts, ops.WithPayload(in.Payload))
+	}
+	if in.DelayMS != 0 {
+		opts = append(opts, ops.WithDelay(ms(in.DelayMS)))
+	}
+	if in.RunAt != 0 {
+		opts = append(opts, ops.WithRunAt(time.Unix(0, in.RunAt)))
+	}
+	if in.UniqueKey != "" {
+		opts = append(opts, ops.WithUniqueKey(in.UniqueKey))
+	}
+	if in.UniqueForMS != 0 {
+		opts = append(opts, ops.WithUniqueFor(ms(in.UniqueForMS)))
+	}
+	return opts
+}
+
+// submitJob is a drawn batch element as SubmitMany takes it.
+func submitJob(in *events.Input) ops.SubmitJob {
+	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	return ops.SubmitJob{ID: in.Job, Queue: in.Queue, Options: ops.SubmitOptions{Priority: in.Priority, MaxAttempts: in.MaxAttempts,
+		Backoff: ms(in.BackoffMS), BackoffMax: ms(in.BackoffMax), Lease: ms(in.LeaseMS), AckTimeout: ms(in.AckTimeoutMS),
+		Payload: in.Payload, HasPayload: in.HasPayload}}
+}
+
+// submit makes submission s's call, and calls again while it learned no
+// verdict and none of its jobs is known to the fold (its input may be
+// lost, or stored unknown to the dispatcher: then the next call's is a
+// duplicate_submit), until until.
+func (q *queueRun) submit(ctx context.Context, stop <-chan struct{}, until time.Time, s submission) {
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		err := q.send(ctx, stop, until, "submit", s)
+		var rej *ops.RejectedError
+		if err == nil || errors.As(err, &rej) || ctx.Err() != nil || !time.Now().Before(until) || q.anyKnown(s.ids) {
+			return
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// send makes submission s's call, once.
+func (q *queueRun) send(ctx context.Context, stop <-chan struct{}, until time.Time, op string, s submission) error {
+	return q.disp.call(ctx, stop, until, op, s.ids, func(ctx context.Context) ([]events.Decision, error) {
+		if s.single != nil {
+			d, err := q.disp.c.Submit(ctx, s.single.Job, s.single.Queue, submitOptions(s.single)...)
+			return []events.Decision{d}, err
+		}
+		rs, err := q.disp.c.SubmitMany(ctx, s.batch)
+		ds := make([]events.Decision, len(rs))
+		for i := range rs {
+			ds[i] = rs[i].Decision
+		}
+		return ds, err
+	})
+}
+
+// anyKnown reports whether the fold knows one of the jobs ids.
+func (q *queueRun) anyKnown(ids []string) bool {
+	states := q.jobStates()
+	for _, id := range ids {
+		if _, ok := states[id]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // dispatch submits the run's jobs at the seed's times until they are all
-// submitted or the faults stop; now and then it resends a submit (a
+// submitted or the faults stop; now and then it submits a job again (a
 // dispatcher that did not learn its verdict: duplicate_submit).
 func (q *queueRun) dispatch(ctx context.Context, stop <-chan struct{}) {
 	r := rand.New(rand.NewPCG(q.seeds[0], 5))
-	type sent struct {
-		subj string
-		body []byte
-		jobs []string
-	}
-	var bodies []sent
+	var sent []submission
 	if !q.waitLive(ctx, stop) {
 		return
 	}
@@ -195,9 +297,9 @@ func (q *queueRun) dispatch(ctx context.Context, stop <-chan struct{}) {
 			return
 		}
 		until := time.Now().Add(5 * time.Second)
-		if len(bodies) > 0 && r.IntN(10) == 0 {
-			b := bodies[r.IntN(len(bodies))]
-			if !q.allLive(b.jobs) {
+		if len(sent) > 0 && r.IntN(10) == 0 {
+			s := sent[r.IntN(len(sent))]
+			if !q.allLive(s.ids) {
 				// (A job discarded is retired, its id free again: a
 				// resend would submit a new job of that id, whose
 				// generations start again at 1, which the effects'
@@ -205,30 +307,24 @@ func (q *queueRun) dispatch(ctx context.Context, stop <-chan struct{}) {
 				// the old one's.)
 				continue
 			}
-			q.disp.n++
-			q.disp.publish(ctx, b.subj, b.body, fmt.Sprintf("disp-%d", q.disp.n), stop, until)
+			q.send(ctx, stop, until, "resubmit", s)
 			continue
 		}
-		var in events.Input
-		var ids []string
+		var s submission
 		if n := min(2+r.IntN(5), q.p.QueueJobs-i); q.p.Batches && n >= 2 && r.IntN(3) == 0 {
-			in = events.Input{Job: events.NoJob, Verb: events.VerbSubmit}
 			for k := range n {
-				in.Batch = append(in.Batch, q.submitInput(r, fmt.Sprintf("q%d", i+k+1), false))
-				ids = append(ids, in.Batch[k].Job)
+				in := q.submitInput(r, fmt.Sprintf("q%d", i+k+1), false)
+				s.batch = append(s.batch, submitJob(&in))
+				s.ids = append(s.ids, in.Job)
 			}
 			i += n
 		} else {
-			in = q.submitInput(r, fmt.Sprintf("q%d", i+1), true)
-			ids = append(ids, in.Job)
+			in := q.submitInput(r, fmt.Sprintf("q%d", i+1), true)
+			s.single, s.ids = &in, []string{in.Job}
 			i++
 		}
-		in.Role, in.Actor, in.SentAt = events.RoleOps, q.disp.id, time.Now().UnixNano()
-		body := events.AppendInputBody(nil, &in)
-		subj := events.InputSubject(events.RoleOps, q.disp.id, in.Job, in.Verb)
-		bodies = append(bodies, sent{subj, body, ids})
-		q.disp.n++
-		q.disp.publish(ctx, subj, body, fmt.Sprintf("disp-%d", q.disp.n), stop, until)
+		sent = append(sent, s)
+		q.submit(ctx, stop, until, s)
 	}
 }
 
@@ -337,13 +433,19 @@ func (q *queueRun) operate(ctx context.Context, stop <-chan struct{}) {
 				if r.IntN(2) == 0 {
 					out = events.OutcomeCancelled
 				}
-				q.ops.send(ctx, events.Input{Job: id, Verb: events.VerbResolve, Action: events.ActionSettle, Outcome: out, Text: "sim"}, stop, until)
+				q.ops.call(ctx, stop, until, "settle", []string{id}, one(func(ctx context.Context) (events.Decision, error) {
+					return q.ops.c.Settle(ctx, id, out, "sim")
+				}))
 			case quiet:
 			case j.State == events.StateDead && !retried[id] && r.IntN(2) == 0:
 				retried[id] = true
-				q.ops.send(ctx, events.Input{Job: id, Verb: events.VerbResolve, Action: events.ActionRetry, Text: "sim"}, stop, until)
+				q.ops.call(ctx, stop, until, "retry", []string{id}, one(func(ctx context.Context) (events.Decision, error) {
+					return q.ops.c.Retry(ctx, id, "sim")
+				}))
 			case j.State == events.StateDead && r.IntN(3) == 0:
-				q.ops.send(ctx, events.Input{Job: id, Verb: events.VerbResolve, Action: events.ActionDiscard, Text: "sim"}, stop, until)
+				q.ops.call(ctx, stop, until, "discard", []string{id}, one(func(ctx context.Context) (events.Decision, error) {
+					return q.ops.c.Discard(ctx, id, "sim")
+				}))
 			case j.State == events.StateQueued || j.State.Live():
 				live = append(live, id)
 			}
@@ -353,11 +455,15 @@ func (q *queueRun) operate(ctx context.Context, stop <-chan struct{}) {
 		}
 		if len(live) > 0 && r.IntN(6) == 0 {
 			id := live[r.IntN(len(live))]
-			q.ops.send(ctx, events.Input{Job: id, Verb: events.VerbCancel, Text: "sim"}, stop, until)
+			q.ops.call(ctx, stop, until, "cancel", []string{id}, one(func(ctx context.Context) (events.Decision, error) {
+				return q.ops.c.Cancel(ctx, id, "", 0, "sim")
+			}))
 		}
 		if len(live) > 0 && r.IntN(8) == 0 {
 			id := live[r.IntN(len(live))]
-			q.ops.send(ctx, events.Input{Job: id, Verb: events.VerbResolve, Action: events.ActionRevoke, Text: "sim"}, stop, until)
+			q.ops.call(ctx, stop, until, "revoke", []string{id}, one(func(ctx context.Context) (events.Decision, error) {
+				return q.ops.c.Revoke(ctx, id, "sim")
+			}))
 		}
 		if q.p.Policies && r.IntN(6) == 0 {
 			q.setPolicy(ctx, r, stop)
@@ -373,7 +479,9 @@ func (q *queueRun) setPolicy(ctx context.Context, r *rand.Rand, stop <-chan stru
 	p.DefaultLease = int64(time.Duration(500+r.IntN(1500)) * time.Millisecond)
 	p.AckTimeout = int64(time.Duration(300+r.IntN(1200)) * time.Millisecond)
 	p.CancelTimeout = int64(time.Duration(500+r.IntN(4500)) * time.Millisecond)
-	q.ops.send(ctx, events.Input{Job: events.NoJob, Verb: events.VerbPolicy, Policy: p}, stop, time.Now().Add(3*time.Second))
+	q.ops.call(ctx, stop, time.Now().Add(3*time.Second), "policy", []string{events.NoJob}, one(func(ctx context.Context) (events.Decision, error) {
+		return q.ops.c.SetPolicy(ctx, p)
+	}))
 	q.net.Touch("queue: policy sent")
 }
 
@@ -387,12 +495,12 @@ type queueWorker struct {
 	runs  []*calls // every run's calls (a restarted worker gets new ones): what reached it when
 }
 
-// reached reports whether decision seq of the decision stream had reached
-// the worker by t (in any of its runs).
-func (w *queueWorker) reached(seq uint64, t time.Time) bool {
+// reached reports whether decision seq of the decision stream, stored at
+// storedAt, had reached the worker by t (in any of its runs).
+func (w *queueWorker) reached(seq uint64, storedAt int64, t time.Time) bool {
 	for _, c := range w.runs {
 		c.mu.Lock()
-		at, ok := c.delivered[seq]
+		at, ok := c.delivered[decAt{seq, storedAt}]
 		c.mu.Unlock()
 		if ok && !at.After(t) {
 			return true
@@ -522,4 +630,78 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// checkOpsCalls is the wrong-waiter oracle of package ops: every verdict
+// an ops call of actor a returned must be the stored verdict of the
+// call's own input about the call's job. The actor makes one call at a
+// time, so its own inputs are those whose PubAck it read during the call
+// (its journal); the verdict must answer one of them, be about the job
+// (or, a whole batch refused, about none: "_"), and be in the decision
+// stream with that kind and reason.
+//
+// A verdict of an input the server acknowledged and then lost in a crash
+// (excused, by Msg-Id: lost.go) is not checked: it is not in the
+// decision stream, and the input's sequence holds another input since.
+func checkOpsCalls(rep *Report, net *jsmodel.Net, l *chaos.Log, a *opsActor, excused map[string]bool) {
+	type key struct {
+		cause uint64
+		job   string
+	}
+	stored := map[key]events.Decision{}
+	for _, m := range l.Decisions {
+		d, err := events.DecodeDecision(m.Data)
+		if err != nil || d.Kind.Derived() || d.Role != events.RoleOps || d.Actor != a.id {
+			continue
+		}
+		if _, ok := stored[key{d.Cause, d.Job.ID}]; !ok {
+			stored[key{d.Cause, d.Job.ID}] = d
+		}
+	}
+	type ack struct {
+		seq uint64
+		at  time.Time
+		id  string
+	}
+	var acks []ack // the PubAcks the actor read, in order
+	for _, e := range a.j.all() {
+		if e.Kind == chaos.EntryAck {
+			acks = append(acks, ack{e.Seq, time.Unix(0, e.At), e.MsgID})
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.calls {
+		what := fmt.Sprintf("ops call: %s's %s of %s (%s to %s)", a.id, c.op, c.job, c.from.Format("15:04:05.000000"), c.to.Format("15:04:05.000000"))
+		d := c.d
+		// The call's own inputs: those acknowledged during it.
+		acked, lost := false, false
+		for _, k := range acks {
+			if k.seq == d.Cause && !k.at.Before(c.from) && !k.at.After(c.to) {
+				acked, lost = true, lost || excused[k.id]
+			}
+		}
+		own, ok := stored[key{d.Cause, d.Job.ID}]
+		switch {
+		case d.Job.ID != c.job && d.Job.ID != events.NoJob:
+			rep.finding("%s: given a verdict about job %s (%s/%s of input %d)", what, d.Job.ID, d.Kind, d.Reason, d.Cause)
+		case !acked:
+			rep.finding("%s: given the verdict of input %d (%s/%s), which it did not have acknowledged during the call", what, d.Cause, d.Kind, d.Reason)
+		case lost:
+			net.Touch("ops calls: input lost in a crash, not checked")
+		case !ok:
+			rep.finding("%s: given %s/%s of input %d, which the decision stream does not hold", what, d.Kind, d.Reason, d.Cause)
+		case own.Kind != d.Kind || own.Reason != d.Reason:
+			rep.finding("%s: given %s/%s of input %d, but the stored verdict is %s/%s", what, d.Kind, d.Reason, d.Cause, own.Kind, own.Reason)
+		default:
+			net.Touch("ops calls: verdict checked")
+		}
+	}
+}
+
+// close closes the dispatcher's and the operator's clients (their
+// decision readers).
+func (q *queueRun) close() {
+	q.disp.c.Close()
+	q.ops.c.Close()
 }

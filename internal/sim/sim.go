@@ -419,6 +419,9 @@ func Run(p Plan) *Report {
 	}
 	close(stopQueue)
 	qwg.Wait()
+	if qr != nil {
+		qr.close()
+	}
 	// Let the coordinators store what they have folded, then stop them.
 	time.Sleep(2 * p.LeaderTTL)
 	for _, c := range coords {
@@ -481,12 +484,12 @@ func Run(p Plan) *Report {
 		for _, s := range chaos.Liveness(r, "j", deadline.UnixNano()).Items {
 			rep.finding("liveness: %s", s)
 		}
-		var reached func(worker string, seq uint64, t time.Time) bool
+		var reached func(worker string, seq uint64, storedAt int64, t time.Time) bool
 		if qr != nil {
-			reached = func(worker string, seq uint64, t time.Time) bool {
+			reached = func(worker string, seq uint64, storedAt int64, t time.Time) bool {
 				for _, w := range qr.workers {
 					if w.id == worker {
-						return w.reached(seq, t)
+						return w.reached(seq, storedAt, t)
 					}
 				}
 				return true // not a queue worker: nothing is excused
@@ -498,14 +501,16 @@ func Run(p Plan) *Report {
 		v := indexVerdicts(l)
 		for _, w := range sdks {
 			if w.calls != nil {
-				checkCalls(rep, net, v, w.calls)
+				checkCalls(rep, net, v, w.calls, excused)
 			}
 		}
 		if qr != nil {
 			checkQueues(rep, net, l)
+			checkOpsCalls(rep, net, l, qr.disp, excused)
+			checkOpsCalls(rep, net, l, qr.ops, excused)
 			for _, w := range qr.workers {
 				if w.calls != nil {
-					checkCalls(rep, net, v, w.calls)
+					checkCalls(rep, net, v, w.calls, excused)
 				}
 			}
 			for _, f := range qr.findings {

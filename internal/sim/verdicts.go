@@ -8,7 +8,8 @@ import (
 
 // checkVerdicts: every input a client was acknowledged has exactly one
 // verdict in the final decision stream (a batch renew one per lease it
-// names, a batch one per element: events.Kind.Derived), once the faults
+// names, a batch one per element, or one refusing it whole:
+// events.Kind.Derived), once the faults
 // have stopped and every coordinator has had the time to decide what is
 // stored. internal/chaos.Check compares the stored decisions with the
 // fold and finds inputs without decisions between two that have some,
@@ -19,10 +20,14 @@ import (
 // after acknowledging them (lost.go): no verdict is owed to those.
 func checkVerdicts(rep *Report, l *chaos.Log, entries []chaos.Entry, excused map[string]bool) {
 	verdicts := map[uint64]int{}
+	whole := map[uint64]bool{} // a batch's inputs refused whole: one verdict about no job
 	for _, m := range l.Decisions {
 		d, err := events.DecodeDecision(m.Data)
 		if err == nil && !d.Kind.Derived() {
 			verdicts[d.Cause]++
+			if d.Job.ID == events.NoJob && !d.Kind.Accepted() {
+				whole[d.Cause] = true
+			}
 		}
 	}
 	inputs := map[uint64]*chaos.Message{}
@@ -48,6 +53,9 @@ func checkVerdicts(rep *Report, l *chaos.Log, entries []chaos.Entry, excused map
 			case len(in.Batch) > 0:
 				want = len(in.Batch)
 			}
+		}
+		if want > 1 && whole[e.Seq] {
+			want = 1 // (a batch below rules revision 7, or malformed: refused whole)
 		}
 		if got := verdicts[e.Seq]; got != want {
 			rep.finding("input %d (%s, Msg-Id %s) was acknowledged and has %d verdicts in the decision stream, want %d", e.Seq, e.Subject, e.MsgID, got, want)

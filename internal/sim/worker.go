@@ -329,11 +329,12 @@ func (r *resource) write(job string, gen uint64, worker string, at time.Time) bo
 // that admitted a newer generation refuses it (the resource here refuses
 // a write below the highest generation written). reached (nil: none
 // excused) tells whether a decision had reached a worker by a time.
-func checkEffects(rep *Report, net *jsmodel.Net, l *chaos.Log, res *resource, reached func(worker string, seq uint64, t time.Time) bool) {
+func checkEffects(rep *Report, net *jsmodel.Net, l *chaos.Log, res *resource, reached func(worker string, seq uint64, storedAt int64, t time.Time) bool) {
 	type gen struct {
 		holder  string
 		from    int64  // the stored time of its first decision
 		revoked uint64 // the decision (stream sequence) of an operator's revoke of it, 0 if none
+		revAt   int64  // its stored time
 		expires []struct{ at, until int64 }
 	}
 	gens := map[string]map[uint64]*gen{}
@@ -356,7 +357,7 @@ func checkEffects(rep *Report, net *jsmodel.Net, l *chaos.Log, res *resource, re
 			g.expires = append(g.expires, struct{ at, until int64 }{m.Time, d.Job.ExpiresAt})
 		}
 		if d.Kind == events.KindResolved && d.Reason == events.ReasonLeaseRevoked && g.revoked == 0 && m.Time >= g.from {
-			g.revoked = m.Seq
+			g.revoked, g.revAt = m.Seq, m.Time
 		}
 	}
 	res.mu.Lock()
@@ -370,7 +371,7 @@ func checkEffects(rep *Report, net *jsmodel.Net, l *chaos.Log, res *resource, re
 		}
 		for ng, later := range gens[e.job] {
 			if ng > e.gen && later.from <= t {
-				if g.revoked != 0 && reached != nil && !reached(e.worker, g.revoked, e.at) {
+				if g.revoked != 0 && reached != nil && !reached(e.worker, g.revoked, g.revAt, e.at) {
 					net.Touch("effect after a revoke, before the revoke reached its holder")
 					continue
 				}
