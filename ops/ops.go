@@ -513,14 +513,21 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 	// inactivity threshold (minutes).
 	filter := part.JobDecisionFilter(in.Job)
 	ch := make(chan follow.Msg, 16)
-	f := c.tr.Follow(ctx, follow.Config{Stream: topo.DecisionStream(), Filters: []string{filter},
+	// The follower's own context, cancelled before Stop waits for the
+	// handler: a handler blocked on a full ch (a busy job's decisions)
+	// must return, or Stop would wait for ever.
+	fctx, fcancel := context.WithCancel(ctx)
+	f := c.tr.Follow(fctx, follow.Config{Stream: topo.DecisionStream(), Filters: []string{filter},
 		FromNew: true, PullAhead: 64}, func(m follow.Msg) {
 		select {
 		case ch <- m:
-		case <-ctx.Done():
+		case <-fctx.Done():
 		}
 	})
-	defer f.Stop()
+	defer func() {
+		fcancel()
+		f.Stop()
+	}()
 	select {
 	case <-f.Ready():
 	case <-ctx.Done():

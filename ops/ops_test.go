@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/maknow/tenure/coordinator"
@@ -340,4 +341,54 @@ func TestPrefix(t *testing.T) {
 			t.Errorf("WithTimeout(%v) was accepted", d)
 		}
 	}
+}
+
+// A call about a busy job returns as soon as it has its verdict: the
+// decisions about the job that follow the verdict may fill the call's
+// buffer while it stops following them, and its follower's handler must
+// not wait for a reader that is gone. Before the fix, Stop waited for the
+// handler, blocked on the full buffer until the call's context ended: a
+// call given its verdict returned it only at its deadline (seen here: 10.1
+// s with a 10 s timeout; the race needs decisions delivered between the
+// verdict and Stop, which a flood of the job's inputs makes likely, not
+// certain). A call that returned a verdict must have returned before its
+// deadline.
+func TestCallReturnsWhileItsJobIsBusy(t *testing.T) {
+	c, js := startTenureJS(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	wg.Go(func() { // w1's acquires of busy: a grant, then a refusal each, all about busy
+		for i := 0; ctx.Err() == nil; i++ {
+			msg := nats.NewMsg(events.InputSubject(events.RoleWorker, "w1", "busy", events.VerbAcquire))
+			msg.Data = []byte(`{"v":1,"lease_ms":60000}`)
+			if _, err := js.PublishMsgAsync(msg); err != nil && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			if i%64 == 63 {
+				select {
+				case <-js.PublishAsyncComplete():
+				case <-ctx.Done():
+				}
+			}
+		}
+	})
+	verdicts := 0
+	for range 5 {
+		deadline := time.Now().Add(10 * time.Second)
+		cctx, ccancel := context.WithDeadline(ctx, deadline)
+		d, err := c.Cancel(cctx, "busy", "", 0, "busy") // (its verdict, whatever it is)
+		ccancel()
+		if d.Kind == events.KindNone {
+			continue // no verdict in time: a coordinator behind the flood
+		}
+		verdicts++
+		if !time.Now().Before(deadline) {
+			t.Fatalf("the cancel's verdict (%s/%s, %v) was returned at its deadline, not when it came", d.Kind, d.Reason, err)
+		}
+	}
+	t.Logf("%d of 5 cancels learned their verdict", verdicts)
 }
