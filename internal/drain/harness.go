@@ -156,18 +156,26 @@ func (p *proc) stop(sig syscall.Signal) {
 // progress counts the queue's jobs that have ended, from a core
 // subscription to the decisions (the checks read the streams).
 type progress struct {
-	mu    sync.Mutex
-	ended map[string]bool
-	ch    chan struct{} // closed and replaced when a job ends
+	mu     sync.Mutex
+	ended  map[string]bool
+	ch     chan struct{}     // closed and replaced when a job ends
+	active map[string]string // job -> the worker that holds it ACTIVE
 }
 
 func watchProgress(t *testing.T, nc *nats.Conn) *progress {
-	p := &progress{ended: make(map[string]bool), ch: make(chan struct{})}
+	p := &progress{ended: make(map[string]bool), ch: make(chan struct{}), active: make(map[string]string)}
 	sub, err := nc.Subscribe(events.DecisionPrefix+".>", func(m *nats.Msg) {
 		d, err := events.DecodeDecision(m.Data)
 		if err != nil || d.Job.Queue != queue {
 			return
 		}
+		p.mu.Lock()
+		if d.Job.State == events.StateActive {
+			p.active[d.Job.ID] = d.Job.Holder
+		} else {
+			delete(p.active, d.Job.ID)
+		}
+		p.mu.Unlock()
 		switch d.Job.State { // not FAILED: a failed attempt is retried
 		case events.StateCompleted, events.StateDead, events.StateCancelled:
 		default:
@@ -188,6 +196,20 @@ func watchProgress(t *testing.T, nc *nats.Conn) *progress {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// holds reports how many jobs worker holds ACTIVE, as the decisions
+// read so far say.
+func (p *progress) holds(worker string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, h := range p.active {
+		if h == worker {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *progress) count() (int, <-chan struct{}) {
@@ -378,6 +400,15 @@ func Run(t *testing.T, o Options) *Outcome {
 				time.Sleep(100 * time.Millisecond)
 				p.start()
 			case "pause":
+				// Paused while it holds leases, so that its handlers
+				// write after losing them (the stale writes the drain
+				// must see refused): on a loaded machine it could hold
+				// none at the chosen moment (a drain with no stale write
+				// refused, under a stress run's load).
+				for wait := time.Now().Add(10 * time.Second); prog.holds(p.id) == 0 && time.Now().Before(wait); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				t.Logf("%s holds %d jobs when paused", p.id, prog.holds(p.id))
 				pauses++
 				p.signal(syscall.SIGSTOP)
 				faults.Go(func() {
