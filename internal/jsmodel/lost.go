@@ -59,3 +59,22 @@ func (n *Net) LoseTails(inSynced, outSynced time.Time) (in, out []Msg) {
 	n.Counts["lost-decision"] += len(out)
 	return in, out
 }
+
+// SpoilSnapshot changes one byte of the stored snapshot (a tampered or
+// rotted object, its size and headers kept): a coordinator that restores
+// it finds that its bytes do not hash to its anchor, and refuses it. It
+// reports whether a snapshot was stored. (Faults.StaleSnapshot spoils a
+// snapshot as it is stored; this one, at a moment the simulator chooses.)
+func (n *Net) SpoilSnapshot() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	o := n.model.Snap
+	if o == nil || len(o.Data) == 0 {
+		return false
+	}
+	data := append([]byte(nil), o.Data...)
+	data[len(data)/2] ^= 0x5a
+	o.Data = data
+	n.Counts["spoiled-snapshot"]++
+	return true
+}

@@ -84,6 +84,20 @@ var simMutations = []simMutation{
 		want:  "ops call: ", // checkOpsCalls
 	},
 	{
+		name: "reader-waits-on-session",
+		file: "coordinator/reader.go",
+		edits: [][2]string{
+			// The hang 45e6d70 fixed: a reader's handler waits on the
+			// session's context, so a session that stops a reader whose
+			// buffer is full (a snapshot refused after its readers read
+			// ahead of it, on a long backlog) waits for ever. Found by the
+			// backlog restarts (Plan.Backlog).
+			{"	ctx, cancel := context.WithCancel(ctx)\n	ch := make(chan stored, buf)\n", "	_, cancel := context.WithCancel(ctx)\n	ch := make(chan stored, buf)\n"},
+		},
+		seeds: 800,
+		want:  "has 0 verdicts", // checkVerdicts: the coordinators hung
+	},
+	{
 		name: "run-at-ignored",
 		file: "projector/queue.go",
 		edits: [][2]string{

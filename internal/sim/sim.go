@@ -76,6 +76,13 @@ type Plan struct {
 	CutFor       time.Duration // how long at most
 	Faults       jsmodel.Faults
 	Lost         LostPlan // crashes of the server's machine, unsynced tails lost (lost.go)
+	// Backlog, when not 0, is how many inputs are stored while every
+	// coordinator is down, half way through the fault phase; the stored
+	// snapshot is then spoiled and read slowly, so that the restarted
+	// coordinators' readers fill their buffers past its anchor before
+	// they refuse it (a restart on a long backlog past a refused
+	// snapshot: the hang coordinator/reader.go fixed).
+	Backlog int
 	// The queue workload (queue.go), in the seeds that draw it (Queues
 	// above 0): its queues, workers (worker.Run), the jobs the
 	// dispatcher submits, which features it uses, the operator's, and
@@ -143,6 +150,10 @@ func Draw(seed uint64) Plan {
 		StaleSnapshot: rate(0.3, 0.5),
 	}
 	p.Lost = drawLost(seed)
+	// From a generator of its own too: one seed in sixty with snapshots.
+	if b := rand.New(rand.NewPCG(seed, 0xbac)); p.SnapshotEach > 0 && b.Float64() < 1.0/60 {
+		p.Backlog = 4500 + b.IntN(1500)
+	}
 	// The queue workload, from a generator of its own: the draws above
 	// are those of the seeds before it.
 	q := rand.New(rand.NewPCG(seed, 0x7175e))
@@ -177,8 +188,8 @@ func (p Plan) String() string {
 		queues = fmt.Sprintf("%d queues, %d queue workers, %d queue jobs, batches %v, scheduled %v, unique keys %v, queue operator %v, policy changes %v, handlers fail %.2f, permanently %.2f, panic %.2f, hang %.2f, slow %.2f",
 			p.Queues, p.QueueWorkers, p.QueueJobs, p.Batches, p.Scheduled, p.Unique, p.QueueOps, p.Policies, p.Fail, p.Permanent, p.Panic, p.Hang, p.Slow)
 	}
-	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, %s, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, lost tails %v, %v then %v quiet",
-		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, queues, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Lost, p.Duration, p.Drain)
+	return fmt.Sprintf("seed %d: %d coordinators, %d bare and %d SDK workers, %d jobs, lease %v, leader TTL %v, snapshots %d, progress %v, boundary renewals %v, cancels %v, %s, crashes %.2f/s, cuts %.2f/s (up to %v), faults %+v, lost tails %v, backlog %d, %v then %v quiet",
+		p.Seed, p.Coordinators, p.Workers, p.SDKWorkers, p.Jobs, p.Lease, p.LeaderTTL, p.SnapshotEach, p.Progress, p.Boundary, p.Cancels, queues, p.Crashes, p.Cuts, p.CutFor, p.Faults, p.Lost, p.Backlog, p.Duration, p.Drain)
 }
 
 // Report is what a run found.
@@ -302,6 +313,43 @@ func Run(p Plan) *Report {
 		startCoord(i)
 	}
 
+	// backlog is Plan.Backlog's outage: every coordinator stopped
+	// (killed), p.Backlog inputs stored meanwhile, the stored snapshot
+	// spoiled and its reads slowed for 3 s, every coordinator started
+	// again.
+	var floodLog journal
+	backlog := func() {
+		for _, c := range coords {
+			c.cancel()
+			<-c.done
+			noteStats(c.c)
+		}
+		fl := net.Client("flood")
+		body := []byte(`{"v":1,"lease_ms":60000}`)
+		for k := range p.Backlog {
+			subj := events.InputSubject(events.RoleWorker, "flood", fmt.Sprintf("f%d", k%64), events.VerbAcquire)
+			id := fmt.Sprintf("flood-%d", k)
+			floodLog.record(true, subj, id, body, "", 0)
+			if seq, err := fl.Publish(ctx, subj, body, id); err == nil { // (a loss is one input fewer)
+				floodLog.record(false, subj, id, body, top.InputStream(), seq)
+			}
+		}
+		if net.SpoilSnapshot() {
+			net.Touch("backlog: restart past a spoiled snapshot")
+		}
+		for i, c := range coords {
+			net.Slow(c.id+">obj", 3*time.Second)
+			startCoord(i)
+		}
+		net.Touch("backlog: coordinators restarted on a backlog")
+		go func() {
+			time.Sleep(10 * time.Second)
+			for _, c := range coords {
+				net.Slow(c.id+">obj", 0)
+			}
+		}()
+	}
+
 	// The fenced resource and the workers.
 	res := &resource{}
 	jv := newView(net)
@@ -383,6 +431,9 @@ func Run(p Plan) *Report {
 	}
 	for t := time.Duration(0); t < p.Duration; t += 100 * time.Millisecond {
 		time.Sleep(100 * time.Millisecond)
+		if p.Backlog > 0 && t == p.Duration/200*100 { // (half way, on the 100 ms grid)
+			backlog()
+		}
 		if faultRng.Float64() < p.Crashes/10 {
 			i := faultRng.IntN(len(coords))
 			coords[i].cancel()
@@ -447,6 +498,7 @@ func Run(p Plan) *Report {
 		entries = append(entries, w.journal...)
 	}
 	entries = append(entries, opLog...)
+	entries = append(entries, floodLog.all()...)
 	if qr != nil {
 		entries = append(entries, qr.disp.j.all()...)
 		entries = append(entries, qr.ops.j.all()...)
