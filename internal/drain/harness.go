@@ -159,11 +159,18 @@ type progress struct {
 	mu     sync.Mutex
 	ended  map[string]bool
 	ch     chan struct{}     // closed and replaced when a job ends
-	active map[string]string // job -> the worker that holds it ACTIVE
+	active map[string]holding // job -> the worker that holds it ACTIVE, since when
+}
+
+// holding is a job held ACTIVE: by whom, since when (as the decision was
+// read).
+type holding struct {
+	worker string
+	since  time.Time
 }
 
 func watchProgress(t *testing.T, nc *nats.Conn) *progress {
-	p := &progress{ended: make(map[string]bool), ch: make(chan struct{}), active: make(map[string]string)}
+	p := &progress{ended: make(map[string]bool), ch: make(chan struct{}), active: make(map[string]holding)}
 	sub, err := nc.Subscribe(events.DecisionPrefix+".>", func(m *nats.Msg) {
 		d, err := events.DecodeDecision(m.Data)
 		if err != nil || d.Job.Queue != queue {
@@ -171,7 +178,9 @@ func watchProgress(t *testing.T, nc *nats.Conn) *progress {
 		}
 		p.mu.Lock()
 		if d.Job.State == events.StateActive {
-			p.active[d.Job.ID] = d.Job.Holder
+			if h, ok := p.active[d.Job.ID]; !ok || h.worker != d.Job.Holder {
+				p.active[d.Job.ID] = holding{d.Job.Holder, time.Now()}
+			}
 		} else {
 			delete(p.active, d.Job.ID)
 		}
@@ -199,17 +208,19 @@ func watchProgress(t *testing.T, nc *nats.Conn) *progress {
 }
 
 // holds reports how many jobs worker holds ACTIVE, as the decisions
-// read so far say.
-func (p *progress) holds(worker string) int {
+// read so far say, and how many of them it took within the last within.
+func (p *progress) holds(worker string, within time.Duration) (n, fresh int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
 	for _, h := range p.active {
-		if h == worker {
+		if h.worker == worker {
 			n++
+			if time.Since(h.since) < within {
+				fresh++
+			}
 		}
 	}
-	return n
+	return n, fresh
 }
 
 func (p *progress) count() (int, <-chan struct{}) {
@@ -255,7 +266,7 @@ type Options struct {
 	// writes to (Outcome.Writes).
 	Store bool
 	// CarelessWork is the most each attempt of the paused (careless)
-	// worker works before its effect (default 40 ms;
+	// worker works before its effect (default 400 ms;
 	// $TENURE_DRAIN_CARELESS_WORK overrides it, for runs to be compared):
 	// longer, more of its attempts are in their handlers, rather than
 	// being accepted or bound, when it is paused.
@@ -269,11 +280,16 @@ type Options struct {
 	StaleSeen func() bool
 }
 
+// freshHold: the pause waits for the careless worker to hold a job it
+// took less than this ago (its handler, working up to carelessWork, is
+// then most likely still at work).
+const freshHold = 50 * time.Millisecond
+
 // staleWait bounds Run's wait for a stale write after the pause.
 const staleWait = 20 * time.Second
 
 // carelessWork is the paused worker's MaxWork: $TENURE_DRAIN_CARELESS_WORK,
-// o.CarelessWork, or 5 times the others'.
+// o.CarelessWork, or 50 times the others'.
 func carelessWork(t testing.TB, o Options) time.Duration {
 	if s := os.Getenv("TENURE_DRAIN_CARELESS_WORK"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -285,7 +301,7 @@ func carelessWork(t testing.TB, o Options) time.Duration {
 	if o.CarelessWork > 0 {
 		return o.CarelessWork
 	}
-	return 5 * maxWork
+	return 50 * maxWork
 }
 
 // Outcome is what a drain did, read back once every job ended.
@@ -400,15 +416,22 @@ func Run(t *testing.T, o Options) *Outcome {
 				time.Sleep(100 * time.Millisecond)
 				p.start()
 			case "pause":
-				// Paused while it holds leases, so that its handlers
-				// write after losing them (the stale writes the drain
-				// must see refused): on a loaded machine it could hold
-				// none at the chosen moment (a drain with no stale write
-				// refused, under a stress run's load).
-				for wait := time.Now().Add(10 * time.Second); prog.holds(p.id) == 0 && time.Now().Before(wait); {
-					time.Sleep(5 * time.Millisecond)
+				// Paused while it holds leases it took a moment ago, so
+				// that its handlers are still working (up to
+				// carelessWork) and write after losing them: the stale
+				// writes the drain must see refused. Paused at the
+				// chosen moment alone, a loaded machine found its
+				// handlers done and their results in flight (a drain
+				// with no stale write refused, twice under a stress
+				// run's load).
+				for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); {
+					if _, fresh := prog.holds(p.id, freshHold); fresh > 0 {
+						break
+					}
+					time.Sleep(2 * time.Millisecond)
 				}
-				t.Logf("%s holds %d jobs when paused", p.id, prog.holds(p.id))
+				n, fresh := prog.holds(p.id, freshHold)
+				t.Logf("%s holds %d jobs when paused, %d of them taken within %v", p.id, n, fresh, freshHold)
 				pauses++
 				p.signal(syscall.SIGSTOP)
 				faults.Go(func() {
