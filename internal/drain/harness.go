@@ -158,7 +158,7 @@ func (p *proc) stop(sig syscall.Signal) {
 type progress struct {
 	mu     sync.Mutex
 	ended  map[string]bool
-	ch     chan struct{}     // closed and replaced when a job ends
+	ch     chan struct{}      // closed and replaced when a job ends
 	active map[string]holding // job -> the worker that holds it ACTIVE, since when
 }
 
