@@ -350,6 +350,7 @@ var ErrNotSourced = errors.New("streams: the input stream does not source every 
 // information's Active is not -1), or ctx ends.
 func WaitSourced(ctx context.Context, s jetstream.Stream, t Topology, workers []string) error {
 	t = t.withDefaults()
+	var known []string // what the last info that answered left pending (nil: none answered)
 	for {
 		info, err := s.Info(ctx)
 		var pending []string
@@ -368,10 +369,13 @@ func WaitSourced(ctx context.Context, s jetstream.Stream, t Topology, workers []
 			if len(pending) == 0 {
 				return nil
 			}
+			known = pending
 		}
 		select {
 		case <-ctx.Done():
-			if err != nil {
+			if err != nil && known != nil {
+				pending = known // (the last info timed out with ctx: say what the one before said)
+			} else if err != nil {
 				return fmt.Errorf("%w: stream %s info: %w", ErrNotSourced, t.InputStream(), Classify(err))
 			}
 			return fmt.Errorf("%w: %s not sourced by %s (nats-server retries a source it could not set up after a back-off of 10 s and more; their workers' inputs wait in them meanwhile)",

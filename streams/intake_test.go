@@ -147,7 +147,9 @@ func TestWaitSourcedNamesWhatIsMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// (It waits the whole timeout: "nobody" is never sourced. 2 s leaves
+	// a loaded machine time to answer a stream info or two.)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err = streams.WaitSourced(wctx, in, top, []string{"w1", "nobody"})
 	if !errors.Is(err, streams.ErrNotSourced) || !strings.Contains(err.Error(), "TENURE_INTAKE_nobody") || strings.Contains(err.Error(), "TENURE_INTAKE_w1,") {

@@ -150,13 +150,19 @@ func TestQueueMetrics(t *testing.T) {
 		return e.row("m3").LastReason == string(events.ReasonAckDeadlinePassed) && e.row("m4").Attempt == 1 && e.row("m4").State == "QUEUED"
 	})
 
-	metrics := e.text("/metrics")
-	scraped := time.Now()
-	for _, reason := range []string{"offer_declined", "released", "ack_deadline_passed", "lease_expired"} {
-		if want := `tenure_queue_refusals_total{queue="emails",reason="` + reason + `"} 1`; !strings.Contains(metrics, want) {
-			t.Errorf("no %s in /metrics", want)
+	// /metrics is counted from the decisions as they are read: it may
+	// lag the rows above by a moment (it did under a stress run's load).
+	var metrics string
+	var scraped time.Time
+	testutil.WaitFor(t, 10*time.Second, "the four refusals counted in /metrics", func() bool {
+		metrics, scraped = e.text("/metrics"), time.Now()
+		for _, reason := range []string{"offer_declined", "released", "ack_deadline_passed", "lease_expired"} {
+			if !strings.Contains(metrics, `tenure_queue_refusals_total{queue="emails",reason="`+reason+`"} 1`) {
+				return false
+			}
 		}
-	}
+		return true
+	})
 	if strings.Contains(metrics, `"w1"`) {
 		t.Errorf("/metrics names the worker:\n%s", metrics)
 	}
