@@ -260,6 +260,10 @@ type announcement struct {
 	ok    bool        // the last pull was accepted
 	slots uint64      // the slots it announced
 	due   time.Time   // the next pull is due then, whatever changes
+	// declining counts the surplus offers of the partition being declined
+	// (surplus): while there are any, it announces no more than the
+	// leases of the partition whose ACKs were accepted (confirmed).
+	declining int
 }
 
 func (a *announcement) lock()   { a.sem <- struct{}{} }
@@ -419,21 +423,55 @@ func (r *runner) reserve(k uint32) *slot {
 // announcement is corrected first, so that the queue does not offer the
 // declined job to this worker again; if a slot was freed meanwhile the
 // offer takes it instead. A decline is not counted as an attempt.
+//
+// The corrected announcement counts only the leases of k whose ACKs were
+// accepted, not those being accepted: the coordinator may have ended one
+// of those already (its ACK deadline passed while the offer or the ACK
+// was on its way), and no longer counts it among this worker's live
+// leases. Counted, it kept the announcement at the leases the
+// coordinator holds live, the declined offer included, and the decline
+// was a refusal: a strike, a hold and a halved window against an honest
+// worker (the simulator's seed 173; PROTOCOL.md §22.8). The announcer
+// announces the slots again once the decline is stored.
 func (r *runner) surplus(o *Offer, k uint32) {
-	if r.quit.Err() == nil {
-		r.announce(r.quit, k)
-		if s := r.reserve(k); s != nil {
-			r.work(o, s)
-			return
+	if r.quit.Err() != nil {
+		<-r.withdrawn
+		r.decline(o)
+		return
+	}
+	a := &r.ann[k]
+	a.lock()
+	a.declining++
+	a.unlock()
+	lowered := true
+	raise := func() {
+		if lowered {
+			lowered = false
+			a.lock()
+			a.declining--
+			a.unlock()
+			r.wake1(k)
 		}
-		if s := r.awaitAccepts(o, k); s != nil {
-			r.work(o, s)
-			return
-		}
+	}
+	defer raise()
+	r.announce(r.quit, k)
+	s := r.reserve(k)
+	if s == nil {
+		s = r.awaitAccepts(o, k)
+	}
+	if s != nil {
+		raise()
+		r.work(o, s)
+		return
 	}
 	if r.quit.Err() != nil {
 		<-r.withdrawn
 	}
+	r.decline(o)
+}
+
+// decline releases o, unless its ACK window has passed already.
+func (r *runner) decline(o *Offer) {
 	if !r.w.clk.Now().Before(o.localDeadline) {
 		return // lapsed already: nothing to decline
 	}
@@ -762,6 +800,14 @@ func (r *runner) free(s *slot) {
 	r.wakeAll()
 }
 
+// wake1 wakes partition k's announcer.
+func (r *runner) wake1(k uint32) {
+	select {
+	case r.wake[k] <- struct{}{}:
+	default:
+	}
+}
+
 func (r *runner) wakeAll() {
 	for _, c := range r.wake {
 		select {
@@ -795,6 +841,22 @@ func (r *runner) desired(k uint32) uint64 {
 		}
 	}
 	return uint64(r.opts.Concurrency - r.running + held)
+}
+
+// confirmed is the leases of partition k this Run holds whose ACKs were
+// accepted (running handlers), less those known to be no longer live at
+// the coordinator: at most the live leases the coordinator counts for
+// this worker in k.
+func (r *runner) confirmed(k uint32) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := uint64(0)
+	for s := range r.slots {
+		if s.part == k && s.state == slotRunning && !endedAtCoordinator(s.lease) {
+			n++
+		}
+	}
+	return n
 }
 
 // endedAtCoordinator reports whether l is known to be no longer live at
@@ -843,6 +905,9 @@ func (r *runner) announce(ctx context.Context, k uint32) {
 	a.lock()
 	defer a.unlock()
 	want := r.desired(k)
+	if a.declining > 0 {
+		want = min(want, r.confirmed(k))
+	}
 	t0 := r.w.clk.Now()
 	if stale := a.stale.Swap(false); !stale && t0.Before(a.due) && (!a.ok || want == a.slots) {
 		return
