@@ -318,6 +318,7 @@ func Run(p Plan) *Report {
 	// spoiled and its reads slowed for 3 s, every coordinator started
 	// again.
 	var floodLog journal
+	var unslowed chan struct{} // the backlog's: closed once the snapshot's reads are fast again
 	backlog := func() {
 		for _, c := range coords {
 			c.cancel()
@@ -342,8 +343,18 @@ func Run(p Plan) *Report {
 			startCoord(i)
 		}
 		net.Touch("backlog: coordinators restarted on a backlog")
+		// Owned by the run: it ends by its timer or with the run, before
+		// the bubble's main goroutine returns (a run shorter than 10 s
+		// after the restart deadlocked the bubble: seed 7050).
+		unslowed = make(chan struct{})
 		go func() {
-			time.Sleep(10 * time.Second)
+			defer close(unslowed)
+			t := time.NewTimer(10 * time.Second)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
 			for _, c := range coords {
 				net.Slow(c.id+">obj", 0)
 			}
@@ -481,6 +492,9 @@ func Run(p Plan) *Report {
 		noteStats(c.c)
 	}
 	cancel()
+	if unslowed != nil {
+		<-unslowed
+	}
 	<-netDone
 	rep.SimTime = time.Since(start)
 

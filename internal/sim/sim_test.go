@@ -136,6 +136,21 @@ func TestSimSurplusIsNoRefusal(t *testing.T) {
 	}
 }
 
+// TestSimBacklogEndsWithItsRun replays seed 7050, whose run ended less
+// than 10 s after its backlog restart: the goroutine that makes the
+// snapshot's reads fast again slept on past the run, and the bubble
+// panicked (a deadlock: the main goroutine returned while it slept). It
+// now ends with the run.
+func TestSimBacklogEndsWithItsRun(t *testing.T) {
+	rep := runSeed(t, 7050)
+	if rep.Plan.Backlog == 0 {
+		t.Fatal("seed 7050 draws no backlog: the test no longer fits the simulator")
+	}
+	if !rep.OK() {
+		t.Errorf("%s\n  findings:\n    %s", rep.Plan, strings.Join(rep.Findings, "\n    "))
+	}
+}
+
 // A seed replays: every choice of the simulator (the plan, the net's
 // order, its delays and faults) is the seed's. The coordinators' own
 // goroutines are still scheduled by the Go runtime where two of them act
