@@ -52,8 +52,12 @@ type core struct {
 	ackedChain events.Chain // the chain value of decision acked
 	ackedCause uint64       // the input decision acked answers
 
-	sinceSnap   int // inputs folded since the last snapshot (checkpoints aside)
-	sinceFreeze int // inputs folded since the last freeze
+	sinceSnap   int   // inputs folded since the last snapshot (checkpoints aside)
+	sinceFreeze int   // inputs folded since the last freeze
+	snapAt      int64 // when the last snapshot was taken, or the session began (Unix ns)
+
+	pol  policy      // the configuration of the policies (corepolicy.go)
+	lead leaderState // live and standby: how long the leadership lasts
 
 	tick tickState // live: this coordinator's ticks
 
@@ -244,8 +248,9 @@ func (k *core) ack(last uint64, chain events.Chain, cause uint64) error {
 // (live).
 func (k *core) inflight() uint64 { return k.headSeq - k.acked }
 
-// snapshotted records that a snapshot of the state as it is was taken.
-func (k *core) snapshotted() { k.sinceSnap, k.sinceFreeze = 0, 0 }
+// snapshotted records that a snapshot of the state as it is was taken at
+// now.
+func (k *core) snapshotted(now int64) { k.sinceSnap, k.sinceFreeze, k.snapAt = 0, 0, now }
 
 // frozen records that the state was frozen for the encoder (compaction).
 func (k *core) frozen() { k.sinceFreeze = 0 }

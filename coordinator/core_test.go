@@ -57,6 +57,16 @@ func newCoreHarness() *coreHarness {
 //	reset                    a fresh core, streams and reference
 //	tick t=<offset> [appended]    the tick timer fires: is a tick wanted (and appended)?
 //	tick stored|refused      the stream answers the last tick's append
+//	policy [ttl=<d>] [every=<n>] [interval=<d>] [heads=<d>]
+//	    the configuration the policies read (LeaderTTL, SnapshotEvery,
+//	    SnapshotInterval, HeadInterval)
+//	leader taken|renewed t=<offset>   the entry was taken, or a renewal
+//	    started at t succeeded
+//	leader t=<offset>        can the leadership have expired at t?
+//	snapshot t=<offset> [timer] [taken]   is a snapshot due at t (the
+//	    snapshot timer fired: timer)? taken: it is taken then
+//	head t=<offset> [last=<seq>] [at=<offset>]   is a signed head wanted at
+//	    t, the last published being of decision seq at offset at?
 //
 // Each command's output ends with the core's invariants (check) when they
 // do not hold.
@@ -227,6 +237,67 @@ func (h *coreHarness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.state()
 	case "state":
 		return h.state()
+	case "policy":
+		for _, a := range d.CmdArgs {
+			switch a.Key {
+			case "ttl":
+				h.k.pol.leaderTTL = durArg(t, d, a)
+			case "every":
+				h.k.pol.snapshotEvery, _ = strconv.Atoi(a.Vals[0])
+			case "interval":
+				h.k.pol.snapshotInterval = durArg(t, d, a)
+			case "heads":
+				h.k.pol.headInterval = durArg(t, d, a)
+			}
+		}
+		p := h.k.pol
+		return fmt.Sprintf("leader TTL %v (margin %v), a snapshot every %d inputs or %v, heads every %v\n",
+			p.leaderTTL, leaderMargin(p.leaderTTL), p.snapshotEvery, p.snapshotInterval, p.headInterval)
+	case "leader":
+		at, what := timeArg(t, d)
+		switch what {
+		case "taken":
+			h.k.leaderTaken(at)
+		case "renewed":
+			h.k.leaderRenewed(at)
+		case "":
+			if h.k.leaderValid(at) {
+				return fmt.Sprintf("valid at +%v (until +%v)\n", time.Duration(at-testutil.ScenarioBase), h.validFor())
+			}
+			return fmt.Sprintf("may have expired at +%v (valid until +%v): leave live\n", time.Duration(at-testutil.ScenarioBase), h.validFor())
+		default:
+			d.Fatalf(t, "leader %s?", what)
+		}
+		return fmt.Sprintf("valid until +%v\n", h.validFor())
+	case "snapshot":
+		at, _ := timeArg(t, d)
+		timer, take := d.HasArg("timer"), d.HasArg("taken")
+		if !h.k.snapshotDue(at, timer) {
+			return fmt.Sprintf("no snapshot due (%d inputs since the last)\n", h.k.sinceSnap)
+		}
+		out := fmt.Sprintf("a snapshot due after input %d (%d inputs since the last)", h.k.p.LastSeq(), h.k.sinceSnap)
+		if take {
+			h.k.snapshotted(at)
+			out += ": taken"
+		}
+		return out + "\n"
+	case "head":
+		at, _ := timeArg(t, d)
+		var lastSeq uint64
+		var lastAt int64
+		for _, a := range d.CmdArgs {
+			switch a.Key {
+			case "last":
+				lastSeq, _ = strconv.ParseUint(a.Vals[0], 10, 64)
+			case "at":
+				lastAt = testutil.ScenarioBase + int64(durArg(t, d, a))
+			}
+		}
+		if !h.k.headWanted(at, lastSeq, lastAt) {
+			return "no head wanted\n"
+		}
+		seq, chain, cause := h.k.headOf()
+		return fmt.Sprintf("a head wanted: decision %d (chain %.8s), input %d\n", seq, chain.String(), cause)
 	case "tick":
 		// tick t=<offset> [appended|stored|refused]: the loop's tick timer
 		// fires at t (the tick policy: is a tick wanted?), or the
@@ -335,6 +406,36 @@ func (h *coreHarness) fold() string {
 		}
 	}
 	return b.String()
+}
+
+// validFor is the leadership's validUntil as an offset.
+func (h *coreHarness) validFor() time.Duration {
+	return time.Duration(h.k.lead.validUntil - testutil.ScenarioBase)
+}
+
+// durArg parses a duration argument.
+func durArg(t *testing.T, d *datadriven.TestData, a datadriven.CmdArg) time.Duration {
+	v, err := time.ParseDuration(a.Vals[0])
+	if err != nil {
+		d.Fatalf(t, "%s: %v", a.Key, err)
+	}
+	return v
+}
+
+// timeArg returns the command's t=<offset> as a time (Unix ns) and its
+// first argument without a value ("" if none).
+func timeArg(t *testing.T, d *datadriven.TestData) (int64, string) {
+	var at int64
+	what := ""
+	for _, a := range d.CmdArgs {
+		switch {
+		case a.Key == "t":
+			at = testutil.ScenarioBase + int64(durArg(t, d, a))
+		case len(a.Vals) == 0 && what == "":
+			what = a.Key
+		}
+	}
+	return at, what
 }
 
 func (h *coreHarness) state() string {

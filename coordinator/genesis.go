@@ -248,7 +248,7 @@ func (s *session) waitGenesis(w *watch, reason string, retry <-chan time.Time, t
 	c := s.c
 	c.setState(StateStandby, reason)
 	c.log.Warn("waiting for the end of the input stream's genesis to go live", "stream", c.cfg.Topology.InputStream(), "what_to_do", "run "+c.cfg.GenesisCommand)
-	expiry := c.clk.NewTimer(clock.Until(c.clk, s.validUntil))
+	expiry := c.clk.NewTimer(clock.Until(c.clk, s.leaderValidUntil()))
 	defer expiry.Stop()
 	for {
 		select {
@@ -269,12 +269,12 @@ func (s *session) waitGenesis(w *watch, reason string, retry <-chan time.Time, t
 			if err := s.renewed(rep); err != nil {
 				return err
 			}
-			expiry.Reset(clock.Until(c.clk, s.validUntil))
+			expiry.Reset(clock.Until(c.clk, s.leaderValidUntil()))
 		case now := <-expiry.C():
 			if err := s.leaderExpired(now); err != nil {
 				return err
 			}
-			expiry.Reset(clock.Until(c.clk, s.validUntil))
+			expiry.Reset(clock.Until(c.clk, s.leaderValidUntil()))
 		case <-s.ctx.Done():
 			return s.ctx.Err()
 		}

@@ -19,12 +19,12 @@ import (
 // session's loop: a blocking KV call (slow, or stuck on a partitioned
 // server) never stops the loop from folding and appending.
 //
-// The loop does not trust the goroutine to report in time. It keeps
-// validUntil, the start of the last renewal that succeeded plus the TTL
-// minus a safety margin: the entry cannot have expired before then, since
-// the server counts its TTL from a moment after that start. When validUntil
-// passes without a fresh report, the loop leaves live as for a failed
-// renewal, whatever the goroutine is doing.
+// The loop does not trust the goroutine to report in time. Its core keeps
+// validUntil (corepolicy.go), the start of the last renewal that
+// succeeded plus the TTL minus a safety margin: the entry cannot have
+// expired before then, since the server counts its TTL from a moment after
+// that start. When validUntil passes without a fresh report, the loop
+// leaves live as for a failed renewal, whatever the goroutine is doing.
 
 // errRenewalOverdue is why a loop whose leadership could have expired stops
 // acting as leader: no renewal was confirmed in time.
@@ -53,10 +53,9 @@ type renewer struct {
 }
 
 // startRenewer starts renewing the entry at revision rev, taken at time
-// taken (leadership then lasts until validUntil).
+// taken (leadership then lasts until the core's validUntil, corepolicy.go).
 func (s *session) startRenewer(rev uint64, taken time.Time) {
-	c := s.c
-	s.validUntil = taken.Add(c.cfg.LeaderTTL - leaderMargin(c.cfg.LeaderTTL))
+	s.leaderTaken(taken.UnixNano())
 	ctx, cancel := context.WithCancel(s.ctx)
 	r := &renewer{reports: make(chan leaderReport, 1), cancel: cancel, rev: rev}
 	s.renewer = r
@@ -206,17 +205,14 @@ func (s *session) renewed(rep leaderReport) error {
 	if rep.lost != nil {
 		return rep.lost
 	}
-	ttl := s.c.cfg.LeaderTTL
-	if v := rep.started.Add(ttl - leaderMargin(ttl)); v.After(s.validUntil) {
-		s.validUntil = v
-	}
+	s.leaderRenewed(rep.started.UnixNano())
 	return nil
 }
 
 // leaderExpired is the loss of leadership once validUntil has passed
 // without a report that moves it.
 func (s *session) leaderExpired(now time.Time) error {
-	if now.Before(s.validUntil) {
+	if s.leaderValid(now.UnixNano()) {
 		return nil
 	}
 	// A report may be waiting: the turn of the loop that calls this was
@@ -227,13 +223,13 @@ func (s *session) leaderExpired(now time.Time) error {
 		if err := s.renewed(rep); err != nil {
 			return err
 		}
-		if now.Before(s.validUntil) {
+		if s.leaderValid(now.UnixNano()) {
 			return nil
 		}
 	default:
 	}
 	return fmt.Errorf("coordinator: leadership lost: %w (valid until %s, now %s)",
-		errRenewalOverdue, s.validUntil.Format("15:04:05.000"), now.Format("15:04:05.000"))
+		errRenewalOverdue, s.leaderValidUntil().Format("15:04:05.000"), now.Format("15:04:05.000"))
 }
 
 // errInputsLost is why a session ends when the input stream holds fewer

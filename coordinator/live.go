@@ -61,7 +61,7 @@ func (s *session) runLive() error {
 	c.setState(StateLive, "")
 	c.log.Info("live", "input_seq", s.p.LastSeq(), "decision_seq", s.decSeq)
 	clk := c.clk
-	expiry := clk.NewTimer(clock.Until(clk, s.validUntil))
+	expiry := clk.NewTimer(clock.Until(clk, s.leaderValidUntil()))
 	defer expiry.Stop()
 	tick := clk.NewTimer(time.Hour)
 	defer tick.Stop()
@@ -175,7 +175,7 @@ func (s *session) runLive() error {
 			if err := s.renewed(rep); err != nil {
 				return err
 			}
-			expiry.Reset(clock.Until(clk, s.validUntil))
+			expiry.Reset(clock.Until(clk, s.leaderValidUntil()))
 			if c.cfg.yield != nil && c.cfg.yield(c) {
 				return errYield
 			}
@@ -184,7 +184,7 @@ func (s *session) runLive() error {
 			if err := s.leaderExpired(woke); err != nil {
 				return err
 			}
-			expiry.Reset(clock.Until(clk, s.validUntil))
+			expiry.Reset(clock.Until(clk, s.leaderValidUntil()))
 		case <-snapTicker.C():
 			woke = clk.Now()
 			s.maybeSnapshot(true)

@@ -30,14 +30,12 @@ type session struct {
 	app        *appender              // live: the appends in flight; Stats' InputsFolded then follows their acknowledgements
 	leaderRev  uint64                 // the leadership entry's revision while no renewer runs (acquire, stepDown)
 	renewer    *renewer               // renews the entry while the session holds it (leadership.go)
-	validUntil time.Time              // the leadership cannot have expired before then
 	tickFut    jetstream.PubAckFuture // the last tick's append
 	markMu     sync.Mutex             // guards mark: read by the renewer (inputKept)
 	mark       foldMark               // the last input folded
 	reconnects uint64                 // Backend.Reconnects when the session began
 	decMark    foldMark               // the last decision verified (standby), as its stream held it: the session's goroutine's
 
-	snapTime time.Time
 	snapWait *taken // taken, waiting for its decisions to be acknowledged
 	snapCh   chan taken
 	// The encoder (snapshot.go): frozen states go to it, encoded
@@ -66,7 +64,9 @@ func (c *Coordinator) session(ctx context.Context) error {
 	if st := c.currentState(); st.name == StateStarting || st.name == StateLive {
 		c.setState(StateStandby, "verifying the stored decisions before taking leadership")
 	}
-	s := &session{core: newCore(c.cfg.Topology), c: c, ctx: ctx, snapTime: c.clk.Now(), reconnects: c.be.Reconnects()}
+	s := &session{core: newCore(c.cfg.Topology), c: c, ctx: ctx, reconnects: c.be.Reconnects()}
+	s.pol = policy{leaderTTL: c.cfg.LeaderTTL, snapshotEvery: c.cfg.SnapshotEvery, snapshotInterval: c.cfg.SnapshotInterval, headInterval: c.cfg.HeadInterval}
+	s.snapAt = c.clk.Now().UnixNano()
 	s.loadSnapshot() // may start the readers (perf: reading overlaps the restore)
 	if c.cfg.SnapshotEvery >= 0 {
 		// Snapshots are encoded off the loop (snapshot.go): from the state

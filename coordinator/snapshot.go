@@ -127,7 +127,7 @@ var ErrSnapshotRefused = errors.New("coordinator: snapshot refused")
 // writer once its checkpointed decision is acknowledged.
 func (s *session) maybeSnapshot(timer bool) {
 	c := s.c
-	if c.cfg.SnapshotEvery < 0 || s.p.Revision() < events.Revision2 {
+	if !s.snapshotsOn() {
 		return
 	}
 	if w := s.snapWait; w != nil && w.anchorSeq == 0 && clock.Since(s.c.clk, w.sent) > checkpointTimeout {
@@ -153,16 +153,14 @@ func (s *session) maybeSnapshot(timer bool) {
 		}
 		s.snapWait = nil
 	}
-	if s.snapWait == nil && !s.encoding && len(s.enc) == 0 && s.sinceSnap > 0 && s.headSeq == s.decSeq &&
-		(s.sinceSnap >= c.cfg.SnapshotEvery || timer && clock.Since(c.clk, s.snapTime) >= c.cfg.SnapshotInterval) {
+	if s.snapWait == nil && !s.encoding && len(s.enc) == 0 && s.snapshotDue(c.clk.Now().UnixNano(), timer) {
 		snap := &taken{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head}
 		s.enc <- encodeJob{f: s.p.Freeze(), snap: snap} // the loop is the only sender, and it was empty
 		if c.cfg.snapshotTaken != nil {
 			c.cfg.snapshotTaken()
 		}
 		s.encoding = true
-		s.snapshotted()
-		s.snapTime = c.clk.Now()
+		s.snapshotted(c.clk.Now().UnixNano())
 	}
 }
 

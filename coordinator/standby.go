@@ -52,7 +52,7 @@ func (s *session) standby() error {
 	// take longer than the leadership entry lives: the renewer renews it
 	// meanwhile, or the first renewal once live would find it gone and the
 	// coordinator would resynchronise for ever.
-	expiry := c.clk.NewTimer(clock.Until(c.clk, s.validUntil))
+	expiry := c.clk.NewTimer(clock.Until(c.clk, s.leaderValidUntil()))
 	defer expiry.Stop()
 	for s.decSeq < info.State.LastSeq {
 		select {
@@ -69,12 +69,12 @@ func (s *session) standby() error {
 			if err := s.renewed(rep); err != nil {
 				return err
 			}
-			expiry.Reset(clock.Until(c.clk, s.validUntil))
+			expiry.Reset(clock.Until(c.clk, s.leaderValidUntil()))
 		case now := <-expiry.C():
 			if err := s.leaderExpired(now); err != nil {
 				return err
 			}
-			expiry.Reset(clock.Until(c.clk, s.validUntil))
+			expiry.Reset(clock.Until(c.clk, s.leaderValidUntil()))
 		case <-s.ctx.Done():
 			return s.ctx.Err()
 		}
