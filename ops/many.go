@@ -205,7 +205,7 @@ func (c *Client) finishBatch(ctx context.Context, s sent, part events.Partition,
 	}
 	var ds []events.Decision
 	if err == nil {
-		ds, err = c.await(ctx, key, len(idx))
+		ds, err = c.await(ctx, key, len(idx), events.VerbSubmit, events.NoJob)
 	}
 	if len(ds) == 1 && ds[0].Job.ID == events.NoJob {
 		d := ds[0]

@@ -124,11 +124,11 @@ type Client struct {
 	readers map[uint32]Follower // by partition index
 	closed  bool
 
-	mu        sync.Mutex             // guards what follows
-	waiters   map[verdictKey]*waiter // input -> its caller
-	stash     []stashed              // verdicts nobody waited for yet, oldest first from stashHead
-	stashHead int                    //
-	stashN    map[verdictKey]int     // unclaimed stashed verdicts per input
+	mu        sync.Mutex               // guards what follows
+	waiters   map[verdictKey][]*waiter // input -> its callers (more than one only after a lost tail: waiter)
+	stash     []stashed                // verdicts nobody waited for yet, oldest first from stashHead
+	stashHead int                      //
+	stashN    map[verdictKey]int       // unclaimed stashed verdicts per input
 }
 
 // DefaultTimeout bounds a call without a deadline of its own (Options.Timeout).
@@ -241,7 +241,7 @@ func NewWithTransport(tr Transport, id string, opts ...Option) (*Client, error) 
 	}
 	c := &Client{id: id, tr: tr, timeout: o.Timeout, receipts: o.Receipts, onErr: o.ErrorHandler, prefix: o.StreamPrefix,
 		tracer: tracing.Tracer(o.TracerProvider), prop: o.Propagator,
-		readers: map[uint32]Follower{}, waiters: map[verdictKey]*waiter{}, stashN: map[verdictKey]int{}}
+		readers: map[uint32]Follower{}, waiters: map[verdictKey][]*waiter{}, stashN: map[verdictKey]int{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -551,7 +551,7 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 			return events.Decision{}, &noVerdictError{fmt.Sprintf("ops: no verdict for input %d: %v", key.seq, ctx.Err())}
 		}
 		d, err := events.DecodeDecision(m.Data)
-		if err != nil || d.Cause != key.seq || d.Kind.Derived() {
+		if err != nil || d.Cause != key.seq || d.Kind.Derived() || !(&waiter{verb: in.Verb, job: in.Job}).wants(&d) {
 			continue
 		}
 		c.keep(receipt.Decision(topo.DecisionStream(), m.Seq, d.Cause, m.Header.Get(events.HeaderChain), "ops "+c.id))
@@ -573,7 +573,7 @@ func (c *Client) send(ctx context.Context, part events.Partition, in *events.Inp
 	if err != nil {
 		return nil, err
 	}
-	return c.await(ctx, key, n)
+	return c.await(ctx, key, n, in.Verb, in.Job)
 }
 
 // newMsgID is "<id>-<random UUID>": namespaced by the actor and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/maknow/tenure/events"
@@ -47,9 +48,23 @@ type verdictKey struct {
 
 // waiter receives the verdicts of one input: left more are expected (a
 // batch has one per element); ch has room for all of them.
+//
+// It takes only the verdicts of its input's verb and job (any job for a
+// batch), or about no job (the whole input rejected): after a server lost
+// its unsynced tail in a crash (PROTOCOL.md §2), another input of this
+// client may be stored at the sequence of one whose PubAck came back, and
+// its verdict is not the lost input's (as in package worker, where the
+// simulator found it). The input lost has no verdict.
 type waiter struct {
 	ch   chan events.Decision
 	left int
+	verb events.Verb
+	job  string
+}
+
+// wants reports whether d may be a verdict of w's input.
+func (w *waiter) wants(d *events.Decision) bool {
+	return d.Verb == w.verb && (w.job == events.NoJob || d.Job.ID == events.NoJob || d.Job.ID == w.job)
 }
 
 // stashed is a verdict nobody waited for yet, with when it came.
@@ -118,11 +133,14 @@ func (c *Client) onDecision(part uint32, stream string, m follow.Msg) {
 	k := verdictKey{part, d.Cause}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if w, ok := c.waiters[k]; ok {
+	for _, w := range c.waiters[k] {
+		if !w.wants(&d) {
+			continue
+		}
 		w.ch <- d // buffered: room for every verdict expected
 		w.left--
 		if w.left == 0 || d.Job.ID == events.NoJob {
-			delete(c.waiters, k)
+			c.dropWaiterLocked(k, w)
 		}
 		return
 	}
@@ -160,33 +178,57 @@ func (c *Client) dropStashedLocked() {
 	c.stashHead++
 }
 
-// takeStashedLocked removes and returns the stashed verdicts of input k,
-// in arrival order.
-func (c *Client) takeStashedLocked(k verdictKey) []events.Decision {
+// takeStashedLocked removes and returns the stashed verdicts of input k
+// that w wants, in arrival order.
+func (c *Client) takeStashedLocked(k verdictKey, w *waiter) []events.Decision {
 	n := c.stashN[k]
 	if n == 0 {
 		return nil
 	}
-	out := make([]events.Decision, 0, n)
-	for i := c.stashHead; i < len(c.stash) && len(out) < n; i++ {
+	var out []events.Decision
+	seen := 0
+	for i := c.stashHead; i < len(c.stash) && seen < n; i++ {
 		if e := &c.stash[i]; e.key == k {
+			seen++
+			if !w.wants(&e.d) {
+				continue
+			}
 			out = append(out, e.d)
 			e.key, e.d = verdictKey{}, events.Decision{} // claimed: its slot ages out empty
 		}
 	}
-	delete(c.stashN, k)
+	if c.stashN[k] -= len(out); c.stashN[k] <= 0 {
+		delete(c.stashN, k)
+	}
 	return out
+}
+
+// dropWaiterLocked removes w from the waiters of input k, if it is there.
+func (c *Client) dropWaiterLocked(k verdictKey, w *waiter) {
+	ws := c.waiters[k]
+	for i, x := range ws {
+		if x == w {
+			ws = slices.Delete(ws, i, i+1)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(c.waiters, k)
+		return
+	}
+	c.waiters[k] = ws
 }
 
 // await waits for the n verdicts of input k, or for a verdict about no
 // job (the whole input rejected), which is then the only one. On error it
 // returns the verdicts learned so far, and the error matches ErrNoVerdict
 // (or is ErrClosed).
-func (c *Client) await(ctx context.Context, k verdictKey, n int) ([]events.Decision, error) {
+func (c *Client) await(ctx context.Context, k verdictKey, n int, verb events.Verb, job string) ([]events.Decision, error) {
 	ds := make([]events.Decision, 0, n)
 	whole := false
+	w := &waiter{verb: verb, job: job}
 	c.mu.Lock()
-	for _, d := range c.takeStashedLocked(k) {
+	for _, d := range c.takeStashedLocked(k, w) {
 		ds = append(ds, d)
 		whole = whole || d.Job.ID == events.NoJob
 	}
@@ -194,8 +236,8 @@ func (c *Client) await(ctx context.Context, k verdictKey, n int) ([]events.Decis
 		c.mu.Unlock()
 		return ds, nil
 	}
-	w := &waiter{ch: make(chan events.Decision, n-len(ds)), left: n - len(ds)}
-	c.waiters[k] = w
+	w.ch, w.left = make(chan events.Decision, n-len(ds)), n-len(ds)
+	c.waiters[k] = append(c.waiters[k], w)
 	c.mu.Unlock()
 	for len(ds) < n && !whole {
 		select {
@@ -204,9 +246,7 @@ func (c *Client) await(ctx context.Context, k verdictKey, n int) ([]events.Decis
 			whole = d.Job.ID == events.NoJob
 		case <-ctx.Done():
 			c.mu.Lock()
-			if c.waiters[k] == w {
-				delete(c.waiters, k)
-			}
+			c.dropWaiterLocked(k, w)
 			c.mu.Unlock()
 			for len(ds) < n && !whole { // arrived while giving up
 				select {

@@ -47,7 +47,7 @@ func TestAssignedOfferIsNoVerdict(t *testing.T) {
 			w.dispatch(o)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		d, err := w.await(ctx, c.seq)
+		d, err := w.await(ctx, c.seq, events.VerbPull, events.NoJob)
 		cancel()
 		if err != nil || d.Kind != events.KindCapacitySet {
 			t.Fatalf("%s: the pull's verdict: %s/%s, %v; want capacity_set", c.name, d.Kind, d.Reason, err)

@@ -263,7 +263,7 @@ func (b *batcher) attempt(p *input, first verdictKey, got, n int) ([]events.Deci
 	if key == first {
 		want = n - got
 	}
-	ds, err := w.awaitN(ctx, key.part, key.seq, want)
+	ds, err := w.awaitN(ctx, key.part, key.seq, want, p.verb, p.job)
 	return ds, key, err
 }
 

@@ -260,15 +260,15 @@ func TestVerdictKeyedByPartition(t *testing.T) {
 	e, _ := newPartitionedEnv(t)
 	w := e.worker("w1")
 	const seq = 1 << 40
-	w.dispatchFrom(1, events.Decision{Cause: seq, Kind: events.KindRenewed, Role: events.RoleWorker, Actor: "w1", Job: events.Job{ID: "x"}})
+	w.dispatchFrom(1, events.Decision{Cause: seq, Kind: events.KindRenewed, Role: events.RoleWorker, Actor: "w1", Verb: events.VerbRenew, Job: events.Job{ID: "x"}})
 	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if ds, err := w.awaitN(short, 2, seq, 1); !errors.Is(err, ErrNoVerdict) || len(ds) != 0 {
+	if ds, err := w.awaitN(short, 2, seq, 1, events.VerbRenew, "x"); !errors.Is(err, ErrNoVerdict) || len(ds) != 0 {
 		t.Fatalf("partition 2 took the verdict of partition 1: %v, %v", ds, err)
 	}
 	ctx, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
-	if ds, err := w.awaitN(ctx, 1, seq, 1); err != nil || ds[0].Cause != seq {
+	if ds, err := w.awaitN(ctx, 1, seq, 1, events.VerbRenew, "x"); err != nil || ds[0].Cause != seq {
 		t.Fatalf("partition 1's verdict: %v, %v", ds, err)
 	}
 }

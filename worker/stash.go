@@ -96,25 +96,28 @@ func (s *stash) push(l *stashList, d events.Decision, now time.Time) error {
 }
 
 // takeVerdicts removes and returns, in arrival order, up to n verdicts of
-// input k, fewer when one about no job (the whole input rejected) comes
-// first; the rest stay.
-func (s *stash) takeVerdicts(k verdictKey, n int) []events.Decision {
+// input k that wants takes (waiter.wants: of the waiter's verb and job),
+// fewer when one about no job (the whole input rejected) comes first; the
+// rest stay.
+func (s *stash) takeVerdicts(k verdictKey, n int, wants func(*events.Decision) bool) []events.Decision {
 	l := s.verdicts[k]
 	if l == nil {
 		return nil
 	}
-	i := 0
-	for i < len(l.ds) && i < n {
-		i++
-		if l.ds[i-1].Job.ID == events.NoJob {
-			break
+	var out []events.Decision
+	kept := l.ds[:0:0]
+	for i := range l.ds {
+		d := &l.ds[i]
+		if len(out) == n || len(out) > 0 && out[len(out)-1].Job.ID == events.NoJob || !wants(d) {
+			kept = append(kept, *d)
+			continue
 		}
+		out = append(out, *d)
 	}
-	out := l.ds[:i:i]
-	if l.ds = l.ds[i:]; len(l.ds) == 0 {
+	if l.ds = kept; len(l.ds) == 0 {
 		delete(s.verdicts, k)
 	}
-	s.n -= i
+	s.n -= len(out)
 	return out
 }
 

@@ -21,7 +21,7 @@ func TestStashKeepsWhatALeaseNeeds(t *testing.T) {
 	const seq = 1 << 40
 	abandoned := func(from, n int) {
 		for i := range n {
-			w.dispatch(events.Decision{Cause: uint64(seq + from + i), Kind: events.KindRenewed, Role: events.RoleWorker, Actor: "w1", Job: events.Job{ID: "x"}})
+			w.dispatch(events.Decision{Cause: uint64(seq + from + i), Kind: events.KindRenewed, Role: events.RoleWorker, Actor: "w1", Verb: events.VerbRenew, Job: events.Job{ID: "x"}})
 		}
 	}
 	abandoned(0, 5000)
@@ -41,7 +41,7 @@ func TestStashKeepsWhatALeaseNeeds(t *testing.T) {
 	// back for it (a resend under the same Msg-Id has the same sequence).
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if d, err := w.await(ctx, seq); err != nil || d.Cause != seq {
+	if d, err := w.await(ctx, seq, events.VerbRenew, "x"); err != nil || d.Cause != seq {
 		t.Fatalf("the first stashed verdict: %v %v", d, err)
 	}
 	waitDone(t, l.loopDone, time.Second, "the renew loop to exit")
@@ -63,13 +63,13 @@ func TestStash(t *testing.T) {
 		if err := s.addVerdict(verdictKey{2, 7}, v(7, "other-partition"), t0); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.takeVerdicts(k, 2); len(got) != 2 || got[0].Job.ID != "a" || got[1].Job.ID != "b" {
+		if got := s.takeVerdicts(k, 2, anyVerdict); len(got) != 2 || got[0].Job.ID != "a" || got[1].Job.ID != "b" {
 			t.Fatalf("take 2: %v", got)
 		}
-		if got := s.takeVerdicts(k, 5); len(got) != 1 || got[0].Job.ID != "c" {
+		if got := s.takeVerdicts(k, 5, anyVerdict); len(got) != 1 || got[0].Job.ID != "c" {
 			t.Fatalf("take the rest: %v", got)
 		}
-		if got := s.takeVerdicts(k, 1); got != nil {
+		if got := s.takeVerdicts(k, 1, anyVerdict); got != nil {
 			t.Fatalf("taken twice: %v", got)
 		}
 		if s.n != 1 {
@@ -78,7 +78,7 @@ func TestStash(t *testing.T) {
 		k3 := verdictKey{0, 9}
 		_ = s.addVerdict(k3, v(9, events.NoJob), t0)
 		_ = s.addVerdict(k3, v(9, "late"), t0)
-		if got := s.takeVerdicts(k3, 3); len(got) != 1 || got[0].Job.ID != events.NoJob {
+		if got := s.takeVerdicts(k3, 3, anyVerdict); len(got) != 1 || got[0].Job.ID != events.NoJob {
 			t.Fatalf("whole-input verdict: %v", got)
 		}
 	})
@@ -93,10 +93,10 @@ func TestStash(t *testing.T) {
 		if err := s.addVerdict(verdictKey{0, 4}, v(4, "d"), t0.Add(stashAge+time.Millisecond)); err != nil {
 			t.Fatalf("an aged-out drop is no error: %v", err)
 		}
-		if s.n != 2 || s.takeVerdicts(verdictKey{0, 1}, 1) != nil || s.takeLease(leaseKey{"j", "L1"}) != nil {
+		if s.n != 2 || s.takeVerdicts(verdictKey{0, 1}, 1, anyVerdict) != nil || s.takeLease(leaseKey{"j", "L1"}) != nil {
 			t.Fatalf("past stashAge: held %d, the first two should be gone", s.n)
 		}
-		if got := s.takeVerdicts(verdictKey{0, 3}, 1); len(got) != 1 {
+		if got := s.takeVerdicts(verdictKey{0, 3}, 1, anyVerdict); len(got) != 1 {
 			t.Fatalf("the third: %v", got)
 		}
 	})
@@ -104,10 +104,10 @@ func TestStash(t *testing.T) {
 		s := newStash()
 		k := verdictKey{0, 1}
 		_ = s.addVerdict(k, v(1, "a"), t0)
-		s.takeVerdicts(k, 1)
+		s.takeVerdicts(k, 1, anyVerdict)
 		_ = s.addVerdict(k, v(1, "b"), t0.Add(stashAge))
 		_ = s.addVerdict(verdictKey{0, 2}, v(2, "x"), t0.Add(stashAge+time.Millisecond))
-		if got := s.takeVerdicts(k, 1); len(got) != 1 || got[0].Job.ID != "b" {
+		if got := s.takeVerdicts(k, 1, anyVerdict); len(got) != 1 || got[0].Job.ID != "b" {
 			t.Fatalf("the second list: %v", got)
 		}
 	})
@@ -122,7 +122,7 @@ func TestStash(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "the verdicts of input 1]") {
 			t.Fatalf("err %v, want the drop of input 1 reported", err)
 		}
-		if s.n != stashMax || s.takeVerdicts(verdictKey{0, 1}, 1) != nil || s.takeVerdicts(verdictKey{0, 2}, 1) == nil {
+		if s.n != stashMax || s.takeVerdicts(verdictKey{0, 1}, 1, anyVerdict) != nil || s.takeVerdicts(verdictKey{0, 2}, 1, anyVerdict) == nil {
 			t.Fatalf("held %d, want %d with input 1 dropped and 2 kept", s.n, stashMax)
 		}
 		if len(s.order)-s.head > stashMax {
@@ -130,3 +130,6 @@ func TestStash(t *testing.T) {
 		}
 	})
 }
+
+// anyVerdict takes every verdict (a waiter of any input).
+func anyVerdict(*events.Decision) bool { return true }

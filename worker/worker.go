@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,7 +58,7 @@ type Worker struct {
 	acks, results *batcher // Run's ACKs and results (batch.go)
 
 	mu      sync.Mutex
-	waiters map[verdictKey]*waiter // input -> its caller
+	waiters map[verdictKey][]*waiter // input -> its callers (more than one only after a lost tail: waiter)
 	leases  map[leaseKey]*Lease
 	stash   stash // unclaimed decisions: verdicts that overtook their PubAck, lease decisions that overtook its registration
 	offerQ  []Offer
@@ -85,9 +86,28 @@ const intakeKey = 1 << 31
 
 // waiter receives the verdicts of one input: left more are expected (a
 // batch renew has one per lease); ch has room for all of them.
+//
+// It takes only the verdicts of its input's verb and job (any job for an
+// input about no job: a batch, a pull), or about no job (the whole input
+// rejected). An input sequence names one input only while the stream keeps
+// it: a server that loses its unsynced tail in a crash (PROTOCOL.md §2)
+// stores the next inputs at the sequences lost, so an input of this
+// worker whose PubAck came back may have lost its sequence to another
+// input of this worker, whose verdict is not its own (the simulator's
+// seeds 50926, 50942: a renewal's waiter took the verdict of a result,
+// and Run's pull the late verdict of an ACK, which stopped Run). The
+// input lost has no verdict; its caller learns none, as after any
+// unknown outcome.
 type waiter struct {
 	ch   chan events.Decision
 	left int
+	verb events.Verb
+	job  string
+}
+
+// wants reports whether d may be a verdict of wt's input.
+func (wt *waiter) wants(d *events.Decision) bool {
+	return d.Verb == wt.verb && (wt.job == events.NoJob || d.Job.ID == events.NoJob || d.Job.ID == wt.job)
 }
 
 // Connect starts a worker with identity id (a token of 1 to 64
@@ -188,7 +208,7 @@ func newWorker(id string, o Options, tr Transport, topos []streams.Topology) *Wo
 		part:    events.Partition{Count: topos[0].Partition.Count},
 		renewQ:  make([][]*renewReq, len(topos)),
 		renewN:  make([]int, len(topos)),
-		waiters: make(map[verdictKey]*waiter),
+		waiters: make(map[verdictKey][]*waiter),
 		leases:  make(map[leaseKey]*Lease),
 		stash:   newStash(),
 		runs:    make(map[string]*runner),
@@ -377,11 +397,14 @@ func (w *Worker) dispatchLocked(part uint32, d events.Decision, dv delivery) err
 		if src > 0 {
 			k = verdictKey{part | intakeKey, src}
 		}
-		if wt, ok := w.waiters[k]; ok {
+		for _, wt := range w.waiters[k] {
+			if !wt.wants(&d) {
+				continue
+			}
 			wt.ch <- d // buffered: room for every verdict expected
 			wt.left--
 			if wt.left == 0 || d.Job.ID == events.NoJob {
-				delete(w.waiters, k)
+				w.dropWaiterLocked(k, wt)
 			}
 			return nil
 		}
@@ -541,7 +564,7 @@ func (w *Worker) sendN(ctx context.Context, p *input, n int) ([]events.Decision,
 		// retry those, and ErrQuota.)
 		return nil, w.callErr(ctx, err)
 	}
-	return w.awaitN(ctx, key.part, key.seq, n)
+	return w.awaitN(ctx, key.part, key.seq, n, p.verb, p.job)
 }
 
 func (w *Worker) callErr(ctx context.Context, err error) error {
@@ -687,24 +710,35 @@ func retryable(err error) bool {
 	return false
 }
 
-// await waits for the verdict of input seq of the unpartitioned deployment.
-func (w *Worker) await(ctx context.Context, seq uint64) (events.Decision, error) {
-	ds, err := w.awaitN(ctx, 0, seq, 1)
+// await waits for the verdict of input seq of the unpartitioned deployment,
+// an input of verb about job.
+func (w *Worker) await(ctx context.Context, seq uint64, verb events.Verb, job string) (events.Decision, error) {
+	ds, err := w.awaitN(ctx, 0, seq, 1, verb, job)
 	if err != nil {
 		return events.Decision{}, err
 	}
 	return ds[0], nil
 }
 
-// awaitN waits for the n verdicts of input seq of partition part, or for a
-// verdict about no job (the whole input rejected), which is then the only
-// one. On error it returns the verdicts learned so far.
-func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]events.Decision, error) {
+// awaitN waits for the n verdicts of input seq of partition part, an input
+// of verb about job (events.NoJob: a batch or a pull), or for a verdict
+// about no job (the whole input rejected), which is then the only one. On
+// error it returns the verdicts learned so far.
+func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int, verb events.Verb, job string) ([]events.Decision, error) {
 	ds := make([]events.Decision, 0, n)
 	whole := false
 	key := verdictKey{part, seq}
+	var wt *waiter
 	w.mu.Lock()
-	for _, d := range w.stash.takeVerdicts(key, n) {
+	for _, x := range w.waiters[key] {
+		if x.verb == verb && x.job == job { // a wait for the same input again
+			wt = x
+		}
+	}
+	if wt == nil {
+		wt = &waiter{verb: verb, job: job}
+	}
+	for _, d := range w.stash.takeVerdicts(key, n, wt.wants) {
 		ds = append(ds, d)
 		whole = d.Job.ID == events.NoJob
 	}
@@ -712,10 +746,9 @@ func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]
 		w.mu.Unlock()
 		return ds, nil
 	}
-	wt, ok := w.waiters[key]
-	if !ok {
-		wt = &waiter{ch: make(chan events.Decision, n-len(ds)), left: n - len(ds)}
-		w.waiters[key] = wt
+	if wt.ch == nil {
+		wt.ch, wt.left = make(chan events.Decision, n-len(ds)), n-len(ds)
+		w.waiters[key] = append(w.waiters[key], wt)
 	}
 	w.mu.Unlock()
 	for len(ds) < n && !whole {
@@ -725,9 +758,7 @@ func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]
 			whole = d.Job.ID == events.NoJob
 		case <-ctx.Done():
 			w.mu.Lock()
-			if w.waiters[key] == wt {
-				delete(w.waiters, key)
-			}
+			w.dropWaiterLocked(key, wt)
 			w.mu.Unlock()
 			for len(ds) < n && !whole { // arrived while giving up
 				select {
@@ -746,6 +777,23 @@ func (w *Worker) awaitN(ctx context.Context, part uint32, seq uint64, n int) ([]
 		}
 	}
 	return ds, nil
+}
+
+// dropWaiterLocked removes wt from the waiters of input k, if it is there.
+// Called under w.mu.
+func (w *Worker) dropWaiterLocked(k verdictKey, wt *waiter) {
+	ws := w.waiters[k]
+	for i, x := range ws {
+		if x == wt {
+			ws = slices.Delete(ws, i, i+1)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(w.waiters, k)
+		return
+	}
+	w.waiters[k] = ws
 }
 
 func (w *Worker) queueOfferLocked(d events.Decision, dv delivery) error {

@@ -317,7 +317,7 @@ func TestRetriedPublishNotDoubleCounted(t *testing.T) {
 	if seq1 != seq2 {
 		t.Fatalf("retry stored as a new input: %d, then %d", seq1, seq2)
 	}
-	d, err := w.await(ctx, seq1)
+	d, err := w.await(ctx, seq1, events.VerbRenew, "j1")
 	if err != nil || d.Kind != events.KindRenewed {
 		t.Fatalf("verdict %s/%s, %v", d.Kind, d.Reason, err)
 	}
@@ -554,10 +554,10 @@ func TestDecisionsBeforeTheirReceiver(t *testing.T) {
 	e := newEnv(t)
 	w := e.worker("w1")
 	const seq = 1 << 40
-	w.dispatch(events.Decision{Cause: seq, Kind: events.KindRenewed, Role: events.RoleWorker, Actor: "w1", Job: events.Job{ID: "x"}})
+	w.dispatch(events.Decision{Cause: seq, Kind: events.KindRenewed, Role: events.RoleWorker, Actor: "w1", Verb: events.VerbRenew, Job: events.Job{ID: "x"}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if d, err := w.await(ctx, seq); err != nil || d.Cause != seq {
+	if d, err := w.await(ctx, seq, events.VerbRenew, "x"); err != nil || d.Cause != seq {
 		t.Fatalf("stashed verdict: %v %v", d, err)
 	}
 
@@ -644,5 +644,58 @@ func TestSequencesExhausted(t *testing.T) {
 	}
 	if after := len(e.readStream("TENURE_IN")); after != before {
 		t.Fatalf("%d inputs published past the limit", after-before)
+	}
+}
+
+// An input sequence names one input only while the stream keeps it: after
+// a server lost its unsynced tail, another input of this worker may be
+// stored at the sequence of one whose PubAck came back (the simulator's
+// seeds 50926 and 50942). A waiter takes only the verdicts of its own
+// input's verb and job (any job for a batch or a pull), or about no job;
+// two waiters at one sequence each get their own.
+func TestVerdictOfAnotherInputAtItsSequence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.worker("w1")
+	const seq = 1 << 40
+	verdict := func(verb events.Verb, job string, kind events.Kind) events.Decision {
+		return events.Decision{Cause: seq, Kind: kind, Reason: events.ReasonOk, Role: events.RoleWorker, Actor: "w1",
+			Verb: verb, Addressee: "w1", Job: events.Job{ID: job}}
+	}
+	type got struct {
+		ds  []events.Decision
+		err error
+	}
+	wait := func(ctx context.Context, verb events.Verb, job string) chan got {
+		c := make(chan got, 1)
+		go func() {
+			ds, err := w.awaitN(ctx, 0, seq, 1, verb, job)
+			c <- got{ds, err}
+		}()
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	renew := wait(short, events.VerbRenew, events.NoJob) // the lost input: a batch renew
+	pull := wait(ctx, events.VerbPull, events.NoJob)
+	result := wait(ctx, events.VerbResult, "j2")
+	time.Sleep(50 * time.Millisecond)                                  // (the waiters registered; a verdict before them is stashed and claimed alike)
+	w.dispatch(verdict(events.VerbResult, "j1", events.KindCompleted)) // same verb, another job: nobody's here
+	w.dispatch(verdict(events.VerbResult, "j2", events.KindCompleted))
+	w.dispatch(verdict(events.VerbPull, events.NoJob, events.KindCapacitySet))
+	if g := <-result; g.err != nil || g.ds[0].Job.ID != "j2" || g.ds[0].Verb != events.VerbResult {
+		t.Fatalf("the result of j2 got %v, %v", g.ds, g.err)
+	}
+	if g := <-pull; g.err != nil || g.ds[0].Kind != events.KindCapacitySet {
+		t.Fatalf("the pull got %v, %v", g.ds, g.err)
+	}
+	if g := <-renew; !errors.Is(g.err, ErrNoVerdict) || len(g.ds) != 0 {
+		t.Fatalf("the lost renewal got %v, %v; want no verdict", g.ds, g.err)
+	}
+	// The verdict of j1's result waits, stashed, for its own caller.
+	if d, err := w.await(ctx, seq, events.VerbResult, "j1"); err != nil || d.Job.ID != "j1" {
+		t.Fatalf("the result of j1: %v, %v", d, err)
 	}
 }

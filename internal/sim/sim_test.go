@@ -93,9 +93,15 @@ func TestSim(t *testing.T) {
 //     crash lost was given again, the same lease, to another worker; the
 //     first holder's result then found an ownership conflict, and the job
 //     waits for an operator (PROTOCOL.md §2), which the liveness oracle
-//     took for a job that never ends.
+//     took for a job that never ends;
+//   - 50926, 50942 (failed before the fix): an input of the SDK whose
+//     PubAck came back was lost, and another input of the same worker
+//     stored at its sequence; a renewal's waiter took the verdict of a
+//     result (whose own call then learned none), and Run's pull the late
+//     verdict of an ACK, which stopped Run with jobs queued. A waiter now
+//     takes only the verdicts of its input's verb and job.
 func TestSimLostTailsFound(t *testing.T) {
-	for _, seed := range []uint64{107, 137, 177, 188, 207, 5418} {
+	for _, seed := range []uint64{107, 137, 177, 188, 207, 5418, 50926, 50942} {
 		var rep *Report
 		synctest.Test(t, func(t *testing.T) {
 			p := Draw(seed)

@@ -26,4 +26,4 @@ export {
 } from "./protocol.js";
 export type { Decision, JobProjection, Kind, Outcome, State } from "./protocol.js";
 /** The worker's store of unclaimed decisions (exported for its tests; Worker uses it, nothing else needs to). */
-export { Stash, STASH_AGE_MS, STASH_MAX } from "./stash.js";
+export { Stash, STASH_AGE_MS, STASH_MAX, wants } from "./stash.js";

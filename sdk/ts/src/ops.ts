@@ -13,7 +13,7 @@ import { jetstream, type JetStreamClient, type PubAck } from "@nats-io/jetstream
 import { closedError, ErrorCode, sdkError, TenureError, VerdictError } from "./errors.js";
 import { Follower, type FollowMsg } from "./follow.js";
 import { addresseeFilter, decodeDecision, derivedKind, MAX_BATCH, MAX_DURATION_MS, NO_JOB, validToken, type Decision } from "./protocol.js";
-import { Stash } from "./stash.js";
+import { Stash, addWaiter, dropWaiter, wants } from "./stash.js";
 import { retryable } from "./worker.js";
 
 /** The most bytes of an input body (events.MaxInputBytes): a batch submit's jobs with their payloads fit in it. */
@@ -116,6 +116,9 @@ interface Waiter {
   ds: Decision[];
   n: number;
   wake: (() => void) | null;
+  /** Its input's verb and job: it takes only their verdicts (wants, stash.ts). */
+  verb: string;
+  job: string;
 }
 
 /**
@@ -153,7 +156,8 @@ export class Dispatcher {
   readonly #closeCtl = new AbortController();
   #follower: Follower | undefined;
   #out = "";
-  readonly #waiters = new Map<number, Waiter>();
+  // More than one waiter at a sequence only after a lost tail (wants).
+  readonly #waiters = new Map<number, Waiter[]>();
   readonly #stash = new Stash();
   // Set once the log refused a batch submit as a subject it does not know
   // (a log below rules revision 7): submitMany then submits one job per input.
@@ -208,7 +212,7 @@ export class Dispatcher {
   async close(): Promise<void> {
     if (this.closed) return;
     this.#closeCtl.abort(closedError());
-    for (const wt of this.#waiters.values()) wt.wake?.();
+    for (const ws of this.#waiters.values()) for (const wt of ws) wt.wake?.();
     await this.#follower?.stop();
   }
 
@@ -374,10 +378,13 @@ export class Dispatcher {
       if (this.closed) throw closedError();
       throw sdkError(`ops: publish ${subject}: ${msg(err)}`, [ErrorCode.NoVerdict], err);
     }
-    const ds = this.#stash.takeVerdicts(seq, n);
+    // The subject's last two tokens are the input's job and verb.
+    const tokens = subject.split(".");
+    const verb = tokens[tokens.length - 1]!, job = tokens[tokens.length - 2]!;
+    const ds = this.#stash.takeVerdicts(seq, n, (d) => wants(verb, job, d));
     if (ds.length >= n || ds.some((d) => d.job.id === NO_JOB)) return ds;
-    const wt: Waiter = { ds, n, wake: null };
-    this.#waiters.set(seq, wt);
+    const wt: Waiter = { ds, n, wake: null, verb, job };
+    addWaiter(this.#waiters, seq, wt);
     await new Promise<void>((resolve) => {
       if (signal.aborted) return resolve();
       const onAbort = () => resolve();
@@ -387,7 +394,7 @@ export class Dispatcher {
       };
       signal.addEventListener("abort", onAbort, { once: true });
     });
-    if (this.#waiters.get(seq) === wt) this.#waiters.delete(seq);
+    dropWaiter(this.#waiters, seq, wt);
     if (wt.ds.length >= n || wt.ds.some((d) => d.job.id === NO_JOB)) return wt.ds;
     const err: TenureError & { partial?: Decision[] } = this.closed ? closedError()
       : sdkError(`ops: no verdict for input ${seq} (${wt.ds.length} of ${n}): ${msg(signal.reason)}`, [ErrorCode.NoVerdict], signal.reason);
@@ -457,11 +464,11 @@ export class Dispatcher {
     // Derived decisions (the requeues and DEAD ends of the jobs it
     // submitted) and the verdicts of others' inputs are nobody's here.
     if (derivedKind(d.kind) || d.input.role !== "ops" || d.input.actor !== this.id) return;
-    const wt = this.#waiters.get(d.cause);
+    const wt = this.#waiters.get(d.cause)?.find((x) => wants(x.verb, x.job, d));
     if (wt) {
       wt.ds.push(d);
       if (wt.ds.length >= wt.n || d.job.id === NO_JOB) {
-        this.#waiters.delete(d.cause);
+        dropWaiter(this.#waiters, d.cause, wt);
         wt.wake?.();
       }
       return;

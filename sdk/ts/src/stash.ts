@@ -43,17 +43,22 @@ export class Stash {
     return this.#add("l" + key, d, now);
   }
 
-  /** Takes, in arrival order, up to n verdicts of input seq, fewer when one about no job comes first. */
-  takeVerdicts(seq: number, n: number): Decision[] {
+  /**
+   * Takes, in arrival order, up to n verdicts of input seq that want takes
+   * (wants: of the waiter's verb and job), fewer when one about no job
+   * comes first; the rest stay.
+   */
+  takeVerdicts(seq: number, n: number, want: (d: Decision) => boolean = () => true): Decision[] {
     const k = "v" + seq;
     const e = this.#m.get(k);
     if (!e) return [];
-    let i = 0;
-    while (i < e.ds.length && i < n) {
-      i++;
-      if (e.ds[i - 1]!.job.id === NO_JOB) break;
+    const out: Decision[] = [];
+    const kept: Decision[] = [];
+    for (const d of e.ds) {
+      if (out.length >= n || (out.length > 0 && out[out.length - 1]!.job.id === NO_JOB) || !want(d)) kept.push(d);
+      else out.push(d);
     }
-    const out = e.ds.splice(0, i);
+    e.ds = kept;
     if (e.ds.length === 0) this.#m.delete(k);
     this.#n -= out.length;
     return out;
@@ -93,4 +98,33 @@ export class Stash {
     }
     return dropped.length > 0 ? new Error(`worker: more than ${STASH_MAX} decisions unclaimed: dropped ${dropped.join(", ")}`) : undefined;
   }
+}
+
+/**
+ * Whether d may be a verdict of an input of verb about job (NO_JOB: a
+ * batch or a pull, whose verdicts name any job): its verb and job, or about
+ * no job (the whole input rejected). An input sequence names one input only
+ * while the stream keeps it: a server that loses its unsynced tail in a
+ * crash (PROTOCOL.md §2) stores the next inputs at the sequences lost, so
+ * another input of this client may hold the sequence a PubAck named, and
+ * its verdict is not the lost input's (the Go SDK's waiter.wants).
+ */
+export function wants(verb: string, job: string, d: Decision): boolean {
+  return d.input.verb === verb && (job === NO_JOB || d.job.id === NO_JOB || d.job.id === job);
+}
+
+/** Adds wt to the waiters of input key. */
+export function addWaiter<W>(m: Map<number, W[]>, key: number, wt: W): void {
+  const ws = m.get(key);
+  if (ws) ws.push(wt);
+  else m.set(key, [wt]);
+}
+
+/** Removes wt from the waiters of input key, if it is there. */
+export function dropWaiter<W>(m: Map<number, W[]>, key: number, wt: W): void {
+  const ws = m.get(key);
+  if (!ws) return;
+  const i = ws.indexOf(wt);
+  if (i >= 0) ws.splice(i, 1);
+  if (ws.length === 0) m.delete(key);
 }

@@ -22,7 +22,7 @@ import { Lease, type LeaseOptions, leaseOptions } from "./lease.js";
 import { Offer } from "./offer.js";
 import { Runner, type Handler, type RunOptions } from "./run.js";
 import { Batcher } from "./batch.js";
-import { Stash } from "./stash.js";
+import { Stash, addWaiter, dropWaiter, wants } from "./stash.js";
 import { Tracing, TRACEPARENT, type TracingOptions } from "./tracing.js";
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/nats-core";
 import type { Context } from "@opentelemetry/api";
@@ -132,6 +132,9 @@ interface Waiter {
   ds: Decision[];
   n: number;
   wake: (() => void) | null;
+  /** Its input's verb and job: it takes only their verdicts (wants, stash.ts). */
+  verb: string;
+  job: string;
 }
 
 /** Options of one call. */
@@ -285,7 +288,8 @@ export class Worker {
   #out = "";
   #follower: Follower | undefined;
 
-  readonly #waiters = new Map<number, Waiter>();
+  // More than one waiter at a sequence only after a lost tail (wants).
+  readonly #waiters = new Map<number, Waiter[]>();
   readonly #leases = new Map<string, Lease>();
   // Unclaimed decisions kept for a caller that has not asked yet (a verdict
   // that overtook its PubAck, a cancel request that overtook its lease).
@@ -377,7 +381,7 @@ export class Worker {
     this._acks.close();
     this._results.close();
     for (const wake of this.#offerWaiters.splice(0)) wake(null);
-    for (const wt of this.#waiters.values()) wt.wake?.();
+    for (const ws of this.#waiters.values()) for (const wt of ws) wt.wake?.();
     await this.#follower?.stop();
     await Promise.allSettled([...this.#inflight]);
   }
@@ -423,11 +427,11 @@ export class Worker {
     if (this.closed) return;
     if (this.#verdictOfMine(d)) {
       const key = src > 0 ? -src : d.cause;
-      const wt = this.#waiters.get(key);
+      const wt = this.#waiters.get(key)?.find((x) => wants(x.verb, x.job, d));
       if (wt) {
         wt.ds.push(d);
         if (wt.ds.length >= wt.n || d.job.id === NO_JOB) {
-          this.#waiters.delete(key);
+          dropWaiter(this.#waiters, key, wt);
           wt.wake?.();
         }
         return;
@@ -665,7 +669,7 @@ export class Worker {
       } catch (err) {
         return { ds: [], err: this.#callErr(err) };
       }
-      return { ...await this.#awaitN(seq, want ? want(seq) : n, ctl.signal), seq };
+      return { ...await this.#awaitN(seq, want ? want(seq) : n, ctl.signal, p.verb, p.job), seq };
     } finally {
       clearTimeout(timer);
       for (const s of sources) s.removeEventListener("abort", onAbort);
@@ -740,12 +744,12 @@ export class Worker {
 
   // Waits for the n verdicts of input seq, or for one about no job (the
   // whole input rejected), which is then the only one.
-  async #awaitN(seq: number, n: number, signal: AbortSignal): Promise<{ ds: Decision[]; err?: TenureError }> {
-    const ds = this.#stash.takeVerdicts(seq, n);
+  async #awaitN(seq: number, n: number, signal: AbortSignal, verb: string, job: string): Promise<{ ds: Decision[]; err?: TenureError }> {
+    const ds = this.#stash.takeVerdicts(seq, n, (d) => wants(verb, job, d));
     const whole = ds.some((d) => d.job.id === NO_JOB);
     if (ds.length >= n || whole) return { ds };
-    const wt: Waiter = { ds, n, wake: null };
-    this.#waiters.set(seq, wt);
+    const wt: Waiter = { ds, n, wake: null, verb, job };
+    addWaiter(this.#waiters, seq, wt);
     await new Promise<void>((resolve) => {
       if (signal.aborted) return resolve();
       const onAbort = () => resolve();
@@ -755,7 +759,7 @@ export class Worker {
       };
       signal.addEventListener("abort", onAbort, { once: true });
     });
-    if (this.#waiters.get(seq) === wt) this.#waiters.delete(seq);
+    dropWaiter(this.#waiters, seq, wt);
     if (wt.ds.length >= n || wt.ds.some((d) => d.job.id === NO_JOB)) return { ds: wt.ds };
     if (this.closed) return { ds: wt.ds, err: closedError() };
     return {

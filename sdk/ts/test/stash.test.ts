@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Stash, STASH_AGE_MS, STASH_MAX, type Decision } from "@tenure/worker";
+import { Stash, STASH_AGE_MS, STASH_MAX, wants, type Decision } from "@tenure/worker";
 
 const v = (cause: number, job: string): Decision => ({ cause, kind: "renewed", job: { id: job } }) as unknown as Decision;
 
@@ -54,4 +54,23 @@ test("past STASH_MAX the oldest is dropped and reported", () => {
   assert.equal(s.size, STASH_MAX);
   assert.deepEqual(s.takeVerdicts(1, 1), []);
   assert.equal(s.takeVerdicts(2, 1).length, 1);
+});
+
+test("a waiter takes only its own input's verdicts: another input may hold its sequence after a lost tail", () => {
+  const s = new Stash();
+  const d = (verb: string, job: string): Decision =>
+    ({ cause: 40, kind: "completed", input: { role: "worker", actor: "w1", verb }, job: { id: job } }) as unknown as Decision;
+  s.addVerdict(40, d("result", "j2"), 0);
+  s.addVerdict(40, d("result", "j1"), 0);
+  // The lost input at 40 was a batch renew: nothing here is its.
+  assert.deepEqual(s.takeVerdicts(40, 1, (x) => wants("renew", "_", x)), []);
+  // A result of j1 takes its own, not the first stored.
+  assert.deepEqual(s.takeVerdicts(40, 1, (x) => wants("result", "j1", x)).map((x) => x.job.id), ["j1"]);
+  assert.deepEqual(s.takeVerdicts(40, 1, (x) => wants("result", "j2", x)).map((x) => x.job.id), ["j2"]);
+  assert.equal(s.size, 0);
+  // A verdict about no job (the whole input rejected) is any waiter's of its verb.
+  s.addVerdict(41, d("result", "_"), 0);
+  assert.equal(wants("result", "j3", d("result", "_")), true);
+  assert.equal(wants("ack", "j3", d("result", "_")), false);
+  assert.equal(s.takeVerdicts(41, 1, (x) => wants("result", "j3", x)).length, 1);
 });
