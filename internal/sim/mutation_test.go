@@ -64,9 +64,9 @@ var simMutations = []simMutation{
 		file: "worker/worker.go",
 		edits: [][2]string{
 			// A verdict nobody awaits (its PubAck not back yet, or its
-			// caller gone) handed to whichever waiter there is, instead of
-			// stashed for its own caller.
-			{"		if wt, ok := w.waiters[k]; ok {\n", "		wt, ok := w.waiters[k]\n		for k2, wt2 := range w.waiters {\n			if !ok {\n				k, wt, ok = k2, wt2, true\n			}\n		}\n		if ok {\n"},
+			// caller gone) handed to whichever waiter there is, whatever
+			// its input, instead of stashed for its own caller.
+			{"		for _, wt := range w.waiters[k] {\n			if !wt.wants(&d) {\n", "		ws := w.waiters[k]\n		for k2, ws2 := range w.waiters {\n			if len(ws) == 0 {\n				k, ws = k2, ws2\n			}\n		}\n		for _, wt := range ws {\n			if false && !wt.wants(&d) {\n"},
 		},
 		seeds: 400,
 		want:  "sdk call: ", // the wrong-waiter oracle's (checkCalls)
@@ -78,7 +78,7 @@ var simMutations = []simMutation{
 			// The same in package ops: a verdict nobody awaits (its
 			// caller gone, or its PubAck not back yet) handed to
 			// whichever call waits, instead of stashed for its own.
-			{"	if w, ok := c.waiters[k]; ok {\n", "	w, ok := c.waiters[k]\n	for k2, w2 := range c.waiters {\n		if !ok {\n			k, w, ok = k2, w2, true\n		}\n	}\n	if ok {\n"},
+			{"	for _, w := range c.waiters[k] {\n		if !w.wants(&d) {\n", "	ws := c.waiters[k]\n	for k2, ws2 := range c.waiters {\n		if len(ws) == 0 {\n			k, ws = k2, ws2\n		}\n	}\n	for _, w := range ws {\n		if false && !w.wants(&d) {\n"},
 		},
 		seeds: 800,
 		want:  "ops call: ", // checkOpsCalls
