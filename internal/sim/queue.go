@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/maknow/tenure/events"
@@ -65,6 +66,8 @@ type opsActor struct {
 	c  *ops.Client
 	j  journal
 
+	busy atomic.Int32 // calls in progress (idle)
+
 	mu    sync.Mutex
 	calls []opsCall
 }
@@ -93,6 +96,8 @@ func newOpsActor(net *jsmodel.Net, id string) *opsActor {
 // call makes one call of the client, bounded by until and by stop, and
 // keeps the verdicts it returned (SubmitMany's: one per job).
 func (o *opsActor) call(ctx context.Context, stop <-chan struct{}, until time.Time, op string, jobs []string, fn func(ctx context.Context) ([]events.Decision, error)) error {
+	o.busy.Add(1)
+	defer o.busy.Add(-1)
 	ctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	go func() { // (ends with the call: cancel)
@@ -383,6 +388,16 @@ func (q *queueRun) ended() bool {
 		}
 	}
 	return true
+}
+
+// idle reports whether neither the dispatcher nor the operator has a call
+// in progress: a call between two attempts of its publish has no input in
+// flight (Net.Publishing), and its next attempt may yet requeue a job
+// (seed 11355 of the first long run: an operator's retry of a DEAD job
+// stored after the run had judged every job ended and its workers
+// stopped).
+func (q *queueRun) idle() bool {
+	return q.disp.busy.Load() == 0 && q.ops.busy.Load() == 0
 }
 
 // queueEnded: a queue job in this state awaits nothing more.

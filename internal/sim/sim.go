@@ -487,7 +487,7 @@ func Run(p Plan) *Report {
 	isCoord := func(actor string) bool {
 		return slices.ContainsFunc(coords, func(c *coord) bool { return c.id == actor })
 	}
-	for !(allEnded(jv, jobs) && net.Publishing(isCoord) == 0 && allDecided(net) && (qr == nil || qr.ended())) && time.Now().Before(deadline) {
+	for !(allEnded(jv, jobs) && net.Publishing(isCoord) == 0 && allDecided(net) && (qr == nil || qr.idle() && qr.ended())) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	close(stopQueue)

@@ -14,6 +14,7 @@ var (
 	seedsFlag = flag.Int("seeds", 0, "how many seeds to run from -from (default: SIM_SEEDS, or 200)")
 	fromFlag  = flag.Uint64("from", 1, "the first seed of a run of -seeds")
 	lostFlag  = flag.Bool("lost", true, "crashes that lose the streams' unsynced tails in the swarm (-lost=false: as SIM_LOST=0)")
+	failFlag  = flag.Int("maxfail", 3, "stop after this many failing seeds (0: run every seed, for a long run that lists them all)")
 )
 
 func seeds() (from uint64, n int) {
@@ -56,7 +57,7 @@ func TestSim(t *testing.T) {
 			failed++
 			t.Errorf("%s\n  findings:\n    %s\n  replay: go test ./internal/sim -run 'TestSim$' -seed %d -v\n  coordinators' log:\n    %s",
 				rep.Plan, strings.Join(rep.Findings, "\n    "), seed, strings.Join(rep.Log, "\n    "))
-			if failed >= 3 {
+			if *failFlag > 0 && failed >= *failFlag {
 				break
 			}
 		}
