@@ -62,9 +62,11 @@ type waiter struct {
 	job  string
 }
 
-// wants reports whether d may be a verdict of w's input.
+// wants reports whether d may be a verdict of w's input. A verdict with no
+// verb is of an input whose verb the log's rules do not know
+// (bad_subject), which can only be the waiter's own.
 func (w *waiter) wants(d *events.Decision) bool {
-	return d.Verb == w.verb && (w.job == events.NoJob || d.Job.ID == events.NoJob || d.Job.ID == w.job)
+	return (d.Verb == w.verb || d.Verb == events.VerbNone) && (w.job == events.NoJob || d.Job.ID == events.NoJob || d.Job.ID == w.job)
 }
 
 // stashed is a verdict nobody waited for yet, with when it came.

@@ -57,4 +57,10 @@ func TestVerdictOfAnotherInputAtItsSequence(t *testing.T) {
 	if ds, err := c.await(ctx, k, 1, events.VerbCancel, "a1"); err != nil || ds[0].Job.ID != "a1" {
 		t.Fatalf("the cancel of a1, stashed: %v, %v", ds, err)
 	}
+	// A verdict with no verb (a verb the log's rules do not know) is the
+	// waiting input's own.
+	deliver(events.VerbNone, events.NoJob, events.KindRejected)
+	if ds, err := c.await(ctx, k, 1, events.VerbSubmit, events.NoJob); err != nil || ds[0].Kind != events.KindRejected {
+		t.Fatalf("the verb the rules do not know: %v, %v", ds, err)
+	}
 }

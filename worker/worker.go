@@ -105,9 +105,12 @@ type waiter struct {
 	job  string
 }
 
-// wants reports whether d may be a verdict of wt's input.
+// wants reports whether d may be a verdict of wt's input. A verdict with
+// no verb is of an input whose verb the log's rules do not know (a pull
+// sent to a log below revision 4: bad_subject), which can only be the
+// waiter's own.
 func (wt *waiter) wants(d *events.Decision) bool {
-	return d.Verb == wt.verb && (wt.job == events.NoJob || d.Job.ID == events.NoJob || d.Job.ID == wt.job)
+	return (d.Verb == wt.verb || d.Verb == events.VerbNone) && (wt.job == events.NoJob || d.Job.ID == events.NoJob || d.Job.ID == wt.job)
 }
 
 // Connect starts a worker with identity id (a token of 1 to 64

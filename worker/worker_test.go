@@ -698,4 +698,12 @@ func TestVerdictOfAnotherInputAtItsSequence(t *testing.T) {
 	if d, err := w.await(ctx, seq, events.VerbResult, "j1"); err != nil || d.Job.ID != "j1" {
 		t.Fatalf("the result of j1: %v, %v", d, err)
 	}
+	// A verdict with no verb (a verb the log's rules do not know: a pull
+	// sent to a log below revision 4) is the waiting input's own.
+	bad := verdict(events.VerbNone, events.NoJob, events.KindRejected)
+	bad.Cause, bad.Reason = seq+1, events.ReasonBadSubject
+	w.dispatch(bad)
+	if d, err := w.await(ctx, seq+1, events.VerbPull, events.NoJob); err != nil || d.Reason != events.ReasonBadSubject {
+		t.Fatalf("the pull's bad_subject: %v, %v", d, err)
+	}
 }

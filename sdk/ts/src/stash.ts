@@ -110,7 +110,10 @@ export class Stash {
  * its verdict is not the lost input's (the Go SDK's waiter.wants).
  */
 export function wants(verb: string, job: string, d: Decision): boolean {
-  return d.input.verb === verb && (job === NO_JOB || d.job.id === NO_JOB || d.job.id === job);
+  // A verdict with no verb is of an input whose verb the log's rules do not
+  // know (bad_subject): it can only be the waiter's own.
+  const v = d.input.verb as string;
+  return (v === verb || v === "" || v === undefined) && (job === NO_JOB || d.job.id === NO_JOB || d.job.id === job);
 }
 
 /** Adds wt to the waiters of input key. */

@@ -73,4 +73,6 @@ test("a waiter takes only its own input's verdicts: another input may hold its s
   assert.equal(wants("result", "j3", d("result", "_")), true);
   assert.equal(wants("ack", "j3", d("result", "_")), false);
   assert.equal(s.takeVerdicts(41, 1, (x) => wants("result", "j3", x)).length, 1);
+  // A verdict with no verb (a verb the log's rules do not know: bad_subject) is the waiting input's own.
+  assert.equal(wants("pull", "_", d("", "_")), true);
 });
