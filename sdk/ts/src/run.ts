@@ -202,6 +202,9 @@ export class Runner {
   #stale = false; // the coordinator withdrew it (a missed ACK): announce again at once
   #ok = false; // the last pull was accepted
   #annSlots = 0; // the slots it announced
+  // Surplus offers being declined (#surplus): while there are any, the
+  // announcement counts only the leases whose ACKs were accepted.
+  #declining = 0;
   #due = 0; // the next pull is due then, whatever changes
   #wakeAnnouncer: (() => void) | undefined;
   #woken = false;
@@ -316,13 +319,45 @@ export class Runner {
   // announcement is corrected first, so that the queue does not offer the
   // declined job again; if a slot was freed meanwhile the offer takes it.
   // A decline is not counted as an attempt.
+  //
+  // The corrected announcement counts only the leases whose ACKs were
+  // accepted, not the offers being accepted: the coordinator may have
+  // ended one of those already (its ACK deadline passed while the offer or
+  // the ACK was on its way), and then counts the declined offer within an
+  // announcement that still counted it, which makes the decline a refusal
+  // (PROTOCOL.md §22.7; the Go SDK's seed 173). The slots are announced
+  // again once the decline is stored.
   async #surplus(o: Offer): Promise<void> {
     if (!this.#quitting) {
-      await this.#announce();
-      const s = this.#reserve();
-      if (s) return this.#work(o, s);
+      this.#declining++;
+      let lowered = true;
+      const raise = () => {
+        if (lowered) {
+          lowered = false;
+          this.#declining--;
+          this.#wake();
+        }
+      };
+      try {
+        await this.#announce();
+        const s = this.#reserve();
+        if (s) {
+          raise();
+          return this.#work(o, s);
+        }
+        if (this.#quitting) await this.#withdrawn;
+        await this.#decline(o);
+      } finally {
+        raise();
+      }
+      return;
     }
-    if (this.#quitting) await this.#withdrawn;
+    await this.#withdrawn;
+    await this.#decline(o);
+  }
+
+  // Releases o, unless its ACK window has passed already.
+  async #decline(o: Offer): Promise<void> {
     if (this.#w._clock.now() >= o.localDeadline) return; // lapsed already: nothing to decline
     try {
       await o.decline();
@@ -520,10 +555,13 @@ export class Runner {
   #desired(): number {
     if (this.#quitting) return 0;
     let held = 0;
+    let confirmed = 0; // the leases whose ACKs were accepted
     for (const s of this.#slots) {
       if (s.state !== SlotState.Finishing && !endedAtCoordinator(s.lease)) held++;
+      if (s.state === SlotState.Running && !endedAtCoordinator(s.lease)) confirmed++;
     }
-    return this.#concurrency - this.#running + held;
+    const want = this.#concurrency - this.#running + held;
+    return this.#declining > 0 ? Math.min(want, confirmed) : want;
   }
 
   #wake(): void {
