@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/maknow/tenure/events"
 	"github.com/maknow/tenure/internal/chaos"
@@ -58,7 +60,11 @@ func checkQueues(rep *Report, net *jsmodel.Net, l *chaos.Log) {
 		gone        bool     // retired or discarded
 		granted     []string // holder/generation of each offer in the log
 		conflict    string   // holder/generation of a pending ownership conflict's claim
+		history     []string // its last decisions, for a liveness finding
 	}
+	// standing is each worker's last three announcements and standings on
+	// each queue, for a liveness finding.
+	standing := map[string][]string{}
 	jobs := map[string]*qjob{}
 	var order []string
 	submitOf := func(seq uint64, job string) (events.Input, int64, bool) {
@@ -108,6 +114,16 @@ func checkQueues(rep *Report, net *jsmodel.Net, l *chaos.Log) {
 			continue
 		}
 		j := &d.Job
+		if c := d.Capacity; c != nil && d.Addressee != "" {
+			st := ""
+			if d.Standing != nil {
+				st = fmt.Sprintf(", window %d, strikes %d, held until %s", d.Standing.Window, d.Standing.Strikes, events.FormatTime(d.Standing.HeldUntil))
+			}
+			k := c.Queue + " " + d.Addressee
+			if standing[k] = append(standing[k], fmt.Sprintf("%s on %s: %s/%s at %s: slots %d until %s%s", d.Addressee, c.Queue, d.Kind, d.Reason, events.FormatTime(d.At), c.Slots, events.FormatTime(c.Until), st)); len(standing[k]) > 3 {
+				standing[k] = standing[k][1:]
+			}
+		}
 		switch {
 		case d.Kind == events.KindWithdrawn:
 			net.Touch("queue: withdrawn " + string(d.Reason))
@@ -158,6 +174,9 @@ func checkQueues(rep *Report, net *jsmodel.Net, l *chaos.Log) {
 		q := jobs[j.ID]
 		if q == nil || q.gone {
 			continue // not a queue job
+		}
+		if q.history = append(q.history, fmt.Sprintf("%d %s/%s %s at %s", m.Seq, d.Kind, d.Reason, d.Actor, events.FormatTime(d.At))); len(q.history) > 8 {
+			q.history = q.history[1:]
 		}
 		switch d.Kind {
 		case events.KindAssigned:
@@ -242,7 +261,14 @@ func checkQueues(rep *Report, net *jsmodel.Net, l *chaos.Log) {
 			// it should.
 			net.Touch("queue: job held by a conflict over a grant a crash lost")
 		case !queueEnded(q.state):
-			rep.finding("liveness: queue job %s is still %s", id, q.state)
+			var who []string
+			for k, v := range standing {
+				if strings.HasPrefix(k, q.queue+" ") {
+					who = append(who, strings.Join(v, " | "))
+				}
+			}
+			slices.Sort(who)
+			rep.finding("liveness: queue job %s is still %s\n      its last decisions: %s\n      its queue's workers: %s", id, q.state, strings.Join(q.history, "; "), strings.Join(who, "; "))
 		default:
 			net.Touch("queue: job ended " + q.state.String())
 		}
