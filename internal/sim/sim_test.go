@@ -104,9 +104,13 @@ func TestSim(t *testing.T) {
 //   - 52059 (the oracle's; it failed about one run in two): a coordinator
 //     refused a log whose decision stream held a verdict of an input a
 //     crash had lost, rightly, and a later crash lost that verdict too:
-//     the final log folds, and the oracle took the refusal for a bug.
+//     the final log folds, and the oracle took the refusal for a bug;
+//   - 68479 (the oracle's; it failed each run): the decision stream kept
+//     an expiry that a lost input had fired, not that input's verdict,
+//     and the oracle, which looked for verdicts only, judged the broken
+//     log as a sound one.
 func TestSimLostTailsFound(t *testing.T) {
-	for _, seed := range []uint64{107, 137, 177, 188, 207, 5418, 50926, 50942, 52059} {
+	for _, seed := range []uint64{107, 137, 177, 188, 207, 5418, 50926, 50942, 52059, 68479} {
 		var rep *Report
 		synctest.Test(t, func(t *testing.T) {
 			p := Draw(seed)
