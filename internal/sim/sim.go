@@ -819,6 +819,26 @@ func (h *sinkHandler) Handle(_ context.Context, r slog.Record) error {
 // Coverage sums the faults and rare paths of many reports, sorted.
 func Coverage(reps []*Report, w io.Writer) {
 	faults, seen := map[string]int{}, map[string]int{}
+	var sim time.Duration
+	var inputs, decisions, effects, queues, lost, backlog, failed int
+	for _, r := range reps {
+		sim += r.SimTime
+		inputs, decisions, effects = inputs+r.Inputs, decisions+r.Decisions, effects+r.Effects
+		if r.Plan.Queues > 0 {
+			queues++
+		}
+		if r.Plan.Lost.Rate > 0 {
+			lost++
+		}
+		if r.Plan.Backlog > 0 {
+			backlog++
+		}
+		if !r.OK() {
+			failed++
+		}
+	}
+	fmt.Fprintf(w, "%d seeds (%d failed): %.1f simulated hours; %d inputs, %d decisions, %d effects; %d with queues, %d with crashes that lose tails, %d with a backlog restart\n",
+		len(reps), failed, sim.Hours(), inputs, decisions, effects, queues, lost, backlog)
 	for _, r := range reps {
 		for k, v := range r.Faults {
 			faults[k] += v
