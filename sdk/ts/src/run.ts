@@ -205,6 +205,8 @@ export class Runner {
   // Surplus offers being declined (#surplus): while there are any, the
   // announcement counts only the leases whose ACKs were accepted.
   #declining = 0;
+  // Woken when a slot is freed or its offer accepted (#awaitAccepts).
+  #settled: Array<() => void> = [];
   #due = 0; // the next pull is due then, whatever changes
   #wakeAnnouncer: (() => void) | undefined;
   #woken = false;
@@ -340,7 +342,7 @@ export class Runner {
       };
       try {
         await this.#announce();
-        const s = this.#reserve();
+        const s = this.#reserve() ?? await this.#awaitAccepts(o);
         if (s) {
           raise();
           return this.#work(o, s);
@@ -354,6 +356,57 @@ export class Runner {
     }
     await this.#withdrawn;
     await this.#decline(o);
+  }
+
+  // Wakes #awaitAccepts: a slot was freed, or its offer accepted.
+  #slotSettled(): void {
+    const ws = this.#settled;
+    this.#settled = [];
+    for (const f of ws) f();
+  }
+
+  // Waits, while offers are being accepted (their ACKs in flight), for one
+  // of them to free its slot, and takes it for o; undefined once none is
+  // being accepted and no slot is free, when half the time left to o's ACK
+  // deadline has passed, or when the run quits. An ACK in flight may be
+  // refused (an operator revoked the lease meanwhile, its deadline passed):
+  // the coordinator has then ended that lease and offered o in its place,
+  // and counts o against the slots announced, so declining o would be a
+  // refusal (the Go SDK's awaitAccepts; the simulator's seed 717).
+  async #awaitAccepts(o: Offer): Promise<Slot | undefined> {
+    const clock = this.#w._clock;
+    const until = clock.now() + (o.localDeadline - clock.now()) / 2;
+    const quit = this.#quitCtl.signal;
+    for (;;) {
+      let accepting = false;
+      for (const s of this.#slots) {
+        if (s.state === SlotState.Accepting) {
+          accepting = true;
+          break;
+        }
+      }
+      const left = until - clock.now();
+      if (!accepting || left <= 0 || quit.aborted) return undefined;
+      let t: Timer | undefined;
+      let settled = false;
+      await new Promise<void>((resolve) => {
+        const onQuit = () => resolve();
+        this.#settled.push(() => {
+          settled = true;
+          quit.removeEventListener("abort", onQuit);
+          resolve();
+        });
+        quit.addEventListener("abort", onQuit, { once: true });
+        t = clock.setTimer(() => {
+          quit.removeEventListener("abort", onQuit);
+          resolve();
+        }, left);
+      });
+      t?.stop();
+      if (!settled) return undefined;
+      const s = this.#reserve();
+      if (s) return s;
+    }
   }
 
   // Releases o, unless its ACK window has passed already.
@@ -391,6 +444,7 @@ export class Runner {
     try {
       s.lease = l;
       s.state = SlotState.Running;
+      this.#slotSettled();
       if (this.#stopped) { // shutting down before the handler started: give it back
         this.#finishing(s);
         const res = await this.#result(l, sdkError("worker: run stopped before the handler started", [ErrorCode.RunStopped]), true);
@@ -548,6 +602,7 @@ export class Runner {
     if (s.state !== SlotState.Finishing) this.#running--;
     this.#slots.delete(s);
     this.#wake();
+    this.#slotSettled();
   }
 
   // The slots to announce: the leases held (those of running handlers and
