@@ -68,6 +68,7 @@ const (
 	failPub                     // fail every publish (a non-retryable error)
 	noVerdicts                  // store renewals, answer none of them
 	rejectPulls                 // refuse every pull (rejected/bad_value)
+	unknownPulls                // refuse every pull as a log below revision 4 does (rejected/bad_subject, no verb)
 )
 
 type renewSeen struct {
@@ -124,6 +125,9 @@ func (f *fakeCoord) Publish(_ context.Context, msg *nats.Msg, _, _ string) (*jet
 		d.Capacity = &events.Capacity{Queue: in.Queue, Slots: in.Slots, Until: now.Add(time.Duration(in.TTLMS) * time.Millisecond).UnixNano()}
 		if f.mode == rejectPulls {
 			d.Kind, d.Reason, d.Capacity = events.KindRejected, events.ReasonBadValue, nil
+		}
+		if f.mode == unknownPulls {
+			d.Kind, d.Reason, d.Capacity, d.Verb = events.KindRejected, events.ReasonBadSubject, nil, events.VerbNone
 		}
 	case events.VerbAcquire:
 		d.Kind = events.KindGranted

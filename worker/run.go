@@ -169,8 +169,12 @@ func scheduledFor(j *events.Job) time.Time {
 // above. Run returns nil after such a shutdown, once every handler has
 // returned and its result was reported. It returns ErrClosed when the
 // Worker was closed, the refusal (a *VerdictError) when the coordinator
-// refused an announcement (a log below rules revision 4, for instance),
-// after the same shutdown, and an error at once for invalid arguments.
+// refused an announcement (a slots or ttl out of bounds, for instance),
+// after the same shutdown (a log that does not know the pull verb,
+// bad_subject, stops nothing: the refusal is reported to the
+// ErrorHandler and the announcement tried again, since a log whose rules
+// input a crash lost is judged under revision 1 until a live coordinator
+// moves it to its revision again), and an error at once for invalid arguments.
 //
 // With WithDrain, Run can stop gracefully instead: when the drain's
 // context ends it withdraws the capacity and declines new offers at once,
@@ -899,7 +903,13 @@ func (r *runner) announcer(k uint32) {
 
 // announce sends partition k's announcement if it is due or its slots
 // changed (unless a failed one waits for its retry), and learns its
-// verdict. A refusal stops Run.
+// verdict. A refusal stops Run, but for bad_subject: a log that does not
+// know the pull verb (rules below revision 4) is one whose rules input a
+// server lost with its unsynced tail (PROTOCOL.md §2) until a live
+// coordinator moves it to its revision again, which it does at once; the
+// refusal is reported and the announcement tried again (the simulator's
+// seeds 11777, 13603 and 61869, where it stopped Run for good). A
+// coordinator too old for queues refuses every attempt, each reported.
 func (r *runner) announce(ctx context.Context, k uint32) {
 	a := &r.ann[k]
 	a.lock()
@@ -917,6 +927,11 @@ func (r *runner) announce(ctx context.Context, k uint32) {
 	switch {
 	case err == nil:
 		a.ok, a.slots, a.due = true, want, t0.Add(r.every)
+	case errors.As(err, &ve) && ve.Reason == events.ReasonBadSubject:
+		a.ok, a.due = false, r.w.clk.Now().Add(r.retry)
+		if ctx.Err() == nil {
+			r.report(err)
+		}
 	case errors.As(err, &ve):
 		a.ok, a.due = false, r.w.clk.Now().Add(r.every)
 		select {

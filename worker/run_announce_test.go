@@ -7,12 +7,12 @@ package worker
 import (
 	"context"
 	"errors"
-	"github.com/maknow/tenure/events"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/maknow/tenure/clock"
+	"github.com/maknow/tenure/events"
 )
 
 func nop(context.Context, *Job) error { return nil }
@@ -186,6 +186,52 @@ func TestRunStopsOnARefusedAnnouncement(t *testing.T) {
 		cancel()
 		if err := w.Run(ctx, "q", nop); err != nil {
 			t.Fatalf("Run after the first returned: %v", err)
+		}
+	})
+}
+
+// A pull refused bad_subject (a log whose rules input a crash lost judges
+// it under revision 1, which knows no pull, until a live coordinator moves
+// it to its revision again) does not stop Run: the refusal is reported and
+// the announcement tried again, and accepted once the log knows queues
+// again (the simulator's seeds 13603 and 61869 stopped Run for good).
+func TestRunAnnouncesAgainAfterAnUnknownVerb(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log errorLog
+		w, f := fakeWorker(t, 3*time.Second, WithErrorHandler(log.handle))
+		defer w.Close()
+		f.setMode(unknownPulls)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx, "q", nop, WithCapacityTTL(30*time.Second)) }()
+		time.Sleep(10 * time.Second)
+		select {
+		case err := <-done:
+			t.Fatalf("Run stopped on bad_subject: %v", err)
+		default:
+		}
+		refused := len(f.pullsSeen())
+		if refused < 2 {
+			t.Fatalf("%d pulls while refused, want the announcement tried again", refused)
+		}
+		f.setMode(answer)
+		time.Sleep(10 * time.Second)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if n := len(f.pullsSeen()); n <= refused {
+			t.Fatalf("no pull after the log knew queues again (%d pulls)", n)
+		}
+		reported := false
+		for _, err := range log.all() {
+			var ve *VerdictError
+			if errors.As(err, &ve) && ve.Reason == events.ReasonBadSubject {
+				reported = true
+			}
+		}
+		if !reported {
+			t.Fatalf("the refusal was not reported: %v", log.all())
 		}
 	})
 }

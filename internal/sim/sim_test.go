@@ -178,9 +178,12 @@ func TestSimBacklogEndsWithItsRun(t *testing.T) {
 //   - 7850, 8081: an SDK waiter took the verdict of another input stored
 //     at its input's sequence after a lost tail (f3064f0);
 //   - 11355: the drain ended between two publish attempts of an
-//     operator's retry (it waits for the ops calls now).
+//     operator's retry (it waits for the ops calls now);
+//   - 13603, 61869 (failed each run): a crash lost the log's rules
+//     input, Run's pull was judged under revision 1 (bad_subject), and
+//     Run stopped for good; it reports such a refusal and announces again.
 func TestSimFoundInLongRuns(t *testing.T) {
-	for _, seed := range []uint64{540, 4677, 7850, 8081, 11355} {
+	for _, seed := range []uint64{540, 4677, 7850, 8081, 11355, 13603, 61869} {
 		rep := runSeed(t, seed)
 		if !rep.OK() {
 			t.Errorf("%s\n  findings:\n    %s", rep.Plan, strings.Join(rep.Findings, "\n    "))

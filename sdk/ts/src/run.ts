@@ -647,7 +647,8 @@ export class Runner {
 
   // Sends the announcement if it is due or its slots changed (unless a
   // failed one waits for its retry), and learns its verdict. A refusal
-  // stops the run. One pull at a time, stored in the order decided.
+  // stops the run, but for bad_subject (reported, and tried again). One
+  // pull at a time, stored in the order decided.
   #announce(): Promise<void> {
     const p = this.#annBusy.then(async () => {
       const want = this.#desired();
@@ -662,7 +663,15 @@ export class Runner {
         this.#due = t0 + this.#every;
       } catch (err) {
         this.#ok = false;
-        if (err instanceof VerdictError || (err instanceof TenureError && err.cause instanceof VerdictError)) {
+        const ve = err instanceof VerdictError ? err : err instanceof TenureError && err.cause instanceof VerdictError ? err.cause : undefined;
+        if (ve?.reason === "bad_subject") {
+          // A log that does not know the pull verb: one whose rules input a
+          // server lost with its unsynced tail (PROTOCOL.md §2), until a live
+          // coordinator moves it to its revision again. Reported, and tried
+          // again (the Go SDK's simulator seeds 13603 and 61869).
+          this.#due = this.#w._clock.now() + this.#retry;
+          if (!this.#quitting) this.#w._report(err);
+        } else if (ve) {
           this.#due = this.#w._clock.now() + this.#every;
           if (!this.#fatal) {
             this.#fatal = err as Error;
