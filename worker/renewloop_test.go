@@ -64,11 +64,11 @@ type pullSeen struct {
 type fakeMode int
 
 const (
-	answer      fakeMode = iota // store and answer every input
-	failPub                     // fail every publish (a non-retryable error)
-	noVerdicts                  // store renewals, answer none of them
-	rejectPulls                 // refuse every pull (rejected/bad_value)
-	unknownPulls                // refuse every pull as a log below revision 4 does (rejected/bad_subject, no verb)
+	answer       fakeMode = iota // store and answer every input
+	failPub                      // fail every publish (a non-retryable error)
+	noVerdicts                   // store renewals, answer none of them
+	rejectPulls                  // refuse every pull (rejected/bad_value)
+	unknownPulls                 // refuse every pull as a log below revision 4 does (rejected/bad_subject, no verb)
 )
 
 type renewSeen struct {
