@@ -104,6 +104,24 @@ func (s *stash) takeVerdicts(k verdictKey, n int, wants func(*events.Decision) b
 	if l == nil {
 		return nil
 	}
+	// The usual case, one input per sequence: the first verdicts are all
+	// wanted, and leave without a copy.
+	i := 0
+	for i < len(l.ds) && i < n && wants(&l.ds[i]) {
+		i++
+		if l.ds[i-1].Job.ID == events.NoJob {
+			break
+		}
+	}
+	if i == len(l.ds) || i == n || i > 0 && l.ds[i-1].Job.ID == events.NoJob {
+		out := l.ds[:i:i]
+		if l.ds = l.ds[i:]; len(l.ds) == 0 {
+			delete(s.verdicts, k)
+		}
+		s.n -= i
+		return out
+	}
+	// After a lost tail: another input's verdicts among them stay.
 	var out []events.Decision
 	kept := l.ds[:0:0]
 	for i := range l.ds {
