@@ -302,20 +302,7 @@ func (h *coreHarness) run(t *testing.T, d *datadriven.TestData) string {
 		// tick t=<offset> [appended|stored|refused]: the loop's tick timer
 		// fires at t (the tick policy: is a tick wanted?), or the
 		// stream answers the last tick's append.
-		var at int64
-		var what string
-		for _, a := range d.CmdArgs {
-			switch {
-			case a.Key == "t":
-				off, err := time.ParseDuration(a.Vals[0])
-				if err != nil {
-					d.Fatalf(t, "%v", err)
-				}
-				at = testutil.ScenarioBase + int64(off)
-			case len(a.Vals) == 0:
-				what = a.Key
-			}
-		}
+		at, what := timeArg(t, d)
 		switch what {
 		case "stored", "refused":
 			h.k.tickAnswered(what == "stored")

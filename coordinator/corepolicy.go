@@ -58,9 +58,9 @@ func (k *core) leaderValidUntil() time.Time { return time.Unix(0, k.lead.validUn
 // inputs were folded since the last, every decision derived is chained
 // (the state is one the chain names), and either SnapshotEvery inputs were
 // folded since, or, when the snapshot timer fired (timer),
-// SnapshotInterval passed since the last was taken. Whether the loop can
-// take one (the encoder free, no snapshot waiting for its anchor) is the
-// loop's to know.
+// SnapshotInterval passed since the last was taken (now is read only
+// then). Whether the loop can take one (the encoder free, no snapshot
+// waiting for its anchor) is the loop's to know.
 func (k *core) snapshotDue(now int64, timer bool) bool {
 	if !k.snapshotsOn() {
 		return false

@@ -153,7 +153,11 @@ func (s *session) maybeSnapshot(timer bool) {
 		}
 		s.snapWait = nil
 	}
-	if s.snapWait == nil && !s.encoding && len(s.enc) == 0 && s.snapshotDue(c.clk.Now().UnixNano(), timer) {
+	var now int64 // read only for the timer's case: this runs after every batch folded
+	if timer {
+		now = c.clk.Now().UnixNano()
+	}
+	if s.snapWait == nil && !s.encoding && len(s.enc) == 0 && s.snapshotDue(now, timer) {
 		snap := &taken{inputSeq: s.p.LastSeq(), decSeq: s.decSeq, chain: s.head}
 		s.enc <- encodeJob{f: s.p.Freeze(), snap: snap} // the loop is the only sender, and it was empty
 		if c.cfg.snapshotTaken != nil {

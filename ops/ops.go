@@ -543,6 +543,7 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 	if err != nil {
 		return events.Decision{}, err
 	}
+	mine := waiter{verb: in.Verb, job: in.Job} // the verdicts this call takes
 	for {
 		var m follow.Msg
 		select {
@@ -551,7 +552,7 @@ func (c *Client) doIn(ctx context.Context, part events.Partition, in *events.Inp
 			return events.Decision{}, &noVerdictError{fmt.Sprintf("ops: no verdict for input %d: %v", key.seq, ctx.Err())}
 		}
 		d, err := events.DecodeDecision(m.Data)
-		if err != nil || d.Cause != key.seq || d.Kind.Derived() || !(&waiter{verb: in.Verb, job: in.Job}).wants(&d) {
+		if err != nil || d.Cause != key.seq || d.Kind.Derived() || !mine.wants(&d) {
 			continue
 		}
 		c.keep(receipt.Decision(topo.DecisionStream(), m.Seq, d.Cause, m.Header.Get(events.HeaderChain), "ops "+c.id))
