@@ -322,6 +322,19 @@ type Result struct {
 	TenureQueueSubmitWrites float64 `json:"tenure_queue_submit_writes_per_job"`
 	TenureQueueInputsPerJob float64 `json:"tenure_queue_inputs_per_job"`       // inputs stored per job (batches count once)
 	TenureQueuePerAppend    float64 `json:"tenure_queue_decisions_per_append"` // decisions per coordinator append
+	// The skeleton (queueskel.go): raw JetStream carrying the messages of
+	// Tenure's job path, shaped as Tenure's, and nothing else; what the
+	// message design leaves Tenure's code at most.
+	SkeletonQueuePerS       float64 `json:"skeleton_queue_per_s"`               // jobs completed per second, loaded
+	QueueSkeletonRatio      float64 `json:"queue_skeleton_ratio"`               // tenure_queue_per_s / that
+	SkeletonQueueRawRatio   float64 `json:"skeleton_queue_raw_ratio"`           // skeleton_queue_per_s / baseline_queue_per_s: the ceiling the design leaves
+	SkeletonQueueStartP50   float64 `json:"skeleton_queue_start_p50_ms"`        // one job at a time
+	SkeletonQueueStartP99   float64 `json:"skeleton_queue_start_p99_ms"`        //
+	SkeletonQueueStartRatio float64 `json:"skeleton_queue_start_p99_raw_ratio"` // that / baseline_queue_start_p99_ms: the least the design allows
+	SkeletonQueueLoadedP99  float64 `json:"skeleton_queue_loaded_start_p99_ms"`
+	SkeletonQueueCPUUs      float64 `json:"skeleton_queue_cpu_us"`
+	SkeletonQueueWrites     float64 `json:"skeleton_queue_writes_per_job"`
+	SkeletonQueueInputs     float64 `json:"skeleton_queue_inputs_per_job"`
 	// The same loaded loop with one hostile worker beside the honest ones
 	// (HostileModes): its jobs per second in each mode against the run
 	// without it, and the least of those ratios.
@@ -413,6 +426,9 @@ type runner struct {
 	n   int // data directories made
 
 	lastCPU float64 // cores this process kept busy during the last window
+	// The shapes of a Tenure queue run's messages, which the skeleton's
+	// runs copy (queueskel.go); set by the loaded SubmitMany run.
+	queueShapes *queueShapes
 }
 
 func (b *runner) logf(format string, args ...any) {

@@ -84,6 +84,8 @@ func TestRunTiny(t *testing.T) {
 		"baseline_queue_cpu_us", "tenure_queue_cpu_us", "tenure_queue_submit_cpu_us",
 		"baseline_queue_writes_per_job", "tenure_queue_writes_per_job", "tenure_queue_submit_writes_per_job",
 		"tenure_queue_inputs_per_job", "tenure_queue_decisions_per_append",
+		"skeleton_queue_per_s", "queue_skeleton_ratio", "skeleton_queue_raw_ratio", "skeleton_queue_start_p50_ms", "skeleton_queue_start_p99_ms",
+		"skeleton_queue_start_p99_raw_ratio", "skeleton_queue_loaded_start_p99_ms", "skeleton_queue_cpu_us", "skeleton_queue_writes_per_job", "skeleton_queue_inputs_per_job",
 	} {
 		v, ok := m[k].(float64)
 		if !ok || !(v > 0) {
@@ -111,6 +113,11 @@ func TestRunTiny(t *testing.T) {
 		if _, ok := m[k+"_ratio"].(float64); !ok {
 			t.Errorf("%s_ratio = %v, want a number", k, m[k+"_ratio"])
 		}
+	}
+	// The skeleton stores what a Tenure job stores: four decisions a job,
+	// and its share of the inputs.
+	if d := m["skeleton_queue_writes_per_job"].(float64) - m["skeleton_queue_inputs_per_job"].(float64); d < 3.5 || d > 4.5 {
+		t.Errorf("the skeleton stored %.2f decisions per job, want 4", d)
 	}
 	if m["queue_inflight"] != 16.0 || m["baseline_queue_per_s"].(float64)+m["tenure_queue_per_s"].(float64) <= 0 {
 		t.Errorf("queue: %v in flight, %v and %v jobs/s", m["queue_inflight"], m["baseline_queue_per_s"], m["tenure_queue_per_s"])

@@ -51,6 +51,12 @@
 //     cancels. The ratio is on / off; the receipt files are read back
 //     afterwards (every line a valid receipt) and give the receipts written
 //     per second. It runs after the pipeline (--only receipts alone).
+//  9. Queues (issue 31; queue.go): jobs through submit, pull and result,
+//     submitted with package ops and run with worker.Run, against a raw
+//     JetStream work queue with as many pull workers and handlers; then the
+//     skeleton (queueskel.go): raw JetStream carrying the messages a Tenure
+//     job makes, shaped as the Tenure run's, and doing nothing else, which
+//     measures what the message design leaves Tenure's code at most.
 //
 // Cluster is `tenure bench --cluster`: on a local cluster of real nodes, SDK
 // workers against raw R3 publishes with as many units in flight, raw

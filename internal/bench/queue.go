@@ -64,7 +64,7 @@ func (b *runner) queues(ctx context.Context) error {
 		do   func(context.Context) (queueLoad, error)
 		out  *queueLoad
 	}
-	var base, baseIdle, ten, tenIdle, tenSingle, tenFlow queueLoad
+	var base, baseIdle, ten, tenIdle, tenSingle, tenFlow, skel, skelIdle queueLoad
 	runs := []run{
 		{"raw work queue, loaded", func(ctx context.Context) (queueLoad, error) { return b.baselineQueue(ctx, b.cfg.QueueInflight) }, &base},
 		{"raw work queue, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.baselineQueue(ctx, 1) }, &baseIdle},
@@ -72,6 +72,10 @@ func (b *runner) queues(ctx context.Context) error {
 			return b.tenureQueue(ctx, b.cfg.QueueInflight, submitMany, "")
 		}, &ten},
 		{"tenure, Submit, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.tenureQueue(ctx, 1, submitOne, "") }, &tenIdle},
+		{"skeleton (raw JetStream carrying Tenure's messages), loaded", func(ctx context.Context) (queueLoad, error) {
+			return b.skeletonQueue(ctx, b.cfg.QueueInflight, b.queueShapes)
+		}, &skel},
+		{"skeleton, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.skeletonQueue(ctx, 1, b.queueShapes) }, &skelIdle},
 		{"tenure, Submit, loaded", func(ctx context.Context) (queueLoad, error) {
 			return b.tenureQueue(ctx, b.cfg.QueueInflight, submitOne, "")
 		}, &tenSingle},
@@ -107,6 +111,10 @@ func (b *runner) queues(ctx context.Context) error {
 	r.TenureQueueInputsPerJob, r.TenureQueuePerAppend = ten.inputs, ten.perAppend
 	r.QueueSamplesIdle, r.QueueSamplesLoaded = float64(min(len(baseIdle.samples), len(tenIdle.samples))), float64(min(len(base.samples), len(ten.samples)))
 	r.QueueInflight = float64(b.cfg.QueueInflight)
+	r.SkeletonQueuePerS, r.QueueSkeletonRatio, r.SkeletonQueueRawRatio = skel.perS, ratio(ten.perS, skel.perS), ratio(skel.perS, base.perS)
+	r.SkeletonQueueStartP50, r.SkeletonQueueStartP99, r.SkeletonQueueLoadedP99 = ms(skelIdle.p(50)), ms(skelIdle.p(99)), ms(skel.p(99))
+	r.SkeletonQueueStartRatio = ratio(r.SkeletonQueueStartP99, r.BaselineQueueStartP99)
+	r.SkeletonQueueCPUUs, r.SkeletonQueueWrites, r.SkeletonQueueInputs = skel.cpuUs, skel.writes, skel.inputs
 
 	// The same loaded loop with one hostile worker beside the honest ones,
 	// in each of its modes (rules revision 5: PROTOCOL.md §22.8).
@@ -600,6 +608,12 @@ func (b *runner) tenureQueue(ctx context.Context, inflight, how int, hostile str
 	}
 	if n := herr.Load(); n > 0 && err == nil {
 		err = fmt.Errorf("%d handlers got a job without the payload the dispatcher submitted", n)
+	}
+	if err == nil && how == submitMany && hostile == "" && inflight > 1 {
+		// The skeleton's runs copy this run's messages.
+		if b.queueShapes, err = captureQueueShapes(ctx, js, top); err != nil {
+			err = fmt.Errorf("the shapes of its messages: %w", err)
+		}
 	}
 	return res, err
 }

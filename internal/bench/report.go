@@ -137,6 +137,12 @@ func WriteTable(w io.Writer, r *Result) error {
 	for _, h := range r.QueueHostile {
 		row("  with a worker that does "+h.Mode+" (per s)", r.TenureQueuePerS, h.PerS, "%.0f", h.Ratio)
 	}
+	if r.SkeletonQueuePerS > 0 {
+		row("  skeleton: raw carrying Tenure's messages / raw (per s)", r.BaselineQueuePerS, r.SkeletonQueuePerS, "%.0f", r.SkeletonQueueRawRatio)
+		row("  Tenure / the skeleton (per s)", r.SkeletonQueuePerS, r.TenureQueuePerS, "%.0f", r.QueueSkeletonRatio)
+		row("  skeleton: CPU per job (µs)", r.BaselineQueueCPUUs, r.SkeletonQueueCPUUs, "%.1f", ratio(r.SkeletonQueueCPUUs, r.BaselineQueueCPUUs))
+		row("  skeleton: to the handler's start, alone, p99 (ms)", r.BaselineQueueStartP99, r.SkeletonQueueStartP99, "%.2f", r.SkeletonQueueStartRatio)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
