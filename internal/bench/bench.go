@@ -335,6 +335,13 @@ type Result struct {
 	SkeletonQueueCPUUs      float64 `json:"skeleton_queue_cpu_us"`
 	SkeletonQueueWrites     float64 `json:"skeleton_queue_writes_per_job"`
 	SkeletonQueueInputs     float64 `json:"skeleton_queue_inputs_per_job"`
+	// The skeleton again with the decisions of one input to one addressee
+	// (and of one kind) in one message: a design Tenure does not have,
+	// measured for what it would leave.
+	SkeletonGroupedPerS     float64 `json:"skeleton_grouped_queue_per_s"`
+	SkeletonGroupedRawRatio float64 `json:"skeleton_grouped_queue_raw_ratio"` // that / baseline_queue_per_s
+	SkeletonGroupedCPUUs    float64 `json:"skeleton_grouped_queue_cpu_us"`
+	SkeletonGroupedWrites   float64 `json:"skeleton_grouped_queue_writes_per_job"`
 	// The same loaded loop with one hostile worker beside the honest ones
 	// (HostileModes): its jobs per second in each mode against the run
 	// without it, and the least of those ratios.

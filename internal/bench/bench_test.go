@@ -86,6 +86,7 @@ func TestRunTiny(t *testing.T) {
 		"tenure_queue_inputs_per_job", "tenure_queue_decisions_per_append",
 		"skeleton_queue_per_s", "queue_skeleton_ratio", "skeleton_queue_raw_ratio", "skeleton_queue_start_p50_ms", "skeleton_queue_start_p99_ms",
 		"skeleton_queue_start_p99_raw_ratio", "skeleton_queue_loaded_start_p99_ms", "skeleton_queue_cpu_us", "skeleton_queue_writes_per_job", "skeleton_queue_inputs_per_job",
+		"skeleton_grouped_queue_per_s", "skeleton_grouped_queue_raw_ratio", "skeleton_grouped_queue_cpu_us", "skeleton_grouped_queue_writes_per_job",
 	} {
 		v, ok := m[k].(float64)
 		if !ok || !(v > 0) {

@@ -64,7 +64,7 @@ func (b *runner) queues(ctx context.Context) error {
 		do   func(context.Context) (queueLoad, error)
 		out  *queueLoad
 	}
-	var base, baseIdle, ten, tenIdle, tenSingle, tenFlow, skel, skelIdle queueLoad
+	var base, baseIdle, ten, tenIdle, tenSingle, tenFlow, skel, skelIdle, skelGrouped queueLoad
 	runs := []run{
 		{"raw work queue, loaded", func(ctx context.Context) (queueLoad, error) { return b.baselineQueue(ctx, b.cfg.QueueInflight) }, &base},
 		{"raw work queue, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.baselineQueue(ctx, 1) }, &baseIdle},
@@ -73,9 +73,12 @@ func (b *runner) queues(ctx context.Context) error {
 		}, &ten},
 		{"tenure, Submit, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.tenureQueue(ctx, 1, submitOne, "") }, &tenIdle},
 		{"skeleton (raw JetStream carrying Tenure's messages), loaded", func(ctx context.Context) (queueLoad, error) {
-			return b.skeletonQueue(ctx, b.cfg.QueueInflight, b.queueShapes)
+			return b.skeletonQueue(ctx, b.cfg.QueueInflight, b.queueShapes, false)
 		}, &skel},
-		{"skeleton, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.skeletonQueue(ctx, 1, b.queueShapes) }, &skelIdle},
+		{"skeleton, one job at a time", func(ctx context.Context) (queueLoad, error) { return b.skeletonQueue(ctx, 1, b.queueShapes, false) }, &skelIdle},
+		{"skeleton, an input's decisions to one addressee in one message, loaded", func(ctx context.Context) (queueLoad, error) {
+			return b.skeletonQueue(ctx, b.cfg.QueueInflight, b.queueShapes, true)
+		}, &skelGrouped},
 		{"tenure, Submit, loaded", func(ctx context.Context) (queueLoad, error) {
 			return b.tenureQueue(ctx, b.cfg.QueueInflight, submitOne, "")
 		}, &tenSingle},
@@ -115,6 +118,8 @@ func (b *runner) queues(ctx context.Context) error {
 	r.SkeletonQueueStartP50, r.SkeletonQueueStartP99, r.SkeletonQueueLoadedP99 = ms(skelIdle.p(50)), ms(skelIdle.p(99)), ms(skel.p(99))
 	r.SkeletonQueueStartRatio = ratio(r.SkeletonQueueStartP99, r.BaselineQueueStartP99)
 	r.SkeletonQueueCPUUs, r.SkeletonQueueWrites, r.SkeletonQueueInputs = skel.cpuUs, skel.writes, skel.inputs
+	r.SkeletonGroupedPerS, r.SkeletonGroupedRawRatio = skelGrouped.perS, ratio(skelGrouped.perS, base.perS)
+	r.SkeletonGroupedCPUUs, r.SkeletonGroupedWrites = skelGrouped.cpuUs, skelGrouped.writes
 
 	// The same loaded loop with one hostile worker beside the honest ones,
 	// in each of its modes (rules revision 5: PROTOCOL.md §22.8).
@@ -602,18 +607,21 @@ func (b *runner) tenureQueue(ctx context.Context, inflight, how int, hostile str
 		return queueCounts{writes: in + appends, inputs: in, decisions: co.c.Stats().DecisionsStored, appends: appends}, nil
 	}
 	res, err := b.runWindow(ctx, l, counts)
+	if err == nil && how == submitMany && hostile == "" && inflight > 1 {
+		// The skeleton's runs copy this run's messages, taken while it
+		// still runs (its shutdown's releases are no shape of a job's).
+		if b.queueShapes, err = captureQueueShapes(ctx, js, top); err != nil {
+			err = fmt.Errorf("the shapes of its messages: %w", err)
+		} else {
+			b.logf("    its last inputs, by verb: %s", b.queueShapes.mix)
+		}
+	}
 	cancel()
 	if e, ok := failed.Load().(error); ok && err == nil {
 		err = e
 	}
 	if n := herr.Load(); n > 0 && err == nil {
 		err = fmt.Errorf("%d handlers got a job without the payload the dispatcher submitted", n)
-	}
-	if err == nil && how == submitMany && hostile == "" && inflight > 1 {
-		// The skeleton's runs copy this run's messages.
-		if b.queueShapes, err = captureQueueShapes(ctx, js, top); err != nil {
-			err = fmt.Errorf("the shapes of its messages: %w", err)
-		}
 	}
 	return res, err
 }

@@ -49,13 +49,22 @@ import (
 // same four writes in series. Its throughput is what the message design
 // leaves Tenure's code at most, its start latency the least the design
 // allows; it is lenient where it differs (no limit on a worker's inputs
-// in flight, where Run keeps at most four of each verb).
+// in flight, where Run keeps at most four of each verb). It appends one
+// message at a time, as Tenure's appender does with sync interval (with
+// sync always Tenure groups its appends into atomic batches, which the
+// skeleton does not: there it is no ceiling).
+//
+// Grouped, the relay appends the decisions that one input makes for one
+// addressee, of one kind, as one message (its body names the jobs): a
+// design Tenure does not have (a decision is one job's), measured for
+// what it would leave.
 
 // queueShapes are the templates of the skeleton's messages, taken from a
 // Tenure run.
 type queueShapes struct {
 	out map[events.Kind]*nats.Msg // one decision of each of skelKinds, as stored
 	in  map[events.Verb]inShape   // the inputs of each of skelVerbs
+	mix string                    // the inputs scanned, by verb
 }
 
 // inShape is the shape of one verb's inputs: the headers of the last one
@@ -97,8 +106,8 @@ func captureQueueShapes(ctx context.Context, js jetstream.JetStream, top streams
 		}
 	}
 	type sum struct {
-		header      nats.Header
-		bytes, jobs int
+		header              nats.Header
+		bytes, jobs, inputs int
 	}
 	sums := map[events.Verb]*sum{}
 	err = scanBack(ctx, js, top.InputStream(), func(m *nats.Msg) bool {
@@ -117,6 +126,7 @@ func captureQueueShapes(ctx context.Context, js jetstream.JetStream, top streams
 		}
 		x.bytes += len(m.Data)
 		x.jobs += jobs
+		x.inputs++
 		return false
 	})
 	if err != nil {
@@ -129,6 +139,13 @@ func captureQueueShapes(ctx context.Context, js jetstream.JetStream, top streams
 		}
 		qs.in[v] = inShape{header: x.header, perJob: x.bytes / x.jobs}
 	}
+	var mix []string
+	for v := events.Verb(1); v.String() != "?" && v < 64; v++ {
+		if x := sums[v]; x != nil {
+			mix = append(mix, fmt.Sprintf("%s %d (%d jobs, %d bytes each)", v, x.inputs, x.jobs, x.bytes/x.jobs))
+		}
+	}
+	qs.mix = strings.Join(mix, ", ")
 	return qs, nil
 }
 
@@ -189,10 +206,7 @@ const (
 // expectation), a body of the job ids
 // padded to sh's bytes per job.
 func skelInput(actor string, verb events.Verb, jobs []string, sh inShape, id uint64) *nats.Msg {
-	body := []byte(strings.Join(jobs, ","))
-	for len(body) < len(jobs)*sh.perJob {
-		body = append(body, ' ')
-	}
+	body := skelBody(jobs, sh.perJob)
 	h := make(nats.Header, len(sh.header))
 	for k, v := range sh.header {
 		switch k {
@@ -208,7 +222,17 @@ func skelInput(actor string, verb events.Verb, jobs []string, sh inShape, id uin
 	return &nats.Msg{Subject: skelIn + actor + "." + verb.String(), Header: h, Data: body}
 }
 
-// skelJobs are the job ids an input of the skeleton carries.
+// skelBody is the body of a message carrying jobs: their ids, padded to
+// perJob bytes per job.
+func skelBody(jobs []string, perJob int) []byte {
+	body := []byte(strings.Join(jobs, ","))
+	for len(body) < len(jobs)*perJob {
+		body = append(body, ' ')
+	}
+	return body
+}
+
+// skelJobs are the job ids a message of the skeleton carries.
 func skelJobs(data []byte) []string {
 	return strings.Split(string(bytes.TrimRight(data, " ")), ",")
 }
@@ -218,18 +242,58 @@ func skelJobs(data []byte) []string {
 type skelRelay struct {
 	publish func(*nats.Msg) error // appends, pipelined
 	shapes  *queueShapes
-	last    uint64 // decisions appended
+	last    uint64 // messages appended
 	workers []string
 	free    []int    // free slots per worker
 	ready   []string // submitted, not yet assigned, oldest first
+	// grouped: the decisions of one input to one addressee of one kind
+	// leave as one message (a design Tenure does not have: what it
+	// would leave); groups holds them until the input's end.
+	grouped bool
+	groups  []skelGroup
 }
 
-// decide appends the decision of kind about job to actor.
+// skelGroup is the decisions of kind to actor about jobs, in one message.
+type skelGroup struct {
+	actor string
+	kind  events.Kind
+	jobs  []string
+}
+
+// decide appends the decision of kind about job to actor, or adds it to
+// its group.
 func (r *skelRelay) decide(actor, job string, kind events.Kind) error {
+	if r.grouped {
+		for i := range r.groups {
+			if g := &r.groups[i]; g.actor == actor && g.kind == kind {
+				g.jobs = append(g.jobs, job)
+				return nil
+			}
+		}
+		r.groups = append(r.groups, skelGroup{actor: actor, kind: kind, jobs: []string{job}})
+		return nil
+	}
 	tmpl := r.shapes.out[kind]
 	m := &nats.Msg{Subject: skelOut + actor + "." + job + "." + kind.String(), Header: shapedHeader(tmpl.Header, r.last), Data: tmpl.Data}
 	r.last++
 	return r.publish(m)
+}
+
+// flush appends the groups of the input: one message each, subject
+// skel.out.<actor>._.<kind>, its body the job ids padded to the bytes of
+// as many decisions.
+func (r *skelRelay) flush() error {
+	for _, g := range r.groups {
+		tmpl := r.shapes.out[g.kind]
+		m := &nats.Msg{Subject: skelOut + g.actor + "._." + g.kind.String(), Header: shapedHeader(tmpl.Header, r.last),
+			Data: skelBody(g.jobs, len(tmpl.Data))}
+		r.last++
+		if err := r.publish(m); err != nil {
+			return err
+		}
+	}
+	r.groups = r.groups[:0]
+	return nil
 }
 
 // input handles one input of the skeleton, in stream order.
@@ -284,29 +348,38 @@ func (r *skelRelay) input(subject string, data []byte) error {
 			return err
 		}
 	}
-	return nil
+	return r.flush()
 }
 
-// skelDecision is a decision of the skeleton as its addressee reads it.
+// skelDecision is a message of the skeleton's decisions as its addressee
+// reads it: one job's, or a group's.
 type skelDecision struct {
-	job, kind string
+	jobs []string
+	kind string
 }
 
-// parseSkelDecision splits skel.out.<actor>.<job>.<kind>.
-func parseSkelDecision(subject string) (skelDecision, bool) {
+// parseSkelDecision splits skel.out.<actor>.<job>.<kind>; a group's job
+// token is _ and its jobs are in its body.
+func parseSkelDecision(subject string, data []byte) (skelDecision, bool) {
 	t := strings.Split(subject, ".")
 	if len(t) != 5 {
 		return skelDecision{}, false
 	}
-	return skelDecision{job: t[3], kind: t[4]}, true
+	if t[3] == events.NoJob {
+		return skelDecision{jobs: skelJobs(data), kind: t[4]}, true
+	}
+	return skelDecision{jobs: []string{t[3]}, kind: t[4]}, true
 }
 
 // skeletonQueue runs the skeleton with inflight jobs in the loop.
-func (b *runner) skeletonQueue(ctx context.Context, inflight int, qs *queueShapes) (queueLoad, error) {
+func (b *runner) skeletonQueue(ctx context.Context, inflight int, qs *queueShapes, grouped bool) (queueLoad, error) {
 	if qs == nil {
 		return queueLoad{}, errors.New("no shapes: the Tenure run that takes them did not run")
 	}
-	const name = "queue-skeleton"
+	name := "queue-skeleton"
+	if grouped {
+		name += "-grouped"
+	}
 	srv, err := b.startServer(b.newDir(name), false)
 	if err != nil {
 		return queueLoad{}, err
@@ -368,7 +441,7 @@ func (b *runner) skeletonQueue(ctx context.Context, inflight int, qs *queueShape
 				if err != nil {
 					return
 				}
-				d, ok := parseSkelDecision(m.Subject())
+				d, ok := parseSkelDecision(m.Subject(), m.Data())
 				if !ok {
 					fail(fmt.Errorf("skeleton: a decision on %s", m.Subject()))
 					return
@@ -380,7 +453,7 @@ func (b *runner) skeletonQueue(ctx context.Context, inflight int, qs *queueShape
 	}
 
 	// The relay.
-	rel := &skelRelay{shapes: qs, publish: func(m *nats.Msg) error {
+	rel := &skelRelay{shapes: qs, grouped: grouped, publish: func(m *nats.Msg) error {
 		_, err := jsR.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second))
 		return err
 	}}
@@ -445,20 +518,22 @@ func (b *runner) skeletonQueue(ctx context.Context, inflight int, qs *queueShape
 				return nil
 			}
 			handle := func(d skelDecision) {
-				switch d.kind {
-				case events.KindAssigned.String():
-					acks = append(acks, d.job)
-				case events.KindAcked.String():
-					if t, ok := sent.Load(d.job); ok {
-						l.started(t.(time.Time))
-					}
-					results = append(results, d.job) // the empty handler's SUCCESS
-				case events.KindCompleted.String():
-					sent.Delete(d.job)
-					l.done.Add(1)
-					select {
-					case tokens <- struct{}{}:
-					default:
+				for _, job := range d.jobs {
+					switch d.kind {
+					case events.KindAssigned.String():
+						acks = append(acks, job)
+					case events.KindAcked.String():
+						if t, ok := sent.Load(job); ok {
+							l.started(t.(time.Time))
+						}
+						results = append(results, job) // the empty handler's SUCCESS
+					case events.KindCompleted.String():
+						sent.Delete(job)
+						l.done.Add(1)
+						select {
+						case tokens <- struct{}{}:
+						default:
+						}
 					}
 				}
 			}
@@ -504,10 +579,12 @@ func (b *runner) skeletonQueue(ctx context.Context, inflight int, qs *queueShape
 	var calls sync.Map // call id -> chan struct{}, closed when its verdicts are read
 	var left sync.Map  // call id -> *atomic.Int64, verdicts still to read
 	if err := follow(jsD, "disp", func(d skelDecision) {
-		call, _, _ := strings.Cut(d.job, "-")
-		if n, ok := left.Load(call); ok && n.(*atomic.Int64).Add(-1) == 0 {
-			if c, ok := calls.Load(call); ok {
-				close(c.(chan struct{}))
+		for _, job := range d.jobs {
+			call, _, _ := strings.Cut(job, "-")
+			if n, ok := left.Load(call); ok && n.(*atomic.Int64).Add(-1) == 0 {
+				if c, ok := calls.Load(call); ok {
+					close(c.(chan struct{}))
+				}
 			}
 		}
 	}); err != nil {

@@ -80,3 +80,35 @@ func TestSkeletonRelayDecides(t *testing.T) {
 		t.Error("a result of no worker was taken")
 	}
 }
+
+// Grouped, the decisions of one input to one addressee of one kind leave
+// as one message whose body names the jobs; the addressee reads them back.
+func TestSkeletonRelayGroups(t *testing.T) {
+	var got []*nats.Msg
+	r := &skelRelay{workers: []string{"w0", "w1"}, free: []int{2, 1}, grouped: true}
+	r.publish = func(m *nats.Msg) error { got = append(got, m); return nil }
+	r.shapes = &queueShapes{out: map[events.Kind]*nats.Msg{}}
+	for _, k := range skelKinds {
+		r.shapes.out[k] = &nats.Msg{Data: []byte(strings.Repeat("x", 100))}
+	}
+	if err := r.input("skel.in.disp.submit", []byte("1-0,1-1,1-2,1-3")); err != nil {
+		t.Fatal(err)
+	}
+	var subjects []string
+	for _, m := range got {
+		d, ok := parseSkelDecision(m.Subject, m.Data)
+		if !ok {
+			t.Fatalf("unreadable %s", m.Subject)
+		}
+		subjects = append(subjects, strings.TrimPrefix(m.Subject, skelOut)+"="+strings.Join(d.jobs, ","))
+	}
+	// w0 has the most free slots, then both one (ties to the first), then
+	// w1 alone; 1-3 waits.
+	want := "disp._.submitted=1-0,1-1,1-2,1-3 w0._.assigned=1-0,1-1 w1._.assigned=1-2"
+	if strings.Join(subjects, " ") != want {
+		t.Errorf("messages\n got %v\nwant %v", subjects, want)
+	}
+	if len(got[0].Data) != 4*100 || r.last != 3 || len(r.groups) != 0 {
+		t.Errorf("a group of 4 in %d bytes, %d messages counted, %d groups left", len(got[0].Data), r.last, len(r.groups))
+	}
+}

@@ -142,6 +142,8 @@ func WriteTable(w io.Writer, r *Result) error {
 		row("  Tenure / the skeleton (per s)", r.SkeletonQueuePerS, r.TenureQueuePerS, "%.0f", r.QueueSkeletonRatio)
 		row("  skeleton: CPU per job (µs)", r.BaselineQueueCPUUs, r.SkeletonQueueCPUUs, "%.1f", ratio(r.SkeletonQueueCPUUs, r.BaselineQueueCPUUs))
 		row("  skeleton: to the handler's start, alone, p99 (ms)", r.BaselineQueueStartP99, r.SkeletonQueueStartP99, "%.2f", r.SkeletonQueueStartRatio)
+		row("  skeleton, an input's decisions to one addressee grouped / raw (per s)", r.BaselineQueuePerS, r.SkeletonGroupedPerS, "%.0f", r.SkeletonGroupedRawRatio)
+		row("  the same: durable writes per job", r.BaselineQueueWrites, r.SkeletonGroupedWrites, "%.2f", ratio(r.SkeletonGroupedWrites, r.BaselineQueueWrites))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
