@@ -24,9 +24,12 @@ same embedded nats-server configuration, and prints both with their ratio:
 the pipeline, SDK workers with receipts off and on (the cost of keeping
 them), one-at-a-time round trips and expiry latency, the replay of a log
 (tenure audit, and the share of it the decision chain's check takes), the
-fold alone, memory per job, and the coordinator's restart, and expiry storms
-(N leases due at once when a coordinator restarts). Progress goes to
-stderr. See BENCHMARKS.md.`,
+fold alone, memory per job, and the coordinator's restart, expiry storms
+(N leases due at once when a coordinator restarts), and queues: jobs
+submitted with ops and run with worker.Run against a raw work queue, and
+against the skeleton, raw JetStream carrying the messages a Tenure job
+makes and nothing else (what the message design leaves Tenure's code).
+Progress goes to stderr. See BENCHMARKS.md.`,
 	run: runBench,
 }
 

@@ -116,9 +116,15 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 	// The skeleton stores what a Tenure job stores: four decisions a job,
-	// and its share of the inputs.
-	if d := m["skeleton_queue_writes_per_job"].(float64) - m["skeleton_queue_inputs_per_job"].(float64); d < 3.5 || d > 4.5 {
-		t.Errorf("the skeleton stored %.2f decisions per job, want 4", d)
+	// and its share of the inputs. The jobs in flight at the window's
+	// edges (queue_inflight, three decisions each at most) blur the count
+	// by 48 decisions at most: it is checked when the window held more
+	// than 100 jobs (its rate times its least length), under 0.5 a job.
+	d := m["skeleton_queue_writes_per_job"].(float64) - m["skeleton_queue_inputs_per_job"].(float64)
+	if jobs := m["skeleton_queue_per_s"].(float64) * cfg.QueueDuration.Seconds(); jobs > 100 && (d < 3.5 || d > 4.5) {
+		t.Errorf("the skeleton stored %.2f decisions per job over %.0f jobs or more, want 4", d, jobs)
+	} else {
+		t.Logf("the skeleton stored %.2f decisions per job (%.0f jobs or more)", d, jobs)
 	}
 	if m["queue_inflight"] != 16.0 || m["baseline_queue_per_s"].(float64)+m["tenure_queue_per_s"].(float64) <= 0 {
 		t.Errorf("queue: %v in flight, %v and %v jobs/s", m["queue_inflight"], m["baseline_queue_per_s"], m["tenure_queue_per_s"])
