@@ -51,6 +51,13 @@ type fakeCoord struct {
 	mode   fakeMode
 	renews []renewSeen
 	pulls  []pullSeen
+	// Run's offers (a test injects them with offerJob): holdAcks answers
+	// no ACK; loseZeroPulls is how many of the next pulls of 0 slots get
+	// no verdict; log is every ACK, release and pull in order ("pull 0
+	// lost", "release j2").
+	holdAcks      bool
+	loseZeroPulls int
+	log           []string
 }
 
 // pullSeen is one pull the fake coordinator was sent.
@@ -118,6 +125,12 @@ func (f *fakeCoord) Publish(_ context.Context, msg *nats.Msg, _, _ string) (*jet
 	switch in.Verb {
 	case events.VerbPull:
 		f.pulls = append(f.pulls, pullSeen{now, in.Queue, in.Slots, time.Duration(in.TTLMS) * time.Millisecond})
+		if in.Slots == 0 && f.loseZeroPulls > 0 {
+			f.loseZeroPulls--
+			f.log = append(f.log, "pull 0 lost")
+			return &jetstream.PubAck{Stream: "TENURE_IN", Sequence: f.seq}, nil
+		}
+		f.log = append(f.log, fmt.Sprintf("pull %d", in.Slots))
 		if f.mode == noVerdicts {
 			return &jetstream.PubAck{Stream: "TENURE_IN", Sequence: f.seq}, nil
 		}
@@ -129,6 +142,15 @@ func (f *fakeCoord) Publish(_ context.Context, msg *nats.Msg, _, _ string) (*jet
 		if f.mode == unknownPulls {
 			d.Kind, d.Reason, d.Capacity, d.Verb = events.KindRejected, events.ReasonBadSubject, nil, events.VerbNone
 		}
+	case events.VerbAck:
+		f.log = append(f.log, "ack "+in.Job)
+		if f.holdAcks {
+			return &jetstream.PubAck{Stream: "TENURE_IN", Sequence: f.seq}, nil
+		}
+		d.Kind, d.Job.LeaseID, d.Job.Queue = events.KindAcked, in.LeaseID, "q"
+	case events.VerbRelease:
+		f.log = append(f.log, "release "+in.Job)
+		d.Kind, d.Job.LeaseID, d.Job.State, d.Job.Queue = events.KindReleased, in.LeaseID, events.StateQueued, "q"
 	case events.VerbAcquire:
 		d.Kind = events.KindGranted
 	case events.VerbRenew:
@@ -142,6 +164,30 @@ func (f *fakeCoord) Publish(_ context.Context, msg *nats.Msg, _, _ string) (*jet
 	}
 	go f.w.dispatch(d) // the verdict arrives on the decision stream, after the PubAck
 	return &jetstream.PubAck{Stream: "TENURE_IN", Sequence: f.seq}, nil
+}
+
+// offerJob delivers the queue's offer of job on queue q to the worker,
+// with an ACK window of ack.
+func (f *fakeCoord) offerJob(job string, ack time.Duration) {
+	now := f.clk.Now()
+	f.mu.Lock()
+	f.seq++
+	seq := f.seq
+	f.mu.Unlock()
+	f.w.dispatch(events.Decision{
+		Cause: seq, Of: 1, At: now.UnixNano(), Kind: events.KindAssigned,
+		Role: events.RoleWorker, Actor: f.w.id, Addressee: f.w.id,
+		Job: events.Job{
+			ID: job, LeaseID: "lease-" + job, Generation: 1, Holder: f.w.id, State: events.StateOffered, Queue: "q",
+			Duration: int64(f.dur), AckDeadline: now.Add(ack).UnixNano(),
+		},
+	})
+}
+
+func (f *fakeCoord) logged() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.log...)
 }
 
 // fakeWorker is a Worker publishing to a fakeCoord granting leases of dur,

@@ -421,6 +421,10 @@ func (r *runner) reserve(k uint32) *slot {
 	return s
 }
 
+// surplusAnnounceTries bounds the attempts of a surplus's corrected
+// announcement whose verdict was not learned.
+const surplusAnnounceTries = 3
+
 // surplus handles an offer that came when no slot was free: announced
 // slots of another partition that were not corrected yet, or a lease the
 // coordinator ended while its handler still runs. Partition k's
@@ -437,6 +441,13 @@ func (r *runner) reserve(k uint32) *slot {
 // was a refusal: a strike, a hold and a halved window against an honest
 // worker (the simulator's seed 173; PROTOCOL.md §22.8). The announcer
 // announces the slots again once the decline is stored.
+//
+// The decline is surplus only once the corrected announcement is stored.
+// One whose verdict was not learned (a request or a reply lost) is sent
+// again at once, until it is stored or half the time left to o's ACK
+// deadline has passed, surplusAnnounceTries times at most; only then is o
+// declined (a refusal, if the announcement was never stored: nothing
+// better is left to do). A refusal of the announcement is not retried.
 func (r *runner) surplus(o *Offer, k uint32) {
 	if r.quit.Err() != nil {
 		<-r.withdrawn
@@ -458,7 +469,14 @@ func (r *runner) surplus(o *Offer, k uint32) {
 		}
 	}
 	defer raise()
-	r.announce(r.quit, k)
+	until := r.w.clk.Now().Add(o.localDeadline.Sub(r.w.clk.Now()) / 2)
+	for try := 1; ; try++ {
+		stored, again := r.announce(r.quit, k)
+		if stored || !again || try == surplusAnnounceTries || r.quit.Err() != nil || !r.w.clk.Now().Before(until) {
+			break
+		}
+		a.stale.Store(true) // at once, not at the announcer's next retry
+	}
 	s := r.reserve(k)
 	if s == nil {
 		s = r.awaitAccepts(o, k)
@@ -910,7 +928,11 @@ func (r *runner) announcer(k uint32) {
 // refusal is reported and the announcement tried again (the simulator's
 // seeds 11777, 13603 and 61869, where it stopped Run for good). A
 // coordinator too old for queues refuses every attempt, each reported.
-func (r *runner) announce(ctx context.Context, k uint32) {
+//
+// It reports whether the announcement standing is the one wanted (stored),
+// and, when not, whether it failed for want of a verdict or a publish and
+// may be sent again at once (again): not after a refusal.
+func (r *runner) announce(ctx context.Context, k uint32) (stored, again bool) {
 	a := &r.ann[k]
 	a.lock()
 	defer a.unlock()
@@ -920,13 +942,14 @@ func (r *runner) announce(ctx context.Context, k uint32) {
 	}
 	t0 := r.w.clk.Now()
 	if stale := a.stale.Swap(false); !stale && t0.Before(a.due) && (!a.ok || want == a.slots) {
-		return
+		return a.ok && want == a.slots, !a.ok
 	}
 	err := r.pull(ctx, k, want)
 	var ve *VerdictError
 	switch {
 	case err == nil:
 		a.ok, a.slots, a.due = true, want, t0.Add(r.every)
+		return true, false
 	case errors.As(err, &ve) && ve.Reason == events.ReasonBadSubject:
 		a.ok, a.due = false, r.w.clk.Now().Add(r.retry)
 		if ctx.Err() == nil {
@@ -943,7 +966,9 @@ func (r *runner) announce(ctx context.Context, k uint32) {
 		if ctx.Err() == nil {
 			r.report(err)
 		}
+		return false, true
 	}
+	return false, false
 }
 
 // withdrawnLocked handles the coordinator's withdrawal of partition k's

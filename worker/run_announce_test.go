@@ -7,6 +7,8 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -244,4 +246,95 @@ func TestNewJobFlowFields(t *testing.T) {
 	if j.ConcurrencyKey != "acct-42" || !j.ScheduledFor.Equal(time.Unix(7, 0)) {
 		t.Fatalf("job %+v", j)
 	}
+}
+
+// A surplus offer is declined only once the corrected announcement is
+// stored. Here the coordinator ended j1 while its ACK was on the way (its
+// verdict never comes) and offered j2 in its place: Run corrects its
+// announcement to the leases whose ACKs were accepted, none, before it
+// declines j2. That correction's verdict is lost; declining then, with 1
+// slot still announced and j2 the one live lease, would be a refusal (a
+// strike, a hold, a halved window: PROTOCOL.md §22.8) against an honest
+// worker. Run sends the correction again at once and declines after it is
+// stored. (The long run's "withdrawn offer_declined" included such
+// declines; before this, Run declined with the correction lost.)
+func TestRunSurplusDeclinedOnceItsAnnouncementIsStored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w, f := fakeWorker(t, time.Minute, WithVerdictTimeout(time.Second))
+		defer w.Close()
+		f.mu.Lock()
+		f.holdAcks, f.loseZeroPulls = true, 1
+		f.mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		block := make(chan struct{})
+		handler := func(context.Context, *Job) error { <-block; return nil }
+		go func() { done <- w.Run(ctx, "q", handler, WithConcurrency(1), WithCapacityTTL(30*time.Second)) }()
+		synctest.Wait() // announced: 1 slot
+		f.offerJob("j1", 10*time.Second)
+		synctest.Wait() // j1's ACK sent; its verdict never comes
+		f.offerJob("j2", 3*time.Second)
+		time.Sleep(3 * time.Second) // j2's ACK window
+		synctest.Wait()
+		var got []string // the pulls and releases, in order
+		for _, s := range f.logged() {
+			if !strings.HasPrefix(s, "ack ") {
+				got = append(got, s)
+			}
+		}
+		t.Logf("inputs %v", got)
+		lost, stored, released := slices.Index(got, "pull 0 lost"), slices.Index(got, "pull 0"), slices.Index(got, "release j2")
+		if lost < 0 || released < 0 || stored < 0 || stored > released {
+			t.Errorf("inputs %v: want the correction (pull 0) lost, sent again and stored, then j2 released", got)
+		}
+		cancel()
+		close(block)
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
+}
+
+// A correction never stored is tried surplusAnnounceTries times at most,
+// and only while half j2's ACK window lasts: j2 is then declined before
+// its ACK deadline (a refusal, but a timely one), not held in a loop of
+// announcements.
+func TestRunSurplusCorrectionTriedBoundedly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w, f := fakeWorker(t, time.Minute, WithVerdictTimeout(200*time.Millisecond))
+		defer w.Close()
+		f.mu.Lock()
+		f.holdAcks, f.loseZeroPulls = true, 1000
+		f.mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		block := make(chan struct{})
+		handler := func(context.Context, *Job) error { <-block; return nil }
+		go func() { done <- w.Run(ctx, "q", handler, WithConcurrency(1), WithCapacityTTL(30*time.Second)) }()
+		synctest.Wait()
+		f.offerJob("j1", 10*time.Second)
+		synctest.Wait()
+		f.offerJob("j2", 10*time.Second)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		var got []string
+		for _, s := range f.logged() {
+			if !strings.HasPrefix(s, "ack ") {
+				got = append(got, s)
+			}
+		}
+		t.Logf("inputs %v", got)
+		released := slices.Index(got, "release j2")
+		if released < 0 || slices.Contains(got[:released], "pull 0") {
+			t.Fatalf("inputs %v: want j2 released, no correction stored", got)
+		}
+		if n := len(slices.DeleteFunc(slices.Clone(got[:released]), func(s string) bool { return s != "pull 0 lost" })); n != surplusAnnounceTries {
+			t.Errorf("%d corrections before the release, want %d", n, surplusAnnounceTries)
+		}
+		cancel()
+		close(block)
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
 }

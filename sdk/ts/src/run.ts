@@ -167,6 +167,10 @@ function newResult(error: unknown): MutableResult {
 
 const enum SlotState { Accepting, Running, Finishing }
 
+// The most attempts of a surplus's corrected announcement whose verdict
+// was not learned (the Go SDK's surplusAnnounceTries).
+const SURPLUS_ANNOUNCE_TRIES = 3;
+
 interface Slot {
   state: SlotState;
   lease: Lease | undefined;
@@ -329,6 +333,12 @@ export class Runner {
   // announcement that still counted it, which makes the decline a refusal
   // (PROTOCOL.md §22.7; the Go SDK's seed 173). The slots are announced
   // again once the decline is stored.
+  //
+  // The decline is surplus only once the corrected announcement is stored:
+  // one whose verdict was not learned is sent again at once, until it is
+  // stored or half the time left to o's ACK deadline has passed,
+  // SURPLUS_ANNOUNCE_TRIES times at most (a refusal is not retried); only
+  // then is o declined (the Go SDK's TestRunSurplusDeclinedOnceItsAnnouncementIsStored).
   async #surplus(o: Offer): Promise<void> {
     if (!this.#quitting) {
       this.#declining++;
@@ -341,7 +351,13 @@ export class Runner {
         }
       };
       try {
-        await this.#announce();
+        const clock = this.#w._clock;
+        const until = clock.now() + (o.localDeadline - clock.now()) / 2;
+        for (let tries = 1; ; tries++) {
+          const { stored, again } = await this.#announce();
+          if (stored || !again || tries === SURPLUS_ANNOUNCE_TRIES || this.#quitting || clock.now() >= until) break;
+          this.#stale = true; // at once, not at the announcer's next retry
+        }
         const s = this.#reserve() ?? await this.#awaitAccepts(o);
         if (s) {
           raise();
@@ -648,19 +664,25 @@ export class Runner {
   // Sends the announcement if it is due or its slots changed (unless a
   // failed one waits for its retry), and learns its verdict. A refusal
   // stops the run, but for bad_subject (reported, and tried again). One
-  // pull at a time, stored in the order decided.
-  #announce(): Promise<void> {
+  // pull at a time, stored in the order decided. It tells whether the
+  // announcement standing is the one wanted (stored), and, when not,
+  // whether it failed for want of a verdict and may be sent again at once
+  // (again): not after a refusal.
+  #announce(): Promise<{ stored: boolean; again: boolean }> {
     const p = this.#annBusy.then(async () => {
       const want = this.#desired();
       const t0 = this.#w._clock.now();
       const stale = this.#stale;
       this.#stale = false;
-      if (!stale && t0 < this.#due && (!this.#ok || want === this.#annSlots)) return;
+      if (!stale && t0 < this.#due && (!this.#ok || want === this.#annSlots)) {
+        return { stored: this.#ok && want === this.#annSlots, again: !this.#ok };
+      }
       try {
         await this.#pull(want, this.#quitCtl.signal);
         this.#ok = true;
         this.#annSlots = want;
         this.#due = t0 + this.#every;
+        return { stored: true, again: false };
       } catch (err) {
         this.#ok = false;
         const ve = err instanceof VerdictError ? err : err instanceof TenureError && err.cause instanceof VerdictError ? err.cause : undefined;
@@ -680,10 +702,12 @@ export class Runner {
         } else {
           this.#due = this.#w._clock.now() + this.#retry;
           if (!this.#quitting) this.#w._report(err);
+          return { stored: false, again: true };
         }
+        return { stored: false, again: false };
       }
     });
-    this.#annBusy = p.catch(() => undefined);
+    this.#annBusy = p.then(() => undefined, () => undefined);
     return p;
   }
 
