@@ -1,7 +1,9 @@
 // The queue loop, run(), against a real `tenure serve`: success, a retried
 // failure, a permanent failure, a cancellation, the shutdown (capacity
-// withdrawn before unfinished work is released) and a withdrawn
-// announcement made again at once.
+// withdrawn before unfinished work is released), a withdrawn
+// announcement made again at once, and a surplus offer declined only once
+// its corrected announcement is stored (the worker's calls answered by the
+// test).
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -9,7 +11,7 @@ import { after, before, describe, test } from "node:test";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 
-import { connect, ErrorCode, isError, permanent, type Decision, type Job, type Worker } from "@tenure/worker";
+import { connect, ErrorCode, isError, permanent, TenureError, type Decision, type Job, type Worker } from "@tenure/worker";
 
 import { Decisions, describe as line, Ops, Serve, uniq } from "./harness.js";
 
@@ -229,5 +231,86 @@ describe("run", () => {
     await ops.cancel(job, "test over");
     await shutdown(r);
     await watch.close();
+  });
+
+  test("a surplus offer is declined once its corrected announcement is stored", async () => {
+    // The Go SDK's TestRunSurplusDeclinedOnceItsAnnouncementIsStored, with
+    // the worker's own calls answered here instead of by the coordinator:
+    // j1 offered and its ACK never answered (the coordinator ended it on
+    // the way), j2 offered in its place. run() corrects its announcement
+    // to the leases whose ACKs were accepted, none; that correction's
+    // verdict is lost. Declining j2 then would be a refusal against an
+    // honest worker: run() sends the correction again and declines after.
+    const queue = uniq("q");
+    const errors: Error[] = [];
+    const real = await connect(nc, uniq("w"), { onError: (e) => errors.push(e) });
+    const w = real as unknown as {
+      id: string;
+      _sendN(p: { job: string; verb: string; body: Uint8Array }, n: number, signal?: AbortSignal): Promise<{ ds: Decision[]; seq?: number; err?: Error }>;
+      _dispatch(d: Decision, src?: number, m?: { seq: number }): void;
+    };
+    const log: string[] = [];
+    let seq = 1_000_000;
+    let loseZero = 1;
+    const noVerdict = async (signal?: AbortSignal) => {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 300);
+        signal?.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
+      });
+      return { ds: [], err: new TenureError("no verdict (lost in this test)", [ErrorCode.NoVerdict]) };
+    };
+    const verdict = (kind: string, job: string, extra: Partial<Decision> = {}): Decision => ({
+      v: 1, cause: ++seq, n: 1, of: 1, at: new Date().toISOString(), kind: kind as Decision["kind"], accepted: true, reason: "ok",
+      input: { role: "worker", actor: w.id, verb: "" }, addressee: w.id, job: { id: job, state: "QUEUED" } as Decision["job"], ...extra,
+    });
+    w._sendN = async (p, _n, signal) => {
+      const body = JSON.parse(new TextDecoder().decode(p.body)) as { slots?: number };
+      switch (p.verb) {
+        case "pull":
+          if (body.slots === 0 && loseZero > 0) {
+            loseZero--;
+            log.push("pull 0 lost");
+            return noVerdict(signal);
+          }
+          log.push(`pull ${body.slots}`);
+          return { ds: [verdict("capacity_set", "_", { capacity: { queue, slots: body.slots ?? 0, until: new Date(Date.now() + 60_000).toISOString() } })], seq };
+        case "ack":
+          log.push(`ack ${p.job}`);
+          return noVerdict(signal);
+        case "release":
+          log.push(`release ${p.job}`);
+          return { ds: [verdict("released", p.job)], seq };
+        default:
+          throw new Error(`unexpected ${p.verb}`);
+      }
+    };
+    const offer = (job: string, ackMs: number) => {
+      const at = new Date();
+      w._dispatch(verdict("assigned", job, {
+        input: { role: "worker", actor: w.id, verb: "pull" },
+        job: { id: job, lease_id: `L-${job}`, generation: 1, holder: w.id, state: "OFFERED", queue, lease_ms: 60_000,
+          ack_deadline: new Date(at.getTime() + ackMs).toISOString() } as Decision["job"],
+        at: at.toISOString(),
+      }), 0, { seq: ++seq });
+    };
+    const until = async (f: () => boolean) => {
+      for (let i = 0; i < 1000 && !f(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.ok(f(), `not reached: ${log.join(", ")}`);
+    };
+    const stop = new AbortController();
+    const r: Running = { w: real, stop, errors,
+      done: real.run(queue, (_j, s) => new Promise<void>((resolve) => s.addEventListener("abort", () => resolve())), { concurrency: 1, signal: stop.signal }) };
+    try {
+      await until(() => log.includes("pull 1"));
+      offer("j1", 10_000);
+      await until(() => log.includes("ack j1"));
+      offer("j2", 3_000);
+      await until(() => log.includes("release j2"));
+      const got = log.filter((s) => !s.startsWith("ack "));
+      const lost = got.indexOf("pull 0 lost"), stored = got.indexOf("pull 0"), released = got.indexOf("release j2");
+      assert.ok(lost >= 0 && stored > lost && stored < released, `inputs ${got.join(", ")}: want the correction lost, sent again and stored, then j2 released`);
+    } finally {
+      await shutdown(r);
+    }
   });
 });
