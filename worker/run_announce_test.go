@@ -260,39 +260,45 @@ func TestNewJobFlowFields(t *testing.T) {
 // declines; before this, Run declined with the correction lost.)
 func TestRunSurplusDeclinedOnceItsAnnouncementIsStored(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w, f := fakeWorker(t, time.Minute, WithVerdictTimeout(time.Second))
-		defer w.Close()
-		f.mu.Lock()
-		f.holdAcks, f.loseZeroPulls = true, 1
-		f.mu.Unlock()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		block := make(chan struct{})
-		handler := func(context.Context, *Job) error { <-block; return nil }
-		go func() { done <- w.Run(ctx, "q", handler, WithConcurrency(1), WithCapacityTTL(30*time.Second)) }()
-		synctest.Wait() // announced: 1 slot
-		f.offerJob("j1", 10*time.Second)
-		synctest.Wait() // j1's ACK sent; its verdict never comes
-		f.offerJob("j2", 3*time.Second)
-		time.Sleep(3 * time.Second) // j2's ACK window
-		synctest.Wait()
-		var got []string // the pulls and releases, in order
-		for _, s := range f.logged() {
-			if !strings.HasPrefix(s, "ack ") {
-				got = append(got, s)
-			}
-		}
-		t.Logf("inputs %v", got)
+		got := surplusInputs(t, time.Second, 1, 3*time.Second)
 		lost, stored, released := slices.Index(got, "pull 0 lost"), slices.Index(got, "pull 0"), slices.Index(got, "release j2")
 		if lost < 0 || released < 0 || stored < 0 || stored > released {
 			t.Errorf("inputs %v: want the correction (pull 0) lost, sent again and stored, then j2 released", got)
 		}
-		cancel()
-		close(block)
-		if err := <-done; err != nil {
-			t.Fatalf("Run: %v", err)
-		}
 	})
+}
+
+// surplusInputs runs Run (concurrency 1) on the fake coordinator, which
+// answers no ACK, loses the next lose pulls of 0 slots and waits
+// verdictTimeout for each: j1 is offered, then j2 with an ACK window of
+// j2Ack, which passes. It returns the pulls and releases, in order.
+func surplusInputs(t *testing.T, verdictTimeout time.Duration, lose int, j2Ack time.Duration) []string {
+	w, f := fakeWorker(t, time.Minute, WithVerdictTimeout(verdictTimeout))
+	defer w.Close()
+	f.mu.Lock()
+	f.holdAcks, f.loseZeroPulls = true, lose
+	f.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, "q", nop, WithConcurrency(1), WithCapacityTTL(30*time.Second)) }()
+	synctest.Wait() // announced: 1 slot
+	f.offerJob("j1", 10*time.Second)
+	synctest.Wait() // j1's ACK sent; its verdict never comes
+	f.offerJob("j2", j2Ack)
+	time.Sleep(j2Ack)
+	synctest.Wait()
+	var got []string
+	for _, s := range f.logged() {
+		if !strings.HasPrefix(s, "ack ") {
+			got = append(got, s)
+		}
+	}
+	t.Logf("inputs %v", got)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return got
 }
 
 // A correction never stored is tried surplusAnnounceTries times at most,
@@ -301,40 +307,13 @@ func TestRunSurplusDeclinedOnceItsAnnouncementIsStored(t *testing.T) {
 // announcements.
 func TestRunSurplusCorrectionTriedBoundedly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w, f := fakeWorker(t, time.Minute, WithVerdictTimeout(200*time.Millisecond))
-		defer w.Close()
-		f.mu.Lock()
-		f.holdAcks, f.loseZeroPulls = true, 1000
-		f.mu.Unlock()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		block := make(chan struct{})
-		handler := func(context.Context, *Job) error { <-block; return nil }
-		go func() { done <- w.Run(ctx, "q", handler, WithConcurrency(1), WithCapacityTTL(30*time.Second)) }()
-		synctest.Wait()
-		f.offerJob("j1", 10*time.Second)
-		synctest.Wait()
-		f.offerJob("j2", 10*time.Second)
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		var got []string
-		for _, s := range f.logged() {
-			if !strings.HasPrefix(s, "ack ") {
-				got = append(got, s)
-			}
-		}
-		t.Logf("inputs %v", got)
+		got := surplusInputs(t, 200*time.Millisecond, 1000, 10*time.Second)
 		released := slices.Index(got, "release j2")
 		if released < 0 || slices.Contains(got[:released], "pull 0") {
 			t.Fatalf("inputs %v: want j2 released, no correction stored", got)
 		}
 		if n := len(slices.DeleteFunc(slices.Clone(got[:released]), func(s string) bool { return s != "pull 0 lost" })); n != surplusAnnounceTries {
 			t.Errorf("%d corrections before the release, want %d", n, surplusAnnounceTries)
-		}
-		cancel()
-		close(block)
-		if err := <-done; err != nil {
-			t.Fatalf("Run: %v", err)
 		}
 	})
 }

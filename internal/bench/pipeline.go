@@ -616,35 +616,17 @@ func (b *runner) sdkPipeline(ctx context.Context) (verdicts float64, errs int64,
 // Tenure's renewals were just appended to), within its last 1,000
 // messages, as stored: subject, body and headers.
 func lastVerdict(ctx context.Context, js jetstream.JetStream, stream string) (*nats.Msg, error) {
-	out, err := js.Stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	info, err := out.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for seq := info.State.LastSeq; seq > 0 && seq+1000 > info.State.LastSeq; seq-- {
-		m, err := out.GetMsg(ctx, seq)
-		if err != nil {
-			return nil, fmt.Errorf("decision %d: %w", seq, err)
+	var found *nats.Msg
+	err := scanBack(ctx, js, stream, 1000, func(m *nats.Msg) bool {
+		if d, err := events.DecodeDecision(m.Data); err == nil && d.Kind == events.KindRenewed {
+			found = m
 		}
-		if d, err := events.DecodeDecision(m.Data); err != nil || d.Kind != events.KindRenewed {
-			continue
-		}
-		// The get's own headers (Nats-Stream, Nats-Sequence, Nats-Subject,
-		// Nats-Time-Stamp) are not the message's.
-		stored := nats.Header{}
-		for k, v := range m.Header {
-			switch k {
-			case "Nats-Stream", "Nats-Sequence", "Nats-Subject", "Nats-Time-Stamp", "Nats-Last-Sequence", "Nats-Num-Pending":
-			default:
-				stored[k] = v
-			}
-		}
-		return &nats.Msg{Subject: m.Subject, Data: m.Data, Header: stored}, nil
+		return found != nil
+	})
+	if err == nil && found == nil {
+		err = fmt.Errorf("no renewal verdict among the last 1,000 decisions of %s", stream)
 	}
-	return nil, fmt.Errorf("no renewal verdict among the last 1,000 decisions of %s", stream)
+	return found, err
 }
 
 // shapedHeader is the header set of tmpl with the values of the answer

@@ -402,6 +402,21 @@ func profileSuffix(inflight int) string {
 	return ""
 }
 
+// freedSlots is the slot a dispatcher just took from tokens and those
+// freed meanwhile, taken too: at most events.MaxBatch in all.
+func freedSlots(tokens chan struct{}) int {
+	n := 1
+	for n < events.MaxBatch {
+		select {
+		case <-tokens:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
 // HostileModes are the modes of the hostile worker of the queue scenario:
 // it announces 256 slots every 100 ms and declines every offer, ACKs and
 // releases it, never ACKs it, or ACKs it and never renews (the lease
@@ -563,15 +578,7 @@ func (b *runner) tenureQueue(ctx context.Context, inflight, how int, hostile str
 					continue
 				}
 				if how == submitMany {
-					for n < events.MaxBatch { // the slots freed meanwhile
-						select {
-						case <-tokens:
-							n++
-							continue
-						default:
-						}
-						break
-					}
+					n = freedSlots(tokens)
 				}
 				now := strconv.FormatInt(time.Now().UnixNano(), 10)
 				if how == submitOne {

@@ -87,7 +87,7 @@ const shapesScan = 4000
 // decision of each of skelKinds, and the inputs of each of skelVerbs.
 func captureQueueShapes(ctx context.Context, js jetstream.JetStream, top streams.Topology) (*queueShapes, error) {
 	qs := &queueShapes{out: map[events.Kind]*nats.Msg{}, in: map[events.Verb]inShape{}}
-	err := scanBack(ctx, js, top.DecisionStream(), func(m *nats.Msg) bool {
+	err := scanBack(ctx, js, top.DecisionStream(), shapesScan, func(m *nats.Msg) bool {
 		if k, ok := events.ParseKind(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]); ok && qs.out[k] == nil {
 			for _, want := range skelKinds {
 				if k == want {
@@ -110,7 +110,7 @@ func captureQueueShapes(ctx context.Context, js jetstream.JetStream, top streams
 		bytes, jobs, inputs int
 	}
 	sums := map[events.Verb]*sum{}
-	err = scanBack(ctx, js, top.InputStream(), func(m *nats.Msg) bool {
+	err = scanBack(ctx, js, top.InputStream(), shapesScan, func(m *nats.Msg) bool {
 		s, err := events.ParseInputSubject(m.Subject)
 		if err != nil {
 			return false
@@ -151,8 +151,8 @@ func captureQueueShapes(ctx context.Context, js jetstream.JetStream, top streams
 
 // scanBack calls fn with the messages of stream from its last one back,
 // as stored (without the headers of the get), until fn says it has what
-// it wanted or shapesScan messages were read.
-func scanBack(ctx context.Context, js jetstream.JetStream, stream string, fn func(*nats.Msg) bool) error {
+// it wanted or limit messages were read.
+func scanBack(ctx context.Context, js jetstream.JetStream, stream string, limit uint64, fn func(*nats.Msg) bool) error {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return err
@@ -161,7 +161,7 @@ func scanBack(ctx context.Context, js jetstream.JetStream, stream string, fn fun
 	if err != nil {
 		return err
 	}
-	for seq := info.State.LastSeq; seq > 0 && seq+shapesScan > info.State.LastSeq; seq-- {
+	for seq := info.State.LastSeq; seq > 0 && seq+limit > info.State.LastSeq; seq-- {
 		m, err := s.GetMsg(ctx, seq)
 		if err != nil {
 			return fmt.Errorf("%s message %d: %w", stream, seq, err)
@@ -599,16 +599,7 @@ func (b *runner) skeletonQueue(ctx context.Context, inflight int, qs *queueShape
 				case <-cctx.Done():
 					return
 				}
-				n := 1
-				for n < events.MaxBatch { // the slots freed meanwhile
-					select {
-					case <-tokens:
-						n++
-						continue
-					default:
-					}
-					break
-				}
+				n := freedSlots(tokens)
 				id := nextCall.Add(1)
 				call := strconv.FormatUint(id, 10)
 				jobs := make([]string, n)
